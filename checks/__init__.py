@@ -1,0 +1,1 @@
+"""The gpu-preflight check suite: plain pytest files, one per area (run by `preflight run`)."""

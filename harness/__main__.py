@@ -1,0 +1,5 @@
+"""`python -m harness` is the `preflight` command."""
+
+from harness.cli import entrypoint
+
+entrypoint()

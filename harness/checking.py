@@ -1,0 +1,221 @@
+"""The check model: `@check` metadata, and the calls a check uses to state one fact against one
+threshold (`expect`, `expect_none`), warn, or say it does not apply. Messages always read:
+`[ID] what value unit <comparison> threshold unit required for PROFILE; remedy`."""
+
+from __future__ import annotations
+
+import contextvars
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TypeVar
+
+import pytest
+
+__all__ = [
+    "OUTCOMES",
+    "TIERS",
+    "CheckContext",
+    "CheckFailure",
+    "CheckSpec",
+    "ProbeError",
+    "check",
+    "current",
+    "expect",
+    "expect_none",
+    "fail",
+    "fmt",
+    "measure",
+    "not_applicable",
+    "registry",
+    "warn",
+]
+
+#: Tiers, cheapest first; a check of tier T runs in T and every later tier.
+TIERS = ("preflight", "certify", "diagnose")
+#: Outcomes of a check. `error` (a probe could not produce its fact) counts as a failure.
+OUTCOMES = ("pass", "warn", "skip", "fail", "error")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    """What `preflight list` and `preflight explain` show for a check."""
+
+    id: str
+    title: str
+    tier: str
+    why: str
+    remedy: str
+    exclusive: bool = False
+    """Owns the GPUs or the network (a collective, a bandwidth test): runs alone, after the rest."""
+    function: str = ""
+    module: str = ""
+
+
+_REGISTRY: dict[str, CheckSpec] = {}
+
+
+def registry() -> dict[str, CheckSpec]:
+    """Every check imported so far, by ID."""
+    return dict(_REGISTRY)
+
+
+def check(
+    id: str,
+    *,
+    title: str,
+    why: str,
+    remedy: str,
+    tier: str = "preflight",
+    exclusive: bool = False,
+) -> Callable[[F], F]:
+    """Declare a test function as check `id`: metadata for list/explain, markers for pytest."""
+    if tier not in TIERS:
+        raise ValueError(f"check {id}: tier {tier!r} is not one of {', '.join(TIERS)}")
+
+    def decorate(fn: F) -> F:
+        spec = CheckSpec(
+            id=id, title=title, tier=tier, why=why, remedy=remedy, exclusive=exclusive,
+            function=fn.__name__, module=fn.__module__,
+        )
+        known = _REGISTRY.get(id)
+        if known is not None and known.function != spec.function:
+            raise ValueError(f"check ID {id} is used by {known.function} and {spec.function}")
+        _REGISTRY[id] = spec
+        fn = pytest.mark.preflight_check(id)(fn)
+        fn = getattr(pytest.mark, tier)(fn)
+        if exclusive:
+            fn = pytest.mark.exclusive(fn)
+        fn.__preflight_check__ = spec  # type: ignore[attr-defined]
+        return fn
+
+    return decorate
+
+
+@dataclass(slots=True)
+class CheckContext:
+    """What the running check has measured and warned so far (set by the plugin per test)."""
+
+    check_id: str
+    profile: str
+    remedy: str = ""
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+_CURRENT: contextvars.ContextVar[CheckContext | None] = contextvars.ContextVar(
+    "preflight_check", default=None
+)
+
+
+def current() -> CheckContext:
+    """The running check's context; outside a check, a throwaway one (for library use)."""
+    ctx = _CURRENT.get()
+    return ctx if ctx is not None else CheckContext(check_id="PF-ADHOC", profile="?")
+
+
+def _set_current(ctx: CheckContext | None) -> contextvars.Token[CheckContext | None]:
+    return _CURRENT.set(ctx)
+
+
+class CheckFailure(AssertionError):
+    """A check's fact missed its threshold; str() is the full message."""
+
+
+class ProbeError(RuntimeError):
+    """A probe could not produce the fact a check needs (tool missing, hung, garbage output).
+    The check's outcome is `error`, which counts as a failure."""
+
+
+_OPS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    ">=": (operator.ge, "<"),
+    ">": (operator.gt, "<="),
+    "<=": (operator.le, ">"),
+    "<": (operator.lt, ">="),
+    "==": (operator.eq, "!="),
+    "!=": (operator.ne, "=="),
+}
+
+
+def fmt(value: object, unit: str = "") -> str:
+    """A value for a message: floats to 1 decimal (3 significant digits when small), with unit."""
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, float):
+        text = f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    else:
+        text = str(value)
+    return f"{text} {unit}" if unit else text
+
+
+def _message(ctx: CheckContext, body: str, remedy: str | None) -> str:
+    remedy = remedy if remedy is not None else ctx.remedy
+    return f"[{ctx.check_id}] {body}" + (f"; {remedy}" if remedy else "")
+
+
+def measure(
+    what: str,
+    value: object,
+    unit: str = "",
+    *,
+    op: str | None = None,
+    threshold: object = None,
+    ok: bool | None = None,
+) -> None:
+    """Record a measured value (and the threshold it was judged against) in the report."""
+    current().measurements.append(
+        {"what": what, "value": value, "unit": unit, "op": op, "threshold": threshold, "ok": ok}
+    )
+
+
+def expect(
+    what: str,
+    value: Any,
+    op: str,
+    threshold: Any,
+    unit: str = "",
+    *,
+    remedy: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """Pass when `value op threshold`; else fail with the value, threshold, profile and remedy."""
+    compare, negated = _OPS[op]
+    ok = bool(compare(value, threshold))
+    measure(what, value, unit, op=op, threshold=threshold, ok=ok)
+    if not ok:
+        ctx = current()
+        body = (f"{what} {fmt(value, unit)} {negated} {fmt(threshold, unit)} required for "
+                f"{ctx.profile}")
+        if detail:
+            body += f" ({detail})"
+        raise CheckFailure(_message(ctx, body, remedy))
+
+
+def expect_none(
+    what: str, offenders: Iterable[str], *, remedy: str | None = None, unit: str = ""
+) -> None:
+    """Pass when there are no offenders; else fail naming every one of them."""
+    found = list(offenders)
+    measure(what, len(found), unit or "found", op="==", threshold=0, ok=not found)
+    if found:
+        ctx = current()
+        body = f"{what}: {len(found)} found, none allowed for {ctx.profile}: " + "; ".join(found)
+        raise CheckFailure(_message(ctx, body, remedy))
+
+
+def fail(body: str, *, remedy: str | None = None) -> NoReturn:
+    """Fail with a message in the standard form (the ID and remedy are added)."""
+    raise CheckFailure(_message(current(), body, remedy))
+
+
+def warn(body: str, *, remedy: str | None = None) -> None:
+    """Record a warning: the check passes with outcome `warn`, the message in the report."""
+    ctx = current()
+    ctx.warnings.append(_message(ctx, body, remedy if remedy is not None else ""))
+
+
+def not_applicable(reason: str) -> NoReturn:
+    """Skip: the profile says this check does not apply (the only legitimate reason to skip)."""
+    pytest.skip(f"not applicable to {current().profile}: {reason}")

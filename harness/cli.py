@@ -1,0 +1,407 @@
+"""`preflight`: run the checks then exec the training command, or explain why not.
+
+Exit codes (stable; automation keys on them):
+  0  every check passed (or warned); the training command was exec'd, if one was given
+  1  one or more checks failed or errored (a probe could not produce its fact)
+  2  bad usage: unknown option, unknown profile, unreadable profile file, unknown check ID
+  3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
+127 the checks passed but the training command could not be exec'd
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_HARNESS = 3
+
+TIERS = ("preflight", "certify", "diagnose")
+
+
+class UsageError(Exception):
+    """Bad input from the user; str() is the message (exit 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="preflight",
+        description="Prove this GPU node (and cluster) is fit to train, then exec the "
+        "training command: preflight run -- torchrun ... train.py",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+
+    run = sub.add_parser("run", help="run the checks, then exec the command after `--`")
+    run.add_argument("--profile", default=None,
+                     help="instance type (p5.48xlarge) or 'auto' (default; see README)")
+    run.add_argument("--profile-file", default=None, help="TOML file of profile overrides")
+    run.add_argument("--tier", choices=TIERS, default=None,
+                     help="preflight (default; fast), certify (nightly), diagnose (one node)")
+    run.add_argument("--report-dir", default=None,
+                     help="where reports go (default: $PREFLIGHT_REPORT_DIR, under SageMaker "
+                     "/opt/ml/output/data/preflight, else ./preflight-report); a folder per host")
+    run.add_argument("-k", dest="keyword", default=None, help="only checks matching EXPR (pytest -k)")
+    run.add_argument("--warn-only", action="store_true",
+                     help="report failures but exec the command anyway (exit status of the "
+                     "command)")
+    run.add_argument("--failure-file", default=None,
+                     help="write the failure reason here (default under SageMaker: "
+                     "/opt/ml/output/failure)")
+    run.add_argument("--workers", default="auto",
+                     help="parallel pytest-xdist workers for node-local checks: N or auto")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="show pytest's output and every measured value")
+    run.add_argument("command", nargs=argparse.REMAINDER,
+                     help="-- then the training command to exec after a passing preflight")
+
+    lst = sub.add_parser("list", help="list the checks: ID, tier, description")
+    lst.add_argument("--tier", choices=TIERS, default=None, help="only checks run in this tier")
+    lst.add_argument("--json", action="store_true")
+
+    prof = sub.add_parser("profiles", help="list profiles and the thresholds they hold")
+    prof.add_argument("name", nargs="?", help="show one profile in full")
+    prof.add_argument("--profile-file", default=None)
+    prof.add_argument("--json", action="store_true")
+
+    exp = sub.add_parser("explain", help="what a check verifies, why, and the remedy")
+    exp.add_argument("check_id")
+
+    ins = sub.add_parser("inspect", help="parse a saved log or tool output (see `inspect -h`)")
+    ins.add_argument("kind", help="what the file holds: env, nccl-log, fi-info, nccl-tests, "
+                     "nvidia-smi, dcgm, kernel-log (an unknown kind lists the known ones)")
+    ins.add_argument("file", help="path, or - for standard input")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    ins.add_argument("--profile", default="local-cpu",
+                     help="profile to judge against, where the kind judges (env)")
+    return parser
+
+
+def _default_report_dir(env: dict[str, str]) -> Path:
+    from harness.detect import opt_ml_dir, sagemaker_resource_config
+
+    if env.get("PREFLIGHT_REPORT_DIR"):
+        return Path(env["PREFLIGHT_REPORT_DIR"])
+    if sagemaker_resource_config(env) is not None:
+        return opt_ml_dir(env) / "output" / "data" / "preflight"
+    return Path("preflight-report")
+
+
+def _failure_path(arg: str | None, env: dict[str, str]) -> Path | None:
+    from harness.detect import opt_ml_dir, sagemaker_resource_config
+
+    if arg:
+        return Path(arg)
+    if sagemaker_resource_config(env) is not None:
+        return opt_ml_dir(env) / "output" / "failure"
+    return None
+
+
+def _workers(value: str, profile: object) -> int:
+    if value == "auto":
+        # Node-local GPU checks are subprocess-bound (nvidia-smi, dcgmi, fi_info): a few workers
+        # overlap them. On CPU-only profiles the xdist start-up costs more than it saves.
+        return min(4, os.cpu_count() or 1) if getattr(profile, "has_gpus", False) else 0
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--workers must be a number or 'auto', got {value!r}") from None
+    if n < 0:
+        raise UsageError(f"--workers must be >= 0, got {n}")
+    return n
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness import handoff
+    from harness.detect import detect_instance_type, hostname
+    from harness.profiles import BUILTIN_PROFILES, ProfileError, get_profile, load_profile_file
+    from harness.report import command_for_report, failure_reason, redact_file, write_report
+    from harness.runner import RunConfig, run_checks
+    from harness.summary import print_summary
+
+    env = dict(os.environ)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    host = hostname(env)
+    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(env)
+    report_dir = report_dir / host
+    failure_file = _failure_path(args.failure_file, env)
+    tier = args.tier or env.get("PREFLIGHT_TIER") or "preflight"
+    if tier not in TIERS:
+        raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
+
+    try:
+        profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
+        found = detect_instance_type(args.profile, env)
+        if found is None:
+            raise ProfileError("this machine has GPUs but no provider named its instance type; "
+                               f"pass --profile NAME (known: {', '.join(sorted(profiles))})")
+        profile = get_profile(found.name, profiles)
+    except ProfileError as exc:
+        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        raise UsageError(str(exc)) from None
+
+    cfg = RunConfig(
+        profile=profile, profile_source=found.source, tier=tier, report_dir=report_dir,
+        host=host, keyword=args.keyword, warn_only=args.warn_only, command=command,
+        workers=_workers(args.workers, profile), profile_file=args.profile_file,
+        verbose=args.verbose, env=env,
+        sysroot=Path(env.get("PREFLIGHT_SYSROOT", "/")),
+        suite=Path(env["PREFLIGHT_SUITE"]) if env.get("PREFLIGHT_SUITE") else None,
+    )
+    print(f"gpu-preflight: host {host}, profile {profile.name} (from {found.source}), tier "
+          f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
+    try:
+        report = run_checks(cfg)
+    except Exception as exc:  # the harness itself broke: still leave a report behind
+        from harness.report import Report
+
+        report = Report(host=host, profile=profile.name, profile_source=found.source, tier=tier)
+        report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
+    report.command = command_for_report(command, env)
+    report.exit_code = (EXIT_OK if report.verdict == "pass"
+                        else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
+    write_report(report, report_dir, env)
+    for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
+        redact_file(report_dir / name, env)
+    print_summary(report, verbose=args.verbose)
+    print(f"report: {report_dir / 'report.json'}", flush=True)
+    if report.verdict != "pass" and failure_file is not None:
+        _write_failure(failure_file, failure_reason(report), env)
+    if report.verdict == "pass" or args.warn_only:
+        if report.verdict != "pass":
+            print("preflight: --warn-only: handing off despite the failures above", flush=True)
+        if command:
+            return handoff.exec_command(command)
+        return EXIT_OK if report.verdict == "pass" else report.exit_code
+    return report.exit_code
+
+
+def _write_failure(path: Path, text: str, env: dict[str, str]) -> None:
+    from harness.redact import Redactor
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Redactor(env).text(text), encoding="utf-8")
+    except OSError as exc:
+        print(f"preflight: cannot write failure file {path}: {exc.strerror}", file=sys.stderr)
+
+
+def _write_early_failure(
+    message: str, host: str, tier: str, report_dir: Path, failure_file: Path | None,
+    env: dict[str, str],
+) -> None:
+    """A run that could not start still leaves a report (and the SageMaker failure reason)."""
+    from harness.report import Report, now_iso, write_report
+
+    report = Report(host=host, profile="?", profile_source="?", tier=tier)
+    report.harness_errors.append(message)
+    report.exit_code = EXIT_USAGE
+    report.finished_at = now_iso()
+    try:
+        write_report(report, report_dir, env)
+    except OSError:
+        pass
+    if failure_file is not None:
+        _write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)
+
+
+def _load_suite() -> None:
+    """Import every check module so that the @check registry is complete."""
+    import importlib.util
+
+    from harness.runner import checks_dir
+
+    suite = Path(os.environ.get("PREFLIGHT_SUITE") or checks_dir())
+    files = [suite] if suite.is_file() else sorted(suite.glob("test_*.py"))
+    for path in files:
+        name = f"checks.{path.stem}" if suite.is_dir() and suite.name == "checks" else path.stem
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.checking import TIERS as _TIERS
+    from harness.checking import registry
+
+    _load_suite()
+    specs = sorted(registry().values(), key=lambda s: s.id)
+    if args.tier:
+        limit = _TIERS.index(args.tier)
+        specs = [s for s in specs if _TIERS.index(s.tier) <= limit]
+    if args.json:
+        print(json.dumps([{"id": s.id, "tier": s.tier, "title": s.title,
+                           "exclusive": s.exclusive} for s in specs], indent=2))
+        return EXIT_OK
+    for s in specs:
+        print(f"{s.id:12} {s.tier:10} {s.title}")
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from harness.checking import registry
+
+    _load_suite()
+    spec = registry().get(args.check_id.upper())
+    if spec is None:
+        known = ", ".join(sorted(registry()))
+        raise UsageError(f"unknown check {args.check_id!r}; known checks: {known}")
+    print(f"{spec.id}  {spec.title}")
+    print(f"tier:     {spec.tier}{' (runs alone: owns GPUs/network)' if spec.exclusive else ''}")
+    print(f"defined:  {spec.module}.{spec.function}")
+    print(f"why:      {spec.why}")
+    print(f"remedy:   {spec.remedy}")
+    return EXIT_OK
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.profiles import (
+        BUILTIN_PROFILES,
+        ProfileError,
+        get_profile,
+        load_profile_file,
+        threshold_rows,
+    )
+
+    try:
+        profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
+        chosen = [get_profile(args.name, profiles)] if args.name else list(profiles.values())
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps({p.name: p.to_dict() for p in chosen}, indent=2))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    if not args.name:
+        table = Table(title="gpu-preflight profiles")
+        for col in ("profile", "GPUs", "model", "fabric", "EFA", "GDR", "NVLink busbw GB/s",
+                    "net busbw GB/s", "description"):
+            table.add_column(col)
+        for p in chosen:
+            table.add_row(p.name, str(p.num_gpus), p.gpu_model or "-", p.fabric or "-",
+                          str(p.num_efa_devices), "yes" if p.gdr_required else "no",
+                          _num(p.nvlink_busbw_gb_s_min), _num(p.net_busbw_gb_s_min), p.description)
+        console.print(table)
+        console.print("`preflight profiles NAME` shows every threshold with its source.")
+        return EXIT_OK
+    p = chosen[0]
+    table = Table(title=f"{p.name}: {p.description}")
+    for col in ("field (unit in the name)", "value", "source"):
+        table.add_column(col)
+    for row in threshold_rows(p):
+        table.add_row(*row)
+    console.print(table)
+    return EXIT_OK
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.parsers import ParseError, inspect_kinds
+    from harness.profiles import ProfileError, get_profile
+
+    kinds = inspect_kinds()
+    if args.kind not in kinds:
+        raise UsageError(f"unknown kind {args.kind!r}; known kinds: {', '.join(sorted(kinds))}")
+    try:
+        profile = get_profile(args.profile)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        stream = sys.stdin if args.file == "-" else open(  # noqa: SIM115
+            args.file, encoding="utf-8", errors="replace", newline=""
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    try:
+        with stream:
+            result = kinds[args.kind](stream, profile=profile)
+    except ParseError as exc:
+        error = {"error": str(exc), "kind": args.kind, "file": args.file}
+        print(json.dumps(error, indent=2) if args.json else f"preflight inspect: {exc}",
+              file=sys.stdout if args.json else sys.stderr)
+        return EXIT_USAGE
+    from harness.redact import Redactor
+
+    result = Redactor().obj(result)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        _print_plain(result)
+    return EXIT_OK
+
+
+def _print_plain(value: object, indent: str = "") -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, dict | list) and v:
+                print(f"{indent}{k}:")
+                _print_plain(v, indent + "  ")
+            else:
+                print(f"{indent}{k}: {v}")
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, dict):
+                print(f"{indent}-")
+                _print_plain(v, indent + "  ")
+            else:
+                print(f"{indent}- {v}")
+    else:
+        print(f"{indent}{value}")
+
+
+COMMANDS = {
+    "run": _cmd_run,
+    "list": _cmd_list,
+    "profiles": _cmd_profiles,
+    "explain": _cmd_explain,
+    "inspect": _cmd_inspect,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` and run the command; returns the exit code (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return COMMANDS[args.cmd](args)
+    except UsageError as exc:
+        print(f"preflight: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def entrypoint() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The versioned JSON report, the failure reason (SageMaker's /opt/ml/output/failure) and the
+redaction of every file the run leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.redact import Redactor
+
+__all__ = [
+    "REPORT_SCHEMA",
+    "Report",
+    "failure_reason",
+    "load_results",
+    "write_json_atomic",
+]
+
+REPORT_SCHEMA = "gpu-preflight.report/v1"
+#: SageMaker shows the first 1024 characters of the failure file as the job's FailureReason.
+FAILURE_REASON_CHARS = 1024
+#: Environment variables kept (redacted) in the report: what decides how NCCL/torch behave.
+ENV_PREFIXES = ("NCCL_", "FI_", "TORCH_", "CUDA_", "NVIDIA_", "OMPI_", "SLURM_", "SM_", "PMIX_",
+                "PREFLIGHT_", "AWS_REGION", "AWS_DEFAULT_REGION", "MASTER_", "WORLD_SIZE", "RANK",
+                "LOCAL_RANK", "LD_LIBRARY_PATH", "PATH", "RDMAV_", "HOSTNAME")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(slots=True)
+class Report:
+    """One node's run: built by the runner, written as report.json, summarised for people."""
+
+    host: str
+    profile: str
+    profile_source: str
+    tier: str
+    started_at: str = field(default_factory=now_iso)
+    finished_at: str = ""
+    duration_s: float = 0.0
+    budget_s: float = 0.0
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    harness_errors: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    warn_only: bool = False
+    environment: dict[str, str] = field(default_factory=dict)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Sections later stages add (the cluster verdict, uploads)."""
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(("pass", "warn", "skip", "fail", "error"), 0)
+        for c in self.checks:
+            counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
+        return counts
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [c for c in self.checks if c["outcome"] in ("fail", "error")]
+
+    @property
+    def verdict(self) -> str:
+        """`pass`, `fail` (a check failed or errored) or `error` (the harness could not judge)."""
+        if self.harness_errors and not self.failed:
+            return "error"
+        return "fail" if self.failed or self.harness_errors else "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": REPORT_SCHEMA,
+            "harness_version": __version__,
+            "host": self.host,
+            "profile": {"name": self.profile, "source": self.profile_source},
+            "tier": self.tier,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": round(self.duration_s, 3),
+            "budget_s": self.budget_s,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "checks": self.checks,
+            "harness_errors": self.harness_errors,
+            "command": self.command,
+            "warn_only": self.warn_only,
+            "environment": self.environment,
+            "phases": self.phases,
+            **self.extra,
+        }
+
+
+def report_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The report's environment section: the variables that matter, redacted."""
+    kept = {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES)}
+    return Redactor(env).env(dict(sorted(kept.items())))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader never sees half a file (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, default=str)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(report: Report, directory: Path, env: Mapping[str, str] | None = None) -> Path:
+    """report.json in `directory`, every string redacted; returns its path."""
+    path = directory / "report.json"
+    write_json_atomic(path, Redactor(env).obj(report.to_dict()))
+    return path
+
+
+def redact_file(path: Path, env: Mapping[str, str] | None = None) -> None:
+    """Rewrite a text file (JUnit XML, pytest output) with secrets redacted, if it exists."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    redacted = Redactor(env).text(text)
+    if redacted != text:
+        path.write_text(redacted, encoding="utf-8")
+
+
+def load_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[int]]:
+    """(collected checks, results by nodeid, pytest exit statuses) from a results JSONL file.
+    A torn last line (the session was killed mid-write) is ignored."""
+    collected: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}
+    statuses: list[int] = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return collected, results, statuses
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        event = record.pop("event", None)
+        if event == "collected":
+            collected.extend(record.get("checks", []))
+        elif event == "result":
+            results[record["nodeid"]] = record
+        elif event == "finished":
+            statuses.append(int(record.get("exitstatus", -1)))
+    return collected, results, statuses
+
+
+def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS) -> str:
+    """The failure file's text: its first `limit` characters say, on their own, which checks
+    failed on which host with the value and threshold; the full messages follow."""
+    failed = report.failed
+    head = (f"gpu-preflight FAILED on {report.host} ({report.profile}, tier {report.tier}): ")
+    if failed:
+        head += f"{len(failed)} of {len(report.checks)} checks failed. "
+    elif report.harness_errors:
+        head += "the harness could not complete its checks. "
+    messages = [c["message"] or f"[{c['id']}] {c['outcome']}" for c in failed]
+    messages += [f"harness: {e}" for e in report.harness_errors]
+    # First part: every message, shortened evenly so that all fit in the limit.
+    room = max(limit - len(head), 0)
+    per = max(room // max(len(messages), 1) - 2, 60)
+    short = [_shorten(m, per) for m in messages]
+    summary = head + " | ".join(short)
+    full = "\n\n".join(messages)
+    return summary[:limit] + "\n\nDetails:\n" + full + "\n"
+
+
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def command_for_report(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    redactor = Redactor(env)
+    return [redactor.text(a) for a in argv]
