@@ -191,7 +191,7 @@ def count_nodes(
         if (n := _int(env.get(name))) is not None:
             return NodeCount(n, name)
     if hosts := _sm_hosts(env, sm_config):
-        return NodeCount(len(hosts), "SageMaker resourceconfig.json hosts")
+        return NodeCount(len(hosts), "SageMaker hosts")
     for world, local in (("WORLD_SIZE", "LOCAL_WORLD_SIZE"),
                          ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")):
         w, lo = _int(env.get(world)), _int(env.get(local))
@@ -232,7 +232,8 @@ def plan_topology(
     with a hostfile ($PREFLIGHT_HOSTFILE) or the SageMaker host list; `none` when nothing fits."""
     nodes = count_nodes(env, sm_config).num_nodes
     root = (os.geteuid() == 0) if as_root is None else as_root
-    mpirun = env.get("PREFLIGHT_MPIRUN") or which("mpirun") or "mpirun"
+    found_mpirun = env.get("PREFLIGHT_MPIRUN") or which("mpirun")
+    mpirun = found_mpirun or "mpirun"
     mpi_args = tuple(env.get("PREFLIGHT_MPIRUN_ARGS", "").split())
     if nodes == 1:
         if env.get("PREFLIGHT_NCCL_TESTS_LAUNCHER") == "mpirun":
@@ -245,7 +246,7 @@ def plan_topology(
                         launcher_args=tuple(env.get("PREFLIGHT_SRUN_ARGS", "").split()))
     hostfile = env.get("PREFLIGHT_HOSTFILE") or env.get("OMPI_MCA_orte_default_hostfile")
     hosts = () if hostfile else tuple(_sm_hosts(env, sm_config))
-    if which(mpirun) and (hostfile or hosts):
+    if found_mpirun and (hostfile or hosts):
         return Topology(launcher="mpirun", num_nodes=nodes, gpus_per_node=gpus_per_node,
                         hostfile=hostfile, hosts=hosts, as_root=root,
                         mpirun=mpirun, launcher_args=mpi_args)
