@@ -101,7 +101,8 @@ def _pattern(rank: int, count: int, dtype: Any, device: Any) -> Any:
     position-dependent, so a chunk reduced at the wrong offset shows up."""
     import torch
 
-    base = torch.arange(count, device=device, dtype=torch.int32).remainder_(13).add_(1)
+    index_dtype = torch.int32 if count < 2**31 else torch.int64
+    base = torch.arange(count, device=device, dtype=index_dtype).remainder_(13).add_(1)
     return base.to(dtype).mul_(rank + 1)
 
 
