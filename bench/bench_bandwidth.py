@@ -26,8 +26,10 @@ COMPARE_SIZES = (MIB, 16 * MIB)
 CURVE_SIZES = tuple(4 * KIB * 4**i for i in range(8))  # 4 KiB .. 64 MiB
 
 
-def _bare_busbw(size: int, iters: int, nranks: int) -> float:
-    """The same all_reduce, timed with nothing around it but a barrier."""
+def _bare_busbw(size: int, iters: int, nranks: int, pipelined: bool) -> float:
+    """The same all_reduce, timed with nothing around it but a barrier: either launched back
+    to back and then waited for (the bench's and nccl-tests' pattern), or one blocking call
+    after the other."""
     import torch
     import torch.distributed as dist
 
@@ -35,8 +37,12 @@ def _bare_busbw(size: int, iters: int, nranks: int) -> float:
     dist.all_reduce(tensor)  # warm-up, as the bench does
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(tensor)
+    if pipelined:
+        for work in [dist.all_reduce(tensor, async_op=True) for _ in range(iters)]:
+            work.wait()
+    else:
+        for _ in range(iters):
+            dist.all_reduce(tensor)
     elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
     dist.all_reduce(elapsed)
     mean_s = float(elapsed) / nranks
@@ -53,21 +59,24 @@ def _worker(rank: int, world: int, store: str, out: str, reps: int, iters: int) 
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    pairs: dict[int, list[tuple[float, float]]] = {s: [] for s in COMPARE_SIZES}
+    runs: dict[int, list[dict[str, float]]] = {s: [] for s in COMPARE_SIZES}
+    variants = {
+        "bench": lambda size: allreduce_bench(sizes_bytes=(size,), warmup=1, iters=iters,
+                                              check_data=False).rows[0].busbw_gb_s,
+        "bare_pipelined": lambda size: _bare_busbw(size, iters, world, pipelined=True),
+        "bare_blocking": lambda size: _bare_busbw(size, iters, world, pipelined=False),
+    }
+    names = list(variants)
     for rep in range(reps):
         for size in COMPARE_SIZES:
-            # Alternate which goes first, so neither always gets the warmer cache.
-            first_bench = rep % 2 == 0
-            bare = None if first_bench else _bare_busbw(size, iters, world)
-            res = allreduce_bench(sizes_bytes=(size,), warmup=1, iters=iters, check_data=False)
-            if first_bench:
-                bare = _bare_busbw(size, iters, world)
-            pairs[size].append((res.rows[0].busbw_gb_s, bare))
+            # Rotate the order so that no variant always runs first (warmer caches, less load).
+            order = names[rep % 3:] + names[:rep % 3]
+            runs[size].append({name: variants[name](size) for name in order})
     curve = allreduce_bench(sizes_bytes=CURVE_SIZES, warmup=2, iters=iters)
     if rank == 0:
         Path(out).write_text(json.dumps({
             "nranks": world, "iters": iters, "reps": reps,
-            "pairs": {str(k): v for k, v in pairs.items()},
+            "runs": {str(k): v for k, v in runs.items()},
             "curve": [[r.size_bytes, r.busbw_gb_s, r.time_us] for r in curve.rows],
             "curve_data_ok": curve.data_ok,
         }))
@@ -145,23 +154,27 @@ def main() -> int:
             print("bench failed: no result", file=sys.stderr)
             return 1
         data = json.loads(raw.read_text())
-    summary = {}
-    for size, pairs in data["pairs"].items():
-        ratios = [b / a for b, a in pairs]
-        summary[size] = {
-            "bench_busbw_median": statistics.median(b for b, _ in pairs),
-            "bare_busbw_median": statistics.median(a for _, a in pairs),
-            "ratio_median": statistics.median(ratios),
-            "ratio_min": min(ratios), "ratio_max": max(ratios),
-        }
+    summary: dict[str, dict[str, float]] = {}
+    for size, reps in data["runs"].items():
+        entry = {f"{k}_busbw_median": statistics.median(r[k] for r in reps) for k in reps[0]}
+        for bare in ("bare_pipelined", "bare_blocking"):
+            ratios = [r["bench"] / r[bare] for r in reps]  # same rep: same load on the machine
+            entry[f"bench_over_{bare}_median"] = statistics.median(ratios)
+            entry[f"bench_over_{bare}_min"] = min(ratios)
+            entry[f"bench_over_{bare}_max"] = max(ratios)
+        summary[size] = entry
     data["summary"] = summary
     (out_dir / "bandwidth.json").write_text(json.dumps(data, indent=2))
     (out_dir / "gloo_busbw_by_size.svg").write_text(_svg(data["curve"], data["nranks"]))
     print(f"gloo, {data['nranks']} processes, {data['iters']} iterations, {data['reps']} reps")
     for size, s in summary.items():
-        print(f"  {int(size) // MIB:>3} MiB: bench {s['bench_busbw_median']:.3f} GB/s, bare loop "
-              f"{s['bare_busbw_median']:.3f} GB/s, bench/bare median {s['ratio_median']:.3f} "
-              f"(min {s['ratio_min']:.3f}, max {s['ratio_max']:.3f})")
+        print(f"  {int(size) // MIB:>3} MiB: median busbw bench {s['bench_busbw_median']:.3f}, "
+              f"bare pipelined {s['bare_pipelined_busbw_median']:.3f}, bare blocking "
+              f"{s['bare_blocking_busbw_median']:.3f} GB/s")
+        for bare in ("bare_pipelined", "bare_blocking"):
+            print(f"          bench/{bare} median {s[f'bench_over_{bare}_median']:.3f} "
+                  f"(min {s[f'bench_over_{bare}_min']:.3f}, "
+                  f"max {s[f'bench_over_{bare}_max']:.3f})")
     print("  busbw by size: " + ", ".join(
         f"{int(c[0]) // KIB} KiB {c[1]:.3f}" for c in data["curve"]))
     print(f"  wrote {out_dir / 'bandwidth.json'} and {out_dir / 'gloo_busbw_by_size.svg'}")

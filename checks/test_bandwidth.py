@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checking import ProbeError, check, expect, expect_none, not_applicable, warn
+from harness.checking import (
+    ProbeError,
+    check,
+    expect,
+    expect_none,
+    measure,
+    not_applicable,
+    warn,
+)
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, AllreduceRun
 from harness.profiles import Profile
 
@@ -148,6 +156,8 @@ def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureReque
     for r in runs:
         if r.problem:
             offenders.append(f"{r.scope} ({r.where()}): {r.problem}")
+            # The raw output goes into the report: it names the failing rank and host.
+            measure(f"{r.scope} output tail", r.output_tail, ok=False)
         elif r.duration_s > r.budget_s:
             offenders.append(f"{r.scope}: took {r.duration_s:.0f} s, budget {r.budget_s:.0f} s")
     expect_none("bandwidth runs that did not complete", offenders)

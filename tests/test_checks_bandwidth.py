@@ -72,6 +72,8 @@ def test_hang_fails_completion_and_has_no_gate_row(tmp_path, monkeypatch):
     assert code == 1
     assert checks["PF-BW-005"]["outcome"] == "fail"
     assert "did not finish within 8 s and was killed" in checks["PF-BW-005"]["message"]
+    tail = next(m for m in checks["PF-BW-005"]["measurements"] if m["what"].endswith("tail"))
+    assert "         512           128     float     sum" in tail["value"]
     assert checks["PF-BW-001"]["outcome"] == "error"
     assert "row(s) printed before it was killed" in checks["PF-BW-001"]["message"]
 
