@@ -169,3 +169,16 @@ def test_cli_inspect_reads_a_file_and_stdin(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(path.read_text()))
     assert main(["inspect", "nccl-tests", "-", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == doc
+
+
+def test_per_iteration_columns_and_timestamps():
+    header = ("#       size         count      type   redop    root     time   algbw   busbw  "
+              "#wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    "
+              "i_min    i_max    i_p99    i_cv%           timestamp\n")
+    row = ("  1073741824     268435456     float     sum      -1   6759.0  158.86  297.86       0"
+           "   6700.1   6801.2   6800.0     0.40   6737.4  159.37  298.82       0   6700.0   "
+           "6790.0   6789.0     0.35  2025-06-01 10:00:00\n")
+    r = parse_nccl_tests(header + row, collective="all_reduce")
+    (parsed,) = r.rows
+    assert (parsed.oop.busbw_gb_s, parsed.ip.busbw_gb_s, parsed.ip.wrong) == (297.86, 298.82, 0)
+    assert parsed.ip.time_us == 6737.4

@@ -385,10 +385,11 @@ def _feed(state: _State, raw: str, line: str) -> None:
         state.avg = _num(m[1])
         state.min_bw_failed = m[2] == "FAILED"
         return
+    names = _header_names(stripped)  # with or without the `#` (markers lost in old copies)
+    if names is not None:
+        state.layout = _Layout.from_header(names)
+        return
     if stripped.startswith("#"):
-        names = _header_names(stripped)
-        if names is not None:
-            state.layout = _Layout.from_header(names)
         return
     tokens = stripped.split()
     if not tokens[0].isdigit():
