@@ -20,6 +20,13 @@ if "--help" in args or "-h" in args:
     print(helptext); sys.exit(0)
 with open({log!r}, "a") as log:
     log.write(" ".join(args) + "\\n")
+with open({pids!r}, "a") as pids:
+    pids.write(f"{{os.getpid()}}\\n")
+if {mpi_aware!r} and os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0":
+    # An MPI build prints from rank 0 only; the other ranks work silently.
+    if mode == "hang":
+        time.sleep(600)
+    sys.exit(0)
 text = open(data).read() if data else ""
 if mode == "json" and "-J" in args:
     open(args[args.index("-J") + 1], "w").write(open({json_data!r}).read())
@@ -39,18 +46,17 @@ sys.exit({exit_code})
 
 
 def make_tool(tmp_path, mode="print", data="current_2node_h100.txt", exit_code=0,
-              helptext=OLD_HELP, name="all_reduce_perf"):
+              helptext=OLD_HELP, name="all_reduce_perf", mpi_aware=True):
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     tool = bindir / name
     tool.write_text(TOOL.format(
         python=sys.executable, mode=mode, data=str(DATA / data) if data else "",
         helptext=helptext, log=str(tmp_path / "calls.log"), exit_code=exit_code,
-        json_data=str(DATA / "json_constructed.json")))
+        json_data=str(DATA / "json_constructed.json"), pids=str(tmp_path / "pids"),
+        mpi_aware=mpi_aware))
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     return tool
-
-
 
 
 MPIRUN = """#!{python}

