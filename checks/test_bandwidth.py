@@ -14,7 +14,7 @@ from harness.checking import (
     not_applicable,
     warn,
 )
-from harness.fixtures.bandwidth import CPU_GATE_SIZE, AllreduceRun
+from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
 from harness.profiles import Profile
 
 NEXT_NVLINK = (
@@ -36,7 +36,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _gate(run: AllreduceRun, size: int, threshold: float, remedy: str) -> None:
+def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str) -> None:
     """Judge busbw at `size` against `threshold`; a run with no row there is a probe error."""
     busbw = run.busbw_at(size)
     if busbw is None:
@@ -161,6 +161,10 @@ def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureReque
         elif r.duration_s > r.budget_s:
             offenders.append(f"{r.scope}: took {r.duration_s:.0f} s, budget {r.budget_s:.0f} s")
     expect_none("bandwidth runs that did not complete", offenders)
+    for r in runs:
+        for line in r.warnings:
+            warn(f"{r.scope}: {line} (a modified nccl-tests build, or output from another tool)",
+                 remedy="compare the binary with a clean nccl-tests build")
 
 
 @check(
@@ -176,3 +180,37 @@ def test_cpu_gloo_busbw_meets_floor(profile: Profile, request: pytest.FixtureReq
         not_applicable(f"profile {profile.name} has GPUs or no CPU bandwidth floor")
     run = request.getfixturevalue("cpu_allreduce")
     _gate(run, CPU_GATE_SIZE, profile.cpu_busbw_gb_s_min, NEXT_CPU)
+
+
+@check(
+    "PF-BW-007",
+    title="all_gather, reduce_scatter and alltoall complete with exact data",
+    why="FSDP/ZeRO training runs on all_gather and reduce_scatter, MoE on alltoall: a collective "
+    "that hangs, crashes or corrupts data fails the job even when all_reduce is healthy.",
+    remedy="read the failing collective's output tail in the report; rerun it with "
+    "NCCL_DEBUG=INFO; run `preflight run --tier diagnose` on the node",
+    tier="certify",
+    exclusive=True,
+)
+def test_other_collectives_complete_and_exact(profile: Profile, request: pytest.FixtureRequest):
+    if not profile.has_gpus:
+        not_applicable(f"profile {profile.name} has no GPUs: nccl-tests does not run")
+    runs = request.getfixturevalue("collective_runs")
+    gate = profile.bw_gate_size_bytes
+    offenders = []
+    for r in runs:
+        if r.cannot_run:
+            continue
+        if (busbw := r.busbw_at(gate)) is not None:
+            measure(f"{r.scope} busbw at {_size(gate)}", busbw, "GB/s")
+        if r.problem:
+            offenders.append(f"{r.scope}: {r.problem}")
+            measure(f"{r.scope} output tail", r.output_tail, ok=False)
+        if r.num_wrong:
+            offenders.append(f"{r.scope}: {r.num_wrong} wrong element(s) over {r.where()}")
+        if r.out_of_bounds:
+            offenders.append(f"{r.scope}: {r.out_of_bounds} out-of-bounds value(s)")
+    expect_none("collectives that failed, hung or corrupted data", offenders)
+    missing = [r for r in runs if r.cannot_run]
+    if missing:
+        raise ProbeError("; ".join(f"{r.scope}: {r.problem}" for r in missing))

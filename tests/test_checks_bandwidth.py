@@ -16,12 +16,13 @@ from harness.cli import main
 PROFILES = """
 [profiles."emu-h100"]
 base = "p5.48xlarge"
-check_timeout_s = {{ preflight = {timeout} }}
+check_timeout_s = {{ preflight = {timeout}, certify = {timeout} }}
 {extra}
 """
 
 
-def _run(tmp_path, monkeypatch, profile="emu-h100", *, timeout=60.0, extra="", env=None):
+def _run(tmp_path, monkeypatch, profile="emu-h100", *, timeout=60.0, extra="", env=None,
+         tier="preflight"):
     path = tmp_path / "profiles.toml"
     path.write_text(PROFILES.format(timeout=timeout, extra=extra))
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -31,7 +32,7 @@ def _run(tmp_path, monkeypatch, profile="emu-h100", *, timeout=60.0, extra="", e
         monkeypatch.setenv(name, value)
     report_dir = tmp_path / "report"
     code = main(["run", "--profile", profile, "--profile-file", str(path), "--report-dir",
-                 str(report_dir), "-k", "bandwidth"])
+                 str(report_dir), "-k", "bandwidth", "--tier", tier])
     (report,) = report_dir.glob("*/report.json")
     doc = json.loads(report.read_text())
     return code, {c["id"]: c for c in doc["checks"]}
@@ -157,3 +158,39 @@ def test_local_cpu_gloo_really_runs_and_passes(tmp_path, monkeypatch):
     (m,) = checks["PF-BW-006"]["measurements"]
     assert m["what"] == "all_reduce busbw at 16 MiB" and m["value"] > m["threshold"] == 0.05
     assert Path(tmp_path / "report").is_dir()
+
+
+def test_busbw_not_matching_the_bus_factor_warns(tmp_path, monkeypatch):
+    odd = tmp_path / "odd.txt"
+    odd.write_text((DATA / "current_2node_h100.txt").read_text()
+                   .replace("6759.0  158.86  297.86", "6759.0  158.86  250.00"))
+    make_tool(tmp_path, data=odd)
+    code, checks = _run(tmp_path, monkeypatch, extra="nvlink_busbw_gb_s_min = 200.0")
+    assert code == 0 and checks["PF-BW-005"]["outcome"] == "warn"
+    assert "busbw mismatch at 1073741824 bytes (out-of-place)" in checks["PF-BW-005"]["message"]
+
+
+def test_certify_runs_the_other_collectives(tmp_path, monkeypatch):
+    make_tool(tmp_path)
+    make_tool(tmp_path, name="all_gather_perf", data="mpirun_tagged_alltoall_na.txt")
+    make_tool(tmp_path, name="reduce_scatter_perf", data="crash_mid_table_host_prefixed.txt",
+              exit_code=3)
+    make_tool(tmp_path, name="alltoall_perf", data="alltoall_na_in_place.txt")
+    code, checks = _run(tmp_path, monkeypatch, tier="certify",
+                        extra="nvlink_busbw_gb_s_min = 250.0")
+    assert code == 1 and checks["PF-BW-001"]["outcome"] == "pass"
+    message = checks["PF-BW-007"]["message"]
+    assert message.startswith("[PF-BW-007] collectives that failed, hung or corrupted data: "
+                              "2 found, none allowed for emu-h100: all_gather: ")
+    assert "ends without the `# Avg bus bandwidth` footer after 9 row(s)" in message
+    assert "reduce_scatter: " in message and "Test NCCL failure common.cu:1204" in message
+    assert "alltoall" not in message.split("none allowed")[1]
+    calls = (tmp_path / "calls.log").read_text()
+    assert calls.count("-b 1M -e 4G") == 4  # certify sweep, all four binaries
+
+
+def test_certify_without_the_other_binaries_is_an_error(tmp_path, monkeypatch):
+    make_tool(tmp_path)
+    _, checks = _run(tmp_path, monkeypatch, tier="certify", extra="nvlink_busbw_gb_s_min = 250.0")
+    assert checks["PF-BW-007"]["outcome"] == "error"
+    assert "all_gather: all_gather_perf is not installed" in checks["PF-BW-007"]["message"]
