@@ -1,0 +1,653 @@
+"""NCCL debug logs (`NCCL_DEBUG=INFO`): the network NCCL really used, aws-ofi-nccl's provider and
+NICs, GPUDirect RDMA on the NET channels, warnings, known failures and PyTorch watchdog timeouts.
+
+Reads lines like `ip-10-0-0-1:79:2500 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is
+efa-direct (found 32 nics)` under any wrapper (Open MPI `[1,0]<stdout>:`, srun `0: `, timestamps,
+CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, TextIO
+
+from harness.parsers import ParseError
+
+__all__ = [
+    "FAILURES",
+    "INSPECT",
+    "FailureHit",
+    "KnownFailure",
+    "NcclLogSummary",
+    "WatchdogTimeout",
+    "inspect_nccl_log",
+    "parse_nccl_log",
+    "parse_nccl_log_stream",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownFailure:
+    """One entry of the known-failure catalogue: a line pattern, its cause and the remedy."""
+
+    pattern: str
+    """Regular expression searched in WARN lines, NET/OFI lines, libfabric warnings and torch
+    NCCL errors (case-sensitive)."""
+    cause: str
+    remedy: str
+    source: str = ""
+
+
+#: The known-failure catalogue, most specific first; a line is attributed to its first match.
+#: Sources: aws/aws-ofi-nccl src/nccl_ofi_net.cpp, src/platform-aws.cpp; NVIDIA/nccl src/init.cc;
+#: the GitHub issues named (see tests/data/nccl_log/SOURCES.md).
+FAILURES: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        r"FI_EHOSTUNREACH|[Ss]ecurity [Gg]roup|Unable to insert remote address",
+        "EFA packets between the nodes are dropped: the security group does not allow all "
+        "traffic to and from itself",
+        "add inbound AND outbound rules 'All traffic' whose source/destination is the security "
+        "group itself (EC2 EFA user guide)",
+        "aws/aws-ofi-nccl PR #1294, issues #663, #156",
+    ),
+    KnownFailure(
+        r"No eligible providers were found|provider efa output empty list",
+        "libfabric offers no EFA provider: the EFA devices are not visible in this container "
+        "or the EFA software is missing",
+        "expose /dev/infiniband/uverbs* to the container (docker --device, EKS "
+        "vpc.amazonaws.com/efa resource) and check `fi_info -p efa`",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp; issue #889",
+    ),
+    KnownFailure(
+        r"fi_getinfo\(\) call failed",
+        "libfabric's fi_getinfo found no usable EFA interface (usually -61 No data available: "
+        "no EFA device in the container)",
+        "expose /dev/infiniband/uverbs* to the container and check `fi_info -p efa`",
+        "aws/aws-ofi-nccl issue #1020",
+    ),
+    KnownFailure(
+        r"EFA provider requires at least libfabric version",
+        "the libfabric in the image is too old for this aws-ofi-nccl",
+        "install a current EFA installer (libfabric >= 1.22) or use the libfabric the plugin "
+        "was built against (LD_LIBRARY_PATH)",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
+    ),
+    KnownFailure(
+        r"GDR disabled on GDR-supported instance type|Need to force simple protocol: GDR not "
+        r"supported",
+        "GPUDirect RDMA is not available to EFA on an instance type that requires it",
+        "load nvidia_peermem (or use a driver with DMA-BUF support), do not set "
+        "FI_EFA_USE_DEVICE_RDMA=0 or FI_HMEM_DISABLE_P2P=1",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp (domain-facts.md)",
+    ),
+    KnownFailure(
+        r"Unable to find a protocol that worked",
+        "aws-ofi-nccl could not start either of its transport protocols (RDMA, SENDRECV)",
+        "check the EFA devices, libfabric version and the lines before this one",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
+    ),
+    KnownFailure(
+        r"Couldn'?t find any optimal provider|Could not find any optimal provider|"
+        r"Only EFA provider is supported",
+        "an old aws-ofi-nccl (<= 1.5) found no EFA provider",
+        "expose the EFA devices to the container and upgrade aws-ofi-nccl",
+        "NVIDIA/nccl issue #229; aws/aws-ofi-nccl issue #67",
+    ),
+    KnownFailure(
+        r"Failed to initialize NET plugin|aws-ofi-nccl initialization failed|"
+        r"OFI plugin initNet\(\) failed",
+        "the aws-ofi-nccl NET plugin failed to initialize, so NCCL fell back to another network "
+        "(usually TCP sockets)",
+        "read the NET/OFI lines before it; check /dev/infiniband/uverbs* in the container, "
+        "`fi_info -p efa`, and LD_LIBRARY_PATH for the plugin and libfabric",
+        "NVIDIA/nccl src/init.cc; aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
+    ),
+    KnownFailure(
+        r"Cuda failure '?out of memory|CUDA error: out of memory|Cuda failure 2 ",
+        "a GPU ran out of memory while NCCL allocated its buffers",
+        "free GPU memory before NCCL init (another process on the GPU?), or lower "
+        "NCCL_BUFFSIZE / the number of communicators",
+        "NVIDIA/nccl src/include/checks.h",
+    ),
+    KnownFailure(
+        r"ibv_reg_mr|Cannot allocate memory|memory registration failed",
+        "memory registration failed: the locked-memory limit is too low",
+        "run the container with `--ulimit memlock=-1:-1` (ulimit -l unlimited)",
+        "aws/aws-ofi-nccl issue #803 (docker run --ulimit memlock=-1:-1)",
+    ),
+    KnownFailure(
+        r"unhandled system error",
+        "NCCL hit a failing system call (often /dev/shm too small, a missing device or a "
+        "network interface it cannot use)",
+        "rerun with NCCL_DEBUG=INFO and read the WARN line before it; give the container "
+        "--shm-size or --ipc=host, check NCCL_SOCKET_IFNAME",
+        "NVIDIA/nccl src/include/socket.h, src/transport/shm.cc",
+    ),
+    KnownFailure(
+        r"remote process exited or there was a network error|Connection closed by remote peer|"
+        r"Connection reset by peer",
+        "a peer rank died or the network between the nodes failed",
+        "find the first rank that failed (its own log) and check that node",
+        "NVIDIA/nccl src/proxy.cc, src/misc/socket.cc",
+    ),
+    KnownFailure(
+        r"Duplicate GPU detected",
+        "two ranks on this node use the same GPU",
+        "map LOCAL_RANK to the device (torch.cuda.set_device(local_rank)) and check "
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA/nccl src/init.cc",
+    ),
+    KnownFailure(
+        r"completed with error|Couldn'?t open AV",
+        "an EFA transfer failed (peer gone, address vector or endpoint error)",
+        "read the whole line (RC/prov_errno); check both nodes' EFA health and the security "
+        "group",
+        "aws/aws-ofi-nccl issues #24, #161",
+    ),
+    KnownFailure(
+        r"NET/OFI",
+        "the aws-ofi-nccl plugin reported an error",
+        "read the line and the NET/OFI lines before it; check the plugin, libfabric and EFA "
+        "versions",
+        "aws/aws-ofi-nccl",
+    ),
+)
+_FAILURE_RES = tuple((re.compile(f.pattern), f) for f in FAILURES)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureHit:
+    """A log line that matched the known-failure catalogue."""
+
+    line: str
+    cause: str
+    remedy: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTimeout:
+    """`[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE,
+    ..., Timeout(ms)=600000) ran for 600123 milliseconds before timing out.`"""
+
+    rank: int | None
+    seq_num: int | None
+    op_type: str | None
+    timeout_ms: int | None
+    ran_for_ms: int | None
+    line: str
+
+
+#: Cap on warnings/errors/timeouts kept (distinct lines): memory stays flat on huge logs.
+MAX_KEPT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NcclLogSummary:
+    """What an NCCL debug log proves about the network. None/empty where the log says nothing."""
+
+    nccl_version: str | None = None
+    plugin: str | None = None
+    """`aws-ofi-nccl` when its lines appear, else the external plugin NCCL loaded, else None."""
+    plugin_version: str | None = None
+    plugin_failed: bool = False
+    """The plugin loaded but failed to initialise (NCCL then used another network)."""
+    network: str | None = None
+    """The network NCCL used: `Libfabric`, `AWS Libfabric`, `IB`, `IBext_v8`, `Socket`, ..."""
+    networks_seen: tuple[str, ...] = ()
+    provider: str | None = None
+    """`efa`, `ib`, `socket`, another libfabric provider (`cxi`), or None."""
+    fabric: str | None = None
+    num_nics: int | None = None
+    protocol: str | None = None
+    platform: str | None = None
+    libfabric_version: str | None = None
+    gdr_negative: bool = False
+    """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`)."""
+    num_net_channels: int = 0
+    num_gdr_channels: int = 0
+    net_channels_by_network: dict[str, int] = field(default_factory=dict)
+    nranks: int | None = None
+    env_added: dict[str, str] = field(default_factory=dict)
+    env_skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    errors: tuple[FailureHit, ...] = ()
+    timeouts: tuple[WatchdogTimeout, ...] = ()
+
+    @property
+    def gdr(self) -> bool | None:
+        """True: every NET channel line has GDRDMA; False: one lacks it, or the plugin said GDR
+        is unavailable; None: no NET channel lines and no explicit evidence."""
+        if self.gdr_negative:
+            return False
+        if self.num_net_channels == 0:
+            return None
+        return self.num_gdr_channels == self.num_net_channels
+
+    @property
+    def uses_socket(self) -> bool:
+        return (self.network or "").lower() == "socket"
+
+    def describe(self) -> str:
+        """One line for a failure message: `NET/Socket: aws-ofi-nccl did not load (...)`."""
+        if self.network is None:
+            if self.errors:
+                return f"no network selected: {self.errors[0].cause}"
+            return ("no network evidence in the NCCL log (single-node run, or NCCL_DEBUG not INFO "
+                    "with NCCL_DEBUG_SUBSYS including INIT,NET)")
+        head = f"NET/{self.network}"
+        if self.uses_socket:
+            if self.plugin == "aws-ofi-nccl" and self.plugin_failed:
+                why = "aws-ofi-nccl loaded but failed to initialise"
+                if self.errors:
+                    why += f" ({self.errors[0].cause})"
+            elif self.plugin == "aws-ofi-nccl":
+                why = "aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?)"
+            else:
+                why = "aws-ofi-nccl did not load (check LD_LIBRARY_PATH, the plugin library)"
+            return f"{head}: {why}; traffic goes over TCP sockets"
+        parts = []
+        if self.plugin:
+            parts.append(self.plugin + (f" {self.plugin_version}" if self.plugin_version else ""))
+        if self.provider:
+            extra = ", ".join(x for x in (
+                f"fabric {self.fabric}" if self.fabric else "",
+                f"{self.num_nics} NICs" if self.num_nics is not None else "") if x)
+            parts.append(f"provider {self.provider}" + (f" ({extra})" if extra else ""))
+        if self.num_net_channels:
+            parts.append(f"GDRDMA on {self.num_gdr_channels}/{self.num_net_channels} NET channels")
+        elif self.gdr_negative:
+            parts.append("GDR not available")
+        else:
+            parts.append("no NET channel lines")
+        return f"{head}: " + ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `preflight inspect nccl-log --json` record (keys documented in docs/network.md)."""
+        return {
+            "nccl_version": self.nccl_version,
+            "plugin": self.plugin,
+            "plugin_version": self.plugin_version,
+            "network": self.network,
+            "provider": self.provider,
+            "fabric": self.fabric,
+            "num_nics": self.num_nics,
+            "protocol": self.protocol,
+            "gdr": self.gdr,
+            "num_net_channels": self.num_net_channels,
+            "num_gdr_channels": self.num_gdr_channels,
+            "nranks": self.nranks,
+            "env_added": dict(self.env_added),
+            "warnings": list(self.warnings),
+            "errors": [{"line": e.line, "cause": e.cause, "remedy": e.remedy} for e in self.errors],
+            "timeouts": [
+                {"rank": t.rank, "seq_num": t.seq_num, "op_type": t.op_type,
+                 "timeout_ms": t.timeout_ms, "ran_for_ms": t.ran_for_ms, "line": t.line}
+                for t in self.timeouts
+            ],
+        }
+
+
+# --- Scanning --------------------------------------------------------------------------------
+# Whole chunks are searched with a few literal-prefixed regexes (C speed); the matched payloads
+# are counted with Counter, so each distinct payload is interpreted once in Python. A payload
+# stops at `|` so that a CloudWatch console copy (`| ts | line | line`) splits into its lines.
+
+_MAIN = re.compile(
+    rb"NCCL (WARN [^\r\n|]*|INFO (?:NET/|Using network|NCCL version|comm 0x|ncclCommInitRank|"
+    rb"Init timings|Failed to initialize)[^\r\n|]*)"
+)
+_CHANNEL = re.compile(rb"via NET/([^\r\n|]*)")
+#: Rare lines, each searched only in chunks that contain its literal. Without a regex, every
+#: `|`-separated segment of a line holding the literal is taken whole.
+_GATED: tuple[tuple[bytes, re.Pattern[bytes] | None, str], ...] = (
+    (b"Watchdog caught", re.compile(rb"(?:\[Rank \d+\] )?Watchdog caught[^\r\n]*"), "timeout"),
+    (b"<warn>", re.compile(rb"<warn> ([^\r\n|]*)"), "fault"),
+    (b"Function: ", re.compile(rb"(INFO|WARN): Function: \w+ Line: \d+: (NET/OFI [^\r\n|]*)"),
+     "oldplugin"),
+    (b"NCCL error", re.compile(rb"NCCL error[^\r\n|]*"), "fault"),
+    (b"NCCL version ", re.compile(rb"NCCL version (\d[^\s|]*)"), "version"),
+    (b"CCOM WARN", re.compile(rb"CCOM WARN ([^\r\n|]*)"), "warn"),
+    (b"ecurity group", None, "fault"),
+    (b"ecurity Group", None, "fault"),
+    (b"FI_EHOSTUNREACH", None, "fault"),
+)
+
+
+def _segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
+    """The `|`-separated segments of the lines of chunk[:end] that contain `literal`."""
+    found = []
+    pos = chunk.find(literal, 0, end)
+    while pos >= 0:
+        start = chunk.rfind(b"\n", 0, pos) + 1
+        stop = chunk.find(b"\n", pos, end)
+        stop = end if stop < 0 else stop
+        found += [seg for seg in chunk[start:stop].split(b"|") if literal in seg]
+        pos = chunk.find(literal, stop, end)
+    return found
+
+
+_OFI_RULES = (
+    (re.compile(r"(?:Initializing|Using) aws-ofi-nccl (\S+)"), "version"),
+    (re.compile(r"Selected [Pp]rovider is ([\w;-]+),?(?: fabric is (\S+))?"
+                r"(?: \(found (\d+) nics\))?"), "provider"),
+    (re.compile(r"Using transport protocol (\w+)"), "protocol"),
+    (re.compile(r"Adding (\w+)=(\S*) to environment"), "env"),
+    (re.compile(r"Setting (\w+) environment variable to (\S+)"), "env"),
+    (re.compile(r"Setting (NCCL_\w+) to (\S+)"), "env"),
+    (re.compile(r"Skipping adding (\w+) to environment"), "skip"),
+    (re.compile(r"Running on (\S+) platform"), "platform"),
+    (re.compile(r"Using Libfabric version (\S+)"), "libfabric"),
+    (re.compile(r"GDR disabled on GDR-supported|GDR not supported"), "nogdr"),
+    (re.compile(r"aws-ofi-nccl initialization failed"), "failed"),
+)
+_LOADED = re.compile(r"Loaded (?:net|NET) plugin (.+?)(?: \(v\d+\))?\s*$")
+_PLUGIN_FAILED = re.compile(r"Failed to initialize NET plugin (.+?)\s*$")
+_USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
+_NRANKS = re.compile(r"nranks (\d+)")
+_VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
+_IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
+_SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
+_DEV_INDEX = re.compile(r"\[\d+\]\S")
+_WATCHDOG = re.compile(
+    r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
+    r"WorkNCCL\((?:SeqNum=(?P<seq>\d+))?(?:, OpType=(?P<op>\w+))?.*?"
+    r"(?:Timeout\(ms\)=(?P<timeout>\d+))?\)(?: ran for (?P<ran>\d+) milliseconds)?"
+)
+_CHUNK_BYTES = 8 << 20
+
+
+class _Scanner:
+    """Accumulates facts chunk by chunk; `summary()` builds the record."""
+
+    def __init__(self) -> None:
+        self.payloads: Counter[bytes] = Counter()
+        self.channels: Counter[bytes] = Counter()
+        self.gated: dict[str, Counter[Any]] = {kind: Counter() for _, _, kind in _GATED}
+        self.saw_nccl = False
+
+    def feed(self, chunk: bytes, end: int | None = None) -> None:
+        """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
+        end = len(chunk) if end is None else end
+        self.payloads.update(_MAIN.findall(chunk, 0, end))
+        if b"via NET/" in chunk:
+            self.channels.update(_CHANNEL.findall(chunk, 0, end))
+        for literal, regex, kind in _GATED:
+            if chunk.find(literal, 0, end) >= 0:
+                found = (regex.findall(chunk, 0, end) if regex is not None
+                         else _segments_with(chunk, literal, end))
+                self.gated[kind].update(found)
+        if not self.saw_nccl and not self.payloads:
+            self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
+
+    def summary(self) -> NcclLogSummary:
+        facts = _Facts()
+        for raw, _count in self.payloads.items():
+            text = raw.decode("utf-8", "replace").rstrip()
+            if text.startswith("WARN "):
+                facts.warn(text[5:])
+            else:
+                facts.info(text[5:])
+        for level, payload in self.gated["oldplugin"]:
+            text = payload.decode("utf-8", "replace").rstrip()
+            (facts.warn if level == b"WARN" else facts.info)(text)
+        for raw in self.gated["warn"]:
+            facts.warn(raw.decode("utf-8", "replace").rstrip())
+        for raw in self.gated["fault"]:
+            facts.fault(raw.decode("utf-8", "replace").strip())
+        for raw in self.gated["version"]:
+            facts.version(raw.decode("ascii", "replace"))
+        for raw in self.gated["timeout"]:
+            facts.timeout(raw.decode("utf-8", "replace").strip())
+        for tail, count in self.channels.items():
+            facts.channel(tail.decode("utf-8", "replace").rstrip(), count)
+        if not facts.recognised and not self.saw_nccl:
+            raise ParseError(
+                "nothing recognised as an NCCL debug log: no `NCCL INFO`/`NCCL WARN` lines, "
+                "aws-ofi-nccl (NET/OFI) lines or PyTorch NCCL watchdog lines "
+                "(was the job run with NCCL_DEBUG=INFO?)"
+            )
+        return facts.build()
+
+
+class _Facts:
+    """Interprets distinct payloads (order-independent: logs interleave ranks)."""
+
+    def __init__(self) -> None:
+        self.recognised = 0
+        self.versions: list[str] = []
+        self.plugin_loaded: str | None = None
+        self.plugin_failed = False
+        self.ofi_seen = False
+        self.ofi_version: str | None = None
+        self.networks: list[str] = []
+        self.provider: str | None = None
+        self.fabric: str | None = None
+        self.ofi_nics: int | None = None
+        self.ib_nics: int | None = None
+        self.socket_nics: int | None = None
+        self.protocol: str | None = None
+        self.platform: str | None = None
+        self.libfabric: str | None = None
+        self.nogdr = False
+        self.net_channels: Counter[str] = Counter()
+        self.gdr_channels = 0
+        self.nranks: int | None = None
+        self.env_added: dict[str, str] = {}
+        self.env_skipped: list[str] = []
+        self.warnings: dict[str, None] = {}
+        self.errors: dict[tuple[str, str], FailureHit] = {}
+        self.timeouts: dict[str, WatchdogTimeout] = {}
+
+    # Each method handles one kind of payload.
+    def version(self, v: str) -> None:
+        self.recognised += 1
+        if v not in self.versions:
+            self.versions.append(v)
+
+    def info(self, text: str) -> None:
+        self.recognised += 1
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            self._ofi(text[8:])
+            return
+        if m := _USING_NETWORK.search(text):
+            if m[1] not in self.networks:
+                self.networks.append(m[1])
+        elif m := _LOADED.search(text):
+            self.plugin_loaded = m[1]
+        elif m := _PLUGIN_FAILED.search(text):
+            if "ibfabric" in m[1] or "OFI" in m[1]:  # NCCL's own IB failing on EFA is normal
+                self.plugin_failed = True
+                self.fault(text)
+        elif m := _NRANKS.search(text):
+            self.nranks = max(self.nranks or 0, int(m[1]))
+        elif m := _VERSION.search(text):
+            self.version(m[1])
+        elif m := _IB_DEVS.search(text):
+            self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
+        elif m := _SOCKET_DEVS.search(text):
+            self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
+
+    def _ofi(self, text: str) -> None:
+        for regex, kind in _OFI_RULES:
+            m = regex.search(text)
+            if m is None:
+                continue
+            if kind == "version":
+                self.ofi_version = self.ofi_version or m[1]
+            elif kind == "provider":
+                self.provider, self.fabric = m[1], m[2] or self.fabric
+                if m[3] is not None:
+                    self.ofi_nics = max(self.ofi_nics or 0, int(m[3]))
+            elif kind == "protocol":
+                self.protocol = m[1]
+            elif kind == "env":
+                self.env_added[m[1]] = m[2]
+            elif kind == "skip":
+                if m[1] not in self.env_skipped:
+                    self.env_skipped.append(m[1])
+            elif kind == "platform":
+                self.platform = m[1]
+            elif kind == "libfabric":
+                self.libfabric = m[1]
+            elif kind == "nogdr":
+                self.nogdr = True
+                self.fault("NET/OFI " + text)
+            elif kind == "failed":
+                self.plugin_failed = True
+            return
+
+    def warn(self, text: str) -> None:
+        self.recognised += 1
+        if len(self.warnings) < MAX_KEPT:
+            self.warnings[text] = None
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            if "initialization failed" in text:
+                self.plugin_failed = True
+        self.fault(text)
+
+    def fault(self, text: str) -> None:
+        """Record `text` as an error when it matches the known-failure catalogue."""
+        self.recognised += 1
+        for regex, failure in _FAILURE_RES:
+            if regex.search(text):
+                key = (failure.pattern, text)
+                if key not in self.errors and len(self.errors) < MAX_KEPT:
+                    self.errors[key] = FailureHit(text, failure.cause, failure.remedy)
+                return
+
+    def timeout(self, text: str) -> None:
+        self.recognised += 1
+        m = _WATCHDOG.search(text)
+        if m is None or text in self.timeouts or len(self.timeouts) >= MAX_KEPT:
+            return
+
+        def num(name: str) -> int | None:
+            return int(m[name]) if m[name] else None
+
+        self.timeouts[text] = WatchdogTimeout(num("rank"), num("seq"), m["op"], num("timeout"),
+                                              num("ran"), text)
+
+    def channel(self, tail: str, count: int) -> None:
+        """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`."""
+        self.recognised += 1
+        name = tail.split("/", 1)[0]
+        self.net_channels[name] += count
+        if "/GDRDMA" in tail:
+            self.gdr_channels += count
+
+    def _network(self) -> str | None:
+        if self.net_channels:
+            return self.net_channels.most_common(1)[0][0]
+        if "Socket" in self.networks:  # some rank fell back: the job runs at socket speed
+            return "Socket"
+        return self.networks[0] if self.networks else None
+
+    def build(self) -> NcclLogSummary:
+        network = self._network()
+        libfabric_net = network is not None and ("ibfabric" in network or "OFI" in network)
+        plugin = None
+        if self.ofi_seen or (self.plugin_loaded and "ibfabric" in self.plugin_loaded):
+            plugin = "aws-ofi-nccl"
+        elif self.plugin_loaded:
+            plugin = self.plugin_loaded
+        provider = fabric = nics = None
+        if network is None:
+            provider = self.provider
+        elif libfabric_net:
+            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
+        elif network.lower() == "socket":
+            provider, nics = "socket", self.socket_nics
+        elif network.upper().startswith("IB"):
+            provider, nics = "ib", self.ib_nics
+        else:
+            provider = network.lower()
+        return NcclLogSummary(
+            nccl_version=self.versions[0] if self.versions else None,
+            plugin=plugin,
+            plugin_version=self.ofi_version if plugin == "aws-ofi-nccl" else None,
+            plugin_failed=self.plugin_failed,
+            network=network,
+            networks_seen=tuple(self.networks),
+            provider=provider,
+            fabric=fabric,
+            num_nics=nics,
+            protocol=self.protocol if libfabric_net else None,
+            platform=self.platform,
+            libfabric_version=self.libfabric,
+            gdr_negative=self.nogdr,
+            num_net_channels=sum(self.net_channels.values()),
+            num_gdr_channels=self.gdr_channels,
+            net_channels_by_network=dict(self.net_channels),
+            nranks=self.nranks,
+            env_added=dict(self.env_added),
+            env_skipped=tuple(self.env_skipped),
+            warnings=tuple(self.warnings),
+            errors=tuple(self.errors.values()),
+            timeouts=tuple(self.timeouts.values()),
+        )
+
+
+def _chunks_of_lines(lines: Iterable[str]) -> Iterator[bytes]:
+    """Group text lines into ~8 MB byte chunks that end at line boundaries."""
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        batch.append(line if line.endswith("\n") else line + "\n")
+        size += len(line)
+        if size >= _CHUNK_BYTES:
+            yield "".join(batch).encode("utf-8", "replace")
+            batch, size = [], 0
+    if batch:
+        yield "".join(batch).encode("utf-8", "replace")
+
+
+def parse_nccl_log(lines: Iterable[str] | str) -> NcclLogSummary:
+    """Summarise an NCCL debug log given as text or as an iterable of lines (streamed).
+
+    Raises ParseError when nothing in it is an NCCL, aws-ofi-nccl or watchdog line.
+    """
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    scanner = _Scanner()
+    for chunk in _chunks_of_lines(lines):
+        scanner.feed(chunk)
+    return scanner.summary()
+
+
+def parse_nccl_log_stream(
+    streams: IO[bytes] | Iterable[IO[bytes]], chunk_bytes: int = _CHUNK_BYTES
+) -> NcclLogSummary:
+    """Summarise one binary stream, or several (one log per rank) as one log; the fast path."""
+    scanner = _Scanner()
+    for fh in [streams] if hasattr(streams, "read") else streams:  # type: ignore[union-attr]
+        rest = b""
+        while True:
+            data = fh.read(chunk_bytes)  # type: ignore[union-attr]
+            if not data:
+                break
+            if rest:
+                data = rest + data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            scanner.feed(data, cut)
+            rest = data[cut:]
+        if rest:
+            scanner.feed(rest)
+    return scanner.summary()
+
+
+def inspect_nccl_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+    """`preflight inspect nccl-log FILE`: the keys of NcclLogSummary.to_json()."""
+    binary = getattr(stream, "buffer", None)
+    summary = parse_nccl_log_stream(binary) if binary is not None else parse_nccl_log(stream)
+    return summary.to_json()
+
+
+INSPECT = {"nccl-log": inspect_nccl_log}
