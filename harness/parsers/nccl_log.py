@@ -309,7 +309,8 @@ _MAIN = re.compile(  # no groups: findall then returns flat bytes, the cheapest 
     rb"NCCL version|comm 0x|ncclCommInitRank|Init timings|Failed to initialize).*|error.*|"
     rb"version .*)|\.cpp:\d+\] .*Watchdog caught.*|\(SeqNum=.*)"
 )
-_CHANNEL = re.compile(rb"via NET/([^\r\n|]*)")
+# The rest of the line is consumed so that a CloudWatch copy (`line | line`) counts once.
+_CHANNEL = re.compile(rb"via NET/([^\r\n|]*).*")
 #: Rare lines without `NCCL` (libfabric's own warnings; aws-ofi-nccl <= 1.0 and its test
 #: binaries), each searched only in chunks that contain its literal: the `|`-separated segments
 #: of the lines that hold it. (Every literal costs one more pass over the chunk.)
@@ -456,7 +457,7 @@ class _Facts:
         self.env_added: dict[str, str] = {}
         self.env_skipped: list[str] = []
         self.warnings: dict[str, None] = {}
-        self.errors: dict[tuple[str, str], FailureHit] = {}
+        self.errors: dict[tuple[int, str], FailureHit] = {}
         self.timeouts: dict[str, WatchdogTimeout] = {}
 
     # Each method handles one kind of payload.
@@ -531,9 +532,9 @@ class _Facts:
     def fault(self, text: str) -> None:
         """Record `text` as an error when it matches the known-failure catalogue."""
         self.recognised += 1
-        for regex, failure in _FAILURE_RES:
+        for index, (regex, failure) in enumerate(_FAILURE_RES):
             if regex.search(text):
-                key = (failure.pattern, text)
+                key = (index, text)
                 if key not in self.errors and len(self.errors) < MAX_KEPT:
                     self.errors[key] = FailureHit(text, failure.cause, failure.remedy)
                 return
@@ -614,7 +615,8 @@ class _Facts:
             env_added=dict(self.env_added),
             env_skipped=tuple(self.env_skipped),
             warnings=tuple(self.warnings),
-            errors=tuple(self.errors.values()),
+            # Most specific cause first (catalogue order), then in the order seen.
+            errors=tuple(hit for _, hit in sorted(self.errors.items(), key=lambda kv: kv[0][0])),
             timeouts=tuple(self.timeouts.values()),
         )
 
