@@ -132,10 +132,8 @@ def test_ofi_plugin_loaded(
         fail(f"NCCL did not load aws-ofi-nccl ({s.describe()}{found}), required for "
              f"{profile.name}")
     if s.plugin_failed:
-        cause = f": {s.errors[0].cause}" if s.errors else ""
-        fail(f"aws-ofi-nccl loaded but failed to initialise{cause} ({s.describe()}), required "
-             f"to work for {profile.name}",
-             remedy=s.errors[0].remedy if s.errors else None)
+        fail(f"aws-ofi-nccl loaded but failed to initialise ({s.describe()}), required to work "
+             f"for {profile.name}", remedy=s.errors[0].remedy if s.errors else None)
     version = s.plugin_version or (ofi_nccl_lib.version if ofi_nccl_lib else None)
     if profile.min_ofi_nccl_version is None:
         return
@@ -209,7 +207,8 @@ def test_net_channels_use_gdr(profile: Profile, nccl_net_log: NcclNetEvidence):
                          f"is unproven ({s.describe()}); a single node uses the network only "
                          "with PREFLIGHT_NCCL_FORCE_NET=1 (the default)")
     expect("NET channels without GDRDMA", s.num_net_channels - s.num_gdr_channels, "==", 0,
-           detail=f"{s.num_gdr_channels}/{s.num_net_channels} NET channel lines end in /GDRDMA")
+           detail=f"{s.num_gdr_channels}/{s.num_net_channels} NET/{s.network} channel lines "
+           "end in /GDRDMA")
 
 
 @check(
@@ -223,6 +222,9 @@ def test_net_channels_use_gdr(profile: Profile, nccl_net_log: NcclNetEvidence):
 def test_ofi_nic_count(profile: Profile, nccl_net_log: NcclNetEvidence):
     require_efa(profile)
     s = nccl_net_log.summary
+    if not s.uses_libfabric:
+        fail(f"no EFA NIC carried NCCL traffic ({s.describe()}); {profile.num_efa_devices} EFA "
+             f"NICs required for {profile.name}")
     if s.num_nics is None:
         fail(f"the NCCL log states no NIC count ({s.describe()}); "
              f"{profile.num_efa_devices} EFA NICs required for {profile.name}")

@@ -237,6 +237,11 @@ class NcclLogSummary:
     def uses_socket(self) -> bool:
         return (self.network or "").lower() == "socket"
 
+    @property
+    def uses_libfabric(self) -> bool:
+        """NCCL used aws-ofi-nccl (`Libfabric`, `AWS Libfabric`, `OFI`)."""
+        return self.network is not None and ("ibfabric" in self.network or "OFI" in self.network)
+
     def describe(self) -> str:
         """One line for a failure message: `NET/Socket: aws-ofi-nccl did not load (...)`."""
         if self.network is None:
