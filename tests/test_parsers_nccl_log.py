@@ -69,6 +69,11 @@ EXPECTED = {
                                          env_added={"NCCL_TOPO_FILE": "/home/deepspeed/aws-ofi-"
                                                     "nccl/install/share/aws-ofi-nccl/xml/p4d-"
                                                     "24xl-topo.xml", "RDMAV_FORK_SAFE": "1"}),
+    "real_old_plugin_tcp_provider.log": dict(nccl_version="2.4.6+cuda10.0",
+                                             plugin="aws-ofi-nccl", network=None,
+                                             provider="tcp;ofi_rxm", gdr=None),
+    "real_p5_topology_xml_error.log": dict(network=None, warnings=[
+        "Attribute arch of node cpu not found"]),
     "real_watchdog_timeout.log": dict(network=None, timeouts=[
         dict(rank=0, seq_num=1580, op_type="ALLREDUCE", timeout_ms=600000, ran_for_ms=600060),
         dict(rank=4, seq_num=1580, op_type="ALLREDUCE", timeout_ms=600000, ran_for_ms=600067)]),
@@ -92,6 +97,7 @@ EXPECTED_CAUSES = {
     "real_old_function_format.log": ["old aws-ofi-nccl", "plugin reported an error"],
     "real_openmpi_ring_av_error.log": ["EFA transfer failed"],
     "composed_efa_no_gdr_crlf.log": ["GPUDirect RDMA is not available"],
+    "real_p5_topology_xml_error.log": ["could not read the topology"],
     "composed_ofi_1.16_efa_direct_p5_srun.log": [],
     "real_socket_no_plugin.log": [],
 }
@@ -270,6 +276,8 @@ def test_ib_plugin_init_failure_on_efa_is_not_an_error():
      "NET/Socket: aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?); traffic goes "
      "over TCP sockets"),
     ("real_ib_no_gdr.log", "NET/IB: provider ib (1 NICs), GDRDMA on 0/4 NET channels"),
+    ("real_old_plugin_tcp_provider.log",
+     "no `Using network` line; aws-ofi-nccl selected provider tcp;ofi_rxm"),
 ])
 def test_describe_is_one_explaining_line(name: str, line: str):
     assert parse_nccl_log((DATA / name).read_text(encoding="utf-8")).describe() == line

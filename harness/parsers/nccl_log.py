@@ -107,6 +107,14 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/init.cc; aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
     ),
     KnownFailure(
+        r"Attribute \w+ of node \w+ not found",
+        "NCCL could not read the topology (NCCL_TOPO_FILE, set by aws-ofi-nccl or by hand, does "
+        "not match this NCCL version or instance)",
+        "use an aws-ofi-nccl release that supports this NCCL version; unset a hand-set "
+        "NCCL_TOPO_FILE",
+        "aws/aws-ofi-nccl issue #476",
+    ),
+    KnownFailure(
         r"Cuda failure '?out of memory|CUDA error: out of memory|Cuda failure 2 ",
         "a GPU ran out of memory while NCCL allocated its buffers",
         "free GPU memory before NCCL init (another process on the GPU?), or lower "
@@ -247,6 +255,9 @@ class NcclLogSummary:
         if self.network is None:
             if self.errors:
                 return f"no network selected: {self.errors[0].cause}"
+            if self.provider:
+                return (f"no `Using network` line; {self.plugin or 'the NET plugin'} selected "
+                        f"provider {self.provider}")
             return ("no network evidence in the NCCL log (single-node run, or NCCL_DEBUG not INFO "
                     "with NCCL_DEBUG_SUBSYS including INIT,NET)")
         head = f"NET/{self.network}"
