@@ -327,13 +327,12 @@ _MAIN = re.compile(  # no groups: findall then returns flat bytes, the cheapest 
 )
 # The rest of the line is consumed so that a CloudWatch copy (`line | line`) counts once.
 _CHANNEL = re.compile(rb"via NET/([^\r\n|]*).*")
-#: Rare lines without `NCCL` (libfabric's own warnings; aws-ofi-nccl <= 1.0 and its test
-#: binaries), each searched only in chunks that contain its literal: the `|`-separated segments
-#: of the lines that hold it. (Every literal costs one more pass over the chunk.)
-_GATED: tuple[tuple[bytes, str], ...] = (
-    (b"<warn>", "fault"),
-    (b"Function: ", "oldplugin"),
-)
+#: libfabric's own warnings (`libfabric:85:...:fi_getinfo_():1392<warn> fi_getinfo: provider efa
+#: output empty list`): one more pass over each chunk.
+_LIBFABRIC_WARN = re.compile(rb"<warn> (.*)")
+#: aws-ofi-nccl's own logger (its test binaries; plugins NCCL did not load): `INFO: Function:
+#: ofi_init Line: 1076: NET/OFI ...`. Searched only in chunks without NCCL lines.
+_OLD_PLUGIN_LITERAL = b"Function: "
 _OLD_PLUGIN = re.compile(r"(INFO|WARN): Function: \w+ Line: \d+: (NET/OFI .*)")
 
 
@@ -424,15 +423,11 @@ class _Scanner:
         if chunk.find(b"via NET/", 0, end) >= 0:
             for tail, count in Counter(_CHANNEL.findall(chunk, 0, end)).items():
                 facts.channel(_text(tail), count)
-        for literal, kind in _GATED:
-            # aws-ofi-nccl's own logger format appears only where NCCL did not load it.
-            if (kind == "oldplugin" and found) or chunk.find(literal, 0, end) < 0:
-                continue
-            for raw in dict.fromkeys(_segments_with(chunk, literal, end)):
-                text = _text(raw)
-                if kind == "fault":
-                    facts.fault(text.partition("<warn> ")[2] or text)
-                elif m := _OLD_PLUGIN.search(text):
+        for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
+            facts.fault(_text(raw))
+        if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
+            for raw in dict.fromkeys(_segments_with(chunk, _OLD_PLUGIN_LITERAL, end)):
+                if m := _OLD_PLUGIN.search(_text(raw)):
                     (facts.warn if m[1] == "WARN" else facts.info)(m[2])
         if not self.saw_nccl and not facts.recognised:
             self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
