@@ -230,3 +230,81 @@ def test_real_probes_on_a_machine_without_efa_fail_or_error_clearly(pytester: py
             f"[{check_id}] the NCCL collective cannot start: torch sees no CUDA device "
             "(torch.cuda.device_count() == 0; CPU-only torch, or no GPU visible to this "
             "container)")
+
+
+FIXTURE_CONFTEST = '''
+import json
+from pathlib import Path
+
+import pytest
+
+import harness.probes.network as network
+from tests.network_facts import HEALTHY
+
+LOG = Path({log!r})
+
+
+def fake_cuda_device_count(**kwargs):
+    return 8
+
+
+def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
+    (workdir / "call.json").write_text(json.dumps(dict(
+        nproc=nproc, timeout_s=timeout_s, force_net=force_net,
+        user_var=env.get("USER_VAR"))))
+    if LOG.name:
+        (workdir / "nccl-host-1.log").write_bytes(LOG.read_bytes())
+    logs = tuple(sorted(workdir.glob("nccl-*.log")))
+    result = network.proc.ProcResult(("torchrun",), {rc}, stdout="rank 3 died")
+    return network.CollectiveRun(result, logs, workdir)
+
+
+network.cuda_device_count = fake_cuda_device_count
+network.run_collective = fake_run_collective
+
+
+@pytest.fixture(scope="session")
+def ofi_nccl_lib():
+    return HEALTHY["ofi_nccl_lib"]
+'''
+
+
+@pytest.mark.parametrize(("log", "rc", "want"), [
+    ("composed_ofi_1.16_efa_direct_p5_srun.log", 0, {}),
+    ("composed_ofi_1.16_efa_direct_p5_srun.log", 1, {
+        "PF-NET-011": "[PF-NET-011] NCCL WARN lines and known failures: 1 found, none allowed for "
+                      "p5.48xlarge: the collective failed: `torchrun` exited with status 1: rank "
+                      "3 died; fix the first failure named; `preflight inspect nccl-log FILE` "
+                      "explains a log"}),
+    ("", 1, {check_id: f"[{check_id}] the NCCL collective left no usable log (the collective "
+                       "wrote no NCCL debug log under {WORKDIR}); `torchrun` exited with status "
+                       "1: rank 3 died" for check_id in NET_IDS[5:]}),
+])
+def test_collective_fixture_runs_the_probe_and_parses_its_log(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, log: str, rc: int,
+    want: dict[str, str],
+):
+    monkeypatch.setenv("USER_VAR", "kept")
+    path = str(ROOT / "tests" / "data" / "nccl_log" / log) if log else ""
+    pytester.makeconftest(FIXTURE_CONFTEST.format(log=path, rc=rc))
+    shutil.copy(ROOT / "checks" / "test_network.py", pytester.path / "test_network.py")
+    results_file = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5.48xlarge", "-k", "ofi or provider "
+                                  "or socket or gdr or nic or warnings",
+                                  "--preflight-results", str(results_file),
+                                  "--basetemp", str(pytester.path / "tmp"))
+    records = [json.loads(line) for line in results_file.read_text().splitlines()]
+    results = {r["id"]: r for r in records if r.get("event") == "result"}
+    assert sorted(results) == NET_IDS[5:]
+    calls = list((pytester.path / "tmp").glob("**/call.json"))
+    assert len(calls) == 1  # one collective for all six checks
+    assert json.loads(calls[0].read_text()) == dict(nproc=8, timeout_s=75.0, force_net=True,
+                                                    user_var="kept")
+    workdir = calls[0].parent
+    for check_id in NET_IDS[5:]:
+        message = want.get(check_id)
+        if message is None:
+            assert results[check_id]["outcome"] == "pass", results[check_id]["message"]
+        else:
+            assert results[check_id]["message"] == message.replace("{WORKDIR}", str(workdir))
