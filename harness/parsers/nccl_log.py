@@ -177,8 +177,8 @@ class NcclLogSummary:
 # Whole chunks are searched with a few literal-prefixed regexes (C speed); the matched lines
 # are de-duplicated with a dict (every rank prints the same ones), so each distinct line is
 # interpreted once in Python; channel lines are counted with Counter. `.*` is the fastest tail
-# sre has; `\r` and everything after a `|` (a CloudWatch console copy, `| ts |
-# line | line`) are cut off later, per distinct payload.
+# sre has; CR and everything after a `|` (a CloudWatch console copy, `| ts | line | line`) are
+# cut off later, per distinct payload.
 
 # Candidate lines: WARN, the INFO payloads whose first letter can start a fact (NET/..., NCCL
 # version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize),
@@ -197,7 +197,7 @@ _OLD_PLUGIN = re.compile(r"(INFO|WARN): Function: \w+ Line: \d+: (NET/OFI .*)")
 
 
 def _text(raw: bytes) -> str:
-    """A payload as text: cut at `|` (CloudWatch copies), without `\r` and trailing blanks."""
+    """A payload as text: cut at `|` (CloudWatch copies), without CR and outer blanks."""
     return raw.partition(b"|")[0].decode("utf-8", "replace").strip()
 
 
