@@ -45,6 +45,8 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str) -> None:
         largest = _size(run.largest_size) if run.largest_size else "none"
         raise ProbeError(f"{run.source} printed no row at {_size(size)} (largest measured: "
                          f"{largest}); command: {run.command}")
+    if run.nccl_log:
+        remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
     expect(f"all_reduce busbw at {_size(size)}", busbw, ">=", threshold, "GB/s",
            remedy=remedy, detail=run.where())
 

@@ -194,3 +194,28 @@ def test_certify_without_the_other_binaries_is_an_error(tmp_path, monkeypatch):
     _, checks = _run(tmp_path, monkeypatch, tier="certify", extra="nvlink_busbw_gb_s_min = 250.0")
     assert checks["PF-BW-007"]["outcome"] == "error"
     assert "all_gather: all_gather_perf is not installed" in checks["PF-BW-007"]["message"]
+
+
+def test_low_network_busbw_names_what_the_nccl_log_says(tmp_path, monkeypatch):
+    """The NCCL INFO lines interleaved in all_reduce_perf's output explain a low figure."""
+    log = tmp_path / "socket.txt"
+    log.write_text(
+        "node-a:100:100 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v9)\n"
+        "node-a:100:100 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.16.3\n"
+        "node-a:100:100 [0] NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available\n"
+        "node-a:100:100 [0] NCCL INFO Failed to initialize NET plugin Libfabric\n"
+        "node-a:100:100 [0] NCCL INFO Using network Socket\n"
+        "node-a:100:100 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/Socket/0\n"
+        + (DATA / "current_2node_h100.txt").read_text())
+    make_tool(tmp_path, data=log)
+    make_mpirun(tmp_path)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node-a slots=8\nnode-b slots=8\n")
+    code, checks = _run(tmp_path, monkeypatch, extra="nvlink_busbw_gb_s_min = 250.0",
+                        env={"WORLD_SIZE": "2", "PREFLIGHT_HOSTFILE": str(hostfile)})
+    assert code == 1 and checks["PF-BW-002"]["outcome"] == "fail"
+    message = checks["PF-BW-002"]["message"]
+    assert message.startswith("[PF-BW-002] all_reduce busbw at 1 GiB 298.3 GB/s < 370.0 GB/s")
+    assert ("the NCCL log says NET/Socket: aws-ofi-nccl loaded but failed to initialise"
+            in message)
+    assert "traffic goes over TCP sockets" in message
