@@ -1,0 +1,223 @@
+"""GPU health vocabulary shared by the NVML probe, the nvidia-smi / DCGM / kernel-log parsers and
+the checks: one per-GPU record, the XID catalogue, and the action each problem needs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ACTIONS",
+    "BAD_THROTTLE_REASONS",
+    "MONITOR",
+    "REBOOT",
+    "REPLACE",
+    "RESET",
+    "XID_ACTIONS",
+    "GpuInfo",
+    "GpuInventory",
+    "Problem",
+    "gpu_label",
+    "health_problems",
+    "pci_key",
+    "worst_action",
+    "xid_action",
+]
+
+# What a bad GPU needs, most severe first (automation keys on these exact words).
+REPLACE = "replace node"
+REBOOT = "reboot"
+RESET = "reset GPU"
+MONITOR = "monitor"
+ACTIONS = (REPLACE, REBOOT, RESET, MONITOR)
+
+
+def _table(groups: dict[str, tuple[int, ...]]) -> dict[int, str]:
+    return {code: action for action, codes in groups.items() for code in codes}
+
+
+#: XID code -> action. Source: NVIDIA's XID catalogue as classified by aws-samples' GPU
+#: health-check toolkit (domain-facts.md, "GPU health signals"). 64 and 95 are A100's
+#: row-remap-failure / uncontained-ECC codes (reboot there); 168 is their successor.
+XID_ACTIONS: dict[int, str] = _table({
+    MONITOR: (13, 31, 43, 63, 92, 94, 121, 126, 154),
+    RESET: (48, 74, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158),
+    REBOOT: (64, 79, 95, 151, 168),
+    REPLACE: (54,),
+})
+
+#: Clock event reasons that mean the GPU is being slowed by heat or a power brake (as NVML and
+#: nvidia-smi name them). `SW Power Cap` and `Idle` are normal and not judged.
+BAD_THROTTLE_REASONS = frozenset({
+    "HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown", "SW Thermal Slowdown",
+})
+
+
+def xid_action(code: int) -> str:
+    """The action an XID needs; codes outside the catalogue are watched (`monitor`)."""
+    return XID_ACTIONS.get(code, MONITOR)
+
+
+def worst_action(actions: list[str] | tuple[str, ...]) -> str | None:
+    """The most severe of `actions` (replace node > reboot > reset GPU > monitor)."""
+    ranked = [a for a in ACTIONS if a in actions]
+    return ranked[0] if ranked else None
+
+
+_PCI = re.compile(
+    r"^(?:PCI:)?(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
+    r"(?P<dev>[0-9a-fA-F]{1,2})(?:\.(?P<fn>[0-9a-fA-F]))?$"
+)
+
+
+def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a PCI address in any of the spellings NVML, nvidia-smi and the
+    kernel use: `00000000:53:00.0`, `0000:53:00`, `PCI:0000:53:00`, `53:00.0`."""
+    if not bus_id:
+        return None
+    m = _PCI.match(bus_id.strip())
+    if not m:
+        return None
+    return int(m["domain"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """What one GPU reports about itself. None: the source did not report the fact (not
+    supported on this GPU, N/A in nvidia-smi, or the query failed: see `query_errors`)."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    bus_id: str | None = None
+    memory_total_gib: float | None = None
+    ecc_enabled: bool | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    retired_pages_dbe: int | None = None
+    temperature_c: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    """Active clock event reasons, in nvidia-smi's words (`HW Thermal Slowdown`)."""
+    power_draw_w: float | None = None
+    persistence_mode: bool | None = None
+    performance_state: str | None = None
+    """`P0` (busy) ... `P8` (idle): PCIe links train down to gen 1 when idle."""
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    """The link's maximum (the lower of what the GPU and the slot support)."""
+    pcie_gen_device_max: int | None = None
+    """What the GPU itself supports; above `pcie_gen_max` means the slot/riser limits it."""
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    nvlinks_active: tuple[int, ...] | None = None
+    """Link numbers whose state is active; None when NVLink is not reported."""
+    nvlinks_inactive: tuple[int, ...] = ()
+    nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
+    """link -> {counter: value} (`crc_flit`, `crc_data`, `replay`, `recovery`)."""
+    requires_reset: bool = False
+    """The GPU is lost or says it needs a reset (`[GPU requires reset]`, Reset Required: Yes)."""
+    query_errors: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventory:
+    """Every GPU of the node, from one source (`nvml`, `nvidia-smi -q`, `nvidia-smi csv`)."""
+
+    source: str
+    driver_version: str | None
+    cuda_version: str | None
+    gpus: tuple[GpuInfo, ...]
+
+    def by_pci(self, bus_id: str | None) -> GpuInfo | None:
+        """The GPU at a PCI address, in any spelling (see `pci_key`)."""
+        key = pci_key(bus_id)
+        if key is None:
+            return None
+        for gpu in self.gpus:
+            gkey = pci_key(gpu.bus_id)
+            # The kernel prints a 4-digit domain, NVML an 8-digit one: compare bus and device,
+            # and the domain only where both sides give one that is not zero.
+            if gkey and gkey[1:] == key[1:] and (not gkey[0] or not key[0] or gkey[0] == key[0]):
+                return gpu
+        return None
+
+    def by_index(self, index: int | None) -> GpuInfo | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+
+def gpu_label(gpu: GpuInfo | None, index: int | None = None, bus_id: str | None = None) -> str:
+    """`GPU 3 (bus 00000000:53:00.0, serial 1654922010387)`: how every message names a GPU."""
+    if gpu is None:
+        where = f"bus {bus_id}" if bus_id else "not in the GPU inventory"
+        return f"GPU {index if index is not None else '?'} ({where})"
+    return f"GPU {gpu.index} (bus {gpu.bus_id or '?'}, serial {gpu.serial or 'unknown'})"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with one GPU and the action it needs."""
+
+    gpu: int
+    what: str
+    action: str
+    fatal: bool = True
+    """False: worth a warning, not a failure (historic counts, monitor-class signals)."""
+
+
+def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None) -> list[Problem]:
+    """The memory / reset / thermal / PCIe problems one GPU record shows (no profile needed
+    except the temperature limit). The checks judge the same facts one check per kind."""
+    p: list[Problem] = []
+    i = gpu.index
+    if gpu.requires_reset:
+        p.append(Problem(i, "GPU is lost or requires a reset", RESET))
+    if gpu.ecc_uncorrected_volatile:
+        p.append(Problem(i, f"{gpu.ecc_uncorrected_volatile} uncorrected ECC errors since the "
+                            "driver loaded", RESET))
+    elif gpu.ecc_uncorrected_aggregate:
+        p.append(Problem(i, f"{gpu.ecc_uncorrected_aggregate} uncorrected ECC errors in the GPU's "
+                            "lifetime (none since the driver loaded)", MONITOR, fatal=False))
+    if gpu.remapped_rows_failure:
+        p.append(Problem(i, "row remapping failed (no spare rows left)", REPLACE))
+    if gpu.remapped_rows_pending:
+        p.append(Problem(i, "row remapping pending (applied at the next GPU reset)", RESET))
+    if gpu.retired_pages_pending:
+        p.append(Problem(i, "page retirement pending (applied at the next GPU reset)", RESET))
+    if gpu.retired_pages_dbe:
+        p.append(Problem(i, f"{gpu.retired_pages_dbe} pages retired for double-bit ECC errors",
+                         MONITOR, fatal=False))
+    if max_temp_c is not None and gpu.temperature_c is not None and gpu.temperature_c > max_temp_c:
+        p.append(Problem(i, f"temperature {gpu.temperature_c:g} C > {max_temp_c:g} C", MONITOR))
+    bad = sorted(BAD_THROTTLE_REASONS.intersection(gpu.throttle_reasons))
+    if bad:
+        p.append(Problem(i, "clocks slowed by " + ", ".join(bad), MONITOR))
+    p.extend(pcie_problems(gpu))
+    return p
+
+
+def pcie_problems(gpu: GpuInfo) -> list[Problem]:
+    """A link narrower than its maximum, a slot that caps the generation, or a busy GPU below
+    its link's maximum generation. An idle GPU (P8) trains its link down to gen 1 to save power:
+    that is normal and not judged."""
+    p: list[Problem] = []
+    i = gpu.index
+    if gpu.pcie_width_current and gpu.pcie_width_max and gpu.pcie_width_current < gpu.pcie_width_max:
+        p.append(Problem(i, f"PCIe link x{gpu.pcie_width_current} < x{gpu.pcie_width_max}", REBOOT))
+    if gpu.pcie_gen_max and gpu.pcie_gen_device_max and gpu.pcie_gen_max < gpu.pcie_gen_device_max:
+        p.append(Problem(i, f"PCIe link capped at gen {gpu.pcie_gen_max} < the GPU's gen "
+                            f"{gpu.pcie_gen_device_max}", REBOOT))
+    elif (gpu.performance_state == "P0" and gpu.pcie_gen_current and gpu.pcie_gen_max
+          and gpu.pcie_gen_current < gpu.pcie_gen_max):
+        p.append(Problem(i, f"PCIe link at gen {gpu.pcie_gen_current} < gen {gpu.pcie_gen_max} "
+                            "while busy (P0)", REBOOT))
+    return p
