@@ -211,8 +211,9 @@ def pcie_problems(gpu: GpuInfo) -> list[Problem]:
     that is normal and not judged."""
     p: list[Problem] = []
     i = gpu.index
-    if gpu.pcie_width_current and gpu.pcie_width_max and gpu.pcie_width_current < gpu.pcie_width_max:
-        p.append(Problem(i, f"PCIe link x{gpu.pcie_width_current} < x{gpu.pcie_width_max}", REBOOT))
+    width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
+    if width and width_max and width < width_max:
+        p.append(Problem(i, f"PCIe link x{width} < x{width_max}", REBOOT))
     if gpu.pcie_gen_max and gpu.pcie_gen_device_max and gpu.pcie_gen_max < gpu.pcie_gen_device_max:
         p.append(Problem(i, f"PCIe link capped at gen {gpu.pcie_gen_max} < the GPU's gen "
                             f"{gpu.pcie_gen_device_max}", REBOOT))
