@@ -21,6 +21,8 @@ __all__ = [
     "gpu_label",
     "health_problems",
     "pci_key",
+    "pcie_problems",
+    "thermal_problems",
     "worst_action",
     "xid_action",
 ]
@@ -196,12 +198,22 @@ def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None) -> list[Pr
     if gpu.retired_pages_dbe:
         p.append(Problem(i, f"{gpu.retired_pages_dbe} pages retired for double-bit ECC errors",
                          MONITOR, fatal=False))
-    if max_temp_c is not None and gpu.temperature_c is not None and gpu.temperature_c > max_temp_c:
-        p.append(Problem(i, f"temperature {gpu.temperature_c:g} C > {max_temp_c:g} C", MONITOR))
+    p.extend(thermal_problems(gpu, max_temp_c))
+    p.extend(pcie_problems(gpu))
+    return p
+
+
+def thermal_problems(gpu: GpuInfo, max_temp_c: float | None) -> list[Problem]:
+    """Too hot, or clocks slowed by heat or a power brake. Neither is fixed by a reset: the
+    host's cooling or power delivery is at fault, so the node is replaced (on a cloud instance,
+    a stop/start moves it to another host)."""
+    p: list[Problem] = []
+    t = gpu.temperature_c
+    if max_temp_c is not None and t is not None and t > max_temp_c:
+        p.append(Problem(gpu.index, f"temperature {t:g} C > {max_temp_c:g} C", REPLACE))
     bad = sorted(BAD_THROTTLE_REASONS.intersection(gpu.throttle_reasons))
     if bad:
-        p.append(Problem(i, "clocks slowed by " + ", ".join(bad), MONITOR))
-    p.extend(pcie_problems(gpu))
+        p.append(Problem(gpu.index, "clocks slowed by " + ", ".join(bad), REPLACE))
     return p
 
 
