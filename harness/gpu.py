@@ -160,8 +160,9 @@ class GpuInventory:
 def gpu_label(gpu: GpuInfo | None, index: int | None = None, bus_id: str | None = None) -> str:
     """`GPU 3 (bus 00000000:53:00.0, serial 1654922010387)`: how every message names a GPU."""
     if gpu is None:
-        where = f"bus {bus_id}" if bus_id else "not in the GPU inventory"
-        return f"GPU {index if index is not None else '?'} ({where})"
+        if index is None:
+            return f"GPU at bus {bus_id}" if bus_id else "GPU (unknown)"
+        return f"GPU {index} (bus {bus_id})" if bus_id else f"GPU {index}"
     return f"GPU {gpu.index} (bus {gpu.bus_id or '?'}, serial {gpu.serial or 'unknown'})"
 
 
