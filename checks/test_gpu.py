@@ -28,6 +28,7 @@ from harness.gpu import (
     GpuInventory,
     gpu_label,
     pcie_problems,
+    plural,
     thermal_problems,
     worst_action,
 )
@@ -136,11 +137,11 @@ def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
         if g.ecc_enabled is False:
             found.append((label, "ECC is disabled (enable: nvidia-smi -e 1)", REBOOT))
         if g.ecc_uncorrected_volatile:
-            found.append((label, f"{g.ecc_uncorrected_volatile} uncorrected ECC errors since the "
-                          "driver loaded", RESET))
+            found.append((label, f"{plural(g.ecc_uncorrected_volatile, 'uncorrected ECC error')}"
+                          " since the driver loaded", RESET))
         elif g.ecc_uncorrected_aggregate:
-            found.append((label, f"{g.ecc_uncorrected_aggregate} uncorrected ECC errors in its "
-                          "lifetime, none since the driver loaded", MONITOR))
+            found.append((label, f"{plural(g.ecc_uncorrected_aggregate, 'uncorrected ECC error')}"
+                          " in its lifetime, none since the driver loaded", MONITOR))
     _judge("GPUs with uncorrected ECC errors", found)
 
 
@@ -177,8 +178,8 @@ def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventor
         if g.retired_pages_pending:
             found.append((label, "page retirement pending", RESET))
         if g.retired_pages_dbe:
-            found.append((label, f"{g.retired_pages_dbe} pages retired for double-bit ECC errors",
-                          MONITOR))
+            found.append((label, f"{plural(g.retired_pages_dbe, 'page')} retired for double-bit "
+                          "ECC errors", MONITOR))
     _judge("GPUs with pending page retirement", found)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "health_problems",
     "pci_key",
     "pcie_problems",
+    "plural",
     "thermal_problems",
     "worst_action",
     "xid_action",
@@ -54,6 +55,11 @@ XID_ACTIONS: dict[int, str] = _table({
 BAD_THROTTLE_REASONS = frozenset({
     "HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown", "SW Thermal Slowdown",
 })
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 page`, `3 pages`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def xid_action(code: int) -> str:
@@ -185,11 +191,12 @@ def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None) -> list[Pr
     if gpu.requires_reset:
         p.append(Problem(i, "GPU is lost or requires a reset", RESET))
     if gpu.ecc_uncorrected_volatile:
-        p.append(Problem(i, f"{gpu.ecc_uncorrected_volatile} uncorrected ECC errors since the "
-                            "driver loaded", RESET))
+        p.append(Problem(i, f"{plural(gpu.ecc_uncorrected_volatile, 'uncorrected ECC error')} "
+                            "since the driver loaded", RESET))
     elif gpu.ecc_uncorrected_aggregate:
-        p.append(Problem(i, f"{gpu.ecc_uncorrected_aggregate} uncorrected ECC errors in the GPU's "
-                            "lifetime (none since the driver loaded)", MONITOR, fatal=False))
+        p.append(Problem(i, f"{plural(gpu.ecc_uncorrected_aggregate, 'uncorrected ECC error')} "
+                            "in the GPU's lifetime (none since the driver loaded)", MONITOR,
+                         fatal=False))
     if gpu.remapped_rows_failure:
         p.append(Problem(i, "row remapping failed (no spare rows left)", REPLACE))
     if gpu.remapped_rows_pending:
@@ -197,8 +204,8 @@ def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None) -> list[Pr
     if gpu.retired_pages_pending:
         p.append(Problem(i, "page retirement pending (applied at the next GPU reset)", RESET))
     if gpu.retired_pages_dbe:
-        p.append(Problem(i, f"{gpu.retired_pages_dbe} pages retired for double-bit ECC errors",
-                         MONITOR, fatal=False))
+        p.append(Problem(i, f"{plural(gpu.retired_pages_dbe, 'page')} retired for double-bit "
+                            "ECC errors", MONITOR, fatal=False))
     p.extend(thermal_problems(gpu, max_temp_c))
     p.extend(pcie_problems(gpu))
     return p
