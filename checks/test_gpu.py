@@ -445,3 +445,25 @@ def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
     expect_none("GPUs lost or requiring a reset",
                 [_offender(g, "lost or requires a reset", RESET)
                  for g in gpu_inventory.gpus if g.requires_reset])
+
+
+@check(
+    "PF-GPU-017",
+    title="Every GPU registered with the NVSwitch fabric (fabric manager running)",
+    why="On NVSwitch systems (p4d, p5, p6) CUDA cannot start on a GPU the fabric manager has not "
+    "registered: `cudaErrorSystemNotReady` / error 802, or NCCL falling back off NVLink.",
+    remedy=ACTION_REMEDY[REBOOT],
+)
+def test_nvswitch_fabric_registered(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    if not profile.nvswitch:
+        not_applicable("the profile has no NVSwitch")
+    found: Found = []
+    for g in gpu_inventory.gpus:
+        if g.fabric_state is None:
+            continue  # not reported before Hopper: DCGM's software test covers fabric manager
+        if g.fabric_state != "Completed" or g.fabric_status not in (None, "Success"):
+            found.append((gpu_label(g), f"fabric state {g.fabric_state}, status "
+                          f"{g.fabric_status or 'unknown'} (is nvidia-fabricmanager running?)",
+                          REBOOT))
+    _judge("GPUs not registered with the NVSwitch fabric", found)

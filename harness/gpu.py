@@ -127,6 +127,11 @@ class GpuInfo:
     nvlinks_inactive: tuple[int, ...] = ()
     nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
     """link -> {counter: value} (`crc_flit`, `crc_data`, `replay`, `recovery`)."""
+    fabric_state: str | None = None
+    """NVSwitch fabric registration (fabric manager): `Completed`, `In Progress`, `Not Started`;
+    None where the GPU does not report it (pre-Hopper, PCIe GPUs)."""
+    fabric_status: str | None = None
+    """`Success`, or the error the fabric manager returned."""
     requires_reset: bool = False
     """The GPU is lost or says it needs a reset (`[GPU requires reset]`, Reset Required: Yes)."""
     query_errors: tuple[str, ...] = ()

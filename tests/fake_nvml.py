@@ -39,6 +39,8 @@ class FakeGpu:
     """link -> counter constant -> value"""
     nvlink_error_step: dict[int, dict[int, int]] = field(default_factory=dict)
     """link -> counter -> how much it grows every time it is read"""
+    fabric: tuple[int, int] = (3, 0)
+    """(nvmlGpuFabricState_t, nvmlReturn_t): registered with the fabric manager, success"""
     unsupported: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
     lost: bool = False
@@ -70,7 +72,7 @@ class FakeNvml:
     def __getattr__(self, name: str) -> Any:
         # Constants and error classes are pynvml's own; functions are only those defined here
         # (a missing one reads as "this NVML has no such function").
-        if name.startswith("NVML") or name.startswith("nvmlClocks"):
+        if name.startswith(("NVML", "nvmlClocks", "c_nvml")):
             return getattr(pynvml, name)
         raise AttributeError(name)
 
@@ -205,6 +207,11 @@ class FakeNvml:
         value = counts.get(counter, 0)
         counts[counter] = value + g.nvlink_error_step.get(link, {}).get(counter, 0)
         return value
+
+    def nvmlDeviceGetGpuFabricInfo(self, g: FakeGpu, ref: Any) -> int:
+        self._ask(g, "nvmlDeviceGetGpuFabricInfo")
+        ref._obj.state, ref._obj.status = g.fabric  # fills the struct passed by reference
+        return 0
 
 
 def h100_node(**per_gpu: dict[str, Any]) -> list[FakeGpu]:

@@ -25,6 +25,7 @@ def h100(index: int, **changes: Any) -> GpuInfo:
         throttle_reasons=("Idle",), power_draw_w=71.5, persistence_mode=True,
         performance_state="P0", pcie_gen_current=5, pcie_gen_max=5, pcie_gen_device_max=5,
         pcie_width_current=16, pcie_width_max=16, nvlinks_active=tuple(range(18)),
+        fabric_state="Completed", fabric_status="Success",
     )
     return dataclasses.replace(healthy, **changes)
 
@@ -99,6 +100,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "sdc": _with(compute_sanity=ComputeResult(
         {i: 700.0 for i in range(8)}, {**{i: "ab" * 32 for i in range(8)}, 4: "cd" * 32},
         {i: 2900.0 for i in range(8)})),
+    "fabric": _with(gpu_inventory=node(gpu0={"fabric_state": "In Progress"},
+                                       gpu1={"fabric_status": "Unknown Error"},
+                                       gpu2={"fabric_state": None, "fabric_status": None})),
     "lost": _with(gpu_inventory=node(gpu6={"requires_reset": True, "name": None,
                                            "temperature_c": None})),
 }

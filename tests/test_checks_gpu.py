@@ -127,6 +127,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "sdc": {"PF-GPU-014": ("fail", (
         f"[PF-GPU-014] GPUs whose matmul result differs from the others': 1 found, {NONE_FOR}: "
         f"{GPU[4]}: result digest cdcdcdcdcdcd differs -> replace node; {ACT_REPLACE}"))},
+    "fabric": {"PF-GPU-017": ("fail", (
+        f"[PF-GPU-017] GPUs not registered with the NVSwitch fabric: 2 found, {NONE_FOR}: "
+        f"{GPU[0]}: fabric state In Progress, status Success (is nvidia-fabricmanager "
+        f"running?) -> reboot; {GPU[1]}: fabric state Completed, status Unknown Error (is "
+        f"nvidia-fabricmanager running?) -> reboot; {ACT_REBOOT}"))},
     "lost": {"PF-GPU-016": ("fail", (
         f"[PF-GPU-016] GPUs lost or requiring a reset: 1 found, {NONE_FOR}: {GPU[6]}: lost or "
         f"requires a reset -> reset GPU; {ACT_RESET}"))},
@@ -136,7 +141,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_each_problem_named_with_its_action(pytester: pytest.Pytester, scenario: str):
     results = run_checks(pytester, scenario)
-    assert sorted(results) == [f"PF-GPU-{n:03d}" for n in range(1, 17)]
+    assert sorted(results) == [f"PF-GPU-{n:03d}" for n in range(1, 18)]
     not_passing = {cid: (r["outcome"], r["message"]) for cid, r in results.items()
                    if r["outcome"] != "pass"}
     assert not_passing == EXPECTED[scenario]
@@ -160,7 +165,7 @@ def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):
     results = run_checks(pytester, "healthy", profile="local-cpu")
     assert {(r["outcome"], r["message"]) for r in results.values()} == {
         ("skip", "not applicable to local-cpu: the profile expects no GPUs")}
-    assert len(results) == 16
+    assert len(results) == 17
 
 
 def test_real_probes_on_this_machine_error_on_a_gpu_profile(
@@ -190,7 +195,7 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
                                   "--preflight-results", str(results_path))
     results = {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
                if r.get("event") == "result"}
-    assert len(results) == 16
+    assert len(results) == 17
     assert results["PF-GPU-006"]["outcome"] == "pass"  # the kernel log was readable and clean
     errors = {cid: r["message"] for cid, r in results.items() if r["outcome"] == "error"}
     assert sorted(errors) == sorted(set(results) - {"PF-GPU-006"})

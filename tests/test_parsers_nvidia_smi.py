@@ -80,6 +80,13 @@ def test_second_gpu_of_an_elided_dump():
     assert g.ecc_uncorrected_volatile is None  # the block's ECC counters were trimmed away
 
 
+def test_fabric_state():
+    h100 = parse_smi_query(_read("h100-550-constructed-faults.txt")).gpus[0]
+    assert (h100.fabric_state, h100.fabric_status) == ("Completed", "Success")
+    ada = parse_smi_query(_read("rtx4090-535-linux-new-ecc.txt")).gpus[0]
+    assert (ada.fabric_state, ada.fabric_status) == (None, None)  # N/A
+
+
 def test_gpu_requires_reset_values():
     g = parse_smi_query(_read("h100-550-constructed-faults.txt")).gpus[1]
     assert g.requires_reset is True

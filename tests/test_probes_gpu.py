@@ -57,6 +57,17 @@ def test_one_bad_gpu_is_found_with_its_action(change, field, value, action):
     assert action in {p.action for p in problems}
 
 
+@pytest.mark.parametrize(("fabric", "expected"), [
+    ((3, 0), ("Completed", "Success")),
+    ((2, 0), ("In Progress", "Success")),
+    ((1, pynvml.NVML_ERROR_UNKNOWN), ("Not Started", "Unknown Error")),
+    ((0, 0), (None, None)),  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+])
+def test_fabric_registration(fabric, expected):
+    inv = gpu.query_gpus(FakeNvml(h100_node(gpu0={"fabric": fabric})))
+    assert (inv.gpus[0].fabric_state, inv.gpus[0].fabric_status) == expected
+
+
 def test_pcie_downgrade_is_read():
     inv = gpu.query_gpus(FakeNvml(h100_node(gpu2={"pcie": (5, 5, 5, 8, 16)})))
     assert [p.what for p in pcie_problems(inv.gpus[2])] == ["PCIe link x8 < x16"]

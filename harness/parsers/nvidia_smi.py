@@ -209,6 +209,8 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         pcie_gen_device_max=_int(b.get(*link, "pcie generation", "device max")),
         pcie_width_current=width_cur,
         pcie_width_max=_int(b.get(*link, "link width", "max")),
+        fabric_state=_clean(b.get("fabric", "state")),
+        fabric_status=_clean(b.get("fabric", "status")),
         requires_reset=requires_reset,
     )
 

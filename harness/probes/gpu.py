@@ -5,6 +5,7 @@ tests pass a fake one."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
 from collections.abc import Iterator
@@ -131,6 +132,25 @@ def _link_errors(r: _Reader, handle: Any, links: tuple[int, ...]) -> dict[int, d
     return out
 
 
+#: nvmlGpuFabricState_t -> nvidia-smi's words.
+_FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
+
+
+def _fabric(r: _Reader, handle: Any) -> tuple[str | None, str | None]:
+    """(state, status) of the GPU's NVSwitch fabric registration; (None, None) unsupported."""
+    struct = getattr(r.nvml, "c_nvmlGpuFabricInfo_t", None)
+    if struct is None:
+        return None, None
+    info = struct()
+    if r.get("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
+        return None, None
+    state = _FABRIC_STATES.get(int(info.state))
+    if state is None:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+        return None, None
+    status = "Success" if int(info.status) == 0 else str(r.nvml.NVMLError(int(info.status)))
+    return state, status
+
+
 def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     r = _Reader(nvml)
     handle = r.get("nvmlDeviceGetHandleByIndex", index)
@@ -154,6 +174,7 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
     active, inactive = _nvlinks(r, handle) if nvlink else (None, ())
     serial = r.get("nvmlDeviceGetSerial", handle)
+    fabric_state, fabric_status = _fabric(r, handle)
     return GpuInfo(
         index=index,
         name=_text(n) if (n := r.get("nvmlDeviceGetName", handle)) is not None else None,
@@ -183,6 +204,8 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
         nvlinks_active=active,
         nvlinks_inactive=inactive,
         nvlink_errors=_link_errors(r, handle, active or ()),
+        fabric_state=fabric_state,
+        fabric_status=fabric_status,
         requires_reset=r.lost,
         query_errors=tuple(r.errors),
     )
