@@ -157,6 +157,20 @@ def test_nvidia_smi_fallback_when_nvml_missing(bin_dir: Path):
     assert [g.bus_id for g in inv.gpus] == ["00000000:53:00.0", "00000000:64:00.0"]
 
 
+def test_csv_fallback_when_nvidia_smi_q_is_unreadable(bin_dir: Path, tmp_path: Path):
+    args = tmp_path / "args"
+    row = ("0, NVIDIA H100 80GB HBM3, GPU-1, 1654922010387, 00000000:53:00.0, 550.90.07, 81559,"
+           " Enabled, 0, 0, No, 36, 70.12, Enabled, P0, 5, 5, 16, 16, Not Active, Not Active, "
+           "Not Active, Not Active")
+    _tool(bin_dir, "nvidia-smi", f'if [ "$1" = -q ]; then echo garbage; exit 0; fi\n'
+          f"echo \"$@\" > '{args}'; echo '{row}'")
+    inv = gpu.inventory(FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded))
+    assert inv.source == "nvidia-smi csv"
+    assert (inv.driver_version, inv.gpus[0].bus_id, inv.gpus[0].temperature_c) == (
+        "550.90.07", "00000000:53:00.0", 36.0)
+    assert args.read_text().split()[1] == "--format=csv,noheader,nounits"
+
+
 def test_no_nvml_and_no_nvidia_smi_is_a_probe_error_naming_both(bin_dir: Path):
     with pytest.raises(ProbeError) as exc:
         gpu.inventory(FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound))

@@ -27,6 +27,7 @@ __all__ = [
     "read_kernel_log",
     "run_dcgm_diag",
     "smi_query",
+    "smi_query_csv",
 ]
 
 #: Wall-time bound per `dcgmi diag -r N` level, s (domain-facts.md: r1 seconds, r2 ~2 min,
@@ -285,19 +286,54 @@ def smi_query(timeout_s: float = 60.0) -> GpuInventory:
         raise ProbeError(f"`nvidia-smi -q` printed something unexpected: {exc}") from None
 
 
+#: The `--query-gpu` fields the CSV fallback asks for (the `clocks_throttle_reasons.*` names
+#: are the ones every driver since R450 accepts; R535+ also knows `clocks_event_reasons.*`).
+SMI_CSV_FIELDS = (
+    "index", "name", "uuid", "serial", "pci.bus_id", "driver_version", "memory.total",
+    "ecc.mode.current", "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending", "temperature.gpu",
+    "power.draw", "persistence_mode", "pstate", "pcie.link.gen.current", "pcie.link.gen.max",
+    "pcie.link.width.current", "pcie.link.width.max", "clocks_throttle_reasons.hw_slowdown",
+    "clocks_throttle_reasons.hw_thermal_slowdown",
+    "clocks_throttle_reasons.hw_power_brake_slowdown",
+    "clocks_throttle_reasons.sw_thermal_slowdown",
+)
+
+
+def smi_query_csv(timeout_s: float = 60.0) -> GpuInventory:
+    """`nvidia-smi --query-gpu=... --format=csv,noheader,nounits`, parsed."""
+    from harness.parsers.nvidia_smi import parse_smi_csv
+
+    argv = ["nvidia-smi", f"--query-gpu={','.join(SMI_CSV_FIELDS)}",
+            "--format=csv,noheader,nounits"]
+    res = proc.run(argv, timeout_s=timeout_s)
+    if not res.ok:
+        raise ProbeError(res.describe())
+    try:
+        return parse_smi_csv(res.stdout, columns=SMI_CSV_FIELDS).inventory
+    except ParseError as exc:
+        raise ProbeError(f"`nvidia-smi --query-gpu` printed something unexpected: {exc}") from None
+
+
 def inventory(nvml: Any | None = None, *, smi_timeout_s: float = 60.0) -> GpuInventory:
-    """The node's GPUs: NVML, else `nvidia-smi -q`; ProbeError naming both failures."""
+    """The node's GPUs: NVML, else `nvidia-smi -q`, else `nvidia-smi --query-gpu` CSV;
+    ProbeError naming every failure."""
     try:
         return query_gpus(nvml)
     except NvmlUnavailableError as nvml_exc:
+        problems = [str(nvml_exc)]
+    for fallback in (smi_query, smi_query_csv):
         try:
-            return smi_query(smi_timeout_s)
-        except ProbeError as smi_exc:
-            raise ProbeError(
-                f"cannot read the GPUs: {nvml_exc}; fallback {smi_exc}. Is the NVIDIA driver "
-                "loaded, and are /dev/nvidia* and libnvidia-ml.so visible in this container "
-                "(--gpus all / the NVIDIA container toolkit)?"
-            ) from None
+            return fallback(smi_timeout_s)
+        except ProbeError as exc:
+            problems.append(f"fallback {exc}")
+            if "command not found" in str(exc):
+                break  # no nvidia-smi at all: the CSV query would say the same
+    raise ProbeError(
+        "cannot read the GPUs: " + "; ".join(problems) + ". Is the NVIDIA driver loaded, and "
+        "are /dev/nvidia* and libnvidia-ml.so visible in this container (--gpus all / the "
+        "NVIDIA container toolkit)?"
+    )
 
 
 def run_dcgm_diag(level: int, *, timeout_s: float | None = None) -> Any:
