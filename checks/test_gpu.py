@@ -333,6 +333,7 @@ _DCGM_SOFTWARE = {"software", "denylist", "nvml library", "cuda main library",
     why="`dcgmi diag` exercises memory, PCIe, NVLink, compute and power with NVIDIA's own "
     "pass/fail thresholds (r1 in preflight, r2/r3 in certify and diagnose).",
     remedy="see the action named for each GPU; DCGM's message says what it measured",
+    exclusive=True,
 )
 def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: Any,
                           request: pytest.FixtureRequest):

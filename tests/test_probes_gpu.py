@@ -214,6 +214,14 @@ def test_dcgmi_receives_level_and_json_flag(bin_dir: Path, tmp_path: Path):
     assert args.read_text().strip() == "diag -r 3 -j"
 
 
+def test_dcgmi_remote_host_engine(bin_dir: Path, tmp_path: Path):
+    args = tmp_path / "args"
+    sample = DATA / "dcgm/dcgm4-r3-diagnostic-pass-excerpt.json"
+    _tool(bin_dir, "dcgmi", f"echo \"$@\" > '{args}'; cat '{sample}'")
+    gpu.run_dcgm_diag(1, timeout_s=10, host="nvidia-dcgm.gpu-operator.svc:5555")
+    assert args.read_text().strip() == "diag -r 1 -j --host nvidia-dcgm.gpu-operator.svc:5555"
+
+
 @pytest.mark.parametrize(("body", "message"), [
     (None, "`dcgmi diag -r 1 -j` could not run: command not found: install DCGM"),
     ("sleep 30", "`dcgmi diag -r 1 -j` did not finish within 1 s and was killed"),

@@ -336,14 +336,17 @@ def inventory(nvml: Any | None = None, *, smi_timeout_s: float = 60.0) -> GpuInv
     )
 
 
-def run_dcgm_diag(level: int, *, timeout_s: float | None = None) -> Any:
-    """`dcgmi diag -r LEVEL -j`, parsed (a DcgmDiag). dcgmi exits non-zero when a test fails
-    (226 is DCGM_ST_NVVS_ERROR), so its output is read whatever the status; ProbeError when
-    there is no result to read."""
+def run_dcgm_diag(level: int, *, timeout_s: float | None = None,
+                  host: str | None = None) -> Any:
+    """`dcgmi diag -r LEVEL -j [--host HOST]`, parsed (a DcgmDiag). dcgmi exits non-zero when a
+    test fails (226 is DCGM_ST_NVVS_ERROR), so its output is read whatever the status;
+    ProbeError when there is no result to read. `host`: a remote nv-hostengine (Kubernetes'
+    GPU operator runs it as a service), default the local one."""
     from harness.parsers.dcgm import parse_dcgm_diag
 
     limit = timeout_s if timeout_s is not None else DCGM_TIMEOUT_S.get(level, 1800.0)
-    res = proc.run(["dcgmi", "diag", "-r", str(level), "-j"], timeout_s=limit)
+    argv = ["dcgmi", "diag", "-r", str(level), "-j"] + (["--host", host] if host else [])
+    res = proc.run(argv, timeout_s=limit)
     if res.error is not None:
         raise ProbeError(f"{res.describe()}: install DCGM (datacenter-gpu-manager) in the image "
                          "and start its host engine (`nv-hostengine`, or the nvidia-dcgm "
