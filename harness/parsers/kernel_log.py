@@ -70,12 +70,18 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
     fallen_pci: str | None = None
     fallen_at = 0
     for n, line in enumerate(lines, 1):
-        if _KERNELISH.search(line) or "NVRM:" in line:
+        nvrm = "NVRM:" in line
+        if nvrm or _KERNELISH.search(line):
             kernel_lines += 1
-        tm = _TIME.match(line)
-        when = (tm["uptime"] or tm["iso"] or tm["syslog"]) if tm else None
+        if not nvrm:
+            if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
+                events.append(_fallen(fallen_pci, fallen_at))
+                fallen_pci = None
+            continue
         m = _XID.search(line)
         if m:
+            tm = _TIME.match(line)
+            when = (tm["uptime"] or tm["iso"] or tm["syslog"]) if tm else None
             xid = int(m["xid"])
             msg = (m["msg"] or "").strip().rstrip(">").strip()
             name = (m["name"] or "").strip().strip("'") or None
@@ -88,15 +94,18 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
             fallen_pci, fallen_at = start["pci"], n
             continue
         if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-            events.append(XidEvent(79, fallen_pci, None, None,
-                                   "GPU has fallen off the bus (reported without an Xid line)",
-                                   xid_action(79), None, fallen_at))
+            events.append(_fallen(fallen_pci, fallen_at))
             fallen_pci = None
     if require_kernel_lines and not kernel_lines:
         what = "empty input" if not any(ln.strip() for ln in lines) else "no kernel log lines"
         raise ParseError(f"{what}: expected dmesg / journalctl -k / syslog lines "
                          "(`[ 12.345678] ...`, `... kernel: ...`, `NVRM: ...`)")
     return KernelLog(tuple(events), kernel_lines)
+
+
+def _fallen(pci: str, line: int) -> XidEvent:
+    return XidEvent(79, pci, None, None, "GPU has fallen off the bus (reported without an Xid "
+                    "line)", xid_action(79), None, line)
 
 
 def read_text_lines(text: str) -> list[str]:
