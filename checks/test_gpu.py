@@ -85,7 +85,6 @@ def _require_gpus(profile: Profile) -> None:
         not_applicable("the profile expects no GPUs")
 
 
-
 @check(
     "PF-GPU-001",
     title="All the profile's GPUs are visible",
