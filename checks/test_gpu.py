@@ -4,6 +4,7 @@ with the action it needs: replace node, reboot, reset GPU, or monitor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,9 +27,13 @@ from harness.gpu import (
     RESET,
     GpuInfo,
     GpuInventory,
+    Problem,
+    ecc_problems,
     gpu_label,
     pcie_problems,
-    plural,
+    remap_problems,
+    reset_problems,
+    retirement_problems,
     thermal_problems,
     worst_action,
 )
@@ -46,9 +51,8 @@ ACTION_REMEDY = {
 }
 
 
-def _offender(gpu: GpuInfo | None, what: str, action: str, *, index: int | None = None,
-              bus_id: str | None = None) -> str:
-    return f"{gpu_label(gpu, index, bus_id)}: {what} -> {action}"
+def _offender(gpu: GpuInfo | None, what: str, action: str, *, index: int | None = None) -> str:
+    return f"{gpu_label(gpu, index)}: {what} -> {action}"
 
 
 def _remedy(actions: list[str]) -> str:
@@ -69,6 +73,11 @@ def _judge(what: str, found: Found) -> None:
             warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
     expect_none(what, [f"{label}: {p} -> {a}" for label, p, a in fatal],
                 remedy=_remedy([a for _, _, a in fatal]))
+
+
+def _found(inventory: GpuInventory, problems: Callable[[GpuInfo], list[Problem]]) -> Found:
+    """(label, problem, action) of every problem `problems` finds on every GPU."""
+    return [(gpu_label(g), p.what, p.action) for g in inventory.gpus for p in problems(g)]
 
 
 def _inventory_or_none(request: pytest.FixtureRequest) -> GpuInventory | None:
@@ -129,19 +138,10 @@ def test_gpu_model_matches_profile(profile: Profile, gpu_inventory: GpuInventory
 )
 def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    found: Found = []
     for g in gpu_inventory.gpus:
-        label = gpu_label(g)
         measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors")
-        if g.ecc_enabled is False:
-            found.append((label, "ECC is disabled (enable: nvidia-smi -e 1)", REBOOT))
-        if g.ecc_uncorrected_volatile:
-            found.append((label, f"{plural(g.ecc_uncorrected_volatile, 'uncorrected ECC error')}"
-                          " since the driver loaded", RESET))
-        elif g.ecc_uncorrected_aggregate:
-            found.append((label, f"{plural(g.ecc_uncorrected_aggregate, 'uncorrected ECC error')}"
-                          " in its lifetime, none since the driver loaded", MONITOR))
-    _judge("GPUs with uncorrected ECC errors", found)
+    _judge("GPUs with uncorrected ECC errors",
+           _found(gpu_inventory, lambda g: ecc_problems(g, require_ecc=True)))
 
 
 @check(
@@ -153,14 +153,7 @@ def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
 )
 def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    found: Found = []
-    for g in gpu_inventory.gpus:
-        label = gpu_label(g)
-        if g.remapped_rows_failure:
-            found.append((label, "row remapping failed (no spare rows left)", REPLACE))
-        if g.remapped_rows_pending:
-            found.append((label, "row remapping pending", RESET))
-    _judge("GPUs with pending or failed row remapping", found)
+    _judge("GPUs with pending or failed row remapping", _found(gpu_inventory, remap_problems))
 
 
 @check(
@@ -171,15 +164,7 @@ def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInve
 )
 def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    found: Found = []
-    for g in gpu_inventory.gpus:
-        label = gpu_label(g)
-        if g.retired_pages_pending:
-            found.append((label, "page retirement pending", RESET))
-        if g.retired_pages_dbe:
-            found.append((label, f"{plural(g.retired_pages_dbe, 'page')} retired for double-bit "
-                          "ECC errors", MONITOR))
-    _judge("GPUs with pending page retirement", found)
+    _judge("GPUs with pending page retirement", _found(gpu_inventory, retirement_problems))
 
 
 @check(
@@ -216,15 +201,12 @@ def test_no_serious_xid(profile: Profile, xid_events: tuple[Any, ...],
 )
 def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    found: Found = []
     for g in gpu_inventory.gpus:
-        label = gpu_label(g)
         if g.temperature_c is not None:
             measure(f"GPU {g.index} temperature", g.temperature_c, "C", op="<=",
                     threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c)
-        found += [(label, p.what, p.action)
-                  for p in thermal_problems(g, profile.max_gpu_temp_c)]
-    _judge("GPUs too hot or slowed down", found)
+    _judge("GPUs too hot or slowed down",
+           _found(gpu_inventory, lambda g: thermal_problems(g, profile.max_gpu_temp_c)))
 
 
 @check(
@@ -251,11 +233,7 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
 )
 def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    found: Found = []
-    for g in gpu_inventory.gpus:
-        label = gpu_label(g)
-        found += [(label, p.what, p.action) for p in pcie_problems(g)]
-    _judge("GPUs with a degraded PCIe link", found)
+    _judge("GPUs with a degraded PCIe link", _found(gpu_inventory, pcie_problems))
 
 
 @check(
@@ -442,9 +420,7 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: Any,
 )
 def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    expect_none("GPUs lost or requiring a reset",
-                [_offender(g, "lost or requires a reset", RESET)
-                 for g in gpu_inventory.gpus if g.requires_reset])
+    _judge("GPUs lost or requiring a reset", _found(gpu_inventory, reset_problems))
 
 
 @check(

@@ -18,11 +18,15 @@ __all__ = [
     "GpuInfo",
     "GpuInventory",
     "Problem",
+    "ecc_problems",
     "gpu_label",
     "health_problems",
     "pci_key",
     "pcie_problems",
     "plural",
+    "remap_problems",
+    "reset_problems",
+    "retirement_problems",
     "thermal_problems",
     "worst_action",
     "xid_action",
@@ -188,31 +192,60 @@ class Problem:
     """False: worth a warning, not a failure (historic counts, monitor-class signals)."""
 
 
-def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None) -> list[Problem]:
-    """The memory / reset / thermal / PCIe problems one GPU record shows (no profile needed
-    except the temperature limit). The checks judge the same facts one check per kind."""
+def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None,
+                    require_ecc: bool = False) -> list[Problem]:
+    """Every problem one GPU record shows (what `inspect nvidia-smi` lists); the checks judge
+    the same facts, one check per kind."""
+    return [*reset_problems(gpu), *ecc_problems(gpu, require_ecc=require_ecc),
+            *remap_problems(gpu), *retirement_problems(gpu),
+            *thermal_problems(gpu, max_temp_c), *pcie_problems(gpu)]
+
+
+def reset_problems(gpu: GpuInfo) -> list[Problem]:
+    """A GPU that is lost or says it needs a reset."""
+    if not gpu.requires_reset:
+        return []
+    return [Problem(gpu.index, "GPU is lost or requires a reset", RESET)]
+
+
+def ecc_problems(gpu: GpuInfo, *, require_ecc: bool = False) -> list[Problem]:
+    """Uncorrected ECC errors since the driver loaded (reset), or only in the GPU's lifetime
+    (monitor); ECC turned off where the profile's GPUs have it (`require_ecc`)."""
     p: list[Problem] = []
-    i = gpu.index
-    if gpu.requires_reset:
-        p.append(Problem(i, "GPU is lost or requires a reset", RESET))
+    if require_ecc and gpu.ecc_enabled is False:
+        p.append(Problem(gpu.index, "ECC is disabled (enable: nvidia-smi -e 1, then reboot)",
+                         REBOOT))
+    errors = "uncorrected ECC error"
     if gpu.ecc_uncorrected_volatile:
-        p.append(Problem(i, f"{plural(gpu.ecc_uncorrected_volatile, 'uncorrected ECC error')} "
-                            "since the driver loaded", RESET))
+        p.append(Problem(gpu.index, f"{plural(gpu.ecc_uncorrected_volatile, errors)} since the "
+                                    "driver loaded", RESET))
     elif gpu.ecc_uncorrected_aggregate:
-        p.append(Problem(i, f"{plural(gpu.ecc_uncorrected_aggregate, 'uncorrected ECC error')} "
-                            "in the GPU's lifetime (none since the driver loaded)", MONITOR,
+        p.append(Problem(gpu.index, f"{plural(gpu.ecc_uncorrected_aggregate, errors)} in its "
+                                    "lifetime, none since the driver loaded", MONITOR,
                          fatal=False))
+    return p
+
+
+def remap_problems(gpu: GpuInfo) -> list[Problem]:
+    """HBM row remapping (A100 and later): failed (no spare rows) or pending a reset."""
+    p: list[Problem] = []
     if gpu.remapped_rows_failure:
-        p.append(Problem(i, "row remapping failed (no spare rows left)", REPLACE))
+        p.append(Problem(gpu.index, "row remapping failed (no spare rows left)", REPLACE))
     if gpu.remapped_rows_pending:
-        p.append(Problem(i, "row remapping pending (applied at the next GPU reset)", RESET))
+        p.append(Problem(gpu.index, "row remapping pending (applied at the next GPU reset)",
+                         RESET))
+    return p
+
+
+def retirement_problems(gpu: GpuInfo) -> list[Problem]:
+    """Page retirement (before A100): pending a reset, or pages already retired for DBEs."""
+    p: list[Problem] = []
     if gpu.retired_pages_pending:
-        p.append(Problem(i, "page retirement pending (applied at the next GPU reset)", RESET))
+        p.append(Problem(gpu.index, "page retirement pending (applied at the next GPU reset)",
+                         RESET))
     if gpu.retired_pages_dbe:
-        p.append(Problem(i, f"{plural(gpu.retired_pages_dbe, 'page')} retired for double-bit "
-                            "ECC errors", MONITOR, fatal=False))
-    p.extend(thermal_problems(gpu, max_temp_c))
-    p.extend(pcie_problems(gpu))
+        p.append(Problem(gpu.index, f"{plural(gpu.retired_pages_dbe, 'page')} retired for "
+                                    "double-bit ECC errors", MONITOR, fatal=False))
     return p
 
 

@@ -65,6 +65,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "wrong_model": _with(gpu_inventory=node(gpu0={"name": "NVIDIA A100-SXM4-80GB"})),
     "ecc": _with(gpu_inventory=node(gpu3={"ecc_uncorrected_volatile": 2,
                                           "ecc_uncorrected_aggregate": 2})),
+    "ecc_off": _with(gpu_inventory=node(gpu5={"ecc_enabled": False})),
     "ecc_history": _with(gpu_inventory=node(gpu1={"ecc_uncorrected_aggregate": 4})),
     "remap": _with(gpu_inventory=node(gpu2={"remapped_rows_pending": True},
                                       gpu6={"remapped_rows_failure": True})),

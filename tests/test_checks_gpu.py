@@ -74,6 +74,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"[PF-GPU-002] GPUs of the wrong model or memory size: 1 found, {NONE_FOR}: "
         f"{GPU[0]}: NVIDIA A100-SXM4-80GB, not H100; run with the --profile of this instance "
         "type, or replace the node"))},
+    "ecc_off": {"PF-GPU-003": ("fail", (
+        f"[PF-GPU-003] GPUs with uncorrected ECC errors: 1 found, {NONE_FOR}: {GPU[5]}: ECC is "
+        f"disabled (enable: nvidia-smi -e 1, then reboot) -> reboot; {ACT_REBOOT}"))},
     "ecc": {"PF-GPU-003": ("fail", (
         f"[PF-GPU-003] GPUs with uncorrected ECC errors: 1 found, {NONE_FOR}: {GPU[3]}: 2 "
         f"uncorrected ECC errors since the driver loaded -> reset GPU; {ACT_RESET}"))},
@@ -82,11 +85,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"driver loaded -> monitor; {ACT_MONITOR}"))},
     "remap": {"PF-GPU-004": ("fail", (
         f"[PF-GPU-004] GPUs with pending or failed row remapping: 2 found, {NONE_FOR}: "
-        f"{GPU[2]}: row remapping pending -> reset GPU; {GPU[6]}: row remapping failed (no "
-        f"spare rows left) -> replace node; {ACT_REPLACE}"))},
+        f"{GPU[2]}: row remapping pending (applied at the next GPU reset) -> reset GPU; "
+        f"{GPU[6]}: row remapping failed (no spare rows left) -> replace node; "
+        f"{ACT_REPLACE}"))},
     "retirement": {"PF-GPU-005": ("fail", (
         f"[PF-GPU-005] GPUs with pending page retirement: 1 found, {NONE_FOR}: {GPU[4]}: page "
-        f"retirement pending -> reset GPU; {ACT_RESET}"))},
+        f"retirement pending (applied at the next GPU reset) -> reset GPU; {ACT_RESET}"))},
     "xid": {"PF-GPU-006": ("fail", (
         f"[PF-GPU-006] XID errors: 2 found, {NONE_FOR}: {GPU[1]}: Xid 79 (GPU has fallen off "
         "the bus.) -> reboot; GPU at bus 0000:ee:00: Xid 48 (DBE) -> reset GPU; "
@@ -133,8 +137,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"running?) -> reboot; {GPU[1]}: fabric state Completed, status Unknown Error (is "
         f"nvidia-fabricmanager running?) -> reboot; {ACT_REBOOT}"))},
     "lost": {"PF-GPU-016": ("fail", (
-        f"[PF-GPU-016] GPUs lost or requiring a reset: 1 found, {NONE_FOR}: {GPU[6]}: lost or "
-        f"requires a reset -> reset GPU; {ACT_RESET}"))},
+        f"[PF-GPU-016] GPUs lost or requiring a reset: 1 found, {NONE_FOR}: {GPU[6]}: GPU is "
+        f"lost or requires a reset -> reset GPU; {ACT_RESET}"))},
 }
 
 

@@ -368,7 +368,8 @@ def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
             "remapped_rows_failure", "retired_pages_pending", "temperature_c", "requires_reset")
     problems = []
     for gpu in inventory.gpus:
-        for p in health_problems(gpu, max_temp_c=profile.max_gpu_temp_c):
+        for p in health_problems(gpu, max_temp_c=profile.max_gpu_temp_c,
+                                 require_ecc=profile.has_gpus):
             problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
     return {
         "num_gpus": attached if attached is not None else len(inventory.gpus),
