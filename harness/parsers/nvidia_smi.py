@@ -68,7 +68,6 @@ class _Block:
     def __init__(self, bus_id: str) -> None:
         self.bus_id = bus_id
         self.values: dict[tuple[str, ...], str] = {}
-        self.sections: set[tuple[str, ...]] = set()
 
     def get(self, *path: str) -> str | None:
         return self.values.get(tuple(p.lower() for p in path))
@@ -128,12 +127,8 @@ def _tree(text: str) -> _Query:
         path = tuple(name for _, name in stack)
         if m and m["value"].strip():
             block.values[(*path, m["key"].strip().lower())] = m["value"].strip()
-        elif m:  # `Key :` with nothing after it (rare): a section
-            stack.append((indent, m["key"].strip().lower()))
-            block.sections.add(tuple(n for _, n in stack))
-        else:
-            stack.append((indent, stripped.lower()))
-            block.sections.add(tuple(n for _, n in stack))
+        else:  # a section header (`ECC Errors`), or `Key :` with nothing after it
+            stack.append((indent, (m["key"] if m else stripped).strip().lower()))
     attached = _int(top.get("attached gpus"))
     return _Query(_clean(top.get("driver version")), _clean(top.get("cuda version")), attached,
                   blocks)
@@ -359,7 +354,7 @@ def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
     [{index, name, bus_id, uuid, serial, ecc_enabled, ecc_uncorrected_volatile,
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
     retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
-    (temperature judged against the profile's max_gpu_temp_c)."""
+    (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
     text = read_text(stream)
     inventory = parse_nvidia_smi(text)
     attached = _tree(text).attached_gpus if "NVSMI LOG" in text else None
