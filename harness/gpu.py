@@ -263,20 +263,29 @@ def thermal_problems(gpu: GpuInfo, max_temp_c: float | None) -> list[Problem]:
     return p
 
 
+def _idle(gpu: GpuInfo) -> bool:
+    """P5..P15: the GPU is idling (nvidia-smi shows P8 for an idle GPU without work)."""
+    ps = gpu.performance_state or ""
+    return ps.startswith("P") and ps[1:].isdigit() and int(ps[1:]) >= 5
+
+
 def pcie_problems(gpu: GpuInfo) -> list[Problem]:
-    """A link narrower than its maximum, a slot that caps the generation, or a busy GPU below
-    its link's maximum generation. An idle GPU (P8) trains its link down to gen 1 to save power:
-    that is normal and not judged."""
+    """A slot that caps the link's generation below the GPU's (always judged), or a busy GPU's
+    link below its maximum width or generation. An idle GPU trains its link down to save power
+    (gen 1, and on some boards a narrower width: a real L4 at P8 shows x8 of x16), so an idle
+    GPU's current link is not judged."""
     p: list[Problem] = []
     i = gpu.index
-    width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
-    if width and width_max and width < width_max:
-        p.append(Problem(i, f"PCIe link x{width} < x{width_max}", REBOOT))
     if gpu.pcie_gen_max and gpu.pcie_gen_device_max and gpu.pcie_gen_max < gpu.pcie_gen_device_max:
         p.append(Problem(i, f"PCIe link capped at gen {gpu.pcie_gen_max} < the GPU's gen "
                             f"{gpu.pcie_gen_device_max}", REBOOT))
-    elif (gpu.performance_state == "P0" and gpu.pcie_gen_current and gpu.pcie_gen_max
-          and gpu.pcie_gen_current < gpu.pcie_gen_max):
-        p.append(Problem(i, f"PCIe link at gen {gpu.pcie_gen_current} < gen {gpu.pcie_gen_max} "
-                            "while busy (P0)", REBOOT))
+    if _idle(gpu):
+        return p
+    state = f" ({gpu.performance_state})" if gpu.performance_state else ""
+    width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
+    if width and width_max and width < width_max:
+        p.append(Problem(i, f"PCIe link x{width} < x{width_max}{state}", REBOOT))
+    gen, gen_max = gpu.pcie_gen_current, gpu.pcie_gen_max
+    if gen and gen_max and gen < gen_max and not p:
+        p.append(Problem(i, f"PCIe link at gen {gen} < gen {gen_max}{state}", REBOOT))
     return p

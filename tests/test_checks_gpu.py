@@ -105,7 +105,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "on the host"))},
     "pcie": {"PF-GPU-009": ("fail", (
         f"[PF-GPU-009] GPUs with a degraded PCIe link: 1 found, {NONE_FOR}: {GPU[5]}: PCIe "
-        f"link x8 < x16 -> reboot; {ACT_REBOOT}"))},
+        f"link x8 < x16 (P0) -> reboot; {ACT_REBOOT}"))},
     "nvlink": {"PF-GPU-010": ("fail", (
         f"[PF-GPU-010] GPUs with NVLink problems: 2 found, {NONE_FOR}: {GPU[1]}: 16 of 18 "
         f"NVLinks active (down: 16, 17) -> reset GPU; {GPU[3]}: NVLink 5 error counters "

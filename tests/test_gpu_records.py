@@ -57,10 +57,14 @@ BASE = GpuInfo(0, performance_state="P0", pcie_gen_current=5, pcie_gen_max=5,
 @pytest.mark.parametrize(("changes", "problems"), [
     ({}, []),
     ({"performance_state": "P8", "pcie_gen_current": 1}, []),  # idle links train down
-    ({"pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 while busy (P0)"]),
+    ({"performance_state": "P8", "pcie_width_current": 8}, []),
+    ({"performance_state": "P8", "pcie_gen_max": 4, "pcie_gen_current": 1},
+     ["PCIe link capped at gen 4 < the GPU's gen 5"]),
+    ({"pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 (P0)"]),
     ({"pcie_gen_max": 4, "pcie_gen_current": 4},
      ["PCIe link capped at gen 4 < the GPU's gen 5"]),
-    ({"pcie_width_current": 8}, ["PCIe link x8 < x16"]),
+    ({"pcie_width_current": 8}, ["PCIe link x8 < x16 (P0)"]),
+    ({"pcie_width_current": 8, "performance_state": None}, ["PCIe link x8 < x16"]),
     ({"pcie_width_current": None, "pcie_gen_current": None}, []),
 ])
 def test_pcie_problems(changes, problems):

@@ -40,7 +40,7 @@ def test_nvidia_smi_keys_and_problems(capsys):
         {"gpu": 0, "what": "temperature 91 C > 85 C", "action": "replace node"},
         {"gpu": 0, "what": "clocks slowed by HW Slowdown, HW Thermal Slowdown",
          "action": "replace node"},
-        {"gpu": 0, "what": "PCIe link x8 < x16", "action": "reboot"},
+        {"gpu": 0, "what": "PCIe link x8 < x16 (P0)", "action": "reboot"},
         {"gpu": 1, "what": "GPU is lost or requires a reset", "action": "reset GPU"},
     ]
 

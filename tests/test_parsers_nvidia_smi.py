@@ -66,6 +66,17 @@ def test_query_first_gpu(name: str, expected: dict):
     assert got == expected
 
 
+def test_idle_l4_at_x8_is_not_a_pcie_problem():
+    from harness.gpu import health_problems
+
+    g = parse_smi_query(_read("l4-550-idle-x8.txt")).gpus[0]
+    assert (g.performance_state, g.pcie_gen_current, g.pcie_width_current) == ("P8", 1, 8)
+    assert (g.ecc_enabled, g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate) == (
+        True, 0, 0)
+    assert (g.fabric_state, g.power_draw_w) == (None, 16.47)
+    assert health_problems(g, max_temp_c=85.0, require_ecc=True) == []
+
+
 def test_old_layout_aggregate_single_bit_errors_are_not_uncorrected():
     # The V100 sample has 3 aggregate *single-bit* (corrected) errors and no double-bit ones.
     g = parse_smi_query(_read("v100-470-linux-old-ecc.txt")).gpus[0]

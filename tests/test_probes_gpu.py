@@ -70,7 +70,7 @@ def test_fabric_registration(fabric, expected):
 
 def test_pcie_downgrade_is_read():
     inv = gpu.query_gpus(FakeNvml(h100_node(gpu2={"pcie": (5, 5, 5, 8, 16)})))
-    assert [p.what for p in pcie_problems(inv.gpus[2])] == ["PCIe link x8 < x16"]
+    assert [p.what for p in pcie_problems(inv.gpus[2])] == ["PCIe link x8 < x16 (P0)"]
 
 
 def test_nvlink_down_lists_the_links():
