@@ -48,6 +48,26 @@ def test_the_issue_line_without_prefix():
         79, "0000:10:1c", 1234, "python", "GPU has fallen off the bus.", REBOOT)
 
 
+@pytest.mark.parametrize(("line", "time"), [
+    ("[Fri Jan  5 10:34:01 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has "
+     "fallen off the bus.", "Fri Jan  5 10:34:01 2024"),  # dmesg -T
+    ("2024-01-05T10:34:01,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, "
+     "GPU has fallen off the bus.", "2024-01-05T10:34:01,123456+00:00"),  # dmesg --time-format iso
+])
+def test_dmesg_time_formats(line: str, time: str):
+    (e,) = parse_kernel_log(line).events
+    assert (e.xid, e.pci, e.time) == (79, "0000:3b:00", time)
+
+
+@pytest.mark.parametrize("text", [
+    "[Fri Jan  5 10:34:01 2024] Linux version 6.8.0-1015-aws\n",
+    "2024-01-05T10:34:01,123456+00:00 Linux version 6.8.0-1015-aws\n",
+    "Jan  5 10:34:01 ip-10-1-33-7 kernel: Linux version 6.8.0-1015-aws\n",
+])
+def test_clean_logs_in_every_time_format_are_kernel_logs(text: str):
+    assert parse_kernel_log(text).num_lines == 1
+
+
 def test_kernel_log_without_xids_is_valid():
     log = parse_kernel_log("[    0.000000] Linux version 6.8.0-1015-aws\n"
                            "[    1.234567] pci 0000:53:00.0: [10de:2330] type 00 class 0x030200\n")

@@ -23,14 +23,19 @@ _XID = re.compile(
 # `NVRM: The NVIDIA GPU 0000:b3:00.0` ... `NVRM: fallen off the bus and is not responding`.
 _FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9A-Fa-f:.]+)\s*$")
 _FALLEN = re.compile(r"fallen off the bus")
-# What a kernel-log line starts with: dmesg `[ 1399.140323]`, syslog `Jun 10 03:09:55 host`,
-# journalctl short-iso `2024-10-01T09:14:40+0000 host`, or `host kernel:`.
+# What a kernel-log line starts with: dmesg `[ 1399.140323]`, `dmesg -T` `[Fri Jan  5 10:34:01
+# 2024]`, syslog `Jun 10 03:09:55 host`, journalctl short-iso / `dmesg --time-format iso`
+# `2024-10-01T09:14:40+0000 host`, or `host kernel:`.
 _TIME = re.compile(
     r"^\s*(?:\[\s*(?P<uptime>\d+\.\d+)\]"
+    r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
     r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?))"
 )
-_KERNELISH = re.compile(r"(?:^\s*\[\s*\d+\.\d+\])|(?:\skernel: )|(?:^\s*NVRM: )|(?:^<\d>)")
+_KERNELISH = re.compile(
+    r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\skernel: |^\s*NVRM: |^<\d>"
+    r"|^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d{6}[+-]\d\d:\d\d "
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,7 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
         m = _XID.search(line)
         if m:
             tm = _TIME.match(line)
-            when = (tm["uptime"] or tm["iso"] or tm["syslog"]) if tm else None
+            when = (tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]) if tm else None
             xid = int(m["xid"])
             msg = (m["msg"] or "").strip().rstrip(">").strip()
             name = (m["name"] or "").strip().strip("'") or None
