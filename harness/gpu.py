@@ -12,6 +12,7 @@ __all__ = [
     "BAD_THROTTLE_REASONS",
     "MONITOR",
     "REBOOT",
+    "RECOVERY_ACTIONS",
     "REPLACE",
     "RESET",
     "XID_ACTIONS",
@@ -136,6 +137,9 @@ class GpuInfo:
     None where the GPU does not report it (pre-Hopper, PCIe GPUs)."""
     fabric_status: str | None = None
     """`Success`, or the error the fabric manager returned."""
+    recovery_action: str | None = None
+    """What the driver says the GPU needs (R575+: `GPU Reset`, `Node Reboot`, `Drain P2P`,
+    `Drain and Reset` ...); None when it needs nothing or does not say."""
     requires_reset: bool = False
     """The GPU is lost or says it needs a reset (`[GPU requires reset]`, Reset Required: Yes)."""
     query_errors: tuple[str, ...] = ()
@@ -201,11 +205,23 @@ def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None,
             *thermal_problems(gpu, max_temp_c), *pcie_problems(gpu)]
 
 
+#: The driver's GPU recovery actions (nvmlGpuRecoveryAction_t, `GPU Recovery Action` in
+#: nvidia-smi) -> our action.
+RECOVERY_ACTIONS = {"gpu reset": RESET, "drain p2p": RESET, "drain and reset": RESET,
+                    "bus reset": RESET, "node reboot": REBOOT, "system reboot": REBOOT,
+                    "recover imex domain": REBOOT}
+
+
 def reset_problems(gpu: GpuInfo) -> list[Problem]:
-    """A GPU that is lost or says it needs a reset."""
-    if not gpu.requires_reset:
-        return []
-    return [Problem(gpu.index, "GPU is lost or requires a reset", RESET)]
+    """A GPU that is lost, says it needs a reset, or names a recovery action."""
+    p: list[Problem] = []
+    if gpu.requires_reset:
+        p.append(Problem(gpu.index, "GPU is lost or requires a reset", RESET))
+    if gpu.recovery_action:
+        action = RECOVERY_ACTIONS.get(gpu.recovery_action.lower(), RESET)
+        p.append(Problem(gpu.index, f"the driver asks for recovery: {gpu.recovery_action}",
+                         action))
+    return p
 
 
 def ecc_problems(gpu: GpuInfo, *, require_ecc: bool = False) -> list[Problem]:

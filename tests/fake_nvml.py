@@ -39,6 +39,8 @@ class FakeGpu:
     """link -> counter constant -> value"""
     nvlink_error_step: dict[int, dict[int, int]] = field(default_factory=dict)
     """link -> counter -> how much it grows every time it is read"""
+    recovery_action: int = 0
+    """nvmlGpuRecoveryAction_t (0: none)"""
     fabric: tuple[int, int] = (3, 0)
     """(nvmlGpuFabricState_t, nvmlReturn_t): registered with the fabric manager, success"""
     unsupported: set[str] = field(default_factory=set)
@@ -212,6 +214,16 @@ class FakeNvml:
         self._ask(g, "nvmlDeviceGetGpuFabricInfo")
         ref._obj.state, ref._obj.status = g.fabric  # fills the struct passed by reference
         return 0
+
+    def nvmlDeviceGetFieldValues(self, g: FakeGpu, field_ids: list[int]) -> list[Any]:
+        self._ask(g, "nvmlDeviceGetFieldValues")
+        out = []
+        for fid in field_ids:
+            known = fid == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+            out.append(SimpleNamespace(
+                fieldId=fid, nvmlReturn=0 if known else pynvml.NVML_ERROR_NOT_SUPPORTED,
+                value=SimpleNamespace(uiVal=g.recovery_action if known else 0)))
+        return out
 
 
 def h100_node(**per_gpu: dict[str, Any]) -> list[FakeGpu]:

@@ -105,5 +105,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                        gpu1={"fabric_status": "Unknown Error"},
                                        gpu2={"fabric_state": None, "fabric_status": None})),
     "lost": _with(gpu_inventory=node(gpu6={"requires_reset": True, "name": None,
-                                           "temperature_c": None})),
+                                           "temperature_c": None},
+                                     gpu2={"recovery_action": "Node Reboot"})),
 }

@@ -137,8 +137,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"running?) -> reboot; {GPU[1]}: fabric state Completed, status Unknown Error (is "
         f"nvidia-fabricmanager running?) -> reboot; {ACT_REBOOT}"))},
     "lost": {"PF-GPU-016": ("fail", (
-        f"[PF-GPU-016] GPUs lost or requiring a reset: 1 found, {NONE_FOR}: {GPU[6]}: GPU is "
-        f"lost or requires a reset -> reset GPU; {ACT_RESET}"))},
+        f"[PF-GPU-016] GPUs lost or requiring a reset: 2 found, {NONE_FOR}: {GPU[2]}: the "
+        f"driver asks for recovery: Node Reboot -> reboot; {GPU[6]}: GPU is lost or requires a "
+        f"reset -> reset GPU; {ACT_REBOOT}"))},
 }
 
 

@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 from harness.checking import ProbeError
-from harness.gpu import REPLACE, RESET, health_problems, pcie_problems
+from harness.gpu import REBOOT, REPLACE, RESET, health_problems, pcie_problems, reset_problems
 from harness.probes import gpu
 from tests.fake_nvml import FakeNvml, h100_node
 
@@ -66,6 +66,16 @@ def test_one_bad_gpu_is_found_with_its_action(change, field, value, action):
 def test_fabric_registration(fabric, expected):
     inv = gpu.query_gpus(FakeNvml(h100_node(gpu0={"fabric": fabric})))
     assert (inv.gpus[0].fabric_state, inv.gpus[0].fabric_status) == expected
+
+
+@pytest.mark.parametrize(("code", "expected", "action"), [
+    (0, None, None), (1, "GPU Reset", RESET), (2, "Node Reboot", REBOOT),
+    (4, "Drain and Reset", RESET),
+])
+def test_driver_recovery_action(code, expected, action):
+    inv = gpu.query_gpus(FakeNvml(h100_node(gpu7={"recovery_action": code})))
+    assert inv.gpus[7].recovery_action == expected
+    assert [p.action for p in reset_problems(inv.gpus[7])] == ([action] if action else [])
 
 
 def test_pcie_downgrade_is_read():

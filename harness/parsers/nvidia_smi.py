@@ -206,6 +206,7 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         pcie_width_max=_int(b.get(*link, "link width", "max")),
         fabric_state=_clean(b.get("fabric", "state")),
         fabric_status=_clean(b.get("fabric", "status")),
+        recovery_action=_clean(b.get("gpu recovery action")),
         requires_reset=requires_reset,
     )
 

@@ -152,6 +152,23 @@ def _fabric(r: _Reader, handle: Any) -> tuple[str | None, str | None]:
     return state, status
 
 
+#: nvmlGpuRecoveryAction_t -> nvidia-smi's words (0, NONE, is no action).
+_RECOVERY = {1: "GPU Reset", 2: "Node Reboot", 3: "Drain P2P", 4: "Drain and Reset",
+             5: "Recover IMEX Domain", 6: "Bus Reset", 7: "System Reboot"}
+
+
+def _recovery_action(r: _Reader, handle: Any) -> str | None:
+    """The driver's recommended recovery (R575+ NVML field 230); None: none needed or unknown."""
+    field_id = getattr(r.nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if field_id is None:
+        return None
+    values = r.get("nvmlDeviceGetFieldValues", handle, [field_id])
+    if not values or int(values[0].nvmlReturn) != 0:
+        return None
+    code = int(values[0].value.uiVal)
+    return _RECOVERY.get(code, f"recovery action {code}") if code else None
+
+
 def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     r = _Reader(nvml)
     handle = r.get("nvmlDeviceGetHandleByIndex", index)
@@ -207,6 +224,7 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
         nvlink_errors=_link_errors(r, handle, active or ()),
         fabric_state=fabric_state,
         fabric_status=fabric_status,
+        recovery_action=_recovery_action(r, handle),
         requires_reset=r.lost,
         query_errors=tuple(r.errors),
     )
