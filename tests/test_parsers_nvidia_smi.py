@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import ParseError
-from harness.parsers.nvidia_smi import parse_nvidia_smi, parse_smi_csv, parse_smi_query
+from harness.parsers.nvidia_smi import (
+    parse_nvidia_smi,
+    parse_smi_csv,
+    parse_smi_query,
+    parse_smi_xml,
+)
 
 DATA = Path(__file__).parent / "data" / "nvidia_smi"
 
@@ -123,6 +128,54 @@ def test_zero_gpus_attached():
 def test_query_garbage(text: str):
     with pytest.raises(ParseError, match=r"no `GPU 0000xxxx:BB:DD\.F` section"):
         parse_smi_query(text)
+
+
+# ---- XML ----
+
+def test_xml_query():
+    inv = parse_nvidia_smi(_read("l4-555-query-xml.xml"))
+    assert (inv.source, inv.driver_version, inv.cuda_version) == (
+        "nvidia-smi -q -x", "555.42.06", "12.5")
+    (g,) = inv.gpus
+    assert (g.index, g.name, g.bus_id, g.serial) == (
+        0, "NVIDIA L4", "00000000:01:00.0", "1654523003308")
+    assert (g.ecc_enabled, g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate) == (
+        True, 0, 0)
+    assert (g.remapped_rows_pending, g.remapped_rows_failure, g.retired_pages_pending) == (
+        False, False, None)
+    assert (g.temperature_c, g.power_draw_w, g.persistence_mode, g.performance_state) == (
+        45.0, 27.22, False, "P0")
+    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_width_current,
+            g.pcie_width_max) == (4, 4, 4, 16, 16)
+    assert g.throttle_reasons == () and not g.requires_reset
+    assert g.memory_total_gib == 22.49
+
+
+def test_xml_faults():
+    xml = _read("l4-555-query-xml.xml")
+    xml = xml.replace("<dram_uncorrectable>0</dram_uncorrectable>",
+                      "<dram_uncorrectable>3</dram_uncorrectable>", 1)
+    xml = xml.replace("<remapped_row_pending>No<", "<remapped_row_pending>Yes<")
+    xml = xml.replace("<clocks_event_reason_hw_slowdown>Not Active<",
+                      "<clocks_event_reason_hw_slowdown>Active<")
+    xml = xml.replace("<gpu_temp>45 C</gpu_temp>", "<gpu_temp>[GPU requires reset]</gpu_temp>")
+    xml = xml.replace("<gsp_firmware_version>", "<gpu_recovery_action>Drain and Reset"
+                      "</gpu_recovery_action><gsp_firmware_version>")
+    g = parse_smi_xml(xml).gpus[0]
+    assert (g.ecc_uncorrected_volatile, g.remapped_rows_pending) == (3, True)
+    assert g.throttle_reasons == ("HW Slowdown",)
+    assert (g.temperature_c, g.requires_reset, g.recovery_action) == (
+        None, True, "Drain and Reset")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("<nvidia_smi_log><gpu>", "does not parse"),
+    ("<?xml version='1.0'?><other/>", "not <nvidia_smi_log>"),
+    ("<nvidia_smi_log><attached_gpus>2</attached_gpus></nvidia_smi_log>", "without <gpu>"),
+])
+def test_xml_garbage(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_smi_xml(text)
 
 
 # ---- CSV ----

@@ -1,6 +1,6 @@
-"""`nvidia-smi -q` text (Linux and Windows drivers, old and new ECC layouts) and
-`nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` (one row per GPU, or rows that are
-samples of a `-l` time series), read into the GpuInventory the NVML probe also produces."""
+"""`nvidia-smi -q` text (Linux and Windows drivers, old and new ECC layouts), `nvidia-smi -q -x`
+XML, and `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` (one row per GPU, or
+rows that are samples of a `-l` time series), read into the GpuInventory NVML also produces."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ __all__ = [
     "parse_nvidia_smi",
     "parse_smi_csv",
     "parse_smi_query",
+    "parse_smi_xml",
 ]
 
 #: Values that mean "no value": nvidia-smi prints N/A for unsupported, brackets for failures.
@@ -224,6 +225,93 @@ def parse_smi_query(text: str) -> GpuInventory:
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus)
 
 
+# ---- XML (-q -x) ----
+
+def _xml_text(node: Any, path: str) -> str | None:
+    found = node.find(path)
+    return None if found is None or found.text is None else found.text.strip()
+
+
+def _xml_ecc(gpu: Any, scope: str) -> int | None:
+    """Uncorrected count of a scope in the new (`dram_uncorrectable`, `sram_uncorrectable*`)
+    or old (`double_bit/total`) XML layout."""
+    node = gpu.find(f"ecc_errors/{scope}")
+    if node is None:
+        return None
+    new = [_int(c.text) for c in node
+           if c.tag.startswith(("dram_uncorrectable", "sram_uncorrectable"))]
+    if new:
+        known = [n for n in new if n is not None]
+        return sum(known) if known else None
+    return _int(_xml_text(node, "double_bit/total") or _xml_text(node, "double_bit/device_memory"))
+
+
+def _xml_gpu(index: int, g: Any) -> GpuInfo:
+    t = lambda path: _xml_text(g, path)  # noqa: E731
+    link = "pci/pci_gpu_link_info"
+    reasons = []
+    for section, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
+                            ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+        for child in g.findall(f"{section}/*"):
+            name = _CSV_REASONS.get(child.tag.removeprefix(prefix))
+            if name and _yes(child.text):
+                reasons.append(name)
+    texts = [(e.text or "").strip().lower() for e in g.iter()]
+    memory_mib = _num(t("fb_memory_usage/total"))
+    return GpuInfo(
+        index=index,
+        name=_clean(t("product_name")),
+        uuid=_clean(t("uuid")),
+        serial=_clean(t("serial")),
+        bus_id=_clean(t("pci/pci_bus_id")) or g.get("id"),
+        memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+        ecc_enabled=_yes(t("ecc_mode/current_ecc")),
+        ecc_uncorrected_volatile=_xml_ecc(g, "volatile"),
+        ecc_uncorrected_aggregate=_xml_ecc(g, "aggregate"),
+        remapped_rows_pending=_yes(t("remapped_rows/remapped_row_pending")),
+        remapped_rows_failure=_yes(t("remapped_rows/remapped_row_failure")),
+        retired_pages_pending=_yes(t("retired_pages/pending_retirement")
+                                   or t("retired_pages/pending_blacklist")),
+        retired_pages_dbe=_int(t("retired_pages/double_bit_retirement/retired_count")),
+        temperature_c=_num(t("temperature/gpu_temp")),
+        throttle_reasons=tuple(dict.fromkeys(reasons)),
+        power_draw_w=_num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw")
+                          or t("gpu_power_readings/instant_power_draw")),
+        persistence_mode=_yes(t("persistence_mode")),
+        performance_state=_clean(t("performance_state")),
+        pcie_gen_current=_int(t(f"{link}/pcie_gen/current_link_gen")),
+        pcie_gen_max=_int(t(f"{link}/pcie_gen/max_link_gen")),
+        pcie_gen_device_max=_int(t(f"{link}/pcie_gen/max_device_link_gen")),
+        pcie_width_current=_int(t(f"{link}/link_widths/current_link_width")),
+        pcie_width_max=_int(t(f"{link}/link_widths/max_link_width")),
+        fabric_state=_clean(t("fabric/state")),
+        fabric_status=_clean(t("fabric/status")),
+        recovery_action=_clean(t("gpu_recovery_action")),
+        requires_reset=(bool(_yes(t("gpu_reset_status/reset_required")))
+                        or bool(_yes(t("gpu_reset_status/drain_and_reset_recommended")))
+                        or any(v in _RESET_VALUES for v in texts)),
+    )
+
+
+def parse_smi_xml(text: str) -> GpuInventory:
+    """Parse `nvidia-smi -q -x`. Reads `<nvidia_smi_log><driver_version>555.42.06</...>` and
+    `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched)."""
+    import xml.etree.ElementTree as ET
+
+    body = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
+    try:
+        root = ET.fromstring(body.strip())
+    except ET.ParseError as exc:
+        raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+    gpus = tuple(_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu")))
+    if not gpus and _int(_xml_text(root, "attached_gpus")) != 0:
+        raise ParseError("<nvidia_smi_log> without <gpu> elements")
+    return GpuInventory("nvidia-smi -q -x", _clean(_xml_text(root, "driver_version")),
+                        _clean(_xml_text(root, "cuda_version")), gpus)
+
+
 # ---- CSV (--query-gpu) ----
 
 #: CSV header name (as nvidia-smi prints it) -> GpuInfo field. Both the current
@@ -344,10 +432,19 @@ def _reason(column: str) -> str | None:
 
 
 def parse_nvidia_smi(text: str) -> GpuInventory:
-    """`nvidia-smi -q` text or a `--query-gpu` CSV, whichever the text is."""
+    """`nvidia-smi -q` text, `-q -x` XML or a `--query-gpu` CSV, whichever the text is."""
+    if "<nvidia_smi_log" in text[:2000]:
+        return parse_smi_xml(text)
     if "NVSMI LOG" in text or _ANY_GPU_HEADER.search(text):
         return parse_smi_query(text)
     return parse_smi_csv(text).inventory
+
+
+def _attached(text: str) -> int | None:
+    """`Attached GPUs : 8` / `<attached_gpus>8</attached_gpus>`: what the node had, when a dump
+    shows fewer GPU blocks."""
+    m = re.search(r"^\s*Attached GPUs\s*:\s*(\d+)|<attached_gpus>(\d+)<", text, re.M)
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
@@ -358,7 +455,7 @@ def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
     (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
     text = read_text(stream)
     inventory = parse_nvidia_smi(text)
-    attached = _tree(text).attached_gpus if "NVSMI LOG" in text else None
+    attached = _attached(text)
     keys = ("index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
             "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "remapped_rows_pending",
             "remapped_rows_failure", "retired_pages_pending", "temperature_c", "requires_reset")
