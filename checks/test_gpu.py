@@ -51,10 +51,6 @@ ACTION_REMEDY = {
 }
 
 
-def _offender(gpu: GpuInfo | None, what: str, action: str, *, index: int | None = None) -> str:
-    return f"{gpu_label(gpu, index)}: {what} -> {action}"
-
-
 def _remedy(actions: list[str]) -> str:
     worst = worst_action(actions)
     return ACTION_REMEDY[worst] if worst else ""
@@ -334,15 +330,28 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: Any,
              remedy="run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, permissions)")
 
 
-def _compute_offenders(values: dict[int, float], floor: float, unit: str,
+def _cuda_gpu(result: Any, device: int, inventory: GpuInventory | None) -> GpuInfo | None:
+    """The NVML GPU a CUDA device is (by UUID: CUDA's numbering can differ from NVML's)."""
+    if inventory is None:
+        return None
+    uuid = result.uuids.get(device)
+    return inventory.by_uuid(uuid) if uuid else inventory.by_index(device)
+
+
+def _cuda_label(result: Any, device: int, inventory: GpuInventory | None, *,
+                short: bool = False) -> str:
+    gpu = _cuda_gpu(result, device, inventory)
+    if gpu is None:
+        return f"CUDA device {device}"
+    return f"GPU {gpu.index}" if short else gpu_label(gpu)
+
+
+def _compute_offenders(result: Any, values: dict[int, float], floor: float, unit: str,
                        inventory: GpuInventory | None, action: str) -> list[str]:
     from harness.probes.gpu_compute import below_floor
 
-    out = []
-    for index, value in below_floor(values, floor).items():
-        gpu = inventory.by_index(index) if inventory else None
-        out.append(_offender(gpu, f"{value:.1f} {unit} < {floor:g} {unit}", action, index=index))
-    return out
+    return [f"{_cuda_label(result, device, inventory)}: {value:.1f} {unit} < {floor:g} {unit} "
+            f"-> {action}" for device, value in below_floor(values, floor).items()]
 
 
 @check(
@@ -359,12 +368,14 @@ def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: Any,
     _require_gpus(profile)
     if profile.min_bf16_tflops is None:
         not_applicable("the profile sets no bf16 TFLOP/s floor")
-    for index, value in sorted(compute_sanity.tflops.items()):
-        measure(f"GPU {index} bf16 matmul", round(value, 1), "TFLOP/s", op=">=",
-                threshold=profile.min_bf16_tflops, ok=value >= profile.min_bf16_tflops)
+    inventory = _inventory_or_none(request)
+    for device, value in sorted(compute_sanity.tflops.items()):
+        measure(f"{_cuda_label(compute_sanity, device, inventory, short=True)} bf16 matmul",
+                round(value, 1), "TFLOP/s", op=">=", threshold=profile.min_bf16_tflops,
+                ok=value >= profile.min_bf16_tflops)
     expect_none("GPUs below the bf16 matmul floor",
-                _compute_offenders(compute_sanity.tflops, profile.min_bf16_tflops, "TFLOP/s",
-                                   _inventory_or_none(request), RESET))
+                _compute_offenders(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
+                                   "TFLOP/s", inventory, RESET))
 
 
 @check(
@@ -384,9 +395,8 @@ def test_matmul_results_identical(profile: Profile, compute_sanity: Any,
     inventory = _inventory_or_none(request)
     suspects = sdc_suspects(compute_sanity.digests)
     expect_none("GPUs whose matmul result differs from the others'",
-                [_offender(inventory.by_index(i) if inventory else None,
-                           f"result digest {d[:12]} differs", REPLACE, index=i)
-                 for i, d in suspects.items()])
+                [f"{_cuda_label(compute_sanity, i, inventory)}: result digest {d[:12]} differs "
+                 f"-> {REPLACE}" for i, d in suspects.items()])
 
 
 @check(
@@ -403,12 +413,14 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: Any,
     _require_gpus(profile)
     if profile.min_hbm_copy_gb_s is None:
         not_applicable("the profile sets no HBM copy floor")
-    for index, value in sorted(compute_sanity.copy_gb_s.items()):
-        measure(f"GPU {index} HBM copy", round(value, 1), "GB/s", op=">=",
-                threshold=profile.min_hbm_copy_gb_s, ok=value >= profile.min_hbm_copy_gb_s)
+    inventory = _inventory_or_none(request)
+    for device, value in sorted(compute_sanity.copy_gb_s.items()):
+        measure(f"{_cuda_label(compute_sanity, device, inventory, short=True)} HBM copy",
+                round(value, 1), "GB/s", op=">=", threshold=profile.min_hbm_copy_gb_s,
+                ok=value >= profile.min_hbm_copy_gb_s)
     expect_none("GPUs below the HBM copy floor",
-                _compute_offenders(compute_sanity.copy_gb_s, profile.min_hbm_copy_gb_s, "GB/s",
-                                   _inventory_or_none(request), RESET))
+                _compute_offenders(compute_sanity, compute_sanity.copy_gb_s,
+                                   profile.min_hbm_copy_gb_s, "GB/s", inventory, RESET))
 
 
 @check(

@@ -175,6 +175,14 @@ class GpuInventory:
     def by_index(self, index: int | None) -> GpuInfo | None:
         return next((g for g in self.gpus if g.index == index), None)
 
+    def by_uuid(self, uuid: str | None) -> GpuInfo | None:
+        """The GPU with this UUID (`GPU-5b3e...`; the `GPU-` prefix is optional)."""
+        if not uuid:
+            return None
+        want = uuid.lower().removeprefix("gpu-")
+        return next((g for g in self.gpus
+                     if g.uuid and g.uuid.lower().removeprefix("gpu-") == want), None)
+
 
 def gpu_label(gpu: GpuInfo | None, index: int | None = None, bus_id: str | None = None) -> str:
     """`GPU 3 (bus 00000000:53:00.0, serial 1654922010387)`: how every message names a GPU."""

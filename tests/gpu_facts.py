@@ -95,9 +95,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     ))),
     "dcgm_skipped": _with(dcgm_diag=DcgmDiag("3.3.9", None, (
         DcgmResult("GPU Memory", 0, "skip"),))),
+    # CUDA numbers the devices in the opposite order to NVML here (CUDA device 2 is GPU 5).
     "slow_gpu": _with(compute_sanity=ComputeResult(
         {**{i: 700.0 for i in range(8)}, 2: 310.5}, {i: "ab" * 32 for i in range(8)},
-        {**{i: 2900.0 for i in range(8)}, 6: 1200.0})),
+        {**{i: 2900.0 for i in range(8)}, 6: 1200.0},
+        {i: f"GPU-0000-{7 - i}" for i in range(8)})),
     "sdc": _with(compute_sanity=ComputeResult(
         {i: 700.0 for i in range(8)}, {**{i: "ab" * 32 for i in range(8)}, 4: "cd" * 32},
         {i: 2900.0 for i in range(8)})),

@@ -123,10 +123,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "1 -v` on the node to see why (MIG mode, permissions)"))},
     "slow_gpu": {
         "PF-GPU-013": ("fail", (
-            f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[2]}: "
+            f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[5]}: "
             f"310.5 TFLOP/s < 550 TFLOP/s -> reset GPU; {ACT_RESET}")),
         "PF-GPU-015": ("fail", (
-            f"[PF-GPU-015] GPUs below the HBM copy floor: 1 found, {NONE_FOR}: {GPU[6]}: "
+            f"[PF-GPU-015] GPUs below the HBM copy floor: 1 found, {NONE_FOR}: {GPU[1]}: "
             f"1200.0 GB/s < 2000 GB/s -> reset GPU; {ACT_RESET}"))},
     "sdc": {"PF-GPU-014": ("fail", (
         f"[PF-GPU-014] GPUs whose matmul result differs from the others': 1 found, {NONE_FOR}: "
@@ -164,6 +164,13 @@ def test_measurements_are_recorded(pytester: pytest.Pytester):
     assert matmul[0] == {"what": "GPU 0 bf16 matmul", "value": 700.0, "unit": "TFLOP/s",
                          "op": ">=", "threshold": 550.0, "ok": True}
     assert len(matmul) == 9  # one per GPU, then the offender count
+
+
+def test_cuda_devices_are_named_as_nvml_names_them(pytester: pytest.Pytester):
+    # slow_gpu: CUDA device d is NVML GPU 7 - d (matched by UUID).
+    matmul = run_checks(pytester, "slow_gpu")["PF-GPU-013"]["measurements"]
+    assert [m["what"] for m in matmul[:2]] == ["GPU 7 bf16 matmul", "GPU 6 bf16 matmul"]
+    assert (matmul[2]["value"], matmul[2]["ok"]) == (310.5, False)
 
 
 def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):

@@ -44,6 +44,7 @@ def test_same_inputs_give_identical_digests_on_cpu():
     result = gc.run_compute_sanity([cpu, cpu], n=64, iters=2, copy_bytes=1 << 16, copy_iters=2)
     assert result.digests[0] == result.digests[1]
     assert set(result.tflops) == set(result.copy_gb_s) == {0, 1}
+    assert result.uuids == {}  # CPU devices have no UUID
     assert all(v > 0 for v in result.tflops.values())
 
 

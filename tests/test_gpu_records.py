@@ -37,6 +37,14 @@ def test_inventory_by_pci_matches_kernel_spelling():
     assert inv.by_pci("0000:75:00") is None
 
 
+def test_inventory_by_uuid():
+    inv = GpuInventory("nvml", None, None, (GpuInfo(0, uuid="GPU-5b3e2a41"),
+                                            GpuInfo(1, uuid="GPU-0c2f5e77")))
+    assert inv.by_uuid("GPU-0c2f5e77").index == 1
+    assert inv.by_uuid("0C2F5E77").index == 1  # torch prints it without the prefix
+    assert inv.by_uuid("GPU-ffff") is None and inv.by_uuid(None) is None
+
+
 def test_labels():
     g = GpuInfo(3, bus_id="00000000:86:00.0", serial="1654922000003")
     assert gpu_label(g) == "GPU 3 (bus 00000000:86:00.0, serial 1654922000003)"

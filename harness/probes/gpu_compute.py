@@ -9,13 +9,14 @@ import hashlib
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "ComputeResult",
     "below_floor",
     "copy_gb_s",
+    "device_uuid",
     "digest",
     "matmul_tflops",
     "run_compute_sanity",
@@ -23,6 +24,10 @@ __all__ = [
     "run_matmul",
     "sdc_suspects",
 ]
+
+
+#: Untimed matmuls before the timed ones: an idle GPU takes a few ms to raise its clocks.
+WARMUP_ITERS = 5
 
 
 def matmul_tflops(n: int, seconds: float, iters: int) -> float:
@@ -91,8 +96,10 @@ def run_matmul(device: Any, *, n: int = 8192, iters: int = 50, seed: int = 0,
     a, b = inputs if inputs is not None else _inputs(n, seed)
     a, b = a.to(device), b.to(device)
     with torch.no_grad():
-        c = a @ b  # warm-up, and the result every GPU is compared on
+        c = a @ b  # the result every GPU is compared on
         result = digest(c)
+        for _ in range(WARMUP_ITERS):  # let clocks ramp up from idle before timing
+            torch.matmul(a, b, out=c)
         _sync(device)
         start = time.perf_counter()
         for _ in range(iters):
@@ -119,11 +126,28 @@ def run_copy(device: Any, *, nbytes: int = 1 << 30, iters: int = 20) -> float:
 
 @dataclass(frozen=True, slots=True)
 class ComputeResult:
-    """Per GPU index: matmul TFLOP/s, result digest, copy GB/s."""
+    """Per CUDA device index: matmul TFLOP/s, result digest, copy GB/s, and the device's UUID
+    (`GPU-...`, as NVML spells it) so that results name the same GPU NVML does: CUDA numbers
+    devices fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES
+    renumbers them."""
 
     tflops: dict[int, float]
     digests: dict[int, str]
     copy_gb_s: dict[int, float]
+    uuids: dict[int, str] = field(default_factory=dict)
+
+
+def device_uuid(device: Any) -> str | None:
+    """`GPU-5b3e...` of a CUDA device, or None (CPU, or a torch without `.uuid`)."""
+    import torch
+
+    if getattr(device, "type", "") != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
 def run_compute_sanity(devices: list[Any] | None = None, *, n: int = 8192, iters: int = 50,
@@ -137,8 +161,10 @@ def run_compute_sanity(devices: list[Any] | None = None, *, n: int = 8192, iters
                                f"{torch.version.cuda or 'none'})")
         devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     inputs = _inputs(n, seed=0)
-    tflops, digests, copies = {}, {}, {}
+    tflops, digests, copies, uuids = {}, {}, {}, {}
     for i, device in enumerate(devices):
         tflops[i], digests[i] = run_matmul(device, n=n, iters=iters, inputs=inputs)
         copies[i] = run_copy(device, nbytes=copy_bytes, iters=copy_iters)
-    return ComputeResult(tflops, digests, copies)
+        if (uuid := device_uuid(device)) is not None:
+            uuids[i] = uuid
+    return ComputeResult(tflops, digests, copies, uuids)
