@@ -11,6 +11,7 @@ from harness.parsers.nvidia_smi import (
     parse_nvidia_smi,
     parse_smi_csv,
     parse_smi_query,
+    parse_smi_table,
     parse_smi_xml,
 )
 
@@ -128,6 +129,35 @@ def test_zero_gpus_attached():
 def test_query_garbage(text: str):
     with pytest.raises(ParseError, match=r"no `GPU 0000xxxx:BB:DD\.F` section"):
         parse_smi_query(text)
+
+
+# ---- plain table ----
+
+@pytest.mark.parametrize(("name", "driver", "cuda", "rows"), [
+    ("table-470-v100-old-layout.txt", "470.129.06", "11.4", [
+        (0, "Tesla V100-PCIE...", "00000000:1B:00.0", 0, 30.0, "P0", 25.0, True, False),
+        (1, "Tesla V100-PCIE...", "00000000:1C:00.0", 0, 29.0, "P0", 25.0, True, False),
+        (2, "Tesla V100-PCIE...", "00000000:1D:00.0", 0, 31.0, "P0", 35.0, True, False),
+        (3, "Tesla V100-PCIE...", "00000000:1E:00.0", 0, 29.0, "P0", 23.0, True, False)]),
+    ("table-550-a40-new-layout.txt", "550.127.05", "12.4", [
+        (0, "NVIDIA A40", "00000000:4F:00.0", 0, 29.0, "P8", 23.0, True, False),
+        (1, "NVIDIA A40", "00000000:52:00.0", 0, 30.0, "P8", 24.0, True, False),
+        (2, "NVIDIA A40", "00000000:53:00.0", 0, 27.0, "P8", 15.0, True, False)]),
+    ("table-faulted-gpu-err.txt", "550.127.05", "12.4", [
+        (0, "NVIDIA H100 80GB HBM3", "00000000:53:00.0", 0, 34.0, "P0", 71.0, True, False),
+        (1, "NVIDIA H100 80GB HBM3", "00000000:64:00.0", 2, None, None, None, True, True)]),
+])
+def test_plain_table(name, driver, cuda, rows):
+    inv = parse_nvidia_smi(_read(name))
+    assert (inv.source, inv.driver_version, inv.cuda_version) == ("nvidia-smi", driver, cuda)
+    assert [(g.index, g.name, g.bus_id, g.ecc_uncorrected_volatile, g.temperature_c,
+             g.performance_state, g.power_draw_w, g.persistence_mode, g.requires_reset)
+            for g in inv.gpus] == rows
+
+
+def test_plain_table_without_gpu_rows():
+    with pytest.raises(ParseError, match="no GPU rows"):
+        parse_smi_table("| NVIDIA-SMI 550.127.05   Driver Version: 550.127.05 |\n")
 
 
 # ---- XML ----

@@ -1,6 +1,7 @@
 """`nvidia-smi -q` text (Linux and Windows drivers, old and new ECC layouts), `nvidia-smi -q -x`
-XML, and `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` (one row per GPU, or
-rows that are samples of a `-l` time series), read into the GpuInventory NVML also produces."""
+XML, the plain `nvidia-smi` table, and `nvidia-smi --query-gpu=... --format=csv[,noheader]
+[,nounits]` (one row per GPU, or rows that are samples of a `-l` time series), read into the
+GpuInventory NVML also produces."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ __all__ = [
     "parse_nvidia_smi",
     "parse_smi_csv",
     "parse_smi_query",
+    "parse_smi_table",
     "parse_smi_xml",
 ]
 
@@ -223,6 +225,59 @@ def parse_smi_query(text: str) -> GpuInventory:
         raise ParseError("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
     gpus = tuple(_gpu_from_block(i, b) for i, b in enumerate(q.blocks))
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus)
+
+
+# ---- the plain `nvidia-smi` table ----
+
+_TABLE_VERSIONS = re.compile(
+    r"Driver Version:\s*(?P<driver>[\d.]+)(?:.*?CUDA Version:\s*(?P<cuda>[\d.]+))?"
+)
+# `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`
+_TABLE_ROW1 = re.compile(
+    rf"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<pm>On|Off)\s*\|\s*(?P<bus>{_BUS})\s+\S+\s*"
+    r"\|\s*(?P<ecc>\S+)\s*\|\s*$"
+)
+# `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
+_TABLE_ROW2 = re.compile(
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*\S+\s*"
+    r"\|\s*\S+\s*/\s*(?P<mem>\S+)\s*\|"
+)
+
+
+def parse_smi_table(text: str) -> GpuInventory:
+    """Parse the plain `nvidia-smi` summary table. Reads `| NVIDIA-SMI 550.127.05  Driver
+    Version: 550.127.05  CUDA Version: 12.4 |` and per GPU `|   0  NVIDIA A40   On  |
+    00000000:4F:00.0 Off |   0 |` then `|  0%   29C    P8   23W /  300W | ... |`. Names may
+    be cut (`Tesla V100-PCIE...`); `ERR!` in a GPU's row means the driver cannot read it (the
+    GPU is reported as requiring a reset)."""
+    lines = read_text(io.StringIO(text)).split("\n")
+    versions = next((m for ln in lines if (m := _TABLE_VERSIONS.search(ln))), None)
+    gpus: list[GpuInfo] = []
+    for n, line in enumerate(lines):
+        m = _TABLE_ROW1.match(line.strip())
+        if not m:
+            continue
+        row2 = _TABLE_ROW2.match(lines[n + 1].strip()) if n + 1 < len(lines) else None
+        err = "ERR!" in line or (n + 1 < len(lines) and "ERR!" in lines[n + 1])
+        memory_mib = _num(row2["mem"]) if row2 else None
+        perf = _clean(row2["perf"]) if row2 else None
+        gpus.append(GpuInfo(
+            index=int(m["index"]),
+            name=m["name"].strip(),
+            bus_id=m["bus"],
+            memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+            ecc_uncorrected_volatile=_int(m["ecc"]) if m["ecc"] != "ERR!" else None,
+            temperature_c=_num(row2["temp"]) if row2 else None,
+            power_draw_w=_num(row2["power"]) if row2 else None,
+            persistence_mode=m["pm"] == "On",
+            performance_state=perf if perf and perf.startswith("P") else None,
+            requires_reset=err,
+        ))
+    if not gpus:
+        raise ParseError("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
+                         "in the nvidia-smi table")
+    return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
+                        versions["cuda"] if versions else None, tuple(gpus))
 
 
 # ---- XML (-q -x) ----
@@ -432,11 +487,14 @@ def _reason(column: str) -> str | None:
 
 
 def parse_nvidia_smi(text: str) -> GpuInventory:
-    """`nvidia-smi -q` text, `-q -x` XML or a `--query-gpu` CSV, whichever the text is."""
+    """`nvidia-smi -q` text, `-q -x` XML, the plain `nvidia-smi` table or a `--query-gpu` CSV,
+    whichever the text is."""
     if "<nvidia_smi_log" in text[:2000]:
         return parse_smi_xml(text)
     if "NVSMI LOG" in text or _ANY_GPU_HEADER.search(text):
         return parse_smi_query(text)
+    if "NVIDIA-SMI" in text and "Persistence-M" in text:
+        return parse_smi_table(text)
     return parse_smi_csv(text).inventory
 
 
