@@ -75,6 +75,25 @@ def test_text_table_wrapped_message_cut_mid_table():
     assert sorted(r.gpu for r in diag.results if r.status == "pass") == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_v4_test_summary_fail_with_passing_gpus():
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Integration", "tests": [{
+        "name": "pcie",
+        "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}],
+        "test_summary": {"status": "Fail", "warnings": [
+            {"warning": "There was an internal error during the test"}]}}]}]}}
+    import json
+
+    diag = parse_dcgm_diag(json.dumps(doc))
+    assert [(r.test, r.gpu, r.message) for r in diag.failed] == [
+        ("pcie", None, "There was an internal error during the test")]
+
+
+def test_top_level_errors_list():
+    diag = parse_dcgm_diag('{"DCGM Diagnostic": {"test_categories": []}, '
+                           '"errors": [{"error": "NVVS exited unexpectedly"}]}')
+    assert diag.passed is False and diag.errors == ("NVVS exited unexpectedly",)
+
+
 def test_runtime_error_document_fails():
     diag = parse_dcgm_diag('{"DCGM GPU Diagnostic": {"runtime_error": "NVVS failed to start"}}')
     assert diag.passed is False and diag.errors == ("NVVS failed to start",)

@@ -114,14 +114,23 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
     results = []
     for test in tests:
         name = str(test.get("name", "?"))
+        mine = []
         for result in test.get("results") or []:
             if not isinstance(result, dict):
                 continue
             for gpu in _gpu_ids(result):
-                results.append(DcgmResult(name, gpu, _status(result.get("status")),
-                                          _messages(result)))
+                mine.append(DcgmResult(name, gpu, _status(result.get("status")),
+                                       _messages(result)))
+        # DCGM 4: a test can fail as a whole (an internal error) while every GPU passed.
+        summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
+        if _status(summary.get("status")) == "fail" and not any(r.status == "fail" for r in mine):
+            mine.append(DcgmResult(name, None, "fail", _messages(summary)))
+        results += mine
     errors = [str(body[k]) for k in ("runtime_error", "error") if body.get(k)]
     errors += [str(doc[k]) for k in ("runtime_error", "error") if doc.get(k) and doc is not body]
+    for item in doc.get("errors") or []:
+        text = _messages({"errors": [item]}) if isinstance(item, dict) else str(item)
+        errors.append(text or str(item))
     if not results and not errors:
         raise ParseError("dcgmi diag JSON holds no test results")
     return DcgmDiag(str(version) if version else None, str(driver) if driver else None,
