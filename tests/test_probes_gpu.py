@@ -271,6 +271,17 @@ def test_no_journal_falls_back_to_dmesg(bin_dir: Path):
     assert [e.xid for e in gpu.read_kernel_log(env={}).events] == [32, 32]
 
 
+def test_journal_hidden_from_this_user_falls_back_to_dmesg(bin_dir: Path):
+    _tool(bin_dir, "journalctl", "echo 'Hint: You are currently not seeing messages from other "
+          "users and the system.' >&2; echo '-- No entries --'")
+    _tool(bin_dir, "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' "
+          ">&2; exit 1")
+    with pytest.raises(ProbeError, match=re.escape(
+            "`journalctl -k -o short-iso --no-pager -b`: this user may not read the system "
+            "journal (needs group adm or systemd-journal); `dmesg` exited with status 1")):
+        gpu.read_kernel_log(env={})
+
+
 def test_unreadable_kernel_log_is_a_probe_error(bin_dir: Path):
     _tool(bin_dir, "journalctl", "sleep 30")
     _tool(bin_dir, "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' "

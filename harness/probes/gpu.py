@@ -377,6 +377,13 @@ def run_dcgm_diag(level: int, *, timeout_s: float | None = None,
         raise ProbeError(f"{res.describe()}; no diagnostic result in its output ({exc})") from None
 
 
+#: journalctl output that means it could not see the kernel's messages.
+_JOURNAL_BLIND = (
+    ("No journal files were found", "no journal files in this container"),
+    ("not seeing messages from other users and the system",
+     "this user may not read the system journal (needs group adm or systemd-journal)"),
+)
+
 #: Environment variable naming a saved kernel log to read instead of journalctl / dmesg.
 KERNEL_LOG_ENV = "PREFLIGHT_KERNEL_LOG"
 
@@ -406,11 +413,12 @@ def read_kernel_log(
     tried = []
     for argv in (journal, ["dmesg"]):
         res = proc.run(argv, timeout_s=timeout_s)
-        no_journal = "No journal files were found" in res.stderr
-        if res.ok and not no_journal:
+        # journalctl succeeds with nothing to show when there is no journal, or when the user
+        # may not read the system's messages: neither means "no XIDs".
+        blind = next((why for marker, why in _JOURNAL_BLIND if marker in res.output), None)
+        if res.ok and not blind:
             return parse_kernel_log(res.stdout, require_kernel_lines=False)
-        tried.append(res.describe() if not no_journal else
-                     f"`{' '.join(argv)}`: no journal files in this container")
+        tried.append(f"`{' '.join(argv)}`: {blind}" if blind else res.describe())
     raise ProbeError("cannot read the kernel log for XID errors: " + "; ".join(tried)
                      + f". Give the container CAP_SYSLOG or set {KERNEL_LOG_ENV}=FILE to a copy "
                      "of the host's kernel log")
