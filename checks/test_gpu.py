@@ -216,7 +216,8 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
     off = [f"{gpu_label(g)}: persistence mode "
            f"{'off' if g.persistence_mode is False else 'not reported'}"
-           for g in gpu_inventory.gpus if not g.persistence_mode]
+           for g in gpu_inventory.gpus
+           if not g.persistence_mode and not (g.persistence_mode is None and g.requires_reset)]
     expect_none("GPUs without persistence mode", off)
 
 
@@ -432,6 +433,10 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: Any,
 )
 def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
+    for g in gpu_inventory.gpus:
+        if g.query_errors and not g.requires_reset:
+            warn(f"{gpu_label(g)}: NVML could not read: {'; '.join(g.query_errors)} -> "
+                 f"{MONITOR}", remedy=ACTION_REMEDY[MONITOR])
     _judge("GPUs lost or requiring a reset", _found(gpu_inventory, reset_problems))
 
 

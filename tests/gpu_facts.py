@@ -80,6 +80,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                           "throttle_reasons": ("HW Slowdown",
                                                                "HW Thermal Slowdown")})),
     "persistence": _with(gpu_inventory=node(gpu0={"persistence_mode": False})),
+    "query_errors": _with(gpu_inventory=node(gpu4={
+        "temperature_c": None, "query_errors": ("nvmlDeviceGetTemperature: Unknown Error",)})),
     "pcie": _with(gpu_inventory=node(gpu5={"pcie_width_current": 8})),
     "nvlink": _with(
         gpu_inventory=node(gpu1={"nvlinks_active": tuple(range(16)),
@@ -107,6 +109,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                        gpu1={"fabric_status": "Unknown Error"},
                                        gpu2={"fabric_state": None, "fabric_status": None})),
     "lost": _with(gpu_inventory=node(gpu6={"requires_reset": True, "name": None,
-                                           "temperature_c": None},
+                                           "temperature_c": None, "persistence_mode": None},
                                      gpu2={"recovery_action": "Node Reboot"})),
 }

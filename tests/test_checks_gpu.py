@@ -136,6 +136,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"{GPU[0]}: fabric state In Progress, status Success (is nvidia-fabricmanager "
         f"running?) -> reboot; {GPU[1]}: fabric state Completed, status Unknown Error (is "
         f"nvidia-fabricmanager running?) -> reboot; {ACT_REBOOT}"))},
+    "query_errors": {"PF-GPU-016": ("warn", (
+        f"[PF-GPU-016] {GPU[4]}: NVML could not read: nvmlDeviceGetTemperature: Unknown "
+        f"Error -> monitor; {ACT_MONITOR}"))},
     "lost": {"PF-GPU-016": ("fail", (
         f"[PF-GPU-016] GPUs lost or requiring a reset: 2 found, {NONE_FOR}: {GPU[2]}: the "
         f"driver asks for recovery: Node Reboot -> reboot; {GPU[6]}: GPU is lost or requires a "
