@@ -170,9 +170,20 @@ def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventor
     "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again.",
     remedy="see the action named for each GPU (XID catalogue: harness/gpu.py)",
 )
-def test_no_serious_xid(profile: Profile, xid_events: tuple[Any, ...],
-                        request: pytest.FixtureRequest):
+def test_no_serious_xid(profile: Profile, tier: str, request: pytest.FixtureRequest):
     _require_gpus(profile)
+    try:
+        xid_events: tuple[Any, ...] = request.getfixturevalue("xid_events")
+    except ProbeError as exc:
+        if tier != "preflight":
+            raise
+        # Many training containers may read neither the journal nor dmesg (dmesg_restrict, no
+        # CAP_SYSLOG): failing every job for that would make the preflight unusable there. The
+        # preflight tier warns; certify and diagnose, run where the log is readable, fail.
+        warn(f"XIDs not judged: {exc}", remedy="mount the host journal or set "
+             "PREFLIGHT_KERNEL_LOG to a copy of the kernel log; `--tier certify` treats this as "
+             "an error")
+        return
     inventory = _inventory_or_none(request)
     grouped: dict[tuple[str, int], list[Any]] = {}
     for event in xid_events:

@@ -219,3 +219,41 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
     assert errors["PF-GPU-012"].startswith(
         "[PF-GPU-012] `dcgmi diag -r 1 -j` could not run: command not found")
     assert errors["PF-GPU-013"].startswith("[PF-GPU-013] compute sanity could not run: torch ")
+
+
+UNREADABLE_LOG = '''
+import pytest
+from harness.checking import ProbeError
+from tests.gpu_facts import SCENARIOS
+
+FACTS = SCENARIOS["healthy"]
+
+
+@pytest.fixture(scope="session")
+def gpu_inventory():
+    return FACTS["gpu_inventory"]
+
+
+@pytest.fixture(scope="session")
+def xid_events():
+    raise ProbeError("cannot read the kernel log for XID errors: dmesg: read kernel buffer "
+                     "failed: Operation not permitted")
+'''
+
+
+@pytest.mark.parametrize(("tier", "outcome"), [("preflight", "warn"), ("certify", "error")])
+def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
+    pytester: pytest.Pytester, tier: str, outcome: str
+):
+    pytester.makeconftest(UNREADABLE_LOG)
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5.48xlarge", "--preflight-tier", tier,
+                                  "--preflight-results", str(results), "-k", "xid")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    (result,) = [r for r in records if r.get("event") == "result"]
+    assert result["outcome"] == outcome
+    assert "Operation not permitted" in result["message"]
+    if outcome == "warn":
+        assert result["message"].startswith("[PF-GPU-006] XIDs not judged: cannot read the kernel")
