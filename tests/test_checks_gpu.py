@@ -257,3 +257,28 @@ def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
     assert "Operation not permitted" in result["message"]
     if outcome == "warn":
         assert result["message"].startswith("[PF-GPU-006] XIDs not judged: cannot read the kernel")
+
+
+DCGM_EXPLODES = '''
+import pytest
+
+@pytest.fixture(scope="session")
+def dcgm_diag():
+    raise AssertionError("dcgmi must not run when the profile sets level 0")
+'''
+
+
+def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
+    pytester.makeconftest(DCGM_EXPLODES)
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    (pytester.path / "p.toml").write_text(
+        '[profiles."p5-nodcgm"]\nbase = "p5.48xlarge"\ndcgm_level = { preflight = 0 }\n')
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5-nodcgm",
+                                  "--preflight-profile-file", str(pytester.path / "p.toml"),
+                                  "--preflight-results", str(results), "-k", "dcgm")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    (result,) = [r for r in records if r.get("event") == "result"]
+    assert result["outcome"] == "skip"
+    assert "dcgm_level 0 for tier preflight" in result["message"]

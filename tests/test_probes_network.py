@@ -208,3 +208,13 @@ def test_cuda_device_count_reports_a_broken_python(tmp_path: Path):
 def test_cuda_device_count_reads_the_last_line(tmp_path: Path):
     _tool(tmp_path, "python", "echo 'UserWarning: CUDA initialization: no driver' >&2\necho 3")
     assert network.cuda_device_count(str(tmp_path / "python")) == 3
+
+
+def test_fi_info_found_in_the_efa_installer_dir_when_not_on_path(tmp_path, monkeypatch):
+    efa_bin = tmp_path / "efa" / "bin"
+    efa_bin.mkdir(parents=True)
+    _tool(efa_bin, "fi_info", "echo 'fi_info: 1.22.0amzn4.0'; echo 'libfabric: 1.22.0amzn4.0'")
+    monkeypatch.setattr(network, "EFA_BIN", str(efa_bin))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert network.fi_info_path() == str(efa_bin / "fi_info")
+    assert network.libfabric_version() == "1.22.0amzn4.0"

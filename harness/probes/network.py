@@ -98,9 +98,21 @@ def _ofi_version(lib: Path, sysroot: Path) -> str | None:
         return None
 
 
+#: Where the EFA installer puts fi_info when the image's PATH does not include it.
+EFA_BIN = "/opt/amazon/efa/bin"
+
+
+def fi_info_path() -> str:
+    """`fi_info` from PATH, else the EFA installer's copy, else the bare name (so that running it
+    reports `command not found`)."""
+    if proc.which("fi_info"):
+        return "fi_info"
+    return proc.which("fi_info", path=EFA_BIN) or "fi_info"
+
+
 def libfabric_version(timeout_s: float = 10.0) -> str | None:
     """`libfabric: 1.22.0amzn4.0` from `fi_info --version`; None when fi_info is absent/broken."""
-    result = proc.run(["fi_info", "--version"], timeout_s=timeout_s)
+    result = proc.run([fi_info_path(), "--version"], timeout_s=timeout_s)
     if not result.ok:
         return None
     m = re.search(r"^libfabric:\s*(\S+)", result.stdout, re.M)
@@ -181,7 +193,7 @@ class FiInfoProbe:
 def query_fi_info(provider: str | None = "efa", timeout_s: float = 15.0) -> FiInfoProbe:
     """Run `fi_info [-p provider]`. fi_info exits non-zero (printing `-61`) when the provider
     is absent: that is a fact (info.error_code), not a probe failure."""
-    argv = ["fi_info"] + (["-p", provider] if provider else [])
+    argv = [fi_info_path()] + (["-p", provider] if provider else [])
     result = proc.run(argv, timeout_s=timeout_s)
     if result.error is not None or result.timed_out:
         return FiInfoProbe(result, None, result.describe())
