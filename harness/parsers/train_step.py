@@ -22,7 +22,7 @@ class Failure:
     """Why the step did not run: a stable kind and a one-line message with the key numbers."""
 
     kind: str
-    """te_import, cuda_oom, nccl_timeout, nccl_error, collective_timeout, abort_at_exit,
+    """no_gpu, te_import, cuda_oom, nccl_timeout, nccl_error, collective_timeout, abort_at_exit,
     peer_lost, exception."""
     message: str
     rank: int | None = None
@@ -30,7 +30,7 @@ class Failure:
 
 #: Root causes first: when ranks fail differently (one OOMs, its peer then loses the
 #: connection), the earliest kind in this order is the one reported.
-KIND_ORDER = ("te_import", "cuda_oom", "nccl_timeout", "nccl_error", "collective_timeout",
+KIND_ORDER = ("no_gpu", "te_import", "cuda_oom", "nccl_timeout", "nccl_error", "collective_timeout",
               "abort_at_exit", "peer_lost", "exception")
 
 _TE_LINE = re.compile(
@@ -60,6 +60,7 @@ _ABORT = re.compile(r"terminate called (?:without an active exception|after thro
 _PEER = re.compile(r"Connection (?:closed|reset) by peer[^\n]*")
 _EXCEPTION = re.compile(r"^(?:\[rank\d+\]: )?(?P<line>(?:[\w.]+\.)?\w*(?:Error|Exception): .+)$",
                         re.M)
+_NO_GPU = re.compile(r"no GPU for LOCAL_RANK \d+: torch sees \d+ CUDA devices[^\n]*")
 _RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]")
 
 
@@ -67,6 +68,11 @@ def _rank_of(text: str, pos: int) -> int | None:
     start = text.rfind("\n", 0, pos) + 1
     m = _RANK_PREFIX.search(text, start, pos + 1)
     return int(m.group("rank")) if m else None
+
+
+def _no_gpu(text: str) -> Failure | None:
+    m = _NO_GPU.search(text)
+    return Failure("no_gpu", m.group(0), _rank_of(text, m.start())) if m else None
 
 
 def _oom(text: str) -> Failure | None:
@@ -143,7 +149,7 @@ def _exception(text: str) -> Failure | None:
     return Failure("exception", m.group("line").strip()[:500], _rank_of(text, m.start()))
 
 
-_CLASSIFIERS = (_te, _oom, _nccl, _gloo, _abort, _peer, _exception)
+_CLASSIFIERS = (_no_gpu, _te, _oom, _nccl, _gloo, _abort, _peer, _exception)
 
 
 def classify_failure(text: str) -> Failure:

@@ -26,6 +26,7 @@ __all__ = [
     "RecipePlan",
     "TeInfo",
     "Tolerance",
+    "TrainStepRun",
     "main",
     "parse_fault",
     "probe_te",
@@ -275,21 +276,43 @@ def torchrun_argv(
     return argv + list(extra)
 
 
+@dataclass(frozen=True, slots=True)
+class TrainStepRun:
+    """One launch of the step: the torchrun process, what its output said, and how long it took."""
+
+    proc: proc.ProcResult
+    output: Any
+    """`harness.parsers.train_step.TrainStepOutput`, or None when nothing in it was recognised."""
+    parse_error: str | None
+    nproc: int
+
+    @property
+    def wall_s(self) -> float:
+        return self.proc.duration_s
+
+
 def run_train_step(
     nproc: int,
     *,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     **options: Any,
-) -> proc.ProcResult:
+) -> TrainStepRun:
     """Launch the step under torchrun with `env` (the trainer's environment) and a hard timeout;
     the harness package is put first on PYTHONPATH so the ranks can import it."""
+    from harness.parsers import ParseError
+    from harness.parsers.train_step import parse_train_step
+
     env = dict(os.environ if env is None else env)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     options.setdefault("pg_timeout_s", max(5.0, timeout_s / 2))
-    return proc.run(torchrun_argv(nproc, **options), timeout_s=timeout_s, env=env)
+    result = proc.run(torchrun_argv(nproc, **options), timeout_s=timeout_s, env=env)
+    try:
+        return TrainStepRun(result, parse_train_step(result.output), None, nproc)
+    except ParseError as exc:
+        return TrainStepRun(result, None, str(exc), nproc)
 
 
 def _parser() -> argparse.ArgumentParser:

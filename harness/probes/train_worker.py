@@ -307,8 +307,12 @@ def _device(choice: str) -> torch.device:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     count = torch.cuda.device_count()
     if local >= count:
-        raise RuntimeError(f"LOCAL_RANK {local} but only {count} CUDA devices are visible "
-                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"no GPU for LOCAL_RANK {local}: torch sees {count} CUDA devices (CUDA_VISIBLE_DEVICES="
+            f"{'unset' if visible is None else repr(visible)}; torch {torch.__version__}, built "
+            f"for CUDA {torch.version.cuda})"
+        )
     torch.cuda.set_device(local)
     return torch.device("cuda", local)
 
