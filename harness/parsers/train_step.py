@@ -41,11 +41,11 @@ _TE_LINE = re.compile(
 # torch >= 2.1: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
 # 79.10 GiB of which 1.23 GiB is free."; older: "... (GPU 0; 15.78 GiB total capacity; ...".
 _OOM = re.compile(r"out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)", re.I)
-_OOM_GPU = re.compile(r"GPU (?P<gpu>\d+)(?: has a total capacity of|;) (?P<total>[\d.]+ [KMGT]?i?B)"
+_OOM_GPU = re.compile(r"GPU (?P<gpu>\d+)(?: has a total capac\w* of|;) (?P<total>[\d.]+ [KMGT]?i?B)"
                       r"(?: total capacity)?")
 _OOM_FREE = re.compile(r"(?:of which|;) (?P<free>[\d.]+ [KMGT]?i?B|0 bytes) (?:is )?free")
 _NCCL_WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\([^)]*\)) ran for "
+    r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\(.*?\)) ran for "
     r"(?P<ms>\d+) milliseconds"
 )
 _NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[:,]? ?(?P<what>[^\n]*)")
