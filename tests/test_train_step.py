@@ -195,7 +195,11 @@ def _check_results(pytester, monkeypatch, *args, env=None) -> dict[str, tuple[st
 
 
 def test_checks_pass_on_a_real_cpu_run(pytester, monkeypatch):
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu")
+    # a generous budget: this test must not depend on how busy the machine is
+    (pytester.path / "profiles.toml").write_text(
+        '[profiles."slow-cpu"]\nbase = "local-cpu"\ntrain_step_budget_s = 600.0\n')
+    got = _check_results(pytester, monkeypatch, "--preflight-profile", "slow-cpu",
+                         "--preflight-profile-file", "profiles.toml")
     assert {k: v[0] for k, v in got.items()} == {
         "PF-TRAIN-001": "pass", "PF-TRAIN-002": "skip", "PF-TRAIN-003": "pass",
         "PF-TRAIN-004": "pass", "PF-TRAIN-005": "pass", "PF-TRAIN-006": "pass",
@@ -230,7 +234,7 @@ def test_nan_loss_on_one_rank_fails_the_finite_check(pytester, monkeypatch):
     assert got["PF-TRAIN-004"][0] == "fail"
 
 
-def _canned(pytester, name: str, returncode: int, edit=None) -> None:
+def _canned(pytester, name: str, returncode: int, edit=None, duration_s: float = 3.0) -> None:
     text = (DATA / name).read_text()
     if edit is not None:
         lines = text.splitlines()
@@ -248,7 +252,8 @@ from harness.proc import ProcResult
 @pytest.fixture(scope="session")
 def train_step():
     text = Path("run.txt").read_text()
-    proc = ProcResult(("torchrun",), {returncode}, text, "", duration_s=3.0, timeout_s=60.0)
+    proc = ProcResult(("torchrun",), {returncode}, text, "", duration_s={duration_s},
+                      timeout_s=60.0)
     return TrainStepRun(proc, parse_train_step(text), None, 2)
 """)
 
@@ -302,6 +307,15 @@ def test_te_optional_and_absent_only_warns(pytester, monkeypatch):
     assert outcome == "warn"
     assert message.startswith("[PF-TRAIN-002] recipe bf16 ran, fp8-delayed required for "
                               "p5.48xlarge (TransformerEngine not importable: AssertionError")
+
+
+def test_slow_step_fails_the_budget_check(pytester, monkeypatch):
+    _canned(pytester, "result_cpu_gloo.txt", 0, duration_s=41.5)
+    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu")
+    assert got["PF-TRAIN-008"] == ("fail", (
+        "[PF-TRAIN-008] training step check wall time 41.5 s > 30.0 s required for local-cpu; "
+        "look for other processes on the GPUs/CPUs; compare with the PF-GPU checks"))
+    assert got["PF-TRAIN-001"][0] == "pass"
 
 
 def test_parse_of_canned_result_used_above_is_clean():

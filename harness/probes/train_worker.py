@@ -383,7 +383,7 @@ def run(
 
     Exit is `os._exit` after flushing (unless `--teardown normal`): after a barrier and
     destroy_process_group, gloo/FSDP2 ranks still aborted in interpreter shutdown (`terminate
-    called without an active exception`, 2 of 30 runs here), so the rank skips the C++ static
+    called without an active exception`, 2 of 28 runs here), so the rank skips the C++ static
     destructors. On an exception this rank prints an error line and exits at once (no barrier:
     a peer may be gone), leaving torchrun to stop the others.
     """
