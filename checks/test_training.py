@@ -26,6 +26,8 @@ _SDC = ("possible silent data corruption or a stack bug: rerun on another node; 
 
 #: Remedy per failure kind (harness.parsers.train_step.KIND_ORDER).
 REMEDIES = {
+    "no_torch": "run preflight with the training image's python (the one with torch), or "
+    "install torch there",
     "no_gpu": "the profile expects GPUs on this node: check the instance type, the container's "
     "GPU access (--gpus all / the device plugin) and that torch is a CUDA build",
     "te_import": "install the TransformerEngine build made for this torch and CUDA "

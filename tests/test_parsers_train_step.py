@@ -101,6 +101,8 @@ def test_gloo_hang_reported_as_collective_timeout():
         ("RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 10000 ms",
          "collective_timeout"),
         ("ValueError: something else entirely", "exception"),
+        ("/usr/bin/python3: Error while finding module specification for "
+         "'torch.distributed.run' (ModuleNotFoundError: No module named 'torch')", "no_torch"),
     ],
 )
 def test_classify_failure_kinds(text, kind):

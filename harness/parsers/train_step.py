@@ -22,16 +22,15 @@ class Failure:
     """Why the step did not run: a stable kind and a one-line message with the key numbers."""
 
     kind: str
-    """no_gpu, te_import, cuda_oom, nccl_timeout, nccl_error, collective_timeout, abort_at_exit,
-    peer_lost, exception."""
+    """One of KIND_ORDER."""
     message: str
     rank: int | None = None
 
 
 #: Root causes first: when ranks fail differently (one OOMs, its peer then loses the
 #: connection), the earliest kind in this order is the one reported.
-KIND_ORDER = ("no_gpu", "te_import", "cuda_oom", "nccl_timeout", "nccl_error", "collective_timeout",
-              "abort_at_exit", "peer_lost", "exception")
+KIND_ORDER = ("no_torch", "no_gpu", "te_import", "cuda_oom", "nccl_timeout", "nccl_error",
+              "collective_timeout", "abort_at_exit", "peer_lost", "exception")
 
 _TE_LINE = re.compile(
     r"^.*(?:TransformerEngine package version mismatch|transformer_engine\S*\.so: undefined symbol"
@@ -60,6 +59,7 @@ _ABORT = re.compile(r"terminate called (?:without an active exception|after thro
 _PEER = re.compile(r"Connection (?:closed|reset) by peer[^\n]*")
 _EXCEPTION = re.compile(r"^(?:\[rank\d+\]: )?(?P<line>(?:[\w.]+\.)?\w*(?:Error|Exception): .+)$",
                         re.M)
+_NO_TORCH = re.compile(r"^.*No module named '?torch(?:\.distributed)?'?.*$", re.M)
 _NO_GPU = re.compile(r"no GPU for LOCAL_RANK \d+: torch sees \d+ CUDA devices[^\n]*")
 _RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]")
 
@@ -68,6 +68,13 @@ def _rank_of(text: str, pos: int) -> int | None:
     start = text.rfind("\n", 0, pos) + 1
     m = _RANK_PREFIX.search(text, start, pos + 1)
     return int(m.group("rank")) if m else None
+
+
+def _no_torch(text: str) -> Failure | None:
+    m = _NO_TORCH.search(text)
+    if not m:
+        return None
+    return Failure("no_torch", f"torch is not importable: {m.group(0).strip()[:300]}")
 
 
 def _no_gpu(text: str) -> Failure | None:
@@ -149,7 +156,7 @@ def _exception(text: str) -> Failure | None:
     return Failure("exception", m.group("line").strip()[:500], _rank_of(text, m.start()))
 
 
-_CLASSIFIERS = (_no_gpu, _te, _oom, _nccl, _gloo, _abort, _peer, _exception)
+_CLASSIFIERS = (_no_torch, _no_gpu, _te, _oom, _nccl, _gloo, _abort, _peer, _exception)
 
 
 def classify_failure(text: str) -> Failure:
