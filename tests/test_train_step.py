@@ -22,6 +22,7 @@ from harness.probes.train_step import (
     run_train_step,
     select_recipe,
 )
+from tests.conftest import copy_check_file, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "train_step"
@@ -182,23 +183,18 @@ def test_te_path_on_gpu():
 # --- the checks, through the plugin -----------------------------------------------------------
 
 
-def _check_results(pytester, monkeypatch, *args, env=None) -> dict[str, tuple[str, str]]:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    for key, value in (env or {}).items():
-        monkeypatch.setenv(key, value)
-    pytester.makepyfile(test_training=(ROOT / "checks" / "test_training.py").read_text())
-    results = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
-                                  "--preflight-results", str(results), *args)
-    records = [json.loads(line) for line in results.read_text().splitlines()]
-    return {r["id"]: (r["outcome"], r["message"]) for r in records if r["event"] == "result"}
+def _check_results(suite, *args) -> dict[str, tuple[str, str]]:
+    """Run checks/test_training.py through the plugin: (outcome, message) by check ID."""
+    copy_check_file(suite, "test_training.py")
+    _, by_id = run_checks(suite, *args)
+    return {k: (r["outcome"], r["message"]) for k, r in by_id.items()}
 
 
-def test_checks_pass_on_a_real_cpu_run(pytester, monkeypatch):
+def test_checks_pass_on_a_real_cpu_run(suite):
     # a generous budget: this test must not depend on how busy the machine is
-    (pytester.path / "profiles.toml").write_text(
+    (suite.path / "profiles.toml").write_text(
         '[profiles."slow-cpu"]\nbase = "local-cpu"\ntrain_step_budget_s = 600.0\n')
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "slow-cpu",
+    got = _check_results(suite, "--preflight-profile", "slow-cpu",
                          "--preflight-profile-file", "profiles.toml")
     assert {k: v[0] for k, v in got.items()} == {
         "PF-TRAIN-001": "pass", "PF-TRAIN-002": "skip", "PF-TRAIN-003": "pass",
@@ -207,9 +203,9 @@ def test_checks_pass_on_a_real_cpu_run(pytester, monkeypatch):
     }
 
 
-def test_perturbed_gradient_on_one_rank_fails_the_reference_checks(pytester, monkeypatch):
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu",
-                         env={"PREFLIGHT_TRAIN_FAULT": "grad-perturb,rank=1,scale=0.05"})
+def test_perturbed_gradient_on_one_rank_fails_the_reference_checks(suite, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_TRAIN_FAULT", "grad-perturb,rank=1,scale=0.05")
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
     outcome, message = got["PF-TRAIN-006"]
     assert outcome == "fail"
     assert message.startswith(
@@ -222,9 +218,9 @@ def test_perturbed_gradient_on_one_rank_fails_the_reference_checks(pytester, mon
     assert got["PF-TRAIN-001"][0] == got["PF-TRAIN-007"][0] == "pass"
 
 
-def test_nan_loss_on_one_rank_fails_the_finite_check(pytester, monkeypatch):
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu",
-                         env={"PREFLIGHT_TRAIN_FAULT": "nan,rank=1,step=2"})
+def test_nan_loss_on_one_rank_fails_the_finite_check(suite, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_TRAIN_FAULT", "nan,rank=1,step=2")
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
     outcome, message = got["PF-TRAIN-003"]
     assert outcome == "fail"
     assert message.startswith("[PF-TRAIN-003] ranks with a non-finite loss: 2 found, none "
@@ -234,15 +230,15 @@ def test_nan_loss_on_one_rank_fails_the_finite_check(pytester, monkeypatch):
     assert got["PF-TRAIN-004"][0] == "fail"
 
 
-def _canned(pytester, name: str, returncode: int, edit=None, duration_s: float = 3.0) -> None:
+def _canned(suite, name: str, returncode: int, edit=None, duration_s: float = 3.0) -> None:
     text = (DATA / name).read_text()
     if edit is not None:
         lines = text.splitlines()
         at = next(i for i, line in enumerate(lines) if line.startswith('{"schema"'))
         lines[at] = json.dumps(edit(json.loads(lines[at])))
         text = "\n".join(lines) + "\n"
-    (pytester.path / "run.txt").write_text(text)
-    pytester.makeconftest(f"""
+    (suite.path / "run.txt").write_text(text)
+    suite.makeconftest(f"""
 import pytest
 from pathlib import Path
 from harness.parsers.train_step import parse_train_step
@@ -258,9 +254,9 @@ def train_step():
 """)
 
 
-def test_oom_run_fails_completion_check_with_allocation(pytester, monkeypatch):
-    _canned(pytester, "oom_torch25_fsdp.txt", 1)
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu")
+def test_oom_run_fails_completion_check_with_allocation(suite):
+    _canned(suite, "oom_torch25_fsdp.txt", 1)
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-001"] == ("fail", (
         "[PF-TRAIN-001] training step failed: CUDA out of memory: tried to allocate 388.00 MiB "
         "on GPU 0 (9.68 GiB total, 95.75 MiB free); another process holds GPU memory "
@@ -270,9 +266,9 @@ def test_oom_run_fails_completion_check_with_allocation(pytester, monkeypatch):
         "on GPU 0 (9.68 GiB total, 95.75 MiB free) (see PF-TRAIN-001)"))
 
 
-def test_abort_at_exit_fails_completion_check(pytester, monkeypatch):
-    _canned(pytester, "abort_at_exit_gloo.txt", 1)
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu")
+def test_abort_at_exit_fails_completion_check(suite):
+    _canned(suite, "abort_at_exit_gloo.txt", 1)
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-001"][0] == "fail"
     assert got["PF-TRAIN-001"][1].startswith(
         "[PF-TRAIN-001] training step finished but torchrun exited with status 1: a rank "
@@ -288,11 +284,11 @@ def _te_missing(result: dict) -> dict:
             "tolerance": {"loss_rel": 1e-2, "update_rel": 5e-2}}
 
 
-def test_te_required_but_absent_fails_with_the_import_error(pytester, monkeypatch):
-    _canned(pytester, "result_cpu_gloo.txt", 0, edit=_te_missing)
-    (pytester.path / "profiles.toml").write_text(
+def test_te_required_but_absent_fails_with_the_import_error(suite):
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=_te_missing)
+    (suite.path / "profiles.toml").write_text(
         '[profiles."p5-te"]\nbase = "p5.48xlarge"\nte_required = true\n')
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "p5-te",
+    got = _check_results(suite, "--preflight-profile", "p5-te",
                          "--preflight-profile-file", "profiles.toml")
     assert got["PF-TRAIN-002"] == ("fail", (
         "[PF-TRAIN-002] TransformerEngine required for p5-te, the step ran plain torch bf16: "
@@ -300,18 +296,18 @@ def test_te_required_but_absent_fails_with_the_import_error(pytester, monkeypatc
         "error), or fix the profile's te_recipe for this GPU"))
 
 
-def test_te_optional_and_absent_only_warns(pytester, monkeypatch):
-    _canned(pytester, "result_cpu_gloo.txt", 0, edit=_te_missing)
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "p5.48xlarge")
+def test_te_optional_and_absent_only_warns(suite):
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=_te_missing)
+    got = _check_results(suite, "--preflight-profile", "p5.48xlarge")
     outcome, message = got["PF-TRAIN-002"]
     assert outcome == "warn"
     assert message.startswith("[PF-TRAIN-002] recipe bf16 ran, fp8-delayed required for "
                               "p5.48xlarge (TransformerEngine not importable: AssertionError")
 
 
-def test_slow_step_fails_the_budget_check(pytester, monkeypatch):
-    _canned(pytester, "result_cpu_gloo.txt", 0, duration_s=41.5)
-    got = _check_results(pytester, monkeypatch, "--preflight-profile", "local-cpu")
+def test_slow_step_fails_the_budget_check(suite):
+    _canned(suite, "result_cpu_gloo.txt", 0, duration_s=41.5)
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-008"] == ("fail", (
         "[PF-TRAIN-008] training step check wall time 41.5 s > 30.0 s required for local-cpu; "
         "look for other processes on the GPUs/CPUs; compare with the PF-GPU checks"))
