@@ -8,6 +8,7 @@ abort rate of a normal interpreter exit after barrier + destroy_process_group (t
 `hard`, is what the check uses).
 
     python bench/bench_train_step_teardown.py [--runs 50] [--nproc 2] [--teardown hard|normal]
+        [--cpu-dtype fp32|bf16]
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ def tagged_pids(tag: str) -> list[int]:
     return found
 
 
-def one_run(index: int, nproc: int, teardown: str) -> dict:
+def one_run(index: int, nproc: int, teardown: str, dtype: str) -> dict:
     """One launch. Not through harness.proc.run on purpose: its process-group kill after the
     leader exits would hide exactly the leftover ranks this bench counts."""
     tag = f"{os.getpid()}-{index}"
     env = {**os.environ, TAG_ENV: tag, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    argv = torchrun_argv(nproc, device="cpu", pg_timeout_s=30, extra=(f"--teardown={teardown}",))
+    argv = torchrun_argv(nproc, device="cpu", dtype=dtype, pg_timeout_s=30,
+                         extra=(f"--teardown={teardown}",))
     start = time.monotonic()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
@@ -91,11 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--teardown", choices=("hard", "normal"), default="hard")
+    parser.add_argument("--cpu-dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = parser.parse_args(argv)
     runs = []
     for i in range(args.runs):
-        run = one_run(i, args.nproc, args.teardown)
+        run = one_run(i, args.nproc, args.teardown, args.cpu_dtype)
         runs.append(run)
         bad = run["returncode"] != 0 or run["leftover_pids"] or not run["result"]
         print(f"run {i + 1:3d}/{args.runs}: rc={run['returncode']} {run['duration_s']:.2f} s"
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     durations = sorted(r["duration_s"] for r in runs)
     summary = {
         "bench": "train_step_teardown", "runs": len(runs), "nproc": args.nproc,
-        "teardown": args.teardown,
+        "teardown": args.teardown, "cpu_dtype": args.cpu_dtype,
         "nonzero_exit": sum(r["returncode"] != 0 for r in runs),
         "sigabrt": sum(r["sigabrt"] for r in runs),
         "terminate_called": sum(r["terminate_called"] for r in runs),
