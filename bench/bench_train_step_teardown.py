@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_s": round(durations[-1], 2),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"train_step_teardown_{args.teardown}.json").write_text(
+    (args.out / f"train_step_teardown_{args.teardown}_{args.cpu_dtype}.json").write_text(
         json.dumps({"summary": summary, "runs": runs}, indent=1))
     print(json.dumps(summary))
     clean = not (summary["nonzero_exit"] or summary["leftover_processes"] or summary["no_result"])
