@@ -115,6 +115,18 @@ def test_parse_fault_errors(text, error):
         parse_fault(text)
 
 
+@pytest.mark.parametrize(
+    ("profile", "tier", "timeout_s"),
+    [("local-cpu", "preflight", 110.0), ("p5.48xlarge", "preflight", 90.0),
+     ("p5.48xlarge", "certify", 90.0)],
+)
+def test_launch_timeout_inside_the_check_timeout(profile, tier, timeout_s):
+    from harness.fixtures.training import train_step_timeout_s
+    from harness.profiles import get_profile
+
+    assert train_step_timeout_s(get_profile(profile), tier) == timeout_s
+
+
 def test_modules_import_without_torch():
     code = ("import sys, harness.probes.train_step, harness.parsers.train_step, "
             "harness.fixtures.training, checks.test_training; print('torch' in sys.modules)")
