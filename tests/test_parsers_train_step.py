@@ -101,6 +101,10 @@ def test_gloo_hang_reported_as_collective_timeout():
         ("RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 10000 ms",
          "collective_timeout"),
         ("ValueError: something else entirely", "exception"),
+        ("RuntimeError: cudnn shared object not found", "te_import"),
+        ("RuntimeError: /opt/TransformerEngine/transformer_engine/common/gemm/cublaslt_gemm.cu:"
+         "354 in function cublas_gemm: cuBLAS Error: an unsupported value or parameter was "
+         "passed to the function", "exception"),
         ("/usr/bin/python3: Error while finding module specification for "
          "'torch.distributed.run' (ModuleNotFoundError: No module named 'torch')", "no_torch"),
     ],

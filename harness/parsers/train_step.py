@@ -32,9 +32,12 @@ class Failure:
 KIND_ORDER = ("no_torch", "no_gpu", "te_import", "cuda_oom", "nccl_timeout", "nccl_error",
               "collective_timeout", "abort_at_exit", "peer_lost", "exception")
 
+# Import-time failures only: a TE kernel's RuntimeError (its path names transformer_engine too)
+# is an `exception`, not an import error.
 _TE_LINE = re.compile(
     r"^.*(?:TransformerEngine package version mismatch|transformer_engine\S*\.so: undefined symbol"
-    r"|(?:Import|Assertion|Runtime|OS)Error:.*transformer.engine).*$",
+    r"|(?:Import|ModuleNotFound)Error:.*transformer.engine|Could not find shared object file for "
+    r"Transformer Engine|cudnn shared object not found).*$",
     re.M | re.I,
 )
 # torch >= 2.1: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
