@@ -139,7 +139,11 @@ LOCAL_CPU = Profile(
     name="local-cpu",
     description="A machine without GPUs or EFA (a laptop, CI): env and CPU checks only.",
     cpu_busbw_gb_s_min=0.05,
-    sources={"cpu_busbw_gb_s_min": "sanity floor; 2-core VM measured ~1.1 GB/s at 256 MB, gloo"},
+    train_step_budget_s=60.0,
+    sources={
+        "cpu_busbw_gb_s_min": "sanity floor; 2-core VM measured ~1.1 GB/s at 256 MB, gloo",
+        "train_step_budget_s": "2 gloo ranks on a 2-core VM: ~6 s idle, 27 s at load average 11",
+    },
 )
 
 _GPU_BASE = Profile(
