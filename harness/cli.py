@@ -61,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="parallel pytest-xdist workers for node-local checks: N or auto")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="show pytest's output and every measured value")
+    run.add_argument("--s3-uri", default=None,
+                     help="also upload the report folder to S3 URI/<date>/<job>/<host>/ "
+                     "(default: $PREFLIGHT_S3_URI); a failed upload is only a warning")
+    run.add_argument("--cloudwatch-namespace", default=None,
+                     help="also put key figures as CloudWatch metrics in this namespace "
+                     "(default: $PREFLIGHT_CW_NAMESPACE); a failed put is only a warning")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- then the training command to exec after a passing preflight")
 
@@ -139,6 +145,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     tier = args.tier or env.get("PREFLIGHT_TIER") or "preflight"
     if tier not in TIERS:
         raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
+    s3_uri = args.s3_uri or env.get("PREFLIGHT_S3_URI") or None
+    namespace = args.cloudwatch_namespace or env.get("PREFLIGHT_CW_NAMESPACE") or None
+    if s3_uri:
+        from harness.publish import parse_s3_uri
+
+        try:
+            parse_s3_uri(s3_uri)
+        except ValueError as exc:
+            raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
@@ -174,6 +189,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     write_report(report, report_dir, env)
     for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
         redact_file(report_dir / name, env)
+    if s3_uri or namespace:
+        from harness.publish import publish
+
+        publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
     print_summary(report, verbose=args.verbose)
     print(f"report: {report_dir / 'report.json'}", flush=True)
     if report.verdict != "pass" and failure_file is not None:
