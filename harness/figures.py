@@ -251,7 +251,7 @@ def bad_nodes(reports: Sequence[Mapping[str, Any]]) -> list[BadNode]:
                   if c.get("outcome") in ("fail", "error")]
         reason = (f"failed {', '.join(failed)}" if failed
                   else f"verdict {report.get('verdict')} (harness error)")
-        reasons, source = found.setdefault(host, ([], "node"))
+        reasons, _ = found.setdefault(host, ([], "node"))
         reasons.append(reason)
     return [BadNode(host=h, reasons=tuple(r), source=s)
             for h, (r, s) in sorted(found.items(), key=lambda kv: natural_key(kv[0]))]
