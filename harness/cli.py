@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--profile", default="local-cpu",
                      help="profile to judge against, where the kind judges (env)")
+    rep = sub.add_parser("report", help="summarise many nodes' reports; --html writes one page")
+    rep.add_argument("source", help="a report folder tree (report.json per host), one "
+                     "report.json, or an s3://bucket/prefix/ holding them")
+    rep.add_argument("--html", default=None, help="write a self-contained HTML page here")
     return parser
 
 
@@ -394,12 +398,32 @@ def _print_plain(value: object, indent: str = "") -> None:
         print(f"{indent}{value}")
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.figures import bad_nodes
+    from harness.html_report import ReportSourceError, load_reports, write_html
+
+    try:
+        reports = load_reports(args.source)
+    except ReportSourceError as exc:
+        raise UsageError(str(exc)) from None
+    for problem in reports.problems:
+        print(f"preflight report: skipped {problem}", file=sys.stderr)
+    failed = [r for r in reports.reports if r.get("verdict") != "pass"]
+    print(f"{len(reports.reports)} nodes, {len(failed)} failed")
+    for bad in bad_nodes(reports.reports):
+        print(f"  bad node {bad.host}: {'; '.join(bad.reasons)}")
+    if args.html:
+        print(f"html: {write_html(reports, Path(args.html))}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 COMMANDS = {
     "run": _cmd_run,
     "list": _cmd_list,
     "profiles": _cmd_profiles,
     "explain": _cmd_explain,
     "inspect": _cmd_inspect,
+    "report": _cmd_report,
 }
 
 
