@@ -93,6 +93,28 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("source", help="a report folder tree (report.json per host), one "
                      "report.json, or an s3://bucket/prefix/ holding them")
     rep.add_argument("--html", default=None, help="write a self-contained HTML page here")
+    lau = sub.add_parser("launch", help="start a SageMaker training job that certifies every node")
+    lau.add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
+    lau.add_argument("--instance-count", required=True, type=int)
+    lau.add_argument("--image", required=True, help="the gpu-preflight image URI (container/)")
+    lau.add_argument("--role", required=True, help="SageMaker execution role ARN")
+    lau.add_argument("--output", required=True,
+                     help="s3:// output; reports go to OUTPUT/reports/<date>/<job>/<host>/")
+    lau.add_argument("--tier", choices=TIERS, default="certify")
+    lau.add_argument("--training-plan", default=None, help="SageMaker training plan ARN")
+    lau.add_argument("--spot", action="store_true", help="managed spot training (needs --max-wait)")
+    lau.add_argument("--max-wait", type=int, default=None, help="spot: max wait incl. run, s")
+    lau.add_argument("--checkpoint-s3-uri", default=None)
+    lau.add_argument("--max-runtime", type=int, default=None,
+                     help="s (default: the profile's budget for the tier + 15 min)")
+    lau.add_argument("--volume-gb", type=int, default=100)
+    lau.add_argument("--job-name", default=None, help="default gpu-preflight-TIER-<time>")
+    lau.add_argument("--cluster", default=None, help="CloudWatch Cluster dimension")
+    lau.add_argument("--cloudwatch-namespace", default=None, help="put metrics from every node")
+    lau.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="extra environment for the job (repeatable)")
+    lau.add_argument("--dry-run", action="store_true",
+                     help="print the CreateTrainingJob request as JSON and exit (no SDK needed)")
     return parser
 
 
@@ -417,6 +439,43 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def _cmd_launch(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.launch import LaunchError, LaunchSpec, build_request, submit
+
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env wants NAME=VALUE, got {item!r}")
+        env[name] = value
+    try:
+        spec = LaunchSpec(
+            instance_type=args.instance_type, instance_count=args.instance_count,
+            image=args.image, role=args.role, output=args.output, tier=args.tier,
+            training_plan=args.training_plan, spot=args.spot, max_wait_s=args.max_wait,
+            checkpoint_s3_uri=args.checkpoint_s3_uri, max_runtime_s=args.max_runtime,
+            volume_gb=args.volume_gb, job_name=args.job_name, cluster=args.cluster,
+            cloudwatch_namespace=args.cloudwatch_namespace, environment=env,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.dry_run:
+        print(json.dumps(build_request(spec), indent=2))
+        return EXIT_OK
+    try:
+        name = submit(spec)
+    except LaunchError as exc:
+        print(f"preflight launch: {exc}", file=sys.stderr)
+        return EXIT_HARNESS
+    print(f"started training job {name}: {spec.instance_count} x {spec.instance_type}, "
+          f"tier {spec.tier}")
+    print(f"reports: {spec.reports_uri}<date>/{name}/<host>/report.json; when it ends: "
+          f"preflight report {spec.reports_uri}<date>/{name}/ --html report.html")
+    return EXIT_OK
+
+
 COMMANDS = {
     "run": _cmd_run,
     "list": _cmd_list,
@@ -424,6 +483,7 @@ COMMANDS = {
     "explain": _cmd_explain,
     "inspect": _cmd_inspect,
     "report": _cmd_report,
+    "launch": _cmd_launch,
 }
 
 
