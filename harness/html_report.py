@@ -60,6 +60,10 @@ def _add(found: dict[str, dict[str, Any]], where: str, raw: bytes | str,
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX):
         problems.append(f"{where}: not a gpu-preflight report (no schema {SCHEMA_PREFIX}v1)")
         return
+    # Reports written by preflight are redacted already; ones from elsewhere may not be.
+    from harness.redact import Redactor
+
+    data = Redactor().obj(data)
     host = str(data.get("host") or where)
     data["_source"] = where
     known = found.get(host)

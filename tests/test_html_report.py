@@ -154,6 +154,15 @@ def test_load_reports_folder_newest_per_host(tmp_path: Path) -> None:
     assert any("not a gpu-preflight report" in p for p in rs.problems)
 
 
+def test_load_reports_redacts(tmp_path: Path) -> None:
+    report = recorded("algo-1")
+    report["environment"]["HF_TOKEN"] = "hf_" + "a" * 34
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    html = render_html(load_reports(str(tmp_path)))
+    assert "hf_aaaa" not in json.dumps(load_reports(str(tmp_path)).reports)
+    assert "hf_aaaa" not in html
+
+
 def test_load_reports_errors(tmp_path: Path) -> None:
     with pytest.raises(ReportSourceError, match="does not exist"):
         load_reports(str(tmp_path / "nowhere"))
