@@ -168,8 +168,8 @@ def publish(
         warn(text)
 
     if namespace:
-        data = metric_data(report.to_dict(), env)
         try:
+            data = metric_data(report.to_dict(), env)
             _put_metrics(namespace, data)
             uploads["cloudwatch"] = {
                 "namespace": namespace, "ok": True,
