@@ -27,6 +27,8 @@ __all__ = ["ReportSet", "ReportSourceError", "load_reports", "render_html", "wri
 SCHEMA_PREFIX = "gpu-preflight.report/"
 #: Series named in a plot's legend; more nodes than this are drawn but summarised.
 MAX_LEGEND = 24
+#: A check that failed on more nodes than this shows one message and folds the others.
+FOLD_ROWS = 8
 #: A node whose busbw at the largest size is below this fraction of the median is flagged.
 SLOW_FRACTION = 0.9
 
@@ -206,7 +208,11 @@ def _failures_section(reports: Sequence[Mapping[str, Any]]) -> str:
         rows = "".join(
             f"<tr><th>{_e(host)}</th><td>{_e(c.get('outcome'))}</td>"
             f"<td><pre>{_e(c.get('message') or '')}</pre></td></tr>" for host, c in hits)
-        parts.append(f"<table><tr><th>host</th><th>outcome</th><th>message</th></tr>{rows}</table>")
+        table = f"<table><tr><th>host</th><th>outcome</th><th>message</th></tr>{rows}</table>"
+        if len(hits) > FOLD_ROWS:  # many nodes, one cause: show one message, fold the rest
+            table = (f"<pre>{_e(first.get('message') or '')}</pre><details><summary>every "
+                     f"node's message ({len(hits)})</summary>{table}</details>")
+        parts.append(table)
         for remedy in remedies:
             parts.append(f'<p class="remedy"><b>Remedy:</b> {_e(remedy)}</p>')
     if errors:

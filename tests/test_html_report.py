@@ -255,8 +255,13 @@ def test_page_with_many_nodes_keeps_the_legend_short() -> None:
         r = copy.deepcopy(recorded("algo-1"))
         r["host"] = f"node-{i}"
         reports.append(r)
+    for r in reports[:10]:
+        r["verdict"] = "fail"
+        r["checks"][0].update(outcome="fail", message=f"[PF-ENV-001] broken on {r['host']}")
     page = Page(render_html(ReportSet(source="x", reports=reports)))
     assert "… and 16 more" in page.all_text
+    assert "every node's message (10)" in page.all_text
+    assert all(f"broken on node-{i}" in page.all_text for i in range(10))
     assert len([a for t, a in page.tags if t == "polyline"]) == 80
 
 
