@@ -1,7 +1,7 @@
 """`preflight report SOURCE --html out.html`: one self-contained HTML page (inline CSS and SVG, no
 external URL, no script) from the report.json files of many nodes, read from a folder tree or an
-S3 prefix: the verdict, the bad nodes, the failures with their remedies, the node x check matrix
-and busbw by message size per node."""
+S3 prefix: the verdict, the bad nodes, the node x check matrix, busbw by message size per node,
+and the failures with their remedies."""
 
 from __future__ import annotations
 
@@ -401,9 +401,9 @@ def render_html(rs: ReportSet, generated_at: str | None = None) -> str:
     body = "\n".join([
         _header(rs, generated_at),
         _bad_nodes_section(reports),
-        _failures_section(reports),
         _matrix_section(reports),
         _bandwidth_section(reports),
+        _failures_section(reports),
         _warnings_section(reports, rs.problems),
         _nodes_section(reports),
     ])
