@@ -43,4 +43,4 @@ def run_checks(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult,
 
 
 # The moto server (S3, CloudWatch, SageMaker on loopback) for the reports/AWS tests.
-from tests.aws_server import aws_env, moto_endpoint  # noqa: E402, F401
+from aws_server import aws_env, moto_endpoint  # noqa: E402, F401

@@ -299,7 +299,7 @@ def test_cli_report_from_s3(aws_env: dict[str, str], tmp_path: Path) -> None:
 
 def test_cli_report_from_unreachable_s3(aws_env: dict[str, str], capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.aws_server import free_port
+    from aws_server import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     assert cli.main(["report", "s3://pf-html-none/x/"]) == cli.EXIT_USAGE

@@ -181,7 +181,7 @@ def test_cli_launch_server_down(aws_env: dict[str, str]) -> None:
     # A fresh process: sagemaker-core caches its clients (and their endpoint) per process.
     import subprocess
 
-    from tests.aws_server import free_port
+    from aws_server import free_port
 
     env = {**aws_env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
            "AWS_MAX_ATTEMPTS": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}

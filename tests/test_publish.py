@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_server import aws_test_env, free_port
 
 from harness import cli
 from harness.publish import (
@@ -21,7 +22,6 @@ from harness.publish import (
     publish,
 )
 from harness.report import Report, write_report
-from tests.aws_server import aws_test_env, free_port
 
 DATA = Path(__file__).parent / "data" / "reports"
 
