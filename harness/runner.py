@@ -110,8 +110,9 @@ class _Progress(threading.Thread):
     """Tails the results file and prints each check as it finishes, and a heartbeat line when
     a long check has kept the run quiet for HEARTBEAT_S."""
 
-    def __init__(self, path: Path, budget_s: float = 0.0) -> None:
+    def __init__(self, path: Path, budget_s: float = 0.0, verbose: bool = False) -> None:
         super().__init__(daemon=True)
+        self.verbose = verbose
         self.path, self.stop, self.offset = path, threading.Event(), 0
         self.budget_s, self.total, self.done = budget_s, 0, 0
         self.began = self.last = time.monotonic()
@@ -139,7 +140,8 @@ class _Progress(threading.Thread):
             elif record.get("event") == "result":
                 self.done += 1
                 self.last = time.monotonic()
-                print_progress(record)
+                if record.get("outcome") != "skip" or self.verbose:
+                    print_progress(record)
 
     def heartbeat(self) -> None:
         from harness.summary import print_heartbeat
@@ -168,7 +170,7 @@ def run_checks(cfg: RunConfig) -> Report:
     for stale in (results, log):
         stale.unlink(missing_ok=True)
     deadline = start + max(cfg.budget_s - REPORT_RESERVE_S, 1.0)
-    progress = _Progress(results, cfg.budget_s) if cfg.progress else None
+    progress = _Progress(results, cfg.budget_s, cfg.verbose) if cfg.progress else None
     if progress:
         progress.start()
     timed_out = False

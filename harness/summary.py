@@ -38,8 +38,46 @@ def print_heartbeat(done: int, total: int, elapsed_s: float, budget_s: float,
                          f"(upper bound {budget_s:g} s)[/]")
 
 
+def id_ranges(ids: list[str]) -> str:
+    """`PF-GPU-001..005, PF-NET-003`: consecutive check IDs of one area compressed."""
+    groups: dict[str, list[int]] = {}
+    loose: list[str] = []
+    for check_id in sorted(set(ids)):
+        prefix, _, number = check_id.rpartition("-")
+        if prefix and number.isdigit():
+            groups.setdefault(prefix, []).append(int(number))
+        else:
+            loose.append(check_id)
+    parts = []
+    for prefix, numbers in groups.items():
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            parts.append(f"{prefix}-{start:03d}" + (f"..{prev:03d}" if prev != start else ""))
+            if n is not None:
+                start = prev = n
+    return ", ".join(parts + loose)
+
+
+def _judged(measurements: list[dict[str, Any]]) -> str:
+    """The measurements a check was judged on: `busbw at 1 GiB = 412.3 GB/s (>= 370.0)`."""
+    from harness.checking import fmt
+
+    judged = [m for m in measurements if m.get("op")]
+    return "; ".join(
+        f"{m['what']} = {fmt(m['value'], m.get('unit') or '')} ({m['op']} {fmt(m['threshold'])})"
+        for m in judged[:3]
+    )
+
+
+_ORDER = {"error": 0, "fail": 0, "warn": 1, "pass": 2, "skip": 3}
+
+
 def print_summary(report: Report, file: TextIO | None = None, verbose: bool = False) -> None:
-    """The table (failed/warned checks with their messages) and the verdict."""
+    """The table (failures first, with their messages; passes with the value they were judged
+    on) and the verdict. Checks that do not apply to the profile are one line unless verbose."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -50,17 +88,18 @@ def print_summary(report: Report, file: TextIO | None = None, verbose: bool = Fa
     table.add_column("ID", no_wrap=True)
     table.add_column("Check")
     table.add_column("Detail", overflow="fold")
-    for c in sorted(report.checks, key=lambda c: c["id"]):
+    skipped = [c for c in report.checks if c["outcome"] == "skip"]
+    shown = report.checks if verbose else [c for c in report.checks if c["outcome"] != "skip"]
+    for c in sorted(shown, key=lambda c: (_ORDER.get(c["outcome"], 0), c["id"])):
         outcome = c["outcome"]
-        detail = c["message"] if (verbose or outcome != "pass") else ""
-        if outcome == "pass" and verbose and c.get("measurements"):
-            detail = "; ".join(
-                f"{m['what']} = {m['value']}{(' ' + m['unit']) if m['unit'] else ''}"
-                for m in c["measurements"]
-            )
+        detail = _judged(c.get("measurements") or []) if outcome == "pass" else c["message"]
         table.add_row(f"[{_STYLE[outcome]}]{_LABEL[outcome]}[/]", c["id"], escape(c["title"]),
                       escape(detail))
-    console.print(table)
+    if shown:
+        console.print(table)
+    if skipped and not verbose:
+        console.print(f"[dim]{len(skipped)} not applicable to {report.profile}: "
+                      f"{id_ranges([c['id'] for c in skipped])} (-v shows why)[/]")
     for err in report.harness_errors:
         console.print(f"[bold red]harness error:[/] {escape(err)}")
     counts = report.counts()

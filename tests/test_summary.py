@@ -45,3 +45,37 @@ def test_progress_prints_results_then_heartbeats(
     assert beats, lines
     assert beats[0].strip().startswith("...  1 of 2 checks done")
     assert beats[0].endswith("(upper bound 300 s)")
+
+
+def test_id_ranges_compress_consecutive_ids() -> None:
+    from harness.summary import id_ranges
+
+    ids = ["PF-GPU-003", "PF-GPU-001", "PF-GPU-002", "PF-GPU-005", "PF-NET-010", "PF-NET-011",
+           "odd"]
+    assert id_ranges(ids) == "PF-GPU-001..003, PF-GPU-005, PF-NET-010..011, odd"
+
+
+def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
+    import io
+
+    from harness.report import Report
+    from harness.summary import print_summary
+
+    checks = [
+        {"id": "PF-ENV-001", "title": "env ok", "outcome": "pass", "message": "",
+         "measurements": [{"what": "busbw at 16 MiB", "value": 1.28, "unit": "GB/s", "op": ">=",
+                           "threshold": 0.05, "ok": True}]},
+        {"id": "PF-GPU-001", "title": "gpus", "outcome": "skip", "message": "not applicable"},
+        {"id": "PF-GPU-002", "title": "model", "outcome": "skip", "message": "not applicable"},
+        {"id": "PF-NET-005", "title": "memlock", "outcome": "fail",
+         "message": "[PF-NET-005] memlock 8192 KiB < 16777216 KiB", "measurements": []},
+    ]
+    report = Report(host="h", profile="local-cpu", profile_source="s", tier="preflight",
+                    checks=checks)
+    out = io.StringIO()
+    print_summary(report, file=out)
+    text = out.getvalue()
+    assert text.index("PF-NET-005") < text.index("PF-ENV-001")
+    assert "busbw at 16 MiB = 1.28 GB/s (>= 0.05)" in text
+    assert "2 not applicable to local-cpu: PF-GPU-001..002 (-v shows why)" in text
+    assert "FAIL (1 pass, 2 skip, 1 fail)" in text
