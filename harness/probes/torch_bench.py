@@ -1,0 +1,365 @@
+"""all_reduce bandwidth over torch.distributed (NCCL on GPUs, gloo on CPU), measured the way
+nccl-tests measures it, with a check of the reduced values. A library call inside an
+initialised process group, and `python -m harness.probes.torch_bench` under torchrun."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "BenchRow",
+    "TorchBenchResult",
+    "allreduce_bench",
+    "bus_factor",
+    "parse_size",
+    "result_from_output",
+    "run_under_torchrun",
+]
+
+MIB = 1024**2
+#: Default sweep: 1 MiB to 64 MiB by 4x (small enough for a CPU, large enough to leave latency).
+DEFAULT_SIZES: tuple[int, ...] = (MIB, 4 * MIB, 16 * MIB, 64 * MIB)
+#: Marker of the one result line the torchrun entry point prints on rank 0.
+RESULT_KEY = "torch_bench"
+
+
+def bus_factor(nranks: int) -> float:
+    """all_reduce busbw / algbw, as nccl-tests defines it: 2(n-1)/n (0 for one rank)."""
+    return 2.0 * (nranks - 1) / nranks if nranks > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One message size: mean time of one all_reduce across ranks, and its bandwidths (GB = 1e9)."""
+
+    size_bytes: int
+    count: int
+    time_us: float
+    algbw_gb_s: float
+    busbw_gb_s: float
+    wrong: int | None = None
+    """Elements whose reduced value differed from the expected sum, summed over ranks; None when
+    the data was not checked."""
+
+
+@dataclass(frozen=True)
+class TorchBenchResult:
+    """A size sweep of all_reduce over one process group."""
+
+    backend: str
+    nranks: int
+    dtype: str
+    rows: tuple[BenchRow, ...]
+    data_ok: bool
+    """Every checked reduction was exact on every rank (True when not checked and no error)."""
+    errors: tuple[str, ...]
+    """What went wrong (a timed-out or failed collective); the sweep stops at the first one."""
+    checked: bool = True
+    warmup: int = 0
+    iters: int = 0
+    duration_s: float = 0.0
+
+    def at_size(self, size_bytes: int) -> BenchRow | None:
+        """The row measured at exactly `size_bytes`, or None."""
+        return next((r for r in self.rows if r.size_bytes == size_bytes), None)
+
+    @property
+    def largest(self) -> BenchRow | None:
+        return max(self.rows, key=lambda r: r.size_bytes, default=None)
+
+    @property
+    def ok(self) -> bool:
+        return self.data_ok and not self.errors and bool(self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TorchBenchResult:
+        fields = dict(data)
+        fields["rows"] = tuple(BenchRow(**r) for r in fields.get("rows", ()))
+        fields["errors"] = tuple(fields.get("errors", ()))
+        return cls(**fields)
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"dtype {name!r} is not a torch dtype (float32, bfloat16, ...)")
+    return value
+
+
+def _pattern(rank: int, count: int, dtype: Any, device: Any) -> Any:
+    """Rank r's input: (r + 1) * ((i % 13) + 1). Small integers, so float sums are exact, and
+    position-dependent, so a chunk reduced at the wrong offset shows up."""
+    import torch
+
+    base = torch.arange(count, device=device, dtype=torch.int32).remainder_(13).add_(1)
+    return base.to(dtype).mul_(rank + 1)
+
+
+def _expected(nranks: int, count: int, dtype: Any, device: Any) -> Any:
+    """The exact sum of every rank's pattern: n(n+1)/2 * ((i % 13) + 1)."""
+    return _pattern(0, count, dtype, device).mul_(nranks * (nranks + 1) // 2)
+
+
+@dataclass
+class _Waiter:
+    """Waits on async works against one deadline, so a hung peer becomes an error."""
+
+    timeout_s: float
+    deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def wait(self, work: Any, what: str) -> None:
+        from datetime import timedelta
+
+        left = max(self.deadline - time.monotonic(), 0.001)
+        try:
+            ok = work.wait(timeout=timedelta(seconds=left))
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+            raise _CollectiveError(f"{what}: {detail}") from exc
+        if ok is False:
+            raise _CollectiveError(f"{what}: did not complete within {self.timeout_s:g} s")
+
+
+class _CollectiveError(RuntimeError):
+    pass
+
+
+def allreduce_bench(
+    *,
+    group: Any = None,
+    sizes_bytes: Sequence[int] = DEFAULT_SIZES,
+    warmup: int = 2,
+    iters: int = 5,
+    check_data: bool = True,
+    timeout_s: float = 60.0,
+    device: Any = None,
+    corrupt_rank: int | None = None,
+    dtype: str = "float32",
+) -> TorchBenchResult:
+    """Sweep all_reduce (sum) over `group` (default: the world) at each size; every rank of the
+    group must call it with the same arguments.
+
+    Per size: warm-up, then `iters` timed all_reduces launched back to back and waited for
+    (nccl-tests' loop); time = mean over ranks of the per-iteration time (nccl-tests' default
+    `-a 1`); algbw = bytes / time; busbw = algbw * 2(n-1)/n. With `check_data`, one more
+    all_reduce of a known pattern is compared with the exact sum on every rank; `corrupt_rank`
+    (a test hook) adds 1 to one element of that rank's input so the check must catch it.
+    Every wait is bounded by `timeout_s` per phase: a hung or dead peer becomes an error in the
+    result, never a hang. Errors stop the sweep; the group should not be used afterwards.
+    """
+    import torch
+    import torch.distributed as dist
+
+    start = time.monotonic()
+    backend = str(dist.get_backend(group))
+    nranks = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    torch_dtype = _dtype(dtype)
+    if device is None:
+        device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
+                  else torch.device("cpu"))
+    device = torch.device(device)
+    elem = torch.empty((), dtype=torch_dtype).element_size()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    rows: list[BenchRow] = []
+    errors: list[str] = []
+    data_ok = True
+    for size in sizes_bytes:
+        count = max(int(size) // elem, 1)
+        try:
+            tensor = torch.zeros(count, dtype=torch_dtype, device=device)
+            waiter = _Waiter(timeout_s)
+            for _ in range(warmup):
+                waiter.wait(dist.all_reduce(tensor, group=group, async_op=True),
+                            f"warm-up all_reduce of {count * elem} bytes")
+            sync()
+            waiter = _Waiter(timeout_s)
+            t0 = time.perf_counter()
+            works = [dist.all_reduce(tensor, group=group, async_op=True) for _ in range(iters)]
+            for work in works:
+                waiter.wait(work, f"timed all_reduce of {count * elem} bytes")
+            sync()
+            elapsed_s = (time.perf_counter() - t0) / max(iters, 1)
+            wrong = None
+            if check_data:
+                del tensor
+                wrong = _check_once(group, rank, nranks, count, torch_dtype, device,
+                                    corrupt=corrupt_rank == rank, waiter=_Waiter(timeout_s))
+            # One collective for the mean time and the total of wrong elements.
+            stats = torch.tensor([elapsed_s, float(wrong or 0)], dtype=torch.float64,
+                                 device=device)
+            _Waiter(timeout_s).wait(dist.all_reduce(stats, group=group, async_op=True),
+                                    "all_reduce of the timings")
+            mean_s = float(stats[0]) / nranks
+            total_wrong = None if wrong is None else int(stats[1])
+        except _CollectiveError as exc:
+            errors.append(f"rank {rank}: {exc}")
+            data_ok = False
+            break
+        except torch.OutOfMemoryError as exc:
+            errors.append(f"rank {rank}: out of memory at {size} bytes: {str(exc)[:200]}")
+            data_ok = False
+            break
+        if total_wrong:
+            data_ok = False
+        algbw = count * elem / mean_s / 1e9 if mean_s > 0 else 0.0
+        rows.append(BenchRow(
+            size_bytes=count * elem, count=count, time_us=mean_s * 1e6, algbw_gb_s=algbw,
+            busbw_gb_s=algbw * bus_factor(nranks), wrong=total_wrong,
+        ))
+    return TorchBenchResult(
+        backend=backend, nranks=nranks, dtype=dtype, rows=tuple(rows), data_ok=data_ok,
+        errors=tuple(errors), checked=check_data, warmup=warmup, iters=iters,
+        duration_s=time.monotonic() - start,
+    )
+
+
+def _check_once(
+    group: Any, rank: int, nranks: int, count: int, dtype: Any, device: Any, *,
+    corrupt: bool, waiter: _Waiter,
+) -> int:
+    """Reduce this rank's pattern once and count the elements that differ from the exact sum."""
+    import torch
+    import torch.distributed as dist
+
+    data = _pattern(rank, count, dtype, device)
+    if corrupt:
+        data[count // 2] += 1
+    waiter.wait(dist.all_reduce(data, group=group, async_op=True),
+                f"data-check all_reduce of {count * data.element_size()} bytes")
+    expected = _expected(nranks, count, dtype, device)
+    if dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+        bad = data != expected
+    else:  # 16-bit floats round the larger sums: allow their precision
+        bad = ~torch.isclose(data, expected, rtol=1e-2, atol=0.0)
+    return int(bad.sum())
+
+
+def parse_size(text: str) -> int:
+    """`1G`, `256M`, `64K`, `8` -> bytes (binary multiples, as nccl-tests' -b/-e)."""
+    text = text.strip().upper().removesuffix("B")
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def result_from_output(text: str) -> TorchBenchResult | None:
+    """The result line printed by the torchrun entry point (the last one), or None."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and f'"{RESULT_KEY}"' in line:
+            try:
+                return TorchBenchResult.from_dict(json.loads(line)[RESULT_KEY])
+            except (ValueError, TypeError, KeyError):
+                continue
+    return None
+
+
+def torchrun_argv(
+    nproc: int, sizes_bytes: Sequence[int], *, warmup: int = 2, iters: int = 5,
+    timeout_s: float = 60.0, backend: str = "auto", corrupt_rank: int | None = None,
+) -> list[str]:
+    """`torchrun --standalone` (one node, loopback rendezvous) running this module."""
+    import sys
+
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={nproc}", "-m", "harness.probes.torch_bench",
+        "--sizes", ",".join(str(s) for s in sizes_bytes), "--warmup", str(warmup),
+        "--iters", str(iters), "--timeout", f"{timeout_s:g}", "--init-timeout", f"{timeout_s:g}",
+        "--backend", backend,
+    ]
+    if corrupt_rank is not None:
+        argv += ["--corrupt-rank", str(corrupt_rank)]
+    return argv
+
+
+def run_under_torchrun(
+    nproc: int, sizes_bytes: Sequence[int], *, timeout_s: float, env: Mapping[str, str],
+    warmup: int = 2, iters: int = 5, backend: str = "auto", corrupt_rank: int | None = None,
+) -> tuple[Any, TorchBenchResult | None]:
+    """Run the bench in `nproc` local processes; (ProcResult, the result or None). The whole
+    run, torchrun included, is killed after `timeout_s`; each collective gets a third of it."""
+    import os
+    from pathlib import Path
+
+    from harness import proc
+
+    root = str(Path(__file__).resolve().parents[2])
+    child_env = dict(env)
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    child_env.setdefault("OMP_NUM_THREADS", "1")
+    argv = torchrun_argv(nproc, sizes_bytes, warmup=warmup, iters=iters,
+                         timeout_s=max(timeout_s / 3, 1.0), backend=backend,
+                         corrupt_rank=corrupt_rank)
+    result = proc.run(argv, timeout_s=timeout_s, env=child_env)
+    return result, result_from_output(result.stdout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """torchrun entry: init the group (with a timeout), bench, print JSON on rank 0, tear down."""
+    import argparse
+    import os
+    import sys
+    from datetime import timedelta
+
+    parser = argparse.ArgumentParser(prog="python -m harness.probes.torch_bench")
+    parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
+                        help="comma-separated message sizes (1M, 256M, 1G)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds any one phase of a collective may take")
+    parser.add_argument("--init-timeout", type=float, default=60.0,
+                        help="seconds to wait for every rank to join")
+    parser.add_argument("--backend", default="auto", help="nccl, gloo or auto")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--no-check", action="store_true", help="skip the data check")
+    parser.add_argument("--corrupt-rank", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.init_timeout))
+    result = allreduce_bench(
+        sizes_bytes=[parse_size(s) for s in args.sizes.split(",") if s.strip()],
+        warmup=args.warmup, iters=args.iters, check_data=not args.no_check,
+        timeout_s=args.timeout, corrupt_rank=args.corrupt_rank, dtype=args.dtype,
+    )
+    if dist.get_rank() == 0 or result.errors:
+        print(json.dumps({RESULT_KEY: result.to_dict()}), flush=True)
+    if result.errors:
+        # The group is broken (a peer hung or died): a barrier would wait for it. Leave now.
+        sys.stderr.flush()
+        os._exit(1)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
