@@ -11,6 +11,7 @@ Exit codes (stable; automation keys on them):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -207,10 +208,8 @@ def _write_early_failure(
     report.harness_errors.append(message)
     report.exit_code = EXIT_USAGE
     report.finished_at = now_iso()
-    try:
+    with contextlib.suppress(OSError):
         write_report(report, report_dir, env)
-    except OSError:
-        pass
     if failure_file is not None:
         _write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)
 

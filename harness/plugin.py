@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
+import harness.fixtures as _fixtures_pkg
 from harness import __version__
 from harness.checking import TIERS, CheckContext, CheckFailure, CheckSpec, ProbeError, _set_current
-
-import harness.fixtures as _fixtures_pkg
 
 # Fact fixtures live in harness/fixtures/*.py (one module per area), loaded with this plugin so
 # that a conftest.py can override any of them with canned facts.
@@ -55,8 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {doc}")
     path = config.getoption("preflight_results")
-    if path and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(ResultsRecorder(Path(path)), "preflight-results")
+    if path:
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        config.pluginmanager.register(ResultsRecorder(Path(path), worker), "preflight-results")
 
 
 def resolve_profile(config: pytest.Config) -> Any:
@@ -155,7 +155,7 @@ def pytest_runtest_makereport(
     state = item.stash.get(_phases_key, None)
     if spec is None or state is None:
         return rep
-    state["phases"][rep.when] = _classify(spec, call, rep) + (rep.duration,)
+    state["phases"][rep.when] = (*_classify(spec, call, rep), rep.duration)
     if rep.when == "teardown":
         _set_current(None)
         rep.user_properties.append(("preflight_result", _final(spec, item, state)))
@@ -190,19 +190,35 @@ def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[st
 
 
 class ResultsRecorder:
-    """Registered only with --preflight-results, on the controller (never in an xdist worker):
-    appends one JSON line per event and flushes it, so a killed session leaves every finished
-    result behind."""
+    """Registered only with --preflight-results: appends one JSON line per event and flushes it,
+    so a killed session leaves every finished result behind.
 
-    def __init__(self, path: Path) -> None:
+    Under xdist the workers write (each line is one O_APPEND write, so lines never interleave):
+    gw0 writes the collected checks, every worker its results; the controller writes only the
+    final event. A worker that dies mid-check leaves that check without a result, which the
+    runner reports as an error.
+    """
+
+    def __init__(self, path: Path, worker_id: str | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.worker_id = worker_id
+        self.distributing = False
 
     def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=str) + "\n")
+        data = (json.dumps(record, default=str) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.distributing = session.config.pluginmanager.has_plugin("dsession")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.worker_id not in (None, "gw0"):
+            return
         checks = []
         for item in session.items:
             spec = _spec(item)
@@ -212,11 +228,12 @@ class ResultsRecorder:
         self.write({"event": "collected", "checks": checks, "time": time.time()})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "teardown":
+        if report.when != "teardown" or self.distributing:
             return
         for key, value in report.user_properties:
             if key == "preflight_result":
                 self.write({"event": "result", **value})
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.write({"event": "finished", "exitstatus": int(exitstatus), "time": time.time()})
+        if self.worker_id is None:
+            self.write({"event": "finished", "exitstatus": int(exitstatus), "time": time.time()})

@@ -8,9 +8,11 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 __all__ = ["ProcResult", "run", "which"]
 
@@ -76,6 +78,33 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+class _Reader(threading.Thread):
+    """Drains one pipe so a chatty tool never blocks on a full pipe."""
+
+    def __init__(self, pipe: IO[bytes] | None) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.chunks = pipe, []
+        self.start()
+
+    def run(self) -> None:
+        if self.pipe is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := self.pipe.read1(65536):
+                self.chunks.append(chunk)
+
+    def result(self, timeout_s: float) -> bytes:
+        # A grandchild that escaped the group may hold the pipe open: take what arrived.
+        self.join(timeout_s)
+        return b"".join(self.chunks)
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(OSError, BrokenPipeError):
+        pipe.write(data)
+        pipe.close()
+
+
 def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
 
@@ -116,24 +145,28 @@ def run(
         return ProcResult(args, None, error=f"permission denied ({exc.strerror})", timeout_s=timeout_s)
     except OSError as exc:
         return ProcResult(args, None, error=f"{type(exc).__name__}: {exc}", timeout_s=timeout_s)
-    data = input_text.encode() if input_text is not None else None
+    readers = [_Reader(proc.stdout), _Reader(proc.stderr)]
+    if input_text is not None and proc.stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, input_text.encode()), daemon=True).start()
+    timed_out = False
     try:
-        out, err = proc.communicate(input=data, timeout=timeout_s)
-        timed_out = False
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        # Read what the tool printed before it was stopped; pipes close once the group is gone.
-        try:
-            out, err = proc.communicate(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            # A grandchild escaped the group and holds the pipes: give up on the rest.
-            proc.kill()
-            out, err = b"", b""
         timed_out = True
+        _kill_group(proc)
     finally:
-        # The leader exited on its own but left children in its group: do not leave them behind.
+        # Whatever is left in the group (children of a tool that exited, or survivors of the
+        # kill) is killed: nothing outlives the call, and the pipes reach EOF.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+    out, err = (r.result(KILL_GRACE_S) for r in readers)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    if proc.returncode is None:  # reap, or leave it to the OS if it is unkillable (D state)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
     return ProcResult(
         args,
         None if timed_out else proc.returncode,

@@ -13,7 +13,10 @@ from harness.parsers import ParseError
 __all__ = ["INSPECT", "EnvDump", "inspect_env", "parse_env_dump"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_ASSIGN = re.compile(rf"^(?:declare -x |export |typeset -x )?(?P<name>{_NAME})=(?P<value>.*)$")
+_ASSIGN = re.compile(
+    rf"^(?:declare -x |export |typeset -x )?(?P<name>{_NAME})=(?P<value>.*)$", re.S
+)
+_OTHER_ASSIGN = re.compile(r"^\S+=")  # exported bash functions: BASH_FUNC_f%%=() {
 _BARE_DECLARE = re.compile(rf"^(?:declare -x |export )(?P<name>{_NAME})$")
 
 
@@ -62,6 +65,9 @@ def parse_env_dump(text: str) -> EnvDump:
             variables[last] = _unquote(m["value"], quoted_style or entry.startswith(("declare", "export")))
         elif _BARE_DECLARE.match(entry):
             last = None
+        elif _OTHER_ASSIGN.match(entry):
+            last = None
+            skipped += 1
         elif last is not None and entry and "\0" not in text and not quoted_style:
             variables[last] += "\n" + entry
         elif entry.strip():

@@ -1,0 +1,261 @@
+"""`preflight` end to end through main(argv): verdicts, exit codes, hand-off, reports, failure
+file, redaction. The checks really run (as a pytest subprocess) on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import cli, handoff
+
+HF_TOKEN = "hf_plantedSecretTokenValue0123456789abcd"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTEDKEY"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """A neutral environment: no NCCL/FI settings, no SageMaker, no IMDS."""
+    for name in list(os.environ):
+        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_", "RDMAV_", "TORCH_NCCL")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def execs(monkeypatch):
+    """Record the hand-off instead of performing it."""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
+    return calls
+
+
+def _report(directory: Path) -> dict:
+    return json.loads((directory / "node-a" / "report.json").read_text())
+
+
+def test_passing_run_execs_the_exact_command(tmp_path, execs, capsys):
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--",
+                   "torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"])
+    assert rc == cli.EXIT_OK
+    assert execs == [["torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"]]
+    report = _report(tmp_path / "r")
+    assert report["schema"] == "gpu-preflight.report/v1"
+    assert (report["verdict"], report["profile"]["name"], report["host"]) == (
+        "pass", "local-cpu", "node-a")
+    assert report["profile"]["source"] == "inspection (no GPU found)"
+    assert {c["id"] for c in report["checks"]} >= {"PF-ENV-001", "PF-ENV-004"}
+    assert report["command"] == ["torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"]
+    assert (tmp_path / "r" / "node-a" / "junit.xml").exists()
+    out = capsys.readouterr().out
+    assert "PASS" in out and "hard upper bound" in out
+
+
+def test_no_command_only_checks(tmp_path, execs):
+    assert cli.main(["run", "--report-dir", str(tmp_path / "r")]) == cli.EXIT_OK
+    assert execs == []
+
+
+def test_failing_run_never_execs_and_explains(tmp_path, execs, monkeypatch, capsys):
+    monkeypatch.setenv("NCCL_NET", "Socket")
+    failure = tmp_path / "failure"
+    rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
+                   "--failure-file", str(failure), "--", "echo", "ok"])
+    assert rc == cli.EXIT_FAILED
+    assert execs == []
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "fail" and report["exit_code"] == 1
+    failed = {c["id"]: c for c in report["checks"] if c["outcome"] == "fail"}
+    assert "PF-ENV-001" in failed
+    assert "NCCL_NET=Socket" in failed["PF-ENV-001"]["message"]
+    text = failure.read_text()
+    head = text[:1024]
+    assert head.startswith("gpu-preflight FAILED on node-a (p5.48xlarge, tier preflight)")
+    assert "[PF-ENV-001]" in head and "NCCL_NET=Socket" in head
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_warn_only_execs_despite_failures(tmp_path, execs, monkeypatch):
+    monkeypatch.setenv("NCCL_NET", "Socket")
+    rc = cli.main(["run", "--profile", "p5.48xlarge", "--warn-only",
+                   "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
+    assert execs == [["echo", "ok"]]
+    assert rc == cli.EXIT_OK  # the recorded exec returns; a real one never does
+    assert _report(tmp_path / "r")["warn_only"] is True
+
+
+def test_unknown_profile_is_usage_error_listing_known(tmp_path, execs, capsys):
+    rc = cli.main(["run", "--profile", "g5.xlarge", "--report-dir", str(tmp_path / "r"), "--",
+                   "echo"])
+    assert rc == cli.EXIT_USAGE and execs == []
+    err = capsys.readouterr().err
+    assert "unknown profile 'g5.xlarge'; known profiles: local-cpu, p4d.24xlarge" in err
+    assert _report(tmp_path / "r")["harness_errors"]
+
+
+def _sagemaker(tmp_path: Path, instance_type: str) -> Path:
+    config = tmp_path / "opt_ml" / "input" / "config"
+    config.mkdir(parents=True)
+    (config / "resourceconfig.json").write_text(json.dumps({
+        "current_host": "algo-2", "hosts": ["algo-1", "algo-2"],
+        "current_instance_type": instance_type, "current_group_name": "homogeneousCluster",
+        "network_interface_name": "eth0",
+    }))
+    return tmp_path / "opt_ml"
+
+
+def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypatch):
+    opt_ml = _sagemaker(tmp_path, "ml.p5.48xlarge")
+    monkeypatch.delenv("PREFLIGHT_HOSTNAME")
+    monkeypatch.setenv("FI_PROVIDER", "tcp")
+    rc = cli.main(["run", "--", "python", "train.py"])
+    assert rc == cli.EXIT_FAILED and execs == []
+    report = json.loads((opt_ml / "output/data/preflight/algo-2/report.json").read_text())
+    assert report["profile"] == {"name": "p5.48xlarge", "source": "SageMaker resourceconfig.json"}
+    assert report["host"] == "algo-2"
+    reason = (opt_ml / "output" / "failure").read_text()
+    assert reason.startswith("gpu-preflight FAILED on algo-2 (p5.48xlarge, tier preflight)")
+    assert "FI_PROVIDER=tcp" in reason[:1024]
+
+
+def test_sagemaker_unknown_instance_type_writes_failure(tmp_path, execs, monkeypatch):
+    opt_ml = _sagemaker(tmp_path, "ml.g5.48xlarge")
+    assert cli.main(["run", "--", "python", "train.py"]) == cli.EXIT_USAGE
+    reason = (opt_ml / "output" / "failure").read_text()
+    assert "unknown profile 'g5.48xlarge'" in reason and "p5.48xlarge" in reason
+
+
+def test_secrets_never_reach_any_output(tmp_path, execs, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", HF_TOKEN)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    monkeypatch.setenv("TORCH_DIST_PASSWORD", "hunter2-planted")  # kept section, secret name
+    # A secret inside a value that a failing check prints:
+    monkeypatch.setenv("FI_PROVIDER", HF_TOKEN)
+    failure = tmp_path / "failure"
+    rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
+                   "--failure-file", str(failure), "-v", "--",
+                   "train.py", f"--hf-token={HF_TOKEN}"])
+    assert rc == cli.EXIT_FAILED
+    captured = capsys.readouterr()
+    outputs = {"stdout": captured.out, "stderr": captured.err, "failure": failure.read_text()}
+    for path in (tmp_path / "r" / "node-a").iterdir():
+        outputs[path.name] = path.read_text()
+    assert {"report.json", "junit.xml", "pytest-output.txt", "results.jsonl"} <= set(outputs)
+    for name, text in outputs.items():
+        for secret in (HF_TOKEN, AWS_SECRET, "hunter2-planted"):
+            assert secret not in text, f"{secret[:6]}... leaked into {name}"
+    report = json.loads(outputs["report.json"])
+    assert report["environment"]["TORCH_DIST_PASSWORD"] == "***REDACTED***"
+    assert "FI_PROVIDER=***REDACTED***" in outputs["failure"]
+
+
+SLOW_SUITE = '''
+import time
+from harness.checking import check
+
+@check("PF-T-500", title="quick", why="w", remedy="r")
+def test_quick():
+    pass
+
+@check("PF-T-501", title="hangs", why="w", remedy="r")
+def test_hangs():
+    time.sleep(600)
+'''
+
+
+def test_budget_bounds_the_run_and_report_is_written(tmp_path, execs, monkeypatch):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_slow.py").write_text(SLOW_SUITE)
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text('[profiles."local-cpu"]\nrun_budget_s = { preflight = 9.0 }\n'
+                        'check_timeout_s = { preflight = 600.0 }\n')
+    monkeypatch.setenv("PREFLIGHT_SUITE", str(suite))
+    start = time.monotonic()
+    rc = cli.main(["run", "--profile-file", str(profiles), "--report-dir", str(tmp_path / "r"),
+                   "--", "echo", "ok"])
+    elapsed = time.monotonic() - start
+    assert rc == cli.EXIT_FAILED and execs == []
+    assert elapsed < 9.0 + 10  # budget, plus kill grace and slow-machine margin
+    report = _report(tmp_path / "r")
+    outcomes = {c["id"]: (c["outcome"], c["message"]) for c in report["checks"]}
+    assert outcomes["PF-T-500"][0] == "pass"
+    assert outcomes["PF-T-501"] == ("error", "[PF-T-501] did not finish within the run budget (9 s)")
+    assert "did not finish within the 9 s budget" in report["harness_errors"][0]
+
+
+def test_broken_check_file_is_a_harness_error(tmp_path, execs, monkeypatch):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_broken.py").write_text("import no_such_module_xyz\n")
+    monkeypatch.setenv("PREFLIGHT_SUITE", str(suite))
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
+    assert rc == cli.EXIT_HARNESS and execs == []
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "error"
+    assert "no_such_module_xyz" in report["harness_errors"][0]
+
+
+def test_exec_failure_is_127(tmp_path, capsys):
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "no-such-trainer-xyz"])
+    assert rc == handoff.EXIT_EXEC_FAILED
+    assert "cannot run 'no-such-trainer-xyz'" in capsys.readouterr().err
+
+
+def test_xdist_workers_give_the_same_verdict(tmp_path, execs, monkeypatch):
+    monkeypatch.setenv("NCCL_NET", "Socket")
+    rc = cli.main(["run", "--profile", "p5.48xlarge", "--workers", "2",
+                   "--report-dir", str(tmp_path / "r"), "-k", "env"])
+    assert rc == cli.EXIT_FAILED
+    report = _report(tmp_path / "r")
+    ids = [c["id"] for c in report["checks"]]
+    assert len(ids) == len(set(ids)) and "PF-ENV-001" in ids
+    assert [p["phase"] for p in report["phases"]] == ["node-local", "exclusive"]
+
+
+def test_list_explain_profiles(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "PF-ENV-001" in out and "preflight" in out
+    assert cli.main(["explain", "pf-env-001"]) == 0
+    out = capsys.readouterr().out
+    assert "why:" in out and "remedy:" in out
+    assert cli.main(["explain", "PF-NOPE-999"]) == cli.EXIT_USAGE
+    assert "unknown check 'PF-NOPE-999'" in capsys.readouterr().err
+    assert cli.main(["profiles", "--json"]) == 0
+    profiles = json.loads(capsys.readouterr().out)
+    assert profiles["p5en.48xlarge"]["num_efa_devices"] == 16
+    assert cli.main(["profiles", "p5.48xlarge"]) == 0
+    assert "net_busbw_gb_s_min" in capsys.readouterr().out
+
+
+def test_bad_usage_exit_code(capsys):
+    assert cli.main(["run", "--tier", "nightly"]) == cli.EXIT_USAGE
+    assert cli.main(["frobnicate"]) == cli.EXIT_USAGE
+    assert cli.main(["run", "--workers", "many"]) == cli.EXIT_USAGE
+
+
+def test_inspect_env(tmp_path, capsys):
+    dump = tmp_path / "env.txt"
+    dump.write_text(f"NCCL_NET=Socket\nHF_TOKEN={HF_TOKEN}\nNCCL_PROTO=simple\r\nPATH=/bin\n")
+    assert cli.main(["inspect", "env", str(dump), "--json", "--profile", "p5.48xlarge"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert [f["name"] for f in result["harmful"]] == ["NCCL_NET"]
+    assert [f["name"] for f in result["outdated"]] == ["NCCL_PROTO"]
+    assert HF_TOKEN not in out
+
+
+def test_inspect_garbage_exits_2_with_json_error(tmp_path, capsys):
+    garbage = tmp_path / "g.txt"
+    garbage.write_bytes(b"\x00\x01 not an env dump \xff")
+    assert cli.main(["inspect", "env", str(garbage), "--json"]) == cli.EXIT_USAGE
+    assert "error" in json.loads(capsys.readouterr().out)
+    assert cli.main(["inspect", "nope", str(garbage)]) == cli.EXIT_USAGE
+    assert "unknown kind 'nope'" in capsys.readouterr().err

@@ -1,0 +1,175 @@
+"""The pytest plugin: options, markers, header, tiers, outcomes and exact messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_checks
+
+CHECKS = '''
+import pytest
+from harness.checking import ProbeError, check, expect, expect_none, not_applicable, warn
+
+@check("PF-T-001", title="passes", why="w", remedy="r1")
+def test_pass():
+    expect("busbw", 500.0, ">=", 460.0, "GB/s")
+
+@check("PF-T-002", title="fails", why="w", remedy="check the NCCL log")
+def test_fail():
+    expect("all_reduce busbw", 112.44, ">=", 370.0, "GB/s")
+
+@check("PF-T-003", title="warns", why="w", remedy="r3")
+def test_warn():
+    warn("NCCL_PROTO=simple is outdated", remedy="unset it")
+
+@check("PF-T-004", title="skips", why="w", remedy="r4")
+def test_skip():
+    not_applicable("profile has no EFA")
+
+@check("PF-T-005", title="probe error", why="w", remedy="r5")
+def test_probe_error():
+    raise ProbeError("`fi_info -p efa` could not run: command not found")
+
+@check("PF-T-006", title="bug", why="w", remedy="r6")
+def test_bug():
+    {}["missing"]
+
+@check("PF-T-007", title="offenders", why="w", remedy="replace the node")
+def test_offenders():
+    expect_none("GPUs with uncorrected ECC errors", ["GPU 3 (0000:53:00.0, serial 1321)", "GPU 5"])
+
+@pytest.fixture
+def broken_fact():
+    raise ProbeError("nvidia-smi timed out")
+
+@check("PF-T-008", title="fixture error", why="w", remedy="r8")
+def test_fixture_error(broken_fact):
+    pass
+
+@check("PF-T-009", title="plain assert", why="w", remedy="r9")
+def test_plain_assert():
+    assert 1 == 2, "one is not two"
+'''
+
+
+def test_outcomes_and_exact_messages(suite):
+    suite.makepyfile(test_checks=CHECKS)
+    res, by_id = run_checks(suite, "--preflight-profile", "p5.48xlarge")
+    outcomes = {k: v["outcome"] for k, v in by_id.items()}
+    assert outcomes == {
+        "PF-T-001": "pass", "PF-T-002": "fail", "PF-T-003": "warn", "PF-T-004": "skip",
+        "PF-T-005": "error", "PF-T-006": "error", "PF-T-007": "fail", "PF-T-008": "error",
+        "PF-T-009": "fail",
+    }
+    assert by_id["PF-T-002"]["message"] == (
+        "[PF-T-002] all_reduce busbw 112.4 GB/s < 370.0 GB/s required for p5.48xlarge; "
+        "check the NCCL log"
+    )
+    assert by_id["PF-T-003"]["message"] == "[PF-T-003] NCCL_PROTO=simple is outdated; unset it"
+    assert by_id["PF-T-004"]["message"] == "not applicable to p5.48xlarge: profile has no EFA"
+    assert by_id["PF-T-005"]["message"] == (
+        "[PF-T-005] `fi_info -p efa` could not run: command not found"
+    )
+    assert by_id["PF-T-006"]["message"].startswith("[PF-T-006] harness error: KeyError: ")
+    assert by_id["PF-T-007"]["message"] == (
+        "[PF-T-007] GPUs with uncorrected ECC errors: 2 found, none allowed for p5.48xlarge: "
+        "GPU 3 (0000:53:00.0, serial 1321); GPU 5; replace the node"
+    )
+    assert by_id["PF-T-008"]["message"] == "[PF-T-008] nvidia-smi timed out"
+    assert by_id["PF-T-009"]["message"].startswith("[PF-T-009] one is not two")
+    assert by_id["PF-T-001"]["measurements"] == [
+        {"what": "busbw", "value": 500.0, "unit": "GB/s", "op": ">=", "threshold": 460.0,
+         "ok": True}
+    ]
+    assert res.ret == 1
+
+
+TIERED = '''
+from harness.checking import check
+
+@check("PF-T-101", title="fast", why="w", remedy="r")
+def test_fast(): pass
+
+@check("PF-T-102", title="nightly", why="w", remedy="r", tier="certify")
+def test_nightly(): pass
+
+@check("PF-T-103", title="deep", why="w", remedy="r", tier="diagnose", exclusive=True)
+def test_deep(): pass
+'''
+
+
+@pytest.mark.parametrize(
+    ("tier", "expected"),
+    [
+        ("preflight", {"PF-T-101"}),
+        ("certify", {"PF-T-101", "PF-T-102"}),
+        ("diagnose", {"PF-T-101", "PF-T-102", "PF-T-103"}),
+    ],
+)
+def test_tier_selects_checks_of_that_tier_and_cheaper(suite, tier, expected):
+    suite.makepyfile(test_tiers=TIERED)
+    _, by_id = run_checks(suite, "--preflight-profile", "local-cpu", "--preflight-tier", tier)
+    assert set(by_id) == expected
+
+
+def test_exclusive_marker_selects_collectives(suite):
+    suite.makepyfile(test_tiers=TIERED)
+    _, by_id = run_checks(suite, "--preflight-tier", "diagnose", "-m", "exclusive")
+    assert set(by_id) == {"PF-T-103"}
+
+
+def test_header_names_profile_source_and_tier(suite):
+    suite.makepyfile(test_tiers=TIERED)
+    res, _ = run_checks(suite, "--preflight-profile", "p4d.24xlarge", "--preflight-tier", "certify")
+    res.stdout.fnmatch_lines(["gpu-preflight *: profile p4d.24xlarge (from --profile), tier certify"])
+
+
+def test_unknown_profile_is_a_usage_error_listing_known_profiles(suite):
+    suite.makepyfile(test_tiers=TIERED)
+    res, _ = run_checks(suite, "--preflight-profile", "g5.xlarge")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*unknown profile 'g5.xlarge'; known profiles: local-cpu, p4d.24xlarge*"])
+
+
+def test_markers_are_registered_with_docs(suite):
+    res = suite.runpytest_subprocess("-p", "harness.plugin", "--markers")
+    res.stdout.fnmatch_lines([
+        "@pytest.mark.certify: tier: nightly*",
+        "@pytest.mark.exclusive: owns the GPUs or the network*",
+    ])
+
+
+def test_xdist_results_written_once_by_the_controller(suite):
+    suite.makepyfile(test_checks=CHECKS)
+    results = suite.path / "results.jsonl"
+    suite.runpytest_subprocess("-p", "harness.plugin", f"--preflight-results={results}",
+                               "-n", "2", "--preflight-profile", "p5.48xlarge")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    ids = [r["id"] for r in records if r["event"] == "result"]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 9
+    workers = {r["worker"] for r in records if r["event"] == "result"}
+    assert workers <= {"gw0", "gw1"} and workers
+    assert [r["event"] for r in records].count("collected") == 1
+
+
+def test_duplicate_check_id_is_refused():
+    from harness.checking import check
+
+    @check("PF-T-900", title="a", why="w", remedy="r")
+    def test_one():
+        pass
+
+    with pytest.raises(ValueError, match="PF-T-900 is used by test_one and test_two"):
+
+        @check("PF-T-900", title="b", why="w", remedy="r")
+        def test_two():
+            pass
+
+
+def test_unknown_tier_is_refused():
+    from harness.checking import check
+
+    with pytest.raises(ValueError, match="tier 'nightly' is not one of"):
+        check("PF-T-901", title="a", why="w", remedy="r", tier="nightly")
