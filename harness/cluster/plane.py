@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -74,12 +74,23 @@ class ControlPlane:
         except Exception as exc:
             raise PlaneError(f"control plane lost while publishing {key}: {_short(exc)}") from exc
 
-    def gather(self, keys: Mapping[int, str], counter: str, deadline: float
-               ) -> tuple[dict[int, Any], list[int]]:
-        """Wait until every key is set (by its counter) or the deadline; (values, missing)."""
+    def count(self, counter: str) -> int:
+        try:
+            return int(self.store.add(counter, 0))
+        except Exception as exc:
+            raise PlaneError(f"control plane lost while reading {counter}: "
+                             f"{_short(exc)}") from exc
+
+    def gather(self, keys: Mapping[int, str], counter: str, deadline: float,
+               enough: Callable[[int], bool] | None = None) -> tuple[dict[int, Any], list[int]]:
+        """Wait until every key is set (by its counter), `enough(count)` says to stop early,
+        or the deadline; (values, missing)."""
         want = len(keys)
         try:
-            while self.store.add(counter, 0) < want and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                got = self.store.add(counter, 0)
+                if got >= want or (enough is not None and enough(got)):
+                    break
                 time.sleep(POLL_S)
             found, missing = {}, []
             for rank, key in sorted(keys.items()):

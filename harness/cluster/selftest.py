@@ -65,8 +65,10 @@ class SelftestConfig:
     gather_s: float = 8.0
     collective_s: float = 6.0
     isolation_rounds: int = 3
-    slow_s: float = 0.25
+    slow_s: float = 0.5
     """Sleep before every all_reduce of a `slow` node, s."""
+    floor_gb_s: float = 0.01
+    """The selftest profile's gloo busbw floor, GB/s."""
 
     def __post_init__(self) -> None:
         if not 2 <= self.nodes <= 64:
@@ -175,8 +177,11 @@ def run_selftest(cfg: SelftestConfig, base_env: Mapping[str, str] | None = None,
     work.mkdir(parents=True, exist_ok=True)
     profile_file = work / "selftest-profile.toml"
     budget = f"{cfg.local_s:g}"
+    # A short local budget (it bounds the run), and a floor far below a healthy loopback
+    # pair (~0.1-1 GB/s on 2 busy cores) and far above a `slow` one (~0.002 GB/s).
     profile_file.write_text(f'[profiles."local-cpu"]\nrun_budget_s = {{preflight = {budget}, '
-                            f"certify = {budget}, diagnose = {budget}}}\n")
+                            f"certify = {budget}, diagnose = {budget}}}\n"
+                            f"cpu_busbw_gb_s_min = {cfg.floor_gb_s:g}\n")
     port = _free_port()
     bound = hard_bound_s(cfg)
     if echo:

@@ -29,8 +29,11 @@ FAULTS = ("slow", "hang", "crash", "fail-check", "absent")
 EXIT_WATCHDOG = 1
 
 
+_T0 = time.monotonic()
+
+
 def _log(msg: str) -> None:
-    print(f"preflight cluster: {msg}", flush=True)
+    print(f"preflight cluster [{time.monotonic() - _T0:6.1f} s]: {msg}", flush=True)
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -232,8 +235,9 @@ class ClusterStep:
 
     def _lost_master(self, phase: str, why: str) -> dict[str, Any]:
         """What a node decides alone when the master is gone: the master is the bad node."""
+        host = self.topo.hosts[0] if self.topo.hosts else self.topo.master_addr
         return {**self._base(), "missing": {"0": {
-            "host": self.topo.master_addr,
+            "host": host,
             "reason": f"the control-plane master stopped answering during {phase} ({why})"}}}
 
     def _run(self, report: Any) -> dict[str, Any]:
@@ -242,6 +246,7 @@ class ClusterStep:
             return self._lost_master("join", self.join_error or "not joined")
         summary = node_summary(report, rank=self.rank, facts=node_facts(self.env),
                                env=self.env)
+        _log(f"local verdict {report.verdict}; publishing it and gathering every node's")
         local_deadline = self.t0 + self.t.join_s + self.t.local_s + self.t.gather_s
         try:
             plane.publish(f"result/{self.rank}", summary, counter="count/result")
@@ -262,8 +267,14 @@ class ClusterStep:
     def _gather_local(self, deadline: float) -> dict[str, Any]:
         assert self.plane is not None
         n = self.topo.num_nodes
-        found, missing = self.plane.gather({r: f"result/{r}" for r in range(n)},
-                                           "count/result", deadline)
+        plane, join_end = self.plane, self.t0 + self.t.join_s
+
+        def enough(results: int) -> bool:
+            """Past the join timeout, nodes that never joined are not waited for."""
+            return time.monotonic() > join_end and results >= plane.count("count/join")
+
+        found, missing = plane.gather({r: f"result/{r}" for r in range(n)}, "count/result",
+                                      deadline, enough)
         joined, _ = self.plane.gather({r: f"join/{r}" for r in missing}, "count/none", 0)
         waited = round(deadline - self.t0)
         snap = {**self._base(), "nodes": {str(r): s for r, s in found.items()}, "missing": {}}
@@ -271,8 +282,8 @@ class ClusterStep:
             host = joined.get(r, {}).get("host") or self.topo.host_of(r)
             reason = (f"joined but reported no node-local result within {waited} s (hung or "
                       "died during its checks)" if r in joined
-                      else f"never joined the control plane within {waited} s (not started, "
-                      "crashed at start, or cannot reach the master)")
+                      else f"never joined the control plane within the {self.t.join_s:g} s join "
+                      "timeout (not started, crashed at start, or cannot reach the master)")
             snap["missing"][str(r)] = {"host": host, "reason": reason}
         return snap
 
@@ -282,7 +293,10 @@ class ClusterStep:
         plane, t = self.plane, self.t
         phase_start = time.monotonic()
         size = _bw_size(self.profile, self.env)
+        _log(f"cluster all_reduce of {size} bytes over {self.topo.num_nodes} nodes")
         result = self._bench_all(size)
+        _log(f"cluster all_reduce: busbw {result['busbw_gb_s']} GB/s, errors "
+             f"{len(result['errors'])}")
         try:
             plane.publish(f"bw/{self.rank}", result, counter="count/bw")
             if self.is_master:
@@ -333,8 +347,21 @@ class ClusterStep:
     def _gather_bw(self, deadline: float, size: int) -> dict[str, Any]:
         assert self.plane is not None
         n = self.topo.num_nodes
-        found, missing = self.plane.gather({r: f"bw/{r}" for r in range(n)}, "count/bw",
-                                           deadline)
+        plane, broken_at, scanned = self.plane, [0.0], [0]
+
+        def enough(got: int) -> bool:
+            """Once a published result shows the collective broke, a node still silent gets
+            `gather_s` more (alive, it would have hit its own collective timeout too)."""
+            if not broken_at[0] and got > scanned[0]:
+                scanned[0] = got
+                for r in range(n):
+                    if plane.has(f"bw/{r}") and plane.wait_for(f"bw/{r}", 0)["errors"]:
+                        broken_at[0] = time.monotonic()
+                        break
+            return bool(broken_at[0]) and time.monotonic() > broken_at[0] + self.t.gather_s
+
+        found, missing = plane.gather({r: f"bw/{r}" for r in range(n)}, "count/bw", deadline,
+                                      enough)
         values = [v["busbw_gb_s"] for v in found.values() if v["busbw_gb_s"] is not None]
         errors = [e for v in found.values() for e in v["errors"]]
         return {
@@ -388,8 +415,11 @@ class ClusterStep:
                 return out
 
             try:
+                # CPU profiles: gloo over TCP on shared cores is too noisy for a relative
+                # rule; the sanity floor alone judges pairs there.
                 result = isolate(list(range(self.topo.num_nodes)), measure,
                                  floor_gb_s=_floor(self.profile) or 0.0,
+                                 relative=0.5 if self.profile.has_gpus else 0.0,
                                  max_rounds=t.isolation_rounds)
                 snap = {**snap, "isolation": result.to_dict()}
                 plane.publish(f"iso/{round_no[0] + 1}/plan", "done")

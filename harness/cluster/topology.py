@@ -108,25 +108,31 @@ def compress_hostlist(hosts: Sequence[str]) -> str:
     node01 node02 node03 node07 -> node[01-03,07]. Order: by prefix, then number."""
     groups: dict[tuple[str, int], list[int]] = {}
     plain: list[str] = []
+    numbered = []
     for h in dict.fromkeys(hosts):
         m = re.fullmatch(r"(.*?)(\d+)", h)
         if m:
-            groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
+            numbered.append((m.group(1), m.group(2)))
         else:
             plain.append(h)
+    # Zero-padded names (node07) fix their prefix's width; node10 then joins node[07-10].
+    padded = {(p, len(d)) for p, d in numbered if d.startswith("0") and len(d) > 1}
+    for prefix, digits in numbered:
+        width = len(digits) if (prefix, len(digits)) in padded else 0
+        groups.setdefault((prefix, width), []).append(int(digits))
     out = []
     for (prefix, width), nums in sorted(groups.items()):
         nums.sort()
         if len(nums) == 1:
-            out.append(f"{prefix}{nums[0]:0{width}d}")
+            out.append(f"{prefix}{str(nums[0]).zfill(width)}")
             continue
         ranges, start, prev = [], nums[0], nums[0]
         for n in [*nums[1:], None]:
             if n is not None and n == prev + 1:
                 prev = n
                 continue
-            ranges.append(f"{start:0{width}d}" if start == prev
-                          else f"{start:0{width}d}-{prev:0{width}d}")
+            lo, hi = str(start).zfill(width), str(prev).zfill(width)
+            ranges.append(lo if start == prev else f"{lo}-{hi}")
             if n is not None:
                 start = prev = n
         out.append(f"{prefix}[{','.join(ranges)}]")

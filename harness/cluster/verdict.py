@@ -65,8 +65,8 @@ def node_summary(report: Any, *, rank: int, facts: Mapping[str, Any],
 
 
 def consistency_outliers(values_by_rank: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per key, ranks whose value differs from the majority's: {key, rank, value, expected}.
-    With no strict majority every rank off the most common value is named, expected None."""
+    """Per key, ranks whose value differs from the majority's: {key, rank, value, majority,
+    expected}. With no strict majority every rank is named (majority False, expected None)."""
     keys = sorted({k for v in values_by_rank.values() for k in v})
     out = []
     for key in keys:
@@ -80,7 +80,7 @@ def consistency_outliers(values_by_rank: Mapping[int, Mapping[str, Any]]) -> lis
             value = values[rank]
             if majority and _hashable(value) == top:
                 continue
-            out.append({"key": key, "rank": rank, "value": value,
+            out.append({"key": key, "rank": rank, "value": value, "majority": majority,
                         "expected": values[_first(values, top)] if majority else None})
     return out
 
@@ -147,6 +147,10 @@ def _record(cid: str, outcome: str, message: str = "", measurements: Sequence[An
             "worker": "cluster"}
 
 
+def _v(value: Any) -> str:
+    return "(unset)" if value is None else str(value)
+
+
 def _gb(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3g} GB/s"
 
@@ -189,13 +193,13 @@ def decide(snap: Mapping[str, Any]) -> ClusterVerdict:
             values[r].setdefault(k, None)
     outliers = consistency_outliers(values) if len(values) > 1 else []
     for o in outliers:
-        exp = "no majority" if o["expected"] is None else f"majority: {o['expected']}"
-        bad.add(o["rank"], f"{o['key']} = {o['value']} ({exp})")
+        exp = f"majority: {_v(o['expected'])}" if o["majority"] else "no majority"
+        bad.add(o["rank"], f"{o['key']} = {_v(o['value'])} ({exp})")
     checks.append(_record(
         "PF-CLUSTER-003", "fail" if outliers else "pass",
         "nodes differ: " + "; ".join(
-            f"{name(o['rank'])} {o['key']}={o['value']}"
-            + ("" if o["expected"] is None else f" (others: {o['expected']})") for o in outliers)
+            f"{name(o['rank'])} {o['key']}={_v(o['value'])}"
+            + (f" (others: {_v(o['expected'])})" if o["majority"] else "") for o in outliers)
         if outliers else ""))
     # 004: cluster bandwidth
     bw = snap.get("bandwidth")

@@ -1,0 +1,118 @@
+"""The real multi-node path: 4 `preflight run` processes as nodes node0..node3 over gloo on
+127.0.0.1 (`preflight selftest cluster`), one fault each: verdict, named host, every node's
+exit code, no hand-off on failure (exec recorded by a marker file), bounded total time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main
+from harness.cluster.selftest import SelftestConfig, parse_injections, run_selftest
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _selftest(tmp_path, faults, tier="preflight"):
+    cfg = SelftestConfig(nodes=4, faults=faults, work_dir=tmp_path, tier=tier)
+    return run_selftest(cfg, echo=False)
+
+
+def _check_failed_cluster(res, bad_rank, bad_exit=None):
+    healthy = [n for n in res.nodes if n.rank != bad_rank]
+    assert res.verdict == "fail", [n.verdict for n in res.nodes]
+    assert res.bad_nodes == [f"node{bad_rank}"]
+    assert [n.exit_code for n in healthy] == [1, 1, 1]
+    assert not any(n.executed for n in res.nodes)
+    texts = {n.failure_text for n in healthy}
+    assert len(texts) == 1 and f"bad nodes: node{bad_rank}." in texts.pop()
+    assert res.consistent and res.exit_code == 1
+    assert res.duration_s < res.hard_bound_s
+    bad = res.nodes[bad_rank]
+    if bad_exit is not None:
+        assert bad.exit_code == bad_exit
+    return bad
+
+
+def test_healthy_cluster_passes_and_every_node_hands_off(tmp_path):
+    res = _selftest(tmp_path, {})
+    assert res.verdict == "pass" and res.exit_code == 0
+    assert [n.exit_code for n in res.nodes] == [0, 0, 0, 0]
+    assert all(n.executed for n in res.nodes)
+    report = json.loads((tmp_path / "node3" / "report.json").read_text())
+    assert report["cluster"]["verdict"] == "pass" and report["cluster"]["bad_nodes"] == []
+    assert report["cluster"]["bandwidth"]["busbw_gb_s"] > 0
+    ids = {c["id"]: c["outcome"] for c in report["checks"]}
+    assert ids["PF-CLUSTER-001"] == ids["PF-CLUSTER-004"] == "pass"
+
+
+def test_fail_check_node_is_named(tmp_path):
+    bad = _check_failed_cluster(_selftest(tmp_path, {2: "fail-check"}), 2, bad_exit=1)
+    assert bad.verdict == "fail" and bad.bad_nodes == ["node2"]
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    entry = report["cluster"]["bad_nodes"][0]
+    assert entry["host"] == "node2" and entry["rank"] == 2
+    assert "PF-ENV-004" in entry["reason"]
+
+
+def test_absent_node_is_named_after_the_join_timeout(tmp_path):
+    res = _selftest(tmp_path, {1: "absent"})
+    bad = _check_failed_cluster(res, 1)
+    assert bad.exit_code is None
+    assert "never joined" in res.nodes[0].failure_text
+
+
+def test_absent_master_is_named_by_every_node(tmp_path):
+    res = _selftest(tmp_path, {0: "absent"})
+    _check_failed_cluster(res, 0)
+    assert "control-plane master" in res.nodes[1].failure_text
+
+
+def test_crashing_node_is_named(tmp_path):
+    bad = _check_failed_cluster(_selftest(tmp_path, {3: "crash"}), 3, bad_exit=17)
+    assert not bad.executed
+
+
+def test_hanging_node_is_named_and_survivors_do_not_hang(tmp_path):
+    res = _selftest(tmp_path, {2: "hang"})
+    bad = _check_failed_cluster(res, 2)
+    assert bad.killed  # it would only have stopped at its own watchdog (hard upper bound)
+    assert "stopped answering" in res.nodes[0].failure_text
+
+
+def test_slow_node_is_isolated_by_pairwise_rounds(tmp_path):
+    res = _selftest(tmp_path, {1: "slow"})
+    bad = _check_failed_cluster(res, 1, bad_exit=1)
+    assert bad.verdict == "fail"
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    iso = report["cluster"]["isolation"]
+    assert iso["bad_nodes"] == [1] and iso["num_rounds"] <= 3
+    evidence = report["cluster"]["bad_nodes"][0]["evidence"]
+    assert evidence and all(e["busbw_gb_s"] is None or e["busbw_gb_s"] < iso["threshold_gb_s"]
+                            for e in evidence)
+    assert report["cluster"]["actions"]["slurm_drain"][0].startswith(
+        "scontrol update nodename=node1 state=drain reason=\"gpu-preflight: ")
+
+
+def test_certify_tier_always_isolates(tmp_path):
+    res = _selftest(tmp_path, {}, tier="certify")
+    assert res.verdict == "pass" and all(n.executed for n in res.nodes)
+    report = json.loads((tmp_path / "node1" / "report.json").read_text())
+    assert report["cluster"]["isolation"]["num_rounds"] == 1  # every random pair passed
+
+
+@pytest.mark.parametrize(("specs", "message"), [
+    (["bogus=1"], "FAULT one of"), (["hang=9"], "node 9 not in 0..3"),
+    (["hang=1", "slow=1"], "two faults"), (["hang"], "expected FAULT=K"),
+])
+def test_selftest_rejects_bad_injections(specs, message, capsys):
+    argv = ["selftest", "cluster", "--nodes", "4"]
+    for s in specs:
+        argv += ["--inject", s]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_injections_lists():
+    assert parse_injections(["crash=1,3", "slow=0"], 4) == {1: "crash", 3: "crash", 0: "slow"}
