@@ -85,13 +85,14 @@ class ControlPlane:
                enough: Callable[[int], bool] | None = None) -> tuple[dict[int, Any], list[int]]:
         """Wait until every key is set (by its counter), `enough(count)` says to stop early,
         or the deadline; (values, missing)."""
-        want = len(keys)
+        want, pause = len(keys), 0.005
         try:
             while time.monotonic() < deadline:
                 got = self.store.add(counter, 0)
                 if got >= want or (enough is not None and enough(got)):
                     break
-                time.sleep(POLL_S)
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_S)  # fast when everyone is there, cheap when not
             found, missing = {}, []
             for rank, key in sorted(keys.items()):
                 if self.store.check([key]):
@@ -111,11 +112,15 @@ class ControlPlane:
 
     def wait_for(self, key: str, deadline: float) -> Any:
         """The value of `key` once set; PlaneError at the deadline or when the master is gone."""
+        # Polling, with back-off, rather than store.wait: c10d logs a warning per timed-out
+        # wait, and a poll notices both the deadline and a master that went away.
+        pause = 0.005
         try:
             while not self.store.check([key]):
                 if time.monotonic() >= deadline:
                     raise PlaneError(f"no {key!r} from the control-plane master by the deadline")
-                time.sleep(POLL_S)
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_S)
             return json.loads(self.store.get(key))
         except PlaneError:
             raise
