@@ -27,22 +27,36 @@ ENV_PREFIXES = ("NCCL_", "FI_")
 #: Bounds on what one node publishes (the store holds N of these).
 MAX_FAILED, MAX_MESSAGE_CHARS = 20, 600
 
-#: The cluster checks (ID, title, remedy): judged here, after the node-local checks.
-CLUSTER_CHECKS: dict[str, tuple[str, str]] = {
-    "PF-CLUSTER-001": ("Every node joined the preflight and reported within the timeouts",
-                       "replace or restart the nodes named; check that every node runs preflight "
-                       "and can reach the master on the control-plane port"),
-    "PF-CLUSTER-002": ("Every node passed its node-local checks",
-                       "see each node's report.json; fix or replace the nodes named"),
-    "PF-CLUSTER-003": ("Driver, CUDA, NCCL, aws-ofi-nccl, libfabric, torch, NCCL/FI env and GPU "
-                       "inventory are the same on every node",
-                       "rebuild the odd nodes from the same image/AMI; set the same NCCL_*/FI_* "
-                       "variables everywhere"),
-    "PF-CLUSTER-004": ("Cluster all_reduce reaches the bandwidth floor with correct data",
-                       "see the pairwise isolation below; drain or replace the slow nodes"),
-    "PF-CLUSTER-005": ("Pairwise rounds find no bad node or link",
-                       "drain or replace the nodes named (commands in the report's cluster "
-                       "section)"),
+#: The cluster checks: ID -> (title, why, remedy). Judged here, after the node-local checks;
+#: `checks/test_cluster.py` declares them for `preflight list` / `explain`.
+CLUSTER_CHECKS: dict[str, tuple[str, str, str]] = {
+    "PF-CLUSTER-001": (
+        "Every node joined the preflight and reported within the timeouts",
+        "A node that never starts, hangs or dies makes the job's first collective hang for the "
+        "NCCL/gloo timeout (30 min by default) instead of failing.",
+        "replace or restart the nodes named; check that every node runs preflight and can reach "
+        "the master on the control-plane port"),
+    "PF-CLUSTER-002": (
+        "Every node passed its node-local checks",
+        "One unfit node fails or slows the whole job: either every node hands off or none does.",
+        "see each node's report.json; fix or replace the nodes named"),
+    "PF-CLUSTER-003": (
+        "Driver, CUDA, NCCL, aws-ofi-nccl, libfabric, torch, NCCL/FI env and GPU inventory are "
+        "the same on every node",
+        "Mixed NCCL or plugin versions and differing NCCL_*/FI_* settings cause hangs, protocol "
+        "mismatches or one slow node that the others wait for.",
+        "rebuild the odd nodes from the same image/AMI; set the same NCCL_*/FI_* variables "
+        "everywhere"),
+    "PF-CLUSTER-004": (
+        "Cluster all_reduce reaches the bandwidth floor with correct data",
+        "A slow or faulty node or link caps every collective of the job; wrong data means "
+        "silent corruption.",
+        "see the pairwise isolation (PF-CLUSTER-005); drain or replace the slow nodes"),
+    "PF-CLUSTER-005": (
+        "Pairwise rounds find no bad node or link",
+        "Pairs tested in parallel, then suspects against known-good nodes, name the node or "
+        "link that a cluster-wide number cannot.",
+        "drain or replace the nodes named (commands in the report's cluster section)"),
 }
 
 
@@ -136,7 +150,7 @@ class _Bad:
 
 def _record(cid: str, outcome: str, message: str = "", measurements: Sequence[Any] = ()
             ) -> dict[str, Any]:
-    title, remedy = CLUSTER_CHECKS[cid]
+    title, _, remedy = CLUSTER_CHECKS[cid]
     if message and outcome in ("fail", "error", "skip"):
         message = f"[{cid}] {message}"
         if outcome != "skip":
