@@ -116,3 +116,62 @@ def test_selftest_rejects_bad_injections(specs, message, capsys):
 
 def test_parse_injections_lists():
     assert parse_injections(["crash=1,3", "slow=0"], 4) == {1: "crash", 3: "crash", 0: "slow"}
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def node1_env(monkeypatch, tmp_path):
+    """This process as node 1 of 2 whose master (127.0.0.1, a port nobody serves) is absent."""
+    from harness import handoff
+
+    calls = []
+    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
+    for k, v in {"PREFLIGHT_NNODES": "2", "PREFLIGHT_NODE_RANK": "1",
+                 "PREFLIGHT_MASTER_ADDR": "127.0.0.1", "PREFLIGHT_PORT": str(_free_port()),
+                 "PREFLIGHT_HOSTS": "node[0-1]", "PREFLIGHT_HOSTNAME": "node1",
+                 "PREFLIGHT_JOIN_TIMEOUT_S": "2", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    return calls
+
+
+def test_run_names_an_unreachable_master_and_does_not_hand_off(node1_env, tmp_path, capsys):
+    import os
+
+    rc = main(["run", "--profile", "local-cpu", "-k", "env", "--report-dir", str(tmp_path),
+               "--failure-file", str(tmp_path / "failure"), "--", "train"])
+    assert rc == 1 and node1_env == []
+    out = capsys.readouterr().out
+    assert "hard upper bound join 2 + local 300" in out
+    text = (tmp_path / "failure").read_text()
+    assert text.startswith("gpu-preflight FAILED on a 2-node cluster (local-cpu, tier "
+                           "preflight): bad nodes: node0.")
+    assert "control-plane master stopped answering during join" in text
+    report = json.loads((tmp_path / "node1" / "report.json").read_text())
+    assert report["cluster"]["bad_nodes"][0]["host"] == "node0"
+    assert report["verdict"] == "fail" and report["exit_code"] == 1
+    assert "GLOO_SOCKET_IFNAME" not in os.environ  # set for the plane, restored before exit
+
+
+def test_preflight_cluster_off_runs_node_local_only(node1_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_CLUSTER", "off")
+    rc = main(["run", "--profile", "local-cpu", "-k", "env", "--report-dir", str(tmp_path),
+               "--", "train"])
+    assert rc == 0 and node1_env == [["train"]]
+    assert "cluster" not in json.loads((tmp_path / "node1" / "report.json").read_text())
+
+
+def test_per_gpu_launch_is_refused(monkeypatch, tmp_path, capsys):
+    for k, v in {"MASTER_ADDR": "127.0.0.1", "GROUP_RANK": "0", "LOCAL_RANK": "3",
+                 "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "16", "RANK": "3"}.items():
+        monkeypatch.setenv(k, v)
+    assert main(["run", "--profile", "local-cpu", "--report-dir", str(tmp_path), "--",
+                 "train"]) == 2
+    assert "run preflight once per node" in capsys.readouterr().err

@@ -165,6 +165,8 @@ class ClusterStep:
         verdict, never raised) and arms the watchdog at the hard upper bound."""
         from harness.detect import sagemaker_resource_config
 
+        if env.get("PREFLIGHT_CLUSTER", "").strip().lower() in ("0", "off", "false", "no"):
+            return None  # node-local checks only, on purpose
         topo = detect_topology(env, sagemaker_resource_config(env))
         if topo is None:
             return None
