@@ -5,6 +5,7 @@ exit code, no hand-off on failure (exec recorded by a marker file), bounded tota
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from harness.cli import main
 from harness.cluster.selftest import SelftestConfig, parse_injections, run_selftest
 
 pytestmark = pytest.mark.timeout(400)
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _selftest(tmp_path, faults, tier="preflight"):
@@ -175,3 +177,30 @@ def test_per_gpu_launch_is_refused(monkeypatch, tmp_path, capsys):
     assert main(["run", "--profile", "local-cpu", "--report-dir", str(tmp_path), "--",
                  "train"]) == 2
     assert "run preflight once per node" in capsys.readouterr().err
+
+
+def test_watchdog_stops_a_hung_node_at_its_hard_bound(tmp_path):
+    """A node stuck past its hard upper bound exits 1 and leaves a failure file."""
+    import subprocess
+    import sys
+    import time
+
+    code = f"""
+import pathlib, time
+from harness.cluster.step import ClusterStep, ClusterTimeouts
+from harness.cluster.topology import Topology
+from harness.profiles import get_profile
+topo = Topology(node_rank=1, num_nodes=2, master_addr="127.0.0.1", port=1, source="test")
+t = ClusterTimeouts(join_s=0.2, local_s=0.2, gather_s=0.2, collective_s=0.1,
+                    isolation_rounds=0, exit_s=0.1)
+step = ClusterStep(topo, t, profile=get_profile("local-cpu"), tier="preflight", env={{}})
+step.failure_file = pathlib.Path({str(tmp_path / "failure")!r})
+step._arm_watchdog()
+time.sleep(120)  # hung
+"""
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=90, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 1
+    assert time.monotonic() - start < 60
+    assert "did not finish within its hard upper bound" in (tmp_path / "failure").read_text()

@@ -338,8 +338,13 @@ class ClusterStep:
             return {"busbw_gb_s": None, "data_ok": False,
                     "errors": [f"rank {self.rank}: process group init: {_short(exc)}"]}
         _inject(self.fault)
-        res = allreduce_bench(sizes_bytes=[size], warmup=1, iters=3,
-                              timeout_s=self.t.collective_s, device=self.device)
+        try:
+            res = allreduce_bench(sizes_bytes=[size], warmup=1, iters=3,
+                                  timeout_s=self.t.collective_s, device=self.device)
+        except Exception as exc:  # the bench turns collective errors into results; not these
+            self.clean = False
+            return {"busbw_gb_s": None, "data_ok": False,
+                    "errors": [f"rank {self.rank}: all_reduce bench: {_short(exc)}"]}
         row = res.at_size(size) or res.largest
         if res.errors:
             self.clean = False
@@ -387,10 +392,15 @@ class ClusterStep:
         round_no = [0]
 
         def run_round(pairs: list[tuple[int, int]], k: int) -> dict[str, Any]:
-            group = plane.pair_groups(pairs, t.collective_s)
             mine: dict[str, Any] = {"busbw_gb_s": None, "error": None}
-            if group is not None:
-                mine = self._bench_pair(group, size)
+            try:
+                group = plane.pair_groups(pairs, t.collective_s)
+                if group is not None:
+                    mine = self._bench_pair(group, size)
+            except Exception as exc:  # the peer never connected (dead or hung): evidence
+                self.clean = False
+                mine = {"busbw_gb_s": None, "error": f"rank {self.rank}: pair group: "
+                                                     f"{_short(exc)}"}
             plane.publish(f"iso/{k}/{self.rank}", mine, counter=f"count/iso/{k}")
             return mine
 
