@@ -101,7 +101,8 @@ def _pattern(rank: int, count: int, dtype: Any, device: Any) -> Any:
     position-dependent, so a chunk reduced at the wrong offset shows up."""
     import torch
 
-    base = torch.arange(count, device=device, dtype=torch.int32).remainder_(13).add_(1)
+    index_dtype = torch.int32 if count < 2**31 else torch.int64
+    base = torch.arange(count, device=device, dtype=index_dtype).remainder_(13).add_(1)
     return base.to(dtype).mul_(rank + 1)
 
 
@@ -156,7 +157,8 @@ def allreduce_bench(
     (nccl-tests' loop); time = mean over ranks of the per-iteration time (nccl-tests' default
     `-a 1`); algbw = bytes / time; busbw = algbw * 2(n-1)/n. With `check_data`, one more
     all_reduce of a known pattern is compared with the exact sum on every rank; `corrupt_rank`
-    (a test hook) adds 1 to one element of that rank's input so the check must catch it.
+    (a test hook; a rank within `group`) adds 1 to one element of that rank's input so the
+    check must catch it.
     Every wait is bounded by `timeout_s` per phase: a hung or dead peer becomes an error in the
     result, never a hang. Errors stop the sweep; the group should not be used afterwards.
     """
@@ -167,6 +169,8 @@ def allreduce_bench(
     backend = str(dist.get_backend(group))
     nranks = dist.get_world_size(group)
     rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("allreduce_bench: this process is not a member of `group`")
     torch_dtype = _dtype(dtype)
     if device is None:
         device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"

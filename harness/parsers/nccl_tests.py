@@ -1,0 +1,623 @@
+"""nccl-tests output (`all_reduce_perf`, `all_gather_perf`, `reduce_scatter_perf`, `alltoall_perf`,
+...): the text table of every version seen in the wild, launcher prefixes included, and the `-J`
+JSON file. Reads rows like::
+
+    #       size         count      type   redop    root     time   algbw   busbw #wrong ...
+      1073741824     268435456     float     sum      -1   6759.0  158.86  297.86      0 ...
+    # Out of bounds values : 0 OK
+    # Avg bus bandwidth    : 70.742
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from harness.parsers import ParseError, read_text
+
+__all__ = [
+    "BUS_FACTORS",
+    "INSPECT",
+    "Measurement",
+    "NcclTestsResult",
+    "Row",
+    "bus_factor",
+    "inspect_nccl_tests",
+    "parse_nccl_tests",
+]
+
+#: busbw / algbw per collective, as nccl-tests computes it (src/<collective>.cu, GetBw).
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+def bus_factor(collective: str | None, nranks: int | None) -> float | None:
+    """busbw / algbw for `collective` over `nranks` ranks; None when either is unknown."""
+    if collective not in BUS_FACTORS or not nranks:
+        return None
+    return BUS_FACTORS[collective](nranks)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One half of a row (out-of-place or in-place). `wrong` is None when not checked (N/A)."""
+
+    time_us: float | None
+    algbw_gb_s: float | None
+    busbw_gb_s: float | None
+    wrong: int | None
+    max_error: float | None = None
+    """Old versions (`error` column): the largest deviation seen, not a count; judged by the
+    footer's out-of-bounds count instead."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time_us": self.time_us, "algbw_gb_s": self.algbw_gb_s,
+                "busbw_gb_s": self.busbw_gb_s, "wrong": self.wrong}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One message size. `ip` is None when the row was cut short after the out-of-place half."""
+
+    size_bytes: int
+    count: int
+    dtype: str | None
+    redop: str | None
+    root: int | None
+    oop: Measurement
+    ip: Measurement | None
+
+    @property
+    def busbw_gb_s(self) -> float | None:
+        """Mean of the out-of-place and in-place busbw (what nccl-tests' average is made of)."""
+        values = [m.busbw_gb_s for m in (self.oop, self.ip) if m and m.busbw_gb_s is not None]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def wrong(self) -> int | None:
+        values = [m.wrong for m in (self.oop, self.ip) if m and m.wrong is not None]
+        return sum(values) if values else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size_bytes": self.size_bytes, "count": self.count, "oop": self.oop.to_dict(),
+                "ip": None if self.ip is None else self.ip.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class NcclTestsResult:
+    """Everything one nccl-tests run printed that a check can judge."""
+
+    collective: str | None
+    """`all_reduce`, `all_gather`, ... (from the banner, the binary name, or the columns)."""
+    nranks: int | None
+    """Ranks in the test, from the `#  Rank N Group ...` lines; None when they were not printed."""
+    dtype: str | None
+    redop: str | None
+    rows: tuple[Row, ...]
+    avg_busbw_gb_s: float | None
+    """`# Avg bus bandwidth` (mean over every row); None when the footer is missing, never 0."""
+    out_of_bounds: int | None
+    """`# Out of bounds values : N`; None when the footer is missing."""
+    completed: bool
+    """The footer was printed (the sweep finished)."""
+    errors: tuple[str, ...] = ()
+    """Failure lines (`Test CUDA failure ...`, `Test NCCL failure ...`, timeouts), in order."""
+    busbw_mismatches: tuple[str, ...] = ()
+    """Rows whose printed busbw differs from algbw x the collective's factor."""
+    checked: bool | None = None
+    """Data validation on (`validation: 1` / `-c 1`); None when the banner was not printed."""
+    hosts: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    min_bw_failed: bool = False
+    """`NCCL_TESTS_MIN_BW` was set and the average missed it (the footer says FAILED)."""
+    truncated_rows: int = 0
+    """Table lines that were cut short and could not be read."""
+    source_format: str = "text"
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def num_wrong(self) -> int | None:
+        """Wrong elements over every row, or None when the data was not checked (`-c 0`, N/A)."""
+        values = [r.wrong for r in self.rows if r.wrong is not None]
+        return None if self.checked is False or not values else sum(values)
+
+    @property
+    def largest(self) -> Row | None:
+        return max(self.rows, key=lambda r: r.size_bytes, default=None)
+
+    @property
+    def num_nodes(self) -> int | None:
+        return len(self.hosts) or None
+
+    def at_size(self, size_bytes: int) -> Row | None:
+        """The last row measured at exactly `size_bytes` (a sweep may repeat sizes)."""
+        found = [r for r in self.rows if r.size_bytes == size_bytes]
+        return found[-1] if found else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `preflight inspect nccl-tests --json` document."""
+        largest = self.largest
+        return {
+            "collective": self.collective,
+            "nranks": self.nranks,
+            "dtype": self.dtype,
+            "redop": self.redop,
+            "rows": [r.to_dict() for r in self.rows],
+            "avg_busbw_gb_s": self.avg_busbw_gb_s,
+            "largest": None if largest is None else {
+                "size_bytes": largest.size_bytes, "busbw_gb_s": largest.busbw_gb_s},
+            "num_wrong": self.num_wrong,
+            "out_of_bounds": self.out_of_bounds,
+            "completed": self.completed,
+            "errors": list(self.errors) + list(self.busbw_mismatches),
+        }
+
+
+# --- line clean-up -----------------------------------------------------------------------------
+
+# Launchers and log shippers put these in front of every line; stripped repeatedly, in any order.
+_PREFIXES = [
+    re.compile(r"^\s*\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),   # mpirun --tag-output
+    re.compile(r"^\s*\d+:\s"),                                # srun --label
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"),  # ISO stamp
+    re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
+]
+_NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_ERROR_LINES = [
+    re.compile(r"Test (?:CUDA |NCCL )?failure .*"),
+    re.compile(r"\bNCCL failure .*"),
+    re.compile(r"Test timeout .*"),
+    re.compile(r"Invalid number of GPUs.*"),
+    re.compile(r"# error: .*"),
+]
+
+
+def _strip_prefixes(line: str) -> str:
+    for _ in range(4):
+        for rx in _PREFIXES:
+            new = rx.sub("", line, count=1)
+            if new != line:
+                line = new
+                break
+        else:
+            break
+    return line
+
+
+# --- banner, rank lines, header, footer --------------------------------------------------------
+
+_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+_CONCLUDED = re.compile(r"Collective test concluded:\s*(\S+)")
+_VALIDATION = re.compile(r"\bvalidation:\s*(\d+)")
+_RANK = re.compile(
+    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)\s+"
+    r"device\s+(?P<dev>\d+)\s+\[[^\]]*\]\s*(?P<name>.*)$"
+)
+_OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_AVG = re.compile(r"Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)\s*(OK|FAILED)?")
+_TIME_NAMES = {"time", "cputime"}
+_WRONG_NAMES = {"#wrong", "error", "res", "wrong"}
+
+
+@dataclass(slots=True)
+class _Layout:
+    """Column positions of one table: the lead columns and the two halves."""
+
+    lead: list[str]
+    halves: list[dict[str, int]]  # per half: name -> offset from the half's start
+    width: int                    # tokens per half
+    counts_wrong: bool = True     # `#wrong` (a count) rather than the old `error` (a deviation)
+
+    @classmethod
+    def from_header(cls, names: list[str]) -> _Layout | None:
+        starts = [i for i, n in enumerate(names) if n in _TIME_NAMES]
+        if not starts or "algbw" not in names:
+            return None
+        lead = names[:starts[0]]
+        width = (starts[1] - starts[0]) if len(starts) > 1 else len(names) - starts[0]
+        halves = []
+        for s in starts[:2]:
+            part = names[s:s + width]
+            halves.append({
+                "time": 0,
+                "algbw": part.index("algbw") if "algbw" in part else 1,
+                "busbw": part.index("busbw") if "busbw" in part else 2,
+                "wrong": next((i for i, n in enumerate(part) if n in _WRONG_NAMES), 3),
+            })
+        counts = any(n in ("#wrong", "wrong") for n in names)
+        return cls(lead, halves, width, counts_wrong=counts)
+
+    @classmethod
+    def guess(cls, ntokens: int) -> _Layout | None:
+        """Layout from the token count alone, for output whose header was cut off."""
+        leads = {13: ["size", "count", "type", "redop", "root"],
+                 12: ["size", "count", "type", "redop"], 11: ["size", "count", "type"]}
+        if ntokens not in leads:
+            return None
+        half = {"time": 0, "algbw": 1, "busbw": 2, "wrong": 3}
+        # Tables without a root column predate `#wrong`: their 4th cell is the old error.
+        return cls(leads[ntokens], [half, dict(half)], 4, counts_wrong=ntokens == 13)
+
+
+def _header_names(line: str) -> list[str] | None:
+    body = line.lstrip("#").split()
+    if len(body) >= 6 and body[0] in ("size", "bytes") and ("algbw" in body):
+        return body
+    return None
+
+
+def _num(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return None if value != value else value  # nan -> None
+
+
+def _wrong(token: str) -> int | bool | None:
+    """#wrong cell: an int (scientific notation too), None for N/A, False when unreadable."""
+    if token.upper() == "N/A":
+        return None
+    value = _num(token)
+    if value is None:
+        return False
+    return round(value)
+
+
+def _resolution(token: str) -> float:
+    """Half the last printed digit of a number (nccl-tests rounds to 2, 1 or 0 decimals)."""
+    if "e" in token.lower():
+        mantissa, exp = token.lower().split("e")
+        return _resolution(mantissa) * 10 ** int(exp)
+    return 0.5 * 10 ** -(len(token.split(".")[1]) if "." in token else 0)
+
+
+# --- the text parser ---------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _State:
+    collective: str | None = None
+    checked: bool | None = None
+    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
+    duplicate_ranks: set[int] = field(default_factory=set)
+    banner: bool = False
+    layout: _Layout | None = None
+    rows: list[Row] = field(default_factory=list)
+    cells: list[tuple[list[str], _Layout]] = field(default_factory=list)  # printed, per row
+    errors: list[str] = field(default_factory=list)
+    oob: int | None = None
+    avg: float | None = None
+    min_bw_failed: bool = False
+    concluded: bool = False
+    truncated: int = 0
+
+
+def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
+    """(row, cut short): a row needs the lead columns and at least the out-of-place half."""
+    lead = len(layout.lead)
+    if len(tokens) < lead + layout.width:
+        return None, True
+    cells = dict(zip(layout.lead, tokens[:lead], strict=False))
+    try:
+        size = int(cells.get("size", cells.get("bytes", "")))
+        count = int(cells.get("count", cells.get("N", "")))
+    except ValueError:
+        return None, False
+    halves: list[Measurement] = []
+    for h, offsets in enumerate(layout.halves):
+        start = lead + h * layout.width
+        part = tokens[start:start + layout.width]
+        if len(part) < max(offsets.values()) + 1:
+            break
+        wrong = _wrong(part[offsets["wrong"]])
+        values = [_num(part[offsets[k]]) for k in ("time", "algbw", "busbw")]
+        if wrong is False or any(v is None and part[offsets[k]].lower() != "nan"
+                                 for v, k in zip(values, ("time", "algbw", "busbw"), strict=True)):
+            if h == 0:
+                return None, True
+            break
+        if layout.counts_wrong:
+            halves.append(Measurement(values[0], values[1], values[2], wrong))  # type: ignore[arg-type]
+        else:
+            error = _num(part[offsets["wrong"]])
+            halves.append(Measurement(values[0], values[1], values[2], None, error))
+    if not halves:
+        return None, True
+    root = cells.get("root")
+    return Row(
+        size_bytes=size, count=count, dtype=cells.get("type"),
+        redop=cells.get("redop", cells.get("op")),
+        root=int(root) if root is not None and root.lstrip("-").isdigit() else None,
+        oop=halves[0], ip=halves[1] if len(halves) > 1 else None,
+    ), len(halves) < len(layout.halves)
+
+
+def _text_lines(text: str) -> list[tuple[str, str]]:
+    """(raw, cleaned) lines: prefixes stripped, NCCL log lines dropped."""
+    out = []
+    for raw in text.split("\n"):
+        if _NCCL_LOG.search(raw):
+            continue
+        out.append((raw.rstrip(), _strip_prefixes(raw.rstrip())))
+    return out
+
+
+def _feed(state: _State, raw: str, line: str) -> None:
+    stripped = line.strip()
+    if not stripped:
+        return
+    for rx in _ERROR_LINES:
+        m = rx.search(raw)
+        if m:
+            state.errors.append(raw.strip()[:500])
+            return
+    if (m := _STARTING.search(stripped)) is not None:
+        state.collective = _collective_name(m[1])
+        return
+    if _CONCLUDED.search(stripped):
+        state.concluded = True
+        return
+    if "nThread" in stripped:
+        state.banner = True
+        if (m := _VALIDATION.search(stripped)) is not None:
+            state.checked = m[1] != "0"
+        return
+    if (m := _RANK.match(stripped)) is not None:
+        rank = int(m["rank"])
+        if rank in state.ranks:
+            state.duplicate_ranks.add(rank)
+        state.ranks[rank] = (m["host"], m["name"].strip())
+        return
+    if (m := _OOB.search(stripped)) is not None:
+        state.oob = int(m[1])
+        return
+    if (m := _AVG.search(stripped)) is not None:
+        state.avg = _num(m[1])
+        state.min_bw_failed = m[2] == "FAILED"
+        return
+    names = _header_names(stripped)  # with or without the `#` (markers lost in old copies)
+    if names is not None:
+        state.layout = _Layout.from_header(names)
+        return
+    if stripped.startswith("#"):
+        return
+    tokens = stripped.split()
+    if not tokens[0].isdigit():
+        return
+    layout = state.layout or _Layout.guess(len(tokens))
+    if layout is None:
+        if len(tokens) < 11:
+            state.truncated += 1
+        return
+    row, cut = _parse_row(tokens, layout)
+    if row is not None:
+        state.rows.append(row)
+        state.cells.append((tokens, layout))
+    if cut:
+        state.truncated += 1
+
+
+def _collective_name(program: str) -> str:
+    """`./build/all_reduce_perf_mpi` -> `all_reduce`."""
+    name = program.rsplit("/", 1)[-1]
+    name = re.sub(r"(_perf)?(_mpi)?$", "", name)
+    return name
+
+
+def _infer_collective(rows: list[Row], nranks: int | None) -> str | None:
+    """From redop/root and the busbw/algbw ratio, when the banner named no collective."""
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r.size_bytes)
+    if row.redop in (None, "none"):
+        # broadcast has a root; all_gather and alltoall share columns and factor: ambiguous.
+        return "broadcast" if row.root not in (None, -1) else None
+    if row.root not in (None, -1):
+        return "reduce"
+    algbw, busbw = row.oop.algbw_gb_s, row.oop.busbw_gb_s
+    if not nranks or not algbw or busbw is None:
+        return "all_reduce" if row.redop else None
+    ratio = busbw / algbw
+    best = min(("all_reduce", "reduce_scatter"),
+               key=lambda c: abs(BUS_FACTORS[c](nranks) - ratio))
+    return best
+
+
+def _mismatches(state: _State, collective: str | None, nranks: int | None) -> list[str]:
+    factor = bus_factor(collective, nranks)
+    if factor is None:
+        return []
+    problems = []
+    for row, (tokens, layout) in zip(state.rows, state.cells, strict=True):
+        lead = len(layout.lead)
+        for h, (name, m) in enumerate((("out-of-place", row.oop), ("in-place", row.ip))):
+            if m is None or m.algbw_gb_s is None or m.busbw_gb_s is None:
+                continue
+            start = lead + h * layout.width
+            offsets = layout.halves[h]
+            alg_tok, bus_tok = tokens[start + offsets["algbw"]], tokens[start + offsets["busbw"]]
+            tolerance = _resolution(alg_tok) * factor + _resolution(bus_tok) + 1e-9
+            expected = m.algbw_gb_s * factor
+            if abs(expected - m.busbw_gb_s) > tolerance:
+                problems.append(
+                    f"busbw mismatch at {row.size_bytes} bytes ({name}): printed "
+                    f"{m.busbw_gb_s:g} GB/s, algbw {m.algbw_gb_s:g} x {factor:.4g} "
+                    f"({collective}, {nranks} ranks) = {expected:.4g} GB/s")
+    return problems
+
+
+def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsResult:
+    """Parse nccl-tests output (text table or the `-J` JSON document).
+
+    `collective` names the test when the caller knows it (the binary it ran); otherwise it comes
+    from the `# Collective test starting: all_reduce_perf` banner or the table's columns.
+    Raises ParseError when the input holds neither a table row, a footer, nor a failure line.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if text.lstrip().startswith("{"):
+        return _parse_json(text, collective)
+    state = _State()
+    for raw, line in _text_lines(text):
+        _feed(state, raw, line)
+    if state.duplicate_ranks:
+        state.errors.append(
+            f"rank(s) {sorted(state.duplicate_ranks)} printed by more than one process: the binary "
+            "was not built with MPI (make MPI=1), so every process ran its own test alone")
+    if not (state.rows or state.oob is not None or state.avg is not None or state.errors
+            or state.banner or state.ranks):
+        raise ParseError(
+            "no nccl-tests output found: no table rows (`  1048576  262144  float  sum ...`), "
+            "no `# Avg bus bandwidth` footer and no `Test ... failure` line")
+    nranks = len(state.ranks) or None
+    name = collective or state.collective or _infer_collective(state.rows, nranks)
+    hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values()))
+    first = state.rows[0] if state.rows else None
+    warnings = []
+    if state.truncated:
+        warnings.append(f"{state.truncated} table line(s) cut short")
+    return NcclTestsResult(
+        collective=name,
+        nranks=nranks,
+        dtype=first.dtype if first else None,
+        redop=first.redop if first else None,
+        rows=tuple(state.rows),
+        avg_busbw_gb_s=state.avg,
+        out_of_bounds=state.oob,
+        completed=state.avg is not None and not state.errors,
+        errors=tuple(state.errors),
+        busbw_mismatches=tuple(_mismatches(state, name, nranks)),
+        checked=state.checked if state.checked is not None else (
+            True if any(r.wrong is not None for r in state.rows) else None),
+        hosts=hosts,
+        devices=tuple(name for _, (_, name) in sorted(state.ranks.items())),
+        min_bw_failed=state.min_bw_failed,
+        truncated_rows=state.truncated,
+        warnings=tuple(warnings),
+    )
+
+
+# --- the -J JSON document ----------------------------------------------------------------------
+
+def _json_measure(obj: Any) -> Measurement | None:
+    if not isinstance(obj, dict):
+        return None
+
+    def num(key: str) -> float | None:
+        value = obj.get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    wrong = obj.get("nwrong")
+    return Measurement(num("time") if "time" in obj else num("cpu_time"), num("alg_bw"),
+                       num("bus_bw"), None if wrong is None else round(float(wrong)))
+
+
+def _json_results(text: str) -> tuple[dict[str, Any], bool]:
+    """The document, or what can be salvaged from a file cut short (result objects only)."""
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict):
+            return doc, True
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    results = []
+    for m in re.finditer(r'\{"size":', text):
+        try:
+            obj, _ = decoder.raw_decode(text, m.start())
+        except ValueError:
+            continue
+        results.append(obj)
+    salvaged: dict[str, Any] = {"results": results}
+    for key in ("args", "config"):
+        m = re.search(rf'"{key}":', text)
+        if m:
+            with contextlib.suppress(ValueError):
+                salvaged[key], _ = decoder.raw_decode(text, m.end())
+    return salvaged, False
+
+
+def _parse_json(text: str, collective: str | None) -> NcclTestsResult:
+    doc, whole = _json_results(text)
+    results = doc.get("results") if isinstance(doc.get("results"), list) else []
+    if not results and "average_bus_bandwidth" not in doc:
+        raise ParseError("JSON input is not an nccl-tests -J document (no `results` list)")
+    rows = []
+    for obj in results:
+        oop = _json_measure(obj.get("out_of_place"))
+        ip = _json_measure(obj.get("in_place"))
+        if oop is None and ip is None:
+            continue
+        root = obj.get("root")
+        try:
+            root_int = int(str(root).strip()) if root is not None else None
+        except ValueError:
+            root_int = None
+        rows.append(Row(int(obj.get("size", 0)), int(obj.get("count", 0)), obj.get("type"),
+                        obj.get("redop"), root_int, oop or ip, ip if oop else None))  # type: ignore[arg-type]
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    devices = config.get("devices") if isinstance(config.get("devices"), list) else []
+    per_proc = int(config.get("ngpus", 1) or 1) * int(config.get("nthreads", 1) or 1)
+    nranks = len(devices) * per_proc if devices else None
+    args = doc.get("args") if isinstance(doc.get("args"), list) else []
+    name = collective or (_collective_name(str(args[0])) if args else None)
+    avg = doc.get("average_bus_bandwidth")
+    avg_value = avg.get("bandwidth") if isinstance(avg, dict) else None
+    oob = doc.get("out_of_bounds")
+    raw_errors = doc.get("errors")
+    errors = [str(e) for e in raw_errors if e] if isinstance(raw_errors, list) else []
+    validation = config.get("validation")
+    hosts = tuple(dict.fromkeys(str(d.get("hostname")) for d in devices if isinstance(d, dict)))
+    return NcclTestsResult(
+        collective=name, nranks=nranks,
+        dtype=rows[0].dtype if rows else None, redop=rows[0].redop if rows else None,
+        rows=tuple(rows),
+        avg_busbw_gb_s=float(avg_value) if isinstance(avg_value, int | float) else None,
+        out_of_bounds=int(oob["count"]) if isinstance(oob, dict) and "count" in oob else None,
+        completed=whole and isinstance(avg_value, int | float) and not errors,
+        errors=tuple(errors),
+        busbw_mismatches=tuple(_json_mismatches(rows, name, nranks)),
+        checked=None if validation is None else bool(validation),
+        hosts=hosts,
+        devices=tuple(str(d.get("device_info")) for d in devices[:1] if isinstance(d, dict)),
+        min_bw_failed=isinstance(avg, dict) and avg.get("okay") is False,
+        source_format="json",
+        warnings=() if whole else ("JSON document cut short: rows salvaged",),
+    )
+
+
+def _json_mismatches(rows: list[Row], collective: str | None, nranks: int | None) -> list[str]:
+    factor = bus_factor(collective, nranks)
+    if factor is None:
+        return []
+    out = []
+    for row in rows:
+        for name, m in (("out-of-place", row.oop), ("in-place", row.ip)):
+            if m is None or m.algbw_gb_s is None or m.busbw_gb_s is None:
+                continue
+            expected = m.algbw_gb_s * factor
+            if abs(expected - m.busbw_gb_s) > 1e-3 * max(1.0, expected):
+                out.append(f"busbw mismatch at {row.size_bytes} bytes ({name}): printed "
+                           f"{m.busbw_gb_s:g} GB/s, algbw {m.algbw_gb_s:g} x {factor:.4g} = "
+                           f"{expected:.4g} GB/s")
+    return out
+
+
+def inspect_nccl_tests(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+    """`preflight inspect nccl-tests FILE`: keys collective, nranks, dtype, redop, rows
+    [{size_bytes, count, oop {time_us, algbw_gb_s, busbw_gb_s, wrong}, ip {...}}],
+    avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,
+    errors (failure lines, then busbw mismatches)."""
+    return parse_nccl_tests(read_text(stream)).to_dict()
+
+
+INSPECT = {"nccl-tests": inspect_nccl_tests}

@@ -1,0 +1,373 @@
+"""Run nccl-tests' perf binaries (`all_reduce_perf`, ...) for this job's topology: find the binary,
+detect its options from `--help`, build the command line (a pure function of the plan), run it
+once within a hard timeout, and keep its raw output whatever happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import proc
+from harness.parsers import ParseError
+from harness.parsers.nccl_tests import NcclTestsResult, parse_nccl_tests
+
+__all__ = [
+    "SEARCH_DIRS",
+    "Features",
+    "NcclTestsRun",
+    "NodeCount",
+    "Sweep",
+    "Topology",
+    "build_command",
+    "count_nodes",
+    "detect_features",
+    "find_binary",
+    "is_leader",
+    "passed_env_names",
+    "plan_topology",
+    "run_nccl_tests",
+]
+
+#: Where images put nccl-tests builds (searched after $PREFLIGHT_NCCL_TESTS_DIR and PATH):
+#: AWS DLAMI/EFA images, NGC-style /opt builds, the aws-samples containers, source checkouts.
+SEARCH_DIRS = (
+    "/opt/nccl-tests/build", "/opt/amazon/nccl-tests/build", "/opt/nccl_tests/build",
+    "/usr/local/nccl-tests/build", "/workspace/nccl-tests/build", "/usr/local/bin",
+)
+#: Variables mpirun must forward with `-x` (srun and a single process inherit the environment).
+ENV_PREFIXES = ("NCCL_", "FI_", "OFI_", "CUDA_", "RDMAV_", "UCX_", "TORCH_", "AWS_OFI_")
+ENV_NAMES = ("LD_LIBRARY_PATH", "PATH", "LD_PRELOAD")
+#: Seconds held back between nccl-tests' own `-T` timeout and the hard kill of the process group.
+SELF_TIMEOUT_MARGIN_S = 15.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Topology:
+    """How the test is launched: one process (`-g N`), or one rank per GPU through a launcher."""
+
+    launcher: str
+    """`single` (one process, `-g N`), `single-mpirun` (mpirun on this node, `-g 1`), `mpirun`
+    (multi-node, Open MPI), `srun` (inside a Slurm allocation), or `none` (no launcher found)."""
+    num_nodes: int = 1
+    gpus_per_node: int = 8
+    hosts: tuple[str, ...] = ()
+    """Hosts for mpirun's `-H` (SageMaker `hosts`); empty with a hostfile or srun."""
+    hostfile: str | None = None
+    as_root: bool = False
+    """Add Open MPI's `--allow-run-as-root` (containers run as root)."""
+    oversubscribe: bool = False
+    mpirun: str = "mpirun"
+    srun: str = "srun"
+    launcher_args: tuple[str, ...] = ()
+    """Extra launcher options from $PREFLIGHT_MPIRUN_ARGS / $PREFLIGHT_SRUN_ARGS (site-specific
+    MCA parameters, `--mpi=pmix`)."""
+
+    @property
+    def nranks(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sweep:
+    """Sizes and iterations: nccl-tests' `-b -e -f -n -w -c`."""
+
+    min_bytes: int
+    max_bytes: int
+    step_factor: int = 2
+    iters: int = 20
+    warmup: int = 5
+    check: int = 1
+    """`-c`: 1 validates the reduced data (`#wrong`), 0 prints N/A."""
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """Options this build of nccl-tests accepts (newer builds only: `-J` JSON, `-T` timeout)."""
+
+    json: bool = False
+    timeout: bool = False
+
+
+def passed_env_names(env: Mapping[str, str]) -> list[str]:
+    """Names mpirun must forward with `-x`: NCCL/libfabric/CUDA settings and library paths."""
+    return sorted(k for k in env if k.startswith(ENV_PREFIXES) or k in ENV_NAMES)
+
+
+def _size(n: int) -> str:
+    """nccl-tests size argument (it reads K/M/G suffixes as binary multiples)."""
+    for suffix, unit in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def build_command(
+    binary: str,
+    topology: Topology,
+    sweep: Sweep,
+    *,
+    features: Features = Features(),
+    env_names: Sequence[str] = (),
+    json_path: str | None = None,
+    self_timeout_s: int | None = None,
+) -> list[str]:
+    """The argv for one run; pure (no I/O), so it is tested as a table."""
+    gpus_per_process = topology.gpus_per_node if topology.launcher == "single" else 1
+    test = [
+        binary, "-b", _size(sweep.min_bytes), "-e", _size(sweep.max_bytes),
+        "-f", str(sweep.step_factor), "-g", str(gpus_per_process), "-n", str(sweep.iters),
+        "-w", str(sweep.warmup), "-c", str(sweep.check),
+    ]
+    if features.json and json_path:
+        test += ["-J", json_path]
+    if features.timeout and self_timeout_s:
+        test += ["-T", str(self_timeout_s)]
+    if topology.launcher == "single":
+        return test
+    if topology.launcher == "srun":
+        return [
+            topology.srun, f"--nodes={topology.num_nodes}",
+            f"--ntasks-per-node={topology.gpus_per_node}", f"--ntasks={topology.nranks}",
+            "--kill-on-bad-exit=1", *topology.launcher_args, *test,
+        ]
+    if topology.launcher not in ("mpirun", "single-mpirun"):
+        raise ValueError(f"launcher {topology.launcher!r} cannot run nccl-tests")
+    argv = [topology.mpirun]
+    if topology.as_root:
+        argv.append("--allow-run-as-root")
+    if topology.oversubscribe:
+        argv.append("--oversubscribe")
+    argv += ["--bind-to", "none", "-np", str(topology.nranks)]
+    if topology.launcher == "mpirun":
+        argv += ["--map-by", f"ppr:{topology.gpus_per_node}:node"]
+        if topology.hostfile:
+            argv += ["--hostfile", topology.hostfile]
+        elif topology.hosts:
+            argv += ["-H", ",".join(f"{h}:{topology.gpus_per_node}" for h in topology.hosts)]
+    for name in env_names:
+        argv += ["-x", name]
+    return [*argv, *topology.launcher_args, *test]
+
+
+# --- the environment: how many nodes, who leads, which launcher --------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NodeCount:
+    """Nodes in this job and where that number came from (named in check messages)."""
+
+    num_nodes: int
+    source: str
+
+
+def _int(value: object) -> int | None:
+    try:
+        n = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def _sm_hosts(env: Mapping[str, str], sm_config: Mapping[str, object] | None) -> list[str]:
+    hosts = sm_config.get("hosts") if sm_config else None
+    if not isinstance(hosts, list) and env.get("SM_HOSTS"):
+        try:
+            hosts = json.loads(env["SM_HOSTS"])
+        except ValueError:
+            hosts = None
+    return [str(h) for h in hosts] if isinstance(hosts, list) else []
+
+
+def count_nodes(
+    env: Mapping[str, str], sm_config: Mapping[str, object] | None = None
+) -> NodeCount:
+    """Nodes in the job: $PREFLIGHT_NUM_NODES, Slurm, SageMaker hosts, torchrun/Open MPI sizes."""
+    if (n := _int(env.get("PREFLIGHT_NUM_NODES"))) is not None:
+        return NodeCount(n, "PREFLIGHT_NUM_NODES")
+    for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
+        if (n := _int(env.get(name))) is not None:
+            return NodeCount(n, name)
+    if hosts := _sm_hosts(env, sm_config):
+        return NodeCount(len(hosts), "SageMaker hosts")
+    for world, local in (("WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+                         ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")):
+        w, lo = _int(env.get(world)), _int(env.get(local))
+        if w is not None and lo is not None and w % lo == 0:
+            return NodeCount(w // lo, f"{world}/{local}")
+    if (n := _int(env.get("NNODES"))) is not None:
+        return NodeCount(n, "NNODES")
+    if (n := _int(env.get("WORLD_SIZE"))) is not None:
+        # A launcher that starts one preflight per node (Kubeflow PyTorchJob, SageMaker custom
+        # entry points) sets WORLD_SIZE to the number of nodes.
+        return NodeCount(n, "WORLD_SIZE")
+    return NodeCount(1, "no multi-node launcher variables")
+
+
+def is_leader(env: Mapping[str, str], sm_config: Mapping[str, object] | None = None) -> bool:
+    """This node launches the multi-node test (the others only take part in it)."""
+    hosts = _sm_hosts(env, sm_config)
+    current = (sm_config or {}).get("current_host") or env.get("SM_CURRENT_HOST")
+    if hosts and current:
+        return str(current) == sorted(hosts)[0]
+    for name in ("SLURM_NODEID", "NODE_RANK", "GROUP_RANK", "OMPI_COMM_WORLD_NODE_RANK"):
+        if name in env:
+            return env[name].strip() == "0"
+    if "RANK" in env and "LOCAL_WORLD_SIZE" not in env:
+        return env["RANK"].strip() == "0"
+    return True
+
+
+def plan_topology(
+    env: Mapping[str, str],
+    *,
+    gpus_per_node: int,
+    sm_config: Mapping[str, object] | None = None,
+    which: Callable[[str], str | None] = proc.which,
+    as_root: bool | None = None,
+) -> Topology:
+    """Choose the launcher: one process with `-g N` on one node; srun inside Slurm; else mpirun
+    with a hostfile ($PREFLIGHT_HOSTFILE) or the SageMaker host list; `none` when nothing fits."""
+    nodes = count_nodes(env, sm_config).num_nodes
+    root = (os.geteuid() == 0) if as_root is None else as_root
+    found_mpirun = env.get("PREFLIGHT_MPIRUN") or which("mpirun")
+    mpirun = found_mpirun or "mpirun"
+    mpi_args = tuple(env.get("PREFLIGHT_MPIRUN_ARGS", "").split())
+    if nodes == 1:
+        if env.get("PREFLIGHT_NCCL_TESTS_LAUNCHER") == "mpirun":
+            return Topology(launcher="single-mpirun", gpus_per_node=gpus_per_node, as_root=root,
+                            mpirun=mpirun, launcher_args=mpi_args)
+        return Topology(launcher="single", gpus_per_node=gpus_per_node)
+    if env.get("SLURM_JOB_ID") and which("srun"):
+        return Topology(launcher="srun", num_nodes=nodes, gpus_per_node=gpus_per_node,
+                        srun=which("srun") or "srun",
+                        launcher_args=tuple(env.get("PREFLIGHT_SRUN_ARGS", "").split()))
+    hostfile = env.get("PREFLIGHT_HOSTFILE") or env.get("OMPI_MCA_orte_default_hostfile")
+    hosts = () if hostfile else tuple(_sm_hosts(env, sm_config))
+    if found_mpirun and (hostfile or hosts):
+        return Topology(launcher="mpirun", num_nodes=nodes, gpus_per_node=gpus_per_node,
+                        hostfile=hostfile, hosts=hosts, as_root=root,
+                        mpirun=mpirun, launcher_args=mpi_args)
+    return Topology(launcher="none", num_nodes=nodes, gpus_per_node=gpus_per_node)
+
+
+# --- the binary and its options ----------------------------------------------------------------
+
+def find_binary(name: str, env: Mapping[str, str]) -> str | None:
+    """`name` (or `name_mpi`) from $PREFLIGHT_NCCL_TESTS_DIR, PATH, then SEARCH_DIRS."""
+    dirs = [env["PREFLIGHT_NCCL_TESTS_DIR"]] if env.get("PREFLIGHT_NCCL_TESTS_DIR") else []
+    for candidate in (name, f"{name}_mpi"):
+        for directory in dirs:
+            if (found := proc.which(candidate, path=directory)) is not None:
+                return found
+        if (found := proc.which(candidate, path=env.get("PATH", os.defpath))) is not None:
+            return found
+        if (found := proc.which(candidate, path=os.pathsep.join(SEARCH_DIRS))) is not None:
+            return found
+    return None
+
+
+_JSON_OPT = re.compile(r"(?:^|\s|\[)-J\b|--output_file")
+_TIMEOUT_OPT = re.compile(r"(?:^|\s|\[)-T\b|--timeout")
+
+
+def detect_features(binary: str, env: Mapping[str, str], timeout_s: float = 15.0) -> Features:
+    """Options the binary lists in its `--help` (it prints usage and exits before any CUDA call)."""
+    result = proc.run([binary, "--help"], timeout_s=timeout_s, env=env)
+    text = result.output
+    return Features(json=bool(_JSON_OPT.search(text)), timeout=bool(_TIMEOUT_OPT.search(text)))
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NcclTestsRun:
+    """One nccl-tests run: the command, what the process did, and the parsed result (if any)."""
+
+    command: tuple[str, ...]
+    proc: proc.ProcResult
+    result: NcclTestsResult | None
+    parse_error: str | None = None
+    features: Features = field(default_factory=Features)
+    json_path: str | None = None
+
+    @property
+    def raw_output(self) -> str:
+        """Everything the run printed (kept for the report even when it hung or crashed)."""
+        return self.proc.output
+
+    @property
+    def ok(self) -> bool:
+        r = self.result
+        return (self.proc.ok and r is not None and r.completed and not r.errors
+                and not r.busbw_mismatches)
+
+    def problem(self) -> str | None:
+        """Why this run gives no trustworthy measurement, in one line; None when it does."""
+        r = self.result
+        if self.proc.error is not None:
+            return self.proc.describe()
+        if self.proc.timed_out:
+            rows = f"; {len(r.rows)} row(s) printed before it was killed" if r and r.rows else ""
+            return self.proc.describe() + rows
+        if r is not None and r.errors:
+            return f"{self.command[0]} failed: {r.errors[0]}"
+        if r is None:
+            return f"{self.proc.describe()}; output not readable: {self.parse_error}"
+        if not r.completed:
+            return (f"{self.proc.describe()}; output ends without the `# Avg bus bandwidth` "
+                    f"footer after {len(r.rows)} row(s)")
+        if self.proc.returncode != 0:
+            return self.proc.describe()
+        return None
+
+
+def run_nccl_tests(
+    binary: str,
+    topology: Topology,
+    sweep: Sweep,
+    *,
+    env: Mapping[str, str],
+    timeout_s: float,
+    workdir: str | os.PathLike[str],
+    collective: str | None = None,
+) -> NcclTestsRun:
+    """Detect options, run once with a hard timeout (process group killed), parse the output."""
+    features = detect_features(binary, env)
+    json_path = str(Path(workdir) / "nccl-tests.json") if features.json else None
+    if json_path:
+        Path(json_path).unlink(missing_ok=True)
+    self_timeout = (int(timeout_s - SELF_TIMEOUT_MARGIN_S)
+                    if timeout_s > 2 * SELF_TIMEOUT_MARGIN_S else None)
+    argv = build_command(
+        binary, topology, sweep, features=features, env_names=passed_env_names(env),
+        json_path=json_path, self_timeout_s=self_timeout,
+    )
+    result = proc.run(argv, timeout_s=timeout_s, env=env, cwd=workdir)
+    name = collective or re.sub(r"(_perf)?(_mpi)?$", "", Path(binary).name)
+    parsed, error = _parse(result, json_path, name)
+    return NcclTestsRun(tuple(argv), result, parsed, error, features, json_path)
+
+
+def _parse(
+    result: proc.ProcResult, json_path: str | None, collective: str
+) -> tuple[NcclTestsResult | None, str | None]:
+    text_result: NcclTestsResult | None = None
+    error: str | None = None
+    try:
+        text_result = parse_nccl_tests(result.output, collective=collective)
+    except ParseError as exc:
+        error = str(exc)
+    if json_path and Path(json_path).is_file():
+        try:
+            json_result = parse_nccl_tests(Path(json_path).read_text(errors="replace"),
+                                           collective=collective)
+        except (ParseError, OSError):
+            return text_result, error
+        # The JSON file has the rows; failure lines are only ever printed on the terminal.
+        if text_result is not None and text_result.errors:
+            return text_result, None
+        return json_result, None
+    return text_result, error
