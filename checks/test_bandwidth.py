@@ -45,6 +45,12 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str) -> None:
         largest = _size(run.largest_size) if run.largest_size else "none"
         raise ProbeError(f"{run.source} printed no row at {_size(size)} (largest measured: "
                          f"{largest}); command: {run.command}")
+    # The whole sweep goes into the report (the HTML report plots busbw by size per node).
+    for swept, value in sorted(run.busbw_by_size.items()):
+        if swept != size:
+            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s")
+    if run.nccl_log:
+        remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
     expect(f"all_reduce busbw at {_size(size)}", busbw, ">=", threshold, "GB/s",
            remedy=remedy, detail=run.where())
 

@@ -61,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="parallel pytest-xdist workers for node-local checks: N or auto")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="show pytest's output and every measured value")
+    run.add_argument("--s3-uri", default=None,
+                     help="also upload the report folder to S3 URI/<date>/<job>/<host>/ "
+                     "(default: $PREFLIGHT_S3_URI); a failed upload is only a warning")
+    run.add_argument("--cloudwatch-namespace", default=None,
+                     help="also put key figures as CloudWatch metrics in this namespace "
+                     "(default: $PREFLIGHT_CW_NAMESPACE); a failed put is only a warning")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- then the training command to exec after a passing preflight")
 
@@ -95,6 +101,32 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--profile", default="local-cpu",
                      help="profile to judge against, where the kind judges (env)")
+    rep = sub.add_parser("report", help="summarise many nodes' reports; --html writes one page")
+    rep.add_argument("source", help="a report folder tree (report.json per host), one "
+                     "report.json, or an s3://bucket/prefix/ holding them")
+    rep.add_argument("--html", default=None, help="write a self-contained HTML page here")
+    lau = sub.add_parser("launch", help="start a SageMaker training job that certifies every node")
+    lau.add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
+    lau.add_argument("--instance-count", required=True, type=int)
+    lau.add_argument("--image", required=True, help="the gpu-preflight image URI (container/)")
+    lau.add_argument("--role", required=True, help="SageMaker execution role ARN")
+    lau.add_argument("--output", required=True,
+                     help="s3:// output; reports go to OUTPUT/reports/<date>/<job>/<host>/")
+    lau.add_argument("--tier", choices=TIERS, default="certify")
+    lau.add_argument("--training-plan", default=None, help="SageMaker training plan ARN")
+    lau.add_argument("--spot", action="store_true", help="managed spot training (needs --max-wait)")
+    lau.add_argument("--max-wait", type=int, default=None, help="spot: max wait incl. run, s")
+    lau.add_argument("--checkpoint-s3-uri", default=None)
+    lau.add_argument("--max-runtime", type=int, default=None,
+                     help="s (default: the profile's budget for the tier + 15 min)")
+    lau.add_argument("--volume-gb", type=int, default=100)
+    lau.add_argument("--job-name", default=None, help="default gpu-preflight-TIER-<time>")
+    lau.add_argument("--cluster", default=None, help="CloudWatch Cluster dimension")
+    lau.add_argument("--cloudwatch-namespace", default=None, help="put metrics from every node")
+    lau.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="extra environment for the job (repeatable)")
+    lau.add_argument("--dry-run", action="store_true",
+                     help="print the CreateTrainingJob request as JSON and exit (no SDK needed)")
     return parser
 
 
@@ -151,6 +183,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     tier = args.tier or env.get("PREFLIGHT_TIER") or "preflight"
     if tier not in TIERS:
         raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
+    s3_uri = args.s3_uri or env.get("PREFLIGHT_S3_URI") or None
+    namespace = args.cloudwatch_namespace or env.get("PREFLIGHT_CW_NAMESPACE") or None
+    if s3_uri:
+        from harness.publish import parse_s3_uri
+
+        try:
+            parse_s3_uri(s3_uri)
+        except ValueError as exc:
+            raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
@@ -190,6 +231,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     write_report(report, report_dir, env)
     for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
         redact_file(report_dir / name, env)
+    if s3_uri or namespace:
+        from harness.publish import publish
+
+        publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
     print_summary(report, verbose=args.verbose)
     print(f"report: {report_dir / 'report.json'}", flush=True)
     if report.verdict != "pass" and failure_file is not None:
@@ -438,6 +483,62 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
     return run_selftest(cfg).exit_code
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.figures import bad_nodes
+    from harness.html_report import ReportSourceError, load_reports, write_html
+
+    try:
+        reports = load_reports(args.source)
+    except ReportSourceError as exc:
+        raise UsageError(str(exc)) from None
+    for problem in reports.problems:
+        print(f"preflight report: skipped {problem}", file=sys.stderr)
+    failed = [r for r in reports.reports if r.get("verdict") != "pass"]
+    print(f"{len(reports.reports)} nodes, {len(failed)} failed")
+    for bad in bad_nodes(reports.reports):
+        print(f"  bad node {bad.host}: {'; '.join(bad.reasons)}")
+    if args.html:
+        print(f"html: {write_html(reports, Path(args.html))}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.launch import LaunchError, LaunchSpec, build_request, submit
+
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env wants NAME=VALUE, got {item!r}")
+        env[name] = value
+    try:
+        spec = LaunchSpec(
+            instance_type=args.instance_type, instance_count=args.instance_count,
+            image=args.image, role=args.role, output=args.output, tier=args.tier,
+            training_plan=args.training_plan, spot=args.spot, max_wait_s=args.max_wait,
+            checkpoint_s3_uri=args.checkpoint_s3_uri, max_runtime_s=args.max_runtime,
+            volume_gb=args.volume_gb, job_name=args.job_name, cluster=args.cluster,
+            cloudwatch_namespace=args.cloudwatch_namespace, environment=env,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.dry_run:
+        print(json.dumps(build_request(spec), indent=2))
+        return EXIT_OK
+    try:
+        name = submit(spec)
+    except LaunchError as exc:
+        print(f"preflight launch: {exc}", file=sys.stderr)
+        return EXIT_HARNESS
+    print(f"started training job {name}: {spec.instance_count} x {spec.instance_type}, "
+          f"tier {spec.tier}")
+    print(f"reports: {spec.reports_uri}<date>/{name}/<host>/report.json; when it ends: "
+          f"preflight report {spec.reports_uri}<date>/{name}/ --html report.html")
+    return EXIT_OK
+
+
 COMMANDS = {
     "run": _cmd_run,
     "selftest": _cmd_selftest,
@@ -445,6 +546,8 @@ COMMANDS = {
     "profiles": _cmd_profiles,
     "explain": _cmd_explain,
     "inspect": _cmd_inspect,
+    "report": _cmd_report,
+    "launch": _cmd_launch,
 }
 
 

@@ -139,7 +139,11 @@ LOCAL_CPU = Profile(
     name="local-cpu",
     description="A machine without GPUs or EFA (a laptop, CI): env and CPU checks only.",
     cpu_busbw_gb_s_min=0.05,
-    sources={"cpu_busbw_gb_s_min": "sanity floor; 2-core VM measured ~1.1 GB/s at 256 MB, gloo"},
+    train_step_budget_s=60.0,
+    sources={
+        "cpu_busbw_gb_s_min": "sanity floor; 2-core VM measured ~1.1 GB/s at 256 MB, gloo",
+        "train_step_budget_s": "2 gloo ranks on a 2-core VM: ~6 s idle, 27 s at load average 11",
+    },
 )
 
 _GPU_BASE = Profile(
@@ -148,12 +152,14 @@ _GPU_BASE = Profile(
     fabric="efa",
     gdr_required=True,
     min_ofi_nccl_version="1.7.3",
+    min_memlock_kib=16 * 1024 * 1024,
     min_driver_version="535.54.03",
     min_cuda_version="12.2",
     sources={
         "num_gpus": _SRC_INSTANCES,
         "gdr_required": "aws-ofi-nccl requires GDR on p4d/p4de/p5*/p6* (domain-facts.md)",
         "min_ofi_nccl_version": "aws-ofi-nccl v1.7.3 release notes (P5 + RDMA)",
+        "min_memlock_kib": "16 GiB floor (issue 3); EFA docs run containers with memlock=-1",
         "min_driver_version": "first R535 production driver (CUDA 12.2)",
     },
 )

@@ -163,23 +163,40 @@ def load_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, 
 
 
 def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS) -> str:
-    """The failure file's text: its first `limit` characters say, on their own, which checks
-    failed on which host with the value and threshold; the full messages follow."""
-    failed = report.failed
-    head = (f"gpu-preflight FAILED on {report.host} ({report.profile}, tier {report.tier}): ")
+    """The failure file's text. Its first `limit` characters say, on their own, on which host
+    which checks failed, with value and threshold: measured failures first (they carry the
+    numbers), then probe errors; each message shortened to stay readable, and the checks that
+    do not fit named by ID. The full messages follow."""
+    failed = sorted(report.failed, key=lambda c: (c["outcome"] != "fail", c["id"]))
+    head = f"gpu-preflight FAILED on {report.host} ({report.profile}, tier {report.tier}): "
     if failed:
         head += f"{len(failed)} of {len(report.checks)} checks failed. "
     elif report.harness_errors:
         head += "the harness could not complete its checks. "
-    messages = [c["message"] or f"[{c['id']}] {c['outcome']}" for c in failed]
-    messages += [f"harness: {e}" for e in report.harness_errors]
-    # First part: every message, shortened evenly so that all fit in the limit.
-    room = max(limit - len(head), 0)
-    per = max(room // max(len(messages), 1) - 2, 60)
-    short = [_shorten(m, per) for m in messages]
-    summary = head + " | ".join(short)
-    full = "\n\n".join(messages)
-    return summary[:limit] + "\n\nDetails:\n" + full + "\n"
+    messages = [(c["id"], c["message"] or f"[{c['id']}] {c['outcome']}") for c in failed]
+    messages += [("harness", f"harness: {e}") for e in report.harness_errors]
+    parts: list[str] = []
+    used = len(head)
+    for i, (_, message) in enumerate(messages):
+        rest = messages[i + 1:]
+        # Room for this message and, if others remain, the list of their IDs.
+        tail = f" | +{len(rest)} more: " + ", ".join(r[0] for r in rest) if rest else ""
+        room = limit - used - len(tail) - 3
+        if room < 80:
+            break
+        part = _shorten(message, min(room, PER_MESSAGE_CHARS))
+        parts.append(part)
+        used += len(part) + 3
+    left = messages[len(parts):]
+    summary = head + " | ".join(parts)
+    if left:
+        summary += f" | +{len(left)} more: " + ", ".join(m[0] for m in left)
+    full = "\n\n".join(m for _, m in messages)
+    return _shorten(summary, limit) + "\n\nDetails:\n" + full + "\n"
+
+
+#: Longest single message in the failure file's first part.
+PER_MESSAGE_CHARS = 300
 
 
 def _shorten(text: str, width: int) -> str:

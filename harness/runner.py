@@ -20,6 +20,8 @@ __all__ = ["RunConfig", "checks_dir", "pytest_phases", "run_checks"]
 
 #: Seconds kept back from the budget to write reports after the checks are stopped.
 REPORT_RESERVE_S = 5.0
+#: Seconds without a finished check after which a heartbeat line says the run is alive.
+HEARTBEAT_S = 30.0
 #: The ini the check sessions use, so a pytest.ini/pyproject in the user's cwd cannot interfere.
 _INI = Path(__file__).with_name("checks.ini")
 
@@ -105,11 +107,14 @@ def _child_env(cfg: RunConfig) -> dict[str, str]:
 
 
 class _Progress(threading.Thread):
-    """Tails the results file and prints each check as it finishes."""
+    """Tails the results file and prints each check as it finishes, and a heartbeat line when
+    a long check has kept the run quiet for HEARTBEAT_S."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, budget_s: float = 0.0) -> None:
         super().__init__(daemon=True)
         self.path, self.stop, self.offset = path, threading.Event(), 0
+        self.budget_s, self.total, self.done = budget_s, 0, 0
+        self.began = self.last = time.monotonic()
 
     def poll(self) -> None:
         import json
@@ -129,12 +134,25 @@ class _Progress(threading.Thread):
                 record = json.loads(line)
             except ValueError:
                 continue
-            if record.get("event") == "result":
+            if record.get("event") == "collected":
+                self.total += len(record.get("checks", []))
+            elif record.get("event") == "result":
+                self.done += 1
+                self.last = time.monotonic()
                 print_progress(record)
+
+    def heartbeat(self) -> None:
+        from harness.summary import print_heartbeat
+
+        now = time.monotonic()
+        if now - self.last >= HEARTBEAT_S:
+            self.last = now
+            print_heartbeat(self.done, self.total, now - self.began, self.budget_s)
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
             self.poll()
+            self.heartbeat()
         self.poll()
 
 
@@ -150,7 +168,7 @@ def run_checks(cfg: RunConfig) -> Report:
     for stale in (results, log):
         stale.unlink(missing_ok=True)
     deadline = start + max(cfg.budget_s - REPORT_RESERVE_S, 1.0)
-    progress = _Progress(results) if cfg.progress else None
+    progress = _Progress(results, cfg.budget_s) if cfg.progress else None
     if progress:
         progress.start()
     timed_out = False

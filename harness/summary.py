@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 from harness.report import Report
 
-__all__ = ["print_progress", "print_summary"]
+__all__ = ["print_heartbeat", "print_progress", "print_summary"]
 
 _STYLE = {"pass": "green", "warn": "yellow", "skip": "dim", "fail": "bold red", "error": "bold red"}
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
@@ -28,6 +28,14 @@ def print_progress(result: dict[str, Any], file: TextIO | None = None) -> None:
         f"  [{_STYLE[outcome]}]{_LABEL[outcome]:5}[/] {result['id']:11} "
         f"{escape(result['title'])} [dim]({result['duration_s']:.1f} s)[/]"
     )
+
+
+def print_heartbeat(done: int, total: int, elapsed_s: float, budget_s: float,
+                    file: TextIO | None = None) -> None:
+    """A plain line while a long check (a bandwidth sweep, DCGM) runs: the run is alive."""
+    of = f" of {total}" if total else ""
+    _console(file).print(f"  [dim]...  {done}{of} checks done, {elapsed_s:.0f} s elapsed "
+                         f"(upper bound {budget_s:g} s)[/]")
 
 
 def print_summary(report: Report, file: TextIO | None = None, verbose: bool = False) -> None:

@@ -40,3 +40,7 @@ def run_checks(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult,
             if record["event"] == "result":
                 by_id[record["id"]] = record
     return res, by_id
+
+
+# The moto server (S3, CloudWatch, SageMaker on loopback) for the reports/AWS tests.
+from aws_server import aws_env, moto_endpoint  # noqa: E402, F401

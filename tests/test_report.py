@@ -20,12 +20,30 @@ def test_failure_reason_first_1024_chars_stand_alone():
     report = Report(host="algo-3", profile="p5.48xlarge", profile_source="x", tier="preflight",
                     checks=checks)
     text = failure_reason(report)
-    head = text[:1024]
+    head = text[: text.index("\n\nDetails:")]
+    assert len(head) <= 1024
     assert head.startswith("gpu-preflight FAILED on algo-3 (p5.48xlarge, tier preflight): "
                            "5 of 6 checks failed.")
-    for i in range(1, 6):  # every failed check named, with its value, within the first 1024
-        assert f"[PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0" in head
+    for i in (1, 2, 3):  # the first ones in full enough to carry value and threshold
+        assert f"[PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0 required for p5.48xlarge" in head
+    assert head.endswith("| +2 more: PF-GPU-004, PF-GPU-005")
     assert "Details:" in text and long_tail.strip() in text
+
+
+def test_failure_reason_many_failures_measured_first_all_named():
+    checks = [_check(i, "error", f"[PF-GPU-{i:03d}] NVML Shared Library Not Found; fallback "
+                     "`nvidia-smi -q` could not run: command not found") for i in range(1, 31)]
+    checks += [_check(99, "fail", "[PF-GPU-099] all_reduce busbw at 1 GiB 112.4 GB/s < 370.0 "
+                      "GB/s required for p5.48xlarge; the NCCL log says NET/Socket")]
+    report = Report(host="algo-1", profile="p5.48xlarge", profile_source="x", tier="preflight",
+                    checks=checks)
+    text = failure_reason(report)
+    head = text[: text.index("\n\nDetails:")]
+    assert len(head) <= 1024
+    first = head.split(" | ")[0]
+    assert "[PF-GPU-099] all_reduce busbw at 1 GiB 112.4 GB/s < 370.0 GB/s" in first
+    for i in range(1, 31):
+        assert f"PF-GPU-{i:03d}" in head
 
 
 def test_harness_error_only_is_verdict_error():

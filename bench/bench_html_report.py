@@ -1,0 +1,60 @@
+"""`preflight report --html` at cluster scale: render time and page size for N nodes built from
+the recorded 4-node reports (tests/data/reports), as medians, and the ratio to loading the JSON.
+
+No goal was set by the issue; the figures say whether a nightly 1000-node page stays cheap.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from harness.html_report import ReportSet, render_html  # noqa: E402
+
+DATA = REPO / "tests" / "data" / "reports"
+
+
+def cluster(n: int) -> list[dict]:
+    base = [json.loads((DATA / h / "report.json").read_text())
+            for h in ("algo-1", "algo-2", "algo-3", "algo-4")]
+    reports = []
+    for i in range(n):
+        r = copy.deepcopy(base[i % 4])
+        r["host"] = f"node-{i}"
+        reports.append(r)
+    return reports
+
+
+def median_s(fn, runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    runs = int(os.environ.get("BENCH_RUNS", "5"))
+    print(f"{'nodes':>6} {'render ms':>10} {'json.loads ms':>14} {'ratio':>6} {'page KiB':>9}")
+    for n in (4, 64, 256, 1024):
+        reports = cluster(n)
+        text = [json.dumps(r) for r in reports]
+        rs = ReportSet(source="bench", reports=reports)
+        render = median_s(lambda rs=rs: render_html(rs), runs)
+        load = median_s(lambda text=text: [json.loads(t) for t in text], runs)
+        size = len(render_html(rs).encode()) / 1024
+        print(f"{n:>6} {render * 1000:>10.1f} {load * 1000:>14.1f} {render / load:>6.1f} "
+              f"{size:>9.0f}")
+
+
+if __name__ == "__main__":
+    main()

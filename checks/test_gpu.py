@@ -1,0 +1,475 @@
+"""GPU health: count and model, memory errors, XIDs, heat, persistence, PCIe, NVLink, driver,
+DCGM diagnostics, and a compute sanity test. Every bad GPU is named by index, bus id and serial
+with the action it needs: replace node, reboot, reset GPU, or monitor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from packaging.version import InvalidVersion, Version
+
+from harness.checking import (
+    ProbeError,
+    check,
+    expect,
+    expect_none,
+    fail,
+    measure,
+    not_applicable,
+    warn,
+)
+from harness.gpu import (
+    MONITOR,
+    REBOOT,
+    REPLACE,
+    RESET,
+    GpuInfo,
+    GpuInventory,
+    Problem,
+    ecc_problems,
+    gpu_label,
+    pcie_problems,
+    remap_problems,
+    reset_problems,
+    retirement_problems,
+    thermal_problems,
+    worst_action,
+)
+from harness.profiles import Profile
+
+#: What each action means for the operator (the remedy of a failed check names the worst one).
+ACTION_REMEDY = {
+    REPLACE: "replace node: drain it and take it out of service (Slurm `scontrol update "
+    "node=X state=drain`, HyperPod `Action:Replace`; on EC2 a stop/start moves the instance "
+    "to another host)",
+    REBOOT: "reboot the node (what a GPU reset cannot fix); replace it if the problem returns",
+    RESET: "reset GPU: stop its processes and run `nvidia-smi -r -i N` (or reboot); replace "
+    "the node if it recurs",
+    MONITOR: "monitor: no action now; replace the node if it recurs",
+}
+
+
+def _remedy(actions: list[str]) -> str:
+    worst = worst_action(actions)
+    return ACTION_REMEDY[worst] if worst else ""
+
+
+Found = list[tuple[str, str, str]]
+"""(GPU label, problem, action) per problem found."""
+
+
+def _judge(what: str, found: Found) -> None:
+    """Fail naming every GPU, its problem and action, with the remedy of the worst action;
+    monitor-class problems are warnings."""
+    fatal = [f for f in found if f[2] != MONITOR]
+    for label, problem, action in found:
+        if action == MONITOR:
+            warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
+    expect_none(what, [f"{label}: {p} -> {a}" for label, p, a in fatal],
+                remedy=_remedy([a for _, _, a in fatal]))
+
+
+def _found(inventory: GpuInventory, problems: Callable[[GpuInfo], list[Problem]]) -> Found:
+    """(label, problem, action) of every problem `problems` finds on every GPU."""
+    return [(gpu_label(g), p.what, p.action) for g in inventory.gpus for p in problems(g)]
+
+
+def _inventory_or_none(request: pytest.FixtureRequest) -> GpuInventory | None:
+    """The GPU inventory to name GPUs with, when it can be had (a check whose own fact came
+    from another tool still runs when NVML is broken)."""
+    try:
+        return request.getfixturevalue("gpu_inventory")
+    except Exception:
+        return None
+
+
+def _require_gpus(profile: Profile) -> None:
+    if not profile.has_gpus:
+        not_applicable("the profile expects no GPUs")
+
+
+@check(
+    "PF-GPU-001",
+    title="All the profile's GPUs are visible",
+    why="A GPU that fell off the bus, failed to initialise or is hidden from the container "
+    "leaves the job with fewer ranks than planned, or hangs it.",
+    remedy="check --gpus / NVIDIA_VISIBLE_DEVICES, then the kernel log for Xid 79; reboot, "
+    "replace the node if the GPU stays missing",
+)
+def test_gpu_count_matches_profile(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    expect("GPUs visible", len(gpu_inventory.gpus), ">=", profile.num_gpus, "GPUs",
+           detail=f"from {gpu_inventory.source}")
+
+
+@check(
+    "PF-GPU-002",
+    title="GPU model and memory size are the profile's",
+    why="A node of another type (or a GPU with part of its memory gone) runs the wrong code "
+    "paths and runs out of memory where the plan assumed more.",
+    remedy="run with the --profile of this instance type, or replace the node",
+)
+def test_gpu_model_matches_profile(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    wrong = []
+    for g in gpu_inventory.gpus:
+        if g.name is None and g.requires_reset:
+            continue  # a lost GPU answers nothing: PF-GPU-016 reports it
+        if profile.gpu_model and profile.gpu_model.lower() not in (g.name or "").lower():
+            wrong.append(f"{gpu_label(g)}: {g.name or 'unknown model'}, not {profile.gpu_model}")
+        mem, floor = g.memory_total_gib, profile.gpu_memory_gib_min
+        if floor is not None and mem is not None and mem < floor:
+            wrong.append(f"{gpu_label(g)}: {mem:g} GiB < {floor:g} GiB of memory")
+    expect_none("GPUs of the wrong model or memory size", wrong)
+
+
+@check(
+    "PF-GPU-003",
+    title="No uncorrected ECC errors; ECC enabled",
+    why="An uncorrected (double-bit) ECC error corrupted data or killed a process since the "
+    "driver loaded; with ECC off, memory errors go unnoticed.",
+    remedy="see the action named for each GPU",
+)
+def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    for g in gpu_inventory.gpus:
+        measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors")
+    _judge("GPUs with uncorrected ECC errors",
+           _found(gpu_inventory, lambda g: ecc_problems(g, require_ecc=True)))
+
+
+@check(
+    "PF-GPU-004",
+    title="No pending or failed HBM row remapping",
+    why="A pending remap means a bad memory row is still in use until the GPU is reset; a "
+    "failed remap means the GPU has no spare rows left (A100 and later).",
+    remedy="see the action named for each GPU",
+)
+def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    _judge("GPUs with pending or failed row remapping", _found(gpu_inventory, remap_problems))
+
+
+@check(
+    "PF-GPU-005",
+    title="No pending page retirement",
+    why="A page marked for retirement stays in use until the driver reloads (pre-A100 GPUs).",
+    remedy="see the action named for each GPU",
+)
+def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    _judge("GPUs with pending page retirement", _found(gpu_inventory, retirement_problems))
+
+
+@check(
+    "PF-GPU-006",
+    title="No XID error that needs a reset, reboot or replacement since boot",
+    why="XIDs are the driver's record of GPU faults: 79 (fallen off the bus), 48 (double-bit "
+    "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again.",
+    remedy="see the action named for each GPU (XID catalogue: harness/gpu.py)",
+)
+def test_no_serious_xid(profile: Profile, tier: str, request: pytest.FixtureRequest):
+    _require_gpus(profile)
+    try:
+        xid_events: tuple[Any, ...] = request.getfixturevalue("xid_events")
+    except ProbeError as exc:
+        if tier != "preflight":
+            raise
+        # Many training containers may read neither the journal nor dmesg (dmesg_restrict, no
+        # CAP_SYSLOG): failing every job for that would make the preflight unusable there. The
+        # preflight tier warns; certify and diagnose, run where the log is readable, fail.
+        warn(f"XIDs not judged: {exc}", remedy="mount the host journal or set "
+             "PREFLIGHT_KERNEL_LOG to a copy of the kernel log; `--tier certify` treats this as "
+             "an error")
+        return
+    inventory = _inventory_or_none(request)
+    grouped: dict[tuple[str, int], list[Any]] = {}
+    for event in xid_events:
+        grouped.setdefault((event.pci, event.xid), []).append(event)
+    found: Found = []
+    for (pci, xid), events in grouped.items():
+        gpu = inventory.by_pci(pci) if inventory else None
+        times = f" x{len(events)}" if len(events) > 1 else ""
+        text = events[-1].message[:100]
+        found.append((gpu_label(gpu, bus_id=pci),
+                      f"Xid {xid}{times}" + (f" ({text})" if text else ""), events[-1].action))
+    measure("XID events since boot", len(xid_events), "events")
+    _judge("XID errors", found)
+
+
+@check(
+    "PF-GPU-007",
+    title="GPU temperature and clock slowdowns",
+    why="A GPU that is already hot, or whose clocks are cut by a thermal or power-brake "
+    "slowdown, runs a fraction of its speed and drags every collective with it.",
+    remedy="see the action named for each GPU",
+)
+def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    for g in gpu_inventory.gpus:
+        if g.temperature_c is not None:
+            measure(f"GPU {g.index} temperature", g.temperature_c, "C", op="<=",
+                    threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c)
+    _judge("GPUs too hot or slowed down",
+           _found(gpu_inventory, lambda g: thermal_problems(g, profile.max_gpu_temp_c)))
+
+
+@check(
+    "PF-GPU-008",
+    title="Persistence mode is on",
+    why="Without persistence mode the driver tears GPU state down between processes: slow "
+    "start-up, and DCGM reports it as a deployment failure.",
+    remedy="run `nvidia-smi -pm 1` as root (or start nvidia-persistenced) on the host",
+)
+def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    off = [f"{gpu_label(g)}: persistence mode "
+           f"{'off' if g.persistence_mode is False else 'not reported'}"
+           for g in gpu_inventory.gpus
+           if not g.persistence_mode and not (g.persistence_mode is None and g.requires_reset)]
+    expect_none("GPUs without persistence mode", off)
+
+
+@check(
+    "PF-GPU-009",
+    title="PCIe links at their maximum width and generation",
+    why="A link trained down (x8 instead of x16, or a slot capping the generation) halves "
+    "host-device and GPUDirect RDMA bandwidth; it usually means a bad riser, cable or seat.",
+    remedy="see the action named for each GPU",
+)
+def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    _judge("GPUs with a degraded PCIe link", _found(gpu_inventory, pcie_problems))
+
+
+@check(
+    "PF-GPU-010",
+    title="All NVLinks up, with no error counters rising",
+    why="A GPU with links down or CRC/replay errors rising slows every all-reduce, and Xid 74 "
+    "(NVLink error) usually follows.",
+    remedy="see the action named for each GPU",
+)
+def test_nvlinks_up_without_errors(profile: Profile, gpu_inventory: GpuInventory,
+                                   nvlink_growth: dict[int, dict[int, dict[str, int]]]):
+    _require_gpus(profile)
+    if not profile.nvlinks_per_gpu:
+        not_applicable("the profile expects no NVLinks")
+    found: Found = []
+    for g in gpu_inventory.gpus:
+        label = gpu_label(g)
+        if g.nvlinks_active is None:
+            found.append((label, "NVLink state not reported", RESET))
+            continue
+        if len(g.nvlinks_active) < profile.nvlinks_per_gpu:
+            down = ", ".join(str(n) for n in g.nvlinks_inactive) or "none reported"
+            found.append((label, f"{len(g.nvlinks_active)} of {profile.nvlinks_per_gpu} NVLinks "
+                          f"active (down: {down})", RESET))
+        for link, grew in sorted(nvlink_growth.get(g.index, {}).items()):
+            counts = ", ".join(f"{name} +{n}" for name, n in sorted(grew.items()))
+            found.append((label, f"NVLink {link} error counters rising ({counts})", RESET))
+    _judge("GPUs with NVLink problems", found)
+
+
+@check(
+    "PF-GPU-011",
+    title="NVIDIA driver and CUDA versions are the profile's minimum or newer",
+    why="Old drivers lack fixes and features the profile's libraries need (CUDA 12 wheels, "
+    "EFA GPUDirect RDMA, Blackwell support).",
+    remedy="use an AMI / host with a newer NVIDIA driver (the container cannot change it)",
+)
+def test_driver_and_cuda_versions(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    for what, found, wanted in (("NVIDIA driver", gpu_inventory.driver_version,
+                                 profile.min_driver_version),
+                                ("CUDA version supported by the driver",
+                                 gpu_inventory.cuda_version, profile.min_cuda_version)):
+        if wanted is None:
+            continue
+        if found is None:
+            raise ProbeError(f"{gpu_inventory.source} did not report the {what}")
+        try:
+            expect(what, _Version(found), ">=", _Version(wanted))
+        except InvalidVersion:
+            raise ProbeError(f"cannot compare {what} {found!r} with {wanted!r}") from None
+
+
+class _Version(Version):
+    """A version compared as packaging does, shown as written (`535.54.03`, not `535.54.3`)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+#: DCGM tests whose failure is a setting of the node, not a fault of the GPU.
+_DCGM_SOFTWARE = {"software", "denylist", "nvml library", "cuda main library",
+                  "permissions and os blocks", "persistence mode", "environment variables",
+                  "graphics processes", "inforom", "deployment", "dcgmi"}
+
+
+@check(
+    "PF-GPU-012",
+    title="DCGM diagnostics pass at the tier's level",
+    why="`dcgmi diag` exercises memory, PCIe, NVLink, compute and power with NVIDIA's own "
+    "pass/fail thresholds (r1 in preflight, r2/r3 in certify and diagnose).",
+    remedy="see the action named for each GPU; DCGM's message says what it measured",
+    exclusive=True,
+)
+def test_dcgm_diag_passes(profile: Profile, tier: str, request: pytest.FixtureRequest):
+    _require_gpus(profile)
+    level = profile.dcgm_level.get(tier, 1)
+    if level <= 0:
+        not_applicable(f"the profile sets dcgm_level {level} for tier {tier} (DCGM not run)")
+    dcgm_diag: Any = request.getfixturevalue("dcgm_diag")
+    inventory = _inventory_or_none(request)
+    found = []
+    for r in dcgm_diag.failed:
+        gpu = inventory.by_index(r.gpu) if inventory and r.gpu is not None else None
+        action = "fix the setting DCGM names" if r.test.lower() in _DCGM_SOFTWARE else RESET
+        who = gpu_label(gpu, r.gpu) if r.gpu is not None else "node"
+        found.append((f"{who}: {r.test}: {r.message or 'failed'} -> {action}", action))
+    found += [(f"node: dcgmi: {e}", RESET) for e in dcgm_diag.errors]
+    for w in dcgm_diag.warnings:
+        warn(f"dcgmi diag -r {level}: {w}")
+    version = f"DCGM {dcgm_diag.dcgm_version}" if dcgm_diag.dcgm_version else "DCGM"
+    expect_none(f"{version} diag -r {level} failures", [f for f, _ in found],
+                remedy=_remedy([a for _, a in found]) or "fix the settings DCGM names")
+    if dcgm_diag.passed is None:
+        fail(f"dcgmi diag -r {level} ran no test (every test was skipped)",
+             remedy="run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, permissions)")
+
+
+def _cuda_gpu(result: Any, device: int, inventory: GpuInventory | None) -> GpuInfo | None:
+    """The NVML GPU a CUDA device is (by UUID: CUDA's numbering can differ from NVML's)."""
+    if inventory is None:
+        return None
+    uuid = result.uuids.get(device)
+    return inventory.by_uuid(uuid) if uuid else inventory.by_index(device)
+
+
+def _cuda_label(result: Any, device: int, inventory: GpuInventory | None, *,
+                short: bool = False) -> str:
+    gpu = _cuda_gpu(result, device, inventory)
+    if gpu is None:
+        return f"CUDA device {device}"
+    return f"GPU {gpu.index}" if short else gpu_label(gpu)
+
+
+def _compute_offenders(result: Any, values: dict[int, float], floor: float, unit: str,
+                       inventory: GpuInventory | None, action: str) -> list[str]:
+    from harness.probes.gpu_compute import below_floor
+
+    return [f"{_cuda_label(result, device, inventory)}: {value:.1f} {unit} < {floor:g} {unit} "
+            f"-> {action}" for device, value in below_floor(values, floor).items()]
+
+
+@check(
+    "PF-GPU-013",
+    title="bf16 matmul throughput on every GPU at the profile's floor",
+    why="A GPU far below its peak (clocks capped, a bad part) makes every data-parallel step "
+    "wait for it.",
+    remedy=ACTION_REMEDY[RESET],
+    exclusive=True,
+)
+@pytest.mark.gpu
+def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: Any,
+                                request: pytest.FixtureRequest):
+    _require_gpus(profile)
+    if profile.min_bf16_tflops is None:
+        not_applicable("the profile sets no bf16 TFLOP/s floor")
+    inventory = _inventory_or_none(request)
+    for device, value in sorted(compute_sanity.tflops.items()):
+        measure(f"{_cuda_label(compute_sanity, device, inventory, short=True)} bf16 matmul",
+                round(value, 1), "TFLOP/s", op=">=", threshold=profile.min_bf16_tflops,
+                ok=value >= profile.min_bf16_tflops)
+    expect_none("GPUs below the bf16 matmul floor",
+                _compute_offenders(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
+                                   "TFLOP/s", inventory, RESET))
+
+
+@check(
+    "PF-GPU-014",
+    title="The same matmul gives bit-identical results on every GPU",
+    why="Silent data corruption: a GPU that computes wrong results without any error "
+    "(1.4% of Llama 3's interruptions) poisons training until someone notices the loss.",
+    remedy=ACTION_REMEDY[REPLACE],
+    exclusive=True,
+)
+@pytest.mark.gpu
+def test_matmul_results_identical(profile: Profile, compute_sanity: Any,
+                                  request: pytest.FixtureRequest):
+    _require_gpus(profile)
+    from harness.probes.gpu_compute import sdc_suspects
+
+    inventory = _inventory_or_none(request)
+    suspects = sdc_suspects(compute_sanity.digests)
+    expect_none("GPUs whose matmul result differs from the others'",
+                [f"{_cuda_label(compute_sanity, i, inventory)}: result digest {d[:12]} differs "
+                 f"-> {REPLACE}" for i, d in suspects.items()])
+
+
+@check(
+    "PF-GPU-015",
+    title="HBM copy bandwidth on every GPU at the profile's floor",
+    why="Low device memory bandwidth (a degraded HBM stack, clocks capped) slows every "
+    "memory-bound kernel: attention, optimizers, activations.",
+    remedy=ACTION_REMEDY[RESET],
+    exclusive=True,
+)
+@pytest.mark.gpu
+def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: Any,
+                                     request: pytest.FixtureRequest):
+    _require_gpus(profile)
+    if profile.min_hbm_copy_gb_s is None:
+        not_applicable("the profile sets no HBM copy floor")
+    inventory = _inventory_or_none(request)
+    for device, value in sorted(compute_sanity.copy_gb_s.items()):
+        measure(f"{_cuda_label(compute_sanity, device, inventory, short=True)} HBM copy",
+                round(value, 1), "GB/s", op=">=", threshold=profile.min_hbm_copy_gb_s,
+                ok=value >= profile.min_hbm_copy_gb_s)
+    expect_none("GPUs below the HBM copy floor",
+                _compute_offenders(compute_sanity, compute_sanity.copy_gb_s,
+                                   profile.min_hbm_copy_gb_s, "GB/s", inventory, RESET))
+
+
+@check(
+    "PF-GPU-016",
+    title="No GPU is lost or waiting for a reset",
+    why="A GPU that answers `[GPU requires reset]` or `GPU is lost` cannot run work at all; "
+    "anything scheduled on it fails or hangs.",
+    remedy=ACTION_REMEDY[RESET],
+)
+def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    for g in gpu_inventory.gpus:
+        if g.query_errors and not g.requires_reset:
+            warn(f"{gpu_label(g)}: NVML could not read: {'; '.join(g.query_errors)} -> "
+                 f"{MONITOR}", remedy=ACTION_REMEDY[MONITOR])
+    _judge("GPUs lost or requiring a reset", _found(gpu_inventory, reset_problems))
+
+
+@check(
+    "PF-GPU-017",
+    title="Every GPU registered with the NVSwitch fabric (fabric manager running)",
+    why="On NVSwitch systems (p4d, p5, p6) CUDA cannot start on a GPU the fabric manager has not "
+    "registered: `cudaErrorSystemNotReady` / error 802, or NCCL falling back off NVLink.",
+    remedy=ACTION_REMEDY[REBOOT],
+)
+def test_nvswitch_fabric_registered(profile: Profile, gpu_inventory: GpuInventory):
+    _require_gpus(profile)
+    if not profile.nvswitch:
+        not_applicable("the profile has no NVSwitch")
+    found: Found = []
+    for g in gpu_inventory.gpus:
+        if g.fabric_state is None:
+            continue  # not reported before Hopper: DCGM's software test covers fabric manager
+        if g.fabric_state != "Completed" or g.fabric_status not in (None, "Success"):
+            found.append((gpu_label(g), f"fabric state {g.fabric_state}, status "
+                          f"{g.fabric_status or 'unknown'} (is nvidia-fabricmanager running?)",
+                          REBOOT))
+    _judge("GPUs not registered with the NVSwitch fabric", found)

@@ -1,0 +1,252 @@
+"""Network: EFA devices, libfabric, kernel modules and memlock on this node; then, from the debug
+log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUDirect RDMA."""
+
+from __future__ import annotations
+
+import re
+
+from harness.checking import (
+    ProbeError,
+    check,
+    expect,
+    expect_none,
+    fail,
+    measure,
+    not_applicable,
+    warn,
+)
+from harness.fixtures.network import NcclNetEvidence, require_efa, require_fabric
+from harness.parsers.fi_info import FiInfo
+from harness.probes.network import EfaDevices, OfiNcclLib
+from harness.profiles import Profile
+
+REMEDY_DEVICES = ("pass every EFA device to the container (docker run --device "
+                  "/dev/infiniband/uverbsN for each, or the EKS vpc.amazonaws.com/efa resource); "
+                  "on the host check `ls /sys/class/infiniband`")
+REMEDY_PLUGIN = ("install aws-ofi-nccl (EFA installer >= 1.38 ships it in /opt/amazon/ofi-nccl) "
+                 "and put its lib directory on LD_LIBRARY_PATH; read the NET/OFI lines of an "
+                 "NCCL_DEBUG=INFO log")
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    m = re.match(r"v?(\d+(?:\.\d+)*)", text)
+    return tuple(int(x) for x in m[1].split(".")) if m else None
+
+
+@check(
+    "PF-NET-001",
+    title="EFA device count equals the instance type's",
+    why="A missing EFA device removes its share of the inter-node bandwidth; NCCL still runs.",
+    remedy="launch the instance with all its EFA interfaces (SageMaker and EFA-enabled launch "
+    "templates do); check `ls /sys/class/infiniband` on the host",
+)
+def test_efa_device_count_matches(profile: Profile, efa_devices: EfaDevices):
+    require_efa(profile)
+    expect("EFA devices in /sys/class/infiniband", len(efa_devices.sysfs), "==",
+           profile.num_efa_devices, detail=", ".join(efa_devices.sysfs) or "none")
+
+
+@check(
+    "PF-NET-002",
+    title="EFA devices are visible inside the container (/dev/infiniband/uverbs*)",
+    why="libfabric opens /dev/infiniband/uverbsN; without them fi_getinfo returns -61 and NCCL "
+    "silently falls back to TCP sockets.",
+    remedy=REMEDY_DEVICES,
+)
+def test_efa_uverbs_visible(profile: Profile, efa_devices: EfaDevices):
+    require_efa(profile)
+    expect("EFA device nodes /dev/infiniband/uverbs*", len(efa_devices.uverbs), ">=",
+           profile.num_efa_devices)
+
+
+@check(
+    "PF-NET-003",
+    title="`fi_info -p efa` lists the EFA provider",
+    why="aws-ofi-nccl reaches EFA through libfabric's efa provider; if fi_info cannot list it, "
+    "neither can the plugin.",
+    remedy=REMEDY_DEVICES + "; install the EFA software (libfabric from the EFA installer)",
+)
+def test_fi_info_lists_efa(profile: Profile, fi_info_efa: FiInfo):
+    require_efa(profile)
+    detail = (f"fi_info printed error {fi_info_efa.error_code}"
+              + (" (FI_ENODATA: no EFA device usable)" if fi_info_efa.error_code == -61 else "")
+              if fi_info_efa.error_code is not None
+              else "providers: " + (", ".join(fi_info_efa.providers) or "none"))
+    num = sum(1 for e in fi_info_efa.entries if e.provider.split(";")[0] == "efa")
+    expect("efa provider entries listed by `fi_info -p efa`", num, ">=", 1, detail=detail)
+
+
+@check(
+    "PF-NET-004",
+    title="The efa kernel module is loaded (nvidia_peermem for GPUDirect RDMA: warning)",
+    why="Without the efa driver there are no EFA devices. GPUDirect RDMA needs nvidia_peermem "
+    "or a driver with DMA-BUF support.",
+    remedy="install the EFA driver (EFA installer) on the host; `modprobe nvidia_peermem`",
+)
+def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[str]):
+    require_efa(profile)
+    expect_none("kernel modules missing", [m for m in ("efa",) if m not in kernel_modules],
+                remedy="install the EFA driver on the host (efa_installer.sh) and reboot or "
+                "`modprobe efa`")
+    if profile.gdr_required and "nvidia_peermem" not in kernel_modules:
+        warn("kernel module nvidia_peermem is not loaded: GPUDirect RDMA then relies on DMA-BUF "
+             "(driver >= 515 with the open kernel modules); PF-NET-009 shows whether GDR works",
+             remedy="`modprobe nvidia_peermem` if PF-NET-009 fails")
+
+
+@check(
+    "PF-NET-005",
+    title="Locked-memory limit (ulimit -l) is unlimited or large enough",
+    why="EFA registers host and GPU memory; a small memlock limit makes registration fail "
+    "(ibv_reg_mr / 'Cannot allocate memory') or NCCL fall back.",
+    remedy="run the container with `--ulimit memlock=-1:-1` (unlimited)",
+)
+def test_memlock_unlimited(profile: Profile, memlock_kib: int | None):
+    require_efa(profile)
+    if memlock_kib is None:
+        measure("locked-memory limit (ulimit -l)", "unlimited", ok=True)
+        return
+    if profile.min_memlock_kib is None:
+        measure("locked-memory limit (ulimit -l)", memlock_kib, "KiB", op="==",
+                threshold="unlimited", ok=False)
+        fail(f"locked-memory limit (ulimit -l) {memlock_kib} KiB, unlimited required for "
+             f"{profile.name}")
+    expect("locked-memory limit (ulimit -l)", memlock_kib, ">=", profile.min_memlock_kib, "KiB")
+
+
+@check(
+    "PF-NET-006",
+    title="NCCL loaded aws-ofi-nccl, at least the profile's minimum version",
+    why="Without the plugin NCCL cannot use EFA at all; old plugins lack P5/efa-direct support "
+    "and need outdated variables.",
+    remedy=REMEDY_PLUGIN,
+    exclusive=True,
+)
+def test_ofi_plugin_loaded(
+    profile: Profile, nccl_net_log: NcclNetEvidence, ofi_nccl_lib: OfiNcclLib | None
+):
+    require_efa(profile)
+    s = nccl_net_log.summary
+    if s.plugin != "aws-ofi-nccl":
+        found = f"; library found at {ofi_nccl_lib.path}" if ofi_nccl_lib else "; no library found"
+        fail(f"NCCL did not load aws-ofi-nccl ({s.describe()}{found}), required for "
+             f"{profile.name}")
+    if s.plugin_failed:
+        fail(f"aws-ofi-nccl loaded but failed to initialise ({s.describe()}), required to work "
+             f"for {profile.name}", remedy=s.errors[0].remedy if s.errors else None)
+    version = s.plugin_version or (ofi_nccl_lib.version if ofi_nccl_lib else None)
+    if profile.min_ofi_nccl_version is None:
+        return
+    have = _version_tuple(version) if version else None
+    if have is None:
+        warn(f"aws-ofi-nccl version unknown (the log and the library do not say); "
+             f">= {profile.min_ofi_nccl_version} expected for {profile.name}")
+        return
+    want = _version_tuple(profile.min_ofi_nccl_version)
+    measure("aws-ofi-nccl version", version, op=">=", threshold=profile.min_ofi_nccl_version,
+            ok=have >= want)
+    if have < want:
+        fail(f"aws-ofi-nccl version {version} < {profile.min_ofi_nccl_version} required for "
+             f"{profile.name}", remedy="upgrade aws-ofi-nccl (a current EFA installer)")
+
+
+@check(
+    "PF-NET-007",
+    title="The libfabric provider NCCL used is efa (ib on InfiniBand profiles)",
+    why="aws-ofi-nccl can also run over tcp or shm providers, at a fraction of EFA's bandwidth.",
+    remedy=REMEDY_DEVICES + "; do not set FI_PROVIDER to anything but efa",
+    exclusive=True,
+)
+def test_provider_is_efa(profile: Profile, nccl_net_log: NcclNetEvidence):
+    require_fabric(profile)
+    s = nccl_net_log.summary
+    expect("provider NCCL used", s.provider or "none", "==",
+           "efa" if profile.has_efa else "ib", detail=s.describe())
+
+
+@check(
+    "PF-NET-008",
+    title="NCCL did not fall back to TCP sockets (NET/Socket)",
+    why="A failed plugin makes NCCL fall back to sockets silently: the job runs, 10-50x slower "
+    "across nodes.",
+    remedy=REMEDY_PLUGIN,
+    exclusive=True,
+)
+def test_network_not_socket(profile: Profile, nccl_net_log: NcclNetEvidence):
+    require_fabric(profile)
+    s = nccl_net_log.summary
+    measure("network NCCL used", s.network or "none", op="!=", threshold="Socket",
+            ok=s.network is not None and not s.uses_socket)
+    if s.network is None:
+        fail(f"NCCL selected no network ({s.describe()}); {profile.fabric} required for "
+             f"{profile.name}")
+    if s.uses_socket:
+        fail(f"network NCCL used is {s.describe()}; {profile.fabric} required for "
+             f"{profile.name}", remedy=s.errors[0].remedy if s.errors else None)
+
+
+@check(
+    "PF-NET-009",
+    title="Every NET channel uses GPUDirect RDMA (/GDRDMA) where the profile requires it",
+    why="Without GDR every inter-node transfer is staged through host memory; aws-ofi-nccl "
+    "requires GDR on p4d/p5/p6.",
+    remedy="load nvidia_peermem (or use a driver with DMA-BUF), do not set "
+    "FI_EFA_USE_DEVICE_RDMA=0, NCCL_NET_GDR_LEVEL=LOC or FI_HMEM_DISABLE_P2P=1",
+    exclusive=True,
+)
+def test_net_channels_use_gdr(profile: Profile, nccl_net_log: NcclNetEvidence):
+    require_fabric(profile)
+    if not profile.gdr_required:
+        not_applicable("the profile does not require GPUDirect RDMA")
+    s = nccl_net_log.summary
+    if s.gdr_negative:
+        line = next((e.line for e in s.errors if "GDR" in e.line), "GDR not available")
+        fail(f"GPUDirect RDMA unavailable, required for {profile.name}: the plugin said {line!r}")
+    if s.num_net_channels == 0:
+        raise ProbeError("the collective's NCCL log has no NET channel lines, so GPUDirect RDMA "
+                         f"is unproven ({s.describe()}); a single node uses the network only "
+                         "with PREFLIGHT_NCCL_FORCE_NET=1 (the default)")
+    expect("NET channels without GDRDMA", s.num_net_channels - s.num_gdr_channels, "==", 0,
+           detail=f"{s.num_gdr_channels}/{s.num_net_channels} NET/{s.network} channel lines "
+           "end in /GDRDMA")
+
+
+@check(
+    "PF-NET-010",
+    title="aws-ofi-nccl found every EFA NIC",
+    why="Fewer NICs than the instance has means less bandwidth (a device missing in the "
+    "container, or a NIC down).",
+    remedy=REMEDY_DEVICES,
+    exclusive=True,
+)
+def test_ofi_nic_count(profile: Profile, nccl_net_log: NcclNetEvidence):
+    require_efa(profile)
+    s = nccl_net_log.summary
+    if not s.uses_libfabric:
+        fail(f"no EFA NIC carried NCCL traffic ({s.describe()}); {profile.num_efa_devices} EFA "
+             f"NICs required for {profile.name}")
+    if s.num_nics is None:
+        fail(f"the NCCL log states no NIC count ({s.describe()}); "
+             f"{profile.num_efa_devices} EFA NICs required for {profile.name}")
+    expect("NICs found by aws-ofi-nccl", s.num_nics, ">=", profile.num_efa_devices)
+
+
+@check(
+    "PF-NET-011",
+    title="The NCCL collective completed without NCCL WARN lines or known failures",
+    why="WARN lines name the failure (security group, missing devices, memory registration) "
+    "long before a job hangs.",
+    remedy="fix the first failure named; `preflight inspect nccl-log FILE` explains a log",
+    exclusive=True,
+)
+def test_nccl_log_has_no_warnings(profile: Profile, nccl_net_log: NcclNetEvidence):
+    require_fabric(profile)
+    s = nccl_net_log.summary
+    explained = {e.line for e in s.errors}
+    offenders = ([] if nccl_net_log.run_ok
+                 else [f"the collective failed: {nccl_net_log.run_problem}"])
+    offenders += [f"{e.line} ({e.cause})" for e in s.errors]
+    offenders += [w for w in s.warnings if w not in explained]
+    offenders += [t.line for t in s.timeouts]
+    expect_none("NCCL WARN lines and known failures", offenders,
+                remedy=s.errors[0].remedy if s.errors else None)

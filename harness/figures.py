@@ -1,0 +1,259 @@
+"""Key figures read from `gpu-preflight.report/v1` dicts: busbw by message size, GPUs healthy,
+the bad-node list. Pure functions (no I/O) shared by the HTML report and the CloudWatch metrics.
+
+Where bandwidth comes from, in order: each check's `measurements` whose unit is GB/s and whose
+`what` names busbw (`all_reduce busbw @ 1 GiB`; the size is read from `what`, or from a
+`size_bytes` key), then a top-level `bandwidth` section holding nccl-tests rows
+(`preflight inspect nccl-tests --json` shape: `rows` [{`size_bytes`, `oop`: {`busbw_gb_s`}}]).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BadNode",
+    "Curve",
+    "bad_nodes",
+    "bandwidth_curves",
+    "format_size",
+    "gpus_healthy",
+    "natural_key",
+    "parse_size",
+]
+
+_UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 2**10, "kb": 2**10, "kib": 2**10,
+          "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30,
+          "t": 2**40, "tb": 2**40, "tib": 2**40}
+# nccl-tests sizes are powers of two (`-e 16G` is 16 GiB), so K/M/G and KB/MB/GB are binary here.
+# `(?!/s)` keeps the bandwidth unit (`GB/s`) from reading as a size.
+_SIZE_IN_TEXT = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B|T|G|M|K)\b(?!/s)"
+)
+_SIZE_BYTES_IN_TEXT = re.compile(r"size[_ ]?bytes\s*[=:]\s*(\d+)", re.I)
+_COLLECTIVE = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|"
+                         r"broadcast|reduce|sendrecv)\b", re.I)
+_GB_S_UNITS = {"gb/s", "gbps", "gb/sec", "gbyte/s"}
+# A GPU named in a failure message: `GPU 3`, `GPU#3`, `gpu 3:`.
+_GPU_INDEX = re.compile(r"\bGPU\s*#?(\d+)\b", re.I)
+_GPU_COUNT_WHAT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detected)\b|"
+                             r"\b(count|number) of gpus\b", re.I)
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes from `1 GiB`, `128M`, `8 B`, `size_bytes=1073741824` (binary units); else None."""
+    found = _SIZE_BYTES_IN_TEXT.search(text)
+    if found:
+        return int(found.group(1))
+    found = _SIZE_IN_TEXT.search(text)
+    if not found:
+        return None
+    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+
+
+def format_size(size: float) -> str:
+    """`1 GiB`, `512 MiB`, `8 B`: the largest binary unit that keeps the number >= 1."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            value = size / factor
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
+    return f"{size:.0f} B"
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort `algo-2` before `algo-10`."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+@dataclass(slots=True)
+class Curve:
+    """busbw by message size for one check (or one `bandwidth` entry) on one node."""
+
+    check_id: str
+    label: str
+    points: list[tuple[int, float]] = field(default_factory=list)
+    """(size_bytes, busbw_gb_s), sorted by size."""
+    unsized: list[float] = field(default_factory=list)
+    """busbw values recorded without a message size (a gate value)."""
+    threshold_gb_s: float | None = None
+
+    @property
+    def peak(self) -> tuple[int | None, float] | None:
+        """(size, busbw) at the largest size measured; an unsized value when there is no size."""
+        if self.points:
+            return self.points[-1]
+        return (None, self.unsized[-1]) if self.unsized else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _is_busbw(measurement: Mapping[str, Any]) -> bool:
+    unit = str(measurement.get("unit") or "").strip().lower()
+    what = str(measurement.get("what") or "").lower()
+    return unit in _GB_S_UNITS and ("busbw" in what or "bus bandwidth" in what
+                                    or "bus bw" in what)
+
+
+def _label(check_id: str, text: str) -> str:
+    found = _COLLECTIVE.search(text)
+    return f"{check_id} {found.group(1).lower()}" if found else check_id
+
+
+def _row_busbw(row: Mapping[str, Any]) -> float | None:
+    value = _number(row.get("busbw_gb_s"))
+    if value is not None:
+        return value
+    for part in ("oop", "ip"):  # nccl-tests: out-of-place first, in-place when it is all there is
+        sub = row.get(part)
+        if isinstance(sub, Mapping) and _number(sub.get("busbw_gb_s")) is not None:
+            return _number(sub.get("busbw_gb_s"))
+    return None
+
+
+def _section_curves(section: object) -> Iterable[Curve]:
+    """Curves from a `bandwidth` section: one result, a list of them, or a dict by name."""
+    if isinstance(section, Mapping) and "rows" not in section:
+        entries = [({"collective": k, **v} if isinstance(v, Mapping) else v)
+                   for k, v in section.items()]
+    elif isinstance(section, Mapping):
+        entries = [section]
+    elif isinstance(section, list):
+        entries = section
+    else:
+        return
+    for entry in entries:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("rows"), list):
+            continue
+        name = str(entry.get("collective") or entry.get("name") or "busbw")
+        curve = Curve(check_id="bandwidth", label=f"bandwidth {name}")
+        for row in entry["rows"]:
+            if not isinstance(row, Mapping):
+                continue
+            size, busbw = _number(row.get("size_bytes")), _row_busbw(row)
+            if size is not None and busbw is not None:
+                curve.points.append((int(size), busbw))
+        curve.threshold_gb_s = _number(entry.get("threshold_gb_s"))
+        if curve.points:
+            curve.points.sort()
+            yield curve
+
+
+def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
+    """Every busbw curve in one report, from check measurements then the `bandwidth` section."""
+    curves: dict[str, Curve] = {}
+    for check in report.get("checks") or []:
+        if not isinstance(check, Mapping):
+            continue
+        check_id = str(check.get("id", "?"))
+        for m in check.get("measurements") or []:
+            if not isinstance(m, Mapping) or not _is_busbw(m):
+                continue
+            busbw = _number(m.get("value"))
+            if busbw is None:
+                continue
+            what = str(m.get("what") or "")
+            label = _label(check_id, what)
+            curve = curves.setdefault(label, Curve(check_id=check_id, label=label))
+            size = _number(m.get("size_bytes"))
+            size = int(size) if size is not None else parse_size(what)
+            if size is None:
+                curve.unsized.append(busbw)
+            else:
+                curve.points.append((size, busbw))
+            threshold = _number(m.get("threshold"))
+            if threshold is not None and m.get("op") in (">=", ">"):
+                curve.threshold_gb_s = threshold
+    for curve in curves.values():
+        curve.points = sorted(dict(curve.points).items())
+    result = list(curves.values())
+    result.extend(_section_curves(report.get("bandwidth")))
+    return result
+
+
+def gpus_healthy(report: Mapping[str, Any], expected: int | None) -> int | None:
+    """GPUs on this node that no GPU check named as faulty; None when that cannot be told.
+
+    `report["gpus"]["healthy"]` wins when present. Otherwise: the GPUs seen (a `GPU count`
+    measurement, else `expected`, the profile's count) minus the distinct GPU indices named in
+    failed PF-GPU checks. A failed GPU check that names no GPU (nvidia-smi missing, DCGM hung)
+    leaves the count unknown (None), never "all healthy".
+    """
+    section = report.get("gpus")
+    if isinstance(section, Mapping) and _number(section.get("healthy")) is not None:
+        return int(section["healthy"])
+    if not expected:
+        return None
+    seen = expected
+    named: set[int] = set()
+    unknown = False
+    for check in report.get("checks") or []:
+        if not str(check.get("id", "")).startswith("PF-GPU-"):
+            continue
+        for m in check.get("measurements") or []:
+            value = _number(m.get("value"))
+            if value is not None and _GPU_COUNT_WHAT.search(str(m.get("what") or "")):
+                seen = min(seen, int(value))
+        if check.get("outcome") in ("fail", "error"):
+            indices = {int(i) for i in _GPU_INDEX.findall(str(check.get("message") or ""))}
+            named |= indices
+            unknown |= not indices and check.get("outcome") == "error"
+    if unknown:
+        return None
+    return max(seen - len({i for i in named if i < seen}), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BadNode:
+    """A node to drain or replace, and why (the cluster verdict's evidence, or its own checks)."""
+
+    host: str
+    reasons: tuple[str, ...]
+    source: str
+    """`cluster` (named by the multi-node verdict) or `node` (its own checks failed)."""
+
+
+def _cluster_entries(section: object) -> Iterable[tuple[str, str]]:
+    if not isinstance(section, Mapping):
+        return
+    for entry in section.get("bad_nodes") or []:
+        if isinstance(entry, str):
+            yield entry, ""
+        elif isinstance(entry, Mapping):
+            host = entry.get("host") or entry.get("node") or entry.get("name")
+            reason = entry.get("reason") or entry.get("evidence") or ""
+            if isinstance(reason, list | tuple):
+                reason = "; ".join(str(r) for r in reason)
+            if host:
+                yield str(host), str(reason)
+
+
+def bad_nodes(reports: Sequence[Mapping[str, Any]]) -> list[BadNode]:
+    """Nodes named by any report's `cluster.bad_nodes`, then nodes whose own verdict is not
+    pass (with their failed check IDs), sorted by host; a host appears once."""
+    found: dict[str, tuple[list[str], str]] = {}
+    for report in reports:
+        for host, reason in _cluster_entries(report.get("cluster")):
+            reasons, _ = found.setdefault(host, ([], "cluster"))
+            if reason and reason not in reasons:
+                reasons.append(reason)
+    for report in reports:
+        if report.get("verdict", "pass") == "pass":
+            continue
+        host = str(report.get("host", "?"))
+        failed = [str(c.get("id")) for c in report.get("checks") or []
+                  if c.get("outcome") in ("fail", "error")]
+        if failed and report.get("cluster") and all(i.startswith("PF-CLUSTER-") for i in failed):
+            continue  # failed only with the cluster, whose verdict names the bad nodes above
+        reason = (f"failed {', '.join(failed)}" if failed
+                  else f"verdict {report.get('verdict')} (harness error)")
+        reasons, _ = found.setdefault(host, ([], "node"))
+        reasons.append(reason)
+    return [BadNode(host=h, reasons=tuple(r), source=s)
+            for h, (r, s) in sorted(found.items(), key=lambda kv: natural_key(kv[0]))]

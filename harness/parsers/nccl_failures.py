@@ -1,0 +1,154 @@
+"""The known-failure catalogue for NCCL debug logs: line pattern -> cause -> remedy, as data.
+
+`harness.parsers.nccl_log` searches WARN lines, NET/OFI lines, libfabric `<warn>` lines and torch
+`NCCL error` lines with these patterns; the first (most specific) match explains the line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FAILURES", "KnownFailure"]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownFailure:
+    """One entry of the known-failure catalogue: a line pattern, its cause and the remedy."""
+
+    pattern: str
+    """Regular expression searched in WARN lines, NET/OFI lines, libfabric warnings and torch
+    NCCL errors (case-sensitive)."""
+    cause: str
+    remedy: str
+    source: str = ""
+
+
+#: The known-failure catalogue, most specific first; a line is attributed to its first match.
+#: Sources: aws/aws-ofi-nccl src/nccl_ofi_net.cpp, src/platform-aws.cpp; NVIDIA/nccl src/init.cc;
+#: the GitHub issues named (see tests/data/nccl_log/SOURCES.md).
+FAILURES: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        r"FI_EHOSTUNREACH|[Ss]ecurity [Gg]roup|Unable to insert remote address|"
+        r"strerror: No route to host",
+        "EFA packets between the nodes are dropped: the security group does not allow all "
+        "traffic to and from itself",
+        "add inbound AND outbound rules 'All traffic' whose source/destination is the security "
+        "group itself (EC2 EFA user guide)",
+        "aws/aws-ofi-nccl PR #1294, issues #663, #156",
+    ),
+    KnownFailure(
+        r"No eligible providers were found|provider efa output empty list",
+        "libfabric offers no EFA provider: the EFA devices are not visible in this container "
+        "or the EFA software is missing",
+        "expose /dev/infiniband/uverbs* to the container (docker --device, EKS "
+        "vpc.amazonaws.com/efa resource) and check `fi_info -p efa`",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp; issue #889",
+    ),
+    KnownFailure(
+        r"fi_getinfo\(\) call failed",
+        "libfabric's fi_getinfo found no usable EFA interface (usually -61 No data available: "
+        "no EFA device in the container)",
+        "expose /dev/infiniband/uverbs* to the container and check `fi_info -p efa`",
+        "aws/aws-ofi-nccl issue #1020",
+    ),
+    KnownFailure(
+        r"EFA provider requires at least libfabric version",
+        "the libfabric in the image is too old for this aws-ofi-nccl",
+        "install a current EFA installer (libfabric >= 1.22) or use the libfabric the plugin "
+        "was built against (LD_LIBRARY_PATH)",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
+    ),
+    KnownFailure(
+        r"GDR disabled on GDR-supported instance type|Need to force simple protocol: GDR not "
+        r"supported",
+        "GPUDirect RDMA is not available to EFA on an instance type that requires it",
+        "load nvidia_peermem (or use a driver with DMA-BUF support), do not set "
+        "FI_EFA_USE_DEVICE_RDMA=0 or FI_HMEM_DISABLE_P2P=1",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp (domain-facts.md)",
+    ),
+    KnownFailure(
+        r"Unable to find a protocol that worked",
+        "aws-ofi-nccl could not start either of its transport protocols (RDMA, SENDRECV)",
+        "check the EFA devices, libfabric version and the lines before this one",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
+    ),
+    KnownFailure(
+        r"Couldn'?t find any optimal provider|Could not find any optimal provider|"
+        r"Only EFA provider is supported",
+        "an old aws-ofi-nccl (<= 1.5) found no EFA provider",
+        "expose the EFA devices to the container and upgrade aws-ofi-nccl",
+        "NVIDIA/nccl issue #229; aws/aws-ofi-nccl issue #67",
+    ),
+    KnownFailure(
+        r"Failed to initialize NET plugin|aws-ofi-nccl initialization failed|"
+        r"OFI plugin initNet\(\) failed",
+        "the aws-ofi-nccl NET plugin failed to initialize, so NCCL fell back to another network "
+        "(usually TCP sockets)",
+        "read the NET/OFI lines before it; check /dev/infiniband/uverbs* in the container, "
+        "`fi_info -p efa`, and LD_LIBRARY_PATH for the plugin and libfabric",
+        "NVIDIA/nccl src/init.cc; aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
+    ),
+    KnownFailure(
+        r"Attribute \w+ of node \w+ not found",
+        "NCCL could not read the topology (NCCL_TOPO_FILE, set by aws-ofi-nccl or by hand, does "
+        "not match this NCCL version or instance)",
+        "use an aws-ofi-nccl release that supports this NCCL version; unset a hand-set "
+        "NCCL_TOPO_FILE",
+        "aws/aws-ofi-nccl issue #476",
+    ),
+    KnownFailure(
+        r"Cuda failure '?out of memory|CUDA error: out of memory|Cuda failure 2 ",
+        "a GPU ran out of memory while NCCL allocated its buffers",
+        "free GPU memory before NCCL init (another process on the GPU?), or lower "
+        "NCCL_BUFFSIZE / the number of communicators",
+        "NVIDIA/nccl src/include/checks.h",
+    ),
+    KnownFailure(
+        r"ibv_reg_mr|Cannot allocate memory|memory registration failed",
+        "memory registration failed: the locked-memory limit is too low",
+        "run the container with `--ulimit memlock=-1:-1` (ulimit -l unlimited)",
+        "aws/aws-ofi-nccl issue #803 (docker run --ulimit memlock=-1:-1)",
+    ),
+    KnownFailure(
+        r"/dev/shm|shmutils",
+        "NCCL could not allocate shared memory: /dev/shm is too small in this container",
+        "run the container with --shm-size=1g or more (or --ipc=host)",
+        "NVIDIA/nccl src/misc/shmutils.cc",
+    ),
+    KnownFailure(
+        r"unhandled system error",
+        "NCCL hit a failing system call (often /dev/shm too small, a missing device or a "
+        "network interface it cannot use)",
+        "rerun with NCCL_DEBUG=INFO and read the WARN line before it; give the container "
+        "--shm-size or --ipc=host, check NCCL_SOCKET_IFNAME",
+        "NVIDIA/nccl src/include/socket.h, src/transport/shm.cc",
+    ),
+    KnownFailure(
+        r"remote process exited or there was a network error|Connection closed by remote peer|"
+        r"Connection reset by peer",
+        "a peer rank died or the network between the nodes failed",
+        "find the first rank that failed (its own log) and check that node",
+        "NVIDIA/nccl src/proxy.cc, src/misc/socket.cc",
+    ),
+    KnownFailure(
+        r"Duplicate GPU detected",
+        "two ranks on this node use the same GPU",
+        "map LOCAL_RANK to the device (torch.cuda.set_device(local_rank)) and check "
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA/nccl src/init.cc",
+    ),
+    KnownFailure(
+        r"completed with error|Couldn'?t open AV",
+        "an EFA transfer failed (peer gone, address vector or endpoint error)",
+        "read the whole line (RC/prov_errno); check both nodes' EFA health and the security "
+        "group",
+        "aws/aws-ofi-nccl issues #24, #161",
+    ),
+    KnownFailure(
+        r"NET/OFI",
+        "the aws-ofi-nccl plugin reported an error",
+        "read the line and the NET/OFI lines before it; check the plugin, libfabric and EFA "
+        "versions",
+        "aws/aws-ofi-nccl",
+    ),
+)

@@ -1,0 +1,554 @@
+"""NCCL debug logs (`NCCL_DEBUG=INFO`): the network NCCL really used, aws-ofi-nccl's provider and
+NICs, GPUDirect RDMA on the NET channels, warnings, known failures and PyTorch watchdog timeouts.
+
+Reads lines like `ip-10-0-0-1:79:2500 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is
+efa-direct (found 32 nics)` under any wrapper (Open MPI `[1,0]<stdout>:`, srun `0: `, timestamps,
+CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, TextIO
+
+from harness.parsers import ParseError
+from harness.parsers.nccl_failures import FAILURES, KnownFailure
+
+__all__ = [
+    "FAILURES",
+    "INSPECT",
+    "FailureHit",
+    "KnownFailure",
+    "NcclLogSummary",
+    "WatchdogTimeout",
+    "inspect_nccl_log",
+    "parse_nccl_log",
+    "parse_nccl_log_stream",
+]
+
+
+_FAILURE_RES = tuple((re.compile(f.pattern), f) for f in FAILURES)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureHit:
+    """A log line that matched the known-failure catalogue."""
+
+    line: str
+    cause: str
+    remedy: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTimeout:
+    """`[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE,
+    ..., Timeout(ms)=600000) ran for 600123 milliseconds before timing out.`"""
+
+    rank: int | None
+    seq_num: int | None
+    op_type: str | None
+    timeout_ms: int | None
+    ran_for_ms: int | None
+    line: str
+
+
+#: Cap on warnings/errors/timeouts kept (distinct lines): memory stays flat on huge logs.
+MAX_KEPT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NcclLogSummary:
+    """What an NCCL debug log proves about the network. None/empty where the log says nothing."""
+
+    nccl_version: str | None = None
+    plugin: str | None = None
+    """`aws-ofi-nccl` when its lines appear, else the external plugin NCCL loaded, else None."""
+    plugin_version: str | None = None
+    plugin_failed: bool = False
+    """The plugin loaded but failed to initialise (NCCL then used another network)."""
+    network: str | None = None
+    """The network NCCL used: `Libfabric`, `AWS Libfabric`, `IB`, `IBext_v8`, `Socket`, ..."""
+    networks_seen: tuple[str, ...] = ()
+    provider: str | None = None
+    """`efa`, `ib`, `socket`, another libfabric provider (`cxi`), or None."""
+    fabric: str | None = None
+    num_nics: int | None = None
+    protocol: str | None = None
+    platform: str | None = None
+    libfabric_version: str | None = None
+    gdr_negative: bool = False
+    """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`)."""
+    num_net_channels: int = 0
+    num_gdr_channels: int = 0
+    net_channels_by_network: dict[str, int] = field(default_factory=dict)
+    nranks: int | None = None
+    env_added: dict[str, str] = field(default_factory=dict)
+    env_skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    errors: tuple[FailureHit, ...] = ()
+    timeouts: tuple[WatchdogTimeout, ...] = ()
+
+    @property
+    def gdr(self) -> bool | None:
+        """True: every NET channel line has GDRDMA; False: one lacks it, or the plugin said GDR
+        is unavailable; None: no NET channel lines and no explicit evidence."""
+        if self.gdr_negative:
+            return False
+        if self.num_net_channels == 0:
+            return None
+        return self.num_gdr_channels == self.num_net_channels
+
+    @property
+    def uses_socket(self) -> bool:
+        return (self.network or "").lower() == "socket"
+
+    @property
+    def uses_libfabric(self) -> bool:
+        """NCCL used aws-ofi-nccl (`Libfabric`, `AWS Libfabric`, `OFI`)."""
+        return self.network is not None and ("ibfabric" in self.network or "OFI" in self.network)
+
+    def describe(self) -> str:
+        """One line for a failure message: `NET/Socket: aws-ofi-nccl did not load (...)`."""
+        if self.network is None:
+            if self.errors:
+                return f"no network selected: {self.errors[0].cause}"
+            if self.provider:
+                return (f"no `Using network` line; {self.plugin or 'the NET plugin'} selected "
+                        f"provider {self.provider}")
+            return ("no network evidence in the NCCL log (single-node run, or NCCL_DEBUG not INFO "
+                    "with NCCL_DEBUG_SUBSYS including INIT,NET)")
+        head = f"NET/{self.network}"
+        if self.uses_socket:
+            if self.plugin == "aws-ofi-nccl" and self.plugin_failed:
+                why = "aws-ofi-nccl loaded but failed to initialise"
+                if self.errors:
+                    why += f" ({self.errors[0].cause})"
+            elif self.plugin == "aws-ofi-nccl":
+                why = "aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?)"
+            else:
+                why = "aws-ofi-nccl did not load (check LD_LIBRARY_PATH, the plugin library)"
+            return f"{head}: {why}; traffic goes over TCP sockets"
+        parts = []
+        if self.plugin:
+            parts.append(self.plugin + (f" {self.plugin_version}" if self.plugin_version else ""))
+        if self.provider:
+            extra = ", ".join(x for x in (
+                f"fabric {self.fabric}" if self.fabric else "",
+                f"{self.num_nics} NICs" if self.num_nics is not None else "") if x)
+            parts.append(f"provider {self.provider}" + (f" ({extra})" if extra else ""))
+        if self.num_net_channels:
+            parts.append(f"GDRDMA on {self.num_gdr_channels}/{self.num_net_channels} NET channels")
+        elif self.gdr_negative:
+            parts.append("GDR not available")
+        else:
+            parts.append("no NET channel lines")
+        return f"{head}: " + ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `preflight inspect nccl-log --json` record (keys documented in docs/network.md)."""
+        return {
+            "nccl_version": self.nccl_version,
+            "plugin": self.plugin,
+            "plugin_version": self.plugin_version,
+            "network": self.network,
+            "provider": self.provider,
+            "fabric": self.fabric,
+            "num_nics": self.num_nics,
+            "protocol": self.protocol,
+            "gdr": self.gdr,
+            "num_net_channels": self.num_net_channels,
+            "num_gdr_channels": self.num_gdr_channels,
+            "nranks": self.nranks,
+            "env_added": dict(self.env_added),
+            "warnings": list(self.warnings),
+            "errors": [{"line": e.line, "cause": e.cause, "remedy": e.remedy} for e in self.errors],
+            "timeouts": [
+                {"rank": t.rank, "seq_num": t.seq_num, "op_type": t.op_type,
+                 "timeout_ms": t.timeout_ms, "ran_for_ms": t.ran_for_ms, "line": t.line}
+                for t in self.timeouts
+            ],
+        }
+
+
+# --- Scanning --------------------------------------------------------------------------------
+# Whole chunks are searched with a few literal-prefixed regexes (C speed); the matched lines
+# are de-duplicated with a dict (every rank prints the same ones), so each distinct line is
+# interpreted once in Python; channel lines are counted with Counter. `.*` is the fastest tail
+# sre has; CR and everything after a `|` (a CloudWatch console copy, `| ts | line | line`) are
+# cut off later, per distinct payload.
+
+# Candidate lines: WARN, the INFO payloads whose first letter can start a fact (NET/..., NCCL
+# version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize),
+# torch's `NCCL error`, and PyTorch's watchdog lines (ProcessGroupNCCL.cpp / WorkNCCL(SeqNum).
+# A cheap first-letter filter beats a full alternation in sre; Python sorts out the rest, once
+# per distinct line.
+_MAIN = re.compile(rb"NCCL[ .(](?:INFO [NUcnIF]|WARN|error|version|cpp:|SeqNum).*")
+_CHANNEL = re.compile(rb"via NET/([^\r\n|]*).*")
+#: libfabric's own warnings (`libfabric:85:...:fi_getinfo_():1392<warn> fi_getinfo: provider efa
+#: output empty list`): one more pass over each chunk.
+_LIBFABRIC_WARN = re.compile(rb"<warn> (.*)")
+#: aws-ofi-nccl's own logger (its test binaries; plugins NCCL did not load): `INFO: Function:
+#: ofi_init Line: 1076: NET/OFI ...`. Searched only in chunks without NCCL lines.
+_OLD_PLUGIN_LITERAL = b"Function: "
+_OLD_PLUGIN = re.compile(r"(INFO|WARN): Function: \w+ Line: \d+: (NET/OFI .*)")
+
+
+def _text(raw: bytes) -> str:
+    """A payload as text: cut at `|` (CloudWatch copies), without CR and outer blanks."""
+    return raw.partition(b"|")[0].decode("utf-8", "replace").strip()
+
+
+def _segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
+    """The `|`-separated segments of the lines of chunk[:end] that contain `literal`."""
+    found = []
+    pos = chunk.find(literal, 0, end)
+    while pos >= 0:
+        start = chunk.rfind(b"\n", 0, pos) + 1
+        stop = chunk.find(b"\n", pos, end)
+        stop = end if stop < 0 else stop
+        found += [seg for seg in chunk[start:stop].split(b"|") if literal in seg]
+        pos = chunk.find(literal, stop, end)
+    return found
+
+
+_OFI_RULES = (
+    (re.compile(r"(?:Initializing|Using) aws-ofi-nccl (\S+)"), "version"),
+    (re.compile(r"Selected [Pp]rovider is ([\w;-]+),?(?: fabric is (\S+))?"
+                r"(?: \(found (\d+) nics\))?"), "provider"),
+    (re.compile(r"Using transport protocol (\w+)"), "protocol"),
+    (re.compile(r"Adding (\w+)=(\S*) to environment"), "env"),
+    (re.compile(r"Setting (\w+) environment variable to (\S+?)\.?(?:\s|$)"), "env"),
+    (re.compile(r"Setting (NCCL_\w+) to (\S+)"), "env"),
+    (re.compile(r"Skipping adding (\w+) to environment"), "skip"),
+    (re.compile(r"Running on (\S+) platform"), "platform"),
+    (re.compile(r"Using Libfabric version (\S+)"), "libfabric"),
+    (re.compile(r"GDR disabled on GDR-supported|GDR not supported"), "nogdr"),
+    (re.compile(r"aws-ofi-nccl initialization failed"), "failed"),
+)
+_LOADED = re.compile(r"Loaded (?:net|NET) plugin (.+?)(?: \(v\d+\))?\s*$")
+_PLUGIN_FAILED = re.compile(r"Failed to initialize NET plugin (.+?)\s*$")
+_USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
+_NRANKS = re.compile(r"nranks (\d+)")
+_VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
+_IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
+_SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
+_DEV_INDEX = re.compile(r"\[\d+\]\S")
+_WATCHDOG = re.compile(
+    r"(?:Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
+    r"WorkNCCL\((?:SeqNum=(?P<seq>\d+))?(?:, OpType=(?P<op>\w+))?.*?"
+    r"(?:Timeout\(ms\)=(?P<timeout>\d+))?\)(?: ran for (?P<ran>\d+) milliseconds)?"
+)
+_CHUNK_BYTES = 1 << 20
+"""Chunk size: small enough that the several passes over a chunk hit the CPU cache."""
+
+
+#: Distinct payloads remembered (so each is interpreted once) before the memory is reset.
+SEEN_CAP = 100_000
+
+
+class _Scanner:
+    """Interprets each chunk as it comes: only payloads not seen before reach Python code."""
+
+    def __init__(self) -> None:
+        self.facts = _Facts()
+        self.seen: dict[bytes, None] = {}
+        self.saw_nccl = False
+
+    def feed(self, chunk: bytes, end: int | None = None) -> None:
+        """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
+        end = len(chunk) if end is None else end
+        facts, seen = self.facts, self.seen
+        found = _MAIN.findall(chunk, 0, end)
+        fresh = [p for p in dict.fromkeys(found) if p not in seen]
+        if len(seen) + len(fresh) > SEEN_CAP:  # pathological logs (addresses in every WARN)
+            seen.clear()
+        seen.update(dict.fromkeys(fresh))
+        for raw in fresh:
+            text = _text(raw)
+            if text.startswith("NCCL INFO "):
+                facts.info(text[10:])
+            elif text.startswith("NCCL WARN "):
+                facts.warn(text[10:])
+            elif text.startswith("NCCL version "):
+                facts.version(text[13:].split()[0])
+            elif text.startswith("NCCL.cpp:"):
+                if "Watchdog caught" in text:
+                    facts.timeout(text.partition("] ")[2])
+            elif text.startswith("NCCL(SeqNum="):
+                facts.timeout("Watchdog caught collective operation timeout: Work" + text)
+            else:
+                facts.fault(text)
+        if chunk.find(b"via NET/", 0, end) >= 0:
+            for tail, count in Counter(_CHANNEL.findall(chunk, 0, end)).items():
+                facts.channel(_text(tail), count)
+        for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
+            facts.fault(_text(raw))
+        if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
+            for raw in dict.fromkeys(_segments_with(chunk, _OLD_PLUGIN_LITERAL, end)):
+                if m := _OLD_PLUGIN.search(_text(raw)):
+                    (facts.warn if m[1] == "WARN" else facts.info)(m[2])
+        if not self.saw_nccl and not facts.recognised:
+            self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
+
+    def summary(self) -> NcclLogSummary:
+        if not self.facts.recognised and not self.saw_nccl:
+            raise ParseError(
+                "nothing recognised as an NCCL debug log: no `NCCL INFO`/`NCCL WARN` lines, "
+                "aws-ofi-nccl (NET/OFI) lines or PyTorch NCCL watchdog lines "
+                "(was the job run with NCCL_DEBUG=INFO?)"
+            )
+        return self.facts.build()
+
+
+class _Facts:
+    """Interprets distinct payloads (order-independent: logs interleave ranks)."""
+
+    def __init__(self) -> None:
+        self.recognised = 0
+        self.versions: list[str] = []
+        self.plugin_loaded: str | None = None
+        self.plugin_failed = False
+        self.ofi_seen = False
+        self.ofi_version: str | None = None
+        self.networks: list[str] = []
+        self.provider: str | None = None
+        self.fabric: str | None = None
+        self.ofi_nics: int | None = None
+        self.ib_nics: int | None = None
+        self.socket_nics: int | None = None
+        self.protocol: str | None = None
+        self.platform: str | None = None
+        self.libfabric: str | None = None
+        self.nogdr = False
+        self.net_channels: Counter[str] = Counter()
+        self.gdr_channels = 0
+        self.nranks: int | None = None
+        self.env_added: dict[str, str] = {}
+        self.env_skipped: list[str] = []
+        self.warnings: dict[str, None] = {}
+        self.errors: dict[tuple[int, str], FailureHit] = {}
+        self.timeouts: dict[str, WatchdogTimeout] = {}
+
+    # Each method handles one kind of payload.
+    def version(self, v: str) -> None:
+        self.recognised += 1
+        if v not in self.versions:
+            self.versions.append(v)
+
+    def info(self, text: str) -> None:
+        self.recognised += 1
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            self._ofi(text[8:])
+            return
+        if m := _USING_NETWORK.search(text):
+            if m[1] not in self.networks:
+                self.networks.append(m[1])
+        elif m := _LOADED.search(text):
+            self.plugin_loaded = m[1]
+        elif m := _PLUGIN_FAILED.search(text):
+            if "ibfabric" in m[1] or "OFI" in m[1]:  # NCCL's own IB failing on EFA is normal
+                self.plugin_failed = True
+                self.fault(text)
+        elif m := _NRANKS.search(text):
+            self.nranks = max(self.nranks or 0, int(m[1]))
+        elif m := _VERSION.search(text):
+            self.version(m[1])
+        elif m := _IB_DEVS.search(text):
+            self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
+        elif m := _SOCKET_DEVS.search(text):
+            self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
+
+    def _ofi(self, text: str) -> None:
+        for regex, kind in _OFI_RULES:
+            m = regex.search(text)
+            if m is None:
+                continue
+            if kind == "version":
+                self.ofi_version = self.ofi_version or m[1]
+            elif kind == "provider":
+                self.provider, self.fabric = m[1], m[2] or self.fabric
+                if m[3] is not None:
+                    self.ofi_nics = max(self.ofi_nics or 0, int(m[3]))
+            elif kind == "protocol":
+                self.protocol = m[1]
+            elif kind == "env":
+                self.env_added[m[1]] = m[2]
+            elif kind == "skip":
+                if m[1] not in self.env_skipped:
+                    self.env_skipped.append(m[1])
+            elif kind == "platform":
+                self.platform = m[1]
+            elif kind == "libfabric":
+                self.libfabric = m[1]
+            elif kind == "nogdr":
+                self.nogdr = True
+                self.fault("NET/OFI " + text)
+            elif kind == "failed":
+                self.plugin_failed = True
+            return
+
+    def warn(self, text: str) -> None:
+        self.recognised += 1
+        if len(self.warnings) < MAX_KEPT:
+            self.warnings[text] = None
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            if "initialization failed" in text:
+                self.plugin_failed = True
+        self.fault(text)
+
+    def fault(self, text: str) -> None:
+        """Record `text` as an error when it matches the known-failure catalogue."""
+        self.recognised += 1
+        for index, (regex, failure) in enumerate(_FAILURE_RES):
+            if regex.search(text):
+                key = (index, text)
+                if key not in self.errors and len(self.errors) < MAX_KEPT:
+                    self.errors[key] = FailureHit(text, failure.cause, failure.remedy)
+                return
+
+    def timeout(self, text: str) -> None:
+        self.recognised += 1
+        m = _WATCHDOG.search(text)
+        if m is None or text in self.timeouts or len(self.timeouts) >= MAX_KEPT:
+            return
+
+        def num(name: str) -> int | None:
+            return int(m[name]) if m[name] else None
+
+        self.timeouts[text] = WatchdogTimeout(num("rank"), num("seq"), m["op"], num("timeout"),
+                                              num("ran"), text)
+
+    def channel(self, tail: str, count: int) -> None:
+        """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`."""
+        self.recognised += 1
+        name, sep, rest = tail.partition("/")
+        if not sep or not rest[:1].isdigit():  # a truncated last line: `via NET/Libfab`
+            return
+        self.net_channels[name] += count
+        if "/GDRDMA" in tail:
+            self.gdr_channels += count
+
+    def _network(self) -> str | None:
+        if self.net_channels:
+            return self.net_channels.most_common(1)[0][0]
+        if "Socket" in self.networks:  # some rank fell back: the job runs at socket speed
+            return "Socket"
+        if self.networks:
+            return self.networks[0]
+        # NCCL < 2.6 printed no `Using network`: IB when it found devices, else sockets.
+        if not self.ofi_seen and self.ib_nics:
+            return "IB"
+        if not self.ofi_seen and self.socket_nics:
+            return "Socket"
+        return None
+
+    def build(self) -> NcclLogSummary:
+        network = self._network()
+        libfabric_net = network is not None and ("ibfabric" in network or "OFI" in network)
+        plugin = None
+        if self.ofi_seen or (self.plugin_loaded and "ibfabric" in self.plugin_loaded):
+            plugin = "aws-ofi-nccl"
+        elif self.plugin_loaded:
+            plugin = self.plugin_loaded
+        provider = fabric = nics = None
+        if network is None:
+            provider = self.provider
+        elif libfabric_net:
+            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
+        elif network.lower() == "socket":
+            provider, nics = "socket", self.socket_nics
+        elif network.upper().startswith("IB"):
+            provider, nics = "ib", self.ib_nics
+        else:
+            provider = network.lower()
+        return NcclLogSummary(
+            nccl_version=self.versions[0] if self.versions else None,
+            plugin=plugin,
+            plugin_version=self.ofi_version if plugin == "aws-ofi-nccl" else None,
+            plugin_failed=self.plugin_failed,
+            network=network,
+            networks_seen=tuple(self.networks),
+            provider=provider,
+            fabric=fabric,
+            num_nics=nics,
+            protocol=self.protocol if libfabric_net else None,
+            platform=self.platform,
+            libfabric_version=self.libfabric,
+            gdr_negative=self.nogdr,
+            num_net_channels=sum(self.net_channels.values()),
+            num_gdr_channels=self.gdr_channels,
+            net_channels_by_network=dict(self.net_channels),
+            nranks=self.nranks,
+            env_added=dict(self.env_added),
+            env_skipped=tuple(self.env_skipped),
+            warnings=tuple(self.warnings),
+            # Most specific cause first (catalogue order), then in the order seen.
+            errors=tuple(hit for _, hit in sorted(self.errors.items(), key=lambda kv: kv[0][0])),
+            timeouts=tuple(self.timeouts.values()),
+        )
+
+
+def _chunks_of_lines(lines: Iterable[str]) -> Iterator[bytes]:
+    """Group text lines into ~8 MB byte chunks that end at line boundaries."""
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        batch.append(line if line.endswith("\n") else line + "\n")
+        size += len(line)
+        if size >= _CHUNK_BYTES:
+            yield "".join(batch).encode("utf-8", "replace")
+            batch, size = [], 0
+    if batch:
+        yield "".join(batch).encode("utf-8", "replace")
+
+
+def parse_nccl_log(lines: Iterable[str] | str) -> NcclLogSummary:
+    """Summarise an NCCL debug log given as text or as an iterable of lines (streamed).
+
+    Raises ParseError when nothing in it is an NCCL, aws-ofi-nccl or watchdog line.
+    """
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    scanner = _Scanner()
+    for chunk in _chunks_of_lines(lines):
+        scanner.feed(chunk)
+    return scanner.summary()
+
+
+def parse_nccl_log_stream(
+    streams: IO[bytes] | Iterable[IO[bytes]], chunk_bytes: int = _CHUNK_BYTES
+) -> NcclLogSummary:
+    """Summarise one binary stream, or several (one log per rank) as one log; the fast path."""
+    scanner = _Scanner()
+    for fh in [streams] if hasattr(streams, "read") else streams:  # type: ignore[union-attr]
+        rest = b""
+        while True:
+            data = fh.read(chunk_bytes)  # type: ignore[union-attr]
+            if not data:
+                break
+            if rest:
+                data = rest + data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            scanner.feed(data, cut)
+            rest = data[cut:]
+        if rest:
+            scanner.feed(rest)
+    return scanner.summary()
+
+
+def inspect_nccl_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+    """`preflight inspect nccl-log FILE`: the keys of NcclLogSummary.to_json()."""
+    binary = getattr(stream, "buffer", None)
+    summary = parse_nccl_log_stream(binary) if binary is not None else parse_nccl_log(stream)
+    return summary.to_json()
+
+
+INSPECT = {"nccl-log": inspect_nccl_log}

@@ -1,0 +1,534 @@
+"""`nvidia-smi -q` text (Linux and Windows drivers, old and new ECC layouts), `nvidia-smi -q -x`
+XML, the plain `nvidia-smi` table, and `nvidia-smi --query-gpu=... --format=csv[,noheader]
+[,nounits]` (one row per GPU, or rows that are samples of a `-l` time series), read into the
+GpuInventory NVML also produces."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from harness.gpu import GpuInfo, GpuInventory, health_problems
+from harness.parsers import ParseError, read_text
+
+__all__ = [
+    "INSPECT",
+    "SmiCsv",
+    "inspect_nvidia_smi",
+    "parse_nvidia_smi",
+    "parse_smi_csv",
+    "parse_smi_query",
+    "parse_smi_table",
+    "parse_smi_xml",
+]
+
+#: Values that mean "no value": nvidia-smi prints N/A for unsupported, brackets for failures.
+_NO_VALUE = {"n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
+             "unknown error", "[insufficient permissions]", "[gpu is lost]", "", "none"}
+#: Values that mean the GPU itself is in a fault state.
+_RESET_VALUES = {"[gpu requires reset]", "[gpu is lost]"}
+
+_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_GPU_HEADER = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
+_ANY_GPU_HEADER = re.compile(
+    rf"^[ \t]*GPU\s+{_BUS}\s*$", re.M
+)
+_KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _clean(value: str | None) -> str | None:
+    if value is None:
+        return None
+    v = value.strip()
+    return None if v.lower() in _NO_VALUE or v.lower() in _RESET_VALUES else v
+
+
+def _num(value: str | None) -> float | None:
+    v = _clean(value)
+    m = _NUMBER.match(v) if v else None
+    return float(m.group(0)) if m else None
+
+
+def _int(value: str | None) -> int | None:
+    n = _num(value)
+    return None if n is None else int(n)
+
+
+def _yes(value: str | None) -> bool | None:
+    v = _clean(value)
+    if v is None:
+        return None
+    return v.lower() in ("yes", "enabled", "active", "on", "true", "1")
+
+
+class _Block:
+    """One GPU section of `nvidia-smi -q` as {lower-case key path: value}."""
+
+    def __init__(self, bus_id: str) -> None:
+        self.bus_id = bus_id
+        self.values: dict[tuple[str, ...], str] = {}
+
+    def get(self, *path: str) -> str | None:
+        return self.values.get(tuple(p.lower() for p in path))
+
+    def first(self, *paths: tuple[str, ...]) -> str | None:
+        for path in paths:
+            value = self.get(*path)
+            if value is not None:
+                return value
+        return None
+
+    def children(self, *path: str) -> dict[str, str]:
+        """Direct and nested values under a section, keyed by their last name."""
+        prefix = tuple(p.lower() for p in path)
+        return {k[-1]: v for k, v in self.values.items()
+                if len(k) > len(prefix) and k[:len(prefix)] == prefix}
+
+    def raw_values(self) -> list[str]:
+        return [v.strip().lower() for v in self.values.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    driver_version: str | None
+    cuda_version: str | None
+    attached_gpus: int | None
+    blocks: list[_Block]
+
+
+def _tree(text: str) -> _Query:
+    """Read the indented key : value tree; GPU sections start at `GPU 00000000:53:00.0`."""
+    top: dict[str, str] = {}
+    blocks: list[_Block] = []
+    block: _Block | None = None
+    stack: list[tuple[int, str]] = []
+    base = 0
+    for line in read_text(io.StringIO(text)).split("\n"):
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" \t"))
+        stripped = line.strip()
+        header = _GPU_HEADER.match(stripped)
+        if header:
+            block = _Block(header["bus"])
+            blocks.append(block)
+            stack, base = [], indent
+            continue
+        m = _KEY_VALUE.match(stripped)
+        if block is None or indent <= base:
+            if m:
+                top[m["key"].strip().lower()] = m["value"].strip()
+            if block is not None and indent <= base:
+                block = None
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = tuple(name for _, name in stack)
+        if m and m["value"].strip():
+            block.values[(*path, m["key"].strip().lower())] = m["value"].strip()
+        else:  # a section header (`ECC Errors`), or `Key :` with nothing after it
+            stack.append((indent, (m["key"] if m else stripped).strip().lower()))
+    attached = _int(top.get("attached gpus"))
+    return _Query(_clean(top.get("driver version")), _clean(top.get("cuda version")), attached,
+                  blocks)
+
+
+def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
+    """Uncorrected ECC count of one scope (`volatile` / `aggregate`) in either layout:
+    new (`DRAM Uncorrectable`, `SRAM Uncorrectable[ Parity| SEC-DED]`) or old
+    (`Double Bit` > `Total`, or its `Device Memory` where there is no total)."""
+    values = {k: v for k, v in block.values.items() if k[:2] == ("ecc errors", scope)}
+    new = [v for k, v in values.items()
+           if len(k) == 3 and (k[2].startswith("dram uncorrectable") or
+                               k[2].startswith("sram uncorrectable"))]
+    if new:
+        counts = [_int(v) for v in new]
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
+    total = values.get(("ecc errors", scope, "double bit", "total"))
+    if total is None:
+        total = values.get(("ecc errors", scope, "double bit", "device memory"))
+    return _int(total)
+
+
+def _throttle(block: _Block) -> tuple[str, ...]:
+    for section in ("clocks event reasons", "clocks throttle reasons"):
+        reasons = block.children(section)
+        if reasons:
+            names = {k.lower(): k for k in _REASON_NAMES}
+            return tuple(names.get(k, k) for k, v in reasons.items() if _yes(v))
+    return ()
+
+
+_REASON_NAMES = ("Idle", "Applications Clocks Setting", "SW Power Cap", "HW Slowdown",
+                 "HW Thermal Slowdown", "HW Power Brake Slowdown", "Sync Boost",
+                 "SW Thermal Slowdown", "Display Clock Setting")
+
+
+def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
+    link = ("pci", "gpu link info")
+    reset_flag = b.first(("gpu reset status", "reset required"))
+    drain_flag = b.first(("gpu reset status", "drain and reset recommended"))
+    requires_reset = (bool(_yes(reset_flag)) or bool(_yes(drain_flag))
+                      or any(v in _RESET_VALUES for v in b.raw_values()))
+    width_cur = _int(b.get(*link, "link width", "current"))
+    retired_pending = b.first(("retired pages", "pending page blacklist"),
+                              ("retired pages", "pending page retirement"))
+    dbe = b.first(("retired pages", "double bit ecc"), ("retired pages", "double bit ecc", "count"))
+    power = b.first(("gpu power readings", "power draw"), ("power readings", "power draw"),
+                    ("gpu power readings", "instantaneous power draw"),
+                    ("gpu power readings", "average power draw"))
+    memory_mib = _num(b.get("fb memory usage", "total"))
+    return GpuInfo(
+        index=index,
+        name=_clean(b.get("product name")),
+        uuid=_clean(b.get("gpu uuid")),
+        serial=_clean(b.get("serial number")),
+        bus_id=_clean(b.get("pci", "bus id")) or b.bus_id,
+        memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+        ecc_enabled=_yes(b.first(("ecc mode", "current"))),
+        ecc_uncorrected_volatile=_ecc_uncorrected(b, "volatile"),
+        ecc_uncorrected_aggregate=_ecc_uncorrected(b, "aggregate"),
+        remapped_rows_pending=_yes(b.get("remapped rows", "pending")),
+        remapped_rows_failure=_yes(b.get("remapped rows", "remapping failure occurred")),
+        retired_pages_pending=_yes(retired_pending),
+        retired_pages_dbe=_int(dbe),
+        temperature_c=_num(b.get("temperature", "gpu current temp")),
+        throttle_reasons=_throttle(b),
+        power_draw_w=_num(power),
+        persistence_mode=_yes(b.get("persistence mode")),
+        performance_state=_clean(b.get("performance state")),
+        pcie_gen_current=_int(b.get(*link, "pcie generation", "current")),
+        pcie_gen_max=_int(b.get(*link, "pcie generation", "max")),
+        pcie_gen_device_max=_int(b.get(*link, "pcie generation", "device max")),
+        pcie_width_current=width_cur,
+        pcie_width_max=_int(b.get(*link, "link width", "max")),
+        fabric_state=_clean(b.get("fabric", "state")),
+        fabric_status=_clean(b.get("fabric", "status")),
+        recovery_action=_clean(b.get("gpu recovery action")),
+        requires_reset=requires_reset,
+    )
+
+
+def parse_smi_query(text: str) -> GpuInventory:
+    """Parse `nvidia-smi -q`. Reads `Driver Version : 535.154.05` and per-GPU sections starting
+    `GPU 00000000:53:00.0`; GPUs are indexed in file order (nvidia-smi prints them by index, but
+    a `-q -i N` excerpt starts at 0). Raises ParseError when no GPU section is found."""
+    q = _tree(text)
+    if not q.blocks:
+        if q.attached_gpus == 0:
+            return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, ())
+        raise ParseError("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
+    gpus = tuple(_gpu_from_block(i, b) for i, b in enumerate(q.blocks))
+    return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus)
+
+
+# ---- the plain `nvidia-smi` table ----
+
+_TABLE_VERSIONS = re.compile(
+    r"Driver Version:\s*(?P<driver>[\d.]+)(?:.*?CUDA Version:\s*(?P<cuda>[\d.]+))?"
+)
+# `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`
+_TABLE_ROW1 = re.compile(
+    rf"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<pm>On|Off)\s*\|\s*(?P<bus>{_BUS})\s+\S+\s*"
+    r"\|\s*(?P<ecc>\S+)\s*\|\s*$"
+)
+# `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
+_TABLE_ROW2 = re.compile(
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*\S+\s*"
+    r"\|\s*\S+\s*/\s*(?P<mem>\S+)\s*\|"
+)
+
+
+def parse_smi_table(text: str) -> GpuInventory:
+    """Parse the plain `nvidia-smi` summary table. Reads `| NVIDIA-SMI 550.127.05  Driver
+    Version: 550.127.05  CUDA Version: 12.4 |` and per GPU `|   0  NVIDIA A40   On  |
+    00000000:4F:00.0 Off |   0 |` then `|  0%   29C    P8   23W /  300W | ... |`. Names may
+    be cut (`Tesla V100-PCIE...`); `ERR!` in a GPU's row means the driver cannot read it (the
+    GPU is reported as requiring a reset)."""
+    lines = read_text(io.StringIO(text)).split("\n")
+    versions = next((m for ln in lines if (m := _TABLE_VERSIONS.search(ln))), None)
+    gpus: list[GpuInfo] = []
+    for n, line in enumerate(lines):
+        m = _TABLE_ROW1.match(line.strip())
+        if not m:
+            continue
+        row2 = _TABLE_ROW2.match(lines[n + 1].strip()) if n + 1 < len(lines) else None
+        err = "ERR!" in line or (n + 1 < len(lines) and "ERR!" in lines[n + 1])
+        memory_mib = _num(row2["mem"]) if row2 else None
+        perf = _clean(row2["perf"]) if row2 else None
+        gpus.append(GpuInfo(
+            index=int(m["index"]),
+            name=m["name"].strip(),
+            bus_id=m["bus"],
+            memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+            ecc_uncorrected_volatile=_int(m["ecc"]) if m["ecc"] != "ERR!" else None,
+            temperature_c=_num(row2["temp"]) if row2 else None,
+            power_draw_w=_num(row2["power"]) if row2 else None,
+            persistence_mode=m["pm"] == "On",
+            performance_state=perf if perf and perf.startswith("P") else None,
+            requires_reset=err,
+        ))
+    if not gpus:
+        raise ParseError("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
+                         "in the nvidia-smi table")
+    return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
+                        versions["cuda"] if versions else None, tuple(gpus))
+
+
+# ---- XML (-q -x) ----
+
+def _xml_text(node: Any, path: str) -> str | None:
+    found = node.find(path)
+    return None if found is None or found.text is None else found.text.strip()
+
+
+def _xml_ecc(gpu: Any, scope: str) -> int | None:
+    """Uncorrected count of a scope in the new (`dram_uncorrectable`, `sram_uncorrectable*`)
+    or old (`double_bit/total`) XML layout."""
+    node = gpu.find(f"ecc_errors/{scope}")
+    if node is None:
+        return None
+    new = [_int(c.text) for c in node
+           if c.tag.startswith(("dram_uncorrectable", "sram_uncorrectable"))]
+    if new:
+        known = [n for n in new if n is not None]
+        return sum(known) if known else None
+    return _int(_xml_text(node, "double_bit/total") or _xml_text(node, "double_bit/device_memory"))
+
+
+def _xml_gpu(index: int, g: Any) -> GpuInfo:
+    t = lambda path: _xml_text(g, path)  # noqa: E731
+    link = "pci/pci_gpu_link_info"
+    reasons = []
+    for section, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
+                            ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+        for child in g.findall(f"{section}/*"):
+            name = _CSV_REASONS.get(child.tag.removeprefix(prefix))
+            if name and _yes(child.text):
+                reasons.append(name)
+    texts = [(e.text or "").strip().lower() for e in g.iter()]
+    memory_mib = _num(t("fb_memory_usage/total"))
+    return GpuInfo(
+        index=index,
+        name=_clean(t("product_name")),
+        uuid=_clean(t("uuid")),
+        serial=_clean(t("serial")),
+        bus_id=_clean(t("pci/pci_bus_id")) or g.get("id"),
+        memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+        ecc_enabled=_yes(t("ecc_mode/current_ecc")),
+        ecc_uncorrected_volatile=_xml_ecc(g, "volatile"),
+        ecc_uncorrected_aggregate=_xml_ecc(g, "aggregate"),
+        remapped_rows_pending=_yes(t("remapped_rows/remapped_row_pending")),
+        remapped_rows_failure=_yes(t("remapped_rows/remapped_row_failure")),
+        retired_pages_pending=_yes(t("retired_pages/pending_retirement")
+                                   or t("retired_pages/pending_blacklist")),
+        retired_pages_dbe=_int(t("retired_pages/double_bit_retirement/retired_count")),
+        temperature_c=_num(t("temperature/gpu_temp")),
+        throttle_reasons=tuple(dict.fromkeys(reasons)),
+        power_draw_w=_num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw")
+                          or t("gpu_power_readings/instant_power_draw")),
+        persistence_mode=_yes(t("persistence_mode")),
+        performance_state=_clean(t("performance_state")),
+        pcie_gen_current=_int(t(f"{link}/pcie_gen/current_link_gen")),
+        pcie_gen_max=_int(t(f"{link}/pcie_gen/max_link_gen")),
+        pcie_gen_device_max=_int(t(f"{link}/pcie_gen/max_device_link_gen")),
+        pcie_width_current=_int(t(f"{link}/link_widths/current_link_width")),
+        pcie_width_max=_int(t(f"{link}/link_widths/max_link_width")),
+        fabric_state=_clean(t("fabric/state")),
+        fabric_status=_clean(t("fabric/status")),
+        recovery_action=_clean(t("gpu_recovery_action")),
+        requires_reset=(bool(_yes(t("gpu_reset_status/reset_required")))
+                        or bool(_yes(t("gpu_reset_status/drain_and_reset_recommended")))
+                        or any(v in _RESET_VALUES for v in texts)),
+    )
+
+
+def parse_smi_xml(text: str) -> GpuInventory:
+    """Parse `nvidia-smi -q -x`. Reads `<nvidia_smi_log><driver_version>555.42.06</...>` and
+    `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched)."""
+    import xml.etree.ElementTree as ET
+
+    body = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
+    try:
+        root = ET.fromstring(body.strip())
+    except ET.ParseError as exc:
+        raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+    gpus = tuple(_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu")))
+    if not gpus and _int(_xml_text(root, "attached_gpus")) != 0:
+        raise ParseError("<nvidia_smi_log> without <gpu> elements")
+    return GpuInventory("nvidia-smi -q -x", _clean(_xml_text(root, "driver_version")),
+                        _clean(_xml_text(root, "cuda_version")), gpus)
+
+
+# ---- CSV (--query-gpu) ----
+
+#: CSV header name (as nvidia-smi prints it) -> GpuInfo field. Both the current
+#: `clocks_event_reasons.*` and the older `clocks_throttle_reasons.*` names are read.
+_CSV_FIELDS: dict[str, str] = {
+    "index": "index", "name": "name", "gpu_name": "name", "uuid": "uuid", "gpu_uuid": "uuid",
+    "serial": "serial", "gpu_serial": "serial", "pci.bus_id": "bus_id", "gpu_bus_id": "bus_id",
+    "memory.total": "memory_total_gib",
+    "ecc.mode.current": "ecc_enabled",
+    "ecc.errors.uncorrected.volatile.total": "ecc_uncorrected_volatile",
+    "ecc.errors.uncorrected.aggregate.total": "ecc_uncorrected_aggregate",
+    "retired_pages.pending": "retired_pages_pending",
+    "retired_pages.double_bit.count": "retired_pages_dbe",
+    "remapped_rows.pending": "remapped_rows_pending",
+    "remapped_rows.failure": "remapped_rows_failure",
+    "temperature.gpu": "temperature_c", "power.draw": "power_draw_w",
+    "persistence_mode": "persistence_mode", "pstate": "performance_state",
+    "pcie.link.gen.current": "pcie_gen_current", "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.gen.gpumax": "pcie_gen_device_max",
+    "pcie.link.width.current": "pcie_width_current", "pcie.link.width.max": "pcie_width_max",
+}
+_CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
+                "hw_power_brake_slowdown": "HW Power Brake Slowdown",
+                "sw_thermal_slowdown": "SW Thermal Slowdown", "sw_power_cap": "SW Power Cap"}
+_BOOL_FIELDS = {"ecc_enabled", "retired_pages_pending", "remapped_rows_pending",
+                "remapped_rows_failure", "persistence_mode"}
+_INT_FIELDS = {"index", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
+               "retired_pages_dbe", "pcie_gen_current", "pcie_gen_max", "pcie_gen_device_max",
+               "pcie_width_current", "pcie_width_max"}
+_FLOAT_FIELDS = {"temperature_c", "power_draw_w"}
+_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class SmiCsv:
+    """A `--query-gpu` CSV: the last sample of each GPU, and how many samples there were."""
+
+    inventory: GpuInventory
+    num_samples: int
+    columns: tuple[str, ...]
+
+
+def _csv_value(field_name: str, raw: str) -> Any:
+    if field_name in _BOOL_FIELDS:
+        return _yes(raw)
+    if field_name in _INT_FIELDS:
+        return _int(raw)
+    if field_name in _FLOAT_FIELDS:
+        return _num(raw)
+    if field_name == "memory_total_gib":
+        mib = _num(raw)
+        return None if mib is None else round(mib / 1024, 2)
+    return _clean(raw)
+
+
+def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
+    """Parse `nvidia-smi --query-gpu=index,name,... --format=csv` (with or without units).
+    Reads `index, name, temperature.gpu, power.draw [W]` then `0, NVIDIA H100, 34, 71.52 W`.
+    With `noheader` pass the queried `columns`. Rows that repeat a GPU (a `-l` time series with
+    `timestamp`) are samples: each GPU keeps its last row."""
+    lines = [ln for ln in read_text(io.StringIO(text)).split("\n") if ln.strip()]
+    if not lines:
+        raise ParseError("empty input: no CSV header or rows")
+    rows = list(csv.reader(lines, skipinitialspace=True))
+    if columns is None:
+        header = tuple(_UNIT.sub("", c).strip().lower() for c in rows[0])
+        rows = rows[1:]
+    else:
+        header = tuple(c.strip().lower() for c in columns)
+    known = [c for c in header if c in _CSV_FIELDS or _reason(c) or c == "driver_version"]
+    if not known:
+        raise ParseError("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu,"
+                         f" ...) in the CSV header {', '.join(header)[:200]!r}")
+    key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
+                    if c in header), None)
+    latest: dict[str, dict[str, Any]] = {}
+    driver = None
+    num_samples = 0
+    for row in rows:
+        if len(row) != len(header):
+            if row and [c.strip().lower() for c in row] == list(header):
+                continue  # a header repeated in a concatenated log
+            raise ParseError(f"CSV row has {len(row)} values for {len(header)} columns: "
+                             f"{', '.join(row)[:200]!r}")
+        num_samples += 1
+        cells = dict(zip(header, row, strict=True))
+        key = cells[key_col] if key_col else str(len(latest))
+        record: dict[str, Any] = {}
+        reasons: list[str] = []
+        reset = False
+        for col, raw in cells.items():
+            reset = reset or raw.strip().lower() in _RESET_VALUES
+            if col == "driver_version":
+                driver = _clean(raw) or driver
+            elif col in _CSV_FIELDS:
+                record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
+            elif _reason(col) and _yes(raw):
+                reasons.append(_reason(col))  # type: ignore[arg-type]
+        record["throttle_reasons"] = tuple(reasons)
+        record["requires_reset"] = reset
+        latest[key] = record
+    if not num_samples:
+        raise ParseError("the CSV has a header but no rows")
+    gpus = []
+    for n, record in enumerate(latest.values()):
+        if record.get("index") is None:
+            record["index"] = n
+        gpus.append(GpuInfo(**record))
+    gpus.sort(key=lambda g: g.index)
+    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, tuple(gpus)), num_samples, header)
+
+
+def _reason(column: str) -> str | None:
+    for prefix in ("clocks_event_reasons.", "clocks_throttle_reasons."):
+        if column.startswith(prefix):
+            return _CSV_REASONS.get(column[len(prefix):])
+    return None
+
+
+def parse_nvidia_smi(text: str) -> GpuInventory:
+    """`nvidia-smi -q` text, `-q -x` XML, the plain `nvidia-smi` table or a `--query-gpu` CSV,
+    whichever the text is."""
+    if "<nvidia_smi_log" in text[:2000]:
+        return parse_smi_xml(text)
+    if "NVSMI LOG" in text or _ANY_GPU_HEADER.search(text):
+        return parse_smi_query(text)
+    if "NVIDIA-SMI" in text and "Persistence-M" in text:
+        return parse_smi_table(text)
+    return parse_smi_csv(text).inventory
+
+
+def _attached(text: str) -> int | None:
+    """`Attached GPUs : 8` / `<attached_gpus>8</attached_gpus>`: what the node had, when a dump
+    shows fewer GPU blocks."""
+    m = re.search(r"^\s*Attached GPUs\s*:\s*(\d+)|<attached_gpus>(\d+)<", text, re.M)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+    """`preflight inspect nvidia-smi FILE`: keys num_gpus, driver_version, cuda_version, gpus
+    [{index, name, bus_id, uuid, serial, ecc_enabled, ecc_uncorrected_volatile,
+    ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
+    retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
+    (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
+    text = read_text(stream)
+    inventory = parse_nvidia_smi(text)
+    attached = _attached(text)
+    keys = ("index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
+            "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "remapped_rows_pending",
+            "remapped_rows_failure", "retired_pages_pending", "temperature_c", "requires_reset")
+    problems = []
+    for gpu in inventory.gpus:
+        for p in health_problems(gpu, max_temp_c=profile.max_gpu_temp_c,
+                                 require_ecc=profile.has_gpus):
+            problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
+    return {
+        "num_gpus": attached if attached is not None else len(inventory.gpus),
+        "driver_version": inventory.driver_version,
+        "cuda_version": inventory.cuda_version,
+        "gpus": [{k: getattr(g, k) for k in keys} for g in inventory.gpus],
+        "problems": problems,
+    }
+
+
+INSPECT = {"nvidia-smi": inspect_nvidia_smi}

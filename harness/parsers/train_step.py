@@ -1,0 +1,237 @@
+"""Output of the tiny training step (`torchrun ... -m harness.probes.train_step`): its JSON result
+line, the ranks' error lines, and the named failure in raw logs when no JSON came out: TE import
+error, CUDA OOM with the allocation size, NCCL error or watchdog timeout, gloo timeout, a rank
+aborting at exit."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from harness.parsers import ParseError, read_text
+
+__all__ = ["INSPECT", "Failure", "TrainStepOutput", "classify_failure", "parse_train_step"]
+
+SCHEMA_PREFIX = '{"schema": "gpu-preflight.train_step/'
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why the step did not run: a stable kind and a one-line message with the key numbers."""
+
+    kind: str
+    """One of KIND_ORDER."""
+    message: str
+    rank: int | None = None
+
+
+#: Root causes first: when ranks fail differently (one OOMs, its peer then loses the
+#: connection), the earliest kind in this order is the one reported.
+KIND_ORDER = ("no_torch", "no_gpu", "te_import", "cuda_oom", "nccl_timeout", "nccl_error",
+              "collective_timeout", "abort_at_exit", "peer_lost", "exception")
+
+# Import-time failures only: a TE kernel's RuntimeError (its path names transformer_engine too)
+# is an `exception`, not an import error.
+_TE_LINE = re.compile(
+    r"^.*(?:TransformerEngine package version mismatch|transformer_engine\S*\.so: undefined symbol"
+    r"|(?:Import|ModuleNotFound)Error:.*transformer.engine|Could not find shared object file for "
+    r"Transformer Engine|cudnn shared object not found).*$",
+    re.M | re.I,
+)
+# torch >= 2.1: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
+# 79.10 GiB of which 1.23 GiB is free."; older: "... (GPU 0; 15.78 GiB total capacity; ...".
+_OOM = re.compile(r"out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)", re.I)
+_OOM_GPU = re.compile(r"GPU (?P<gpu>\d+)(?: has a total capac\w* of|;) (?P<total>[\d.]+ [KMGT]?i?B)"
+                      r"(?: total capacity)?")
+_OOM_FREE = re.compile(r"(?:of which|;) (?P<free>[\d.]+ [KMGT]?i?B|0 bytes) (?:is )?free")
+_NCCL_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\(.*?\)) ran for "
+    r"(?P<ms>\d+) milliseconds"
+)
+_NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[:,]? ?(?P<what>[^\n]*)")
+_NCCL_CODE = re.compile(r"^.*?(?P<code>nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|"
+                        r"InvalidArgument)Error):? ?(?P<what>[^\n]*)", re.M)
+_GLOO_TIMEOUT = re.compile(
+    r"^.*?(?P<line>Timed out waiting \d+ms for (?:recv|send)[^\n]*|Rank \d+ failed to pass "
+    r"monitoredBarrier[^\n]*|Operation timed out![^\n]*|Timed out after \d+ seconds waiting for "
+    r"clients[^\n]*)", re.M)
+_ABORT = re.compile(r"terminate called (?:without an active exception|after throwing[^\n]*)"
+                    r"|Signal 6 \(SIGABRT\) received by PID \d+|exitcode\s*:\s*-6\b")
+_PEER = re.compile(r"Connection (?:closed|reset) by peer[^\n]*")
+_EXCEPTION = re.compile(r"^(?:\[rank\d+\]: )?(?P<line>(?:[\w.]+\.)?\w*(?:Error|Exception): .+)$",
+                        re.M)
+_NO_TORCH = re.compile(r"^.*No module named '?torch(?:\.distributed)?'?.*$", re.M)
+_NO_GPU = re.compile(r"no GPU for LOCAL_RANK \d+: torch sees \d+ CUDA devices[^\n]*")
+_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]")
+
+
+def _rank_of(text: str, pos: int) -> int | None:
+    start = text.rfind("\n", 0, pos) + 1
+    m = _RANK_PREFIX.search(text, start, pos + 1)
+    return int(m.group("rank")) if m else None
+
+
+def _no_torch(text: str) -> Failure | None:
+    m = _NO_TORCH.search(text)
+    if not m:
+        return None
+    return Failure("no_torch", f"torch is not importable: {m.group(0).strip()[:300]}")
+
+
+def _no_gpu(text: str) -> Failure | None:
+    m = _NO_GPU.search(text)
+    return Failure("no_gpu", m.group(0), _rank_of(text, m.start())) if m else None
+
+
+def _oom(text: str) -> Failure | None:
+    m = _OOM.search(text)
+    if not m:
+        return None
+    tail = text[m.end(): m.end() + 400]
+    where = []
+    gpu = _OOM_GPU.search(tail)
+    if gpu:
+        where.append(f"on GPU {gpu.group('gpu')} ({gpu.group('total')} total")
+        free = _OOM_FREE.search(tail)
+        where[-1] += f", {free.group('free')} free)" if free else ")"
+    msg = f"CUDA out of memory: tried to allocate {m.group('size')}" + (
+        " " + where[0] if where else "")
+    return Failure("cuda_oom", msg, _rank_of(text, m.start()))
+
+
+def _te(text: str) -> Failure | None:
+    m = _TE_LINE.search(text)
+    if not m:
+        return None
+    line = re.sub(r"^\[rank\d+\]:\s*", "", m.group(0).strip())
+    return Failure("te_import", f"TransformerEngine failed to import: {line[:500]}",
+                   _rank_of(text, m.start()))
+
+
+def _nccl(text: str) -> Failure | None:
+    m = _NCCL_WATCHDOG.search(text)
+    if m:
+        return Failure("nccl_timeout", f"NCCL collective timed out: {m.group('work')} ran for "
+                       f"{int(m.group('ms')) / 1000:g} s", _rank_of(text, m.start()))
+    m = _NCCL_ERROR.search(text)
+    code = _NCCL_CODE.search(text)
+    if not m and not code:
+        return None
+    parts = [m.group("what").strip()] if m else []
+    if code:
+        parts.append(f"{code.group('code')}: {code.group('what').strip()}".rstrip(": "))
+    pos = m.start() if m else code.start()
+    return Failure("nccl_error", "NCCL error: " + " / ".join(p for p in parts if p)[:500],
+                   _rank_of(text, pos))
+
+
+def _gloo(text: str) -> Failure | None:
+    m = _GLOO_TIMEOUT.search(text)
+    if not m:
+        return None
+    return Failure("collective_timeout", f"collective timed out: {m.group('line').strip()[:300]}",
+                   _rank_of(text, m.start()))
+
+
+def _abort(text: str) -> Failure | None:
+    m = _ABORT.search(text)
+    if not m:
+        return None
+    return Failure("abort_at_exit", f"a rank aborted (SIGABRT): {m.group(0).strip()}",
+                   _rank_of(text, m.start()))
+
+
+def _peer(text: str) -> Failure | None:
+    m = _PEER.search(text)
+    if not m:
+        return None
+    return Failure("peer_lost", f"a peer rank went away during a collective: {m.group(0)[:200]}",
+                   _rank_of(text, m.start()))
+
+
+def _exception(text: str) -> Failure | None:
+    found = [m for m in _EXCEPTION.finditer(text) if "ChildFailedError" not in m.group("line")]
+    if not found:
+        return None
+    m = found[-1]
+    return Failure("exception", m.group("line").strip()[:500], _rank_of(text, m.start()))
+
+
+_CLASSIFIERS = (_no_torch, _no_gpu, _te, _oom, _nccl, _gloo, _abort, _peer, _exception)
+
+
+def classify_failure(text: str) -> Failure:
+    """The root cause named in a rank's exception text or a run's log (see KIND_ORDER)."""
+    for classify in _CLASSIFIERS:
+        failure = classify(text)
+        if failure is not None:
+            return failure
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return Failure("exception", lines[-1][:500] if lines else "no output")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainStepOutput:
+    """What one run printed: rank 0's result, the ranks' error lines, the root-cause failure
+    (None when the step produced a result), and whether a rank aborted at exit."""
+
+    result: dict[str, Any] | None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    failure: Failure | None = None
+    aborted_at_exit: bool = False
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    records = []
+    for line in text.splitlines():
+        at = line.find(SCHEMA_PREFIX)
+        if at < 0:
+            continue
+        try:
+            records.append(json.loads(line[at:]))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def parse_train_step(text: str) -> TrainStepOutput:
+    """Parse a run's stdout+stderr. Reads `{"schema": "gpu-preflight.train_step/v1", ...}`
+    lines; without one, names the failure from the log (`CUDA out of memory. Tried to allocate
+    2.00 GiB`, `Watchdog caught collective operation timeout: WorkNCCL(...)`, ...)."""
+    records = _json_lines(text)
+    results = [r for r in records if "error" not in r]
+    errors = [r["error"] for r in records if isinstance(r.get("error"), dict)]
+    aborted = _abort(text) is not None
+    if results:
+        return TrainStepOutput(results[-1], errors, None, aborted)
+    failures = [
+        Failure(e.get("kind", "exception"), str(e.get("message", "")), e.get("rank"))
+        for e in errors
+    ]
+    if not failures:
+        found = classify_failure(text) if text.strip() else None
+        if found is None or (found.kind == "exception" and not _EXCEPTION.search(text)):
+            raise ParseError("no train_step result or error line, and no known failure "
+                             "(OOM, NCCL, TE import, timeout, abort) in the output")
+        failures = [found]
+    failures.sort(key=lambda f: KIND_ORDER.index(f.kind) if f.kind in KIND_ORDER else 99)
+    return TrainStepOutput(None, errors, failures[0], aborted)
+
+
+def inspect_train_step(stream: TextIO, *, profile: Any = None) -> dict[str, Any]:
+    """`preflight inspect train-step LOG`: keys `result` (rank 0's JSON or null), `failure`
+    ({kind, message, rank} or null), `errors` (each rank's error line), `aborted_at_exit`."""
+    out = parse_train_step(read_text(stream))
+    failure = out.failure
+    return {
+        "result": out.result,
+        "failure": None if failure is None else {"kind": failure.kind, "message": failure.message,
+                                                 "rank": failure.rank},
+        "errors": out.errors,
+        "aborted_at_exit": out.aborted_at_exit,
+    }
+
+
+INSPECT = {"train-step": inspect_train_step}

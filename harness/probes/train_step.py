@@ -1,0 +1,352 @@
+"""The tiny FSDP2 training step: which stack and precision recipe to run (pure functions), how
+to launch it under torchrun, and the torchrun entry point (`python -m harness.probes.train_step`).
+
+The torch side (model, FSDP2, reference, comparisons) lives in `train_worker` and is imported
+only inside `main`, so this module imports without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import proc
+
+__all__ = [
+    "FAULT_KINDS",
+    "RECIPES",
+    "SCHEMA",
+    "TOLERANCES",
+    "Fault",
+    "RecipePlan",
+    "TeInfo",
+    "Tolerance",
+    "TrainStepRun",
+    "main",
+    "parse_fault",
+    "probe_te",
+    "run_train_step",
+    "select_recipe",
+    "torchrun_argv",
+]
+
+#: `schema` key of every JSON line the step prints (the result on rank 0, or a rank's error).
+SCHEMA = "gpu-preflight.train_step/v1"
+#: Environment variable that injects a fault (same syntax as `--fault`), for tests and drills.
+FAULT_ENV = "PREFLIGHT_TRAIN_FAULT"
+
+#: Recipes a profile may name (`Profile.te_recipe`) and the smallest TE version that has them.
+#: Sources: TE release notes (MXFP8BlockScaling 2.0, Float8CurrentScaling 2.2); DelayedScaling
+#: and bf16 are in every 1.x release.
+RECIPES: dict[str, str] = {
+    "fp8-delayed": "1.0",
+    "fp8-current": "2.2",
+    "mxfp8": "2.0",
+    "bf16": "1.0",
+}
+#: Smallest compute capability per recipe. Source: TE `check_fp8_support` (FP8 needs sm89+,
+#: Hopper sm90 always) and `check_mxfp8_support` (sm100+, Blackwell); bf16 tensor cores: sm80.
+MIN_CAPABILITY: dict[str, tuple[int, int]] = {
+    "fp8-delayed": (8, 9),
+    "fp8-current": (8, 9),
+    "mxfp8": (10, 0),
+    "bf16": (8, 0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TeInfo:
+    """What importing TransformerEngine gave: its version, or the error text."""
+
+    available: bool
+    version: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecipePlan:
+    """The stack the step runs: `te` or `torch` layers, in which precision recipe."""
+
+    path: str
+    """`te` (TransformerEngine layers) or `torch` (plain torch.nn layers)."""
+    recipe: str
+    """`fp8-delayed`, `fp8-current`, `mxfp8`, `bf16` or `fp32`."""
+    requested: str | None
+    """The profile's `te_recipe` (None: none named)."""
+    note: str = ""
+    """Why the plan differs from what was requested (empty when it does not)."""
+
+    @property
+    def as_requested(self) -> bool:
+        return not self.note
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if not piece.isdigit() else piece
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _cc(capability: tuple[int, int]) -> str:
+    return f"sm{capability[0]}{capability[1]}"
+
+
+def _unsupported(recipe: str, capability: tuple[int, int], te_version: str | None) -> str:
+    """Why `recipe` cannot run on this GPU with this TE ('' when it can)."""
+    need_cc = MIN_CAPABILITY[recipe]
+    if capability < need_cc:
+        return f"{recipe} needs {_cc(need_cc)}+, GPU is {_cc(capability)}"
+    need = RECIPES[recipe]
+    if te_version and _version_tuple(te_version) < _version_tuple(need):
+        return f"{recipe} needs TransformerEngine >= {need}, found {te_version}"
+    return ""
+
+
+def select_recipe(
+    requested: str | None,
+    capability: tuple[int, int] | None,
+    te: TeInfo,
+    *,
+    cpu_dtype: str = "fp32",
+) -> RecipePlan:
+    """The stack and recipe to run, from the profile's recipe, the GPU's compute capability
+    (None: no GPU) and what importing TE gave. Pure: no torch, no device queries.
+
+    Without a GPU: plain torch in `cpu_dtype`. Without TE: plain torch, bf16 on sm80+. With TE:
+    the requested recipe if the GPU and TE version support it, else the best of fp8-delayed and
+    bf16 that they do (the note says why); no recipe requested: MXFP8 on Blackwell, FP8 delayed
+    scaling on Ada/Hopper, bf16 on Ampere.
+    """
+    if requested is not None and requested not in RECIPES:
+        raise ValueError(f"te_recipe {requested!r} is not one of {', '.join(RECIPES)}")
+    if capability is None:
+        return RecipePlan("torch", cpu_dtype, requested,
+                          f"no GPU: plain torch {cpu_dtype}" if requested else "")
+    if not te.available:
+        recipe = "bf16" if capability >= MIN_CAPABILITY["bf16"] else "fp32"
+        return RecipePlan("torch", recipe, requested,
+                          f"TransformerEngine not importable: {te.error}" if requested else "")
+    candidates = ("mxfp8", "fp8-delayed", "bf16") if requested is None else ("fp8-delayed", "bf16")
+    fallback = next((r for r in candidates if not _unsupported(r, capability, te.version)), None)
+    if requested is None:
+        return RecipePlan("torch", "fp32", None) if fallback is None else RecipePlan(
+            "te", fallback, None)
+    why = _unsupported(requested, capability, te.version)
+    if not why:
+        return RecipePlan("te", requested, requested)
+    if fallback is None:
+        return RecipePlan("torch", "fp32", requested, why)
+    return RecipePlan("te", fallback, requested, why)
+
+
+def probe_te(importer: Callable[[str], Any] | None = None) -> TeInfo:
+    """Import `transformer_engine.pytorch`; any exception (not only ImportError: a version
+    mismatch is an AssertionError, a missing cuDNN a RuntimeError) becomes the error text."""
+    if importer is None:
+        import importlib
+
+        importer = importlib.import_module
+    try:
+        te = importer("transformer_engine.pytorch")
+    except Exception as exc:
+        return TeInfo(False, error=f"{type(exc).__name__}: {exc}".strip()[:1000])
+    version = getattr(te, "__version__", None)
+    if version is None:
+        try:
+            version = getattr(importer("transformer_engine"), "__version__", None)
+        except Exception:
+            version = None
+    return TeInfo(True, version=None if version is None else str(version))
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How far the sharded step may differ from the unsharded reference, per precision."""
+
+    loss_rel: float
+    """Largest |loss_sharded - loss_ref| / |loss_ref| over the steps."""
+    update_rel: float
+    """Largest ||p_sharded - p_ref|| / ||p_ref - p_init||: the update's relative error."""
+
+
+#: Tolerances by recipe. Measured on this machine (2 ranks, gloo, 5 SGD steps; docs/training.md):
+#: fp32 loss 1.8e-7, update 3.8e-7; bf16 loss 1.0e-4, update 3.1e-3. Limits leave >= 50x margin
+#: (fp32) and >= 15x (bf16); a 5% gradient error on one of 2 ranks gives update 3.5e-2.
+#: FP8 recipes quantise activations, weights and gradients to 3-4 mantissa bits: their limits
+#: are wider than bf16 and not yet measured on a GPU.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(loss_rel=1e-5, update_rel=1e-4),
+    "bf16": Tolerance(loss_rel=1e-2, update_rel=5e-2),
+    "fp8-delayed": Tolerance(loss_rel=5e-2, update_rel=2.5e-1),
+    "fp8-current": Tolerance(loss_rel=5e-2, update_rel=2.5e-1),
+    "mxfp8": Tolerance(loss_rel=5e-2, update_rel=2.5e-1),
+}
+
+#: Faults the step can inject (tests, drills): see `parse_fault`.
+FAULT_KINDS = ("grad-perturb", "nan", "corrupt-replica", "hang", "oom")
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """An injected fault: `kind` on rank `rank` at step `step` (0-based)."""
+
+    kind: str
+    rank: int = -1
+    """-1: the last rank."""
+    step: int = 1
+    scale: float = 0.05
+    """grad-perturb: that rank's local gradients are multiplied by (1 + scale)."""
+
+    def describe(self) -> str:
+        return f"{self.kind} on rank {self.rank} at step {self.step}"
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """`KIND[,rank=R][,step=S][,scale=X]` (e.g. `nan,rank=1,step=2`); empty/None: no fault."""
+    if not text or not text.strip():
+        return None
+    kind, *options = (p.strip() for p in text.split(","))
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"fault {kind!r} is not one of {', '.join(FAULT_KINDS)}")
+    values: dict[str, Any] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or key not in ("rank", "step", "scale"):
+            raise ValueError(f"fault option {option!r}: expected rank=N, step=N or scale=X")
+        try:
+            values[key] = float(value) if key == "scale" else int(value)
+        except ValueError:
+            raise ValueError(f"fault option {option!r}: {value!r} is not a number") from None
+    return Fault(kind, **values)
+
+
+@dataclass(frozen=True, slots=True)
+class StepConfig:
+    """Model and run sizes of the step (small enough for seconds on 2 CPU cores)."""
+
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    ffn: int = 256
+    vocab: int = 256
+    seq: int = 32
+    batch_per_rank: int = 4
+    steps: int = 5
+    lr: float = 0.5
+    seed: int = 1234
+
+
+#: Sizes on GPUs: TE's FP8 GEMMs want dims divisible by 16 and MXFP8 by 32.
+GPU_SIZES = {"hidden": 256, "heads": 4, "ffn": 1024, "seq": 128, "batch_per_rank": 4}
+
+
+def torchrun_argv(
+    nproc: int,
+    *,
+    te_recipe: str | None = None,
+    te_required: bool = False,
+    device: str = "auto",
+    dtype: str = "fp32",
+    pg_timeout_s: float = 60.0,
+    fault: str | None = None,
+    extra: tuple[str, ...] = (),
+    python: str | None = None,
+) -> list[str]:
+    """The torchrun command that runs the step on `nproc` local ranks."""
+    argv = [
+        python or sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={nproc}", "-m", "harness.probes.train_step",
+        f"--device={device}", f"--cpu-dtype={dtype}", f"--pg-timeout-s={pg_timeout_s:g}",
+    ]
+    if te_recipe:
+        argv.append(f"--te-recipe={te_recipe}")
+    if te_required:
+        argv.append("--te-required")
+    if fault:
+        argv.append(f"--fault={fault}")
+    return argv + list(extra)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainStepRun:
+    """One launch of the step: the torchrun process, what its output said, and how long it took."""
+
+    proc: proc.ProcResult
+    output: Any
+    """`harness.parsers.train_step.TrainStepOutput`, or None when nothing in it was recognised."""
+    parse_error: str | None
+    nproc: int
+
+    @property
+    def wall_s(self) -> float:
+        return self.proc.duration_s
+
+
+def run_train_step(
+    nproc: int,
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    **options: Any,
+) -> TrainStepRun:
+    """Launch the step under torchrun with `env` (the trainer's environment) and a hard timeout;
+    the harness package is put first on PYTHONPATH so the ranks can import it."""
+    from harness.parsers import ParseError
+    from harness.parsers.train_step import parse_train_step
+
+    env = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    options.setdefault("pg_timeout_s", max(5.0, timeout_s / 2))
+    result = proc.run(torchrun_argv(nproc, **options), timeout_s=timeout_s, env=env)
+    try:
+        return TrainStepRun(result, parse_train_step(result.output), None, nproc)
+    except ParseError as exc:
+        return TrainStepRun(result, None, str(exc), nproc)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness.probes.train_step", description=__doc__)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--cpu-dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="precision of the plain-torch path on CPU")
+    p.add_argument("--te-recipe", choices=tuple(RECIPES), default=None)
+    p.add_argument("--te-required", action="store_true",
+                   help="the profile requires TE: report its import error as the result")
+    p.add_argument("--pg-timeout-s", type=float, default=60.0,
+                   help="process-group timeout: a hung collective errors after this")
+    p.add_argument("--teardown", choices=("hard", "normal"), default="hard",
+                   help="after barrier and destroy: os._exit (hard) or a normal interpreter exit "
+                   "(normal: only to measure the abort-at-exit rate, bench/)")
+    p.add_argument("--fault", default=os.environ.get(FAULT_ENV),
+                   help=f"inject a fault: {parse_fault.__doc__} (env {FAULT_ENV})")
+    for name, default in StepConfig.__dataclass_fields__.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(default.default), default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """torchrun entry: run the step on this rank; rank 0 prints the result as one JSON line."""
+    args = _parser().parse_args(argv)
+    try:
+        fault = parse_fault(args.fault)
+    except ValueError as exc:
+        print(f"train_step: {exc}", file=sys.stderr)
+        return 2
+    from harness.probes import train_worker
+
+    return train_worker.run(args, fault)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,420 @@
+"""The torch side of the tiny training step, run on every rank under torchrun: the model (TE or
+plain torch layers), FSDP2 over all ranks, the unsharded reference on rank 0, the comparisons,
+and a clean teardown (barrier, then destroy_process_group)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from harness.probes.train_step import (
+    GPU_SIZES,
+    SCHEMA,
+    TOLERANCES,
+    Fault,
+    RecipePlan,
+    StepConfig,
+    TeInfo,
+    probe_te,
+    select_recipe,
+)
+
+__all__ = ["TinyLM", "run"]
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention and a GELU MLP."""
+
+    def __init__(self, cfg: StepConfig) -> None:
+        super().__init__()
+        self.heads = cfg.heads
+        self.ln1 = nn.LayerNorm(cfg.hidden)
+        self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
+        self.proj = nn.Linear(cfg.hidden, cfg.hidden)
+        self.ln2 = nn.LayerNorm(cfg.hidden)
+        self.fc1 = nn.Linear(cfg.hidden, cfg.ffn)
+        self.fc2 = nn.Linear(cfg.ffn, cfg.hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).unbind(2)
+        att = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyLM(nn.Module):
+    """A few plain-torch transformer blocks over a token embedding, batch-first."""
+
+    def __init__(self, cfg: StepConfig) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.norm = nn.LayerNorm(cfg.hidden)
+        self.head = nn.Linear(cfg.hidden, cfg.vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for block in self.blocks:
+            h = block(h)
+        # clone: an FSDP2 root must not return a view (its pre-backward hook would be dropped)
+        return self.head(self.norm(h)).clone()
+
+
+class TeLM(nn.Module):
+    """The same shape of model from TransformerEngine layers (TE's default [seq, batch, hidden])."""
+
+    def __init__(self, cfg: StepConfig, te: Any) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.blocks = nn.ModuleList(
+            te.TransformerLayer(
+                cfg.hidden, cfg.ffn, cfg.heads, hidden_dropout=0.0, attention_dropout=0.0,
+                self_attn_mask_type="causal", layer_number=i + 1, params_dtype=torch.float32,
+            )
+            for i in range(cfg.layers)
+        )
+        self.norm = te.LayerNorm(cfg.hidden, params_dtype=torch.float32)
+        self.head = te.Linear(cfg.hidden, cfg.vocab, params_dtype=torch.float32)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens).transpose(0, 1).contiguous()
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm(h)).transpose(0, 1).clone()
+
+
+def _te_recipe(plan: RecipePlan) -> Any:
+    from transformer_engine.common import recipe as te_recipe
+
+    if plan.recipe == "fp8-delayed":
+        return te_recipe.DelayedScaling(
+            fp8_format=te_recipe.Format.HYBRID, amax_history_len=16, amax_compute_algo="max"
+        )
+    if plan.recipe == "fp8-current":
+        return te_recipe.Float8CurrentScaling(fp8_format=te_recipe.Format.HYBRID)
+    if plan.recipe == "mxfp8":
+        return te_recipe.MXFP8BlockScaling(fp8_format=te_recipe.Format.E4M3)
+    return None
+
+
+class Precision:
+    """The forward context and FSDP mixed-precision policy of a plan, for the sharded run and
+    for the unsharded reference (which gets the same casts, but no FP8 amax reduction group)."""
+
+    def __init__(self, plan: RecipePlan, device_type: str) -> None:
+        self.plan = plan
+        self.device_type = device_type
+        self.low = plan.recipe != "fp32"
+        self.fp8 = _te_recipe(plan) if plan.path == "te" else None
+
+    def mp_policy(self) -> Any:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if not self.low:
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+    @contextlib.contextmanager
+    def forward(self, *, reference: bool, group: Any = None) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            if self.low and reference:
+                stack.enter_context(torch.autocast(self.device_type, dtype=torch.bfloat16))
+            if self.fp8 is not None:
+                import transformer_engine.pytorch as te
+
+                stack.enter_context(te.fp8_autocast(
+                    enabled=True, fp8_recipe=self.fp8, fp8_group=None if reference else group
+                ))
+            yield
+
+
+def build_model(cfg: StepConfig, plan: RecipePlan, device: torch.device) -> nn.Module:
+    """The model, initialised from the seed (identical on every rank and in the reference)."""
+    torch.manual_seed(cfg.seed)
+    if plan.path == "te":
+        import transformer_engine.pytorch as te
+
+        return TeLM(cfg, te).to(device)
+    return TinyLM(cfg).to(device)
+
+
+def make_batch(cfg: StepConfig, world: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The global batch of synthetic tokens (same on every rank; each rank trains on its slice)."""
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    tokens = torch.randint(0, cfg.vocab, (world * cfg.batch_per_rank, cfg.seq + 1), generator=gen)
+    tokens = tokens.to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    logits = model(x)
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_mem_mib(device: torch.device) -> tuple[float, str]:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_max_rss"
+
+
+def _inject_oom(rank: int) -> None:
+    raise torch.OutOfMemoryError(
+        f"CUDA out of memory. Tried to allocate 2.00 GiB. GPU {rank} has a total capacity of "
+        "79.10 GiB of which 1.23 GiB is free. (injected fault)"
+    )
+
+
+def train_sharded(
+    cfg: StepConfig, plan: RecipePlan, device: torch.device, fault: Fault | None, hang_s: float
+) -> tuple[nn.Module, dict[str, Any]]:
+    """FSDP2 over all ranks: each rank trains its slice of the global batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    precision = Precision(plan, device.type)
+    mesh = init_device_mesh(device.type, (world,))
+    model = build_model(cfg, plan, device)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=precision.mp_policy())
+    fully_shard(model, mesh=mesh, mp_policy=precision.mp_policy())
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    x, y = make_batch(cfg, world, device)
+    rows = slice(rank * cfg.batch_per_rank, (rank + 1) * cfg.batch_per_rank)
+    faulty = fault is not None and rank == fault.rank
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, times = [], []
+    for step in range(cfg.steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with precision.forward(reference=False, group=dist.group.WORLD):
+            loss = lm_loss(model, x[rows], y[rows])
+        backward = loss
+        if faulty and fault.kind == "grad-perturb":
+            backward = loss * (1.0 + fault.scale)
+        if faulty and step == fault.step:
+            if fault.kind == "nan":
+                # times NaN (not plus): the gradients become NaN too, as with a real overflow
+                loss = backward = loss * float("nan")
+            elif fault.kind == "hang":
+                time.sleep(hang_s)
+            elif fault.kind == "oom":
+                _inject_oom(rank)
+        backward.backward()
+        opt.step()
+        losses.append(loss.item())
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    peak, mem_kind = _peak_mem_mib(device)
+    facts = {"local_losses": losses, "step_times_s": [round(t, 6) for t in times],
+             "step_time_s": statistics.median(times[1:] or times), "peak_mem_mib": round(peak, 1),
+             "mem_kind": mem_kind}
+    return model, facts
+
+
+def train_reference(
+    cfg: StepConfig, plan: RecipePlan, device: torch.device, world: int
+) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor]]:
+    """The same steps unsharded, on the whole global batch: losses, initial and final params."""
+    precision = Precision(plan, device.type)
+    model = build_model(cfg, plan, device)
+    initial = [p.detach().float().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    x, y = make_batch(cfg, world, device)
+    losses = []
+    for _ in range(cfg.steps):
+        opt.zero_grad(set_to_none=True)
+        with precision.forward(reference=True):
+            loss = lm_loss(model, x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, initial, [p.detach().float() for p in model.parameters()]
+
+
+def full_params(model: nn.Module) -> list[torch.Tensor]:
+    """Every parameter gathered whole (a collective: all ranks call it in the same order)."""
+    return [p.full_tensor().detach().float() for p in model.parameters()]
+
+
+def replica_facts(flat: torch.Tensor) -> dict[str, Any]:
+    """This rank's checksum of the gathered parameters and its max |difference| from rank 0's."""
+    positions = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
+    checksum = f"{flat.double().sum().item():.17g}/{(flat.double() * positions).sum().item():.17g}"
+    rank0 = flat.clone()
+    dist.broadcast(rank0, src=0)
+    diff = (flat - rank0).abs()
+    same_nan = torch.isnan(flat) & torch.isnan(rank0)
+    diff = torch.where(same_nan, torch.zeros_like(diff), diff).nan_to_num(nan=math.inf)
+    return {"checksum": checksum, "max_abs_vs_rank0": diff.max().item()}
+
+
+def compare(
+    sharded: list[torch.Tensor], losses: list[float], ref_losses: list[float],
+    initial: list[torch.Tensor], reference: list[torch.Tensor],
+) -> dict[str, float]:
+    """How far the sharded step is from the reference: losses and the parameter update."""
+    rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses, strict=True)]
+    loss_rel = max(rel) if all(math.isfinite(r) for r in rel) else math.nan
+    diff = torch.cat([(s - r).cpu().reshape(-1) for s, r in zip(sharded, reference, strict=True)])
+    update = torch.cat([(r - i).cpu().reshape(-1) for r, i in zip(reference, initial, strict=True)])
+    return {
+        "loss_max_rel_diff": loss_rel,
+        "update_rel_diff": (diff.norm() / update.norm().clamp_min(1e-30)).item(),
+        "param_max_abs_diff": diff.abs().max().item(),
+    }
+
+
+def _config(args: argparse.Namespace, device: torch.device) -> StepConfig:
+    sizes = dict(GPU_SIZES) if device.type == "cuda" else {}
+    for name in StepConfig.__dataclass_fields__:
+        value = getattr(args, name, None)
+        if value is not None:
+            sizes[name] = value
+    return StepConfig(**sizes)
+
+
+def _device(choice: str) -> torch.device:
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    count = torch.cuda.device_count()
+    if local >= count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"no GPU for LOCAL_RANK {local}: torch sees {count} CUDA devices (CUDA_VISIBLE_DEVICES="
+            f"{'unset' if visible is None else repr(visible)}; torch {torch.__version__}, built "
+            f"for CUDA {torch.version.cuda})"
+        )
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
+
+
+def _emit(record: dict[str, Any]) -> None:
+    print(json.dumps({"schema": SCHEMA, **record}), flush=True)
+
+
+def _step(
+    args: argparse.Namespace, fault: Fault | None, device: torch.device
+) -> dict[str, Any] | None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if fault is not None:
+        fault = dataclasses.replace(fault, rank=fault.rank % world)
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    te = probe_te() if (device.type == "cuda" or args.te_required) else TeInfo(
+        False, error="not probed: no GPU")
+    plan = select_recipe(args.te_recipe, capability, te, cpu_dtype=args.cpu_dtype)
+    cfg = _config(args, device)
+    model, facts = train_sharded(cfg, plan, device, fault, hang_s=3 * args.pg_timeout_s)
+    losses = torch.tensor(facts["local_losses"], dtype=torch.float64, device=device)
+    dist.all_reduce(losses)
+    losses = (losses / world).tolist()
+    gathered = full_params(model)
+    flat = torch.cat([p.reshape(-1) for p in gathered])
+    if fault is not None and fault.kind == "corrupt-replica" and rank == fault.rank:
+        flat = flat.clone()
+        flat[flat.numel() // 2] += 1e-3
+    facts.update(replica_facts(flat))
+    facts.update(rank=rank, host=socket.gethostname(), device=_device_name(device))
+    compared: dict[str, float] = {}
+    ref_losses: list[float] = []
+    if rank == 0:
+        ref_losses, initial, reference = train_reference(cfg, plan, device, world)
+        compared = compare(gathered, losses, ref_losses, initial, reference)
+    ranks: list[Any] = [None] * world
+    dist.all_gather_object(ranks, facts)
+    if rank != 0:
+        return None
+    tol = TOLERANCES[plan.recipe]
+    return {
+        "world_size": world, "backend": dist.get_backend(), "device_type": device.type,
+        "path": plan.path, "recipe": plan.recipe, "requested_recipe": plan.requested,
+        "recipe_note": plan.note, "te_required": bool(args.te_required),
+        "te": {"available": te.available, "version": te.version, "error": te.error},
+        "torch_version": torch.__version__,
+        "capability": list(capability) if capability else None,
+        "model": {**dataclasses.asdict(cfg), "params": sum(p.numel() for p in gathered)},
+        "losses": losses, "reference_losses": ref_losses, **compared,
+        "tolerance": {"loss_rel": tol.loss_rel, "update_rel": tol.update_rel},
+        "step_time_s": max(r["step_time_s"] for r in ranks),
+        "peak_mem_mib": max(r["peak_mem_mib"] for r in ranks), "mem_kind": facts["mem_kind"],
+        "fault": fault.describe() if fault else None,
+        "ranks": ranks,
+    }
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{device.index} {torch.cuda.get_device_name(device)}"
+    return "cpu"
+
+
+def run(
+    args: argparse.Namespace, fault: Fault | None, *, exit_fn: Callable[[int], Any] = os._exit
+) -> int:
+    """One rank's whole life: init, the step, the result line, barrier, destroy, exit.
+
+    Exit is `os._exit` after flushing (unless `--teardown normal`): after a barrier and
+    destroy_process_group, gloo/FSDP2 ranks still aborted in interpreter shutdown (`terminate
+    called without an active exception`, 2 of 28 runs here), so the rank skips the C++ static
+    destructors. On an exception this rank prints an error line and exits at once (no barrier:
+    a peer may be gone), leaving torchrun to stop the others.
+    """
+    start = time.perf_counter()
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        device = _device(args.device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        timeout = timedelta(seconds=args.pg_timeout_s)
+        if device.type == "cuda":
+            dist.init_process_group(backend, timeout=timeout, device_id=device)
+        else:
+            dist.init_process_group(backend, timeout=timeout)
+        result = _step(args, fault, device)
+        if result is not None:
+            _emit({**result, "worker_s": round(time.perf_counter() - start, 3)})
+        dist.barrier()
+        dist.destroy_process_group()
+        code = 0
+    except Exception as exc:
+        from harness.parsers.train_step import classify_failure
+
+        text = f"{type(exc).__name__}: {exc}"
+        failure = classify_failure(text)
+        _emit({"error": {"rank": rank, "kind": failure.kind, "message": failure.message,
+                         "exception": text[:2000]}})
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if args.teardown == "normal" and code == 0:
+        return code
+    exit_fn(code)
+    return code

@@ -1,0 +1,114 @@
+"""Canned GPU facts for the check tests: a healthy p5.48xlarge (8x H100) and one scenario per
+problem. A pytester conftest picks a scenario by name and overrides the fact fixtures with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.gpu import GpuInfo, GpuInventory
+from harness.parsers.dcgm import DcgmDiag, DcgmResult
+from harness.parsers.kernel_log import XidEvent
+from harness.probes.gpu_compute import ComputeResult
+
+BUS = ("53", "64", "75", "86", "97", "A8", "B9", "CA")
+
+
+def h100(index: int, **changes: Any) -> GpuInfo:
+    """A healthy H100 of a p5.48xlarge, with `changes`."""
+    healthy = GpuInfo(
+        index=index, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-0000-{index}",
+        serial=f"16549220{index:05d}", bus_id=f"00000000:{BUS[index]}:00.0",
+        memory_total_gib=79.65, ecc_enabled=True, ecc_uncorrected_volatile=0,
+        ecc_uncorrected_aggregate=0, remapped_rows_pending=False, remapped_rows_failure=False,
+        retired_pages_pending=False, retired_pages_dbe=0, temperature_c=34.0,
+        throttle_reasons=("Idle",), power_draw_w=71.5, persistence_mode=True,
+        performance_state="P0", pcie_gen_current=5, pcie_gen_max=5, pcie_gen_device_max=5,
+        pcie_width_current=16, pcie_width_max=16, nvlinks_active=tuple(range(18)),
+        fabric_state="Completed", fabric_status="Success",
+    )
+    return dataclasses.replace(healthy, **changes)
+
+
+def node(**per_gpu: dict[str, Any]) -> GpuInventory:
+    """Eight H100s; `gpu3={...}` changes GPU 3; `driver=`/`cuda=`/`count=` change the node."""
+    driver = per_gpu.pop("driver", "550.90.07")
+    cuda = per_gpu.pop("cuda", "12.4")
+    count = per_gpu.pop("count", 8)
+    gpus = tuple(h100(i, **per_gpu.get(f"gpu{i}", {})) for i in range(count))
+    return GpuInventory("nvml", driver, cuda, gpus)  # type: ignore[arg-type]
+
+
+def _xid(xid: int, bus: str, action: str, message: str) -> XidEvent:
+    return XidEvent(xid, f"0000:{bus.lower()}:00", 4123, "python", message, action)
+
+
+HEALTHY: dict[str, Any] = {
+    "gpu_inventory": node(),
+    "nvlink_growth": {},
+    "dcgm_diag": DcgmDiag("3.3.9", "550.90.07", tuple(
+        DcgmResult("GPU Memory", i, "pass") for i in range(8))),
+    "xid_events": (),
+    "compute_sanity": ComputeResult({i: 700.0 for i in range(8)},
+                                    {i: "ab" * 32 for i in range(8)},
+                                    {i: 2900.0 for i in range(8)}),
+}
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    return {**HEALTHY, **changes}
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "healthy": HEALTHY,
+    "missing_gpu": _with(gpu_inventory=node(count=7)),
+    "wrong_model": _with(gpu_inventory=node(gpu0={"name": "NVIDIA A100-SXM4-80GB"})),
+    "ecc": _with(gpu_inventory=node(gpu3={"ecc_uncorrected_volatile": 2,
+                                          "ecc_uncorrected_aggregate": 2})),
+    "ecc_off": _with(gpu_inventory=node(gpu5={"ecc_enabled": False})),
+    "ecc_history": _with(gpu_inventory=node(gpu1={"ecc_uncorrected_aggregate": 4})),
+    "remap": _with(gpu_inventory=node(gpu2={"remapped_rows_pending": True},
+                                      gpu6={"remapped_rows_failure": True})),
+    "retirement": _with(gpu_inventory=node(gpu4={"retired_pages_pending": True})),
+    "xid": _with(xid_events=(
+        _xid(79, "64", "reboot", "GPU has fallen off the bus."),
+        _xid(13, "53", "monitor", "Graphics Exception"),
+        _xid(13, "53", "monitor", "Graphics Exception"),
+        XidEvent(48, "0000:ee:00", None, None, "DBE", "reset GPU"),
+    )),
+    "hot": _with(gpu_inventory=node(gpu7={"temperature_c": 91.0,
+                                          "throttle_reasons": ("HW Slowdown",
+                                                               "HW Thermal Slowdown")})),
+    "persistence": _with(gpu_inventory=node(gpu0={"persistence_mode": False})),
+    "query_errors": _with(gpu_inventory=node(gpu4={
+        "temperature_c": None, "query_errors": ("nvmlDeviceGetTemperature: Unknown Error",)})),
+    "pcie": _with(gpu_inventory=node(gpu5={"pcie_width_current": 8})),
+    "nvlink": _with(
+        gpu_inventory=node(gpu1={"nvlinks_active": tuple(range(16)),
+                                 "nvlinks_inactive": (16, 17)}),
+        nvlink_growth={3: {5: {"crc_flit": 12, "replay": 3}}}),
+    "old_driver": _with(gpu_inventory=node(driver="525.85.12", cuda="12.0")),
+    "dcgm_fail": _with(dcgm_diag=DcgmDiag("3.3.9", None, (
+        DcgmResult("GPU Memory", 0, "pass"),
+        DcgmResult("Targeted Power", 1, "fail", "GPU 1 Max power of 224.1 did not reach "
+                   "desired power minimum"),
+        DcgmResult("Persistence Mode", None, "fail", "Persistence mode for GPU 0 is disabled."),
+        DcgmResult("EUD Test", None, "skip"),
+    ))),
+    "dcgm_skipped": _with(dcgm_diag=DcgmDiag("3.3.9", None, (
+        DcgmResult("GPU Memory", 0, "skip"),))),
+    # CUDA numbers the devices in the opposite order to NVML here (CUDA device 2 is GPU 5).
+    "slow_gpu": _with(compute_sanity=ComputeResult(
+        {**{i: 700.0 for i in range(8)}, 2: 310.5}, {i: "ab" * 32 for i in range(8)},
+        {**{i: 2900.0 for i in range(8)}, 6: 1200.0},
+        {i: f"GPU-0000-{7 - i}" for i in range(8)})),
+    "sdc": _with(compute_sanity=ComputeResult(
+        {i: 700.0 for i in range(8)}, {**{i: "ab" * 32 for i in range(8)}, 4: "cd" * 32},
+        {i: 2900.0 for i in range(8)})),
+    "fabric": _with(gpu_inventory=node(gpu0={"fabric_state": "In Progress"},
+                                       gpu1={"fabric_status": "Unknown Error"},
+                                       gpu2={"fabric_state": None, "fabric_status": None})),
+    "lost": _with(gpu_inventory=node(gpu6={"requires_reset": True, "name": None,
+                                           "temperature_c": None, "persistence_mode": None},
+                                     gpu2={"recovery_action": "Node Reboot"})),
+}

@@ -1,0 +1,284 @@
+"""GPU checks with canned facts: checks/test_gpu.py copied into a pytester directory, its fact
+fixtures overridden from tests/gpu_facts.py, run under the plugin with --preflight-profile."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFTEST = '''
+import pytest
+from tests.gpu_facts import SCENARIOS
+
+FACTS = SCENARIOS[{scenario!r}]
+
+
+def _fact(name):
+    @pytest.fixture(scope="session", name=name)
+    def fixture():
+        return FACTS[name]
+    return fixture
+
+
+gpu_inventory = _fact("gpu_inventory")
+nvlink_growth = _fact("nvlink_growth")
+dcgm_diag = _fact("dcgm_diag")
+xid_events = _fact("xid_events")
+compute_sanity = _fact("compute_sanity")
+'''
+
+
+def run_checks(pytester: pytest.Pytester, scenario: str,
+               profile: str = "p5.48xlarge") -> dict[str, dict]:
+    """Run the GPU checks on a canned scenario; {check ID: result record}."""
+    pytester.makeconftest(CONFTEST.format(scenario=scenario))
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", profile,
+                                  "--preflight-results", str(results))
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    return {r["id"]: r for r in records if r.get("event") == "result"}
+
+
+@pytest.fixture(autouse=True)
+def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+
+
+ACT_RESET = ("reset GPU: stop its processes and run `nvidia-smi -r -i N` (or reboot); replace "
+             "the node if it recurs")
+ACT_REPLACE = ("replace node: drain it and take it out of service (Slurm `scontrol update "
+               "node=X state=drain`, HyperPod `Action:Replace`; on EC2 a stop/start moves the "
+               "instance to another host)")
+ACT_REBOOT = "reboot the node (what a GPU reset cannot fix); replace it if the problem returns"
+ACT_MONITOR = "monitor: no action now; replace the node if it recurs"
+GPU = {i: f"GPU {i} (bus 00000000:{bus}:00.0, serial 16549220000{i:02d})"
+       for i, bus in enumerate(("53", "64", "75", "86", "97", "A8", "B9", "CA"))}
+NONE_FOR = "none allowed for p5.48xlarge"
+
+EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
+    "healthy": {},
+    "missing_gpu": {"PF-GPU-001": ("fail", (
+        "[PF-GPU-001] GPUs visible 7 GPUs < 8 GPUs required for p5.48xlarge (from nvml); "
+        "check --gpus / NVIDIA_VISIBLE_DEVICES, then the kernel log for Xid 79; reboot, "
+        "replace the node if the GPU stays missing"))},
+    "wrong_model": {"PF-GPU-002": ("fail", (
+        f"[PF-GPU-002] GPUs of the wrong model or memory size: 1 found, {NONE_FOR}: "
+        f"{GPU[0]}: NVIDIA A100-SXM4-80GB, not H100; run with the --profile of this instance "
+        "type, or replace the node"))},
+    "ecc_off": {"PF-GPU-003": ("fail", (
+        f"[PF-GPU-003] GPUs with uncorrected ECC errors: 1 found, {NONE_FOR}: {GPU[5]}: ECC is "
+        f"disabled (enable: nvidia-smi -e 1, then reboot) -> reboot; {ACT_REBOOT}"))},
+    "ecc": {"PF-GPU-003": ("fail", (
+        f"[PF-GPU-003] GPUs with uncorrected ECC errors: 1 found, {NONE_FOR}: {GPU[3]}: 2 "
+        f"uncorrected ECC errors since the driver loaded -> reset GPU; {ACT_RESET}"))},
+    "ecc_history": {"PF-GPU-003": ("warn", (
+        f"[PF-GPU-003] {GPU[1]}: 4 uncorrected ECC errors in its lifetime, none since the "
+        f"driver loaded -> monitor; {ACT_MONITOR}"))},
+    "remap": {"PF-GPU-004": ("fail", (
+        f"[PF-GPU-004] GPUs with pending or failed row remapping: 2 found, {NONE_FOR}: "
+        f"{GPU[2]}: row remapping pending (applied at the next GPU reset) -> reset GPU; "
+        f"{GPU[6]}: row remapping failed (no spare rows left) -> replace node; "
+        f"{ACT_REPLACE}"))},
+    "retirement": {"PF-GPU-005": ("fail", (
+        f"[PF-GPU-005] GPUs with pending page retirement: 1 found, {NONE_FOR}: {GPU[4]}: page "
+        f"retirement pending (applied at the next GPU reset) -> reset GPU; {ACT_RESET}"))},
+    "xid": {"PF-GPU-006": ("fail", (
+        f"[PF-GPU-006] XID errors: 2 found, {NONE_FOR}: {GPU[1]}: Xid 79 (GPU has fallen off "
+        "the bus.) -> reboot; GPU at bus 0000:ee:00: Xid 48 (DBE) -> reset GPU; "
+        f"{ACT_REBOOT}"))},
+    "hot": {"PF-GPU-007": ("fail", (
+        f"[PF-GPU-007] GPUs too hot or slowed down: 2 found, {NONE_FOR}: {GPU[7]}: "
+        f"temperature 91 C > 85 C -> replace node; {GPU[7]}: clocks slowed by HW Slowdown, HW "
+        f"Thermal Slowdown -> replace node; {ACT_REPLACE}"))},
+    "persistence": {"PF-GPU-008": ("fail", (
+        f"[PF-GPU-008] GPUs without persistence mode: 1 found, {NONE_FOR}: {GPU[0]}: "
+        "persistence mode off; run `nvidia-smi -pm 1` as root (or start nvidia-persistenced) "
+        "on the host"))},
+    "pcie": {"PF-GPU-009": ("fail", (
+        f"[PF-GPU-009] GPUs with a degraded PCIe link: 1 found, {NONE_FOR}: {GPU[5]}: PCIe "
+        f"link x8 < x16 (P0) -> reboot; {ACT_REBOOT}"))},
+    "nvlink": {"PF-GPU-010": ("fail", (
+        f"[PF-GPU-010] GPUs with NVLink problems: 2 found, {NONE_FOR}: {GPU[1]}: 16 of 18 "
+        f"NVLinks active (down: 16, 17) -> reset GPU; {GPU[3]}: NVLink 5 error counters "
+        f"rising (crc_flit +12, replay +3) -> reset GPU; {ACT_RESET}"))},
+    "old_driver": {"PF-GPU-011": ("fail", (
+        "[PF-GPU-011] NVIDIA driver 525.85.12 < 535.54.03 required for p5.48xlarge; use an "
+        "AMI / host with a newer NVIDIA driver (the container cannot change it)"))},
+    "dcgm_fail": {"PF-GPU-012": ("fail", (
+        f"[PF-GPU-012] DCGM 3.3.9 diag -r 1 failures: 2 found, {NONE_FOR}: {GPU[1]}: "
+        "Targeted Power: GPU 1 Max power of 224.1 did not reach desired power minimum -> reset "
+        "GPU; node: Persistence Mode: Persistence mode for GPU 0 is disabled. -> fix the "
+        f"setting DCGM names; {ACT_RESET}"))},
+    "dcgm_skipped": {"PF-GPU-012": ("fail", (
+        "[PF-GPU-012] dcgmi diag -r 1 ran no test (every test was skipped); run `dcgmi diag -r "
+        "1 -v` on the node to see why (MIG mode, permissions)"))},
+    "slow_gpu": {
+        "PF-GPU-013": ("fail", (
+            f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[5]}: "
+            f"310.5 TFLOP/s < 550 TFLOP/s -> reset GPU; {ACT_RESET}")),
+        "PF-GPU-015": ("fail", (
+            f"[PF-GPU-015] GPUs below the HBM copy floor: 1 found, {NONE_FOR}: {GPU[1]}: "
+            f"1200.0 GB/s < 2000 GB/s -> reset GPU; {ACT_RESET}"))},
+    "sdc": {"PF-GPU-014": ("fail", (
+        f"[PF-GPU-014] GPUs whose matmul result differs from the others': 1 found, {NONE_FOR}: "
+        f"{GPU[4]}: result digest cdcdcdcdcdcd differs -> replace node; {ACT_REPLACE}"))},
+    "fabric": {"PF-GPU-017": ("fail", (
+        f"[PF-GPU-017] GPUs not registered with the NVSwitch fabric: 2 found, {NONE_FOR}: "
+        f"{GPU[0]}: fabric state In Progress, status Success (is nvidia-fabricmanager "
+        f"running?) -> reboot; {GPU[1]}: fabric state Completed, status Unknown Error (is "
+        f"nvidia-fabricmanager running?) -> reboot; {ACT_REBOOT}"))},
+    "query_errors": {"PF-GPU-016": ("warn", (
+        f"[PF-GPU-016] {GPU[4]}: NVML could not read: nvmlDeviceGetTemperature: Unknown "
+        f"Error -> monitor; {ACT_MONITOR}"))},
+    "lost": {"PF-GPU-016": ("fail", (
+        f"[PF-GPU-016] GPUs lost or requiring a reset: 2 found, {NONE_FOR}: {GPU[2]}: the "
+        f"driver asks for recovery: Node Reboot -> reboot; {GPU[6]}: GPU is lost or requires a "
+        f"reset -> reset GPU; {ACT_REBOOT}"))},
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_each_problem_named_with_its_action(pytester: pytest.Pytester, scenario: str):
+    results = run_checks(pytester, scenario)
+    assert sorted(results) == [f"PF-GPU-{n:03d}" for n in range(1, 18)]
+    not_passing = {cid: (r["outcome"], r["message"]) for cid, r in results.items()
+                   if r["outcome"] != "pass"}
+    assert not_passing == EXPECTED[scenario]
+
+
+def test_monitor_class_xids_are_warnings(pytester: pytest.Pytester):
+    result = run_checks(pytester, "xid")["PF-GPU-006"]
+    assert result["warnings"] == [
+        f"[PF-GPU-006] {GPU[0]}: Xid 13 x2 (Graphics Exception) -> monitor; {ACT_MONITOR}"]
+
+
+def test_measurements_are_recorded(pytester: pytest.Pytester):
+    results = run_checks(pytester, "healthy")
+    matmul = results["PF-GPU-013"]["measurements"]
+    assert matmul[0] == {"what": "GPU 0 bf16 matmul", "value": 700.0, "unit": "TFLOP/s",
+                         "op": ">=", "threshold": 550.0, "ok": True}
+    assert len(matmul) == 9  # one per GPU, then the offender count
+
+
+def test_cuda_devices_are_named_as_nvml_names_them(pytester: pytest.Pytester):
+    # slow_gpu: CUDA device d is NVML GPU 7 - d (matched by UUID).
+    matmul = run_checks(pytester, "slow_gpu")["PF-GPU-013"]["measurements"]
+    assert [m["what"] for m in matmul[:2]] == ["GPU 7 bf16 matmul", "GPU 6 bf16 matmul"]
+    assert (matmul[2]["value"], matmul[2]["ok"]) == (310.5, False)
+
+
+def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):
+    results = run_checks(pytester, "healthy", profile="local-cpu")
+    assert {(r["outcome"], r["message"]) for r in results.values()} == {
+        ("skip", "not applicable to local-cpu: the profile expects no GPUs")}
+    assert len(results) == 17
+
+
+def test_real_probes_on_this_machine_error_on_a_gpu_profile(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No overrides: the real probes run. Without NVML, nvidia-smi, dcgmi or CUDA every GPU
+    check is an error with its reason (never a skip, never a crash)."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:  # pragma: no cover - only on a machine with an NVIDIA driver
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    log = tmp_path / "kern.log"
+    log.write_text("[    0.000000] Linux version 6.8.0\n")
+    monkeypatch.setenv("PATH", f"{empty}:/usr/bin:/bin")
+    monkeypatch.setenv("PREFLIGHT_KERNEL_LOG", str(log))
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    results_path = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5.48xlarge",
+                                  "--preflight-results", str(results_path))
+    results = {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
+               if r.get("event") == "result"}
+    assert len(results) == 17
+    assert results["PF-GPU-006"]["outcome"] == "pass"  # the kernel log was readable and clean
+    errors = {cid: r["message"] for cid, r in results.items() if r["outcome"] == "error"}
+    assert sorted(errors) == sorted(set(results) - {"PF-GPU-006"})
+    assert errors["PF-GPU-001"].startswith(
+        "[PF-GPU-001] cannot read the GPUs: NVML could not start: NVML Shared Library Not Found")
+    assert errors["PF-GPU-012"].startswith(
+        "[PF-GPU-012] `dcgmi diag -r 1 -j` could not run: command not found")
+    assert errors["PF-GPU-013"].startswith("[PF-GPU-013] compute sanity could not run: torch ")
+
+
+UNREADABLE_LOG = '''
+import pytest
+from harness.checking import ProbeError
+from tests.gpu_facts import SCENARIOS
+
+FACTS = SCENARIOS["healthy"]
+
+
+@pytest.fixture(scope="session")
+def gpu_inventory():
+    return FACTS["gpu_inventory"]
+
+
+@pytest.fixture(scope="session")
+def xid_events():
+    raise ProbeError("cannot read the kernel log for XID errors: dmesg: read kernel buffer "
+                     "failed: Operation not permitted")
+'''
+
+
+@pytest.mark.parametrize(("tier", "outcome"), [("preflight", "warn"), ("certify", "error")])
+def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
+    pytester: pytest.Pytester, tier: str, outcome: str
+):
+    pytester.makeconftest(UNREADABLE_LOG)
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5.48xlarge", "--preflight-tier", tier,
+                                  "--preflight-results", str(results), "-k", "xid")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    (result,) = [r for r in records if r.get("event") == "result"]
+    assert result["outcome"] == outcome
+    assert "Operation not permitted" in result["message"]
+    if outcome == "warn":
+        assert result["message"].startswith("[PF-GPU-006] XIDs not judged: cannot read the kernel")
+
+
+DCGM_EXPLODES = '''
+import pytest
+
+@pytest.fixture(scope="session")
+def dcgm_diag():
+    raise AssertionError("dcgmi must not run when the profile sets level 0")
+'''
+
+
+def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
+    pytester.makeconftest(DCGM_EXPLODES)
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    (pytester.path / "p.toml").write_text(
+        '[profiles."p5-nodcgm"]\nbase = "p5.48xlarge"\ndcgm_level = { preflight = 0 }\n')
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5-nodcgm",
+                                  "--preflight-profile-file", str(pytester.path / "p.toml"),
+                                  "--preflight-results", str(results), "-k", "dcgm")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    (result,) = [r for r in records if r.get("event") == "result"]
+    assert result["outcome"] == "skip"
+    assert "dcgm_level 0 for tier preflight" in result["message"]

@@ -1,0 +1,310 @@
+"""Network checks with canned facts: checks/test_network.py copied into a pytester directory,
+its fact fixtures overridden from tests/network_facts.py, run under the plugin."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.probes.network import cuda_device_count
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFTEST = '''
+import pytest
+from tests.network_facts import SCENARIOS
+
+FACTS = SCENARIOS[{scenario!r}]
+
+
+def _fact(name):
+    @pytest.fixture(scope="session", name=name)
+    def fixture():
+        return FACTS[name]
+    return fixture
+
+
+efa_devices = _fact("efa_devices")
+fi_info_efa = _fact("fi_info_efa")
+kernel_modules = _fact("kernel_modules")
+memlock_kib = _fact("memlock_kib")
+nccl_net_log = _fact("nccl_net_log")
+ofi_nccl_lib = _fact("ofi_nccl_lib")
+'''
+
+
+def run_checks(pytester: pytest.Pytester, scenario: str | None,
+               profile: str = "p5.48xlarge") -> dict[str, dict]:
+    """Run the network checks (canned scenario, or the real probes when None)."""
+    if scenario is not None:
+        pytester.makeconftest(CONFTEST.format(scenario=scenario))
+    shutil.copy(ROOT / "checks" / "test_network.py", pytester.path / "test_network.py")
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", profile,
+                                  "--preflight-results", str(results))
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    return {r["id"]: r for r in records if r.get("event") == "result"}
+
+
+@pytest.fixture(autouse=True)
+def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+NET_IDS = [f"PF-NET-{i:03d}" for i in range(1, 12)]
+P5 = "required for p5.48xlarge"
+R_DEVICES = ("pass every EFA device to the container (docker run --device /dev/infiniband/uverbsN "
+             "for each, or the EKS vpc.amazonaws.com/efa resource); on the host check "
+             "`ls /sys/class/infiniband`")
+R_GDR = ("load nvidia_peermem (or use a driver with DMA-BUF), do not set FI_EFA_USE_DEVICE_RDMA=0, "
+         "NCCL_NET_GDR_LEVEL=LOC or FI_HMEM_DISABLE_P2P=1")
+R_NO_EFA_PROVIDER = ("expose /dev/infiniband/uverbs* to the container (docker --device, EKS "
+                     "vpc.amazonaws.com/efa resource) and check `fi_info -p efa`")
+FALLBACK = ("NET/Socket: aws-ofi-nccl loaded but failed to initialise (libfabric offers no EFA "
+            "provider: the EFA devices are not visible in this container or the EFA software "
+            "is missing); traffic goes over TCP sockets")
+NO_PLUGIN = ("NET/Socket: aws-ofi-nccl did not load (check LD_LIBRARY_PATH, the plugin library); "
+             "traffic goes over TCP sockets")
+
+# scenario -> {check ID: (outcome, exact message)}; every other check passes.
+EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
+    "healthy": {},
+    "container_without_devices": {
+        "PF-NET-002": ("fail", f"[PF-NET-002] EFA device nodes /dev/infiniband/uverbs* 0 < 32 "
+                               f"{P5}; {R_DEVICES}"),
+        "PF-NET-003": ("fail", f"[PF-NET-003] efa provider entries listed by `fi_info -p efa` "
+                               f"0 < 1 {P5} (fi_info printed error -61 (FI_ENODATA: no EFA "
+                               f"device usable)); {R_DEVICES}; install the EFA software "
+                               "(libfabric from the EFA installer)"),
+        "PF-NET-006": ("fail", f"[PF-NET-006] aws-ofi-nccl loaded but failed to initialise "
+                               f"({FALLBACK}), required to work for p5.48xlarge; "
+                               f"{R_NO_EFA_PROVIDER}"),
+        "PF-NET-007": ("fail", f"[PF-NET-007] provider NCCL used socket != efa {P5} "
+                               f"({FALLBACK}); {R_DEVICES}; do not set FI_PROVIDER to anything "
+                               "but efa"),
+        "PF-NET-008": ("fail", f"[PF-NET-008] network NCCL used is {FALLBACK}; efa {P5}; "
+                               f"{R_NO_EFA_PROVIDER}"),
+        "PF-NET-009": ("fail", f"[PF-NET-009] NET channels without GDRDMA 4 != 0 {P5} (0/4 "
+                               f"NET/Socket channel lines end in /GDRDMA); {R_GDR}"),
+        "PF-NET-010": ("fail", f"[PF-NET-010] no EFA NIC carried NCCL traffic ({FALLBACK}); 32 "
+                               f"EFA NICs {P5}; {R_DEVICES}"),
+        "PF-NET-011": ("fail", "[PF-NET-011] NCCL WARN lines and known failures: 3 found, none "
+                               "allowed for p5.48xlarge: NET/OFI No eligible providers were "
+                               "found (libfabric offers no EFA provider: the EFA devices are "
+                               "not visible in this container or the EFA software is missing); "
+                               "NET/OFI aws-ofi-nccl initialization failed (the aws-ofi-nccl "
+                               "NET plugin failed to initialize, so NCCL fell back to another "
+                               "network (usually TCP sockets)); Failed to initialize NET plugin "
+                               "Libfabric (the aws-ofi-nccl NET plugin failed to initialize, so "
+                               "NCCL fell back to another network (usually TCP sockets)); "
+                               f"{R_NO_EFA_PROVIDER}"),
+    },
+    "no_plugin": {
+        "PF-NET-006": ("fail", f"[PF-NET-006] NCCL did not load aws-ofi-nccl ({NO_PLUGIN}; no "
+                               "library found), required for p5.48xlarge; install aws-ofi-nccl "
+                               "(EFA installer >= 1.38 ships it in /opt/amazon/ofi-nccl) and put "
+                               "its lib directory on LD_LIBRARY_PATH; read the NET/OFI lines of "
+                               "an NCCL_DEBUG=INFO log"),
+        "PF-NET-007": ("fail", None),
+        "PF-NET-008": ("fail", None),
+        "PF-NET-009": ("error", "[PF-NET-009] the collective's NCCL log has no NET channel "
+                                f"lines, so GPUDirect RDMA is unproven ({NO_PLUGIN}); a single "
+                                "node uses the network only with PREFLIGHT_NCCL_FORCE_NET=1 "
+                                "(the default)"),
+        "PF-NET-010": ("fail", None),
+    },
+    "plugin_unused": {
+        "PF-NET-007": ("fail", None),
+        "PF-NET-008": ("fail", "[PF-NET-008] network NCCL used is NET/Socket: aws-ofi-nccl "
+                               "loaded but NCCL used sockets (NCCL_NET=Socket?); traffic goes "
+                               f"over TCP sockets; efa {P5}; install aws-ofi-nccl (EFA "
+                               "installer >= 1.38 ships it in /opt/amazon/ofi-nccl) and put its "
+                               "lib directory on LD_LIBRARY_PATH; read the NET/OFI lines of an "
+                               "NCCL_DEBUG=INFO log"),
+        "PF-NET-009": ("fail", None),
+        "PF-NET-010": ("fail", None),
+    },
+    "no_gdr": {
+        "PF-NET-009": ("fail", "[PF-NET-009] GPUDirect RDMA unavailable, required for "
+                               "p5.48xlarge: the plugin said 'NET/OFI Need to force simple "
+                               f"protocol: GDR not supported'; {R_GDR}"),
+        "PF-NET-010": ("fail", f"[PF-NET-010] NICs found by aws-ofi-nccl 1 < 32 {P5}; "
+                               f"{R_DEVICES}"),
+        "PF-NET-011": ("fail", None),
+    },
+    "gdr_missing_on_some_channels": {
+        "PF-NET-009": ("fail", f"[PF-NET-009] NET channels without GDRDMA 4 != 0 {P5} (12/16 "
+                               f"NET/Libfabric channel lines end in /GDRDMA); {R_GDR}"),
+    },
+    "old_plugin": {
+        "PF-NET-006": ("fail", f"[PF-NET-006] aws-ofi-nccl version 1.4.0aws < 1.7.3 {P5}; "
+                               "upgrade aws-ofi-nccl (a current EFA installer)"),
+        "PF-NET-009": ("error", None),
+        "PF-NET-010": ("fail", None),
+    },
+    "security_group": {
+        "PF-NET-009": ("error", None),
+        "PF-NET-011": ("fail", "[PF-NET-011] NCCL WARN lines and known failures: 1 found, none "
+                               "allowed for p5.48xlarge: NET/OFI Request 0x7f2a8c0 (send) "
+                               "completed with error: err: 113, flags: 0, prov_errno: 13, "
+                               "strerror: No route to host, len: 0 (EFA packets between the "
+                               "nodes are dropped: the security group does not allow all "
+                               "traffic to and from itself); add inbound AND outbound rules "
+                               "'All traffic' whose source/destination is the security group "
+                               "itself (EC2 EFA user guide)"),
+    },
+    "collective_timed_out": {
+        "PF-NET-011": ("fail", "[PF-NET-011] NCCL WARN lines and known failures: 1 found, none "
+                               "allowed for p5.48xlarge: the collective failed: `torchrun ...` "
+                               "did not finish within 90 s and was killed; fix the first "
+                               "failure named; `preflight inspect nccl-log FILE` explains a "
+                               "log"),
+    },
+    "small_memlock_no_modules": {
+        "PF-NET-004": ("fail", "[PF-NET-004] kernel modules missing: 1 found, none allowed for "
+                               "p5.48xlarge: efa; install the EFA driver on the host "
+                               "(efa_installer.sh) and reboot or `modprobe efa`"),
+        "PF-NET-005": ("fail", f"[PF-NET-005] locked-memory limit (ulimit -l) 65536 KiB < "
+                               f"16777216 KiB {P5}; run the container with `--ulimit "
+                               "memlock=-1:-1` (unlimited)"),
+    },
+    "peermem_missing": {
+        "PF-NET-004": ("warn", "[PF-NET-004] kernel module nvidia_peermem is not loaded: "
+                               "GPUDirect RDMA then relies on DMA-BUF (driver >= 515 with the "
+                               "open kernel modules); PF-NET-009 shows whether GDR works; "
+                               "`modprobe nvidia_peermem` if PF-NET-009 fails"),
+    },
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_checks_judge_canned_facts(pytester: pytest.Pytester, scenario: str):
+    results = run_checks(pytester, scenario)
+    assert sorted(results) == NET_IDS
+    for check_id in NET_IDS:
+        outcome, message = EXPECTED[scenario].get(check_id, ("pass", ""))
+        got = results[check_id]
+        assert got["outcome"] == outcome, (check_id, got["message"])
+        if message is not None:
+            assert got["message"] == message, check_id
+
+
+def test_healthy_node_records_its_measurements(pytester: pytest.Pytester):
+    results = run_checks(pytester, "healthy")
+    assert results["PF-NET-001"]["measurements"][0]["value"] == 32
+    assert results["PF-NET-009"]["measurements"][0] == {
+        "what": "NET channels without GDRDMA", "value": 0, "unit": "", "op": "==",
+        "threshold": 0, "ok": True}
+
+
+def test_local_cpu_skips_every_network_check_with_the_reason(pytester: pytest.Pytester):
+    results = run_checks(pytester, "healthy", profile="local-cpu")
+    for check_id in NET_IDS:
+        assert results[check_id]["outcome"] == "skip", check_id
+        assert results[check_id]["message"].startswith("not applicable to local-cpu: the "
+                                                       "profile expects no"), check_id
+
+
+def test_real_probes_on_a_machine_without_efa_fail_or_error_clearly(pytester: pytest.Pytester):
+    if shutil.which("fi_info") or Path("/sys/class/infiniband").exists():
+        pytest.skip("this machine has EFA software or devices: the messages differ")
+    try:  # asked in a child: importing torch here would weigh on every xdist worker
+        if cuda_device_count() > 0:
+            pytest.skip("this machine has a GPU: the collective would run")
+    except RuntimeError:
+        pytest.skip("torch is not importable here")
+    results = run_checks(pytester, None)
+    assert {k: r["outcome"] for k, r in results.items()}["PF-NET-003"] == "error"
+    assert results["PF-NET-001"]["message"].startswith(
+        "[PF-NET-001] EFA devices in /sys/class/infiniband 0 != 32 required for p5.48xlarge")
+    assert results["PF-NET-003"]["message"] == (
+        "[PF-NET-003] fi_info could not list providers: `fi_info -p efa` could not run: "
+        "command not found")
+    for check_id in NET_IDS[5:]:
+        assert results[check_id]["outcome"] == "error", check_id
+        assert results[check_id]["message"] == (
+            f"[{check_id}] the NCCL collective cannot start: torch sees no CUDA device "
+            "(torch.cuda.device_count() == 0; CPU-only torch, or no GPU visible to this "
+            "container)")
+
+
+FIXTURE_CONFTEST = '''
+import json
+from pathlib import Path
+
+import pytest
+
+import harness.probes.network as network
+from tests.network_facts import HEALTHY
+
+LOG = Path({log!r})
+
+
+def fake_cuda_device_count(**kwargs):
+    return 8
+
+
+def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
+    (workdir / "call.json").write_text(json.dumps(dict(
+        nproc=nproc, timeout_s=timeout_s, force_net=force_net,
+        user_var=env.get("USER_VAR"))))
+    if LOG.name:
+        (workdir / "nccl-host-1.log").write_bytes(LOG.read_bytes())
+    logs = tuple(sorted(workdir.glob("nccl-*.log")))
+    result = network.proc.ProcResult(("torchrun",), {rc}, stdout="rank 3 died")
+    return network.CollectiveRun(result, logs, workdir)
+
+
+network.cuda_device_count = fake_cuda_device_count
+network.run_collective = fake_run_collective
+
+
+@pytest.fixture(scope="session")
+def ofi_nccl_lib():
+    return HEALTHY["ofi_nccl_lib"]
+'''
+
+
+@pytest.mark.parametrize(("log", "rc", "want"), [
+    ("composed_ofi_1.16_efa_direct_p5_srun.log", 0, {}),
+    ("composed_ofi_1.16_efa_direct_p5_srun.log", 1, {
+        "PF-NET-011": "[PF-NET-011] NCCL WARN lines and known failures: 1 found, none allowed for "
+                      "p5.48xlarge: the collective failed: `torchrun` exited with status 1: rank "
+                      "3 died; fix the first failure named; `preflight inspect nccl-log FILE` "
+                      "explains a log"}),
+    ("", 1, {check_id: f"[{check_id}] the NCCL collective left no usable log (the collective "
+                       "wrote no NCCL debug log under {WORKDIR}); `torchrun` exited with status "
+                       "1: rank 3 died" for check_id in NET_IDS[5:]}),
+])
+def test_collective_fixture_runs_the_probe_and_parses_its_log(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, log: str, rc: int,
+    want: dict[str, str],
+):
+    monkeypatch.setenv("USER_VAR", "kept")
+    path = str(ROOT / "tests" / "data" / "nccl_log" / log) if log else ""
+    pytester.makeconftest(FIXTURE_CONFTEST.format(log=path, rc=rc))
+    shutil.copy(ROOT / "checks" / "test_network.py", pytester.path / "test_network.py")
+    results_file = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5.48xlarge", "-k", "ofi or provider "
+                                  "or socket or gdr or nic or warnings",
+                                  "--preflight-results", str(results_file),
+                                  "--basetemp", str(pytester.path / "tmp"))
+    records = [json.loads(line) for line in results_file.read_text().splitlines()]
+    results = {r["id"]: r for r in records if r.get("event") == "result"}
+    assert sorted(results) == NET_IDS[5:]
+    calls = list((pytester.path / "tmp").glob("**/call.json"))
+    assert len(calls) == 1  # one collective for all six checks
+    assert json.loads(calls[0].read_text()) == dict(nproc=8, timeout_s=75.0, force_net=True,
+                                                    user_var="kept")
+    workdir = calls[0].parent
+    for check_id in NET_IDS[5:]:
+        message = want.get(check_id)
+        if message is None:
+            assert results[check_id]["outcome"] == "pass", results[check_id]["message"]
+        else:
+            assert results[check_id]["message"] == message.replace("{WORKDIR}", str(workdir))

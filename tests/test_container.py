@@ -1,0 +1,281 @@
+"""The container without a Docker engine: container/Dockerfile parsed and checked statically, and
+container/entrypoint.sh run with a fake `preflight` on PATH (argv recorded, exit codes, the
+SageMaker `train` / SAGEMAKER_PROGRAM flows, exec), then once with the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCKERFILE = REPO / "container" / "Dockerfile"
+ENTRYPOINT = REPO / "container" / "entrypoint.sh"
+
+
+@dataclass(frozen=True)
+class Instruction:
+    name: str
+    args: str
+    line: int
+
+
+def parse_dockerfile(text: str) -> list[Instruction]:
+    """Instructions with continuation lines joined and comments dropped (no heredocs used)."""
+    result: list[Instruction] = []
+    buf, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if buf and line.startswith("#"):
+            continue
+        if not buf:
+            start = number
+        if line.endswith("\\"):
+            buf += line[:-1].rstrip() + " "
+            continue
+        buf += line
+        name, _, args = buf.partition(" ")
+        result.append(Instruction(name.upper(), args.strip(), start))
+        buf = ""
+    assert not buf, f"unterminated continuation from line {start}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[Instruction]:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+def args_declared(instructions: list[Instruction]) -> dict[str, str]:
+    declared = {}
+    for ins in instructions:
+        if ins.name == "ARG":
+            name, _, default = ins.args.partition("=")
+            declared[name] = default.strip('"')
+    return declared
+
+
+def test_from_takes_the_base_image_arg(instructions: list[Instruction]) -> None:
+    first_from = next(i for i, ins in enumerate(instructions) if ins.name == "FROM")
+    before = instructions[:first_from]
+    assert [ins.name for ins in before] == ["ARG"]
+    name, _, default = before[0].args.partition("=")
+    assert name == "BASE_IMAGE"
+    assert re.fullmatch(r"763104351884\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com/pytorch-training:"
+                        r"[\w.-]+-gpu-py3\d+-cu\d+-ubuntu[\d.]+-sagemaker", default), default
+    assert instructions[first_from].args == "${BASE_IMAGE}"
+    assert sum(ins.name == "FROM" for ins in instructions) == 1
+
+
+def test_build_args_present(instructions: list[Instruction]) -> None:
+    declared = args_declared(instructions)
+    assert declared["INSTALL_TE"] == "0"
+    assert declared["MPI_HOME"] == "/opt/amazon/openmpi"
+    assert declared["CUDA_HOME"] == "/usr/local/cuda"
+    for name in ("NCCL_HOME", "NCCL_TESTS_VERSION", "NVCC_GENCODE", "TE_VERSION"):
+        assert name in declared
+    assert "sm_90" in declared["NVCC_GENCODE"]
+
+
+def test_every_variable_used_is_declared(instructions: list[Instruction]) -> None:
+    declared = set(args_declared(instructions))
+    declared |= {ins.args.partition("=")[0] for ins in instructions if ins.name == "ENV"}
+    # Variables the shell computes or the base image sets.
+    declared |= {"PATH"}
+    used = set()
+    for ins in instructions:
+        if ins.name in ("RUN", "FROM", "ENV", "COPY", "LABEL"):
+            used |= set(re.findall(r"\$\{(\w+)", ins.args))
+    assert used - declared == set()
+
+
+def test_nccl_tests_built_with_mpi(instructions: list[Instruction]) -> None:
+    runs = [ins.args for ins in instructions if ins.name == "RUN"]
+    build = next(r for r in runs if "nccl-tests" in r and "make" in r)
+    make = build[build.index("make "):]
+    for part in ("MPI=1", 'MPI_HOME="${MPI_HOME}"', 'CUDA_HOME="${CUDA_HOME}"',
+                 'NCCL_HOME="${NCCL_HOME}"', 'NVCC_GENCODE="${NVCC_GENCODE}"'):
+        assert part in make
+    assert '--branch "${NCCL_TESTS_VERSION}"' in build
+    assert "/opt/nccl-tests/bin" in build
+    env = [ins.args for ins in instructions if ins.name == "ENV"]
+    assert "PATH=/opt/nccl-tests/bin:${PATH}" in env
+
+
+def test_harness_installed_without_replacing_torch(instructions: list[Instruction]) -> None:
+    runs = [ins.args for ins in instructions if ins.name == "RUN"]
+    install = next(r for r in runs if "pip install" in r and "/opt/gpu-preflight" in r)
+    assert '"/opt/gpu-preflight[aws]"' in install
+    assert "torch" not in install
+    te = next(r for r in runs if "transformer_engine" in r)
+    assert 'if [ "${INSTALL_TE}" = "1" ]' in te
+
+
+def test_copy_sources_exist(instructions: list[Instruction]) -> None:
+    copies = [ins for ins in instructions if ins.name == "COPY"]
+    assert copies
+    for ins in copies:
+        *sources, _dest = shlex.split(ins.args)
+        for source in sources:
+            assert not source.startswith("--"), f"line {ins.line}: flags not expected"
+            assert (REPO / source).exists(), f"line {ins.line}: COPY {source}: not in the repo"
+    dockerignore = (REPO / "container" / "Dockerfile.dockerignore").read_text().splitlines()
+    for ins in copies:
+        for source in shlex.split(ins.args)[:-1]:
+            assert f"!{source}" in dockerignore or f"!{source}/" in dockerignore, source
+
+
+def test_entrypoint_exec_form(instructions: list[Instruction]) -> None:
+    entry = [ins for ins in instructions if ins.name == "ENTRYPOINT"]
+    assert len(entry) == 1
+    assert json.loads(entry[0].args) == ["/usr/local/bin/preflight-entrypoint"]
+    copy = next(ins for ins in instructions if ins.name == "COPY" and "entrypoint.sh" in ins.args)
+    assert copy.args.split()[-1] == "/usr/local/bin/preflight-entrypoint"
+    assert instructions[-1].name == "ENTRYPOINT"
+    assert not any(ins.name == "CMD" for ins in instructions)
+
+
+def test_parser_joins_continuations() -> None:
+    parsed = parse_dockerfile("# c\nARG A=1\nRUN a \\\n  # inner comment\n  && b\n\nFROM x\n")
+    assert parsed == [Instruction("ARG", "A=1", 2), Instruction("RUN", "a && b", 3),
+                      Instruction("FROM", "x", 7)]
+
+
+# ------------------------------------------------------------------------------ entrypoint.sh
+
+FAKE_PREFLIGHT = """#!/usr/bin/env bash
+# Records its PID, argv (one per line) and selected env, then exits with FAKE_PREFLIGHT_RC.
+{ echo "pid=$$"; for a in "$@"; do echo "arg=$a"; done;
+  echo "tier=${PREFLIGHT_TIER:-}"; echo "program=${SAGEMAKER_PROGRAM:-}"; } > "$FAKE_RECORD"
+exit "${FAKE_PREFLIGHT_RC:-0}"
+"""
+
+
+@dataclass
+class Ran:
+    returncode: int
+    pid: int
+    argv: list[str]
+    env: dict[str, str]
+    stderr: str
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "preflight"
+    fake.write_text(FAKE_PREFLIGHT)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return bin_dir
+
+
+def run_entrypoint(fake_bin: Path, *args: str, rc: int = 0, **env: str) -> Ran:
+    record = fake_bin.parent / "record.txt"
+    record.unlink(missing_ok=True)
+    base = {"PATH": f"{fake_bin}:/usr/bin:/bin", "FAKE_RECORD": str(record),
+            "FAKE_PREFLIGHT_RC": str(rc), "PREFLIGHT_OPT_ML": str(fake_bin.parent / "opt_ml"),
+            "PREFLIGHT_DLC_ENTRY": str(fake_bin.parent / "no-dlc-entry.sh")}
+    proc = subprocess.Popen(["bash", str(ENTRYPOINT), *args], env={**base, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=30)
+    lines = record.read_text().splitlines()
+    values = dict(line.split("=", 1) for line in lines if not line.startswith("arg="))
+    return Ran(returncode=proc.returncode, pid=proc.pid,
+               argv=[line[4:] for line in lines if line.startswith("arg=")],
+               env=values, stderr=err)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"],
+     ["run", "--", "torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"]),
+    ([], ["run"]),
+    (["python", "-c", "print('a b')"], ["run", "--", "python", "-c", "print('a b')"]),
+    (["--", "x"], ["run", "--", "--", "x"]),
+    (["serve"], ["run", "--", "serve"]),
+])
+def test_entrypoint_hands_the_command_to_preflight(
+    fake_bin: Path, args: list[str], expected: list[str],
+) -> None:
+    ran = run_entrypoint(fake_bin, *args)
+    assert ran.argv == expected
+    assert ran.returncode == 0
+
+
+@pytest.mark.parametrize("rc", [0, 1, 2, 3, 127])
+def test_entrypoint_exit_status_is_preflights(fake_bin: Path, rc: int) -> None:
+    assert run_entrypoint(fake_bin, "torchrun", "train.py", rc=rc).returncode == rc
+
+
+def test_entrypoint_execs_preflight(fake_bin: Path) -> None:
+    """Same PID: the scheduler's signals reach preflight (and the trainer after it)."""
+    ran = run_entrypoint(fake_bin, "echo", "ok")
+    assert int(ran.env["pid"]) == ran.pid
+
+
+def test_preflight_args_are_added(fake_bin: Path) -> None:
+    ran = run_entrypoint(fake_bin, "torchrun", "t.py", PREFLIGHT_ARGS="--tier certify -v")
+    assert ran.argv == ["run", "--tier", "certify", "-v", "--", "torchrun", "t.py"]
+    assert run_entrypoint(fake_bin, PREFLIGHT_ARGS="-v").argv == ["run", "-v"]
+
+
+def test_sagemaker_train_without_program_runs_checks_only(fake_bin: Path) -> None:
+    ran = run_entrypoint(fake_bin, "train", PREFLIGHT_TIER="certify", rc=1)
+    assert ran.argv == ["run"]
+    assert ran.env["tier"] == "certify"
+    assert ran.returncode == 1
+    assert "no SAGEMAKER_PROGRAM: running the checks only" in ran.stderr
+
+
+def test_sagemaker_program_hands_off_to_the_toolkit(fake_bin: Path) -> None:
+    ran = run_entrypoint(fake_bin, "train", SAGEMAKER_PROGRAM="train.py")
+    assert ran.argv == ["run", "--", "train"]
+    assert ran.env["program"] == "train.py"
+
+
+def test_sagemaker_program_hyperparameter_hands_off(fake_bin: Path) -> None:
+    config = fake_bin.parent / "opt_ml" / "input" / "config"
+    config.mkdir(parents=True)
+    (config / "hyperparameters.json").write_text('{"sagemaker_program": "\\"train.py\\"", '
+                                                  '"epochs": "3"}')
+    assert run_entrypoint(fake_bin, "train").argv == ["run", "--", "train"]
+    (config / "hyperparameters.json").write_text('{"epochs": "3"}')
+    assert run_entrypoint(fake_bin, "train").argv == ["run"]
+
+
+def test_sagemaker_train_goes_through_the_dlc_hostname_script(fake_bin: Path) -> None:
+    dlc = fake_bin.parent / "start_with_right_hostname.sh"
+    dlc.write_text("#!/bin/bash\n")
+    ran = run_entrypoint(fake_bin, "train", "--extra", SAGEMAKER_PROGRAM="train.py",
+                         PREFLIGHT_DLC_ENTRY=str(dlc))
+    assert ran.argv == ["run", "--", "bash", "-m", str(dlc), "train", "--extra"]
+
+
+def test_entrypoint_with_the_real_cli(tmp_path: Path) -> None:
+    """`docker run IMAGE echo handed-off` on this machine (local-cpu): checks pass, echo runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "preflight"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m harness "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO),
+           "PREFLIGHT_PROFILE": "local-cpu", "PREFLIGHT_HOSTNAME": "container-test",
+           "PREFLIGHT_REPORT_DIR": str(tmp_path / "reports"),
+           "PREFLIGHT_OPT_ML": str(tmp_path / "opt_ml")}
+    res = subprocess.run(["bash", str(ENTRYPOINT), "echo", "handed-off"], env=env,
+                         capture_output=True, text=True, timeout=240, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stdout.rstrip().endswith("handed-off")
+    report = json.loads((tmp_path / "reports" / "container-test" / "report.json").read_text())
+    assert report["verdict"] == "pass"
+    assert report["command"] == ["echo", "handed-off"]

@@ -1,0 +1,81 @@
+"""The shared GPU record: PCI addresses in every spelling, and the problems one GPU shows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.gpu import (
+    REBOOT,
+    GpuInfo,
+    GpuInventory,
+    gpu_label,
+    pci_key,
+    pcie_problems,
+    worst_action,
+)
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("00000000:53:00.0", (0, 0x53, 0)),
+    ("0000:53:00", (0, 0x53, 0)),
+    ("PCI:0000:10:1c", (0, 0x10, 0x1C)),
+    ("53:00.0", (0, 0x53, 0)),
+    ("00000001:B9:00.0", (1, 0xB9, 0)),
+    ("not a bus id", None),
+    (None, None),
+])
+def test_pci_key(text, key):
+    assert pci_key(text) == key
+
+
+def test_inventory_by_pci_matches_kernel_spelling():
+    inv = GpuInventory("nvml", None, None, (GpuInfo(0, bus_id="00000000:53:00.0"),
+                                            GpuInfo(1, bus_id="00000000:64:00.0")))
+    assert inv.by_pci("0000:64:00").index == 1
+    assert inv.by_pci("0000:75:00") is None
+
+
+def test_inventory_by_uuid():
+    inv = GpuInventory("nvml", None, None, (GpuInfo(0, uuid="GPU-5b3e2a41"),
+                                            GpuInfo(1, uuid="GPU-0c2f5e77")))
+    assert inv.by_uuid("GPU-0c2f5e77").index == 1
+    assert inv.by_uuid("0C2F5E77").index == 1  # torch prints it without the prefix
+    assert inv.by_uuid("GPU-ffff") is None and inv.by_uuid(None) is None
+
+
+def test_labels():
+    g = GpuInfo(3, bus_id="00000000:86:00.0", serial="1654922000003")
+    assert gpu_label(g) == "GPU 3 (bus 00000000:86:00.0, serial 1654922000003)"
+    assert gpu_label(GpuInfo(3)) == "GPU 3 (bus ?, serial unknown)"
+    assert gpu_label(None, bus_id="0000:ee:00") == "GPU at bus 0000:ee:00"
+    assert gpu_label(None, 5) == "GPU 5"
+
+
+def test_worst_action():
+    assert worst_action(["monitor", "reset GPU", "reboot"]) == "reboot"
+    assert worst_action([]) is None
+
+
+BASE = GpuInfo(0, performance_state="P0", pcie_gen_current=5, pcie_gen_max=5,
+               pcie_gen_device_max=5, pcie_width_current=16, pcie_width_max=16)
+
+
+@pytest.mark.parametrize(("changes", "problems"), [
+    ({}, []),
+    ({"performance_state": "P8", "pcie_gen_current": 1}, []),  # idle links train down
+    ({"performance_state": "P8", "pcie_width_current": 8}, []),
+    ({"performance_state": "P8", "pcie_gen_max": 4, "pcie_gen_current": 1},
+     ["PCIe link capped at gen 4 < the GPU's gen 5"]),
+    ({"pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 (P0)"]),
+    ({"pcie_gen_max": 4, "pcie_gen_current": 4},
+     ["PCIe link capped at gen 4 < the GPU's gen 5"]),
+    ({"pcie_width_current": 8}, ["PCIe link x8 < x16 (P0)"]),
+    ({"pcie_width_current": 8, "performance_state": None}, ["PCIe link x8 < x16"]),
+    ({"pcie_width_current": None, "pcie_gen_current": None}, []),
+])
+def test_pcie_problems(changes, problems):
+    found = pcie_problems(dataclasses.replace(BASE, **changes))
+    assert [p.what for p in found] == problems
+    assert all(p.action == REBOOT for p in found)

@@ -1,0 +1,113 @@
+"""dcgmi diag parser over recorded outputs (tests/data/dcgm, see SOURCES.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.parsers import ParseError
+from harness.parsers.dcgm import parse_dcgm_diag
+
+DATA = Path(__file__).parent / "data" / "dcgm"
+
+
+@pytest.mark.parametrize(("name", "passed", "version", "driver", "failed"), [
+    ("dcgm4-gb10-r1-software-fail.json", False, "4.2.3", "580.82.09", [("software", 0)]),
+    ("dcgm4-r3-diagnostic-pass-excerpt.json", True, "4.1.1", None, []),
+    ("dcgm3-t400-r3-skips.json", None, None, None, []),
+    ("dcgm3-r2-memory-fail-constructed.json", False, "3.3.9", None, [("GPU Memory", 2)]),
+    ("dcgmi-text-3.3.9-targeted-power-fail.txt", False, "3.3.9", "570.195.03",
+     [("Targeted Power", 1)]),
+    ("dcgmi-text-4.2.3-pcie-fail.txt", False, "4.2.3", "570.148.08", [("pcie", None)]),
+    ("dcgmi-text-deployment-error.txt", False, None, None, [("Deployment", 3)]),
+    ("dcgmi-text-gpu-memory-fail-gpu0.txt", False, None, None, [("GPU Memory", 0)]),
+])
+def test_diag_outcomes(name, passed, version, driver, failed):
+    diag = parse_dcgm_diag((DATA / name).read_text())
+    assert (diag.passed, diag.dcgm_version, diag.driver_version) == (passed, version, driver)
+    assert [(r.test, r.gpu) for r in diag.failed] == failed
+
+
+def test_v4_warning_objects_become_the_message():
+    diag = parse_dcgm_diag((DATA / "dcgm4-gb10-r1-software-fail.json").read_text())
+    assert diag.failed[0].message.startswith("Persistence Mode: Persistence mode for GPU 0 is "
+                                             "disabled.")
+
+
+def test_v3_per_gpu_results_and_warn_status():
+    diag = parse_dcgm_diag((DATA / "dcgm3-r2-memory-fail-constructed.json").read_text())
+    memory = [(r.gpu, r.status) for r in diag.results if r.test == "GPU Memory"]
+    assert memory == [(0, "pass"), (1, "pass"), (2, "fail"), (3, "warn")]
+    # "gpu_ids": "0,1,2,3" is one node-level deployment result.
+    assert [(r.test, r.gpu) for r in diag.results[:2]] == [("Denylist", None),
+                                                           ("Page Retirement/Row Remap", None)]
+    assert diag.warnings == ["GPU Memory on GPU 3: warn: GPU 3 has 1 pending retired page"]
+
+
+def test_all_skipped_is_neither_pass_nor_fail():
+    diag = parse_dcgm_diag((DATA / "dcgm3-t400-r3-skips.json").read_text())
+    assert diag.passed is None
+    assert diag.warnings == ["skipped: Diagnostic, GPU Memory, PCIe"]
+
+
+def test_text_table_rejoins_wrapped_warnings():
+    diag = parse_dcgm_diag((DATA / "dcgmi-text-3.3.9-targeted-power-fail.txt").read_text())
+    assert diag.failed[0].message == (
+        "GPU 1 Max power of 224.1 did not reach desired power minimum target_power_min_ratio "
+        "of 224.2 for GPU 1 Verify that the clock speeds and GPU utilization are high.")
+    assert ("Targeted Power", 0, "pass") in [(r.test, r.gpu, r.status) for r in diag.results]
+    assert diag.warnings == ["skipped: EUD Test"]
+
+
+def test_text_table_v4_per_gpu_lines():
+    diag = parse_dcgm_diag((DATA / "dcgmi-text-4.2.3-pcie-fail.txt").read_text())
+    memory = [(r.gpu, r.status) for r in diag.results if r.test == "memory"]
+    assert memory == [(0, "pass"), (1, "pass"), (2, "pass"), (3, "pass")]
+    assert diag.failed[0].message.startswith(
+        "There was an internal error during the test: 'A child process (152) exited with "
+        "non-zero status 1'")
+
+
+def test_text_table_wrapped_message_cut_mid_table():
+    diag = parse_dcgm_diag((DATA / "dcgmi-text-gpu-memory-fail-gpu0.txt").read_text())
+    assert diag.failed[0].message.endswith("fans, and any other components.")
+    assert sorted(r.gpu for r in diag.results if r.status == "pass") == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_v4_test_summary_fail_with_passing_gpus():
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Integration", "tests": [{
+        "name": "pcie",
+        "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}],
+        "test_summary": {"status": "Fail", "warnings": [
+            {"warning": "There was an internal error during the test"}]}}]}]}}
+    import json
+
+    diag = parse_dcgm_diag(json.dumps(doc))
+    assert [(r.test, r.gpu, r.message) for r in diag.failed] == [
+        ("pcie", None, "There was an internal error during the test")]
+
+
+def test_top_level_errors_list():
+    diag = parse_dcgm_diag('{"DCGM Diagnostic": {"test_categories": []}, '
+                           '"errors": [{"error": "NVVS exited unexpectedly"}]}')
+    assert diag.passed is False and diag.errors == ("NVVS exited unexpectedly",)
+
+
+def test_runtime_error_document_fails():
+    diag = parse_dcgm_diag('{"DCGM GPU Diagnostic": {"runtime_error": "NVVS failed to start"}}')
+    assert diag.passed is False and diag.errors == ("NVVS failed to start",)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty input"),
+    ("Error: Unable to complete diagnostic for group 0. Return: (-35) The specified group is "
+     "empty", "dcgmi reported an error and no results: Error: Unable to complete diagnostic"),
+    ('{"foo": 1}', "JSON without `DCGM Diagnostic`"),
+    ('{"DCGM Diagnostic": {"test_categories": []}}', "holds no test results"),
+    ('{"DCGM Diagnostic": {"test_categ', "neither a result table nor valid JSON"),
+    ("random words\nmore words\n", "no dcgmi diag result table rows"),
+])
+def test_garbage(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_dcgm_diag(text)

@@ -1,0 +1,106 @@
+"""Kernel-log XID parser over recorded logs (tests/data/kernel_log, see SOURCES.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.gpu import MONITOR, REBOOT, REPLACE, RESET, XID_ACTIONS, xid_action
+from harness.parsers import ParseError
+from harness.parsers.kernel_log import parse_kernel_log
+
+DATA = Path(__file__).parent / "data" / "kernel_log"
+
+
+@pytest.mark.parametrize(("name", "events"), [
+    ("dmesg-old-xid32.txt", [(32, "0000:01:00", None, None, MONITOR, "1399.140323"),
+                             (32, "0000:01:00", None, None, MONITOR, "1399.140655")]),
+    ("syslog-xid13-31-pid-name.txt", [
+        (13, "0000:af:00", 108743, "python", MONITOR, "Jun 10 03:09:55"),
+        (31, "0000:af:00", 108743, "python", MONITOR, "Jun 10 03:09:55"),
+        (31, "0000:01:00", 80798, "llama-server", MONITOR, "May 15 08:57:36")]),
+    ("journal-xid13-unknown-pid-truncated.txt", [
+        (13, "0000:08:00", None, None, MONITOR, None)] * 2),
+    ("journal-short-iso-p5-faults-constructed.txt", [
+        (48, "0000:53:00", 41233, "python", RESET, "2024-10-01T09:14:40+0000"),
+        (63, "0000:53:00", None, None, MONITOR, "2024-10-01T09:14:40+0000"),
+        (79, "0000:64:00", 41240, "python", REBOOT, "2024-10-01T09:20:02+0000"),
+        (94, "0000:75:00", 41251, "python", MONITOR, "2024-10-01T09:20:05+0000")]),
+    ("dmesg-fallen-off-bus-no-xid.txt", [(79, "0000:b3:00.0", None, None, REBOOT, None)]),
+])
+def test_xid_events(name: str, events: list):
+    log = parse_kernel_log((DATA / name).read_text())
+    assert [(e.xid, e.pci, e.pid, e.process, e.action, e.time) for e in log.events] == events
+
+
+def test_messages():
+    log = parse_kernel_log((DATA / "journal-short-iso-p5-faults-constructed.txt").read_text())
+    assert log.events[2].message == "GPU has fallen off the bus."
+    old = parse_kernel_log((DATA / "dmesg-old-xid32.txt").read_text())
+    assert old.events[0].message == "Channel ID 00000009 intr 00800000"
+
+
+def test_the_issue_line_without_prefix():
+    line = "NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has fallen off the bus."
+    (e,) = parse_kernel_log(line).events
+    assert (e.xid, e.pci, e.pid, e.process, e.message, e.action) == (
+        79, "0000:10:1c", 1234, "python", "GPU has fallen off the bus.", REBOOT)
+
+
+@pytest.mark.parametrize(("line", "time"), [
+    ("[Fri Jan  5 10:34:01 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has "
+     "fallen off the bus.", "Fri Jan  5 10:34:01 2024"),  # dmesg -T
+    ("2024-01-05T10:34:01,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, "
+     "GPU has fallen off the bus.", "2024-01-05T10:34:01,123456+00:00"),  # dmesg --time-format iso
+])
+def test_dmesg_time_formats(line: str, time: str):
+    (e,) = parse_kernel_log(line).events
+    assert (e.xid, e.pci, e.time) == (79, "0000:3b:00", time)
+
+
+@pytest.mark.parametrize("text", [
+    "[Fri Jan  5 10:34:01 2024] Linux version 6.8.0-1015-aws\n",
+    "2024-01-05T10:34:01,123456+00:00 Linux version 6.8.0-1015-aws\n",
+    "Jan  5 10:34:01 ip-10-1-33-7 kernel: Linux version 6.8.0-1015-aws\n",
+])
+def test_clean_logs_in_every_time_format_are_kernel_logs(text: str):
+    assert parse_kernel_log(text).num_lines == 1
+
+
+def test_kernel_log_without_xids_is_valid():
+    log = parse_kernel_log("[    0.000000] Linux version 6.8.0-1015-aws\n"
+                           "[    1.234567] pci 0000:53:00.0: [10de:2330] type 00 class 0x030200\n")
+    assert log.events == () and log.num_lines == 2
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty input"),
+    ("\n\n", "empty input"),
+    ("hello world\nthis is not a log\n", "no kernel log lines"),
+])
+def test_garbage(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_kernel_log(text)
+
+
+@pytest.mark.parametrize(("xid", "action"), [
+    (54, REPLACE), (79, REBOOT), (151, REBOOT), (168, REBOOT), (48, RESET), (74, RESET),
+    (119, RESET), (158, RESET), (13, MONITOR), (31, MONITOR), (94, MONITOR), (154, MONITOR),
+    (999, MONITOR),
+])
+def test_xid_catalogue(xid: int, action: str):
+    assert xid_action(xid) == action
+
+
+def test_catalogue_is_the_documented_one():
+    # domain-facts.md, "GPU health signals": the four classes and their codes.
+    by_action: dict[str, set[int]] = {}
+    for code, action in XID_ACTIONS.items():
+        by_action.setdefault(action, set()).add(code)
+    assert by_action == {
+        REPLACE: {54},
+        REBOOT: {64, 79, 95, 151, 168},
+        RESET: {48, 74, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158},
+        MONITOR: {13, 31, 43, 63, 92, 94, 121, 126, 154},
+    }

@@ -1,0 +1,269 @@
+"""nvidia-smi parsers over recorded outputs (tests/data/nvidia_smi, see SOURCES.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.parsers import ParseError
+from harness.parsers.nvidia_smi import (
+    parse_nvidia_smi,
+    parse_smi_csv,
+    parse_smi_query,
+    parse_smi_table,
+    parse_smi_xml,
+)
+
+DATA = Path(__file__).parent / "data" / "nvidia_smi"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_bytes().decode()
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("v100-470-linux-old-ecc.txt", dict(
+        driver="470.129.06", cuda="11.4", n=1, index=0, gpu_name="Tesla V100-PCIE-32GB",
+        bus_id="00000000:1C:00.0", serial="1560221003078", ecc_enabled=True,
+        ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0, remapped_rows_pending=None,
+        retired_pages_pending=False, retired_pages_dbe=0, temperature_c=29.0,
+        throttle_reasons=("Idle",), persistence_mode=True, pcie=(3, 3, None, 16, 16),
+        power_draw_w=25.13, requires_reset=False)),
+    ("rtx4090-535-linux-new-ecc.txt", dict(
+        driver="535.154.05", cuda="12.2", n=2, index=0, gpu_name="NVIDIA GeForce RTX 4090",
+        bus_id="00000000:01:00.0", serial=None, ecc_enabled=False,
+        ecc_uncorrected_volatile=None, ecc_uncorrected_aggregate=None,
+        remapped_rows_pending=False, retired_pages_pending=None, retired_pages_dbe=None,
+        temperature_c=30.0, throttle_reasons=("Idle",), persistence_mode=True,
+        pcie=(1, 4, 4, 16, 16), power_draw_w=18.9, requires_reset=False)),
+    ("a6000-537-windows-wddm.txt", dict(
+        driver="537.99", cuda="12.2", n=1, index=0, gpu_name="NVIDIA RTX A6000",
+        bus_id="00000000:01:00.0", serial="1651022017098", ecc_enabled=False,
+        ecc_uncorrected_volatile=None, ecc_uncorrected_aggregate=None,
+        remapped_rows_pending=False, retired_pages_pending=None, retired_pages_dbe=None,
+        temperature_c=55.0, throttle_reasons=("Idle",), persistence_mode=None,
+        pcie=(4, 4, 4, 16, 16), power_draw_w=7.82, requires_reset=False)),
+    ("h100-550-constructed-faults.txt", dict(
+        driver="550.90.07", cuda="12.4", n=2, index=0, gpu_name="NVIDIA H100 80GB HBM3",
+        bus_id="00000000:53:00.0", serial="1654922010387", ecc_enabled=True,
+        ecc_uncorrected_volatile=2, ecc_uncorrected_aggregate=5, remapped_rows_pending=True,
+        retired_pages_pending=None, retired_pages_dbe=None, temperature_c=91.0,
+        throttle_reasons=("HW Slowdown", "HW Thermal Slowdown"), persistence_mode=True,
+        pcie=(5, 5, 5, 8, 16), power_draw_w=690.25, requires_reset=False)),
+])
+def test_query_first_gpu(name: str, expected: dict):
+    inv = parse_smi_query(_read(name))
+    g = inv.gpus[0]
+    assert (inv.driver_version, inv.cuda_version, len(inv.gpus)) == (
+        expected["driver"], expected["cuda"], expected["n"])
+    got = dict(
+        index=g.index, gpu_name=g.name, bus_id=g.bus_id, serial=g.serial,
+        ecc_enabled=g.ecc_enabled, ecc_uncorrected_volatile=g.ecc_uncorrected_volatile,
+        ecc_uncorrected_aggregate=g.ecc_uncorrected_aggregate,
+        remapped_rows_pending=g.remapped_rows_pending,
+        retired_pages_pending=g.retired_pages_pending, retired_pages_dbe=g.retired_pages_dbe,
+        temperature_c=g.temperature_c, throttle_reasons=g.throttle_reasons,
+        persistence_mode=g.persistence_mode,
+        pcie=(g.pcie_gen_current, g.pcie_gen_max, g.pcie_gen_device_max,
+              g.pcie_width_current, g.pcie_width_max),
+        power_draw_w=g.power_draw_w, requires_reset=g.requires_reset,
+        driver=inv.driver_version, cuda=inv.cuda_version, n=len(inv.gpus))
+    assert got == expected
+
+
+def test_idle_l4_at_x8_is_not_a_pcie_problem():
+    from harness.gpu import health_problems
+
+    g = parse_smi_query(_read("l4-550-idle-x8.txt")).gpus[0]
+    assert (g.performance_state, g.pcie_gen_current, g.pcie_width_current) == ("P8", 1, 8)
+    assert (g.ecc_enabled, g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate) == (
+        True, 0, 0)
+    assert (g.fabric_state, g.power_draw_w) == (None, 16.47)
+    assert health_problems(g, max_temp_c=85.0, require_ecc=True) == []
+
+
+def test_old_layout_aggregate_single_bit_errors_are_not_uncorrected():
+    # The V100 sample has 3 aggregate *single-bit* (corrected) errors and no double-bit ones.
+    g = parse_smi_query(_read("v100-470-linux-old-ecc.txt")).gpus[0]
+    assert g.ecc_uncorrected_aggregate == 0
+
+
+def test_second_gpu_of_an_elided_dump():
+    g = parse_smi_query(_read("rtx4090-535-linux-new-ecc.txt")).gpus[1]
+    assert (g.index, g.bus_id, g.temperature_c, g.performance_state) == (
+        1, "00000000:23:00.0", 72.0, "P2")
+    assert g.throttle_reasons == ("SW Power Cap",)
+    assert g.ecc_uncorrected_volatile is None  # the block's ECC counters were trimmed away
+
+
+def test_fabric_state():
+    h100 = parse_smi_query(_read("h100-550-constructed-faults.txt")).gpus[0]
+    assert (h100.fabric_state, h100.fabric_status) == ("Completed", "Success")
+    ada = parse_smi_query(_read("rtx4090-535-linux-new-ecc.txt")).gpus[0]
+    assert (ada.fabric_state, ada.fabric_status) == (None, None)  # N/A
+
+
+def test_gpu_requires_reset_values():
+    g = parse_smi_query(_read("h100-550-constructed-faults.txt")).gpus[1]
+    assert g.requires_reset is True
+    assert (g.temperature_c, g.ecc_enabled, g.remapped_rows_pending, g.pcie_gen_max,
+            g.power_draw_w) == (None, None, None, None, None)
+    assert g.serial == "1654922011204"
+
+
+def test_markdown_indented_dump_still_parses():
+    text = "\n".join("    " + line for line in _read("v100-470-linux-old-ecc.txt").splitlines())
+    assert parse_smi_query(text).gpus[0].serial == "1560221003078"
+
+
+def test_zero_gpus_attached():
+    text = "==============NVSMI LOG==============\nDriver Version : 550.90.07\n" \
+           "Attached GPUs : 0\n"
+    assert parse_smi_query(text).gpus == ()
+
+
+@pytest.mark.parametrize("text", ["", "hello\nworld\n",
+                                  "NVIDIA-SMI has failed because it couldn't communicate "
+                                  "with the NVIDIA driver."])
+def test_query_garbage(text: str):
+    with pytest.raises(ParseError, match=r"no `GPU 0000xxxx:BB:DD\.F` section"):
+        parse_smi_query(text)
+
+
+# ---- plain table ----
+
+@pytest.mark.parametrize(("name", "driver", "cuda", "rows"), [
+    ("table-470-v100-old-layout.txt", "470.129.06", "11.4", [
+        (0, "Tesla V100-PCIE...", "00000000:1B:00.0", 0, 30.0, "P0", 25.0, True, False),
+        (1, "Tesla V100-PCIE...", "00000000:1C:00.0", 0, 29.0, "P0", 25.0, True, False),
+        (2, "Tesla V100-PCIE...", "00000000:1D:00.0", 0, 31.0, "P0", 35.0, True, False),
+        (3, "Tesla V100-PCIE...", "00000000:1E:00.0", 0, 29.0, "P0", 23.0, True, False)]),
+    ("table-550-a40-new-layout.txt", "550.127.05", "12.4", [
+        (0, "NVIDIA A40", "00000000:4F:00.0", 0, 29.0, "P8", 23.0, True, False),
+        (1, "NVIDIA A40", "00000000:52:00.0", 0, 30.0, "P8", 24.0, True, False),
+        (2, "NVIDIA A40", "00000000:53:00.0", 0, 27.0, "P8", 15.0, True, False)]),
+    ("table-faulted-gpu-err.txt", "550.127.05", "12.4", [
+        (0, "NVIDIA H100 80GB HBM3", "00000000:53:00.0", 0, 34.0, "P0", 71.0, True, False),
+        (1, "NVIDIA H100 80GB HBM3", "00000000:64:00.0", 2, None, None, None, True, True)]),
+])
+def test_plain_table(name, driver, cuda, rows):
+    inv = parse_nvidia_smi(_read(name))
+    assert (inv.source, inv.driver_version, inv.cuda_version) == ("nvidia-smi", driver, cuda)
+    assert [(g.index, g.name, g.bus_id, g.ecc_uncorrected_volatile, g.temperature_c,
+             g.performance_state, g.power_draw_w, g.persistence_mode, g.requires_reset)
+            for g in inv.gpus] == rows
+
+
+def test_plain_table_without_gpu_rows():
+    with pytest.raises(ParseError, match="no GPU rows"):
+        parse_smi_table("| NVIDIA-SMI 550.127.05   Driver Version: 550.127.05 |\n")
+
+
+# ---- XML ----
+
+def test_xml_query():
+    inv = parse_nvidia_smi(_read("l4-555-query-xml.xml"))
+    assert (inv.source, inv.driver_version, inv.cuda_version) == (
+        "nvidia-smi -q -x", "555.42.06", "12.5")
+    (g,) = inv.gpus
+    assert (g.index, g.name, g.bus_id, g.serial) == (
+        0, "NVIDIA L4", "00000000:01:00.0", "1654523003308")
+    assert (g.ecc_enabled, g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate) == (
+        True, 0, 0)
+    assert (g.remapped_rows_pending, g.remapped_rows_failure, g.retired_pages_pending) == (
+        False, False, None)
+    assert (g.temperature_c, g.power_draw_w, g.persistence_mode, g.performance_state) == (
+        45.0, 27.22, False, "P0")
+    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_width_current,
+            g.pcie_width_max) == (4, 4, 4, 16, 16)
+    assert g.throttle_reasons == () and not g.requires_reset
+    assert g.memory_total_gib == 22.49
+
+
+def test_xml_faults():
+    xml = _read("l4-555-query-xml.xml")
+    xml = xml.replace("<dram_uncorrectable>0</dram_uncorrectable>",
+                      "<dram_uncorrectable>3</dram_uncorrectable>", 1)
+    xml = xml.replace("<remapped_row_pending>No<", "<remapped_row_pending>Yes<")
+    xml = xml.replace("<clocks_event_reason_hw_slowdown>Not Active<",
+                      "<clocks_event_reason_hw_slowdown>Active<")
+    xml = xml.replace("<gpu_temp>45 C</gpu_temp>", "<gpu_temp>[GPU requires reset]</gpu_temp>")
+    xml = xml.replace("<gsp_firmware_version>", "<gpu_recovery_action>Drain and Reset"
+                      "</gpu_recovery_action><gsp_firmware_version>")
+    g = parse_smi_xml(xml).gpus[0]
+    assert (g.ecc_uncorrected_volatile, g.remapped_rows_pending) == (3, True)
+    assert g.throttle_reasons == ("HW Slowdown",)
+    assert (g.temperature_c, g.requires_reset, g.recovery_action) == (
+        None, True, "Drain and Reset")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("<nvidia_smi_log><gpu>", "does not parse"),
+    ("<?xml version='1.0'?><other/>", "not <nvidia_smi_log>"),
+    ("<nvidia_smi_log><attached_gpus>2</attached_gpus></nvidia_smi_log>", "without <gpu>"),
+])
+def test_xml_garbage(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_smi_xml(text)
+
+
+# ---- CSV ----
+
+def test_csv_with_units():
+    csv = parse_smi_csv(_read("query-gpu-units.csv"))
+    assert csv.num_samples == 2
+    inv = csv.inventory
+    assert inv.driver_version == "550.90.07"
+    g0, g1 = inv.gpus
+    assert (g0.temperature_c, g0.power_draw_w, g0.memory_total_gib) == (34.0, 71.52, 79.65)
+    assert (g0.persistence_mode, g0.ecc_enabled, g0.retired_pages_pending) == (True, True, False)
+    assert (g1.ecc_uncorrected_volatile, g1.retired_pages_pending) == (3, True)
+    assert g1.throttle_reasons == ("HW Thermal Slowdown",)
+    assert (g1.pcie_gen_current, g1.pcie_width_max) == (5, 16)
+
+
+def test_csv_nounits_and_na():
+    g0, g1 = parse_smi_csv(_read("query-gpu-nounits.csv")).inventory.gpus
+    assert (g0.power_draw_w, g0.memory_total_gib, g0.ecc_uncorrected_volatile) == (
+        61.17, 80.0, 0)
+    assert g1.ecc_uncorrected_volatile is None
+
+
+def test_csv_time_series_groups_samples_by_gpu():
+    csv = parse_smi_csv(_read("query-gpu-timeseries.csv"))
+    assert csv.num_samples == 6
+    assert [g.index for g in csv.inventory.gpus] == [0, 1]
+    # Each GPU keeps its last sample.
+    assert [g.temperature_c for g in csv.inventory.gpus] == [41.0, 43.0]
+    assert csv.inventory.gpus[1].ecc_uncorrected_volatile == 1
+
+
+def test_csv_requires_reset():
+    g = parse_smi_csv(_read("query-gpu-requires-reset.csv")).inventory.gpus[0]
+    assert g.requires_reset and g.temperature_c is None
+
+
+def test_csv_noheader_with_columns():
+    text = "0, NVIDIA H100 80GB HBM3, 00000000:53:00.0, 35\n"
+    inv = parse_smi_csv(text, columns=("index", "name", "pci.bus_id", "temperature.gpu")).inventory
+    assert (inv.gpus[0].bus_id, inv.gpus[0].temperature_c) == ("00000000:53:00.0", 35.0)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty input"),
+    ("foo, bar\n1, 2\n", "no known --query-gpu column"),
+    ("index, temperature.gpu\n", "has a header but no rows"),
+    ("index, temperature.gpu\n0, 31, 7\n", "CSV row has 3 values for 2 columns"),
+])
+def test_csv_garbage(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_smi_csv(text)
+
+
+@pytest.mark.parametrize(("name", "source"), [
+    ("v100-470-linux-old-ecc.txt", "nvidia-smi -q"),
+    ("query-gpu-units.csv", "nvidia-smi csv"),
+])
+def test_either_format_detected(name: str, source: str):
+    assert parse_nvidia_smi(_read(name)).source == source
