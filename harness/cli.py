@@ -82,6 +82,18 @@ def _parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("explain", help="what a check verifies, why, and the remedy")
     exp.add_argument("check_id")
 
+    st = sub.add_parser("selftest", help="run the multi-node path on this machine with "
+                        "injected faults: selftest cluster --nodes 4 --inject hang=2")
+    st.add_argument("what", choices=["cluster"], help="cluster: N local processes as nodes")
+    st.add_argument("--nodes", type=int, default=4, help="simulated nodes (default 4)")
+    st.add_argument("--inject", action="append", default=[], metavar="FAULT=K[,K]",
+                    help="fault on node K: slow, hang, crash, fail-check, absent (repeatable)")
+    st.add_argument("--tier", choices=TIERS, default="preflight",
+                    help="certify always runs the pairwise isolation")
+    st.add_argument("--work-dir", default=None, help="reports and outputs (default: a temp dir)")
+    st.add_argument("--timeout-scale", type=float, default=1.0,
+                    help="multiply every selftest timeout (slow or loaded machines)")
+
     ins = sub.add_parser("inspect", help="parse a saved log or tool output (see `inspect -h`)")
     ins.add_argument("kind", help="what the file holds: env, nccl-log, fi-info, nccl-tests, "
                      "nvidia-smi, dcgm, kernel-log (an unknown kind lists the known ones)")
@@ -202,6 +214,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     print(f"gpu-preflight: host {host}, profile {profile.name} (from {found.source}), tier "
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
+    cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
     try:
         report = run_checks(cfg)
     except Exception as exc:  # the harness itself broke: still leave a report behind
@@ -212,6 +225,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     report.command = command_for_report(command, env)
     report.exit_code = (EXIT_OK if report.verdict == "pass"
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
+    failure_text = None
+    if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
+        failure_text = _cluster_finish(cluster, report)
     write_report(report, report_dir, env)
     for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
         redact_file(report_dir / name, env)
@@ -222,7 +238,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print_summary(report, verbose=args.verbose)
     print(f"report: {report_dir / 'report.json'}", flush=True)
     if report.verdict != "pass" and failure_file is not None:
-        _write_failure(failure_file, failure_reason(report), env)
+        _write_failure(failure_file, failure_text or failure_reason(report), env)
+    if cluster is not None:
+        cluster.close()
     if report.verdict == "pass" or args.warn_only:
         if report.verdict != "pass":
             print("preflight: --warn-only: handing off despite the failures above", flush=True)
@@ -230,6 +248,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return handoff.exec_command(command)
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
+
+
+def _cluster_start(cfg: object, failure_file: Path | None) -> object:
+    """Multi-node jobs: join the control plane before the local checks (harness.cluster)."""
+    from harness.cluster import ClusterStep, TopologyError
+
+    try:
+        return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,  # type: ignore[attr-defined]
+                                 local_budget_s=cfg.budget_s, env=cfg.env,  # type: ignore[attr-defined]
+                                 failure_file=failure_file)
+    except TopologyError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _cluster_finish(cluster: object, report: object) -> str | None:
+    """Gather, judge and record the cluster verdict; the failure text every node writes."""
+    try:
+        verdict = cluster.finish(report)  # type: ignore[attr-defined]
+    except Exception as exc:  # a bug in the cluster step: fail this node, never hang
+        report.harness_errors.append(  # type: ignore[attr-defined]
+            f"cluster step: internal error: {type(exc).__name__}: {exc}")
+        report.exit_code = EXIT_HARNESS  # type: ignore[attr-defined]
+        return None
+    return verdict.text or None
 
 
 def _write_failure(path: Path, text: str, env: dict[str, str]) -> None:
@@ -420,6 +462,27 @@ def _print_plain(value: object, indent: str = "") -> None:
         print(f"{indent}{value}")
 
 
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from harness.cluster.selftest import (
+        SelftestConfig,
+        SelftestError,
+        default_work_dir,
+        parse_injections,
+        run_selftest,
+    )
+
+    try:
+        k = args.timeout_scale
+        cfg = SelftestConfig(
+            nodes=args.nodes, faults=parse_injections(args.inject, args.nodes), tier=args.tier,
+            work_dir=Path(args.work_dir) if args.work_dir else default_work_dir(),
+            join_s=20.0 * k, local_s=40.0 * k, gather_s=8.0 * k, collective_s=6.0 * k,
+        )
+    except SelftestError as exc:
+        raise UsageError(str(exc)) from None
+    return run_selftest(cfg).exit_code
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from harness.figures import bad_nodes
     from harness.html_report import ReportSourceError, load_reports, write_html
@@ -478,6 +541,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": _cmd_run,
+    "selftest": _cmd_selftest,
     "list": _cmd_list,
     "profiles": _cmd_profiles,
     "explain": _cmd_explain,

@@ -249,6 +249,8 @@ def bad_nodes(reports: Sequence[Mapping[str, Any]]) -> list[BadNode]:
         host = str(report.get("host", "?"))
         failed = [str(c.get("id")) for c in report.get("checks") or []
                   if c.get("outcome") in ("fail", "error")]
+        if failed and report.get("cluster") and all(i.startswith("PF-CLUSTER-") for i in failed):
+            continue  # failed only with the cluster, whose verdict names the bad nodes above
         reason = (f"failed {', '.join(failed)}" if failed
                   else f"verdict {report.get('verdict')} (harness error)")
         reasons, _ = found.setdefault(host, ([], "node"))

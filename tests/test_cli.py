@@ -103,7 +103,8 @@ def _sagemaker(tmp_path: Path, instance_type: str) -> Path:
     config = tmp_path / "opt_ml" / "input" / "config"
     config.mkdir(parents=True)
     (config / "resourceconfig.json").write_text(json.dumps({
-        "current_host": "algo-2", "hosts": ["algo-1", "algo-2"],
+        # One host: a multi-host config makes `run` a multi-node job (tests/test_cluster_*).
+        "current_host": "algo-2", "hosts": ["algo-2"],
         "current_instance_type": instance_type, "current_group_name": "homogeneousCluster",
         "network_interface_name": "eth0",
     }))

@@ -1,0 +1,204 @@
+"""The control plane: the ONE place that sets up torch.distributed for the cluster step (a c10d
+TCPStore served by node rank 0, a gloo process group over it, 2-rank subgroups for pairs).
+
+Results travel through the store, not through collectives: each node sets its own key and
+bumps a counter; the master waits on the counter with a deadline and names exactly the ranks
+whose keys are missing. A collective (all_gather_object) would fail as a whole when one peer
+hangs or dies, without saying which, and leave the group unusable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from harness.cluster.topology import Topology
+
+__all__ = ["ControlPlane", "PlaneError"]
+
+#: How often a waiting master re-reads a counter, s (1024 nodes x 4 polls/s is nothing).
+POLL_S = 0.25
+
+
+class PlaneError(RuntimeError):
+    """The control plane could not be reached or stopped answering; str() says which."""
+
+
+def _log(msg: str) -> None:
+    print(f"preflight cluster: {msg}", file=sys.stderr, flush=True)
+
+
+class ControlPlane:
+    """This node's handle on the cluster's TCPStore (and, later, the gloo process group)."""
+
+    def __init__(self, topo: Topology, store: Any, env_set: Mapping[str, str | None]) -> None:
+        self.topo, self.store = topo, store
+        self._env_restore = dict(env_set)
+        self.pg_ready = False
+
+    @classmethod
+    def join(cls, topo: Topology, timeout_s: float, env: Mapping[str, str] | None = None
+             ) -> ControlPlane:
+        """Serve (rank 0) or connect to the store; bounded by `timeout_s`. Raises PlaneError."""
+        import torch.distributed as dist
+
+        env = os.environ if env is None else env
+        changed = _set_env(_plane_env(topo, env))
+        is_master = topo.node_rank == 0 and topo.local_rank == 0
+        _log(f"node rank {topo.node_rank}/{topo.num_nodes} ({topo.source}); control plane "
+             f"{'serving' if is_master else 'at'} {topo.master_addr}:{topo.port}, "
+             f"join timeout {timeout_s:g} s")
+        try:
+            store = dist.TCPStore(topo.master_addr, topo.port, None, is_master,
+                                  timedelta(seconds=timeout_s), wait_for_workers=False)
+        except Exception as exc:  # DistStoreError / RuntimeError: refused, timed out, bad host
+            _restore_env(changed)
+            what = "serve" if is_master else "reach"
+            raise PlaneError(f"could not {what} the control plane at {topo.master_addr}:"
+                             f"{topo.port} within {timeout_s:g} s: "
+                             f"{type(exc).__name__}: {_short(exc)}") from exc
+        store.set_timeout(timedelta(seconds=timeout_s))
+        return cls(topo, store, changed)
+
+    # --- the store ---
+    def publish(self, key: str, value: Any, counter: str | None = None) -> None:
+        try:
+            self.store.set(key, json.dumps(value, default=str))
+            if counter:
+                self.store.add(counter, 1)
+        except Exception as exc:
+            raise PlaneError(f"control plane lost while publishing {key}: {_short(exc)}") from exc
+
+    def count(self, counter: str) -> int:
+        try:
+            return int(self.store.add(counter, 0))
+        except Exception as exc:
+            raise PlaneError(f"control plane lost while reading {counter}: "
+                             f"{_short(exc)}") from exc
+
+    def gather(self, keys: Mapping[int, str], counter: str, deadline: float,
+               enough: Callable[[int], bool] | None = None) -> tuple[dict[int, Any], list[int]]:
+        """Wait until every key is set (by its counter), `enough(count)` says to stop early,
+        or the deadline; (values, missing)."""
+        want, pause = len(keys), 0.005
+        try:
+            while time.monotonic() < deadline:
+                got = self.store.add(counter, 0)
+                if got >= want or (enough is not None and enough(got)):
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_S)  # fast when everyone is there, cheap when not
+            found, missing = {}, []
+            for rank, key in sorted(keys.items()):
+                if self.store.check([key]):
+                    found[rank] = json.loads(self.store.get(key))
+                else:
+                    missing.append(rank)
+        except Exception as exc:
+            raise PlaneError(f"control plane lost while gathering {counter}: "
+                             f"{_short(exc)}") from exc
+        return found, missing
+
+    def has(self, key: str) -> bool:
+        try:
+            return bool(self.store.check([key]))
+        except Exception:
+            return False
+
+    def wait_for(self, key: str, deadline: float) -> Any:
+        """The value of `key` once set; PlaneError at the deadline or when the master is gone."""
+        # Polling, with back-off, rather than store.wait: c10d logs a warning per timed-out
+        # wait, and a poll notices both the deadline and a master that went away.
+        pause = 0.005
+        try:
+            while not self.store.check([key]):
+                if time.monotonic() >= deadline:
+                    raise PlaneError(f"no {key!r} from the control-plane master by the deadline")
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_S)
+            return json.loads(self.store.get(key))
+        except PlaneError:
+            raise
+        except Exception as exc:
+            raise PlaneError(f"control plane lost while waiting for {key!r}: "
+                             f"{_short(exc)}") from exc
+
+    # --- collectives ---
+    def init_collectives(self, timeout_s: float, gpus: bool = False) -> Any:
+        """The process group of all nodes over the same store (prefix `pg/`): gloo, plus NCCL
+        for CUDA tensors when `gpus` and CUDA is usable. Returns the bench's device."""
+        import torch
+        import torch.distributed as dist
+
+        backend, device = "gloo", torch.device("cpu")
+        if gpus and torch.cuda.is_available():
+            backend, device = "cpu:gloo,cuda:nccl", torch.device("cuda", 0)
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, store=dist.PrefixStore("pg/", self.store),
+                                rank=self.topo.node_rank, world_size=self.topo.num_nodes,
+                                timeout=timedelta(seconds=timeout_s))
+        self.pg_ready = True
+        return device
+
+    def pair_groups(self, pairs: Iterable[tuple[int, int]], timeout_s: float) -> Any:
+        """Create every pair's 2-rank gloo group (all nodes call this with the same pairs, in
+        the same order: torch numbers groups by creation order); returns this node's group or
+        None. Creating its own group connects to the peer, bounded by `timeout_s`."""
+        import torch.distributed as dist
+
+        mine = None
+        for a, b in pairs:
+            ranks = sorted((a, b))
+            group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s))
+            if self.topo.node_rank in ranks:
+                mine = group
+        return mine
+
+    def close(self, clean: bool) -> None:
+        """Tear down (a barrier-free destroy when a peer may be hung: a barrier would wait for
+        it) and restore every environment variable this module set."""
+        if self.pg_ready and clean:
+            import torch.distributed as dist
+
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:
+                _log(f"destroy_process_group: {_short(exc)}")
+        self.pg_ready = False
+        _restore_env(self._env_restore)
+
+
+def _plane_env(topo: Topology, env: Mapping[str, str]) -> dict[str, str]:
+    """Variables the control plane needs: gloo must use loopback when the master is local
+    (its default is the interface of the hostname's address)."""
+    wanted = {}
+    if topo.master_addr in ("127.0.0.1", "localhost", "::1") and not env.get("GLOO_SOCKET_IFNAME"):
+        wanted["GLOO_SOCKET_IFNAME"] = "lo"
+    return wanted
+
+
+def _set_env(values: Mapping[str, str]) -> dict[str, str | None]:
+    old = {}
+    for key, value in values.items():
+        old[key] = os.environ.get(key)
+        os.environ[key] = value
+        _log(f"set {key}={value} (restored before the hand-off)")
+    return old
+
+
+def _restore_env(old: Mapping[str, str | None]) -> None:
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

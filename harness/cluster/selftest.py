@@ -1,0 +1,281 @@
+"""`preflight selftest cluster`: the real multi-node path on one machine. N local processes run
+`preflight run` as nodes node0..node{N-1} (gloo on 127.0.0.1, a free port), with faults
+injected by name through the environment; the driver prints each node's outcome and the
+cluster verdict, and passes only when every node agrees and none handed off on a failure."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.cluster.step import FAULTS
+
+__all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections", "run_selftest"]
+
+#: Seconds the driver waits, after the last healthy node exits, before killing hung ones.
+HUNG_GRACE_S = 5.0
+
+
+class SelftestError(ValueError):
+    """Bad selftest arguments; str() is the message."""
+
+
+def parse_injections(specs: Sequence[str], nodes: int) -> dict[int, str]:
+    """`slow=2`, `crash=1,3` -> {rank: fault}; one fault per node."""
+    out: dict[int, str] = {}
+    for spec in specs:
+        fault, sep, ranks = spec.partition("=")
+        if not sep or fault not in FAULTS:
+            raise SelftestError(f"--inject {spec!r}: expected FAULT=K with FAULT one of "
+                                f"{', '.join(FAULTS)}")
+        for part in ranks.split(","):
+            try:
+                rank = int(part)
+            except ValueError:
+                raise SelftestError(f"--inject {spec!r}: {part!r} is not a node number") from None
+            if not 0 <= rank < nodes:
+                raise SelftestError(f"--inject {spec!r}: node {rank} not in 0..{nodes - 1}")
+            if rank in out:
+                raise SelftestError(f"--inject: node {rank} given two faults "
+                                    f"({out[rank]}, {fault})")
+            out[rank] = fault
+    return out
+
+
+@dataclass(kw_only=True, slots=True)
+class SelftestConfig:
+    nodes: int
+    faults: Mapping[int, str] = field(default_factory=dict)
+    work_dir: Path
+    keyword: str = "env"
+    """Node-local checks to run (-k): cheap ones, so the selftest takes seconds."""
+    tier: str = "preflight"
+    join_s: float = 20.0
+    local_s: float = 40.0
+    gather_s: float = 8.0
+    collective_s: float = 6.0
+    isolation_rounds: int = 3
+    slow_s: float = 0.5
+    """Sleep before every all_reduce of a `slow` node, s."""
+    floor_gb_s: float = 0.01
+    """The selftest profile's gloo busbw floor, GB/s."""
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.nodes <= 64:
+            raise SelftestError(f"--nodes {self.nodes}: between 2 and 64 local processes")
+
+
+@dataclass(slots=True)
+class NodeOutcome:
+    rank: int
+    host: str
+    fault: str
+    exit_code: int | None
+    """None: never started (absent); negative: killed by that signal."""
+    executed: bool
+    verdict: str | None
+    bad_nodes: list[str]
+    failure_text: str | None
+    killed: bool = False
+
+
+@dataclass(slots=True)
+class SelftestResult:
+    nodes: list[NodeOutcome]
+    duration_s: float
+    hard_bound_s: float
+
+    @property
+    def healthy(self) -> list[NodeOutcome]:
+        return [n for n in self.nodes if not n.fault]
+
+    @property
+    def verdict(self) -> str:
+        """The verdict the healthy nodes agree on, or `disagree`."""
+        verdicts = {n.verdict for n in self.healthy}
+        return verdicts.pop() if len(verdicts) == 1 else "disagree"
+
+    @property
+    def bad_nodes(self) -> list[str]:
+        named = {tuple(n.bad_nodes) for n in self.healthy}
+        return list(named.pop()) if len(named) == 1 else []
+
+    @property
+    def consistent(self) -> bool:
+        """Healthy nodes agree on verdict, bad nodes, exit code and failure text; no node
+        handed off unless the verdict was pass."""
+        h = self.healthy
+        agree = (len({n.verdict for n in h}) == 1 and len({tuple(n.bad_nodes) for n in h}) == 1
+                 and len({n.exit_code for n in h}) == 1 and len({n.failure_text for n in h}) == 1)
+        handoff_ok = all(n.executed == (self.verdict == "pass") for n in h) and not any(
+            n.executed for n in self.nodes if n.fault)
+        return agree and handoff_ok
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "pass" and self.consistent else 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _node_env(cfg: SelftestConfig, rank: int, port: int, base: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items()
+           if not k.startswith(("SLURM_", "PET_", "SM_", "PREFLIGHT_", "NCCL_", "FI_"))
+           and k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                         "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "NNODES")}
+    root = str(Path(__file__).resolve().parents[2])
+    env.update({
+        "PYTHONPATH": os.pathsep.join(p for p in (root, base.get("PYTHONPATH")) if p),
+        "PREFLIGHT_NNODES": str(cfg.nodes), "PREFLIGHT_NODE_RANK": str(rank),
+        "PREFLIGHT_MASTER_ADDR": "127.0.0.1", "PREFLIGHT_PORT": str(port),
+        "PREFLIGHT_HOSTNAME": f"node{rank}", "PREFLIGHT_HOSTS": f"node[0-{cfg.nodes - 1}]",
+        "PREFLIGHT_JOIN_TIMEOUT_S": f"{cfg.join_s:g}",
+        "PREFLIGHT_GATHER_TIMEOUT_S": f"{cfg.gather_s:g}",
+        "PREFLIGHT_COLLECTIVE_TIMEOUT_S": f"{cfg.collective_s:g}",
+        "PREFLIGHT_ISOLATION_ROUNDS": str(cfg.isolation_rounds),
+        "PREFLIGHT_EXIT_TIMEOUT_S": f"{cfg.gather_s:g}",
+        "PREFLIGHT_CLUSTER_BW_BYTES": "1M",
+        "PREFLIGHT_SELFTEST_SLOW_S": f"{cfg.slow_s:g}",
+        "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    })
+    fault = cfg.faults.get(rank, "")
+    if fault:
+        env["PREFLIGHT_SELFTEST_FAULT"] = fault
+    if fault == "fail-check":  # a real node-local failure: PF-ENV-004 rejects this value
+        env["NCCL_DEBUG"] = "verbose"
+    return env
+
+
+def hard_bound_s(cfg: SelftestConfig) -> float:
+    from harness.cluster.step import ClusterTimeouts
+
+    return ClusterTimeouts(join_s=cfg.join_s, local_s=cfg.local_s, gather_s=cfg.gather_s,
+                           collective_s=cfg.collective_s, isolation_rounds=cfg.isolation_rounds,
+                           exit_s=cfg.gather_s).hard_bound_s
+
+
+def run_selftest(cfg: SelftestConfig, base_env: Mapping[str, str] | None = None,
+                 echo: bool = True) -> SelftestResult:
+    """Start the nodes, wait (killing hung ones once the others are done), collect outcomes."""
+    base_env = dict(os.environ if base_env is None else base_env)
+    work = cfg.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    profile_file = work / "selftest-profile.toml"
+    budget = f"{cfg.local_s:g}"
+    # A short local budget (it bounds the run), and a floor far below a healthy loopback
+    # pair (~0.1-1 GB/s on 2 busy cores) and far above a `slow` one (~0.002 GB/s).
+    profile_file.write_text(f'[profiles."local-cpu"]\nrun_budget_s = {{preflight = {budget}, '
+                            f"certify = {budget}, diagnose = {budget}}}\n"
+                            f"cpu_busbw_gb_s_min = {cfg.floor_gb_s:g}\n")
+    port = _free_port()
+    bound = hard_bound_s(cfg)
+    if echo:
+        print(f"preflight selftest: {cfg.nodes} nodes on 127.0.0.1:{port}, faults "
+              f"{dict(cfg.faults) or 'none'}; hard upper bound {bound:g} s; work dir {work}",
+              flush=True)
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    start = time.monotonic()
+    for rank in range(cfg.nodes):
+        if cfg.faults.get(rank) == "absent":
+            continue
+        node_dir = work / f"node{rank}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        marker = node_dir / "EXECUTED"
+        marker.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "harness", "run", "--profile", "local-cpu",
+                "--profile-file", str(profile_file), "--tier", cfg.tier, "-k", cfg.keyword,
+                "--report-dir", str(work), "--failure-file", str(node_dir / "failure"),
+                "--workers", "0", "--",
+                sys.executable, "-c", "import pathlib,sys; pathlib.Path(sys.argv[1]).touch()",
+                str(marker)]
+        with (node_dir / "output.txt").open("wb") as out:
+            procs[rank] = subprocess.Popen(  # concurrent nodes: proc.run is one at a time
+                argv, env=_node_env(cfg, rank, port, base_env), stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    killed = _wait_all(procs, cfg, start + bound + 30.0)
+    outcomes = [_outcome(cfg, rank, procs.get(rank), killed) for rank in range(cfg.nodes)]
+    result = SelftestResult(outcomes, time.monotonic() - start, bound)
+    if echo:
+        print(format_result(result), flush=True)
+    return result
+
+
+def _wait_all(procs: Mapping[int, subprocess.Popen[bytes]], cfg: SelftestConfig,
+              deadline: float) -> set[int]:
+    """Wait for every node; once the fault-free ones are done, give the rest HUNG_GRACE_S."""
+    from harness.proc import _kill_group
+
+    healthy = [r for r in procs if not cfg.faults.get(r)]
+    grace_end: float | None = None
+    while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+        if grace_end is None and all(procs[r].poll() is not None for r in healthy):
+            grace_end = time.monotonic() + HUNG_GRACE_S
+        if grace_end is not None and time.monotonic() > grace_end:
+            break
+        time.sleep(0.1)
+    killed = set()
+    for rank, p in procs.items():
+        if p.poll() is None:
+            _kill_group(p)
+            killed.add(rank)
+    return killed
+
+
+def _outcome(cfg: SelftestConfig, rank: int, p: subprocess.Popen[bytes] | None,
+             killed: set[int]) -> NodeOutcome:
+    node_dir = cfg.work_dir / f"node{rank}"
+    report: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        report = json.loads((node_dir / "report.json").read_text())
+    cluster = report.get("cluster") or {}
+    failure = node_dir / "failure"
+    return NodeOutcome(
+        rank=rank, host=f"node{rank}", fault=cfg.faults.get(rank, ""),
+        exit_code=None if p is None else p.returncode,
+        executed=(node_dir / "EXECUTED").exists(),
+        verdict=cluster.get("verdict"),
+        bad_nodes=[b["host"] for b in cluster.get("bad_nodes", [])],
+        failure_text=failure.read_text() if failure.exists() else None,
+        killed=rank in killed,
+    )
+
+
+def format_result(result: SelftestResult) -> str:
+    lines = [f"{'node':8} {'fault':11} {'exit':>5}  {'handed off':10} verdict"]
+    for n in result.nodes:
+        code = ("absent" if n.fault == "absent" else "killed" if n.killed
+                else str(n.exit_code))
+        lines.append(f"{n.host:8} {n.fault or '-':11} {code:>5}  "
+                     f"{'yes' if n.executed else 'no':10} {n.verdict or '-'}"
+                     + (f" (bad: {', '.join(n.bad_nodes)})" if n.bad_nodes else ""))
+    verdict = result.verdict.upper()
+    lines.append(f"cluster verdict: {verdict}"
+                 + (f"; bad nodes: {', '.join(result.bad_nodes)}" if result.bad_nodes else "")
+                 + f" ({result.duration_s:.1f} s, hard upper bound {result.hard_bound_s:g} s)")
+    if not result.consistent:
+        lines.append("INCONSISTENT: the fault-free nodes disagree, or a node handed off on a "
+                     "failure (see each node's output.txt)")
+    text = next((n.failure_text for n in result.healthy if n.failure_text), None)
+    if text:
+        lines.append("failure reason (the same on every fault-free node):")
+        lines.append("  " + text.split("\n", 1)[0][:1024])
+    return "\n".join(lines)
+
+
+def default_work_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="preflight-selftest-"))

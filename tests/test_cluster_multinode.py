@@ -1,0 +1,210 @@
+"""The real multi-node path: 4 `preflight run` processes as nodes node0..node3 over gloo on
+127.0.0.1 (`preflight selftest cluster`), one fault each: verdict, named host, every node's
+exit code, no hand-off on failure (exec recorded by a marker file), bounded total time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.cluster.selftest import SelftestConfig, parse_injections, run_selftest
+
+pytestmark = pytest.mark.timeout(400)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _selftest(tmp_path, faults, tier="preflight"):
+    cfg = SelftestConfig(nodes=4, faults=faults, work_dir=tmp_path, tier=tier)
+    return run_selftest(cfg, echo=False)
+
+
+def _check_failed_cluster(res, bad_rank, bad_exit=None):
+    healthy = [n for n in res.nodes if n.rank != bad_rank]
+    assert res.verdict == "fail", [n.verdict for n in res.nodes]
+    assert res.bad_nodes == [f"node{bad_rank}"]
+    assert [n.exit_code for n in healthy] == [1, 1, 1]
+    assert not any(n.executed for n in res.nodes)
+    texts = {n.failure_text for n in healthy}
+    assert len(texts) == 1 and f"bad nodes: node{bad_rank}." in texts.pop()
+    assert res.consistent and res.exit_code == 1
+    assert res.duration_s < res.hard_bound_s
+    bad = res.nodes[bad_rank]
+    if bad_exit is not None:
+        assert bad.exit_code == bad_exit
+    return bad
+
+
+def test_healthy_cluster_passes_and_every_node_hands_off(tmp_path):
+    res = _selftest(tmp_path, {})
+    assert res.verdict == "pass" and res.exit_code == 0
+    assert [n.exit_code for n in res.nodes] == [0, 0, 0, 0]
+    assert all(n.executed for n in res.nodes)
+    report = json.loads((tmp_path / "node3" / "report.json").read_text())
+    assert report["cluster"]["verdict"] == "pass" and report["cluster"]["bad_nodes"] == []
+    assert report["cluster"]["bandwidth"]["busbw_gb_s"] > 0
+    ids = {c["id"]: c["outcome"] for c in report["checks"]}
+    assert ids["PF-CLUSTER-001"] == ids["PF-CLUSTER-004"] == "pass"
+
+
+def test_fail_check_node_is_named(tmp_path):
+    bad = _check_failed_cluster(_selftest(tmp_path, {2: "fail-check"}), 2, bad_exit=1)
+    assert bad.verdict == "fail" and bad.bad_nodes == ["node2"]
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    entry = report["cluster"]["bad_nodes"][0]
+    assert entry["host"] == "node2" and entry["rank"] == 2
+    assert "PF-ENV-004" in entry["reason"]
+
+
+def test_absent_node_is_named_after_the_join_timeout(tmp_path):
+    res = _selftest(tmp_path, {1: "absent"})
+    bad = _check_failed_cluster(res, 1)
+    assert bad.exit_code is None
+    assert "never joined" in res.nodes[0].failure_text
+
+
+def test_absent_master_is_named_by_every_node(tmp_path):
+    res = _selftest(tmp_path, {0: "absent"})
+    _check_failed_cluster(res, 0)
+    assert "control-plane master" in res.nodes[1].failure_text
+
+
+def test_crashing_node_is_named(tmp_path):
+    bad = _check_failed_cluster(_selftest(tmp_path, {3: "crash"}), 3, bad_exit=17)
+    assert not bad.executed
+
+
+def test_hanging_node_is_named_and_survivors_do_not_hang(tmp_path):
+    res = _selftest(tmp_path, {2: "hang"})
+    bad = _check_failed_cluster(res, 2)
+    assert bad.killed  # it would only have stopped at its own watchdog (hard upper bound)
+    assert "stopped answering" in res.nodes[0].failure_text
+
+
+def test_slow_node_is_isolated_by_pairwise_rounds(tmp_path):
+    res = _selftest(tmp_path, {1: "slow"})
+    bad = _check_failed_cluster(res, 1, bad_exit=1)
+    assert bad.verdict == "fail"
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    iso = report["cluster"]["isolation"]
+    assert iso["bad_nodes"] == [1] and iso["num_rounds"] <= 3
+    evidence = report["cluster"]["bad_nodes"][0]["evidence"]
+    assert evidence and all(e["busbw_gb_s"] is None or e["busbw_gb_s"] < iso["threshold_gb_s"]
+                            for e in evidence)
+    assert report["cluster"]["actions"]["slurm_drain"][0].startswith(
+        "scontrol update nodename=node1 state=drain reason=\"gpu-preflight: ")
+    from harness.figures import bad_nodes  # the HTML report's bad-node table
+
+    reports = [json.loads((tmp_path / f"node{r}" / "report.json").read_text()) for r in range(4)]
+    assert [(b.host, b.source) for b in bad_nodes(reports)] == [("node1", "cluster")]
+
+
+def test_certify_tier_always_isolates(tmp_path):
+    res = _selftest(tmp_path, {}, tier="certify")
+    assert res.verdict == "pass" and all(n.executed for n in res.nodes)
+    report = json.loads((tmp_path / "node1" / "report.json").read_text())
+    assert report["cluster"]["isolation"]["num_rounds"] == 1  # every random pair passed
+
+
+@pytest.mark.parametrize(("specs", "message"), [
+    (["bogus=1"], "FAULT one of"), (["hang=9"], "node 9 not in 0..3"),
+    (["hang=1", "slow=1"], "two faults"), (["hang"], "expected FAULT=K"),
+])
+def test_selftest_rejects_bad_injections(specs, message, capsys):
+    argv = ["selftest", "cluster", "--nodes", "4"]
+    for s in specs:
+        argv += ["--inject", s]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_injections_lists():
+    assert parse_injections(["crash=1,3", "slow=0"], 4) == {1: "crash", 3: "crash", 0: "slow"}
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def node1_env(monkeypatch, tmp_path):
+    """This process as node 1 of 2 whose master (127.0.0.1, a port nobody serves) is absent."""
+    from harness import handoff
+
+    calls = []
+    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
+    for k, v in {"PREFLIGHT_NNODES": "2", "PREFLIGHT_NODE_RANK": "1",
+                 "PREFLIGHT_MASTER_ADDR": "127.0.0.1", "PREFLIGHT_PORT": str(_free_port()),
+                 "PREFLIGHT_HOSTS": "node[0-1]", "PREFLIGHT_HOSTNAME": "node1",
+                 "PREFLIGHT_JOIN_TIMEOUT_S": "2", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    return calls
+
+
+def test_run_names_an_unreachable_master_and_does_not_hand_off(node1_env, tmp_path, capsys):
+    import os
+
+    rc = main(["run", "--profile", "local-cpu", "-k", "env", "--report-dir", str(tmp_path),
+               "--failure-file", str(tmp_path / "failure"), "--", "train"])
+    assert rc == 1 and node1_env == []
+    out = capsys.readouterr().out
+    assert "hard upper bound join 2 + local 300" in out
+    text = (tmp_path / "failure").read_text()
+    assert text.startswith("gpu-preflight FAILED on a 2-node cluster (local-cpu, tier "
+                           "preflight): bad nodes: node0.")
+    assert "control-plane master stopped answering during join" in text
+    report = json.loads((tmp_path / "node1" / "report.json").read_text())
+    assert report["cluster"]["bad_nodes"][0]["host"] == "node0"
+    assert report["verdict"] == "fail" and report["exit_code"] == 1
+    assert "GLOO_SOCKET_IFNAME" not in os.environ  # set for the plane, restored before exit
+
+
+def test_preflight_cluster_off_runs_node_local_only(node1_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_CLUSTER", "off")
+    rc = main(["run", "--profile", "local-cpu", "-k", "env", "--report-dir", str(tmp_path),
+               "--", "train"])
+    assert rc == 0 and node1_env == [["train"]]
+    assert "cluster" not in json.loads((tmp_path / "node1" / "report.json").read_text())
+
+
+def test_per_gpu_launch_is_refused(monkeypatch, tmp_path, capsys):
+    for k, v in {"MASTER_ADDR": "127.0.0.1", "GROUP_RANK": "0", "LOCAL_RANK": "3",
+                 "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "16", "RANK": "3"}.items():
+        monkeypatch.setenv(k, v)
+    assert main(["run", "--profile", "local-cpu", "--report-dir", str(tmp_path), "--",
+                 "train"]) == 2
+    assert "run preflight once per node" in capsys.readouterr().err
+
+
+def test_watchdog_stops_a_hung_node_at_its_hard_bound(tmp_path):
+    """A node stuck past its hard upper bound exits 1 and leaves a failure file."""
+    import subprocess
+    import sys
+    import time
+
+    code = f"""
+import pathlib, time
+from harness.cluster.step import ClusterStep, ClusterTimeouts
+from harness.cluster.topology import Topology
+from harness.profiles import get_profile
+topo = Topology(node_rank=1, num_nodes=2, master_addr="127.0.0.1", port=1, source="test")
+t = ClusterTimeouts(join_s=0.2, local_s=0.2, gather_s=0.2, collective_s=0.1,
+                    isolation_rounds=0, exit_s=0.1)
+step = ClusterStep(topo, t, profile=get_profile("local-cpu"), tier="preflight", env={{}})
+step.failure_file = pathlib.Path({str(tmp_path / "failure")!r})
+step._arm_watchdog()
+time.sleep(120)  # hung
+"""
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=90, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 1
+    assert time.monotonic() - start < 60
+    assert "did not finish within its hard upper bound" in (tmp_path / "failure").read_text()

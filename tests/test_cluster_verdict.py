@@ -1,0 +1,147 @@
+"""The cluster verdict as a pure function of a gathered snapshot; consistency by majority."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from harness.cluster.isolate import isolate, simulate_measure
+from harness.cluster.verdict import consistency_outliers, decide, node_summary
+from harness.report import Report
+
+FACTS = {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5", "ofi_nccl": "1.13.2",
+         "libfabric": "1.22.0amzn4.0", "torch": "2.13.0", "gpu_count": 8,
+         "gpu_model": "NVIDIA H100 80GB HBM3"}
+
+
+def _summary(rank, verdict="pass", failed=(), facts=None, env=None):
+    return {"rank": rank, "host": f"node{rank}", "verdict": verdict, "failed": list(failed),
+            "num_failed": len(failed), "harness_errors": [], "facts": dict(facts or FACTS),
+            "env": dict(env or {"NCCL_DEBUG": "WARN"})}
+
+
+def _snap(n=4, **changes):
+    snap = {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
+            "hosts": {str(r): f"node{r}" for r in range(n)},
+            "nodes": {str(r): _summary(r) for r in range(n)}, "missing": {}}
+    snap.update(changes)
+    return snap
+
+
+def _ids(v, outcome):
+    return [c["id"] for c in v.checks if c["outcome"] == outcome]
+
+
+def test_all_good_passes_with_no_failure_text():
+    v = decide(_snap())
+    assert v.passed and v.exit_code == 0 and v.bad_nodes == [] and v.text == ""
+    assert _ids(v, "pass") == ["PF-CLUSTER-001", "PF-CLUSTER-002", "PF-CLUSTER-003"]
+
+
+def test_missing_node_is_named_with_host_and_rank():
+    snap = _snap()
+    del snap["nodes"]["2"]
+    snap["missing"] = {"2": {"host": "node2", "reason": "never joined the control plane"}}
+    v = decide(snap)
+    assert not v.passed and v.exit_code == 1
+    assert v.bad_nodes == [{"host": "node2", "rank": 2, "reason": "never joined the control plane",
+                            "evidence": []}]
+    assert "PF-CLUSTER-001" in _ids(v, "fail")
+    assert v.text.startswith("gpu-preflight FAILED on a 4-node cluster (p5.48xlarge, tier "
+                             "preflight): bad nodes: node2.")
+    assert v.actions["slurm_exclude"] == "node2"
+    assert v.actions["slurm_drain"] == [
+        'scontrol update nodename=node2 state=drain reason="gpu-preflight: never joined the '
+        'control plane"']
+    assert v.actions["hyperpod_replace"] == [
+        'scontrol update nodename=node2 state=fail reason="Action:Replace"']
+    assert "node2" in v.actions["sagemaker_failure_reason"]
+
+
+def test_local_failure_names_node_and_carries_messages():
+    snap = _snap()
+    msg = "[PF-ENV-004] malformed environment values: NCCL_DEBUG=verbose; fix the values"
+    snap["nodes"]["1"] = _summary(1, "fail", [{"id": "PF-ENV-004", "outcome": "fail",
+                                               "message": msg}])
+    v = decide(snap)
+    assert [b["host"] for b in v.bad_nodes] == ["node1"]
+    assert v.bad_nodes[0]["reason"] == "node-local checks failed: PF-ENV-004"
+    assert v.bad_nodes[0]["evidence"] == [msg]
+    fail = next(c for c in v.checks if c["id"] == "PF-CLUSTER-002")
+    assert fail["message"].startswith("[PF-CLUSTER-002] 1 of 4 nodes failed node-local checks: "
+                                      "node1 (rank 1): [PF-ENV-004] malformed")
+
+
+def test_version_outlier_named_by_majority():
+    snap = _snap()
+    snap["nodes"]["3"]["facts"]["nccl"] = "2.18.3"
+    snap["nodes"]["0"]["env"]["NCCL_NET"] = "Socket"
+    v = decide(snap)
+    reasons = {b["host"]: b["reason"] for b in v.bad_nodes}
+    assert reasons == {"node3": "nccl = 2.18.3 (majority: 2.21.5)",
+                       "node0": "env NCCL_NET = Socket (majority: (unset))"}
+    assert v.actions["slurm_exclude"] == "node[0,3]"
+
+
+def test_consistency_without_majority_names_every_node():
+    out = consistency_outliers({0: {"torch": "2.13.0"}, 1: {"torch": "2.12.0"}})
+    assert [(o["rank"], o["majority"]) for o in out] == [(0, False), (1, False)]
+    assert consistency_outliers({0: {"a": 1}, 1: {"a": 1}, 2: {"a": 1}}) == []
+
+
+def test_bandwidth_low_and_isolation_evidence():
+    iso = isolate(range(4), simulate_measure(healthy_gb_s=1.0, bad_nodes={2: 0.01}), seed=1,
+                  floor_gb_s=0.05)
+    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "floor_gb_s": 0.05,
+                            "busbw_gb_s": 0.01, "data_ok": True, "errors": [], "missing": {}},
+                 isolation=iso.to_dict())
+    v = decide(snap)
+    assert _ids(v, "fail") == ["PF-CLUSTER-004", "PF-CLUSTER-005"]
+    bad = v.bad_nodes
+    assert [b["host"] for b in bad] == ["node2"]
+    assert all(e["busbw_gb_s"] < 0.05 for e in bad[0]["evidence"])
+    assert {e["peer"] for e in bad[0]["evidence"]} <= {"node0", "node1", "node3"}
+    assert "busbw 0.01 GB/s < 0.05 GB/s" in next(c["message"] for c in v.checks
+                                                 if c["id"] == "PF-CLUSTER-004")
+
+
+def test_bandwidth_missing_rank_is_bad():
+    snap = _snap(bandwidth={"size_bytes": 1, "nranks": 4, "floor_gb_s": 0.05,
+                            "busbw_gb_s": None, "data_ok": False,
+                            "errors": ["rank 0: timed all_reduce: Connection closed by peer"],
+                            "missing": {"1": "stopped answering during the cluster all_reduce"}})
+    v = decide(snap)
+    assert [(b["host"], b["reason"]) for b in v.bad_nodes] == [
+        ("node1", "stopped answering during the cluster all_reduce")]
+
+
+def test_same_snapshot_gives_same_text_on_every_node():
+    snap = _snap()
+    snap["nodes"]["3"]["facts"]["driver"] = "535.0"
+    wire = json.dumps(snap)
+    a, b = decide(json.loads(wire)), decide(copy.deepcopy(json.loads(wire)))
+    assert a.text == b.text and a.to_dict() == b.to_dict()
+
+
+def test_failure_text_head_fits_1024_chars_and_names_all_bad_nodes():
+    snap = _snap(n=64)
+    for r in (5, 17, 40):
+        snap["nodes"][str(r)] = _summary(r, "fail", [{"id": "PF-GPU-001", "outcome": "fail",
+                                                      "message": "x" * 600}])
+    v = decide(snap)
+    head = v.text.split("\n", 1)[0]
+    assert len(head) <= 1024
+    assert "bad nodes: node5, node17, node40." in head
+
+
+def test_node_summary_from_a_report():
+    report = Report(host="node7", profile="local-cpu", profile_source="--profile",
+                    tier="preflight")
+    report.checks = [{"id": "PF-ENV-004", "outcome": "fail", "message": "m" * 2000},
+                     {"id": "PF-ENV-001", "outcome": "pass", "message": ""}]
+    s = node_summary(report, rank=7, facts=FACTS,
+                     env={"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa", "HOME": "/root"})
+    assert s["verdict"] == "fail" and s["host"] == "node7" and s["rank"] == 7
+    assert len(s["failed"][0]["message"]) == 600
+    assert s["env"] == {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN"}
+    assert s["facts"]["nccl"] == "2.21.5"
