@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["ProcResult", "run", "which"]
 
@@ -105,6 +105,46 @@ def _feed(pipe: IO[bytes], data: bytes) -> None:
         pipe.close()
 
 
+def _spawn(
+    args: tuple[str, ...],
+    timeout_s: float,
+    env: Mapping[str, str] | None,
+    cwd: str | os.PathLike[str] | None,
+    stdin: Any,
+    stdout: Any,
+    stderr: Any,
+) -> subprocess.Popen[bytes] | ProcResult:
+    """Start the tool in its own session; a ProcResult saying why when it cannot start."""
+    try:
+        return subprocess.Popen(
+            args, stdin=stdin, stdout=stdout, stderr=stderr,
+            env=None if env is None else dict(env), cwd=cwd, start_new_session=True,
+        )
+    except FileNotFoundError:
+        return ProcResult(args, None, error="command not found", timeout_s=timeout_s)
+    except PermissionError as exc:
+        return ProcResult(args, None, error=f"permission denied ({exc.strerror})",
+                          timeout_s=timeout_s)
+    except OSError as exc:
+        return ProcResult(args, None, error=f"{type(exc).__name__}: {exc}", timeout_s=timeout_s)
+
+
+def _wait_then_kill_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for the tool; on timeout stop its group. Either way whatever is left in the group
+    (children of a tool that exited, survivors of the kill) is killed, so nothing outlives the
+    call and the pipes reach EOF. Returns whether it timed out."""
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return timed_out
+
+
 def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
 
@@ -129,36 +169,15 @@ def run(
         return _run_to_file(argv, timeout_s=timeout_s, env=env, cwd=cwd, path=output_path)
     args = tuple(str(a) for a in argv)
     start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=None if env is None else dict(env),
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        return ProcResult(args, None, error="command not found", timeout_s=timeout_s)
-    except PermissionError as exc:
-        return ProcResult(args, None, error=f"permission denied ({exc.strerror})", timeout_s=timeout_s)
-    except OSError as exc:
-        return ProcResult(args, None, error=f"{type(exc).__name__}: {exc}", timeout_s=timeout_s)
+    stdin = subprocess.PIPE if input_text is not None else subprocess.DEVNULL
+    spawned = _spawn(args, timeout_s, env, cwd, stdin, subprocess.PIPE, subprocess.PIPE)
+    if isinstance(spawned, ProcResult):
+        return spawned
+    proc = spawned
     readers = [_Reader(proc.stdout), _Reader(proc.stderr)]
     if input_text is not None and proc.stdin is not None:
         threading.Thread(target=_feed, args=(proc.stdin, input_text.encode()), daemon=True).start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-    finally:
-        # Whatever is left in the group (children of a tool that exited, or survivors of the
-        # kill) is killed: nothing outlives the call, and the pipes reach EOF.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    timed_out = _wait_then_kill_group(proc, timeout_s)
     out, err = (r.result(KILL_GRACE_S) for r in readers)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
@@ -193,23 +212,11 @@ def _run_to_file(
     args = tuple(str(a) for a in argv)
     start = time.monotonic()
     with open(path, "ab") as out:
-        try:
-            proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=None if env is None else dict(env), cwd=cwd, start_new_session=True,
-            )
-        except OSError as exc:
-            reason = "command not found" if isinstance(exc, FileNotFoundError) else str(exc)
-            return ProcResult(args, None, error=reason, timeout_s=timeout_s)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        spawned = _spawn(args, timeout_s, env, cwd, subprocess.DEVNULL, out, subprocess.STDOUT)
+        if isinstance(spawned, ProcResult):
+            return spawned
+        proc = spawned
+        timed_out = _wait_then_kill_group(proc, timeout_s)
     with open(path, "rb") as fh:
         fh.seek(0, os.SEEK_END)
         fh.seek(max(0, fh.tell() - OUTPUT_TAIL_BYTES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,39 @@ def copy_check_file(pytester: pytest.Pytester, name: str) -> Path:
     dest = pytester.path / name
     shutil.copy(REPO / "checks" / name, dest)
     return dest
+
+
+def facts_conftest(module: str, scenario: str, names: list[str]) -> str:
+    """A conftest.py overriding the fact fixtures `names` with SCENARIOS[scenario] of `module`."""
+    lines = ["import pytest", f"from {module} import SCENARIOS", "",
+             f"FACTS = SCENARIOS[{scenario!r}]", "", "",
+             "def _fact(name):",
+             '    @pytest.fixture(scope="session", name=name)',
+             "    def fixture():",
+             "        return FACTS[name]",
+             "    return fixture", "", ""]
+    lines += [f"{name} = _fact({name!r})" for name in names]
+    return "\n".join(lines) + "\n"
+
+
+def run_check_file(pytester: pytest.Pytester, check_file: str, profile: str,
+                   *args: str) -> dict[str, dict[str, Any]]:
+    """Copy checks/<check_file> into the pytester dir and run it under the plugin with
+    `profile`; {check ID: result record}."""
+    copy_check_file(pytester, check_file)
+    return run_checks(pytester, "--preflight-profile", profile, *args)[1]
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie has exited: only its parent has not reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
 
 
 def run_checks(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:

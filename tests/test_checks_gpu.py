@@ -9,41 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import facts_conftest, run_check_file
+
 ROOT = Path(__file__).resolve().parent.parent
 
-CONFTEST = '''
-import pytest
-from tests.gpu_facts import SCENARIOS
-
-FACTS = SCENARIOS[{scenario!r}]
-
-
-def _fact(name):
-    @pytest.fixture(scope="session", name=name)
-    def fixture():
-        return FACTS[name]
-    return fixture
-
-
-gpu_inventory = _fact("gpu_inventory")
-nvlink_growth = _fact("nvlink_growth")
-dcgm_diag = _fact("dcgm_diag")
-xid_events = _fact("xid_events")
-compute_sanity = _fact("compute_sanity")
-'''
+GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "xid_events", "compute_sanity"]
 
 
 def run_checks(pytester: pytest.Pytester, scenario: str,
                profile: str = "p5.48xlarge") -> dict[str, dict]:
     """Run the GPU checks on a canned scenario; {check ID: result record}."""
-    pytester.makeconftest(CONFTEST.format(scenario=scenario))
-    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
-    results = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
-                                  "--preflight-profile", profile,
-                                  "--preflight-results", str(results))
-    records = [json.loads(line) for line in results.read_text().splitlines()]
-    return {r["id"]: r for r in records if r.get("event") == "result"}
+    pytester.makeconftest(facts_conftest("tests.gpu_facts", scenario, GPU_FACTS))
+    return run_check_file(pytester, "test_gpu.py", profile)
 
 
 @pytest.fixture(autouse=True)

@@ -10,44 +10,20 @@ from pathlib import Path
 import pytest
 
 from harness.probes.network import cuda_device_count
+from tests.conftest import facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CONFTEST = '''
-import pytest
-from tests.network_facts import SCENARIOS
-
-FACTS = SCENARIOS[{scenario!r}]
-
-
-def _fact(name):
-    @pytest.fixture(scope="session", name=name)
-    def fixture():
-        return FACTS[name]
-    return fixture
-
-
-efa_devices = _fact("efa_devices")
-fi_info_efa = _fact("fi_info_efa")
-kernel_modules = _fact("kernel_modules")
-memlock_kib = _fact("memlock_kib")
-nccl_net_log = _fact("nccl_net_log")
-ofi_nccl_lib = _fact("ofi_nccl_lib")
-'''
+NETWORK_FACTS = ["efa_devices", "fi_info_efa", "kernel_modules", "memlock_kib", "nccl_net_log",
+                 "ofi_nccl_lib"]
 
 
 def run_checks(pytester: pytest.Pytester, scenario: str | None,
                profile: str = "p5.48xlarge") -> dict[str, dict]:
     """Run the network checks (canned scenario, or the real probes when None)."""
     if scenario is not None:
-        pytester.makeconftest(CONFTEST.format(scenario=scenario))
-    shutil.copy(ROOT / "checks" / "test_network.py", pytester.path / "test_network.py")
-    results = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
-                                  "--preflight-profile", profile,
-                                  "--preflight-results", str(results))
-    records = [json.loads(line) for line in results.read_text().splitlines()]
-    return {r["id"]: r for r in records if r.get("event") == "result"}
+        pytester.makeconftest(facts_conftest("tests.network_facts", scenario, NETWORK_FACTS))
+    return run_check_file(pytester, "test_network.py", profile)
 
 
 @pytest.fixture(autouse=True)

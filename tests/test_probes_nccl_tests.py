@@ -12,6 +12,7 @@ from nccl_emu import NEW_HELP, OLD_HELP, make_tool
 
 from harness.probes import nccl_tests as nt
 from harness.probes.nccl_tests import Features, NodeCount, Sweep, Topology, build_command
+from tests.conftest import process_alive
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"
 GIB = 1024**3
@@ -261,18 +262,8 @@ def test_real_mpirun_hang_kills_every_rank(tmp_path):
     deadline = time.monotonic() + 10
     alive = pids
     while alive and time.monotonic() < deadline:
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if process_alive(p)]
         time.sleep(0.2)
     assert not alive, f"ranks left running after the timeout: {alive}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie already exited; only its parent has not reaped it yet.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 
 from harness import proc
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still "exists": look at its state.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+from tests.conftest import process_alive
 
 
 def test_captures_output_and_status():
@@ -50,9 +37,9 @@ def test_timeout_kills_the_whole_group_and_keeps_partial_output(tmp_path):
     assert elapsed < 1.5 + 2 * proc.KILL_GRACE_S + 3
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child), "the grandchild survived the timeout"
+    assert not process_alive(child), "the grandchild survived the timeout"
     assert "did not finish within 1.5 s" in res.describe()
 
 
@@ -68,9 +55,9 @@ def test_children_left_behind_by_a_finished_tool_are_killed(tmp_path):
     assert res.ok
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not process_alive(child)
 
 
 def test_output_path_streams_to_file_and_keeps_tail(tmp_path):
