@@ -23,6 +23,12 @@ if [ -n "${PREFLIGHT_ARGS:-}" ]; then
     read -r -a extra <<< "${PREFLIGHT_ARGS}"
 fi
 
+# `dcgmi diag` needs DCGM's host engine; start it when DCGM is installed and none is running
+# (it daemonises and stays beside the trainer: a few MB, idle).
+if command -v nv-hostengine >/dev/null 2>&1 && ! pgrep -x nv-hostengine >/dev/null 2>&1; then
+    nv-hostengine >/dev/null 2>&1 || echo "preflight-entrypoint: nv-hostengine did not start" >&2
+fi
+
 has_sagemaker_program() {
     [ -n "${SAGEMAKER_PROGRAM:-}" ] && return 0
     local hyperparameters="${opt_ml}/input/config/hyperparameters.json"

@@ -91,7 +91,7 @@ def test_every_variable_used_is_declared(instructions: list[Instruction]) -> Non
     declared = set(args_declared(instructions))
     declared |= {ins.args.partition("=")[0] for ins in instructions if ins.name == "ENV"}
     # Variables the shell computes or the base image sets.
-    declared |= {"PATH"}
+    declared |= {"PATH", "cuda_major"}
     used = set()
     for ins in instructions:
         if ins.name in ("RUN", "FROM", "ENV", "COPY", "LABEL"):
@@ -279,3 +279,28 @@ def test_entrypoint_with_the_real_cli(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "reports" / "container-test" / "report.json").read_text())
     assert report["verdict"] == "pass"
     assert report["command"] == ["echo", "handed-off"]
+
+
+def test_dcgm_installed_for_the_images_cuda(instructions: list[Instruction]) -> None:
+    declared = args_declared(instructions)
+    assert declared["INSTALL_DCGM"] == "1"
+    runs = [ins.args for ins in instructions if ins.name == "RUN"]
+    dcgm = next(r for r in runs if "datacenter-gpu-manager" in r)
+    assert 'if [ "${INSTALL_DCGM}" = "1" ]' in dcgm
+    assert '"datacenter-gpu-manager-4-cuda${cuda_major}"' in dcgm
+    assert "cuda-keyring" in dcgm and "dcgmi --version" in dcgm
+
+
+def test_entrypoint_starts_the_dcgm_host_engine_once(fake_bin: Path) -> None:
+    started = fake_bin.parent / "hostengine.started"
+    engine = fake_bin / "nv-hostengine"
+    engine.write_text(f"#!/bin/sh\necho started >> {started}\n")
+    engine.chmod(engine.stat().st_mode | stat.S_IXUSR)
+    ran = run_entrypoint(fake_bin, "python", "train.py")
+    assert ran.argv == ["run", "--", "python", "train.py"]
+    assert started.read_text() == "started\n"
+
+
+def test_entrypoint_without_dcgm_does_not_complain(fake_bin: Path) -> None:
+    ran = run_entrypoint(fake_bin, "python", "train.py")
+    assert ran.returncode == 0 and "nv-hostengine" not in ran.stderr
