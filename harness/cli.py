@@ -570,4 +570,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entrypoint() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`preflight list | head`): say nothing more, as the Python docs
+        # recommend (stdout pointed at devnull so the exit-time flush does not raise again).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

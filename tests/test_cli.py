@@ -260,3 +260,20 @@ def test_inspect_garbage_exits_2_with_json_error(tmp_path, capsys):
     assert "error" in json.loads(capsys.readouterr().out)
     assert cli.main(["inspect", "nope", str(garbage)]) == cli.EXIT_USAGE
     assert "unknown kind 'nope'" in capsys.readouterr().err
+
+
+def test_closed_stdout_is_not_a_traceback(tmp_path):
+    """`preflight list | head -1`: the reader is gone before preflight writes."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "harness", "list"], env=env,
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr

@@ -111,3 +111,9 @@ def test_runtime_error_document_fails():
 def test_garbage(text: str, message: str):
     with pytest.raises(ParseError, match=message):
         parse_dcgm_diag(text)
+
+
+def test_a_markdown_table_is_not_a_dcgm_table():
+    text = "| file | what | source |\n|---|---|---|\n| a.json | DCGM 4 JSON | NVIDIA/DCGM |\n"
+    with pytest.raises(ParseError, match="no dcgmi diag result table rows"):
+        parse_dcgm_diag(text)

@@ -188,6 +188,10 @@ def _from_text(text: str) -> DcgmDiag:
                 errors.append(message)
         elif name:
             outcome = _OUTCOME.match(value)
+            if outcome is None and value and value.lower() not in _STATUS:
+                # Not a result row (a markdown table, a key/value line someone pasted).
+                message = None
+                continue
             status = outcome["status"] if outcome else value
             who = _who(outcome["who"] if outcome else None)
             tests.append((name, [(g, _status(status)) for g in who], []))
