@@ -196,8 +196,8 @@ def _strip_prefixes(line: str) -> str:
 
 # --- banner, rank lines, header, footer --------------------------------------------------------
 
-_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
-_CONCLUDED = re.compile(r"Collective test concluded:\s*(\S+)")
+_STARTING = re.compile(r"Collective test starting:\s*([A-Za-z_]\w*)")
+_CONCLUDED = re.compile(r"Collective test concluded:\s*([A-Za-z_]\w*)")
 _VALIDATION = re.compile(r"\bvalidation:\s*(\d+)")
 _RANK = re.compile(
     r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)\s+"
