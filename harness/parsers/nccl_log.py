@@ -210,7 +210,7 @@ def _segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
         start = chunk.rfind(b"\n", 0, pos) + 1
         stop = chunk.find(b"\n", pos, end)
         stop = end if stop < 0 else stop
-        found += [seg for seg in chunk[start:stop].split(b"|") if literal in seg]
+        found += [bytes(seg) for seg in chunk[start:stop].split(b"|") if literal in seg]
         pos = chunk.find(literal, stop, end)
     return found
 
@@ -527,6 +527,9 @@ def parse_nccl_log_stream(
     """Summarise one binary stream, or several (one log per rank) as one log; the fast path."""
     scanner = _Scanner()
     for fh in [streams] if hasattr(streams, "read") else streams:  # type: ignore[union-attr]
+        if hasattr(fh, "readinto"):
+            _feed_readinto(scanner, fh, chunk_bytes)
+            continue
         rest = b""
         while True:
             data = fh.read(chunk_bytes)  # type: ignore[union-attr]
@@ -543,6 +546,30 @@ def parse_nccl_log_stream(
         if rest:
             scanner.feed(rest)
     return scanner.summary()
+
+
+def _feed_readinto(scanner: _Scanner, fh: Any, chunk_bytes: int) -> None:
+    """Read into one reused buffer (no per-chunk copy); the partial last line of a chunk moves
+    to the buffer's front; a line longer than the buffer grows it."""
+    buf = bytearray(2 * chunk_bytes)
+    filled = 0
+    while True:
+        if len(buf) - filled < chunk_bytes:
+            buf.extend(bytes(chunk_bytes))  # a line longer than a chunk: room for more of it
+        with memoryview(buf) as view:
+            n = fh.readinto(view[filled:filled + chunk_bytes])
+        if not n:
+            break
+        end = filled + n
+        cut = buf.rfind(b"\n", 0, end) + 1
+        if cut == 0:
+            filled = end
+            continue
+        scanner.feed(buf, cut)
+        buf[:end - cut] = buf[cut:end]
+        filled = end - cut
+    if filled:
+        scanner.feed(bytes(buf[:filled]))
 
 
 def inspect_nccl_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
