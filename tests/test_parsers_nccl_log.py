@@ -303,3 +303,21 @@ def test_inspect_cli_reads_stdin(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
     assert main(["inspect", "nccl-log", "-", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_gdr_channels"] == 8
+
+
+class _ReadOnly:
+    """A stream with read() but no readinto() (pipes wrapped by some log shippers)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._io = io.BytesIO(data)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._io.read(n)
+
+
+def test_streams_without_readinto_give_the_same_result():
+    path = DATA / "composed_ofi_1.16_efa_direct_p5_srun.log"
+    data = path.read_bytes()
+    assert (parse_nccl_log_stream(_ReadOnly(data), chunk_bytes=97)
+            == parse_nccl_log_stream(io.BytesIO(data), chunk_bytes=97)
+            == parse_nccl_log(data.decode()))
