@@ -368,6 +368,16 @@ def _compute_offenders(result: Any, values: dict[int, float], floor: float, unit
             f"-> {action}" for device, value in below_floor(values, floor).items()]
 
 
+def _judge_floor(result: Any, values: dict[int, float], floor: float, what: str, unit: str,
+                 inventory: Any) -> None:
+    """Record each GPU's figure against `floor`; fail naming every GPU below it (reset)."""
+    for device, value in sorted(values.items()):
+        measure(f"{_cuda_label(result, device, inventory, short=True)} {what}", round(value, 1),
+                unit, op=">=", threshold=floor, ok=value >= floor)
+    expect_none(f"GPUs below the {what} floor",
+                _compute_offenders(result, values, floor, unit, inventory, RESET))
+
+
 @check(
     "PF-GPU-013",
     title="bf16 matmul throughput on every GPU at the profile's floor",
@@ -382,14 +392,8 @@ def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: Any,
     _require_gpus(profile)
     if profile.min_bf16_tflops is None:
         not_applicable("the profile sets no bf16 TFLOP/s floor")
-    inventory = _inventory_or_none(request)
-    for device, value in sorted(compute_sanity.tflops.items()):
-        measure(f"{_cuda_label(compute_sanity, device, inventory, short=True)} bf16 matmul",
-                round(value, 1), "TFLOP/s", op=">=", threshold=profile.min_bf16_tflops,
-                ok=value >= profile.min_bf16_tflops)
-    expect_none("GPUs below the bf16 matmul floor",
-                _compute_offenders(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
-                                   "TFLOP/s", inventory, RESET))
+    _judge_floor(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
+                 "bf16 matmul", "TFLOP/s", _inventory_or_none(request))
 
 
 @check(
@@ -427,14 +431,8 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: Any,
     _require_gpus(profile)
     if profile.min_hbm_copy_gb_s is None:
         not_applicable("the profile sets no HBM copy floor")
-    inventory = _inventory_or_none(request)
-    for device, value in sorted(compute_sanity.copy_gb_s.items()):
-        measure(f"{_cuda_label(compute_sanity, device, inventory, short=True)} HBM copy",
-                round(value, 1), "GB/s", op=">=", threshold=profile.min_hbm_copy_gb_s,
-                ok=value >= profile.min_hbm_copy_gb_s)
-    expect_none("GPUs below the HBM copy floor",
-                _compute_offenders(compute_sanity, compute_sanity.copy_gb_s,
-                                   profile.min_hbm_copy_gb_s, "GB/s", inventory, RESET))
+    _judge_floor(compute_sanity, compute_sanity.copy_gb_s, profile.min_hbm_copy_gb_s,
+                 "HBM copy", "GB/s", _inventory_or_none(request))
 
 
 @check(
