@@ -469,14 +469,14 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
         default_work_dir,
         parse_injections,
         run_selftest,
+        selftest_timeouts,
     )
 
     try:
-        k = args.timeout_scale
         cfg = SelftestConfig(
             nodes=args.nodes, faults=parse_injections(args.inject, args.nodes), tier=args.tier,
             work_dir=Path(args.work_dir) if args.work_dir else default_work_dir(),
-            join_s=20.0 * k, local_s=40.0 * k, gather_s=8.0 * k, collective_s=6.0 * k,
+            timeouts=selftest_timeouts(args.timeout_scale),
         )
     except SelftestError as exc:
         raise UsageError(str(exc)) from None

@@ -145,3 +145,11 @@ def test_node_summary_from_a_report():
     assert len(s["failed"][0]["message"]) == 600
     assert s["env"] == {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN"}
     assert s["facts"]["nccl"] == "2.21.5"
+
+
+def test_cluster_timeouts_round_trip_through_the_environment():
+    from harness.cluster.selftest import selftest_timeouts
+    from harness.cluster.step import ClusterTimeouts
+
+    t = selftest_timeouts(1.5)
+    assert ClusterTimeouts.from_env(t.to_env(), local_s=t.local_s) == t

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.step import FAULTS
+from harness.cluster.step import FAULTS, ClusterTimeouts
 
 __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections", "run_selftest"]
 
@@ -60,11 +60,8 @@ class SelftestConfig:
     keyword: str = "env"
     """Node-local checks to run (-k): cheap ones, so the selftest takes seconds."""
     tier: str = "preflight"
-    join_s: float = 20.0
-    local_s: float = 40.0
-    gather_s: float = 8.0
-    collective_s: float = 6.0
-    isolation_rounds: int = 3
+    timeouts: ClusterTimeouts = field(default_factory=lambda: selftest_timeouts())
+    """Every wait of every node (short: the nodes are local processes)."""
     slow_s: float = 0.5
     """Sleep before every all_reduce of a `slow` node, s."""
     floor_gb_s: float = 0.01
@@ -143,11 +140,7 @@ def _node_env(cfg: SelftestConfig, rank: int, port: int, base: Mapping[str, str]
         "PREFLIGHT_NNODES": str(cfg.nodes), "PREFLIGHT_NODE_RANK": str(rank),
         "PREFLIGHT_MASTER_ADDR": "127.0.0.1", "PREFLIGHT_PORT": str(port),
         "PREFLIGHT_HOSTNAME": f"node{rank}", "PREFLIGHT_HOSTS": f"node[0-{cfg.nodes - 1}]",
-        "PREFLIGHT_JOIN_TIMEOUT_S": f"{cfg.join_s:g}",
-        "PREFLIGHT_GATHER_TIMEOUT_S": f"{cfg.gather_s:g}",
-        "PREFLIGHT_COLLECTIVE_TIMEOUT_S": f"{cfg.collective_s:g}",
-        "PREFLIGHT_ISOLATION_ROUNDS": str(cfg.isolation_rounds),
-        "PREFLIGHT_EXIT_TIMEOUT_S": f"{cfg.gather_s:g}",
+        **cfg.timeouts.to_env(),
         "PREFLIGHT_CLUSTER_BW_BYTES": "1M",
         "PREFLIGHT_SELFTEST_SLOW_S": f"{cfg.slow_s:g}",
         "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
@@ -161,12 +154,11 @@ def _node_env(cfg: SelftestConfig, rank: int, port: int, base: Mapping[str, str]
     return env
 
 
-def hard_bound_s(cfg: SelftestConfig) -> float:
-    from harness.cluster.step import ClusterTimeouts
-
-    return ClusterTimeouts(join_s=cfg.join_s, local_s=cfg.local_s, gather_s=cfg.gather_s,
-                           collective_s=cfg.collective_s, isolation_rounds=cfg.isolation_rounds,
-                           exit_s=cfg.gather_s).hard_bound_s
+def selftest_timeouts(scale: float = 1.0) -> ClusterTimeouts:
+    """The selftest's waits, s (`--timeout-scale` multiplies them on slow machines); the exit
+    handshake gets the gather slack."""
+    return ClusterTimeouts(join_s=20.0 * scale, local_s=40.0 * scale, gather_s=8.0 * scale,
+                           collective_s=6.0 * scale, isolation_rounds=3, exit_s=8.0 * scale)
 
 
 def run_selftest(cfg: SelftestConfig, base_env: Mapping[str, str] | None = None,
@@ -176,14 +168,14 @@ def run_selftest(cfg: SelftestConfig, base_env: Mapping[str, str] | None = None,
     work = cfg.work_dir
     work.mkdir(parents=True, exist_ok=True)
     profile_file = work / "selftest-profile.toml"
-    budget = f"{cfg.local_s:g}"
+    budget = f"{cfg.timeouts.local_s:g}"
     # A short local budget (it bounds the run), and a floor far below a healthy loopback
     # pair (~0.1-1 GB/s on 2 busy cores) and far above a `slow` one (~0.002 GB/s).
     profile_file.write_text(f'[profiles."local-cpu"]\nrun_budget_s = {{preflight = {budget}, '
                             f"certify = {budget}, diagnose = {budget}}}\n"
                             f"cpu_busbw_gb_s_min = {cfg.floor_gb_s:g}\n")
     port = _free_port()
-    bound = hard_bound_s(cfg)
+    bound = cfg.timeouts.hard_bound_s
     if echo:
         print(f"preflight selftest: {cfg.nodes} nodes on 127.0.0.1:{port}, faults "
               f"{dict(cfg.faults) or 'none'}; hard upper bound {bound:g} s; work dir {work}",

@@ -82,6 +82,16 @@ class ClusterTimeouts:
                 f"cluster bandwidth {self.bench_s:g} + isolation {self.isolation_rounds} x "
                 f"{self.bench_s:g} + exit {self.exit_s:g} = {self.hard_bound_s:g} s")
 
+    def to_env(self) -> dict[str, str]:
+        """The variables `from_env` reads (local_s travels as the profile's run budget)."""
+        return {
+            "PREFLIGHT_JOIN_TIMEOUT_S": f"{self.join_s:g}",
+            "PREFLIGHT_GATHER_TIMEOUT_S": f"{self.gather_s:g}",
+            "PREFLIGHT_COLLECTIVE_TIMEOUT_S": f"{self.collective_s:g}",
+            "PREFLIGHT_ISOLATION_ROUNDS": str(self.isolation_rounds),
+            "PREFLIGHT_EXIT_TIMEOUT_S": f"{self.exit_s:g}",
+        }
+
     @classmethod
     def from_env(cls, env: Mapping[str, str], local_s: float) -> ClusterTimeouts:
         return cls(
