@@ -189,6 +189,17 @@ def test_one_rank_on_sockets_makes_the_job_socket_bound():
     assert parse_nccl_log(text).network == "Socket"
 
 
+def test_a_channel_line_printed_twice_counts_once():
+    lines = ["h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/Libfabric/0/GDRDMA",
+             "h:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/Libfabric/1"]
+    # The same communicator created twice, the second time in another chunk.
+    data = ("\n".join(lines + ["h:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 16"] * 30 + lines)
+            + "\n").encode()
+    for chunk_bytes in (97, 1 << 20):
+        s = parse_nccl_log_stream(io.BytesIO(data), chunk_bytes=chunk_bytes)
+        assert (s.num_net_channels, s.num_gdr_channels, s.gdr) == (2, 1, False), chunk_bytes
+
+
 def test_streaming_and_chunking_do_not_change_the_result():
     for path in sorted(DATA.glob("*.log")):
         if not path.stat().st_size:

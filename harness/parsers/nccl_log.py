@@ -82,6 +82,8 @@ class NcclLogSummary:
     gdr_negative: bool = False
     """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`)."""
     num_net_channels: int = 0
+    """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
+    more than SEEN_CAP distinct lines reset the memory of what was seen)."""
     num_gdr_channels: int = 0
     net_channels_by_network: dict[str, int] = field(default_factory=dict)
     nranks: int | None = None
@@ -174,20 +176,19 @@ class NcclLogSummary:
 
 
 # --- Scanning --------------------------------------------------------------------------------
-# Whole chunks are searched with a few literal-prefixed regexes (C speed); the matched lines
+# Whole chunks are searched with two literal-prefixed regexes (C speed); the matched lines
 # are de-duplicated with a dict (every rank prints the same ones), so each distinct line is
-# interpreted once in Python; channel lines are counted with Counter. `.*` is the fastest tail
-# sre has; CR and everything after a `|` (a CloudWatch console copy, `| ts | line | line`) are
-# cut off later, per distinct payload.
+# interpreted (and each distinct channel line counted) once in Python. CR and everything after
+# a `|` (a CloudWatch console copy, `| ts | line | line`) are cut off later, per distinct payload.
 
 # Candidate lines: WARN, the INFO payloads whose first letter can start a fact (NET/..., NCCL
-# version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize),
-# torch's `NCCL error`, and PyTorch's watchdog lines (ProcessGroupNCCL.cpp / WorkNCCL(SeqNum).
-# A cheap first-letter filter beats a full alternation in sre; Python sorts out the rest, once
-# per distinct line.
+# version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize,
+# Channel/Ring lines (`via NET/...`)), torch's `NCCL error`, and PyTorch's watchdog lines
+# (ProcessGroupNCCL.cpp / WorkNCCL(SeqNum). A cheap first-letter filter beats a full alternation
+# in sre; Python sorts out the rest, once per distinct line. One pass finds the channel lines too:
+# a second pass for `via NET/` cost more than the extra Channel/Ring lines this one returns.
 # `[^\n]*` rather than `.*` (same match without DOTALL): sre runs it ~35% faster.
-_MAIN = re.compile(rb"NCCL[ .(](?:INFO [NUcnIF]|WARN|error|version|cpp:|SeqNum)[^\n]*")
-_CHANNEL = re.compile(rb"via NET/([^\r\n|]*)[^\n]*")  # once per line (CloudWatch rows repeat it)
+_MAIN = re.compile(rb"NCCL[ .(](?:INFO [NUcnIFCR]|WARN|error|version|cpp:|SeqNum)[^\n]*")
 #: libfabric's own warnings (`libfabric:85:...:fi_getinfo_():1392<warn> fi_getinfo: provider efa
 #: output empty list`): one more pass over each chunk.
 _LIBFABRIC_WARN = re.compile(rb"<warn> ([^\n]*)")
@@ -270,7 +271,10 @@ class _Scanner:
         for raw in fresh:
             text = _text(raw)
             if text.startswith("NCCL INFO "):
-                facts.info(text[10:])
+                if "via NET/" in text:
+                    facts.channel(text.partition("via NET/")[2])
+                else:
+                    facts.info(text[10:])
             elif text.startswith("NCCL WARN "):
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
@@ -282,9 +286,6 @@ class _Scanner:
                 facts.timeout("Watchdog caught collective operation timeout: Work" + text)
             else:
                 facts.fault(text)
-        if chunk.find(b"via NET/", 0, end) >= 0:
-            for tail, count in Counter(_CHANNEL.findall(chunk, 0, end)).items():
-                facts.channel(_text(tail), count)
         for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
             facts.fault(_text(raw))
         if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
@@ -424,15 +425,16 @@ class _Facts:
         self.timeouts[text] = WatchdogTimeout(num("rank"), num("seq"), m["op"], num("timeout"),
                                               num("ran"), text)
 
-    def channel(self, tail: str, count: int) -> None:
-        """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`."""
+    def channel(self, tail: str) -> None:
+        """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`
+        of one distinct channel line (a communicator created twice prints the same lines)."""
         self.recognised += 1
         name, sep, rest = tail.partition("/")
         if not sep or not rest[:1].isdigit():  # a truncated last line: `via NET/Libfab`
             return
-        self.net_channels[name] += count
+        self.net_channels[name] += 1
         if "/GDRDMA" in tail:
-            self.gdr_channels += count
+            self.gdr_channels += 1
 
     def _network(self) -> str | None:
         if self.net_channels:
