@@ -50,7 +50,8 @@ def bus_factor(collective: str | None, nranks: int | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One half of a row (out-of-place or in-place). `wrong` is None when not checked (N/A)."""
+    """One half of a row (out-of-place or in-place). `wrong` is None when not checked (N/A); in
+    old `error` tables it is None too, or 1 where rccl-tests starred the deviation (`3e-01*`)."""
 
     time_us: float | None
     algbw_gb_s: float | None
@@ -264,11 +265,16 @@ def _num(token: str) -> float | None:
     return None if value != value else value  # nan -> None
 
 
+def _is_nan(token: str) -> bool:
+    """`nan`, `-nan` (glibc's printf of a negative NaN): a number nccl-tests printed, not garbage."""
+    return token.lower().lstrip("+-") == "nan"
+
+
 def _wrong(token: str) -> int | bool | None:
     """#wrong cell: an int (scientific notation too), None for N/A, False when unreadable."""
     if token.upper() == "N/A":
         return None
-    value = _num(token)
+    value = _num(token.rstrip("*"))
     if value is None:
         return False
     return round(value)
@@ -321,7 +327,7 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
             break
         wrong = _wrong(part[offsets["wrong"]])
         values = [_num(part[offsets[k]]) for k in ("time", "algbw", "busbw")]
-        if wrong is False or any(v is None and part[offsets[k]].lower() != "nan"
+        if wrong is False or any(v is None and not _is_nan(part[offsets[k]])
                                  for v, k in zip(values, ("time", "algbw", "busbw"), strict=True)):
             if h == 0:
                 return None, True
@@ -329,8 +335,10 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
         if layout.counts_wrong:
             halves.append(Measurement(values[0], values[1], values[2], wrong))  # type: ignore[arg-type]
         else:
-            error = _num(part[offsets["wrong"]])
-            halves.append(Measurement(values[0], values[1], values[2], None, error))
+            # rccl-tests marks a deviation above its tolerance with `*` (`2e-01*`): a wrong row.
+            cell = part[offsets["wrong"]]
+            halves.append(Measurement(values[0], values[1], values[2],
+                                      1 if cell.endswith("*") else None, _num(cell.rstrip("*"))))
     if not halves:
         return None, True
     root = cells.get("root")
@@ -364,8 +372,9 @@ def _feed(state: _State, raw: str, line: str) -> None:
     if (m := _STARTING.search(stripped)) is not None:
         state.collective = _collective_name(m[1])
         return
-    if _CONCLUDED.search(stripped):
+    if (m := _CONCLUDED.search(stripped)) is not None:
         state.concluded = True
+        state.collective = state.collective or _collective_name(m[1])  # the banner may be cut off
         return
     if "nThread" in stripped:
         state.banner = True
@@ -427,10 +436,12 @@ def _infer_collective(rows: list[Row], nranks: int | None) -> str | None:
     algbw, busbw = row.oop.algbw_gb_s, row.oop.busbw_gb_s
     if not nranks or not algbw or busbw is None:
         return "all_reduce" if row.redop else None
+    # sendrecv prints `sum -1` too; on 2 ranks its factor equals all_reduce's: then say nothing.
     ratio = busbw / algbw
-    best = min(("all_reduce", "reduce_scatter"),
-               key=lambda c: abs(BUS_FACTORS[c](nranks) - ratio))
-    return best
+    factors = {c: BUS_FACTORS[c](nranks) for c in ("all_reduce", "reduce_scatter", "sendrecv")}
+    best = min(factors, key=lambda c: abs(factors[c] - ratio))
+    tied = [c for c in factors if abs(factors[c] - factors[best]) < 1e-9]
+    return best if len(tied) == 1 else None
 
 
 def _mismatches(state: _State, collective: str | None, nranks: int | None) -> list[str]:
@@ -478,7 +489,8 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         raise ParseError(
             "no nccl-tests output found: no table rows (`  1048576  262144  float  sum ...`), "
             "no `# Avg bus bandwidth` footer and no `Test ... failure` line")
-    nranks = len(state.ranks) or None
+    # Ranks are numbered 0..n-1: the highest one printed counts them even in a trimmed copy.
+    nranks = max(state.ranks) + 1 if state.ranks else None
     name = collective or state.collective or _infer_collective(state.rows, nranks)
     hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values()))
     first = state.rows[0] if state.rows else None
