@@ -50,6 +50,8 @@ CASES = {
     "real_srun_label_p5_2node.txt": ("all_reduce", None, 32, None, None, 0, False, 0, 16 * GIB),
     "real_eks_mpirun_indented_elided.txt": ("all_reduce", None, 7, 52.9753, 0, 0, True, 0, 2 * GIB),
     "real_gb200_nvl72_trimmed_ranks.txt": ("all_reduce", 72, 5, 745.53, 0, 0, True, 0, 8 * GIB),
+    "real_wrong_counts_oob_failed_then_next_run.txt": (None, 2, 27, 3.02663, 108, 1073741424, True, 0,
+                                                       536870912),
 }
 
 
@@ -270,3 +272,12 @@ def test_nan_cells_keep_the_row():
 def test_crlf_line_ends_with_mpirun_prefixes():
     plain = _read("real_eks_mpirun_indented_elided.txt")
     assert parse_nccl_tests(plain.replace("\n", "\r\n")).rows == parse_nccl_tests(plain).rows
+
+
+def test_concatenated_runs_are_not_merged():
+    """A log of two runs: the second banner starts a new table (was: 30 rows, sizes repeated, and
+    the repeated rank lines misread as a binary built without MPI)."""
+    r = parse_nccl_tests(_read("real_wrong_counts_oob_failed_then_next_run.txt"))
+    assert r.errors == () and r.at_size(8).oop.wrong == 4 and r.at_size(8).ip.wrong == 4
+    assert r.at_size(536870912).oop.wrong == 268435000 and r.out_of_bounds == 108
+    assert any("2 runs" in w for w in r.warnings)

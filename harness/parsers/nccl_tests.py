@@ -477,9 +477,8 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if text.lstrip().startswith("{"):
         return _parse_json(text, collective)
-    state = _State()
-    for raw, line in _text_lines(text):
-        _feed(state, raw, line)
+    runs = _split_runs(text)
+    state = next((r for r in runs if collective and r.collective == collective), runs[0])
     if state.duplicate_ranks:
         state.errors.append(
             f"rank(s) {sorted(state.duplicate_ranks)} printed by more than one process: the binary "
@@ -497,6 +496,10 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
     warnings = []
     if state.truncated:
         warnings.append(f"{state.truncated} table line(s) cut short")
+    if len(runs) > 1:
+        names = ", ".join(r.collective or "?" for r in runs)
+        warnings.append(f"the output holds {len(runs)} runs ({names}); only the "
+                        f"{'first' if state is runs[0] else collective} is reported")
     return NcclTestsResult(
         collective=name,
         nranks=nranks,
@@ -516,6 +519,18 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         truncated_rows=state.truncated,
         warnings=tuple(warnings),
     )
+
+
+def _split_runs(text: str) -> list[_State]:
+    """One state per run: a banner after a footer starts the next run of a concatenated log
+    (a script looping over collectives), whose rows must not join the previous table."""
+    runs = [_State()]
+    for raw, line in _text_lines(text):
+        ended = runs[-1].avg is not None or runs[-1].concluded
+        if ended and ("nThread" in line or _STARTING.search(line)):
+            runs.append(_State())
+        _feed(runs[-1], raw, line)
+    return runs
 
 
 # --- the -J JSON document ----------------------------------------------------------------------
