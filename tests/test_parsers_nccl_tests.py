@@ -50,6 +50,8 @@ CASES = {
     "real_srun_label_p5_2node.txt": ("all_reduce", None, 32, None, None, 0, False, 0, 16 * GIB),
     "real_eks_mpirun_indented_elided.txt": ("all_reduce", None, 7, 52.9753, 0, 0, True, 0, 2 * GIB),
     "real_gb200_nvl72_trimmed_ranks.txt": ("all_reduce", 72, 5, 745.53, 0, 0, True, 0, 8 * GIB),
+    "real_p4d_efa_old_error_info_in_table.txt": ("all_reduce", 16, 7, None, None, None, False, 0,
+                                                 46137344),
     "real_wrong_counts_oob_failed_then_next_run.txt": (None, 2, 27, 3.02663, 108, 1073741424, True, 0,
                                                        536870912),
 }
@@ -281,3 +283,14 @@ def test_concatenated_runs_are_not_merged():
     assert r.errors == () and r.at_size(8).oop.wrong == 4 and r.at_size(8).ip.wrong == 4
     assert r.at_size(536870912).oop.wrong == 268435000 and r.out_of_bounds == 108
     assert any("2 runs" in w for w in r.warnings)
+
+
+def test_nranks_from_nccl_init_lines_when_no_rank_lines():
+    """2 x p4d over EFA (aws-ofi-nccl 1.1.x): only NCCL's `comm ... rank 7 nranks 16 ... Init
+    COMPLETE` counts the ranks, which lets the busbw arithmetic be checked (1.875 x algbw)."""
+    r = parse_nccl_tests(_read("real_p4d_efa_old_error_info_in_table.txt"))
+    assert r.nranks == 16 and r.busbw_mismatches == () and r.truncated_rows == 1
+    row = r.at_size(33554432)
+    assert (row.oop.algbw_gb_s, row.oop.busbw_gb_s, row.oop.max_error) == (17.08, 32.02, 5e-07)
+    assert len(parse_nccl_tests(_read("real_p4d_efa_old_error_info_in_table.txt").replace(
+        "32.02  5e-07", "30.00  5e-07")).busbw_mismatches) == 1

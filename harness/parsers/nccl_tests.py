@@ -174,6 +174,7 @@ _PREFIXES = [
     re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
 ]
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_COMM_NRANKS = re.compile(r"\bNCCL INFO .*\bcomm 0x[0-9a-f]+ rank \d+ nranks (\d+)\b.*Init COMPLETE")
 _ERROR_LINES = [
     re.compile(r"Test (?:CUDA |NCCL )?failure .*"),
     re.compile(r"\bNCCL failure .*"),
@@ -306,6 +307,7 @@ class _State:
     min_bw_failed: bool = False
     concluded: bool = False
     truncated: int = 0
+    comm_nranks: int | None = None
 
 
 def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
@@ -351,13 +353,9 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
 
 
 def _text_lines(text: str) -> list[tuple[str, str]]:
-    """(raw, cleaned) lines: prefixes stripped, NCCL log lines dropped."""
-    out = []
-    for raw in text.split("\n"):
-        if _NCCL_LOG.search(raw):
-            continue
-        out.append((raw.rstrip(), _strip_prefixes(raw.rstrip())))
-    return out
+    """(raw, cleaned) lines: prefixes stripped; NCCL log lines have an empty cleaned line."""
+    return [(raw.rstrip(), "" if _NCCL_LOG.search(raw) else _strip_prefixes(raw.rstrip()))
+            for raw in text.split("\n")]
 
 
 def _feed(state: _State, raw: str, line: str) -> None:
@@ -488,8 +486,9 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         raise ParseError(
             "no nccl-tests output found: no table rows (`  1048576  262144  float  sum ...`), "
             "no `# Avg bus bandwidth` footer and no `Test ... failure` line")
-    # Ranks are numbered 0..n-1: the highest one printed counts them even in a trimmed copy.
-    nranks = max(state.ranks) + 1 if state.ranks else None
+    # Ranks are numbered 0..n-1: the highest one printed counts them even in a trimmed copy;
+    # without rank lines, NCCL's own `comm ... nranks 16 ... Init COMPLETE` lines count them.
+    nranks = max(state.ranks) + 1 if state.ranks else state.comm_nranks
     name = collective or state.collective or _infer_collective(state.rows, nranks)
     hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values()))
     first = state.rows[0] if state.rows else None
@@ -526,6 +525,10 @@ def _split_runs(text: str) -> list[_State]:
     (a script looping over collectives), whose rows must not join the previous table."""
     runs = [_State()]
     for raw, line in _text_lines(text):
+        if not line:
+            if (m := _COMM_NRANKS.search(raw)) is not None:
+                runs[-1].comm_nranks = max(runs[-1].comm_nranks or 0, int(m[1]))
+            continue
         ended = runs[-1].avg is not None or runs[-1].concluded
         if ended and ("nThread" in line or _STARTING.search(line)):
             runs.append(_State())
