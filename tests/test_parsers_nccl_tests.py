@@ -52,6 +52,8 @@ CASES = {
     "real_gb200_nvl72_trimmed_ranks.txt": ("all_reduce", 72, 5, 745.53, 0, 0, True, 0, 8 * GIB),
     "real_p4d_efa_old_error_info_in_table.txt": ("all_reduce", 16, 7, None, None, None, False, 0,
                                                  46137344),
+    "real_rank_tag_per_write_chunk.txt": ("all_reduce", None, 10, None, None, 0, False, 0, 536870912),
+    "real_empty_hostname_rank_lines.txt": (None, 8, 0, None, None, None, False, 0, None),
     "real_wrong_counts_oob_failed_then_next_run.txt": (None, 2, 27, 3.02663, 108, 1073741424, True, 0,
                                                        536870912),
 }
@@ -294,3 +296,17 @@ def test_nranks_from_nccl_init_lines_when_no_rank_lines():
     assert (row.oop.algbw_gb_s, row.oop.busbw_gb_s, row.oop.max_error) == (17.08, 32.02, 5e-07)
     assert len(parse_nccl_tests(_read("real_p4d_efa_old_error_info_in_table.txt").replace(
         "32.02  5e-07", "30.00  5e-07")).busbw_mismatches) == 1
+
+
+def test_rank_tags_inside_rows_are_removed():
+    """`[0]` before each of nccl-tests' three writes per row (was: every row dropped)."""
+    r = parse_nccl_tests(_read("real_rank_tag_per_write_chunk.txt"))
+    row = r.at_size(1048576)
+    assert (row.root, row.oop.time_us, row.oop.busbw_gb_s, row.ip.time_us, row.ip.busbw_gb_s) == (
+        -1, 1626.5, 1.24, 2302.3, 0.87)
+    assert r.at_size(536870912).ip.busbw_gb_s == 5.33 and r.truncated_rows == 1
+
+
+def test_rank_lines_with_an_empty_hostname():
+    r = parse_nccl_tests(_read("real_empty_hostname_rank_lines.txt"))
+    assert r.nranks == 8 and r.hosts == () and r.devices[7] == "NVIDIA A100 80GB PCIe"

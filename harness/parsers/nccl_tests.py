@@ -174,6 +174,8 @@ _PREFIXES = [
     re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
 ]
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_RANK_TAG = re.compile(r"\[\d+\]")
+_RANK_TAG_START = re.compile(r"\s*\[\d+\]")
 _COMM_NRANKS = re.compile(r"\bNCCL INFO .*\bcomm 0x[0-9a-f]+ rank \d+ nranks (\d+)\b.*Init COMPLETE")
 _ERROR_LINES = [
     re.compile(r"Test (?:CUDA |NCCL )?failure .*"),
@@ -202,7 +204,7 @@ _STARTING = re.compile(r"Collective test starting:\s*([A-Za-z_]\w*)")
 _CONCLUDED = re.compile(r"Collective test concluded:\s*([A-Za-z_]\w*)")
 _VALIDATION = re.compile(r"\bvalidation:\s*(\d+)")
 _RANK = re.compile(
-    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)\s+"
+    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?:(?P<host>\S+)\s+)??"
     r"device\s+(?P<dev>\d+)\s+\[[^\]]*\]\s*(?P<name>.*)$"
 )
 _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
@@ -352,10 +354,19 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     ), len(halves) < len(layout.halves)
 
 
+def _clean(raw: str) -> str:
+    if _NCCL_LOG.search(raw):
+        return ""
+    if _RANK_TAG_START.match(raw):
+        # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style): nccl-tests
+        # prints a row in three writes, so the tags sit inside the row too (`-1[0]  1626.5`).
+        raw = _RANK_TAG.sub(" ", raw)
+    return _strip_prefixes(raw)
+
+
 def _text_lines(text: str) -> list[tuple[str, str]]:
     """(raw, cleaned) lines: prefixes stripped; NCCL log lines have an empty cleaned line."""
-    return [(raw.rstrip(), "" if _NCCL_LOG.search(raw) else _strip_prefixes(raw.rstrip()))
-            for raw in text.split("\n")]
+    return [(raw.rstrip(), _clean(raw.rstrip())) for raw in text.split("\n")]
 
 
 def _feed(state: _State, raw: str, line: str) -> None:
@@ -383,7 +394,7 @@ def _feed(state: _State, raw: str, line: str) -> None:
         rank = int(m["rank"])
         if rank in state.ranks:
             state.duplicate_ranks.add(rank)
-        state.ranks[rank] = (m["host"], m["name"].strip())
+        state.ranks[rank] = (m["host"] or "", m["name"].strip())
         return
     if (m := _OOB.search(stripped)) is not None:
         state.oob = int(m[1])
@@ -490,7 +501,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
     # without rank lines, NCCL's own `comm ... nranks 16 ... Init COMPLETE` lines count them.
     nranks = max(state.ranks) + 1 if state.ranks else state.comm_nranks
     name = collective or state.collective or _infer_collective(state.rows, nranks)
-    hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values()))
+    hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values() if h))
     first = state.rows[0] if state.rows else None
     warnings = []
     if state.truncated:
