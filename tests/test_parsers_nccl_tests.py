@@ -129,6 +129,7 @@ def test_busbw_not_matching_algbw_times_factor_is_flagged():
 @pytest.mark.parametrize(("collective", "n", "factor"), [
     ("all_reduce", 16, 1.875), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75),
     ("alltoall", 2, 0.5), ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("all_reduce", None, None),
+    ("gather", 4, 0.75), ("scatter", 8, 0.875), ("hypercube", 8, 1.0),
     (None, 8, None),
 ])
 def test_bus_factors(collective, n, factor):

@@ -38,6 +38,9 @@ BUS_FACTORS = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
     "sendrecv": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "hypercube": lambda n: 1.0,  # its algbw already counts the (n-1) peers (src/hypercube.cu)
 }
 
 
