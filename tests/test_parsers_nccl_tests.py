@@ -36,6 +36,26 @@ CASES = {
     "died_before_table_mpirun.txt": (None, 4, 0, None, None, None, False, 2, None),
     "cuda_failure_only.txt": (None, None, 0, None, None, None, False, 1, None),
     "non_mpi_binary_under_mpirun.txt": (None, 1, 0, None, None, None, False, 1, None),
+    # real_*: values read by hand from the published text (see SOURCES.md)
+    "real_rccl_alltoall_tail_next_test.txt": ("alltoall", None, 10, 2.38156, 0, 0, True, 0,
+                                              134217728),
+    "real_rccl_broadcast_root0_tail.txt": ("broadcast", None, 10, 3.41227, 0, 0, True, 0,
+                                           134217728),
+    "real_thor_single_rank_wide_algbw.txt": ("all_reduce", 1, 1, 0.0, 0, 0, True, 0, 33554432),
+    "real_g5_no_hash_markers_cut.txt": (None, 1, 0, None, None, None, False, 0, None),
+    "real_broadcast_old_root_column_c0.txt": ("broadcast", 2, 1, None, None, None, False, 0, 8),
+    "real_sendrecv_na_in_place_2node.txt": (None, 2, 5, None, None, 0, False, 0, 4096),
+    "real_sendrecv_old_error_deviation.txt": (None, None, 1, None, None, None, False, 0, 37748744),
+    "real_srun_label_rccl_allgather_cut.txt": (None, None, 6, None, None, 0, False, 0, 2097152),
+    "real_srun_label_p5_2node.txt": ("all_reduce", None, 32, None, None, 0, False, 0, 16 * GIB),
+    "real_eks_mpirun_indented_elided.txt": ("all_reduce", None, 7, 52.9753, 0, 0, True, 0, 2 * GIB),
+    "real_gb200_nvl72_trimmed_ranks.txt": ("all_reduce", 72, 5, 745.53, 0, 0, True, 0, 8 * GIB),
+    "real_p4d_efa_old_error_info_in_table.txt": ("all_reduce", 16, 7, None, None, None, False, 0,
+                                                 46137344),
+    "real_rank_tag_per_write_chunk.txt": ("all_reduce", None, 10, None, None, 0, False, 0, 536870912),
+    "real_empty_hostname_rank_lines.txt": (None, 8, 0, None, None, None, False, 0, None),
+    "real_wrong_counts_oob_failed_then_next_run.txt": (None, 2, 27, 3.02663, 108, 1073741424, True, 0,
+                                                       536870912),
 }
 
 
@@ -109,6 +129,7 @@ def test_busbw_not_matching_algbw_times_factor_is_flagged():
 @pytest.mark.parametrize(("collective", "n", "factor"), [
     ("all_reduce", 16, 1.875), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75),
     ("alltoall", 2, 0.5), ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("all_reduce", None, None),
+    ("gather", 4, 0.75), ("scatter", 8, 0.875), ("hypercube", 8, 1.0),
     (None, 8, None),
 ])
 def test_bus_factors(collective, n, factor):
@@ -182,3 +203,111 @@ def test_per_iteration_columns_and_timestamps():
     (parsed,) = r.rows
     assert (parsed.oop.busbw_gb_s, parsed.ip.busbw_gb_s, parsed.ip.wrong) == (297.86, 298.82, 0)
     assert parsed.ip.time_us == 6737.4
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_collective_named_by_the_concluded_line_when_the_banner_is_cut():
+    r = parse_nccl_tests(_read("real_rccl_alltoall_tail_next_test.txt"))
+    assert r.collective == "alltoall" and r.rows[-1].ip.wrong is None
+    assert r.rows[-1].oop.busbw_gb_s == 6.34 and r.rows[-1].ip.busbw_gb_s == 6.34
+
+
+def test_nranks_from_the_highest_rank_printed():
+    """A copy trimmed to the last rank line: rank 71 means 72 ranks, not 1 (no false mismatches)."""
+    r = parse_nccl_tests(_read("real_gb200_nvl72_trimmed_ranks.txt"))
+    assert r.nranks == 72 and r.busbw_mismatches == ()
+    assert r.devices == ("NVIDIA Graphics Device",)
+
+
+def test_sendrecv_on_two_ranks_is_not_guessed_as_all_reduce():
+    r = parse_nccl_tests(_read("real_sendrecv_na_in_place_2node.txt"))
+    assert r.collective is None and r.hosts == ("gpu23", "gpu24")
+    assert [row.ip.wrong for row in r.rows] == [None] * 5 and r.num_wrong == 0
+    assert parse_nccl_tests(_read("real_sendrecv_na_in_place_2node.txt"),
+                            collective="sendrecv").busbw_mismatches == ()
+
+
+def test_aws_samples_p5_gate_sizes():
+    """awsome-distributed-training's 2 x p5.48xlarge reference run, srun --label prefixes."""
+    r = parse_nccl_tests(_read("real_srun_label_p5_2node.txt"))
+    assert r.at_size(GIB).busbw_gb_s == pytest.approx((436.95 + 440.96) / 2)
+    assert r.at_size(2 * GIB).oop.busbw_gb_s == 443.72 and r.at_size(16 * GIB).ip.busbw_gb_s == 487.26
+    assert r.avg_busbw_gb_s is None and not r.completed
+
+
+def test_elision_line_in_an_eks_log_is_skipped():
+    r = parse_nccl_tests(_read("real_eks_mpirun_indented_elided.txt"))
+    assert [row.size_bytes for row in r.rows][:2] == [0, 67108864] and r.truncated_rows == 0
+    assert r.at_size(2 * GIB).oop.busbw_gb_s == 437.79
+
+
+def test_srun_label_with_leading_space_and_row_cut_before_the_last_wrong():
+    r = parse_nccl_tests(_read("real_srun_label_rccl_allgather_cut.txt"))
+    last = r.rows[-1]
+    assert (last.size_bytes, last.oop.time_us, last.oop.busbw_gb_s, last.ip) == (
+        2097152, 70248.0, 0.03, None)
+    assert r.truncated_rows == 1
+
+
+def test_old_table_keeps_the_error_deviation():
+    (row,) = parse_nccl_tests(_read("real_sendrecv_old_error_deviation.txt")).rows
+    assert (row.dtype, row.oop.max_error, row.ip.max_error, row.ip.wrong) == ("uint8", 0.0, 300.0, None)
+
+
+def test_rccl_asterisk_marks_an_error_above_tolerance():
+    """rccl-tests prints the old error column as `%5.0le%s` with `*` past its tolerance."""
+    header = ("#       size         count      type     time   algbw   busbw  error     time   algbw"
+              "   busbw  error\n")
+    row = ("     1048576        262144     float    151.9    6.90    6.90  0e+00    149.8    7.00"
+           "    7.00  3e-01*\n")
+    (parsed,) = parse_nccl_tests(header + row).rows
+    assert (parsed.oop.wrong, parsed.ip.wrong, parsed.ip.max_error) == (None, 1, 0.3)
+
+
+def test_nan_cells_keep_the_row():
+    row = ("           0             0     float     sum      -1     5.70    -nan    -nan      0"
+           "     5.54     nan     nan      0\n")
+    (parsed,) = parse_nccl_tests(row).rows
+    assert parsed.oop.busbw_gb_s is None and parsed.ip.algbw_gb_s is None and parsed.wrong == 0
+
+
+def test_crlf_line_ends_with_mpirun_prefixes():
+    plain = _read("real_eks_mpirun_indented_elided.txt")
+    assert parse_nccl_tests(plain.replace("\n", "\r\n")).rows == parse_nccl_tests(plain).rows
+
+
+def test_concatenated_runs_are_not_merged():
+    """A log of two runs: the second banner starts a new table (was: 30 rows, sizes repeated, and
+    the repeated rank lines misread as a binary built without MPI)."""
+    r = parse_nccl_tests(_read("real_wrong_counts_oob_failed_then_next_run.txt"))
+    assert r.errors == () and r.at_size(8).oop.wrong == 4 and r.at_size(8).ip.wrong == 4
+    assert r.at_size(536870912).oop.wrong == 268435000 and r.out_of_bounds == 108
+    assert any("2 runs" in w for w in r.warnings)
+
+
+def test_nranks_from_nccl_init_lines_when_no_rank_lines():
+    """2 x p4d over EFA (aws-ofi-nccl 1.1.x): only NCCL's `comm ... rank 7 nranks 16 ... Init
+    COMPLETE` counts the ranks, which lets the busbw arithmetic be checked (1.875 x algbw)."""
+    r = parse_nccl_tests(_read("real_p4d_efa_old_error_info_in_table.txt"))
+    assert r.nranks == 16 and r.busbw_mismatches == () and r.truncated_rows == 1
+    row = r.at_size(33554432)
+    assert (row.oop.algbw_gb_s, row.oop.busbw_gb_s, row.oop.max_error) == (17.08, 32.02, 5e-07)
+    assert len(parse_nccl_tests(_read("real_p4d_efa_old_error_info_in_table.txt").replace(
+        "32.02  5e-07", "30.00  5e-07")).busbw_mismatches) == 1
+
+
+def test_rank_tags_inside_rows_are_removed():
+    """`[0]` before each of nccl-tests' three writes per row (was: every row dropped)."""
+    r = parse_nccl_tests(_read("real_rank_tag_per_write_chunk.txt"))
+    row = r.at_size(1048576)
+    assert (row.root, row.oop.time_us, row.oop.busbw_gb_s, row.ip.time_us, row.ip.busbw_gb_s) == (
+        -1, 1626.5, 1.24, 2302.3, 0.87)
+    assert r.at_size(536870912).ip.busbw_gb_s == 5.33 and r.truncated_rows == 1
+
+
+def test_rank_lines_with_an_empty_hostname():
+    r = parse_nccl_tests(_read("real_empty_hostname_rank_lines.txt"))
+    assert r.nranks == 8 and r.hosts == () and r.devices[7] == "NVIDIA A100 80GB PCIe"

@@ -38,6 +38,9 @@ BUS_FACTORS = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
     "sendrecv": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "hypercube": lambda n: 1.0,  # its algbw already counts the (n-1) peers (src/hypercube.cu)
 }
 
 
@@ -50,7 +53,8 @@ def bus_factor(collective: str | None, nranks: int | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One half of a row (out-of-place or in-place). `wrong` is None when not checked (N/A)."""
+    """One half of a row (out-of-place or in-place). `wrong` is None when not checked (N/A); in
+    old `error` tables it is None too, or 1 where rccl-tests starred the deviation (`3e-01*`)."""
 
     time_us: float | None
     algbw_gb_s: float | None
@@ -173,6 +177,9 @@ _PREFIXES = [
     re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
 ]
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_RANK_TAG = re.compile(r"\[\d+\]")
+_RANK_TAG_START = re.compile(r"\s*\[\d+\]")
+_COMM_NRANKS = re.compile(r"\bNCCL INFO .*\bcomm 0x[0-9a-f]+ rank \d+ nranks (\d+)\b.*Init COMPLETE")
 _ERROR_LINES = [
     re.compile(r"Test (?:CUDA |NCCL )?failure .*"),
     re.compile(r"\bNCCL failure .*"),
@@ -200,7 +207,7 @@ _STARTING = re.compile(r"Collective test starting:\s*([A-Za-z_]\w*)")
 _CONCLUDED = re.compile(r"Collective test concluded:\s*([A-Za-z_]\w*)")
 _VALIDATION = re.compile(r"\bvalidation:\s*(\d+)")
 _RANK = re.compile(
-    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)\s+"
+    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?:(?P<host>\S+)\s+)??"
     r"device\s+(?P<dev>\d+)\s+\[[^\]]*\]\s*(?P<name>.*)$"
 )
 _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
@@ -264,11 +271,16 @@ def _num(token: str) -> float | None:
     return None if value != value else value  # nan -> None
 
 
+def _is_nan(token: str) -> bool:
+    """`nan`, `-nan` (glibc's printf of a negative NaN): a number nccl-tests printed, not garbage."""
+    return token.lower().lstrip("+-") == "nan"
+
+
 def _wrong(token: str) -> int | bool | None:
     """#wrong cell: an int (scientific notation too), None for N/A, False when unreadable."""
     if token.upper() == "N/A":
         return None
-    value = _num(token)
+    value = _num(token.rstrip("*"))
     if value is None:
         return False
     return round(value)
@@ -300,6 +312,7 @@ class _State:
     min_bw_failed: bool = False
     concluded: bool = False
     truncated: int = 0
+    comm_nranks: int | None = None
 
 
 def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
@@ -321,7 +334,7 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
             break
         wrong = _wrong(part[offsets["wrong"]])
         values = [_num(part[offsets[k]]) for k in ("time", "algbw", "busbw")]
-        if wrong is False or any(v is None and part[offsets[k]].lower() != "nan"
+        if wrong is False or any(v is None and not _is_nan(part[offsets[k]])
                                  for v, k in zip(values, ("time", "algbw", "busbw"), strict=True)):
             if h == 0:
                 return None, True
@@ -329,8 +342,10 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
         if layout.counts_wrong:
             halves.append(Measurement(values[0], values[1], values[2], wrong))  # type: ignore[arg-type]
         else:
-            error = _num(part[offsets["wrong"]])
-            halves.append(Measurement(values[0], values[1], values[2], None, error))
+            # rccl-tests marks a deviation above its tolerance with `*` (`2e-01*`): a wrong row.
+            cell = part[offsets["wrong"]]
+            halves.append(Measurement(values[0], values[1], values[2],
+                                      1 if cell.endswith("*") else None, _num(cell.rstrip("*"))))
     if not halves:
         return None, True
     root = cells.get("root")
@@ -342,14 +357,19 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     ), len(halves) < len(layout.halves)
 
 
+def _clean(raw: str) -> str:
+    if _NCCL_LOG.search(raw):
+        return ""
+    if _RANK_TAG_START.match(raw):
+        # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style): nccl-tests
+        # prints a row in three writes, so the tags sit inside the row too (`-1[0]  1626.5`).
+        raw = _RANK_TAG.sub(" ", raw)
+    return _strip_prefixes(raw)
+
+
 def _text_lines(text: str) -> list[tuple[str, str]]:
-    """(raw, cleaned) lines: prefixes stripped, NCCL log lines dropped."""
-    out = []
-    for raw in text.split("\n"):
-        if _NCCL_LOG.search(raw):
-            continue
-        out.append((raw.rstrip(), _strip_prefixes(raw.rstrip())))
-    return out
+    """(raw, cleaned) lines: prefixes stripped; NCCL log lines have an empty cleaned line."""
+    return [(raw.rstrip(), _clean(raw.rstrip())) for raw in text.split("\n")]
 
 
 def _feed(state: _State, raw: str, line: str) -> None:
@@ -364,8 +384,9 @@ def _feed(state: _State, raw: str, line: str) -> None:
     if (m := _STARTING.search(stripped)) is not None:
         state.collective = _collective_name(m[1])
         return
-    if _CONCLUDED.search(stripped):
+    if (m := _CONCLUDED.search(stripped)) is not None:
         state.concluded = True
+        state.collective = state.collective or _collective_name(m[1])  # the banner may be cut off
         return
     if "nThread" in stripped:
         state.banner = True
@@ -376,7 +397,7 @@ def _feed(state: _State, raw: str, line: str) -> None:
         rank = int(m["rank"])
         if rank in state.ranks:
             state.duplicate_ranks.add(rank)
-        state.ranks[rank] = (m["host"], m["name"].strip())
+        state.ranks[rank] = (m["host"] or "", m["name"].strip())
         return
     if (m := _OOB.search(stripped)) is not None:
         state.oob = int(m[1])
@@ -427,10 +448,12 @@ def _infer_collective(rows: list[Row], nranks: int | None) -> str | None:
     algbw, busbw = row.oop.algbw_gb_s, row.oop.busbw_gb_s
     if not nranks or not algbw or busbw is None:
         return "all_reduce" if row.redop else None
+    # sendrecv prints `sum -1` too; on 2 ranks its factor equals all_reduce's: then say nothing.
     ratio = busbw / algbw
-    best = min(("all_reduce", "reduce_scatter"),
-               key=lambda c: abs(BUS_FACTORS[c](nranks) - ratio))
-    return best
+    factors = {c: BUS_FACTORS[c](nranks) for c in ("all_reduce", "reduce_scatter", "sendrecv")}
+    best = min(factors, key=lambda c: abs(factors[c] - ratio))
+    tied = [c for c in factors if abs(factors[c] - factors[best]) < 1e-9]
+    return best if len(tied) == 1 else None
 
 
 def _mismatches(state: _State, collective: str | None, nranks: int | None) -> list[str]:
@@ -466,9 +489,8 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if text.lstrip().startswith("{"):
         return _parse_json(text, collective)
-    state = _State()
-    for raw, line in _text_lines(text):
-        _feed(state, raw, line)
+    runs = _split_runs(text)
+    state = next((r for r in runs if collective and r.collective == collective), runs[0])
     if state.duplicate_ranks:
         state.errors.append(
             f"rank(s) {sorted(state.duplicate_ranks)} printed by more than one process: the binary "
@@ -478,13 +500,19 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         raise ParseError(
             "no nccl-tests output found: no table rows (`  1048576  262144  float  sum ...`), "
             "no `# Avg bus bandwidth` footer and no `Test ... failure` line")
-    nranks = len(state.ranks) or None
+    # Ranks are numbered 0..n-1: the highest one printed counts them even in a trimmed copy;
+    # without rank lines, NCCL's own `comm ... nranks 16 ... Init COMPLETE` lines count them.
+    nranks = max(state.ranks) + 1 if state.ranks else state.comm_nranks
     name = collective or state.collective or _infer_collective(state.rows, nranks)
-    hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values()))
+    hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values() if h))
     first = state.rows[0] if state.rows else None
     warnings = []
     if state.truncated:
         warnings.append(f"{state.truncated} table line(s) cut short")
+    if len(runs) > 1:
+        names = ", ".join(r.collective or "?" for r in runs)
+        warnings.append(f"the output holds {len(runs)} runs ({names}); only the "
+                        f"{'first' if state is runs[0] else collective} is reported")
     return NcclTestsResult(
         collective=name,
         nranks=nranks,
@@ -504,6 +532,22 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         truncated_rows=state.truncated,
         warnings=tuple(warnings),
     )
+
+
+def _split_runs(text: str) -> list[_State]:
+    """One state per run: a banner after a footer starts the next run of a concatenated log
+    (a script looping over collectives), whose rows must not join the previous table."""
+    runs = [_State()]
+    for raw, line in _text_lines(text):
+        if not line:
+            if (m := _COMM_NRANKS.search(raw)) is not None:
+                runs[-1].comm_nranks = max(runs[-1].comm_nranks or 0, int(m[1]))
+            continue
+        ended = runs[-1].avg is not None or runs[-1].concluded
+        if ended and ("nThread" in line or _STARTING.search(line)):
+            runs.append(_State())
+        _feed(runs[-1], raw, line)
+    return runs
 
 
 # --- the -J JSON document ----------------------------------------------------------------------
