@@ -305,6 +305,11 @@ REAL = {
                 ecc_uncorrected_volatile=0, temperature_c=29.0, performance_state="P0",
                 power_draw_w=40.0, persistence_mode=True, memory_total_gib=80.0),
     }, []),
+    "real_table-580-a100-p4d-mig.txt": ("nvidia-smi", "580.126.09", "13.0", 1, {
+        0: dict(name="NVIDIA A100-SXM4-40GB", bus_id="00000000:10:1C.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=None, temperature_c=40.0, performance_state="P0",
+                power_draw_w=43.0, persistence_mode=True, memory_total_gib=40.0),
+    }, []),
     "real_q-565-h100-sxm.txt": ("nvidia-smi -q", "565.57.01", "12.7", 1, {
         0: dict(name="NVIDIA H100 80GB HBM3", bus_id="00000000:18:00.0", serial="1654423001593",
                 uuid="GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", ecc_enabled=True,

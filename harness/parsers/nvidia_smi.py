@@ -319,11 +319,12 @@ _TABLE_ROW2 = re.compile(
 
 
 def _table_ecc(cell: str) -> tuple[bool | None, int | None]:
-    """The `Volatile Uncorr. ECC` cell: a count when ECC is on, `Off` when it is off, `N/A`
-    where the GPU has none, `ERR!` when it could not be read."""
+    """The `Volatile Uncorr. ECC` cell: a count when ECC is on, `On` for a MIG-enabled GPU (the
+    counts are per MIG device), `Off` when it is off, `N/A` where the GPU has none, `ERR!` when
+    it could not be read."""
     if cell.isdigit():
         return True, int(cell)
-    return (False, None) if cell == "Off" else (None, None)
+    return {"On": (True, None), "Off": (False, None)}.get(cell, (None, None))
 
 
 def parse_smi_table(text: str) -> GpuInventory:
