@@ -320,6 +320,21 @@ REAL = {
                 fabric_state="Completed", fabric_status="Success", recovery_action=None,
                 memory_total_gib=79.65, requires_reset=False),
     }, []),
+    "real_q-550-h200-passthrough.txt": ("nvidia-smi -q", "550.90.12", "12.4", 1, {
+        0: dict(name="NVIDIA H200", bus_id="00000000:03:00.0", serial="1753724031847",
+                memory_total_gib=140.4, ecc_enabled=True, ecc_uncorrected_volatile=0,
+                ecc_uncorrected_aggregate=0, remapped_rows_pending=False,
+                remapped_rows_failure=False, temperature_c=28.0, throttle_reasons=("Idle",),
+                power_draw_w=74.58, pcie=(5, 5, 5, 16, 16), fabric_state="Completed",
+                fabric_status="Success", requires_reset=False),
+    }, []),
+    "real_q-550-gh200-aggregate-uncorrected.txt": ("nvidia-smi -q", "550.127.05", "12.4", 1, {
+        0: dict(name="NVIDIA GH200 480GB", bus_id="00000000:DD:00.0", memory_total_gib=95.58,
+                ecc_enabled=True, ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=1,
+                remapped_rows_pending=False, remapped_rows_failure=False, temperature_c=31.0,
+                power_draw_w=87.88, pcie=(4, 4, 4, 1, 1), fabric_state=None,
+                requires_reset=False),
+    }, [(0, "1 uncorrected ECC error in its lifetime, none since the driver loaded")]),
     "real_q-525-h800-ecc-off.txt": ("nvidia-smi -q", "525.105.17", "12.0", 1, {
         0: dict(name="NVIDIA H800", serial="1651323018291", ecc_enabled=False,
                 ecc_uncorrected_volatile=None, remapped_rows_pending=False,
