@@ -310,6 +310,16 @@ REAL = {
                 ecc_uncorrected_volatile=None, temperature_c=40.0, performance_state="P0",
                 power_draw_w=43.0, persistence_mode=True, memory_total_gib=40.0),
     }, []),
+    "real_table-rtx-pro-6000-volatile-dbe-excerpt.txt": ("nvidia-smi", None, None, 2, {
+        0: dict(bus_id="00000000:54:00.0", ecc_enabled=True, ecc_uncorrected_volatile=0,
+                temperature_c=27.0, performance_state="P8", power_draw_w=34.0),
+        1: dict(bus_id="00000000:55:00.0", ecc_enabled=True, ecc_uncorrected_volatile=2,
+                requires_reset=False),
+    }, [(1, "2 uncorrected ECC errors since the driver loaded")]),
+    "real_q-rtx-pro-6000-row-remapper-pending.txt": ("nvidia-smi -q", None, None, 1, {
+        0: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
+                remapped_rows_failure=False, ecc_enabled=None),
+    }, [(0, "row remapping pending (applied at the next GPU reset)")]),
     "real_q-565-h100-sxm.txt": ("nvidia-smi -q", "565.57.01", "12.7", 1, {
         0: dict(name="NVIDIA H100 80GB HBM3", bus_id="00000000:18:00.0", serial="1654423001593",
                 uuid="GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", ecc_enabled=True,

@@ -587,7 +587,9 @@ def parse_nvidia_smi(text: str) -> GpuInventory:
         return parse_smi_xml(text)
     if "NVSMI LOG" in text or _ANY_GPU_HEADER.search(text):
         return parse_smi_query(text)
-    if "NVIDIA-SMI" in text and "Bus-Id" in text:
+    # The banner may be cut from a pasted excerpt: a GPU row is enough.
+    if ("NVIDIA-SMI" in text and "Bus-Id" in text) or any(
+            _TABLE_ROW1.match(line.strip()) for line in text.split("\n")):
         return parse_smi_table(text)
     return parse_smi_csv(text).inventory
 
