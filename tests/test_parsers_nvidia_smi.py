@@ -345,6 +345,12 @@ REAL = {
                 power_draw_w=87.88, pcie=(4, 4, 4, 1, 1), fabric_state=None,
                 requires_reset=False),
     }, [(0, "1 uncorrected ECC error in its lifetime, none since the driver loaded")]),
+    "real_q-550-a10-hw-power-brake.txt": ("nvidia-smi -q", "550.127.05", "12.4", 1, {
+        0: dict(name="NVIDIA A10", ecc_enabled=True, ecc_uncorrected_volatile=0,
+                throttle_reasons=("Idle", "HW Slowdown", "HW Power Brake Slowdown"),
+                performance_state="P8", pcie=(1, 4, 4, 16, 16), temperature_c=33.0,
+                power_draw_w=21.3),
+    }, [(0, "clocks slowed by HW Power Brake Slowdown, HW Slowdown")]),
     "real_q-525-h800-ecc-off.txt": ("nvidia-smi -q", "525.105.17", "12.0", 1, {
         0: dict(name="NVIDIA H800", serial="1651323018291", ecc_enabled=False,
                 ecc_uncorrected_volatile=None, remapped_rows_pending=False,
