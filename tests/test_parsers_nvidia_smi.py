@@ -383,6 +383,10 @@ REAL = {
                 remapped_rows_pending=None, temperature_c=60.0, power_draw_w=39.1,
                 persistence_mode=False, performance_state="P2", pcie=(3, 3, 3, 16, 16)),
     }, []),
+    "real_table-lost-gpu-only.txt": ("nvidia-smi csv", None, None, 1, {
+        0: dict(bus_id="0000:89:00.0", requires_reset=True, query_errors=(
+            "Unable to determine the device handle for GPU 0000:89:00.0: Unknown Error",)),
+    }, [(0, RESET)]),
     "real_csv-l40s-pcie-idle.csv": ("nvidia-smi csv", None, None, 8, {
         0: dict(pcie=(1, 4, None, 16, 16), performance_state=None),
         7: dict(pcie=(1, 4, None, 16, 16)),
@@ -435,6 +439,9 @@ def test_real_csv_time_series_without_header():
     ("Unable to determine the device handle for GPU0000:01:00.0: GPU has fallen off the bus.", 0,
      "0000:01:00.0"),
     ("Unable to determine the device handle for GPU 0: Unknown Error", 0, None),
+    ("Unable to determine the device handle for GPU 0000:02:00.0: Unable to communicate with GPU "
+     "because it is insufficiently powered.", 0, "0000:02:00.0"),
+    ("Unable to determine the device handle for gpu 0000:01:00.0:", 0, "0000:01:00.0"),
 ])
 def test_only_a_lost_gpu(line: str, index: int, bus_id: str | None):
     (g,) = parse_nvidia_smi(line + "\nNo devices were found\n").gpus

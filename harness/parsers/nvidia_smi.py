@@ -45,11 +45,12 @@ _KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 #: A GPU the driver cannot open is left out of every output format and named on a line of its own
 #: instead: `Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error` (R610),
-#: `... for GPU0000:CB:00.0: Unknown Error`, `... for gpu 0000:3B:00.0: GPU is lost. Reboot ...`.
+#: `... for GPU0000:CB:00.0: Unknown Error`, `... for gpu 0000:3B:00.0: GPU is lost. Reboot ...`;
+#: the reason may continue on the next line, or be missing.
 _LOST = re.compile(
     r"Unable to determine the device handle for GPU\s*(?:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])|(?P<index>\d+)(?::\s*(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
-    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)\s*:\s*(?P<reason>.*\S)",
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
     re.I,
 )
 #: What launchers and log shippers put before every line: Open MPI `[1,0]<stdout>:`, an ISO
@@ -517,16 +518,15 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
     text = _unwrap(text)
     lines = [ln for ln in text.split("\n")
              if ln.strip() and not _LOST.search(ln) and ln.strip() != "No devices were found"]
-    if not lines and _LOST.search(text):
+    rows = list(csv.reader(lines, skipinitialspace=True))
+    header = tuple(_column(c) for c in (columns if columns is not None else rows[0] if rows else ()))
+    if columns is None:
+        rows = rows[1:]
+    if _LOST.search(text) and not any(c in _CSV_FIELDS for c in header):
+        # Only GPUs the driver cannot open (plain `nvidia-smi` stops at the first one).
         return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], text)), 0, ())
     if not lines:
         raise ParseError("empty input: no CSV header or rows")
-    rows = list(csv.reader(lines, skipinitialspace=True))
-    if columns is None:
-        header = tuple(_UNIT.sub("", c).strip().lower() for c in rows[0])
-        rows = rows[1:]
-    else:
-        header = tuple(_UNIT.sub("", c).strip().lower() for c in columns)
     known = [c for c in header if c in _CSV_FIELDS or _reason(c) or c == "driver_version"]
     if not known:
         raise ParseError("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu,"
@@ -569,6 +569,11 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
     gpus.sort(key=lambda g: g.index)
     return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, _with_lost(gpus, text)),
                   num_samples, header)
+
+
+def _column(cell: str) -> str:
+    """A header cell as a field name: `memory.total [MiB]` -> `memory.total`."""
+    return _UNIT.sub("", cell).strip().lower()
 
 
 def _reason(column: str) -> str | None:
