@@ -320,6 +320,13 @@ REAL = {
         0: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
                 remapped_rows_failure=False, ecc_enabled=None),
     }, [(0, "row remapping pending (applied at the next GPU reset)")]),
+    "real_q-410-v100-retired-pages-pending.txt": ("nvidia-smi -q", "410.48", None, 1, {
+        0: dict(name="Tesla V100-PCIE-32GB", bus_id="00000000:18:00.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0,
+                retired_pages_pending=False, retired_pages_dbe=0, remapped_rows_pending=None,
+                temperature_c=40.0, throttle_reasons=(), power_draw_w=58.81,
+                persistence_mode=False, pcie=(3, 3, None, 16, 16), memory_total_gib=31.72),
+    }, []),
     "real_q-565-h100-sxm.txt": ("nvidia-smi -q", "565.57.01", "12.7", 1, {
         0: dict(name="NVIDIA H100 80GB HBM3", bus_id="00000000:18:00.0", serial="1654423001593",
                 uuid="GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", ecc_enabled=True,

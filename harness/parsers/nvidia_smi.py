@@ -214,7 +214,8 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
                       or any(v in _RESET_VALUES for v in b.raw_values()))
     width_cur = _int(b.get(*link, "link width", "current"))
     retired_pending = b.first(("retired pages", "pending page blacklist"),
-                              ("retired pages", "pending page retirement"))
+                              ("retired pages", "pending page retirement"),
+                              ("retired pages", "pending"))  # R410 and before
     dbe = b.first(("retired pages", "double bit ecc"), ("retired pages", "double bit ecc", "count"))
     power = b.first(("gpu power readings", "power draw"), ("power readings", "power draw"),
                     ("gpu power readings", "instantaneous power draw"),
