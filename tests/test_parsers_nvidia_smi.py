@@ -394,6 +394,15 @@ REAL = {
         0: dict(bus_id="0000:89:00.0", requires_reset=True, query_errors=(
             "Unable to determine the device handle for GPU 0000:89:00.0: Unknown Error",)),
     }, [(0, RESET)]),
+    "real_csv-570-rtx-pro-6000-ecc-power.csv": ("nvidia-smi csv", None, None, 2, {
+        0: dict(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", temperature_c=25.0,
+                power_draw_w=30.39, ecc_uncorrected_volatile=0),
+        1: dict(power_draw_w=28.54, ecc_uncorrected_volatile=0),
+    }, []),
+    "real_csv-570-rtx-pro-6000-event-reasons.csv": ("nvidia-smi csv", None, None, 2, {
+        0: dict(throttle_reasons=("SW Power Cap",)),
+        1: dict(throttle_reasons=("SW Power Cap",)),
+    }, []),
     "real_csv-l40s-pcie-idle.csv": ("nvidia-smi csv", None, None, 8, {
         0: dict(pcie=(1, 4, None, 16, 16), performance_state=None),
         7: dict(pcie=(1, 4, None, 16, 16)),
@@ -472,3 +481,19 @@ def test_launcher_prefixes(prefix: str):
         plain = parse_nvidia_smi(_read(name))
         wrapped = "\n".join(prefix + line for line in _read(name).splitlines())
         assert parse_nvidia_smi(wrapped) == plain, name
+
+
+@pytest.mark.parametrize(("mask", "reasons"), [
+    ("0x0000000000000004", ("SW Power Cap",)),  # the real sample's value
+    ("0x0000000000000001", ("Idle",)),
+    # NVML's bits: 0x8 HW slowdown, 0x40 HW thermal, 0x80 power brake (not seen in a sample).
+    ("0x0000000000000048", ("HW Slowdown", "HW Thermal Slowdown")),
+    ("0x0000000000000088", ("HW Slowdown", "HW Power Brake Slowdown")),
+    ("[N/A]", ()),
+])
+def test_csv_reasons_bitmask_alone(mask: str, reasons: tuple[str, ...]):
+    # The real sample's header, with only the bitmask column kept.
+    lines = _read("real_csv-570-rtx-pro-6000-event-reasons.csv").splitlines()
+    text = "\n".join(", ".join(line.split(", ")[:3]) for line in lines[:2])
+    text = text.replace("0x0000000000000004", mask)
+    assert parse_smi_csv(text).inventory.gpus[0].throttle_reasons == reasons

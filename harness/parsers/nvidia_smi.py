@@ -480,6 +480,13 @@ _CSV_FIELDS: dict[str, str] = {
 _CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
                 "hw_power_brake_slowdown": "HW Power Brake Slowdown",
                 "sw_thermal_slowdown": "SW Thermal Slowdown", "sw_power_cap": "SW Power Cap"}
+_REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+#: `clocks_event_reasons.active` is NVML's bitmask (nvmlClocksEventReason* constants).
+_REASON_BITS = {0x1: "Idle", 0x2: "Applications Clocks Setting", 0x4: "SW Power Cap",
+                0x8: "HW Slowdown", 0x10: "Sync Boost", 0x20: "SW Thermal Slowdown",
+                0x40: "HW Thermal Slowdown", 0x80: "HW Power Brake Slowdown",
+                0x100: "Display Clock Setting"}
+_HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
 _BOOL_FIELDS = {"ecc_enabled", "retired_pages_pending", "remapped_rows_pending",
                 "remapped_rows_failure", "persistence_mode"}
 _INT_FIELDS = {"index", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
@@ -528,7 +535,8 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
         return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], text)), 0, ())
     if not lines:
         raise ParseError("empty input: no CSV header or rows")
-    known = [c for c in header if c in _CSV_FIELDS or _reason(c) or c == "driver_version"]
+    known = [c for c in header
+             if c in _CSV_FIELDS or _reason(c) or _is_mask(c) or c == "driver_version"]
     if not known:
         raise ParseError("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu,"
                          f" ...) in the CSV header {', '.join(header)[:200]!r}")
@@ -557,7 +565,10 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
                 record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
             elif _reason(col) and _yes(raw):
                 reasons.append(_reason(col))  # type: ignore[arg-type]
-        record["throttle_reasons"] = tuple(reasons)
+            elif _is_mask(col) and _HEX.match(raw.strip()):
+                mask = int(raw.strip(), 16)
+                reasons.extend(name for bit, name in _REASON_BITS.items() if mask & bit)
+        record["throttle_reasons"] = tuple(dict.fromkeys(reasons))
         record["requires_reset"] = reset
         latest[key] = record
     if not num_samples:
@@ -578,10 +589,14 @@ def _column(cell: str) -> str:
 
 
 def _reason(column: str) -> str | None:
-    for prefix in ("clocks_event_reasons.", "clocks_throttle_reasons."):
+    for prefix in _REASON_PREFIXES:
         if column.startswith(prefix):
             return _CSV_REASONS.get(column[len(prefix):])
     return None
+
+
+def _is_mask(column: str) -> bool:
+    return column in (prefix + "active" for prefix in _REASON_PREFIXES)
 
 
 def parse_nvidia_smi(text: str) -> GpuInventory:
