@@ -497,3 +497,18 @@ def test_csv_reasons_bitmask_alone(mask: str, reasons: tuple[str, ...]):
     text = "\n".join(", ".join(line.split(", ")[:3]) for line in lines[:2])
     text = text.replace("0x0000000000000004", mask)
     assert parse_smi_csv(text).inventory.gpus[0].throttle_reasons == reasons
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (_read("real_nvml-unknown-error-in-container.txt"),
+     "^nvidia-smi could not read the GPUs: Failed to initialize NVML: Unknown Error$"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+     "the latest NVIDIA driver is installed and running.\n",
+     "^nvidia-smi could not read the GPUs: NVIDIA-SMI has failed because it couldn't"),
+    ("No devices were found\n", "^nvidia-smi could not read the GPUs: No devices were found$"),
+])
+def test_nvidia_smi_failure_is_named(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_nvidia_smi(text)
+    with pytest.raises(ParseError, match="nvidia-smi says: "):
+        parse_smi_query(text)

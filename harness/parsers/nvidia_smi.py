@@ -60,6 +60,9 @@ _WRAPPER = re.compile(
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"
     r"|\s*\d+:\s)+"
 )
+#: What nvidia-smi prints instead of any output when it cannot read the GPUs at all.
+_FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed because .*"
+                      r"|No devices were found|Driver/library version mismatch.*)$", re.M)
 #: R610 marks the old version keys: `Driver Version : 610.57.04 [Deprecated; will be removed in
 #: CUDA 14.0. Use KMD Version instead]`.
 _SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
@@ -69,6 +72,12 @@ def _unwrap(text: str) -> str:
     """The text with line ends normalised and launcher / log-shipper prefixes removed."""
     lines = read_text(io.StringIO(text)).split("\n")
     return "\n".join(_WRAPPER.sub("", line, count=1) for line in lines)
+
+
+def _not_read(what: str, text: str) -> ParseError:
+    """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
+    failure = _FAILURE.search(text)
+    return ParseError(f"{what}; nvidia-smi says: {failure[1].strip()}" if failure else what)
 
 
 def _clean(value: str | None) -> str | None:
@@ -295,7 +304,7 @@ def parse_smi_query(text: str) -> GpuInventory:
     if not q.blocks and not _LOST.search(text):
         if q.attached_gpus == 0:
             return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, ())
-        raise ParseError("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
+        raise _not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output", text)
     gpus = _with_lost([_gpu_from_block(i, b) for i, b in enumerate(q.blocks)], text,
                       renumber=True)
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus)
@@ -363,8 +372,8 @@ def parse_smi_table(text: str) -> GpuInventory:
             requires_reset=err,
         ))
     if not gpus and not _LOST.search(text):
-        raise ParseError("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
-                         "in the nvidia-smi table")
+        raise _not_read("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
+                        "in the nvidia-smi table", text)
     return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
                         versions["cuda"] if versions else None, _with_lost(gpus, text))
 
@@ -534,12 +543,12 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
         # Only GPUs the driver cannot open (plain `nvidia-smi` stops at the first one).
         return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], text)), 0, ())
     if not lines:
-        raise ParseError("empty input: no CSV header or rows")
+        raise _not_read("empty input: no CSV header or rows", text)
     known = [c for c in header
              if c in _CSV_FIELDS or _reason(c) or _is_mask(c) or c == "driver_version"]
     if not known:
-        raise ParseError("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu,"
-                         f" ...) in the CSV header {', '.join(header)[:200]!r}")
+        raise _not_read("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu, "
+                        f"...) in the CSV header {', '.join(header)[:200]!r}", text)
     key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
                     if c in header), None)
     latest: dict[str, dict[str, Any]] = {}
@@ -612,7 +621,12 @@ def parse_nvidia_smi(text: str) -> GpuInventory:
     if ("NVIDIA-SMI" in text and "Bus-Id" in text) or any(
             _TABLE_ROW1.match(line.strip()) for line in text.split("\n")):
         return parse_smi_table(text)
-    return parse_smi_csv(text).inventory
+    try:
+        return parse_smi_csv(text).inventory
+    except ParseError:
+        if failure := _FAILURE.search(text):
+            raise ParseError(f"nvidia-smi could not read the GPUs: {failure[1].strip()}") from None
+        raise
 
 
 def _attached(text: str) -> int | None:
