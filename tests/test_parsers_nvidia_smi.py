@@ -473,6 +473,14 @@ def test_lost_gpu_in_a_query_dump_is_numbered_in_bus_order():
         (0, "00000000:01:00.0", False), (1, "0000:01:80.0", True), (2, "00000000:02:00.0", False)]
 
 
+def test_lost_gpu_line_before_xml():
+    text = ("Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error\n"
+            + _read("real_xml-575-rtx4070-laptop.xml"))
+    inv = parse_smi_xml(text)
+    assert [(g.index, g.bus_id, g.requires_reset) for g in inv.gpus] == [
+        (0, "00000000:01:00.0", False), (1, "0000:CB:00.0", True)]
+
+
 @pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "2024-06-25T18:45:27.095437505Z ",
                                     "2024-06-25T18:45:27Z [1,3]<stdout>:"])
 def test_launcher_prefixes(prefix: str):

@@ -272,7 +272,7 @@ def _with_lost(gpus: list[GpuInfo], text: str, *, renumber: bool = False) -> tup
         known = next((g for g in gpus if bus and pci_key(g.bus_id) == pci_key(bus)), None)
         if known is not None:  # listed anyway: keep its readings, mark it
             gpus[gpus.index(known)] = dataclasses.replace(
-                known, requires_reset=True, query_errors=(*known.query_errors, m.group(0)))
+                known, requires_reset=True, query_errors=(*known.query_errors, m.group(0).strip()))
             continue
         index = int(m["index"]) if m["index"] is not None else -1
         lost.setdefault((m["index"], bus), GpuInfo(index, bus_id=bus, requires_reset=True,
@@ -451,14 +451,19 @@ def parse_smi_xml(text: str) -> GpuInventory:
     `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched)."""
     import xml.etree.ElementTree as ET
 
-    body = re.sub(r"<!DOCTYPE[^>]*>", "", _unwrap(text), count=1)
+    text = _unwrap(text)
+    # Log lines (a lost GPU's `Unable to determine the device handle ...`) may precede it.
+    start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0),
+                default=0)
+    body = re.sub(r"<!DOCTYPE[^>]*>", "", text[start:], count=1)
     try:
         root = ET.fromstring(body.strip())
     except ET.ParseError as exc:
         raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
-    gpus = tuple(_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu")))
+    gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu"))], text[:start],
+                      renumber=True)
     if not gpus and _int(_xml_text(root, "attached_gpus")) != 0:
         raise ParseError("<nvidia_smi_log> without <gpu> elements")
     return GpuInventory("nvidia-smi -q -x", _version(_xml_text(root, "driver_version")),
