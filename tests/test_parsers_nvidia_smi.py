@@ -327,6 +327,13 @@ REAL = {
                 temperature_c=40.0, throttle_reasons=(), power_draw_w=58.81,
                 persistence_mode=False, pcie=(3, 3, None, 16, 16), memory_total_gib=31.72),
     }, []),
+    "real_q-580-rtx5080-laptop-wide-keys.txt": ("nvidia-smi -q", "580.173.02", "13.0", 1, {
+        0: dict(name="NVIDIA GeForce RTX 5080 Laptop GPU", serial=None,
+                uuid="GPU-49db0f63-042c-20f9-5de2-99d6a91a9d34", ecc_enabled=None,
+                remapped_rows_pending=None, temperature_c=49.0, throttle_reasons=(),
+                power_draw_w=14.47, persistence_mode=False, performance_state="P8",
+                pcie=(1, 5, 5, 8, 16), recovery_action=None, memory_total_gib=15.92),
+    }, []),
     "real_q-565-h100-sxm.txt": ("nvidia-smi -q", "565.57.01", "12.7", 1, {
         0: dict(name="NVIDIA H100 80GB HBM3", bus_id="00000000:18:00.0", serial="1654423001593",
                 uuid="GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", ecc_enabled=True,

@@ -98,6 +98,12 @@ def _int(value: str | None) -> int | None:
     return None if n is None else int(n)
 
 
+def _serial(value: str | None) -> str | None:
+    """A board serial; R580 prints `0` (not N/A) for GPUs without one (laptops, GeForce)."""
+    v = _clean(value)
+    return None if v == "0" else v
+
+
 def _version(value: str | None) -> str | None:
     return _clean(_SUFFIX.sub("", value)) if value else None
 
@@ -234,7 +240,7 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         index=index,
         name=_clean(b.get("product name")),
         uuid=_clean(b.get("gpu uuid")),
-        serial=_clean(b.get("serial number")),
+        serial=_serial(b.get("serial number")),
         bus_id=_clean(b.get("pci", "bus id")) or b.bus_id,
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
         ecc_enabled=_yes(b.first(("ecc mode", "current"))),
@@ -415,7 +421,7 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
         index=index,
         name=_clean(t("product_name")),
         uuid=_clean(t("uuid")),
-        serial=_clean(t("serial")),
+        serial=_serial(t("serial")),
         bus_id=_clean(t("pci/pci_bus_id")) or g.get("id"),
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
         ecc_enabled=_yes(t("ecc_mode/current_ecc")),
@@ -529,7 +535,7 @@ def _csv_value(field_name: str, raw: str) -> Any:
     if field_name == "memory_total_gib":
         mib = _num(raw)
         return None if mib is None else round(mib / 1024, 2)
-    return _clean(raw)
+    return _serial(raw) if field_name == "serial" else _clean(raw)
 
 
 def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
