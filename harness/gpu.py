@@ -297,7 +297,8 @@ def pcie_problems(gpu: GpuInfo) -> list[Problem]:
     """A slot that caps the link's generation below the GPU's (always judged), or a busy GPU's
     link below its maximum width or generation. An idle GPU trains its link down to save power
     (gen 1, and on some boards a narrower width: a real L4 at P8 shows x8 of x16), so an idle
-    GPU's current link is not judged."""
+    GPU's current link is not judged, nor the current generation of a GPU whose P-state is
+    unknown."""
     p: list[Problem] = []
     i = gpu.index
     if gpu.pcie_gen_max and gpu.pcie_gen_device_max and gpu.pcie_gen_max < gpu.pcie_gen_device_max:
@@ -310,6 +311,8 @@ def pcie_problems(gpu: GpuInfo) -> list[Problem]:
     if width and width_max and width < width_max:
         p.append(Problem(i, f"PCIe link x{width} < x{width_max}{state}", REBOOT))
     gen, gen_max = gpu.pcie_gen_current, gpu.pcie_gen_max
-    if gen and gen_max and gen < gen_max and not p:
+    # Every GPU drops its link to gen 1 when idle: without a P-state (a `--query-gpu` CSV that
+    # did not ask for pstate) a low generation is no evidence of a fault.
+    if gen and gen_max and gen < gen_max and not p and gpu.performance_state:
         p.append(Problem(i, f"PCIe link at gen {gen} < gen {gen_max}{state}", REBOOT))
     return p

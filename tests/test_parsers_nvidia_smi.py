@@ -267,3 +267,263 @@ def test_csv_garbage(text: str, message: str):
 ])
 def test_either_format_detected(name: str, source: str):
     assert parse_nvidia_smi(_read(name)).source == source
+
+
+# ---- real outputs from public material (SOURCES.md `real_*`), expected values read by hand ----
+
+GPU_PROFILE = dict(max_temp_c=85.0, require_ecc=True)
+RESET = "GPU is lost or requires a reset"
+ECC_OFF = "ECC is disabled (enable: nvidia-smi -e 1, then reboot)"
+
+#: file -> (source, driver, cuda, number of GPUs, {index: expected facts}, [(gpu, problem)]).
+#: `pcie` is (gen current, gen max, gen device max, width current, width max).
+REAL = {
+    "real_table-525-a40-gsp-timeout-err.txt": ("nvidia-smi", "525.60.13", "12.0", 8, {
+        0: dict(name="NVIDIA A40", bus_id="00000000:03:00.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=0, temperature_c=24.0, performance_state="P8",
+                power_draw_w=14.0, persistence_mode=True, requires_reset=False),
+        4: dict(name=None, bus_id="00000000:83:00.0", ecc_enabled=None,
+                ecc_uncorrected_volatile=None, temperature_c=None, performance_state=None,
+                power_draw_w=None, persistence_mode=True, requires_reset=True),
+    }, [(4, RESET)]),
+    "real_table-610-kmd-version-lost-gpu.txt": ("nvidia-smi", "610.57.04", "13.3", 4, {
+        0: dict(name="NVIDIA RTX PRO 6000 Blac...", bus_id="00000000:16:00.0", ecc_enabled=False,
+                ecc_uncorrected_volatile=None, temperature_c=87.0, performance_state="P1",
+                power_draw_w=299.0, requires_reset=False),
+        1: dict(name=None, bus_id="0000:34:00.0", requires_reset=True, query_errors=(
+            "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error",)),
+        3: dict(bus_id="00000000:CA:00.0", temperature_c=33.0, performance_state="P8"),
+    }, [(0, ECC_OFF), (0, "temperature 87 C > 85 C"), (1, RESET), (2, ECC_OFF),
+        (2, "temperature 86 C > 85 C"), (3, ECC_OFF)]),
+    "real_table-576-windows-wddm-in-training-log.txt": ("nvidia-smi", "576.65", "12.9", 1, {
+        0: dict(name="NVIDIA GeForce RTX 5080 ...", bus_id="00000000:01:00.0", ecc_enabled=None,
+                persistence_mode=None, temperature_c=46.0, performance_state="P0",
+                power_draw_w=20.0, memory_total_gib=15.92),
+    }, []),
+    "real_table-550-a100-azure-log-timestamps.txt": ("nvidia-smi", "550.54.15", "12.5", 1, {
+        0: dict(name="NVIDIA A100 80GB PCIe", bus_id="00000001:00:00.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=0, temperature_c=29.0, performance_state="P0",
+                power_draw_w=40.0, persistence_mode=True, memory_total_gib=80.0),
+    }, []),
+    "real_table-580-a100-p4d-mig.txt": ("nvidia-smi", "580.126.09", "13.0", 1, {
+        0: dict(name="NVIDIA A100-SXM4-40GB", bus_id="00000000:10:1C.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=None, temperature_c=40.0, performance_state="P0",
+                power_draw_w=43.0, persistence_mode=True, memory_total_gib=40.0),
+    }, []),
+    "real_table-rtx-pro-6000-volatile-dbe-excerpt.txt": ("nvidia-smi", None, None, 2, {
+        0: dict(bus_id="00000000:54:00.0", ecc_enabled=True, ecc_uncorrected_volatile=0,
+                temperature_c=27.0, performance_state="P8", power_draw_w=34.0),
+        1: dict(bus_id="00000000:55:00.0", ecc_enabled=True, ecc_uncorrected_volatile=2,
+                requires_reset=False),
+    }, [(1, "2 uncorrected ECC errors since the driver loaded")]),
+    "real_q-rtx-pro-6000-row-remapper-pending.txt": ("nvidia-smi -q", None, None, 1, {
+        0: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
+                remapped_rows_failure=False, ecc_enabled=None),
+    }, [(0, "row remapping pending (applied at the next GPU reset)")]),
+    "real_q-410-v100-retired-pages-pending.txt": ("nvidia-smi -q", "410.48", None, 1, {
+        0: dict(name="Tesla V100-PCIE-32GB", bus_id="00000000:18:00.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0,
+                retired_pages_pending=False, retired_pages_dbe=0, remapped_rows_pending=None,
+                temperature_c=40.0, throttle_reasons=(), power_draw_w=58.81,
+                persistence_mode=False, pcie=(3, 3, None, 16, 16), memory_total_gib=31.72),
+    }, []),
+    "real_q-580-rtx5080-laptop-wide-keys.txt": ("nvidia-smi -q", "580.173.02", "13.0", 1, {
+        0: dict(name="NVIDIA GeForce RTX 5080 Laptop GPU", serial=None,
+                uuid="GPU-49db0f63-042c-20f9-5de2-99d6a91a9d34", ecc_enabled=None,
+                remapped_rows_pending=None, temperature_c=49.0, throttle_reasons=(),
+                power_draw_w=14.47, persistence_mode=False, performance_state="P8",
+                pcie=(1, 5, 5, 8, 16), recovery_action=None, memory_total_gib=15.92),
+    }, []),
+    "real_q-565-h100-sxm.txt": ("nvidia-smi -q", "565.57.01", "12.7", 1, {
+        0: dict(name="NVIDIA H100 80GB HBM3", bus_id="00000000:18:00.0", serial="1654423001593",
+                uuid="GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", ecc_enabled=True,
+                ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0,
+                remapped_rows_pending=False, remapped_rows_failure=False,
+                retired_pages_pending=None, temperature_c=30.0, throttle_reasons=("Idle",),
+                power_draw_w=100.89, persistence_mode=True, pcie=(5, 5, 5, 16, 16),
+                fabric_state="Completed", fabric_status="Success", recovery_action=None,
+                memory_total_gib=79.65, requires_reset=False),
+    }, []),
+    "real_q-550-h200-passthrough.txt": ("nvidia-smi -q", "550.90.12", "12.4", 1, {
+        0: dict(name="NVIDIA H200", bus_id="00000000:03:00.0", serial="1753724031847",
+                memory_total_gib=140.4, ecc_enabled=True, ecc_uncorrected_volatile=0,
+                ecc_uncorrected_aggregate=0, remapped_rows_pending=False,
+                remapped_rows_failure=False, temperature_c=28.0, throttle_reasons=("Idle",),
+                power_draw_w=74.58, pcie=(5, 5, 5, 16, 16), fabric_state="Completed",
+                fabric_status="Success", requires_reset=False),
+    }, []),
+    "real_q-550-gh200-aggregate-uncorrected.txt": ("nvidia-smi -q", "550.127.05", "12.4", 1, {
+        0: dict(name="NVIDIA GH200 480GB", bus_id="00000000:DD:00.0", memory_total_gib=95.58,
+                ecc_enabled=True, ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=1,
+                remapped_rows_pending=False, remapped_rows_failure=False, temperature_c=31.0,
+                power_draw_w=87.88, pcie=(4, 4, 4, 1, 1), fabric_state=None,
+                requires_reset=False),
+    }, [(0, "1 uncorrected ECC error in its lifetime, none since the driver loaded")]),
+    "real_q-550-a10-hw-power-brake.txt": ("nvidia-smi -q", "550.127.05", "12.4", 1, {
+        0: dict(name="NVIDIA A10", ecc_enabled=True, ecc_uncorrected_volatile=0,
+                throttle_reasons=("Idle", "HW Slowdown", "HW Power Brake Slowdown"),
+                performance_state="P8", pcie=(1, 4, 4, 16, 16), temperature_c=33.0,
+                power_draw_w=21.3),
+    }, [(0, "clocks slowed by HW Power Brake Slowdown, HW Slowdown")]),
+    "real_q-525-h800-ecc-off.txt": ("nvidia-smi -q", "525.105.17", "12.0", 1, {
+        0: dict(name="NVIDIA H800", serial="1651323018291", ecc_enabled=False,
+                ecc_uncorrected_volatile=None, remapped_rows_pending=False,
+                temperature_c=35.0, throttle_reasons=("Idle",), power_draw_w=74.71,
+                pcie=(5, 5, 5, 16, 16), fabric_state="Completed", requires_reset=False),
+    }, [(0, ECC_OFF)]),
+    "real_q-510-a100-remap-pending-elided.txt": ("nvidia-smi -q", "510.73.08", "11.6", 1, {
+        0: dict(name="NVIDIA A100-SXM4-80GB", bus_id="00000000:10:1C.0", ecc_enabled=None,
+                ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0,
+                remapped_rows_pending=True, remapped_rows_failure=False,
+                retired_pages_pending=None),
+    }, [(0, "row remapping pending (applied at the next GPU reset)")]),
+    "real_q-595-ecc-only-rtx-pro-6000.txt": ("nvidia-smi -q", "595.58.03", "13.2", 1, {
+        0: dict(name=None, bus_id="00000000:54:00.0", ecc_enabled=True,
+                ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0, temperature_c=None),
+    }, []),
+    "real_q-610-temperature-deprecated-versions.txt": ("nvidia-smi -q", "610.57.04", "13.3", 2, {
+        0: dict(bus_id="00000000:01:00.0", temperature_c=79.0),
+        1: dict(bus_id="00000000:02:00.0", temperature_c=29.0),
+    }, []),
+    "real_xml-575-rtx4070-laptop.xml": ("nvidia-smi -q -x", "575.51.02", "12.9", 1, {
+        0: dict(name="NVIDIA GeForce RTX 4070 Laptop GPU", serial=None, ecc_enabled=None,
+                ecc_uncorrected_volatile=None, remapped_rows_pending=False,
+                temperature_c=41.0, throttle_reasons=(), power_draw_w=11.26,
+                persistence_mode=True, performance_state="P5", pcie=(2, 4, 4, 8, 8),
+                recovery_action=None, requires_reset=False),
+    }, []),
+    "real_xml-530-gtx1070-cuda-not-found.xml": ("nvidia-smi -q -x", "530.30.02", None, 1, {
+        0: dict(name="NVIDIA GeForce GTX 1070", bus_id="00000000:09:00.0", ecc_enabled=None,
+                remapped_rows_pending=None, temperature_c=60.0, power_draw_w=39.1,
+                persistence_mode=False, performance_state="P2", pcie=(3, 3, 3, 16, 16)),
+    }, []),
+    "real_table-lost-gpu-only.txt": ("nvidia-smi csv", None, None, 1, {
+        0: dict(bus_id="0000:89:00.0", requires_reset=True, query_errors=(
+            "Unable to determine the device handle for GPU 0000:89:00.0: Unknown Error",)),
+    }, [(0, RESET)]),
+    "real_csv-570-rtx-pro-6000-ecc-power.csv": ("nvidia-smi csv", None, None, 2, {
+        0: dict(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", temperature_c=25.0,
+                power_draw_w=30.39, ecc_uncorrected_volatile=0),
+        1: dict(power_draw_w=28.54, ecc_uncorrected_volatile=0),
+    }, []),
+    "real_csv-570-rtx-pro-6000-event-reasons.csv": ("nvidia-smi csv", None, None, 2, {
+        0: dict(throttle_reasons=("SW Power Cap",)),
+        1: dict(throttle_reasons=("SW Power Cap",)),
+    }, []),
+    "real_csv-l40s-pcie-idle.csv": ("nvidia-smi csv", None, None, 8, {
+        0: dict(pcie=(1, 4, None, 16, 16), performance_state=None),
+        7: dict(pcie=(1, 4, None, 16, 16)),
+    }, []),
+}
+
+
+def _facts(g, keys) -> dict:
+    pcie = (g.pcie_gen_current, g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_width_current,
+            g.pcie_width_max)
+    return {k: pcie if k == "pcie" else getattr(g, k) for k in keys}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_sample(name: str):
+    from harness.gpu import health_problems
+
+    source, driver, cuda, n, gpus, problems = REAL[name]
+    inv = parse_nvidia_smi(_read(name))
+    assert (inv.source, inv.driver_version, inv.cuda_version, len(inv.gpus)) == (
+        source, driver, cuda, n)
+    assert [g.index for g in inv.gpus] == list(range(n))
+    for index, expected in gpus.items():
+        assert _facts(inv.by_index(index), expected) == expected, index
+    found = [(p.gpu, p.what) for g in inv.gpus for p in health_problems(g, **GPU_PROFILE)]
+    assert found == problems
+
+
+def test_real_csv_time_series_without_header():
+    # The header the job omitted, as its README gives it (units included).
+    columns = ("timestamp, name, pci.bus_id, driver_version, pstate, pcie.link.gen.max, "
+               "pcie.link.gen.current, temperature.gpu, utilization.gpu [%], "
+               "utilization.memory [%], memory.total [MiB], memory.free [MiB], memory.used [MiB]")
+    csv = parse_smi_csv(_read("real_csv-545-a100-timeseries-noheader.csv"),
+                        columns=tuple(columns.split(", ")))
+    assert (csv.num_samples, csv.inventory.driver_version) == (8, "545.23.08")
+    assert [(g.bus_id, g.temperature_c, g.memory_total_gib, g.performance_state, g.pcie_gen_max)
+            for g in csv.inventory.gpus] == [
+        ("00000000:3B:00.0", 44.0, 40.0, "P0", 4),
+        ("00000000:8B:00.0", 43.0, 40.0, "P0", 4),
+        ("00000000:0B:00.0", 43.0, 40.0, "P0", 4)]
+
+
+@pytest.mark.parametrize(("line", "index", "bus_id"), [
+    # Spellings seen in public logs and tests of GPU tools (R610 and before).
+    ("Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error", 1,
+     "0000:34:00.0"),
+    ("Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error", 0,
+     "0000:CB:00.0"),
+    ("Unable to determine the device handle for GPU0000:01:00.0: GPU has fallen off the bus.", 0,
+     "0000:01:00.0"),
+    ("Unable to determine the device handle for GPU 0: Unknown Error", 0, None),
+    ("Unable to determine the device handle for GPU 0000:02:00.0: Unable to communicate with GPU "
+     "because it is insufficiently powered.", 0, "0000:02:00.0"),
+    ("Unable to determine the device handle for gpu 0000:01:00.0:", 0, "0000:01:00.0"),
+])
+def test_only_a_lost_gpu(line: str, index: int, bus_id: str | None):
+    (g,) = parse_nvidia_smi(line + "\nNo devices were found\n").gpus
+    assert (g.index, g.bus_id, g.requires_reset, g.query_errors) == (index, bus_id, True, (line,))
+
+
+def test_lost_gpu_in_a_query_dump_is_numbered_in_bus_order():
+    text = _read("real_q-610-temperature-deprecated-versions.txt").replace(
+        "Attached GPUs", "Unable to determine the device handle for gpu 0000:01:80.0: GPU is lost."
+        "  Reboot the system to recover this GPU\nAttached GPUs")
+    inv = parse_smi_query(text)
+    assert [(g.index, g.bus_id, g.requires_reset) for g in inv.gpus] == [
+        (0, "00000000:01:00.0", False), (1, "0000:01:80.0", True), (2, "00000000:02:00.0", False)]
+
+
+def test_lost_gpu_line_before_xml():
+    text = ("Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error\n"
+            + _read("real_xml-575-rtx4070-laptop.xml"))
+    inv = parse_smi_xml(text)
+    assert [(g.index, g.bus_id, g.requires_reset) for g in inv.gpus] == [
+        (0, "00000000:01:00.0", False), (1, "0000:CB:00.0", True)]
+
+
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "2024-06-25T18:45:27.095437505Z ",
+                                    "2024-06-25T18:45:27Z [1,3]<stdout>:"])
+def test_launcher_prefixes(prefix: str):
+    for name in ("real_q-565-h100-sxm.txt", "real_table-525-a40-gsp-timeout-err.txt",
+                 "real_xml-575-rtx4070-laptop.xml", "query-gpu-units.csv"):
+        plain = parse_nvidia_smi(_read(name))
+        wrapped = "\n".join(prefix + line for line in _read(name).splitlines())
+        assert parse_nvidia_smi(wrapped) == plain, name
+
+
+@pytest.mark.parametrize(("mask", "reasons"), [
+    ("0x0000000000000004", ("SW Power Cap",)),  # the real sample's value
+    ("0x0000000000000001", ("Idle",)),
+    # NVML's bits: 0x8 HW slowdown, 0x40 HW thermal, 0x80 power brake (not seen in a sample).
+    ("0x0000000000000048", ("HW Slowdown", "HW Thermal Slowdown")),
+    ("0x0000000000000088", ("HW Slowdown", "HW Power Brake Slowdown")),
+    ("[N/A]", ()),
+])
+def test_csv_reasons_bitmask_alone(mask: str, reasons: tuple[str, ...]):
+    # The real sample's header, with only the bitmask column kept.
+    lines = _read("real_csv-570-rtx-pro-6000-event-reasons.csv").splitlines()
+    text = "\n".join(", ".join(line.split(", ")[:3]) for line in lines[:2])
+    text = text.replace("0x0000000000000004", mask)
+    assert parse_smi_csv(text).inventory.gpus[0].throttle_reasons == reasons
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (_read("real_nvml-unknown-error-in-container.txt"),
+     "^nvidia-smi could not read the GPUs: Failed to initialize NVML: Unknown Error$"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+     "the latest NVIDIA driver is installed and running.\n",
+     "^nvidia-smi could not read the GPUs: NVIDIA-SMI has failed because it couldn't"),
+    ("No devices were found\n", "^nvidia-smi could not read the GPUs: No devices were found$"),
+])
+def test_nvidia_smi_failure_is_named(text: str, message: str):
+    with pytest.raises(ParseError, match=message):
+        parse_nvidia_smi(text)
+    with pytest.raises(ParseError, match="nvidia-smi says: "):
+        parse_smi_query(text)

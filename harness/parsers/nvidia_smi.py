@@ -6,12 +6,13 @@ GpuInventory NVML also produces."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import re
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from harness.gpu import GpuInfo, GpuInventory, health_problems
+from harness.gpu import GpuInfo, GpuInventory, health_problems, pci_key
 from harness.parsers import ParseError, read_text
 
 __all__ = [
@@ -25,9 +26,13 @@ __all__ = [
     "parse_smi_xml",
 ]
 
-#: Values that mean "no value": nvidia-smi prints N/A for unsupported, brackets for failures.
+#: Values that mean "no value": nvidia-smi prints N/A for unsupported, brackets for failures,
+#: `ERR!` in the table for a reading that failed, `Not Found` for the CUDA version when no
+#: libcuda is visible, and (R575+) `Requested functionality has been deprecated`.
 _NO_VALUE = {"n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
-             "unknown error", "[insufficient permissions]", "[gpu is lost]", "", "none"}
+             "unknown error", "[insufficient permissions]", "[gpu is lost]", "", "none",
+             "err!", "not found", "requested functionality has been deprecated",
+             "[requested functionality has been deprecated]"}
 #: Values that mean the GPU itself is in a fault state.
 _RESET_VALUES = {"[gpu requires reset]", "[gpu is lost]"}
 
@@ -38,6 +43,41 @@ _ANY_GPU_HEADER = re.compile(
 )
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+#: A GPU the driver cannot open is left out of every output format and named on a line of its own
+#: instead: `Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error` (R610),
+#: `... for GPU0000:CB:00.0: Unknown Error`, `... for gpu 0000:3B:00.0: GPU is lost. Reboot ...`;
+#: the reason may continue on the next line, or be missing.
+_LOST = re.compile(
+    r"Unable to determine the device handle for GPU\s*(?:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])|(?P<index>\d+)(?::\s*(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
+    re.I,
+)
+#: What launchers and log shippers put before every line: Open MPI `[1,0]<stdout>:`, an ISO
+#: timestamp (`kubectl logs --timestamps`, Azure / CloudWatch log copies), srun `--label` (`0: `).
+_WRAPPER = re.compile(
+    r"^(?:\s*\[\d+,\d+\]<std(?:out|err)>:\s?"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"
+    r"|\s*\d+:\s)+"
+)
+#: What nvidia-smi prints instead of any output when it cannot read the GPUs at all.
+_FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed because .*"
+                      r"|No devices were found|Driver/library version mismatch.*)$", re.M)
+#: R610 marks the old version keys: `Driver Version : 610.57.04 [Deprecated; will be removed in
+#: CUDA 14.0. Use KMD Version instead]`.
+_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+def _unwrap(text: str) -> str:
+    """The text with line ends normalised and launcher / log-shipper prefixes removed."""
+    lines = read_text(io.StringIO(text)).split("\n")
+    return "\n".join(_WRAPPER.sub("", line, count=1) for line in lines)
+
+
+def _not_read(what: str, text: str) -> ParseError:
+    """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
+    failure = _FAILURE.search(text)
+    return ParseError(f"{what}; nvidia-smi says: {failure[1].strip()}" if failure else what)
 
 
 def _clean(value: str | None) -> str | None:
@@ -56,6 +96,16 @@ def _num(value: str | None) -> float | None:
 def _int(value: str | None) -> int | None:
     n = _num(value)
     return None if n is None else int(n)
+
+
+def _serial(value: str | None) -> str | None:
+    """A board serial; R580 prints `0` (not N/A) for GPUs without one (laptops, GeForce)."""
+    v = _clean(value)
+    return None if v == "0" else v
+
+
+def _version(value: str | None) -> str | None:
+    return _clean(_SUFFIX.sub("", value)) if value else None
 
 
 def _yes(value: str | None) -> bool | None:
@@ -107,7 +157,7 @@ def _tree(text: str) -> _Query:
     block: _Block | None = None
     stack: list[tuple[int, str]] = []
     base = 0
-    for line in read_text(io.StringIO(text)).split("\n"):
+    for line in _unwrap(text).split("\n"):
         if not line.strip():
             continue
         indent = len(line) - len(line.lstrip(" \t"))
@@ -133,8 +183,10 @@ def _tree(text: str) -> _Query:
         else:  # a section header (`ECC Errors`), or `Key :` with nothing after it
             stack.append((indent, (m["key"] if m else stripped).strip().lower()))
     attached = _int(top.get("attached gpus"))
-    return _Query(_clean(top.get("driver version")), _clean(top.get("cuda version")), attached,
-                  blocks)
+    # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
+    driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
+    cuda = _version(top.get("cuda umd version")) or _version(top.get("cuda version"))
+    return _Query(driver, cuda, attached, blocks)
 
 
 def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
@@ -177,7 +229,8 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
                       or any(v in _RESET_VALUES for v in b.raw_values()))
     width_cur = _int(b.get(*link, "link width", "current"))
     retired_pending = b.first(("retired pages", "pending page blacklist"),
-                              ("retired pages", "pending page retirement"))
+                              ("retired pages", "pending page retirement"),
+                              ("retired pages", "pending"))  # R410 and before
     dbe = b.first(("retired pages", "double bit ecc"), ("retired pages", "double bit ecc", "count"))
     power = b.first(("gpu power readings", "power draw"), ("power readings", "power draw"),
                     ("gpu power readings", "instantaneous power draw"),
@@ -187,7 +240,7 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         index=index,
         name=_clean(b.get("product name")),
         uuid=_clean(b.get("gpu uuid")),
-        serial=_clean(b.get("serial number")),
+        serial=_serial(b.get("serial number")),
         bus_id=_clean(b.get("pci", "bus id")) or b.bus_id,
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
         ecc_enabled=_yes(b.first(("ecc mode", "current"))),
@@ -214,28 +267,66 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
     )
 
 
+def _with_lost(gpus: list[GpuInfo], text: str, *, renumber: bool = False) -> tuple[GpuInfo, ...]:
+    """`gpus` plus one record per `Unable to determine the device handle for GPU...` line: that
+    GPU is lost (requires_reset, the line in query_errors). nvidia-smi numbers GPUs in PCI bus
+    order, so a lost GPU named only by its bus, and every GPU of a `-q` dump (`renumber`: its
+    sections carry no index) when one is lost, are numbered by bus order."""
+    lost: dict[tuple[str | None, str | None], GpuInfo] = {}
+    for m in _LOST.finditer(text):
+        bus = m["bus"] or m["bus2"]
+        known = next((g for g in gpus if bus and pci_key(g.bus_id) == pci_key(bus)), None)
+        if known is not None:  # listed anyway: keep its readings, mark it
+            gpus[gpus.index(known)] = dataclasses.replace(
+                known, requires_reset=True, query_errors=(*known.query_errors, m.group(0).strip()))
+            continue
+        index = int(m["index"]) if m["index"] is not None else -1
+        lost.setdefault((m["index"], bus), GpuInfo(index, bus_id=bus, requires_reset=True,
+                                                   query_errors=(m.group(0).strip(),)))
+    if not lost:
+        return tuple(gpus)
+    every = [*gpus, *lost.values()]
+    if renumber and all(pci_key(g.bus_id) for g in every):
+        every.sort(key=lambda g: pci_key(g.bus_id))  # type: ignore[arg-type, return-value]
+        return tuple(dataclasses.replace(g, index=i) for i, g in enumerate(every))
+    taken = {g.index for g in every}
+    placed = []
+    for g in every:
+        if g.index < 0:
+            key = pci_key(g.bus_id)
+            index = sum(1 for o in gpus if key and pci_key(o.bus_id) and pci_key(o.bus_id) < key)
+            index = index if index not in taken else max(taken) + 1
+            taken.add(index)
+            g = dataclasses.replace(g, index=index)
+        placed.append(g)
+    return tuple(sorted(placed, key=lambda g: g.index))
+
+
 def parse_smi_query(text: str) -> GpuInventory:
     """Parse `nvidia-smi -q`. Reads `Driver Version : 535.154.05` and per-GPU sections starting
     `GPU 00000000:53:00.0`; GPUs are indexed in file order (nvidia-smi prints them by index, but
     a `-q -i N` excerpt starts at 0). Raises ParseError when no GPU section is found."""
     q = _tree(text)
-    if not q.blocks:
+    if not q.blocks and not _LOST.search(text):
         if q.attached_gpus == 0:
             return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, ())
-        raise ParseError("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
-    gpus = tuple(_gpu_from_block(i, b) for i, b in enumerate(q.blocks))
+        raise _not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output", text)
+    gpus = _with_lost([_gpu_from_block(i, b) for i, b in enumerate(q.blocks)], text,
+                      renumber=True)
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus)
 
 
 # ---- the plain `nvidia-smi` table ----
 
 _TABLE_VERSIONS = re.compile(
-    r"Driver Version:\s*(?P<driver>[\d.]+)(?:.*?CUDA Version:\s*(?P<cuda>[\d.]+))?"
+    r"(?:Driver|KMD) Version:\s*(?P<driver>[\d.]+)(?:.*?CUDA (?:UMD )?Version:\s*(?P<cuda>[\d.]+))?"
 )
-# `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`
+# `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`;
+# on Windows the column is `Driver-Model` (`WDDM`, `TCC`, `MCDM`); a GPU that stopped answering
+# shows `ERR!` for its name.
 _TABLE_ROW1 = re.compile(
-    rf"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<pm>On|Off)\s*\|\s*(?P<bus>{_BUS})\s+\S+\s*"
-    r"\|\s*(?P<ecc>\S+)\s*\|\s*$"
+    rf"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<pm>On|Off|WDDM|TCC|MCDM|N/A|ERR!)\s*\|\s*"
+    rf"(?P<bus>{_BUS})\s+\S+\s*\|\s*(?P<ecc>\S+)\s*\|\s*$"
 )
 # `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
 _TABLE_ROW2 = re.compile(
@@ -244,13 +335,24 @@ _TABLE_ROW2 = re.compile(
 )
 
 
+def _table_ecc(cell: str) -> tuple[bool | None, int | None]:
+    """The `Volatile Uncorr. ECC` cell: a count when ECC is on, `On` for a MIG-enabled GPU (the
+    counts are per MIG device), `Off` when it is off, `N/A` where the GPU has none, `ERR!` when
+    it could not be read."""
+    if cell.isdigit():
+        return True, int(cell)
+    return {"On": (True, None), "Off": (False, None)}.get(cell, (None, None))
+
+
 def parse_smi_table(text: str) -> GpuInventory:
     """Parse the plain `nvidia-smi` summary table. Reads `| NVIDIA-SMI 550.127.05  Driver
-    Version: 550.127.05  CUDA Version: 12.4 |` and per GPU `|   0  NVIDIA A40   On  |
-    00000000:4F:00.0 Off |   0 |` then `|  0%   29C    P8   23W /  300W | ... |`. Names may
-    be cut (`Tesla V100-PCIE...`); `ERR!` in a GPU's row means the driver cannot read it (the
-    GPU is reported as requiring a reset)."""
-    lines = read_text(io.StringIO(text)).split("\n")
+    Version: 550.127.05  CUDA Version: 12.4 |` (R610: `KMD Version:`, `CUDA UMD Version:`) and
+    per GPU `|   0  NVIDIA A40   On  | 00000000:4F:00.0 Off |   0 |` then `|  0%   29C    P8
+    23W /  300W | ... |`. Names may be cut (`Tesla V100-PCIE...`); `ERR!` in a GPU's row means
+    the driver cannot read it, and a GPU the driver cannot open at all is named on an `Unable to
+    determine the device handle` line above the table (both are reported as requiring a reset)."""
+    text = _unwrap(text)
+    lines = text.split("\n")
     versions = next((m for ln in lines if (m := _TABLE_VERSIONS.search(ln))), None)
     gpus: list[GpuInfo] = []
     for n, line in enumerate(lines):
@@ -261,23 +363,25 @@ def parse_smi_table(text: str) -> GpuInventory:
         err = "ERR!" in line or (n + 1 < len(lines) and "ERR!" in lines[n + 1])
         memory_mib = _num(row2["mem"]) if row2 else None
         perf = _clean(row2["perf"]) if row2 else None
+        ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
         gpus.append(GpuInfo(
             index=int(m["index"]),
-            name=m["name"].strip(),
+            name=_clean(m["name"]),
             bus_id=m["bus"],
             memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
-            ecc_uncorrected_volatile=_int(m["ecc"]) if m["ecc"] != "ERR!" else None,
+            ecc_enabled=ecc_enabled,
+            ecc_uncorrected_volatile=ecc_errors,
             temperature_c=_num(row2["temp"]) if row2 else None,
             power_draw_w=_num(row2["power"]) if row2 else None,
-            persistence_mode=m["pm"] == "On",
+            persistence_mode={"On": True, "Off": False}.get(m["pm"]),
             performance_state=perf if perf and perf.startswith("P") else None,
             requires_reset=err,
         ))
-    if not gpus:
-        raise ParseError("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
-                         "in the nvidia-smi table")
+    if not gpus and not _LOST.search(text):
+        raise _not_read("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
+                        "in the nvidia-smi table", text)
     return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
-                        versions["cuda"] if versions else None, tuple(gpus))
+                        versions["cuda"] if versions else None, _with_lost(gpus, text))
 
 
 # ---- XML (-q -x) ----
@@ -317,7 +421,7 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
         index=index,
         name=_clean(t("product_name")),
         uuid=_clean(t("uuid")),
-        serial=_clean(t("serial")),
+        serial=_serial(t("serial")),
         bus_id=_clean(t("pci/pci_bus_id")) or g.get("id"),
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
         ecc_enabled=_yes(t("ecc_mode/current_ecc")),
@@ -353,18 +457,23 @@ def parse_smi_xml(text: str) -> GpuInventory:
     `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched)."""
     import xml.etree.ElementTree as ET
 
-    body = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
+    text = _unwrap(text)
+    # Log lines (a lost GPU's `Unable to determine the device handle ...`) may precede it.
+    start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0),
+                default=0)
+    body = re.sub(r"<!DOCTYPE[^>]*>", "", text[start:], count=1)
     try:
         root = ET.fromstring(body.strip())
     except ET.ParseError as exc:
         raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
-    gpus = tuple(_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu")))
+    gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu"))], text[:start],
+                      renumber=True)
     if not gpus and _int(_xml_text(root, "attached_gpus")) != 0:
         raise ParseError("<nvidia_smi_log> without <gpu> elements")
-    return GpuInventory("nvidia-smi -q -x", _clean(_xml_text(root, "driver_version")),
-                        _clean(_xml_text(root, "cuda_version")), gpus)
+    return GpuInventory("nvidia-smi -q -x", _version(_xml_text(root, "driver_version")),
+                        _version(_xml_text(root, "cuda_version")), gpus)
 
 
 # ---- CSV (--query-gpu) ----
@@ -391,6 +500,13 @@ _CSV_FIELDS: dict[str, str] = {
 _CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
                 "hw_power_brake_slowdown": "HW Power Brake Slowdown",
                 "sw_thermal_slowdown": "SW Thermal Slowdown", "sw_power_cap": "SW Power Cap"}
+_REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+#: `clocks_event_reasons.active` is NVML's bitmask (nvmlClocksEventReason* constants).
+_REASON_BITS = {0x1: "Idle", 0x2: "Applications Clocks Setting", 0x4: "SW Power Cap",
+                0x8: "HW Slowdown", 0x10: "Sync Boost", 0x20: "SW Thermal Slowdown",
+                0x40: "HW Thermal Slowdown", 0x80: "HW Power Brake Slowdown",
+                0x100: "Display Clock Setting"}
+_HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
 _BOOL_FIELDS = {"ecc_enabled", "retired_pages_pending", "remapped_rows_pending",
                 "remapped_rows_failure", "persistence_mode"}
 _INT_FIELDS = {"index", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
@@ -419,7 +535,7 @@ def _csv_value(field_name: str, raw: str) -> Any:
     if field_name == "memory_total_gib":
         mib = _num(raw)
         return None if mib is None else round(mib / 1024, 2)
-    return _clean(raw)
+    return _serial(raw) if field_name == "serial" else _clean(raw)
 
 
 def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
@@ -427,19 +543,23 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
     Reads `index, name, temperature.gpu, power.draw [W]` then `0, NVIDIA H100, 34, 71.52 W`.
     With `noheader` pass the queried `columns`. Rows that repeat a GPU (a `-l` time series with
     `timestamp`) are samples: each GPU keeps its last row."""
-    lines = [ln for ln in read_text(io.StringIO(text)).split("\n") if ln.strip()]
-    if not lines:
-        raise ParseError("empty input: no CSV header or rows")
+    text = _unwrap(text)
+    lines = [ln for ln in text.split("\n")
+             if ln.strip() and not _LOST.search(ln) and ln.strip() != "No devices were found"]
     rows = list(csv.reader(lines, skipinitialspace=True))
+    header = tuple(_column(c) for c in (columns if columns is not None else rows[0] if rows else ()))
     if columns is None:
-        header = tuple(_UNIT.sub("", c).strip().lower() for c in rows[0])
         rows = rows[1:]
-    else:
-        header = tuple(c.strip().lower() for c in columns)
-    known = [c for c in header if c in _CSV_FIELDS or _reason(c) or c == "driver_version"]
+    if _LOST.search(text) and not any(c in _CSV_FIELDS for c in header):
+        # Only GPUs the driver cannot open (plain `nvidia-smi` stops at the first one).
+        return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], text)), 0, ())
+    if not lines:
+        raise _not_read("empty input: no CSV header or rows", text)
+    known = [c for c in header
+             if c in _CSV_FIELDS or _reason(c) or _is_mask(c) or c == "driver_version"]
     if not known:
-        raise ParseError("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu,"
-                         f" ...) in the CSV header {', '.join(header)[:200]!r}")
+        raise _not_read("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu, "
+                        f"...) in the CSV header {', '.join(header)[:200]!r}", text)
     key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
                     if c in header), None)
     latest: dict[str, dict[str, Any]] = {}
@@ -465,7 +585,10 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
                 record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
             elif _reason(col) and _yes(raw):
                 reasons.append(_reason(col))  # type: ignore[arg-type]
-        record["throttle_reasons"] = tuple(reasons)
+            elif _is_mask(col) and _HEX.match(raw.strip()):
+                mask = int(raw.strip(), 16)
+                reasons.extend(name for bit, name in _REASON_BITS.items() if mask & bit)
+        record["throttle_reasons"] = tuple(dict.fromkeys(reasons))
         record["requires_reset"] = reset
         latest[key] = record
     if not num_samples:
@@ -476,26 +599,45 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
             record["index"] = n
         gpus.append(GpuInfo(**record))
     gpus.sort(key=lambda g: g.index)
-    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, tuple(gpus)), num_samples, header)
+    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, _with_lost(gpus, text)),
+                  num_samples, header)
+
+
+def _column(cell: str) -> str:
+    """A header cell as a field name: `memory.total [MiB]` -> `memory.total`."""
+    return _UNIT.sub("", cell).strip().lower()
 
 
 def _reason(column: str) -> str | None:
-    for prefix in ("clocks_event_reasons.", "clocks_throttle_reasons."):
+    for prefix in _REASON_PREFIXES:
         if column.startswith(prefix):
             return _CSV_REASONS.get(column[len(prefix):])
     return None
 
 
+def _is_mask(column: str) -> bool:
+    return column in (prefix + "active" for prefix in _REASON_PREFIXES)
+
+
 def parse_nvidia_smi(text: str) -> GpuInventory:
     """`nvidia-smi -q` text, `-q -x` XML, the plain `nvidia-smi` table or a `--query-gpu` CSV,
-    whichever the text is."""
+    whichever the text is, also with a launcher's prefix on every line (`[1,0]<stdout>:`, srun
+    `0: `, ISO timestamps)."""
+    text = _unwrap(text)
     if "<nvidia_smi_log" in text[:2000]:
         return parse_smi_xml(text)
     if "NVSMI LOG" in text or _ANY_GPU_HEADER.search(text):
         return parse_smi_query(text)
-    if "NVIDIA-SMI" in text and "Persistence-M" in text:
+    # The banner may be cut from a pasted excerpt: a GPU row is enough.
+    if ("NVIDIA-SMI" in text and "Bus-Id" in text) or any(
+            _TABLE_ROW1.match(line.strip()) for line in text.split("\n")):
         return parse_smi_table(text)
-    return parse_smi_csv(text).inventory
+    try:
+        return parse_smi_csv(text).inventory
+    except ParseError:
+        if failure := _FAILURE.search(text):
+            raise ParseError(f"nvidia-smi could not read the GPUs: {failure[1].strip()}") from None
+        raise
 
 
 def _attached(text: str) -> int | None:
@@ -511,7 +653,7 @@ def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
     retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
     (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
-    text = read_text(stream)
+    text = _unwrap(read_text(stream))
     inventory = parse_nvidia_smi(text)
     attached = _attached(text)
     keys = ("index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
