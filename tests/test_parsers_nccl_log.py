@@ -77,6 +77,27 @@ EXPECTED = {
     "real_watchdog_timeout.log": dict(network=None, timeouts=[
         dict(rank=0, seq_num=1580, op_type="ALLREDUCE", timeout_ms=600000, ran_for_ms=600060),
         dict(rank=4, seq_num=1580, op_type="ALLREDUCE", timeout_ms=600000, ran_for_ms=600067)]),
+    "real_g7e_ofi_1.18_sendrecv_no_gdr.log": dict(
+        nccl_version="2.29.2+cuda12.8", plugin="aws-ofi-nccl", plugin_version="1.18.0",
+        network="Libfabric", provider="efa", fabric="efa", num_nics=1, protocol="SENDRECV",
+        gdr=False, num_net_channels=8, num_gdr_channels=0, nranks=2,
+        env_added={"FI_EFA_FORK_SAFE": "1", "NCCL_BUFFSIZE": "8388608",
+                   "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_PROTO": "simple",
+                   "NCCL_TUNER_PLUGIN": "libnccl-net.so"}),
+    "real_cloudwatch_gdr_disabled_socket.log": dict(
+        plugin="aws-ofi-nccl", network="Socket", provider="socket", num_nics=1, gdr=False,
+        num_net_channels=0),
+    "real_watchdog_ray_vllm.log": dict(timeouts=[
+        dict(rank=1, seq_num=158046, op_type="GATHER", timeout_ms=600000, ran_for_ms=600027)]),
+    "real_watchdog_wrapped_lines.log": dict(timeouts=[
+        dict(rank=1, seq_num=4, op_type="BROADCAST", timeout_ms=None),
+        dict(rank=2, seq_num=4, op_type=None, timeout_ms=None),
+        dict(rank=3, seq_num=4, op_type=None, timeout_ms=None)]),
+    "real_watchdog_what_progress_bar.log": dict(timeouts=[
+        dict(rank=0, seq_num=96120, op_type="ALLREDUCE", ran_for_ms=25624887),
+        dict(rank=0, seq_num=96117, op_type="ALLREDUCE", ran_for_ms=25625613),
+        dict(rank=7, seq_num=64088, op_type="ALLREDUCE", ran_for_ms=25625251),
+        dict(rank=5, seq_num=9141, op_type="_ALLGATHER_BASE", ran_for_ms=600020)]),
     "real_watchdog_old.log": dict(timeouts=[
         dict(rank=1, seq_num=469508, op_type="ALLREDUCE", timeout_ms=1800000,
              ran_for_ms=1802212),
@@ -100,6 +121,11 @@ EXPECTED_CAUSES = {
     "real_p5_topology_xml_error.log": ["could not read the topology"],
     "composed_ofi_1.16_efa_direct_p5_srun.log": [],
     "real_socket_no_plugin.log": [],
+    "real_g7e_ofi_1.18_sendrecv_no_gdr.log": ["GPUDirect RDMA is not available"],
+    "real_cloudwatch_gdr_disabled_socket.log": ["GPUDirect RDMA is not available",
+                                                "NET plugin failed to initialize",
+                                                "plugin reported an error",
+                                                "plugin reported an error"],
 }
 
 
@@ -287,6 +313,9 @@ def test_ib_plugin_init_failure_on_efa_is_not_an_error():
      "NET/Socket: aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?); traffic goes "
      "over TCP sockets"),
     ("real_ib_no_gdr.log", "NET/IB: provider ib (1 NICs), GDRDMA on 0/4 NET channels"),
+    ("real_cloudwatch_gdr_disabled_socket.log",
+     "NET/Socket: aws-ofi-nccl loaded but failed to initialise (GPUDirect RDMA is not available "
+     "to EFA on an instance type that requires it); traffic goes over TCP sockets"),
     ("real_old_plugin_tcp_provider.log",
      "no `Using network` line; aws-ofi-nccl selected provider tcp;ofi_rxm"),
 ])

@@ -238,10 +238,16 @@ _VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
 _IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
 _SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
 _DEV_INDEX = re.compile(r"\[\d+\]\S")
-_WATCHDOG = re.compile(
-    r"(?:Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
-    r"WorkNCCL\((?:SeqNum=(?P<seq>\d+))?(?:, OpType=(?P<op>\w+))?.*?"
-    r"(?:Timeout\(ms\)=(?P<timeout>\d+))?\)(?: ran for (?P<ran>\d+) milliseconds)?"
+#: PyTorch's watchdog line, found wherever it is in a line (`[rank0]:[E321 ... ProcessGroupNCCL.cpp:607]
+#: [Rank 0] Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with
+#: exception: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
+_WATCHDOG_LITERAL = b"Watchdog caught"
+_WATCHDOG = re.compile(r"(?:\[(?:PG [^\]]*)?Rank (\d+)\] )?Watchdog caught collective operation timeout")
+_WATCHDOG_FIELDS = (
+    re.compile(r"SeqNum=(\d+)"),
+    re.compile(r"OpType=(\w+)"),
+    re.compile(r"Timeout\(ms\)=(\d+)"),
+    re.compile(r"ran for (\d+) ?m"),
 )
 _CHUNK_BYTES = 1 << 20
 """Chunk size: small enough that the several passes over a chunk hit the CPU cache."""
@@ -279,15 +285,15 @@ class _Scanner:
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
-            elif text.startswith("NCCL.cpp:"):
-                if "Watchdog caught" in text:
-                    facts.timeout(text.partition("] ")[2])
-            elif text.startswith("NCCL(SeqNum="):
-                facts.timeout("Watchdog caught collective operation timeout: Work" + text)
+            elif text.startswith(("NCCL.cpp:", "NCCL(SeqNum=")):
+                facts.recognised += 1  # watchdog lines: read whole below (the rank precedes)
             else:
                 facts.fault(text)
         for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
             facts.fault(_text(raw))
+        if chunk.find(_WATCHDOG_LITERAL, 0, end) >= 0:
+            for raw in dict.fromkeys(_segments_with(chunk, _WATCHDOG_LITERAL, end)):
+                facts.timeout(_text(raw))
         if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
             for raw in dict.fromkeys(_segments_with(chunk, _OLD_PLUGIN_LITERAL, end)):
                 if m := _OLD_PLUGIN.search(_text(raw)):
@@ -332,7 +338,7 @@ class _Facts:
         self.env_skipped: list[str] = []
         self.warnings: dict[str, None] = {}
         self.errors: dict[tuple[int, str], FailureHit] = {}
-        self.timeouts: dict[str, WatchdogTimeout] = {}
+        self.timeouts: dict[object, WatchdogTimeout] = {}
 
     # Each method handles one kind of payload.
     def version(self, v: str) -> None:
@@ -399,8 +405,9 @@ class _Facts:
             self.warnings[text] = None
         if text.startswith("NET/OFI"):
             self.ofi_seen = True
-            if "initialization failed" in text:
-                self.plugin_failed = True
+            # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
+            # WARN lines: the same facts as at INFO level.
+            self._ofi(text[8:])
         self.fault(text)
 
     def fault(self, text: str) -> None:
@@ -414,16 +421,20 @@ class _Facts:
                 return
 
     def timeout(self, text: str) -> None:
+        """A line holding `Watchdog caught collective operation timeout`; one record per rank and
+        collective (torch repeats it in the `watchdog thread terminated` line)."""
         self.recognised += 1
         m = _WATCHDOG.search(text)
-        if m is None or text in self.timeouts or len(self.timeouts) >= MAX_KEPT:
+        if m is None or len(self.timeouts) >= MAX_KEPT:
             return
-
-        def num(name: str) -> int | None:
-            return int(m[name]) if m[name] else None
-
-        self.timeouts[text] = WatchdogTimeout(num("rank"), num("seq"), m["op"], num("timeout"),
-                                              num("ran"), text)
+        line = text[m.start():]
+        seq, op, timeout_ms, ran = (f.search(line) for f in _WATCHDOG_FIELDS)
+        t = WatchdogTimeout(
+            rank=int(m[1]) if m[1] else None, seq_num=int(seq[1]) if seq else None,
+            op_type=op[1] if op else None, timeout_ms=int(timeout_ms[1]) if timeout_ms else None,
+            ran_for_ms=int(ran[1]) if ran else None, line=line)
+        key = line if t.seq_num is None else (t.rank, t.seq_num, t.op_type, t.ran_for_ms)
+        self.timeouts.setdefault(key, t)
 
     def channel(self, tail: str) -> None:
         """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`
@@ -443,10 +454,14 @@ class _Facts:
             return "Socket"
         if self.networks:
             return self.networks[0]
-        # NCCL < 2.6 printed no `Using network`: IB when it found devices, else sockets.
-        if not self.ofi_seen and self.ib_nics:
+        # No `Using network` (NCCL < 2.6, or a log cut short): NCCL initialises its own IB and
+        # Socket transports only when no plugin came before them, so their device lines name the
+        # network when no plugin was seen or the plugin failed.
+        if self.ofi_seen and not self.plugin_failed:
+            return None
+        if self.ib_nics:
             return "IB"
-        if not self.ofi_seen and self.socket_nics:
+        if self.socket_nics:
             return "Socket"
         return None
 
