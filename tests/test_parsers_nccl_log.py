@@ -87,6 +87,31 @@ EXPECTED = {
     "real_cloudwatch_gdr_disabled_socket.log": dict(
         plugin="aws-ofi-nccl", network="Socket", provider="socket", num_nics=1, gdr=False,
         num_net_channels=0),
+    "real_sagemaker_ofi_1.11_p4d_ts_lines.log": dict(
+        plugin="aws-ofi-nccl", plugin_version="1.11.0-aws", network="AWS Libfabric",
+        provider="efa", fabric=None, num_nics=4, protocol="SENDRECV", gdr=True,
+        num_net_channels=6, num_gdr_channels=6,
+        env_added={"FI_EFA_FORK_SAFE": "1", "NCCL_NVLSTREE_MAX_CHUNKSIZE": "512KiB",
+                   "NCCL_NVLS_CHUNKSIZE": "512KiB",
+                   "NCCL_TOPO_FILE": "/usr/local/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml",
+                   "NCCL_PROTO": "simple"},
+        warnings=[], errors=[]),
+    "real_ofi_1.6_cxi_slingshot.log": dict(
+        plugin="aws-ofi-nccl", plugin_version="1.6.0", network="AWS Libfabric", provider="cxi",
+        num_nics=8, gdr=None, nranks=2, errors=[]),
+    "real_ofi_1.21_cxi_no_provider_any_net.log": dict(
+        nccl_version="2.28.3+cuda12.9", plugin="aws-ofi-nccl", plugin_version="1.21.1",
+        network=None, provider=None, num_nics=None, gdr=None),
+    "real_ibext_hpcx_sharp_mpijob.log": dict(network="IBext", provider="ib", num_nics=1,
+                                             gdr=None,
+                                             warnings=["Cuda failure 'initialization error'"]),
+    "real_nccl_2.28_ib_assigned_plugin.log": dict(plugin=None, network="IB", provider="ib",
+                                                  num_nics=1, nranks=8, errors=[]),
+    "real_roce_modify_qp_unreachable.log": dict(
+        nccl_version="2.19.3+cuda12.3", plugin=None, network="IB", provider="ib", num_nics=2,
+        gdr=None),
+    "real_ib_completion_error4.log": dict(network=None, gdr=None),
+    "real_ib_plugin_status12.log": dict(network=None, gdr=None),
     "real_watchdog_ray_vllm.log": dict(timeouts=[
         dict(rank=1, seq_num=158046, op_type="GATHER", timeout_ms=600000, ran_for_ms=600027)]),
     "real_watchdog_wrapped_lines.log": dict(timeouts=[
@@ -122,6 +147,18 @@ EXPECTED_CAUSES = {
     "composed_ofi_1.16_efa_direct_p5_srun.log": [],
     "real_socket_no_plugin.log": [],
     "real_g7e_ofi_1.18_sendrecv_no_gdr.log": ["GPUDirect RDMA is not available"],
+    "real_ofi_1.21_cxi_no_provider_any_net.log": ["libfabric offers no EFA provider",
+                                                  "could not start either of its transport",
+                                                  "NET plugin failed to initialize",
+                                                  "NCCL stops instead of falling back",
+                                                  "plugin reported an error",
+                                                  "plugin reported an error"],
+    "real_roce_modify_qp_unreachable.log": ["could not connect an InfiniBand/RoCE queue pair",
+                                            "peer rank died"],
+    "real_ib_completion_error4.log": ["local protection error", "local protection error"],
+    "real_ib_plugin_status12.log": ["timed out (IB error 12", "timed out (IB error 12"],
+    "real_sagemaker_ofi_1.11_p4d_ts_lines.log": [],
+    "real_ofi_1.6_cxi_slingshot.log": [],
     "real_cloudwatch_gdr_disabled_socket.log": ["GPUDirect RDMA is not available",
                                                 "NET plugin failed to initialize",
                                                 "plugin reported an error",
@@ -281,6 +318,14 @@ def test_warnings_are_capped(monkeypatch: pytest.MonkeyPatch):
     ("NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10000",
      "same GPU"),
     ("NCCL WARN NET/OFI Something new went wrong", "plugin reported an error"),
+    ("NCCL INFO NET/OFI No eligible providers were found", "offers no EFA provider"),
+    ("plugin/net.cc:379 NCCL WARN Failed to initialize any NET plugin", "instead of falling back"),
+    ("transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, "
+     "vendor err 129", "IB error 12"),
+    ("ib_plugin.c:1007 NCCL WARN NET/IB : Got completion from peer 10.1.32.3<54891> with error 5, "
+     "opcode 0, len 0, vendor err 249", "completed with an error"),
+    ("ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev "
+     "mlx_x:1, curr state INIT, next state RTR", "queue pair"),
 ])
 def test_catalogue_explains_each_failure(line: str, cause: str):
     s = parse_nccl_log(f"ip-10-0-0-1:79:2500 [0] {line}\n")
@@ -290,6 +335,12 @@ def test_catalogue_explains_each_failure(line: str, cause: str):
 def test_every_catalogue_entry_has_a_cause_a_remedy_and_a_source():
     for failure in FAILURES:
         assert failure.cause and failure.remedy and failure.source, failure.pattern
+
+
+def test_an_info_line_of_the_plugin_is_no_failure_by_itself():
+    s = parse_nccl_log("h:1:1 [0] NCCL INFO NET/OFI Creating one domain per process\n"
+                       "h:1:1 [0] NCCL INFO NET/OFI Some new informational line\n")
+    assert not s.errors
 
 
 def test_ib_plugin_init_failure_on_efa_is_not_an_error():

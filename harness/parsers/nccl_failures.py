@@ -1,7 +1,8 @@
 """The known-failure catalogue for NCCL debug logs: line pattern -> cause -> remedy, as data.
 
-`harness.parsers.nccl_log` searches WARN lines, NET/OFI lines, libfabric `<warn>` lines and torch
-`NCCL error` lines with these patterns; the first (most specific) match explains the line.
+`harness.parsers.nccl_log` searches WARN lines, NET/OFI lines (INFO too: aws-ofi-nccl >= 1.19 prints
+`No eligible providers were found` at INFO), libfabric `<warn>` lines and torch `NCCL error` lines
+with these patterns; the first (most specific) match explains the line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class KnownFailure:
     cause: str
     remedy: str
     source: str = ""
+    warn_only: bool = False
+    """Explains WARN lines only: an INFO line that matches it is not a failure by itself."""
 
 
 #: The known-failure catalogue, most specific first; a line is attributed to its first match.
@@ -89,6 +92,15 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/init.cc; aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
     ),
     KnownFailure(
+        r"Failed to initialize any NET plugin",
+        "no NET plugin initialised, and NCCL_NET (or NCCL_NET_PLUGIN) names a network, so NCCL "
+        "stops instead of falling back (the job fails with 'invalid usage')",
+        "read the plugin's lines before it (its devices missing in the container, the library "
+        "not on LD_LIBRARY_PATH, a plugin built for another NCCL); check NCCL_NET and "
+        "NCCL_NET_PLUGIN",
+        "NVIDIA/nccl src/plugin/net.cc",
+    ),
+    KnownFailure(
         r"Attribute \w+ of node \w+ not found",
         "NCCL could not read the topology (NCCL_TOPO_FILE, set by aws-ofi-nccl or by hand, does "
         "not match this NCCL version or instance)",
@@ -124,6 +136,39 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/include/socket.h, src/transport/shm.cc",
     ),
     KnownFailure(
+        r"Got completion (?:from peer \S+ )?with (?:error 4,|status=4 )",
+        "an InfiniBand/RoCE transfer failed with a local protection error (IB error 4): GPUDirect "
+        "RDMA is broken on this node, usually by PCIe ACS being enabled",
+        "disable PCIe ACS (BIOS/setpci) and check nvidia_peermem or DMA-BUF; NCCL_NET_GDR_LEVEL=0 "
+        "confirms it (the error goes away, bandwidth drops)",
+        "NVIDIA/nccl issues #928 (maintainer: 'IB error 4 is usually due to ACS'), #214",
+    ),
+    KnownFailure(
+        r"Got completion (?:from peer \S+ )?with (?:error 12,|status=12 )",
+        "an InfiniBand/RoCE transfer timed out (IB error 12, retry count exceeded): the NICs "
+        "cannot reach each other over RDMA (link, cable or switch fault, a dead peer, or on RoCE "
+        "a wrong GID index / traffic class)",
+        "run ib_write_bw between the two nodes; check ibstat and the switch; on RoCE set "
+        "NCCL_IB_GID_INDEX to the RoCE v2 GID (show_gids)",
+        "NVIDIA/nccl issues #426 (maintainer: 'an error 12 is a timeout'), #1405, #1814",
+    ),
+    KnownFailure(
+        r"Call to ibv_modify_qp failed",
+        "NCCL could not connect an InfiniBand/RoCE queue pair to its peer (no route to the peer's "
+        "GID: RoCE GID index or routing, or a rail-only fabric where only NICs of the same rail "
+        "reach each other)",
+        "set NCCL_IB_GID_INDEX to the RoCE v2 GID (show_gids), restrict NCCL_IB_HCA to connected "
+        "ports; on rail-only fabrics set NCCL_CROSS_NIC=0",
+        "NVIDIA/nccl-tests issue #185; NVIDIA/nccl issues #2013, #925",
+    ),
+    KnownFailure(
+        r"NET/IB ?: Got completion",
+        "an InfiniBand/RoCE transfer completed with an error",
+        "read the error number on the line (4: GPUDirect RDMA/ACS, 12: timeout, 5: flushed after "
+        "an earlier error); check ibstat and both nodes' links",
+        "NVIDIA/nccl src/transport/net_ib.cc",
+    ),
+    KnownFailure(
         r"remote process exited or there was a network error|Connection closed by remote peer|"
         r"Connection reset by peer",
         "a peer rank died or the network between the nodes failed",
@@ -150,5 +195,6 @@ FAILURES: tuple[KnownFailure, ...] = (
         "read the line and the NET/OFI lines before it; check the plugin, libfabric and EFA "
         "versions",
         "aws/aws-ofi-nccl",
+        warn_only=True,
     ),
 )

@@ -384,7 +384,7 @@ class _Facts:
             elif kind == "protocol":
                 self.protocol = m[1]
             elif kind == "env":
-                self.env_added[m[1]] = m[2]
+                self.env_added[m[1]] = m[2].strip('"')  # 1.11: `Setting NCCL_PROTO to "simple"`
             elif kind == "skip":
                 if m[1] not in self.env_skipped:
                     self.env_skipped.append(m[1])
@@ -398,6 +398,7 @@ class _Facts:
             elif kind == "failed":
                 self.plugin_failed = True
             return
+        self.fault("NET/OFI " + text, info=True)
 
     def warn(self, text: str) -> None:
         self.recognised += 1
@@ -410,10 +411,13 @@ class _Facts:
             self._ofi(text[8:])
         self.fault(text)
 
-    def fault(self, text: str) -> None:
-        """Record `text` as an error when it matches the known-failure catalogue."""
+    def fault(self, text: str, info: bool = False) -> None:
+        """Record `text` as an error when it matches the known-failure catalogue (an INFO line
+        only by an entry that is not `warn_only`)."""
         self.recognised += 1
         for index, (regex, failure) in enumerate(_FAILURE_RES):
+            if info and failure.warn_only:
+                continue
             if regex.search(text):
                 key = (index, text)
                 if key not in self.errors and len(self.errors) < MAX_KEPT:
