@@ -203,6 +203,16 @@ def _text(raw: bytes) -> str:
     return raw.partition(b"|")[0].decode("utf-8", "replace").strip()
 
 
+def _line_before(chunk: bytes, raw: bytes, end: int) -> str:
+    """The text of the line that ends in `raw` (its first occurrence in the chunk), from the
+    `|`-separated segment that holds the watchdog sentence: `_MAIN` matched only the line's tail
+    (`NCCL(SeqNum=...`), and the rank stands before it. Runs once per distinct tail."""
+    stop = chunk.find(raw, 0, end) + len(raw)
+    line = bytes(chunk[chunk.rfind(b"\n", 0, stop) + 1:stop])
+    cut = line.rfind(b"|", 0, max(line.find(b"Watchdog caught"), 0)) + 1
+    return line[cut:].decode("utf-8", "replace").strip()
+
+
 def _segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
     """The `|`-separated segments of the lines of chunk[:end] that contain `literal`."""
     found = []
@@ -238,10 +248,9 @@ _VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
 _IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
 _SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
 _DEV_INDEX = re.compile(r"\[\d+\]\S")
-#: PyTorch's watchdog line, found wherever it is in a line (`[rank0]:[E321 ... ProcessGroupNCCL.cpp:607]
-#: [Rank 0] Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with
-#: exception: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
-_WATCHDOG_LITERAL = b"Watchdog caught"
+#: PyTorch's watchdog line, found wherever it is in a payload (`ProcessGroupNCCL.cpp:607] [Rank 0]
+#: Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception:
+#: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
 _WATCHDOG = re.compile(r"(?:\[(?:PG [^\]]*)?Rank (\d+)\] )?Watchdog caught collective operation timeout")
 _WATCHDOG_FIELDS = (
     re.compile(r"SeqNum=(\d+)"),
@@ -285,15 +294,14 @@ class _Scanner:
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
-            elif text.startswith(("NCCL.cpp:", "NCCL(SeqNum=")):
-                facts.recognised += 1  # watchdog lines: read whole below (the rank precedes)
+            elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
+                facts.timeout(text)
+            elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
+                facts.timeout(_line_before(chunk, raw, end))
             else:
                 facts.fault(text)
         for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
             facts.fault(_text(raw))
-        if chunk.find(_WATCHDOG_LITERAL, 0, end) >= 0:
-            for raw in dict.fromkeys(_segments_with(chunk, _WATCHDOG_LITERAL, end)):
-                facts.timeout(_text(raw))
         if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
             for raw in dict.fromkeys(_segments_with(chunk, _OLD_PLUGIN_LITERAL, end)):
                 if m := _OLD_PLUGIN.search(_text(raw)):
