@@ -110,6 +110,9 @@ EXPECTED = {
     "real_roce_modify_qp_unreachable.log": dict(
         nccl_version="2.19.3+cuda12.3", plugin=None, network="IB", provider="ib", num_nics=2,
         gdr=None),
+    "real_efa_handshake_4126_torch_remote_error.log": dict(
+        nccl_version="2.27.3", plugin="aws-ofi-nccl", network="Libfabric", gdr=True,
+        num_net_channels=4, num_gdr_channels=4),
     "real_ib_completion_error4.log": dict(network=None, gdr=None),
     "real_ib_plugin_status12.log": dict(network=None, gdr=None),
     "real_watchdog_ray_vllm.log": dict(timeouts=[
@@ -158,6 +161,9 @@ EXPECTED_CAUSES = {
     "real_ib_completion_error4.log": ["local protection error", "local protection error"],
     "real_ib_plugin_status12.log": ["timed out (IB error 12", "timed out (IB error 12"],
     "real_sagemaker_ofi_1.11_p4d_ts_lines.log": [],
+    "real_efa_handshake_4126_torch_remote_error.log": ["EFA handshake with a peer got no answer",
+                                                       "EFA handshake with a peer got no answer",
+                                                       "peer rank died"],
     "real_ofi_1.6_cxi_slingshot.log": [],
     "real_cloudwatch_gdr_disabled_socket.log": ["GPUDirect RDMA is not available",
                                                 "NET plugin failed to initialize",
@@ -319,6 +325,9 @@ def test_warnings_are_capped(monkeypatch: pytest.MonkeyPatch):
      "same GPU"),
     ("NCCL WARN NET/OFI Something new went wrong", "plugin reported an error"),
     ("NCCL INFO NET/OFI No eligible providers were found", "offers no EFA provider"),
+    ("NCCL WARN NET/OFI Request 0x1 completed with error. RC: 103. Error: 4124 (Unresponsive "
+     "receiver (connection previously established) My EFA addr: fi_addr_efa://[fe80::1]:0:1)",
+     "stopped responding (EFA error 4124)"),
     ("plugin/net.cc:379 NCCL WARN Failed to initialize any NET plugin", "instead of falling back"),
     ("transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, "
      "vendor err 129", "IB error 12"),

@@ -40,6 +40,23 @@ FAILURES: tuple[KnownFailure, ...] = (
         "aws/aws-ofi-nccl PR #1294, issues #663, #156",
     ),
     KnownFailure(
+        r"Error: 4126\b|Unresponsive receiver \(reachable by EFA device but handshake failed",
+        "the EFA handshake with a peer got no answer (EFA error 4126): the security group does "
+        "not allow all traffic to and from itself (the outbound rule too), or the peer process "
+        "never started or already exited",
+        "check the security group's inbound AND outbound 'All traffic' rules to itself, then the "
+        "peer rank's own log (did it start, did it crash?)",
+        "ofiwg/libfabric prov/efa/src/efa_errno.h (UNESTABLISHED_RECV_UNRESP)",
+    ),
+    KnownFailure(
+        r"Error: 4124\b|Unresponsive receiver \(connection previously established",
+        "an EFA peer that had answered stopped responding (EFA error 4124): its process died or "
+        "its instance or NIC failed",
+        "find the peer's host id on the line and check that node (its own log, EFA health); "
+        "replace it if the hardware failed",
+        "ofiwg/libfabric prov/efa/src/efa_errno.h (ESTABLISHED_RECV_UNRESP)",
+    ),
+    KnownFailure(
         r"No eligible providers were found|provider efa output empty list",
         "libfabric offers no EFA provider: the EFA devices are not visible in this container "
         "or the EFA software is missing",

@@ -298,8 +298,10 @@ class _Scanner:
                 facts.timeout(text)
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
                 facts.timeout(_line_before(chunk, raw, end))
-            else:
+            else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 facts.fault(text)
+                if m := _VERSION.search(text):
+                    facts.version(m[1].rstrip(","))
         for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
             facts.fault(_text(raw))
         if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
