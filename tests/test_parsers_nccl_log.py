@@ -113,6 +113,11 @@ EXPECTED = {
     "real_efa_handshake_4126_torch_remote_error.log": dict(
         nccl_version="2.27.3", plugin="aws-ofi-nccl", network="Libfabric", gdr=True,
         num_net_channels=4, num_gdr_channels=4),
+    "real_gke_bad_socket_ifname.log": dict(nccl_version="2.22.3", network=None,
+                                           warnings=["Bootstrap : no socket interface found"],
+                                           timeouts=[]),
+    "real_gke_node_loss_survivor.log": dict(nccl_version="2.22.3+cuda12.6", network=None,
+                                            timeouts=[]),
     "real_ib_completion_error4.log": dict(network=None, gdr=None),
     "real_ib_plugin_status12.log": dict(network=None, gdr=None),
     "real_watchdog_ray_vllm.log": dict(timeouts=[
@@ -161,6 +166,8 @@ EXPECTED_CAUSES = {
     "real_ib_completion_error4.log": ["local protection error", "local protection error"],
     "real_ib_plugin_status12.log": ["timed out (IB error 12", "timed out (IB error 12"],
     "real_sagemaker_ofi_1.11_p4d_ts_lines.log": [],
+    "real_gke_bad_socket_ifname.log": ["no network interface for its bootstrap"],
+    "real_gke_node_loss_survivor.log": ["peer rank died"] * 4,
     "real_efa_handshake_4126_torch_remote_error.log": ["EFA handshake with a peer got no answer",
                                                        "EFA handshake with a peer got no answer",
                                                        "peer rank died"],

@@ -126,6 +126,15 @@ FAILURES: tuple[KnownFailure, ...] = (
         "aws/aws-ofi-nccl issue #476",
     ),
     KnownFailure(
+        r"no socket interface found|No usable listening interface found",
+        "NCCL found no network interface for its bootstrap and socket traffic: "
+        "NCCL_SOCKET_IFNAME names an interface that does not exist in this container, or "
+        "excludes every one",
+        "set NCCL_SOCKET_IFNAME to an interface the container has (`ip -br link`: eth0, ens5, "
+        "...) or unset it",
+        "NVIDIA/nccl src/bootstrap.cc, src/misc/socket.cc",
+    ),
+    KnownFailure(
         r"Cuda failure '?out of memory|CUDA error: out of memory|Cuda failure 2 ",
         "a GPU ran out of memory while NCCL allocated its buffers",
         "free GPU memory before NCCL init (another process on the GPU?), or lower "

@@ -296,6 +296,8 @@ class _Scanner:
                 facts.version(text[13:].split()[0])
             elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
                 facts.timeout(text)
+                if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
+                    facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
                 facts.timeout(_line_before(chunk, raw, end))
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
