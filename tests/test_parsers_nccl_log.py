@@ -118,6 +118,12 @@ EXPECTED = {
                                            timeouts=[]),
     "real_gke_node_loss_survivor.log": dict(nccl_version="2.22.3+cuda12.6", network=None,
                                             timeouts=[]),
+    "real_roce_gdr_disabled_hca.log": dict(plugin=None, network="IB", provider="ib", num_nics=2,
+                                           gdr=False, num_net_channels=0, nranks=16,
+                                           errors=[]),
+    "real_gke_socket_gdr_disabled_2.22.log": dict(
+        nccl_version="2.22.3+cuda12.6", plugin=None, network="Socket", provider="socket",
+        num_nics=1, gdr=False, num_net_channels=4, num_gdr_channels=0),
     "real_ib_completion_error4.log": dict(network=None, gdr=None),
     "real_ib_plugin_status12.log": dict(network=None, gdr=None),
     "real_watchdog_ray_vllm.log": dict(timeouts=[
@@ -259,6 +265,12 @@ def test_the_network_used_wins_over_the_plugin_loaded():
     assert (s.network, s.provider, s.num_nics, s.fabric) == ("IB", "ib", 2, None)
 
 
+def test_gdr_disabled_on_a_nic_of_another_network_is_no_evidence():
+    text = ("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+            "h:1:1 [0] NCCL INFO Using network Libfabric\n")
+    assert parse_nccl_log(text).gdr is None
+
+
 def test_one_rank_on_sockets_makes_the_job_socket_bound():
     text = ("a:1:1 [0] NCCL INFO Using network Libfabric\n"
             "b:2:2 [1] NCCL INFO Using network Socket\n")
@@ -380,6 +392,7 @@ def test_ib_plugin_init_failure_on_efa_is_not_an_error():
      "NET/Socket: aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?); traffic goes "
      "over TCP sockets"),
     ("real_ib_no_gdr.log", "NET/IB: provider ib (1 NICs), GDRDMA on 0/4 NET channels"),
+    ("real_roce_gdr_disabled_hca.log", "NET/IB: provider ib (2 NICs), GDR not available"),
     ("real_cloudwatch_gdr_disabled_socket.log",
      "NET/Socket: aws-ofi-nccl loaded but failed to initialise (GPUDirect RDMA is not available "
      "to EFA on an instance type that requires it); traffic goes over TCP sockets"),

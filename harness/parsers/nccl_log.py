@@ -80,7 +80,8 @@ class NcclLogSummary:
     platform: str | None = None
     libfabric_version: str | None = None
     gdr_negative: bool = False
-    """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`)."""
+    """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`), or NCCL did
+    for a NIC of the network used (`NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`)."""
     num_net_channels: int = 0
     """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
     more than SEEN_CAP distinct lines reset the memory of what was seen)."""
@@ -248,6 +249,8 @@ _VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
 _IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
 _SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
 _DEV_INDEX = re.compile(r"\[\d+\]\S")
+#: NCCL's own GDR verdict per NIC (2.12+): `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`.
+_GDR_DISABLED = re.compile(r"NET/(.+?) ?: GPU Direct RDMA Disabled for HCA")
 #: PyTorch's watchdog line, found wherever it is in a payload (`ProcessGroupNCCL.cpp:607] [Rank 0]
 #: Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception:
 #: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
@@ -343,6 +346,7 @@ class _Facts:
         self.platform: str | None = None
         self.libfabric: str | None = None
         self.nogdr = False
+        self.gdr_disabled_nets: set[str] = set()
         self.net_channels: Counter[str] = Counter()
         self.gdr_channels = 0
         self.nranks: int | None = None
@@ -381,6 +385,8 @@ class _Facts:
             self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
         elif m := _SOCKET_DEVS.search(text):
             self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
+        elif m := _GDR_DISABLED.search(text):
+            self.gdr_disabled_nets.add(m[1])
 
     def _ofi(self, text: str) -> None:
         for regex, kind in _OFI_RULES:
@@ -513,7 +519,7 @@ class _Facts:
             protocol=self.protocol if libfabric_net else None,
             platform=self.platform,
             libfabric_version=self.libfabric,
-            gdr_negative=self.nogdr,
+            gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
             num_net_channels=sum(self.net_channels.values()),
             num_gdr_channels=self.gdr_channels,
             net_channels_by_network=dict(self.net_channels),
