@@ -79,10 +79,18 @@ FAILURES: tuple[KnownFailure, ...] = (
         "aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
     ),
     KnownFailure(
-        r"GDR disabled on GDR-supported instance type|Need to force simple protocol: GDR not "
-        r"supported",
+        r"GDR disabled on GDR-supported instance type",
         "GPUDirect RDMA is not available to EFA on an instance type that requires it",
         "load nvidia_peermem (or use a driver with DMA-BUF support), do not set "
+        "FI_EFA_USE_DEVICE_RDMA=0 or FI_HMEM_DISABLE_P2P=1",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp (domain-facts.md)",
+    ),
+    KnownFailure(
+        r"Need to force simple protocol: GDR not supported",
+        "GPUDirect RDMA is not available to EFA here: aws-ofi-nccl forces the Simple protocol "
+        "and stages GPU buffers through host memory (required on p4d/p5/p6; normal on instance "
+        "types without GDR, such as g5)",
+        "on p4d/p5/p6: load nvidia_peermem (or use a driver with DMA-BUF support), do not set "
         "FI_EFA_USE_DEVICE_RDMA=0 or FI_HMEM_DISABLE_P2P=1",
         "aws/aws-ofi-nccl src/nccl_ofi_net.cpp (domain-facts.md)",
     ),
