@@ -172,6 +172,9 @@ EXPECTED_CAUSES = {
     "real_ib_completion_error4.log": ["local protection error", "local protection error"],
     "real_ib_plugin_status12.log": ["timed out (IB error 12", "timed out (IB error 12"],
     "real_sagemaker_ofi_1.11_p4d_ts_lines.log": [],
+    "real_nvls_bind_failed_401.log": ["NVLink SHARP (NVLS)"],
+    "real_nvls_cuda_failure_invalid_argument.log": ["NVLink SHARP (NVLS)"],
+    "real_ibext_hpcx_sharp_mpijob.log": ["a CUDA call inside NCCL failed"],
     "real_gke_bad_socket_ifname.log": ["no network interface for its bootstrap"],
     "real_gke_node_loss_survivor.log": ["peer rank died"] * 4,
     "real_efa_handshake_4126_torch_remote_error.log": ["EFA handshake with a peer got no answer",
@@ -351,6 +354,11 @@ def test_warnings_are_capped(monkeypatch: pytest.MonkeyPatch):
      "same GPU"),
     ("NCCL WARN NET/OFI Something new went wrong", "plugin reported an error"),
     ("NCCL INFO NET/OFI No eligible providers were found", "offers no EFA provider"),
+    ("torch.distributed.DistBackendError: NCCL error in: /var/lib/jenkins/workspace/torch/csrc/"
+     "distributed/c10d/NCCLUtils.cpp:93, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+     "details), NCCL version 2.29.3", "a CUDA call inside NCCL failed"),
+    ("misc/cudawrap.cc:33 NCCL WARN Cuda failure 'initialization error'",
+     "a CUDA call inside NCCL failed"),
     ("NCCL WARN NET/OFI Request 0x1 completed with error. RC: 103. Error: 4124 (Unresponsive "
      "receiver (connection previously established) My EFA addr: fi_addr_efa://[fe80::1]:0:1)",
      "stopped responding (EFA error 4124)"),

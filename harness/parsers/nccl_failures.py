@@ -143,10 +143,29 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/bootstrap.cc, src/misc/socket.cc",
     ),
     KnownFailure(
+        r"NVLink SHARP|nvls\.cc:\d+.*Cuda failure",
+        "NCCL could not set up NVLink SHARP (NVLS) multicast memory on the NVSwitches: the "
+        "fabric manager is not running or was restarted without a GPU reset (or IMEX is not "
+        "provisioned)",
+        "check `systemctl status nvidia-fabricmanager` and `nvidia-smi -q` (Fabric State "
+        "Completed, Status Success); after a fabric manager restart reset the GPUs or reboot; "
+        "NCCL_NVLS_ENABLE=0 only works around it",
+        "NVIDIA/nccl src/transport/nvls.cc; issues #1338, #1488 (maintainers: fabric manager "
+        "restart); NVIDIA/DCGM issue #304",
+    ),
+    KnownFailure(
         r"Cuda failure '?out of memory|CUDA error: out of memory|Cuda failure 2 ",
         "a GPU ran out of memory while NCCL allocated its buffers",
         "free GPU memory before NCCL init (another process on the GPU?), or lower "
         "NCCL_BUFFSIZE / the number of communicators",
+        "NVIDIA/nccl src/include/checks.h",
+    ),
+    KnownFailure(
+        r"Cuda failure|unhandled cuda error|ncclUnhandledCudaError",
+        "a CUDA call inside NCCL failed (the `Cuda failure '...'` WARN line names it): a GPU in "
+        "a bad state, a driver/CUDA mismatch, or CUDA used before a fork",
+        "read the `Cuda failure` line; check `nvidia-smi` and `dmesg` for Xid errors; rerun on "
+        "a healthy node",
         "NVIDIA/nccl src/include/checks.h",
     ),
     KnownFailure(

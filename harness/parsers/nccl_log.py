@@ -204,13 +204,14 @@ def _text(raw: bytes) -> str:
     return raw.partition(b"|")[0].decode("utf-8", "replace").strip()
 
 
-def _line_before(chunk: bytes, raw: bytes, end: int) -> str:
-    """The text of the line that ends in `raw` (its first occurrence in the chunk), from the
-    `|`-separated segment that holds the watchdog sentence: `_MAIN` matched only the line's tail
-    (`NCCL(SeqNum=...`), and the rank stands before it. Runs once per distinct tail."""
+def _line_of(chunk: bytes, raw: bytes, end: int, anchor: bytes) -> str:
+    """The line that ends in `raw` (its first occurrence in the chunk), from the `|`-separated
+    segment that holds `anchor`: `_MAIN` matched only the line's tail, and what stands before it
+    matters (the rank before `WorkNCCL(SeqNum=`, the source file before `NCCL WARN Cuda failure`).
+    Called once per distinct tail, for these rare tails only."""
     stop = chunk.find(raw, 0, end) + len(raw)
     line = bytes(chunk[chunk.rfind(b"\n", 0, stop) + 1:stop])
-    cut = line.rfind(b"|", 0, max(line.find(b"Watchdog caught"), 0)) + 1
+    cut = line.rfind(b"|", 0, max(line.find(anchor), 0)) + 1
     return line[cut:].decode("utf-8", "replace").strip()
 
 
@@ -293,6 +294,8 @@ class _Scanner:
                     facts.channel(text.partition("via NET/")[2])
                 else:
                     facts.info(text[10:])
+            elif text.startswith("NCCL WARN Cuda failure"):  # `transport/nvls.cc:158 NCCL WARN`
+                facts.warn(text[10:], context=_line_of(chunk, raw, end, b"NCCL WARN"))
             elif text.startswith("NCCL WARN "):
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
@@ -302,7 +305,7 @@ class _Scanner:
                 if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
-                facts.timeout(_line_before(chunk, raw, end))
+                facts.timeout(_line_of(chunk, raw, end, b"Watchdog caught"))
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 facts.fault(text)
                 if m := _VERSION.search(text):
@@ -418,7 +421,7 @@ class _Facts:
             return
         self.fault("NET/OFI " + text, info=True)
 
-    def warn(self, text: str) -> None:
+    def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
         if len(self.warnings) < MAX_KEPT:
             self.warnings[text] = None
@@ -427,16 +430,16 @@ class _Facts:
             # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
             # WARN lines: the same facts as at INFO level.
             self._ofi(text[8:])
-        self.fault(text)
+        self.fault(text, context=context)
 
-    def fault(self, text: str, info: bool = False) -> None:
-        """Record `text` as an error when it matches the known-failure catalogue (an INFO line
-        only by an entry that is not `warn_only`)."""
+    def fault(self, text: str, info: bool = False, context: str | None = None) -> None:
+        """Record `text` as an error when it (or its whole line, `context`) matches the
+        known-failure catalogue (an INFO line only by an entry that is not `warn_only`)."""
         self.recognised += 1
         for index, (regex, failure) in enumerate(_FAILURE_RES):
             if info and failure.warn_only:
                 continue
-            if regex.search(text):
+            if regex.search(context or text):
                 key = (index, text)
                 if key not in self.errors and len(self.errors) < MAX_KEPT:
                     self.errors[key] = FailureHit(text, failure.cause, failure.remedy)
