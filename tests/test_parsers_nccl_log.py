@@ -359,6 +359,9 @@ def test_warnings_are_capped(monkeypatch: pytest.MonkeyPatch):
      "details), NCCL version 2.29.3", "a CUDA call inside NCCL failed"),
     ("misc/cudawrap.cc:33 NCCL WARN Cuda failure 'initialization error'",
      "a CUDA call inside NCCL failed"),
+    ("[Rank 0] Collective WorkNCCL(SeqNum=89, OpType=ALLREDUCE, NumelIn=67108864, NumelOut="
+     "67108864, Timeout(ms)=90000) raised the following async exception: NCCL error: remote "
+     "process exited or there was a network error, NCCL version 2.22.3", "peer rank died"),
     ("NCCL WARN NET/OFI Request 0x1 completed with error. RC: 103. Error: 4124 (Unresponsive "
      "receiver (connection previously established) My EFA addr: fi_addr_efa://[fe80::1]:0:1)",
      "stopped responding (EFA error 4124)"),

@@ -306,6 +306,8 @@ class _Scanner:
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
                 facts.timeout(_line_of(chunk, raw, end, b"Watchdog caught"))
+                if "NCCL error" in text:
+                    facts.fault(text)
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 facts.fault(text)
                 if m := _VERSION.search(text):
