@@ -31,12 +31,47 @@ EXPECTED = {
                               error_code=-61),
     "composed_fi_getinfo_61.txt": dict(efa=False, efa_devices=[], providers=[],
                                        endpoint_types=[], error_code=-61),
+    "real_verbose_efa_libfabric_2.0.txt": dict(efa=True, efa_devices=["rdmap70s0"],
+                                               providers=["efa"],
+                                               endpoint_types=["FI_EP_RDM", "FI_EP_DGRAM"],
+                                               error_code=None),
+    "real_eks_efa_direct_201_prompt.txt": dict(efa=True, efa_devices=["rdmap49s0"],
+                                               providers=["efa"],
+                                               endpoint_types=["FI_EP_RDM", "FI_EP_DGRAM"],
+                                               error_code=None),
+    "real_p4d_libfabric_1.11_gid_fabrics.txt": dict(
+        efa=True, efa_devices=["rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"],
+        providers=["efa"], endpoint_types=["FI_EP_RDM"], error_code=None),
+    "real_cxi_slingshot_cscs.txt": dict(efa=False, efa_devices=[], providers=["cxi"],
+                                        endpoint_types=["FI_EP_RDM"], error_code=None),
+    "real_cxi_61_strerror_cscs.txt": dict(efa=False, efa_devices=[], providers=[],
+                                          endpoint_types=[], error_code=-61),
+    "real_verbs_tcp_udp_rxm_rxd.txt": dict(
+        efa=False, efa_devices=[], providers=["verbs;ofi_rxm", "tcp;ofi_rxm", "verbs;ofi_rxd",
+                                              "UDP;ofi_rxd"],
+        endpoint_types=["FI_EP_RDM"], error_code=None),
 }
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_recorded_output_parses(name: str):
     assert parse_fi_info((DATA / name).read_text()).to_json() == EXPECTED[name]
+
+
+@pytest.mark.parametrize(("name", "fabrics"), [
+    ("real_verbose_efa_libfabric_2.0.txt", ["efa"]),
+    ("real_eks_efa_direct_201_prompt.txt", ["efa-direct", "efa"]),
+    ("real_verbs_tcp_udp_rxm_rxd.txt", ["IB-0xfe80000000000000", "TCP-IP", "UDP-IP"]),
+])
+def test_recorded_fabrics(name: str, fabrics: list[str]):
+    assert parse_fi_info((DATA / name).read_text()).fabrics == fabrics
+
+
+def test_verbose_entries_keep_domain_version_and_protocol():
+    info = parse_fi_info((DATA / "real_verbose_efa_libfabric_2.0.txt").read_text())
+    assert [(e.domain, e.version, e.type, e.protocol) for e in info.entries] == [
+        ("rdmap70s0-rdm", "200.0", "FI_EP_RDM", "FI_PROTO_EFA"),
+        ("rdmap70s0-dgrm", "200.0", "FI_EP_DGRAM", "FI_PROTO_EFA")]
 
 
 def test_fabrics_are_kept():

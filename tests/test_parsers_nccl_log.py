@@ -77,6 +77,66 @@ EXPECTED = {
     "real_watchdog_timeout.log": dict(network=None, timeouts=[
         dict(rank=0, seq_num=1580, op_type="ALLREDUCE", timeout_ms=600000, ran_for_ms=600060),
         dict(rank=4, seq_num=1580, op_type="ALLREDUCE", timeout_ms=600000, ran_for_ms=600067)]),
+    "real_g7e_ofi_1.18_sendrecv_no_gdr.log": dict(
+        nccl_version="2.29.2+cuda12.8", plugin="aws-ofi-nccl", plugin_version="1.18.0",
+        network="Libfabric", provider="efa", fabric="efa", num_nics=1, protocol="SENDRECV",
+        gdr=False, num_net_channels=8, num_gdr_channels=0, nranks=2,
+        env_added={"FI_EFA_FORK_SAFE": "1", "NCCL_BUFFSIZE": "8388608",
+                   "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_PROTO": "simple",
+                   "NCCL_TUNER_PLUGIN": "libnccl-net.so"}),
+    "real_cloudwatch_gdr_disabled_socket.log": dict(
+        plugin="aws-ofi-nccl", network="Socket", provider="socket", num_nics=1, gdr=False,
+        num_net_channels=0),
+    "real_sagemaker_ofi_1.11_p4d_ts_lines.log": dict(
+        plugin="aws-ofi-nccl", plugin_version="1.11.0-aws", network="AWS Libfabric",
+        provider="efa", fabric=None, num_nics=4, protocol="SENDRECV", gdr=True,
+        num_net_channels=6, num_gdr_channels=6,
+        env_added={"FI_EFA_FORK_SAFE": "1", "NCCL_NVLSTREE_MAX_CHUNKSIZE": "512KiB",
+                   "NCCL_NVLS_CHUNKSIZE": "512KiB",
+                   "NCCL_TOPO_FILE": "/usr/local/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml",
+                   "NCCL_PROTO": "simple"},
+        warnings=[], errors=[]),
+    "real_ofi_1.6_cxi_slingshot.log": dict(
+        plugin="aws-ofi-nccl", plugin_version="1.6.0", network="AWS Libfabric", provider="cxi",
+        num_nics=8, gdr=None, nranks=2, errors=[]),
+    "real_ofi_1.21_cxi_no_provider_any_net.log": dict(
+        nccl_version="2.28.3+cuda12.9", plugin="aws-ofi-nccl", plugin_version="1.21.1",
+        network=None, provider=None, num_nics=None, gdr=None),
+    "real_ibext_hpcx_sharp_mpijob.log": dict(network="IBext", provider="ib", num_nics=1,
+                                             gdr=None,
+                                             warnings=["Cuda failure 'initialization error'"]),
+    "real_nccl_2.28_ib_assigned_plugin.log": dict(plugin=None, network="IB", provider="ib",
+                                                  num_nics=1, nranks=8, errors=[]),
+    "real_roce_modify_qp_unreachable.log": dict(
+        nccl_version="2.19.3+cuda12.3", plugin=None, network="IB", provider="ib", num_nics=2,
+        gdr=None),
+    "real_efa_handshake_4126_torch_remote_error.log": dict(
+        nccl_version="2.27.3", plugin="aws-ofi-nccl", network="Libfabric", gdr=True,
+        num_net_channels=4, num_gdr_channels=4),
+    "real_gke_bad_socket_ifname.log": dict(nccl_version="2.22.3", network=None,
+                                           warnings=["Bootstrap : no socket interface found"],
+                                           timeouts=[]),
+    "real_gke_node_loss_survivor.log": dict(nccl_version="2.22.3+cuda12.6", network=None,
+                                            timeouts=[]),
+    "real_roce_gdr_disabled_hca.log": dict(plugin=None, network="IB", provider="ib", num_nics=2,
+                                           gdr=False, num_net_channels=0, nranks=16,
+                                           errors=[]),
+    "real_gke_socket_gdr_disabled_2.22.log": dict(
+        nccl_version="2.22.3+cuda12.6", plugin=None, network="Socket", provider="socket",
+        num_nics=1, gdr=False, num_net_channels=4, num_gdr_channels=0),
+    "real_ib_completion_error4.log": dict(network=None, gdr=None),
+    "real_ib_plugin_status12.log": dict(network=None, gdr=None),
+    "real_watchdog_ray_vllm.log": dict(timeouts=[
+        dict(rank=1, seq_num=158046, op_type="GATHER", timeout_ms=600000, ran_for_ms=600027)]),
+    "real_watchdog_wrapped_lines.log": dict(timeouts=[
+        dict(rank=1, seq_num=4, op_type="BROADCAST", timeout_ms=None),
+        dict(rank=2, seq_num=4, op_type=None, timeout_ms=None),
+        dict(rank=3, seq_num=4, op_type=None, timeout_ms=None)]),
+    "real_watchdog_what_progress_bar.log": dict(timeouts=[
+        dict(rank=0, seq_num=96120, op_type="ALLREDUCE", ran_for_ms=25624887),
+        dict(rank=0, seq_num=96117, op_type="ALLREDUCE", ran_for_ms=25625613),
+        dict(rank=7, seq_num=64088, op_type="ALLREDUCE", ran_for_ms=25625251),
+        dict(rank=5, seq_num=9141, op_type="_ALLGATHER_BASE", ran_for_ms=600020)]),
     "real_watchdog_old.log": dict(timeouts=[
         dict(rank=1, seq_num=469508, op_type="ALLREDUCE", timeout_ms=1800000,
              ran_for_ms=1802212),
@@ -100,6 +160,31 @@ EXPECTED_CAUSES = {
     "real_p5_topology_xml_error.log": ["could not read the topology"],
     "composed_ofi_1.16_efa_direct_p5_srun.log": [],
     "real_socket_no_plugin.log": [],
+    "real_g7e_ofi_1.18_sendrecv_no_gdr.log": ["GPUDirect RDMA is not available"],
+    "real_ofi_1.21_cxi_no_provider_any_net.log": ["libfabric offers no EFA provider",
+                                                  "could not start either of its transport",
+                                                  "NET plugin failed to initialize",
+                                                  "NCCL stops instead of falling back",
+                                                  "plugin reported an error",
+                                                  "plugin reported an error"],
+    "real_roce_modify_qp_unreachable.log": ["could not connect an InfiniBand/RoCE queue pair",
+                                            "peer rank died"],
+    "real_ib_completion_error4.log": ["local protection error", "local protection error"],
+    "real_ib_plugin_status12.log": ["timed out (IB error 12", "timed out (IB error 12"],
+    "real_sagemaker_ofi_1.11_p4d_ts_lines.log": [],
+    "real_nvls_bind_failed_401.log": ["NVLink SHARP (NVLS)"],
+    "real_nvls_cuda_failure_invalid_argument.log": ["NVLink SHARP (NVLS)"],
+    "real_ibext_hpcx_sharp_mpijob.log": ["a CUDA call inside NCCL failed"],
+    "real_gke_bad_socket_ifname.log": ["no network interface for its bootstrap"],
+    "real_gke_node_loss_survivor.log": ["peer rank died"] * 4,
+    "real_efa_handshake_4126_torch_remote_error.log": ["EFA handshake with a peer got no answer",
+                                                       "EFA handshake with a peer got no answer",
+                                                       "peer rank died"],
+    "real_ofi_1.6_cxi_slingshot.log": [],
+    "real_cloudwatch_gdr_disabled_socket.log": ["GPUDirect RDMA is not available",
+                                                "NET plugin failed to initialize",
+                                                "plugin reported an error",
+                                                "plugin reported an error"],
 }
 
 
@@ -183,6 +268,19 @@ def test_the_network_used_wins_over_the_plugin_loaded():
     assert (s.network, s.provider, s.num_nics, s.fabric) == ("IB", "ib", 2, None)
 
 
+def test_gdr_not_supported_does_not_claim_the_instance_requires_gdr():
+    # g7e (aws-ofi-nccl 1.18): the plugin only says GDR is not supported; whether the instance
+    # type needs it is the profile's call (PF-NET-009), not the log's.
+    (hit,) = _json("real_g7e_ofi_1.18_sendrecv_no_gdr.log")["errors"]
+    assert "requires it" not in hit["cause"] and "Simple protocol" in hit["cause"]
+
+
+def test_gdr_disabled_on_a_nic_of_another_network_is_no_evidence():
+    text = ("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+            "h:1:1 [0] NCCL INFO Using network Libfabric\n")
+    assert parse_nccl_log(text).gdr is None
+
+
 def test_one_rank_on_sockets_makes_the_job_socket_bound():
     text = ("a:1:1 [0] NCCL INFO Using network Libfabric\n"
             "b:2:2 [1] NCCL INFO Using network Socket\n")
@@ -255,6 +353,25 @@ def test_warnings_are_capped(monkeypatch: pytest.MonkeyPatch):
     ("NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10000",
      "same GPU"),
     ("NCCL WARN NET/OFI Something new went wrong", "plugin reported an error"),
+    ("NCCL INFO NET/OFI No eligible providers were found", "offers no EFA provider"),
+    ("torch.distributed.DistBackendError: NCCL error in: /var/lib/jenkins/workspace/torch/csrc/"
+     "distributed/c10d/NCCLUtils.cpp:93, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+     "details), NCCL version 2.29.3", "a CUDA call inside NCCL failed"),
+    ("misc/cudawrap.cc:33 NCCL WARN Cuda failure 'initialization error'",
+     "a CUDA call inside NCCL failed"),
+    ("[Rank 0] Collective WorkNCCL(SeqNum=89, OpType=ALLREDUCE, NumelIn=67108864, NumelOut="
+     "67108864, Timeout(ms)=90000) raised the following async exception: NCCL error: remote "
+     "process exited or there was a network error, NCCL version 2.22.3", "peer rank died"),
+    ("NCCL WARN NET/OFI Request 0x1 completed with error. RC: 103. Error: 4124 (Unresponsive "
+     "receiver (connection previously established) My EFA addr: fi_addr_efa://[fe80::1]:0:1)",
+     "stopped responding (EFA error 4124)"),
+    ("plugin/net.cc:379 NCCL WARN Failed to initialize any NET plugin", "instead of falling back"),
+    ("transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, "
+     "vendor err 129", "IB error 12"),
+    ("ib_plugin.c:1007 NCCL WARN NET/IB : Got completion from peer 10.1.32.3<54891> with error 5, "
+     "opcode 0, len 0, vendor err 249", "completed with an error"),
+    ("ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev "
+     "mlx_x:1, curr state INIT, next state RTR", "queue pair"),
 ])
 def test_catalogue_explains_each_failure(line: str, cause: str):
     s = parse_nccl_log(f"ip-10-0-0-1:79:2500 [0] {line}\n")
@@ -264,6 +381,12 @@ def test_catalogue_explains_each_failure(line: str, cause: str):
 def test_every_catalogue_entry_has_a_cause_a_remedy_and_a_source():
     for failure in FAILURES:
         assert failure.cause and failure.remedy and failure.source, failure.pattern
+
+
+def test_an_info_line_of_the_plugin_is_no_failure_by_itself():
+    s = parse_nccl_log("h:1:1 [0] NCCL INFO NET/OFI Creating one domain per process\n"
+                       "h:1:1 [0] NCCL INFO NET/OFI Some new informational line\n")
+    assert not s.errors
 
 
 def test_ib_plugin_init_failure_on_efa_is_not_an_error():
@@ -287,6 +410,10 @@ def test_ib_plugin_init_failure_on_efa_is_not_an_error():
      "NET/Socket: aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?); traffic goes "
      "over TCP sockets"),
     ("real_ib_no_gdr.log", "NET/IB: provider ib (1 NICs), GDRDMA on 0/4 NET channels"),
+    ("real_roce_gdr_disabled_hca.log", "NET/IB: provider ib (2 NICs), GDR not available"),
+    ("real_cloudwatch_gdr_disabled_socket.log",
+     "NET/Socket: aws-ofi-nccl loaded but failed to initialise (GPUDirect RDMA is not available "
+     "to EFA on an instance type that requires it); traffic goes over TCP sockets"),
     ("real_old_plugin_tcp_provider.log",
      "no `Using network` line; aws-ofi-nccl selected provider tcp;ofi_rxm"),
 ])

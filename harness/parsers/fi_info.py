@@ -9,6 +9,9 @@ Reads blocks like::
         version: 122.0
         type: FI_EP_RDM
         protocol: FI_PROTO_EFA
+
+and the same facts from `fi_info -v` (`---` / `fi_info:` blocks: `fi_fabric_attr` `prov_name`,
+`name`, `prov_version`; `fi_domain_attr` `name`; `fi_ep_attr` `type`, `protocol`).
 """
 
 from __future__ import annotations
@@ -82,15 +85,41 @@ class FiInfo:
 
 _FIELD = re.compile(r"^\s*(provider|fabric|domain|version|type|protocol):\s*(.*?)\s*$")
 _ERROR = re.compile(r"^\s*(?:fi_getinfo:\s*)?(-\d+)\b(?:\s*\(.*\))?\s*$")
+#: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
+_VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
+_VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*?)\s*$")
+_VERBOSE_FIELDS = {
+    ("fi_fabric_attr", "prov_name"): "provider",
+    ("fi_fabric_attr", "name"): "fabric",
+    ("fi_fabric_attr", "prov_version"): "version",
+    ("fi_domain_attr", "name"): "domain",
+    ("fi_ep_attr", "type"): "type",
+    ("fi_ep_attr", "protocol"): "protocol",
+}
 
 
-def parse_fi_info(text: str) -> FiInfo:
-    """Parse `fi_info` / `fi_info -p efa` output; ParseError when it holds neither provider
-    blocks nor an error code."""
+def _verbose_entries(lines: list[str]) -> list[FiInfoEntry]:
+    """The entries of `fi_info -v` output (blocks without a `prov_name` are dropped)."""
+    blocks: list[dict[str, str]] = []
+    section = ""
+    for line in lines:
+        if _VERBOSE_BLOCK.match(line):
+            blocks.append({})
+            section = ""
+        elif blocks and (m := _VERBOSE_LINE.match(line)):
+            if not m[2]:
+                section = m[1]
+            elif (key := _VERBOSE_FIELDS.get((section, m[1]))) is not None:
+                blocks[-1].setdefault(key, m[2])
+    return [FiInfoEntry(**b) for b in blocks if "provider" in b]
+
+
+def _listing(lines: list[str]) -> tuple[list[FiInfoEntry], int | None]:
+    """The `provider:` blocks of the default listing, and the error code printed instead."""
     entries: list[FiInfoEntry] = []
     current: dict[str, str] | None = None
     error_code: int | None = None
-    for line in text.replace("\r\n", "\n").split("\n"):
+    for line in lines:
         if m := _FIELD.match(line):
             key, value = m[1], m[2]
             if key == "provider":
@@ -103,10 +132,21 @@ def parse_fi_info(text: str) -> FiInfo:
             error_code = int(m[1])
     if current is not None:
         entries.append(FiInfoEntry(**current))
+    return entries, error_code
+
+
+def parse_fi_info(text: str) -> FiInfo:
+    """Parse `fi_info` / `fi_info -p efa` / `fi_info -v` output; ParseError when it holds neither
+    provider blocks nor an error code."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if any(_VERBOSE_BLOCK.match(line) for line in lines):
+        entries, error_code = _verbose_entries(lines), None
+    else:
+        entries, error_code = _listing(lines)
     if not entries and error_code is None:
         raise ParseError(
-            "nothing recognised as fi_info output: no `provider:` blocks and no error code "
-            "(`-61` or `fi_getinfo: -61`)"
+            "nothing recognised as fi_info output: no `provider:` blocks, no `fi_info -v` "
+            "blocks and no error code (`-61` or `fi_getinfo: -61`)"
         )
     return FiInfo(tuple(entries), error_code)
 

@@ -1,7 +1,8 @@
 """The known-failure catalogue for NCCL debug logs: line pattern -> cause -> remedy, as data.
 
-`harness.parsers.nccl_log` searches WARN lines, NET/OFI lines, libfabric `<warn>` lines and torch
-`NCCL error` lines with these patterns; the first (most specific) match explains the line.
+`harness.parsers.nccl_log` searches WARN lines, NET/OFI lines (INFO too: aws-ofi-nccl >= 1.19 prints
+`No eligible providers were found` at INFO), libfabric `<warn>` lines and torch `NCCL error` lines
+with these patterns; the first (most specific) match explains the line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class KnownFailure:
     cause: str
     remedy: str
     source: str = ""
+    warn_only: bool = False
+    """Explains WARN lines only: an INFO line that matches it is not a failure by itself."""
 
 
 #: The known-failure catalogue, most specific first; a line is attributed to its first match.
@@ -35,6 +38,23 @@ FAILURES: tuple[KnownFailure, ...] = (
         "add inbound AND outbound rules 'All traffic' whose source/destination is the security "
         "group itself (EC2 EFA user guide)",
         "aws/aws-ofi-nccl PR #1294, issues #663, #156",
+    ),
+    KnownFailure(
+        r"Error: 4126\b|Unresponsive receiver \(reachable by EFA device but handshake failed",
+        "the EFA handshake with a peer got no answer (EFA error 4126): the security group does "
+        "not allow all traffic to and from itself (the outbound rule too), or the peer process "
+        "never started or already exited",
+        "check the security group's inbound AND outbound 'All traffic' rules to itself, then the "
+        "peer rank's own log (did it start, did it crash?)",
+        "ofiwg/libfabric prov/efa/src/efa_errno.h (UNESTABLISHED_RECV_UNRESP)",
+    ),
+    KnownFailure(
+        r"Error: 4124\b|Unresponsive receiver \(connection previously established",
+        "an EFA peer that had answered stopped responding (EFA error 4124): its process died or "
+        "its instance or NIC failed",
+        "find the peer's host id on the line and check that node (its own log, EFA health); "
+        "replace it if the hardware failed",
+        "ofiwg/libfabric prov/efa/src/efa_errno.h (ESTABLISHED_RECV_UNRESP)",
     ),
     KnownFailure(
         r"No eligible providers were found|provider efa output empty list",
@@ -59,10 +79,18 @@ FAILURES: tuple[KnownFailure, ...] = (
         "aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
     ),
     KnownFailure(
-        r"GDR disabled on GDR-supported instance type|Need to force simple protocol: GDR not "
-        r"supported",
+        r"GDR disabled on GDR-supported instance type",
         "GPUDirect RDMA is not available to EFA on an instance type that requires it",
         "load nvidia_peermem (or use a driver with DMA-BUF support), do not set "
+        "FI_EFA_USE_DEVICE_RDMA=0 or FI_HMEM_DISABLE_P2P=1",
+        "aws/aws-ofi-nccl src/nccl_ofi_net.cpp (domain-facts.md)",
+    ),
+    KnownFailure(
+        r"Need to force simple protocol: GDR not supported",
+        "GPUDirect RDMA is not available to EFA here: aws-ofi-nccl forces the Simple protocol "
+        "and stages GPU buffers through host memory (required on p4d/p5/p6; normal on instance "
+        "types without GDR, such as g5)",
+        "on p4d/p5/p6: load nvidia_peermem (or use a driver with DMA-BUF support), do not set "
         "FI_EFA_USE_DEVICE_RDMA=0 or FI_HMEM_DISABLE_P2P=1",
         "aws/aws-ofi-nccl src/nccl_ofi_net.cpp (domain-facts.md)",
     ),
@@ -89,6 +117,15 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/init.cc; aws/aws-ofi-nccl src/nccl_ofi_net.cpp",
     ),
     KnownFailure(
+        r"Failed to initialize any NET plugin",
+        "no NET plugin initialised, and NCCL_NET (or NCCL_NET_PLUGIN) names a network, so NCCL "
+        "stops instead of falling back (the job fails with 'invalid usage')",
+        "read the plugin's lines before it (its devices missing in the container, the library "
+        "not on LD_LIBRARY_PATH, a plugin built for another NCCL); check NCCL_NET and "
+        "NCCL_NET_PLUGIN",
+        "NVIDIA/nccl src/plugin/net.cc",
+    ),
+    KnownFailure(
         r"Attribute \w+ of node \w+ not found",
         "NCCL could not read the topology (NCCL_TOPO_FILE, set by aws-ofi-nccl or by hand, does "
         "not match this NCCL version or instance)",
@@ -97,10 +134,38 @@ FAILURES: tuple[KnownFailure, ...] = (
         "aws/aws-ofi-nccl issue #476",
     ),
     KnownFailure(
+        r"no socket interface found|No usable listening interface found",
+        "NCCL found no network interface for its bootstrap and socket traffic: "
+        "NCCL_SOCKET_IFNAME names an interface that does not exist in this container, or "
+        "excludes every one",
+        "set NCCL_SOCKET_IFNAME to an interface the container has (`ip -br link`: eth0, ens5, "
+        "...) or unset it",
+        "NVIDIA/nccl src/bootstrap.cc, src/misc/socket.cc",
+    ),
+    KnownFailure(
+        r"NVLink SHARP|nvls\.cc:\d+.*Cuda failure",
+        "NCCL could not set up NVLink SHARP (NVLS) multicast memory on the NVSwitches: the "
+        "fabric manager is not running or was restarted without a GPU reset (or IMEX is not "
+        "provisioned)",
+        "check `systemctl status nvidia-fabricmanager` and `nvidia-smi -q` (Fabric State "
+        "Completed, Status Success); after a fabric manager restart reset the GPUs or reboot; "
+        "NCCL_NVLS_ENABLE=0 only works around it",
+        "NVIDIA/nccl src/transport/nvls.cc; issues #1338, #1488 (maintainers: fabric manager "
+        "restart); NVIDIA/DCGM issue #304",
+    ),
+    KnownFailure(
         r"Cuda failure '?out of memory|CUDA error: out of memory|Cuda failure 2 ",
         "a GPU ran out of memory while NCCL allocated its buffers",
         "free GPU memory before NCCL init (another process on the GPU?), or lower "
         "NCCL_BUFFSIZE / the number of communicators",
+        "NVIDIA/nccl src/include/checks.h",
+    ),
+    KnownFailure(
+        r"Cuda failure|unhandled cuda error|ncclUnhandledCudaError",
+        "a CUDA call inside NCCL failed (the `Cuda failure '...'` WARN line names it): a GPU in "
+        "a bad state, a driver/CUDA mismatch, or CUDA used before a fork",
+        "read the `Cuda failure` line; check `nvidia-smi` and `dmesg` for Xid errors; rerun on "
+        "a healthy node",
         "NVIDIA/nccl src/include/checks.h",
     ),
     KnownFailure(
@@ -122,6 +187,39 @@ FAILURES: tuple[KnownFailure, ...] = (
         "rerun with NCCL_DEBUG=INFO and read the WARN line before it; give the container "
         "--shm-size or --ipc=host, check NCCL_SOCKET_IFNAME",
         "NVIDIA/nccl src/include/socket.h, src/transport/shm.cc",
+    ),
+    KnownFailure(
+        r"Got completion (?:from peer \S+ )?with (?:error 4,|status=4 )",
+        "an InfiniBand/RoCE transfer failed with a local protection error (IB error 4): GPUDirect "
+        "RDMA is broken on this node, usually by PCIe ACS being enabled",
+        "disable PCIe ACS (BIOS/setpci) and check nvidia_peermem or DMA-BUF; NCCL_NET_GDR_LEVEL=0 "
+        "confirms it (the error goes away, bandwidth drops)",
+        "NVIDIA/nccl issues #928 (maintainer: 'IB error 4 is usually due to ACS'), #214",
+    ),
+    KnownFailure(
+        r"Got completion (?:from peer \S+ )?with (?:error 12,|status=12 )",
+        "an InfiniBand/RoCE transfer timed out (IB error 12, retry count exceeded): the NICs "
+        "cannot reach each other over RDMA (link, cable or switch fault, a dead peer, or on RoCE "
+        "a wrong GID index / traffic class)",
+        "run ib_write_bw between the two nodes; check ibstat and the switch; on RoCE set "
+        "NCCL_IB_GID_INDEX to the RoCE v2 GID (show_gids)",
+        "NVIDIA/nccl issues #426 (maintainer: 'an error 12 is a timeout'), #1405, #1814",
+    ),
+    KnownFailure(
+        r"Call to ibv_modify_qp failed",
+        "NCCL could not connect an InfiniBand/RoCE queue pair to its peer (no route to the peer's "
+        "GID: RoCE GID index or routing, or a rail-only fabric where only NICs of the same rail "
+        "reach each other)",
+        "set NCCL_IB_GID_INDEX to the RoCE v2 GID (show_gids), restrict NCCL_IB_HCA to connected "
+        "ports; on rail-only fabrics set NCCL_CROSS_NIC=0",
+        "NVIDIA/nccl-tests issue #185; NVIDIA/nccl issues #2013, #925",
+    ),
+    KnownFailure(
+        r"NET/IB ?: Got completion",
+        "an InfiniBand/RoCE transfer completed with an error",
+        "read the error number on the line (4: GPUDirect RDMA/ACS, 12: timeout, 5: flushed after "
+        "an earlier error); check ibstat and both nodes' links",
+        "NVIDIA/nccl src/transport/net_ib.cc",
     ),
     KnownFailure(
         r"remote process exited or there was a network error|Connection closed by remote peer|"
@@ -150,5 +248,6 @@ FAILURES: tuple[KnownFailure, ...] = (
         "read the line and the NET/OFI lines before it; check the plugin, libfabric and EFA "
         "versions",
         "aws/aws-ofi-nccl",
+        warn_only=True,
     ),
 )

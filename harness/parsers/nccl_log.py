@@ -80,7 +80,8 @@ class NcclLogSummary:
     platform: str | None = None
     libfabric_version: str | None = None
     gdr_negative: bool = False
-    """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`)."""
+    """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`), or NCCL did
+    for a NIC of the network used (`NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`)."""
     num_net_channels: int = 0
     """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
     more than SEEN_CAP distinct lines reset the memory of what was seen)."""
@@ -204,6 +205,17 @@ def _text(raw: bytes) -> str:
     return raw.partition(b"|")[0].decode("utf-8", "replace").strip()
 
 
+def _line_of(chunk: bytes, raw: bytes, end: int, anchor: bytes) -> str:
+    """The line that ends in `raw` (its first occurrence in the chunk), from the `|`-separated
+    segment that holds `anchor`: `_MAIN` matched only the line's tail, and what stands before it
+    matters (the rank before `WorkNCCL(SeqNum=`, the source file before `NCCL WARN Cuda failure`).
+    Called once per distinct tail, for these rare tails only."""
+    stop = chunk.find(raw, 0, end) + len(raw)
+    line = bytes(chunk[chunk.rfind(b"\n", 0, stop) + 1:stop])
+    cut = line.rfind(b"|", 0, max(line.find(anchor), 0)) + 1
+    return line[cut:].decode("utf-8", "replace").strip()
+
+
 def _segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
     """The `|`-separated segments of the lines of chunk[:end] that contain `literal`."""
     found = []
@@ -239,10 +251,17 @@ _VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
 _IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
 _SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
 _DEV_INDEX = re.compile(r"\[\d+\]\S")
-_WATCHDOG = re.compile(
-    r"(?:Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
-    r"WorkNCCL\((?:SeqNum=(?P<seq>\d+))?(?:, OpType=(?P<op>\w+))?.*?"
-    r"(?:Timeout\(ms\)=(?P<timeout>\d+))?\)(?: ran for (?P<ran>\d+) milliseconds)?"
+#: NCCL's own GDR verdict per NIC (2.12+): `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`.
+_GDR_DISABLED = re.compile(r"NET/(.+?) ?: GPU Direct RDMA Disabled for HCA")
+#: PyTorch's watchdog line, found wherever it is in a payload (`ProcessGroupNCCL.cpp:607] [Rank 0]
+#: Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception:
+#: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
+_WATCHDOG = re.compile(r"(?:\[(?:PG [^\]]*)?Rank (\d+)\] )?Watchdog caught collective operation timeout")
+_WATCHDOG_FIELDS = (
+    re.compile(r"SeqNum=(\d+)"),
+    re.compile(r"OpType=(\w+)"),
+    re.compile(r"Timeout\(ms\)=(\d+)"),
+    re.compile(r"ran for (\d+) ?m"),
 )
 _CHUNK_BYTES = 1 << 20
 """Chunk size: small enough that the several passes over a chunk hit the CPU cache."""
@@ -276,17 +295,24 @@ class _Scanner:
                     facts.channel(text.partition("via NET/")[2])
                 else:
                     facts.info(text[10:])
+            elif text.startswith("NCCL WARN Cuda failure"):  # `transport/nvls.cc:158 NCCL WARN`
+                facts.warn(text[10:], context=_line_of(chunk, raw, end, b"NCCL WARN"))
             elif text.startswith("NCCL WARN "):
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
-            elif text.startswith("NCCL.cpp:"):
-                if "Watchdog caught" in text:
-                    facts.timeout(text.partition("] ")[2])
-            elif text.startswith("NCCL(SeqNum="):
-                facts.timeout("Watchdog caught collective operation timeout: Work" + text)
-            else:
+            elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
+                facts.timeout(text)
+                if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
+                    facts.fault(text.partition("] ")[2])
+            elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
+                facts.timeout(_line_of(chunk, raw, end, b"Watchdog caught"))
+                if "NCCL error" in text:
+                    facts.fault(text)
+            else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 facts.fault(text)
+                if m := _VERSION.search(text):
+                    facts.version(m[1].rstrip(","))
         for raw in dict.fromkeys(_LIBFABRIC_WARN.findall(chunk, 0, end)):
             facts.fault(_text(raw))
         if not found and chunk.find(_OLD_PLUGIN_LITERAL, 0, end) >= 0:
@@ -326,6 +352,7 @@ class _Facts:
         self.platform: str | None = None
         self.libfabric: str | None = None
         self.nogdr = False
+        self.gdr_disabled_nets: set[str] = set()
         self.net_channels: Counter[str] = Counter()
         self.gdr_channels = 0
         self.nranks: int | None = None
@@ -333,7 +360,7 @@ class _Facts:
         self.env_skipped: list[str] = []
         self.warnings: dict[str, None] = {}
         self.errors: dict[tuple[int, str], FailureHit] = {}
-        self.timeouts: dict[str, WatchdogTimeout] = {}
+        self.timeouts: dict[object, WatchdogTimeout] = {}
 
     # Each method handles one kind of payload.
     def version(self, v: str) -> None:
@@ -366,6 +393,8 @@ class _Facts:
             self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
         elif "NET/Socket" in text and (m := _SOCKET_DEVS.search(text)):
             self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
+        elif m := _GDR_DISABLED.search(text):
+            self.gdr_disabled_nets.add(m[1])
 
     def _ofi(self, text: str) -> None:
         for regex, kind in _OFI_RULES:
@@ -381,7 +410,7 @@ class _Facts:
             elif kind == "protocol":
                 self.protocol = m[1]
             elif kind == "env":
-                self.env_added[m[1]] = m[2]
+                self.env_added[m[1]] = m[2].strip('"')  # 1.11: `Setting NCCL_PROTO to "simple"`
             elif kind == "skip":
                 if m[1] not in self.env_skipped:
                     self.env_skipped.append(m[1])
@@ -395,38 +424,47 @@ class _Facts:
             elif kind == "failed":
                 self.plugin_failed = True
             return
+        self.fault("NET/OFI " + text, info=True)
 
-    def warn(self, text: str) -> None:
+    def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
         if len(self.warnings) < MAX_KEPT:
             self.warnings[text] = None
         if text.startswith("NET/OFI"):
             self.ofi_seen = True
-            if "initialization failed" in text:
-                self.plugin_failed = True
-        self.fault(text)
+            # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
+            # WARN lines: the same facts as at INFO level.
+            self._ofi(text[8:])
+        self.fault(text, context=context)
 
-    def fault(self, text: str) -> None:
-        """Record `text` as an error when it matches the known-failure catalogue."""
+    def fault(self, text: str, info: bool = False, context: str | None = None) -> None:
+        """Record `text` as an error when it (or its whole line, `context`) matches the
+        known-failure catalogue (an INFO line only by an entry that is not `warn_only`)."""
         self.recognised += 1
         for index, (regex, failure) in enumerate(_FAILURE_RES):
-            if regex.search(text):
+            if info and failure.warn_only:
+                continue
+            if regex.search(context or text):
                 key = (index, text)
                 if key not in self.errors and len(self.errors) < MAX_KEPT:
                     self.errors[key] = FailureHit(text, failure.cause, failure.remedy)
                 return
 
     def timeout(self, text: str) -> None:
+        """A line holding `Watchdog caught collective operation timeout`; one record per rank and
+        collective (torch repeats it in the `watchdog thread terminated` line)."""
         self.recognised += 1
         m = _WATCHDOG.search(text)
-        if m is None or text in self.timeouts or len(self.timeouts) >= MAX_KEPT:
+        if m is None or len(self.timeouts) >= MAX_KEPT:
             return
-
-        def num(name: str) -> int | None:
-            return int(m[name]) if m[name] else None
-
-        self.timeouts[text] = WatchdogTimeout(num("rank"), num("seq"), m["op"], num("timeout"),
-                                              num("ran"), text)
+        line = text[m.start():]
+        seq, op, timeout_ms, ran = (f.search(line) for f in _WATCHDOG_FIELDS)
+        t = WatchdogTimeout(
+            rank=int(m[1]) if m[1] else None, seq_num=int(seq[1]) if seq else None,
+            op_type=op[1] if op else None, timeout_ms=int(timeout_ms[1]) if timeout_ms else None,
+            ran_for_ms=int(ran[1]) if ran else None, line=line)
+        key = line if t.seq_num is None else (t.rank, t.seq_num, t.op_type, t.ran_for_ms)
+        self.timeouts.setdefault(key, t)
 
     def channel(self, tail: str) -> None:
         """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`
@@ -446,10 +484,14 @@ class _Facts:
             return "Socket"
         if self.networks:
             return self.networks[0]
-        # NCCL < 2.6 printed no `Using network`: IB when it found devices, else sockets.
-        if not self.ofi_seen and self.ib_nics:
+        # No `Using network` (NCCL < 2.6, or a log cut short): NCCL initialises its own IB and
+        # Socket transports only when no plugin came before them, so their device lines name the
+        # network when no plugin was seen or the plugin failed.
+        if self.ofi_seen and not self.plugin_failed:
+            return None
+        if self.ib_nics:
             return "IB"
-        if not self.ofi_seen and self.socket_nics:
+        if self.socket_nics:
             return "Socket"
         return None
 
@@ -485,7 +527,7 @@ class _Facts:
             protocol=self.protocol if libfabric_net else None,
             platform=self.platform,
             libfabric_version=self.libfabric,
-            gdr_negative=self.nogdr,
+            gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
             num_net_channels=sum(self.net_channels.values()),
             num_gdr_channels=self.gdr_channels,
             net_channels_by_network=dict(self.net_channels),
