@@ -393,7 +393,7 @@ class _Facts:
             self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
         elif "NET/Socket" in text and (m := _SOCKET_DEVS.search(text)):
             self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
-        elif m := _GDR_DISABLED.search(text):
+        elif "GPU Direct RDMA Disabled" in text and (m := _GDR_DISABLED.search(text)):
             self.gdr_disabled_nets.add(m[1])
 
     def _ofi(self, text: str) -> None:
