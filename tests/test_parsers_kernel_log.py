@@ -27,11 +27,66 @@ DATA = Path(__file__).parent / "data" / "kernel_log"
         (63, "0000:53:00", None, None, MONITOR, "2024-10-01T09:14:40+0000"),
         (79, "0000:64:00", 41240, "python", REBOOT, "2024-10-01T09:20:02+0000"),
         (94, "0000:75:00", 41251, "python", MONITOR, "2024-10-01T09:20:05+0000")]),
-    ("dmesg-fallen-off-bus-no-xid.txt", [(79, "0000:b3:00.0", None, None, REBOOT, None)]),
+    ("dmesg-fallen-off-bus-no-xid.txt", [(79, "0000:b3:00.0", None, None, REBOOT, "1843.308145")]),
+    ("real_dmesg-T-xid13-109-31-pt_main_thread.txt", [
+        (13, "0000:cb:00", None, None, MONITOR, "Fri Aug 30 11:43:09 2024")] * 3 + [
+        (109, "0000:cb:00", 1797828, "pt_main_thread", RESET, "Fri Aug 30 11:43:14 2024"),
+        (31, "0000:cb:00", 626486, "pt_main_thread", MONITOR, "Sat Aug 31 07:06:03 2024"),
+        (109, "0000:cb:00", 1158578, "pt_main_thread", RESET, "Sat Aug 31 08:53:21 2024")]),
+    # syslog lines that also carry the kernel's uptime; each line of the message is prefixed.
+    ("real_syslog-kernel-uptime-fallen-off-bus-multiline.txt", [
+        (79, "0000:5d:00.0", None, None, REBOOT, "Jan  3 07:39:45")]),
+    # The driver prints `NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.` next to the Xid 79
+    # line: one event, not two.
+    ("real_dmesg-xid79-with-gpu-fallen-line.txt", [
+        (79, "0000:5d:00", None, None, REBOOT, "4254.197860")]),
+    ("real_journal-xid79-fallen-line-xid44.txt", [
+        (79, "0000:01:00", None, None, REBOOT, "Nov 07 18:17:15"),
+        (44, "0000:01:00", 12348, "tf_cnn_benchmar", MONITOR, "Nov 07 18:17:15")]),
+    # Old drivers: `NVRM: GPU at 0000:01:00.0 has fallen off the bus.` alone (printed twice).
+    ("real_dmesg-old-gpu-at-fallen-off-bus-no-xid.txt", [
+        (79, "0000:01:00.0", None, None, REBOOT, "49.261458")]),
+    # `dmesg -H` deltas (`[  +0.000033]`) are not times; PCI domain 0002.
+    ("real_dmesg-reltime-fallen-off-bus-domain-0002.txt", [
+        (79, "0002:21:00.0", None, None, REBOOT, None)]),
+    ("real_dmesg-xid79-nvswitch-sxid-20034.txt", [
+        (79, "0000:91:00", None, None, REBOOT, "6781741.548779")]),
 ])
 def test_xid_events(name: str, events: list):
     log = parse_kernel_log((DATA / name).read_text())
     assert [(e.xid, e.pci, e.pid, e.process, e.action, e.time) for e in log.events] == events
+
+
+def test_nvswitch_sxid_lines():
+    log = parse_kernel_log((DATA / "real_dmesg-xid79-nvswitch-sxid-20034.txt").read_text())
+    # Only the first line of each SXid (Fatal / Non-fatal) is an event; `Severity ...` and
+    # `Data {...}` lines are its details.
+    assert [(e.sxid, e.switch, e.pci, e.fatal, e.message, e.time) for e in log.sxid_events] == [
+        (20034, 1, "0000:06:00.0", True, "Link 48 LTSSM Fault Up", "6781753.400584"),
+        (20034, 0, "0000:05:00.0", True, "Link 63 LTSSM Fault Up", "6781753.404587"),
+        (20034, 2, "0000:07:00.0", True, "Link 37 LTSSM Fault Up", "6781753.407899"),
+        (20034, 0, "0000:05:00.0", True, "Link 62 LTSSM Fault Up", "6781753.408138"),
+    ]
+
+
+@pytest.mark.parametrize(("line", "pci", "time"), [
+    ("NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.", "0000:29:00.0", None),
+    ("[ 49.261458] NVRM: GPU at 0000:01:00.0 has fallen off the bus.", "0000:01:00.0", "49.261458"),
+    ("kern  :err   : [  912.5] NVRM: GPU at PCI:0000:65:00: GPU has fallen off the bus.",
+     "0000:65:00", "912.5"),  # dmesg -x
+])
+def test_one_line_fallen_off_the_bus(line: str, pci: str, time: str | None):
+    (e,) = parse_kernel_log(line).events
+    assert (e.xid, e.pci, e.action, e.time) == (79, pci, REBOOT, time)
+
+
+def test_fallen_line_before_its_xid_line_is_one_event():
+    log = parse_kernel_log("[ 1.0] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
+                           "[ 1.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=7, name=python, GPU has "
+                           "fallen off the bus.\n"
+                           "[ 1.2] NVRM: GPU 0000:86:00.0: GPU has fallen off the bus.\n")
+    assert [(e.xid, e.pci, e.pid) for e in log.events] == [(79, "0000:3b:00", 7),
+                                                            (79, "0000:86:00.0", None)]
 
 
 def test_messages():
