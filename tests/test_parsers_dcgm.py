@@ -22,11 +22,51 @@ DATA = Path(__file__).parent / "data" / "dcgm"
     ("dcgmi-text-4.2.3-pcie-fail.txt", False, "4.2.3", "570.148.08", [("pcie", None)]),
     ("dcgmi-text-deployment-error.txt", False, None, None, [("Deployment", 3)]),
     ("dcgmi-text-gpu-memory-fail-gpu0.txt", False, None, None, [("GPU Memory", 0)]),
+    ("real_dcgmi-text-2.4.6-pcie-fail-all-nvlink-down-cut.txt", False, None, None, [("PCIe", None)]),
+    ("real_dcgmi-text-3.3.1-gpu-memory-fail-gpu0-busy.txt", False, None, None, [("GPU Memory", 0)]),
+    ("real_dcgm-json-r3-t4-single-gpu-pass.json", True, None, None, []),
+    # Old NVVS: `"version" : "440.37"` is the driver's version, not DCGM's.
+    ("real_nvvs-2.x-runtime-error.json", False, None, "440.37", []),
 ])
 def test_diag_outcomes(name, passed, version, driver, failed):
     diag = parse_dcgm_diag((DATA / name).read_text())
     assert (diag.passed, diag.dcgm_version, diag.driver_version) == (passed, version, driver)
     assert [(r.test, r.gpu) for r in diag.failed] == failed
+
+
+def test_text_fail_all_is_a_node_result_with_the_cut_warning_joined():
+    diag = parse_dcgm_diag((DATA / "real_dcgmi-text-2.4.6-pcie-fail-all-nvlink-down-cut.txt")
+                           .read_text())
+    (r,) = diag.results
+    assert (r.test, r.gpu, r.status) == ("PCIe", None, "fail")
+    assert r.message.startswith("GPU 0GPU 0's NvLink link 0 is currently down Run a field "
+                                "diagnostic on the GPU., GPU 0GPU 0's NvLink link 1 is currently")
+    assert r.message.endswith("link 4 is currently down Run a field diagnostic on the GPU.,")
+
+
+def test_text_pass_with_singular_gpu_and_info_rows_before_the_test():
+    diag = parse_dcgm_diag((DATA / "real_dcgmi-text-3.3.1-gpu-memory-fail-gpu0-busy.txt")
+                           .read_text())
+    assert [(r.test, r.gpu, r.status) for r in diag.results] == [
+        ("GPU Memory", 1, "pass"), ("GPU Memory", 0, "fail")]
+    assert diag.failed[0].message == (
+        "GPU 0 Error using CUDA API cuCtxCreate Check DCGM and system logs for errors. Reset "
+        "GPU. Restart DCGM. Rerun diagnostics. Unable to create CUDA context: 'CUDA-capable "
+        "device(s) is/are busy or unavailable'.")
+
+
+def test_nvvs_runtime_error_is_never_a_pass():
+    diag = parse_dcgm_diag((DATA / "real_nvvs-2.x-runtime-error.json").read_text())
+    assert diag.passed is False and diag.results == ()
+    assert diag.errors == ("Unable to get the driver version: Host engine connection "
+                           "invalid/disconnected. Couldn't succeed despite 0 retries.",)
+
+
+def test_hostengine_not_running_is_a_parse_error():
+    text = (DATA / "real_dcgmi-hostengine-connection-error.txt").read_text()
+    with pytest.raises(ParseError, match="dcgmi reported an error and no results: Error: unable "
+                       "to establish a connection to the specified host: localhost"):
+        parse_dcgm_diag(text)
 
 
 def test_v4_warning_objects_become_the_message():

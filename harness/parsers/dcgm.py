@@ -63,6 +63,9 @@ class DcgmDiag:
         return out
 
 
+_DRIVER_VERSION = re.compile(r"^\d{3}(?:\.\d+)*$")
+
+
 def _status(raw: object) -> str:
     text = str(raw or "").strip().lower()
     return _STATUS.get(text, text or "unknown")
@@ -107,6 +110,10 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
     version = metadata.get("version") or body.get("version") or doc.get("version")
     driver = (metadata.get("Driver Version Detected") or body.get("Driver Version Detected")
               or body.get("driver_version_detected") or doc.get("driver_version"))
+    if version and _DRIVER_VERSION.match(str(version)):
+        # Old NVVS wrote the driver's version there (`"version" : "440.37"`, and its text banner
+        # `DCGM GPU Diagnostic (version 418)`); DCGM's own versions are 1.x to 4.x.
+        driver, version = driver or version, None
     tests: list[dict[str, Any]] = []
     for category in body.get("test_categories") or []:
         tests.extend(t for t in category.get("tests") or [] if isinstance(t, dict))
