@@ -51,6 +51,17 @@ DATA = Path(__file__).parent / "data" / "kernel_log"
         (79, "0002:21:00.0", None, None, REBOOT, None)]),
     ("real_dmesg-xid79-nvswitch-sxid-20034.txt", [
         (79, "0000:91:00", None, None, REBOOT, "6781741.548779")]),
+    # Blackwell DBE: 48 without and with pid, 171 (its DRAM detail), 63, and 154 naming the
+    # action the driver wants (Drain and Reset).
+    ("real_journal-xid48-171-63-154-drain-and-reset.txt", [
+        (48, "0000:55:00", None, None, RESET, "Aug 10 15:36:05"),
+        (171, "0000:55:00", None, None, MONITOR, "Aug 10 15:36:05"),
+        (48, "0000:55:00", 2187734, "python", RESET, "Aug 10 15:36:05"),
+        (63, "0000:55:00", 2187734, "python", MONITOR, "Aug 10 15:36:05"),
+        (154, "0000:55:00", None, None, RESET, "Aug 10 15:36:05")]),
+    ("real_kmsg-xid79-154-node-reboot-required.txt", [
+        (79, "0000:04:00", None, None, REBOOT, None),
+        (154, "0000:04:00", None, None, REBOOT, None)]),
 ])
 def test_xid_events(name: str, events: list):
     log = parse_kernel_log((DATA / name).read_text())
@@ -141,6 +152,7 @@ def test_garbage(text: str, message: str):
 
 @pytest.mark.parametrize(("xid", "action"), [
     (54, REPLACE), (79, REBOOT), (151, REBOOT), (168, REBOOT), (48, RESET), (74, RESET),
+    (46, RESET), (62, RESET),
     (119, RESET), (158, RESET), (13, MONITOR), (31, MONITOR), (94, MONITOR), (154, MONITOR),
     (999, MONITOR),
 ])
@@ -148,14 +160,31 @@ def test_xid_catalogue(xid: int, action: str):
     assert xid_action(xid) == action
 
 
+@pytest.mark.parametrize(("message", "action"), [
+    ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", RESET),
+    ("GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", RESET),
+    ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", REBOOT),
+    ("GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)", REBOOT),
+    ("GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", RESET),
+    ("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", RESET),
+    ("GPU recovery action changed from 0x2 (Node Reboot Required) to 0x0 (None)", MONITOR),
+    ("GPU recovery action changed from 0x0 to 0x2", REBOOT),
+    ("", MONITOR),
+])
+def test_xid_154_takes_the_action_it_names(message: str, action: str):
+    # A 154 that follows an Xid 31 (monitor) must not leave a GPU that needs a reboot passing.
+    assert xid_action(154, message) == action
+
+
 def test_catalogue_is_the_documented_one():
-    # domain-facts.md, "GPU health signals": the four classes and their codes.
+    # domain-facts.md, "GPU health signals": the four classes and their codes; plus 46 and 62,
+    # RESET_GPU in NVIDIA's own catalogue (analyzing-xid-catalog.html), absent from the toolkit's.
     by_action: dict[str, set[int]] = {}
     for code, action in XID_ACTIONS.items():
         by_action.setdefault(action, set()).add(code)
     assert by_action == {
         REPLACE: {54},
         REBOOT: {64, 79, 95, 151, 168},
-        RESET: {48, 74, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158},
+        RESET: {46, 48, 62, 74, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158},
         MONITOR: {13, 31, 43, 63, 92, 94, 121, 126, 154},
     }

@@ -127,8 +127,8 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
             msg = (m["msg"] or "").strip().rstrip(">").strip()
             name = (m["name"] or "").strip().strip("'") or None
             events.append(XidEvent(xid, m["pci"], _pid(m["pid"]),
-                                   None if name == "<unknown>" else name, msg, xid_action(xid),
-                                   _when(line), n))
+                                   None if name == "<unknown>" else name, msg,
+                                   xid_action(xid, msg), _when(line), n))
             continue
         start = _FALLEN_START.search(line)
         if start:
