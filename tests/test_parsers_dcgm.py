@@ -128,6 +128,22 @@ def test_v4_test_summary_fail_with_passing_gpus():
         ("pcie", None, "There was an internal error during the test")]
 
 
+def test_v3_deployment_warning_entries_nest_the_text_under_warnings():
+    # The shape dcgmi 3.x writes for a failed deployment test (dcgmi/Diag.cpp,
+    # HelperJsonAddBasicTests): "gpu_id" an int, each entry's text under "warnings" again.
+    doc = {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [{
+        "name": "Page Retirement/Row Remap", "results": [{"gpu_id": 3, "status": "Fail",
+            "warnings": [{"warnings": "GPU 3 has uncorrectable memory errors and row remappings "
+                                      "are pending", "error_id": 95, "error_category": 3,
+                          "error_severity": 2}]}]}]}], "version": "3.3.9"}}
+    import json
+
+    diag = parse_dcgm_diag(json.dumps(doc))
+    assert [(r.test, r.gpu, r.message) for r in diag.failed] == [
+        ("Page Retirement/Row Remap", 3,
+         "GPU 3 has uncorrectable memory errors and row remappings are pending")]
+
+
 def test_top_level_errors_list():
     diag = parse_dcgm_diag('{"DCGM Diagnostic": {"test_categories": []}, '
                            '"errors": [{"error": "NVVS exited unexpectedly"}]}')

@@ -93,7 +93,11 @@ def _messages(result: dict[str, Any]) -> str:
             items = [items]
         for item in items or []:
             if isinstance(item, dict):
-                item = item.get("warning") or item.get("error") or item.get("message") or ""
+                # 3.x deployment tests nest the text under "warnings" again (dcgmi/Diag.cpp,
+                # HelperJsonAddBasicTests): {"warnings": "GPU 3 has ...", "error_id": 95, ...}.
+                nested = item.get("warnings")
+                item = (item.get("warning") or (nested if isinstance(nested, str) else "")
+                        or item.get("error") or item.get("message") or "")
             if str(item).strip():
                 parts.append(str(item).strip())
     return " ".join(parts)
