@@ -64,6 +64,11 @@ XID_ACTIONS: dict[int, str] = _table({
 _RECOVERY_CHANGE = re.compile(
     r"recovery action changed from .*? to 0x(?P<code>[0-9A-Fa-f]+)(?:\s*\((?P<name>[^)]*)\))?"
 )
+# Xid 144-150 (NVLink5, Blackwell: NVIDIA's catalogue says WORKFLOW_NVLINK5_ERR) carry their
+# severity: `149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (...)`, `145, RLW_RXPIPE Nonfatal ...`.
+# A fatal one needs what Xid 74 (NVLink, Hopper) needs; a nonfatal one is watched.
+_NVLINK5_XIDS = range(144, 151)
+_FATAL = re.compile(r"\bFatal\b")
 
 #: Clock event reasons that mean the GPU is being slowed by heat or a power brake (as NVML and
 #: nvidia-smi name them). `SW Power Cap` and `Idle` are normal and not judged.
@@ -79,7 +84,8 @@ def plural(n: int, noun: str) -> str:
 
 def xid_action(code: int, message: str = "") -> str:
     """The action an XID needs; codes outside the catalogue are watched (`monitor`). An Xid 154
-    takes the action its message names (`... to 0x2 (Node Reboot Required)` -> reboot)."""
+    takes the action its message names (`... to 0x2 (Node Reboot Required)` -> reboot); an
+    NVLink5 Xid (144-150) is reset GPU when its message says Fatal."""
     if code == 154:
         m = _RECOVERY_CHANGE.search(message)
         if m:
@@ -89,6 +95,8 @@ def xid_action(code: int, message: str = "") -> str:
             if "none" in name or (not name and int(m["code"], 16) == 0):
                 return MONITOR
             return RESET
+    if code in _NVLINK5_XIDS:
+        return XID_ACTIONS[74] if _FATAL.search(message) else MONITOR
     return XID_ACTIONS.get(code, MONITOR)
 
 

@@ -59,6 +59,27 @@ DATA = Path(__file__).parent / "data" / "kernel_log"
         (48, "0000:55:00", 2187734, "python", RESET, "Aug 10 15:36:05"),
         (63, "0000:55:00", 2187734, "python", MONITOR, "Aug 10 15:36:05"),
         (154, "0000:55:00", None, None, RESET, "Aug 10 15:36:05")]),
+    ("real_dmesg-T-xid119-gsp-timeout-xe9680.txt", [
+        (119, "0000:9b:00", 2024380, "nvidia-smi", RESET, "Sun Feb 23 16:24:18 2025"),
+        (119, "0000:9b:00", 2024380, "nvidia-smi", RESET, "Sun Feb 23 16:24:24 2025"),
+        (119, "0000:9b:00", 2024380, "nvidia-smi", RESET, "Sun Feb 23 16:24:30 2025"),
+        (119, "0000:9b:00", 1263500, "cache_mgr_main", RESET, "Sun Feb 23 16:27:12 2025"),
+        (119, "0000:9b:00", 1240590, "gpud", RESET, "Sun Feb 23 16:30:13 2025")]),
+    # GB200 (PCI domains 0008/0009/0018/0019): fatal NVLink5 Xid 149, then 154s.
+    ("real_kmsg-gb200-nvlink5-xid149-154.txt", [
+        (149, "0009:01:00", None, None, RESET, "171167.620236"),
+        (154, "0009:01:00", None, None, RESET, "171167.621162"),
+        (149, "0008:01:00", None, None, RESET, "171167.630899"),
+        (154, "0019:01:00", None, None, RESET, "171167.897562"),
+        (149, "0009:01:00", None, None, RESET, "171167.969026"),
+        (149, "0009:01:00", None, None, RESET, "171168.109293"),
+        (149, "0008:01:00", None, None, RESET, "171168.409446"),
+        (154, "0018:01:00", None, None, RESET, "171168.537473"),
+        (154, "0008:01:00", None, None, RESET, "171168.601459")]),
+    ("real_kmsg-nvlink5-nonfatal-xid144-145.txt", [
+        (144, "0000:01:00", None, None, MONITOR, None),
+        (145, "0018:01:00", None, None, MONITOR, None),
+        (149, "0019:01:00", None, None, RESET, None)]),
     ("real_kmsg-xid79-154-node-reboot-required.txt", [
         (79, "0000:04:00", None, None, REBOOT, None),
         (154, "0000:04:00", None, None, REBOOT, None)]),
