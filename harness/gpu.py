@@ -69,6 +69,9 @@ _RECOVERY_CHANGE = re.compile(
 # A fatal one needs what Xid 74 (NVLink, Hopper) needs; a nonfatal one is watched.
 _NVLINK5_XIDS = range(144, 151)
 _FATAL = re.compile(r"\bFatal\b")
+# Xid 94/95 (error containment, A100+) end with `RST: Yes, D-RST: No`: whether the GPU must be
+# reset, or drained and reset (NVIDIA, A100 GPU Memory Error Management; kernel_rc.c).
+_RESET_FLAG = re.compile(r"\b(?:D-)?RST: Yes\b")
 
 #: Clock event reasons that mean the GPU is being slowed by heat or a power brake (as NVML and
 #: nvidia-smi name them). `SW Power Cap` and `Idle` are normal and not judged.
@@ -85,7 +88,8 @@ def plural(n: int, noun: str) -> str:
 def xid_action(code: int, message: str = "") -> str:
     """The action an XID needs; codes outside the catalogue are watched (`monitor`). An Xid 154
     takes the action its message names (`... to 0x2 (Node Reboot Required)` -> reboot); an
-    NVLink5 Xid (144-150) is reset GPU when its message says Fatal."""
+    NVLink5 Xid (144-150) is reset GPU when its message says Fatal, an Xid 94/95 at least reset
+    GPU when it says `RST: Yes` or `D-RST: Yes`."""
     if code == 154:
         m = _RECOVERY_CHANGE.search(message)
         if m:
@@ -97,7 +101,10 @@ def xid_action(code: int, message: str = "") -> str:
             return RESET
     if code in _NVLINK5_XIDS:
         return XID_ACTIONS[74] if _FATAL.search(message) else MONITOR
-    return XID_ACTIONS.get(code, MONITOR)
+    action = XID_ACTIONS.get(code, MONITOR)
+    if code in (94, 95) and _RESET_FLAG.search(message):
+        return worst_action([action, RESET]) or RESET
+    return action
 
 
 def worst_action(actions: list[str] | tuple[str, ...]) -> str | None:

@@ -80,10 +80,10 @@ def test_kernel_log_keys(capsys):
                          str(DATA / "kernel_log/journal-short-iso-p5-faults-constructed.txt"))
     assert code == 0
     assert set(out) == {"xid_events", "sxid_events"}
-    assert out["xid_events"][2] == {"xid": 79, "pci": "0000:64:00", "pid": 41240,
+    assert out["xid_events"][2] == {"xid": 79, "pci": "0000:64:00", "mig": None, "pid": 41240,
                                     "process": "python", "time": "2024-10-01T09:20:02+0000",
                                     "message": "GPU has fallen off the bus.", "action": "reboot"}
-    assert all(set(e) == {"xid", "pci", "pid", "process", "time", "message", "action"}
+    assert all(set(e) == {"xid", "pci", "mig", "pid", "process", "time", "message", "action"}
                for e in out["xid_events"])
 
 

@@ -80,6 +80,17 @@ DATA = Path(__file__).parent / "data" / "kernel_log"
         (144, "0000:01:00", None, None, MONITOR, None),
         (145, "0018:01:00", None, None, MONITOR, None),
         (149, "0019:01:00", None, None, RESET, None)]),
+    ("real_dmesg-T-xid43-31-94-contained-h100.txt", [
+        (43, "0000:00:05", 1045242, "pt_main_thread", MONITOR, "Wed Jul 31 23:14:18 2024"),
+        (43, "0000:00:05", 1084984, "pt_main_thread", MONITOR, "Wed Jul 31 23:15:26 2024"),
+        (31, "0000:00:07", 2512125, "python3.10", MONITOR, "Mon Aug  5 03:54:13 2024"),
+        (94, "0000:00:08", None, None, MONITOR, "Fri Aug  9 13:32:56 2024")]),
+    # A MIG GPU's Xid names its instance inside the parentheses; 95 says RST: Yes.
+    ("nvidia-doc_xid94-95-mig-and-rst-flags.txt", [
+        (94, "0000:01:00", 7194, None, MONITOR, None),
+        (94, "0000:01:00", 7062, None, MONITOR, None),
+        (95, "0000:01:00", 7062, None, REBOOT, None),
+        (95, "0000:37:00", 5171, None, REBOOT, None)]),
     ("real_kmsg-xid79-154-node-reboot-required.txt", [
         (79, "0000:04:00", None, None, REBOOT, None),
         (154, "0000:04:00", None, None, REBOOT, None)]),
@@ -110,6 +121,18 @@ def test_nvswitch_sxid_lines():
 def test_one_line_fallen_off_the_bus(line: str, pci: str, time: str | None):
     (e,) = parse_kernel_log(line).events
     assert (e.xid, e.pci, e.action, e.time) == (79, pci, REBOOT, time)
+
+
+@pytest.mark.parametrize(("line", "mig", "action"), [
+    ("NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, Graphics Exception",
+     "GPU-I:01 GPU-CI:02", MONITOR),
+    ("NVRM: Xid (PCI:0000:3b:00 GPU-I:01): 94, pid=9, Contained: SM (0x1). RST: Yes, D-RST: No",
+     "GPU-I:01", RESET),
+    ("NVRM: Xid (PCI:0000:3b:00): 94, pid=9, Contained: SM (0x1). RST: No, D-RST: Yes", None, RESET),
+])
+def test_mig_instances_and_reset_flags(line: str, mig: str | None, action: str):
+    (e,) = parse_kernel_log(line).events
+    assert (e.pci, e.mig, e.action) == ("0000:3b:00", mig, action)
 
 
 def test_fallen_line_before_its_xid_line_is_one_event():

@@ -14,9 +14,10 @@ __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log"
 
 # `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has fallen off the bus.`
 # Older drivers: `NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000009 intr 00800000`;
-# newer: `pid='<unknown>', name=<unknown>, ...`.
+# newer: `pid='<unknown>', name=<unknown>, ...`; a MIG GPU adds its instances to the address:
+# `NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, ...` (kernel_rc.c, XID_PRINT_WITH_ATTR).
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?P<mig>(?: GPU-C?I:\d+)*)\): (?P<xid>\d+)"
     r"(?:, pid=(?P<pid>'?<unknown>'?|-?\d+))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$"
 )
 # Newer drivers say a GPU fell off the bus in a multi-line message without an Xid line:
@@ -62,6 +63,8 @@ class XidEvent:
     action: str
     time: str | None = None
     line: int = 0
+    mig: str | None = None
+    """The MIG instances the driver named (`GPU-I:05 GPU-CI:01`); None outside MIG."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +131,8 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
             name = (m["name"] or "").strip().strip("'") or None
             events.append(XidEvent(xid, m["pci"], _pid(m["pid"]),
                                    None if name == "<unknown>" else name, msg,
-                                   xid_action(xid, msg), _when(line), n))
+                                   xid_action(xid, msg), _when(line), n,
+                                   m["mig"].strip() or None))
             continue
         start = _FALLEN_START.search(line)
         if start:
@@ -172,11 +176,12 @@ def read_text_lines(text: str) -> list[str]:
 
 
 def inspect_kernel_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
-    """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, pid, process, time,
+    """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
     message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}]."""
     log = parse_kernel_log(read_text(stream))
-    return {"xid_events": [{"xid": e.xid, "pci": e.pci, "pid": e.pid, "process": e.process,
-                            "time": e.time, "message": e.message, "action": e.action}
+    return {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
+                            "process": e.process, "time": e.time, "message": e.message,
+                            "action": e.action}
                            for e in log.events],
             "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
                              "time": e.time, "message": e.message} for e in log.sxid_events]}
