@@ -91,6 +91,13 @@ DATA = Path(__file__).parent / "data" / "kernel_log"
         (94, "0000:01:00", 7062, None, MONITOR, None),
         (95, "0000:01:00", 7062, None, REBOOT, None),
         (95, "0000:37:00", 5171, None, REBOOT, None)]),
+    # talosctl dmesg: `host: kern: warning: [ISO]: ...`; 8x A100 SXM4 with NVSwitch, vLLM.
+    ("real_talos-xid62-45-74-154-nvswitch-a100.txt", [
+        (62, "0000:48:00", None, None, RESET, "2026-04-22T21:25:20.505406921Z"),
+        (45, "0000:48:00", 22884, "VLLM::Worker", MONITOR, "2026-04-22T21:26:20.599488292Z"),
+        (45, "0000:48:00", 22884, "VLLM::Worker", MONITOR, "2026-04-22T21:26:20.599595837Z"),
+        (74, "0000:48:00", 22884, "VLLM::Worker_TP", RESET, "2026-04-22T21:26:20.599716692Z"),
+        (154, "0000:48:00", None, None, RESET, "2026-04-22T21:26:20.695845708Z")]),
     ("real_kmsg-xid79-154-node-reboot-required.txt", [
         (79, "0000:04:00", None, None, REBOOT, None),
         (154, "0000:04:00", None, None, REBOOT, None)]),

@@ -38,11 +38,12 @@ _SXID = re.compile(
 )
 # What a kernel-log line starts with: dmesg `[ 1399.140323]`, `dmesg -T` `[Fri Jan  5 10:34:01
 # 2024]`, syslog `Jun 10 03:09:55 host`, journalctl short-iso / `dmesg --time-format iso`
-# `2024-10-01T09:14:40+0000 host`, or `host kernel:`.
+# `2024-10-01T09:14:40+0000 host`, or `host kernel:`; `dmesg -x` (`kern  :err   : [ 12.3]`) and
+# Talos' `talosctl dmesg` (`192.168.11.119: kern:     err: [2026-04-22T21:25:20.46Z]: NVRM: ...`).
 _TIME = re.compile(
-    r"^\s*(?:<\d>)?(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*(?P<uptime>\d+\.\d+)\]"
+    r"^\s*(?:<\d>)?(?:\S+: (?=kern:))?(?:[a-z]+\s*:\s*[a-z]+\s*: )?(?:\[\s*(?P<uptime>\d+\.\d+)\]"
     r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
-    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
+    r"|\[?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
     r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?))"
 )
 _KERNELISH = re.compile(
