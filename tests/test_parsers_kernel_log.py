@@ -185,6 +185,26 @@ def test_clean_logs_in_every_time_format_are_kernel_logs(text: str):
     assert parse_kernel_log(text).num_lines == 1
 
 
+@pytest.mark.parametrize(("name", "num_lines"), [
+    ("real_dev-kmsg-clean-nvswitch.txt", 6),
+    ("real_dmesg-decode-iso-clean-nccl-segfault.txt", 2),
+])
+def test_clean_real_logs_in_other_forms_are_kernel_logs(name: str, num_lines: int):
+    log = parse_kernel_log((DATA / name).read_text())
+    assert (log.events, log.num_lines) == ((), num_lines)
+
+
+@pytest.mark.parametrize(("line", "time"), [
+    ("3,1002,102000417,-;NVRM: Xid (PCI:0000:af:00): 48, pid='<unknown>', name=<unknown>, Ch 00000008",
+     "102.000417"),  # /dev/kmsg: microseconds since boot
+    ("kern  :warn  : 2025-01-21T04:41:44,285060+00:00 NVRM: Xid (PCI:0000:af:00): 48, DBE",
+     "2025-01-21T04:41:44,285060+00:00"),  # dmesg -x --time-format iso
+])
+def test_times_of_other_forms(line: str, time: str):
+    (e,) = parse_kernel_log(line).events
+    assert (e.xid, e.pci, e.time) == (48, "0000:af:00", time)
+
+
 def test_kernel_log_without_xids_is_valid():
     log = parse_kernel_log("[    0.000000] Linux version 6.8.0-1015-aws\n"
                            "[    1.234567] pci 0000:53:00.0: [10de:2330] type 00 class 0x030200\n")

@@ -38,7 +38,8 @@ _SXID = re.compile(
 )
 # What a kernel-log line starts with: dmesg `[ 1399.140323]`, `dmesg -T` `[Fri Jan  5 10:34:01
 # 2024]`, syslog `Jun 10 03:09:55 host`, journalctl short-iso / `dmesg --time-format iso`
-# `2024-10-01T09:14:40+0000 host`, or `host kernel:`; `dmesg -x` (`kern  :err   : [ 12.3]`) and
+# `2024-10-01T09:14:40+0000 host`, or `host kernel:`; `dmesg -x` (`kern  :err   : [ 12.3]`, with
+# `--time-format iso`: `kern  :warn  : 2025-01-21T04:41:44,285060+00:00`) and
 # Talos' `talosctl dmesg` (`192.168.11.119: kern:     err: [2026-04-22T21:25:20.46Z]: NVRM: ...`).
 _TIME = re.compile(
     r"^\s*(?:<\d>)?(?:\S+: (?=kern:))?(?:[a-z]+\s*:\s*[a-z]+\s*: )?(?:\[\s*(?P<uptime>\d+\.\d+)\]"
@@ -49,7 +50,11 @@ _TIME = re.compile(
 _KERNELISH = re.compile(
     r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\skernel: |^\s*NVRM: |^<\d>"
     r"|^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d{6}[+-]\d\d:\d\d "
+    r"|^[a-z]+\s*:\s*[a-z]+\s*: |^\d+,\d+,\d+,[-+c][^;]*;"
 )
+# /dev/kmsg records: `6,3998,261229012,-;nvidia-nvswitch3: open` (priority, sequence, microseconds
+# since boot, flags); the time is reported in seconds like dmesg's.
+_KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[-+c][^;]*;")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +169,10 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
 
 def _when(line: str) -> str | None:
     tm = _TIME.match(line)
-    return (tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]) if tm else None
+    if tm:
+        return tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]
+    km = _KMSG.match(line)
+    return f"{int(km['usec']) // 1_000_000}.{int(km['usec']) % 1_000_000:06d}" if km else None
 
 
 def _fallen(pci: str, line_text: str, line: int) -> XidEvent:
