@@ -115,6 +115,22 @@ def test_text_table_wrapped_message_cut_mid_table():
     assert sorted(r.gpu for r in diag.results if r.status == "pass") == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_text_error_rows_explain_the_deployment_test_above_them():
+    # CONSTRUCTED in dcgmi 3.x's layout (dcgmi/Diag.cpp: a deployment test's row, then its
+    # messages as `Error` rows); the message is the one in dcgmi-text-deployment-error.txt.
+    text = (
+        "|-----  Deployment  --------+------------------------------------------------|\n"
+        "| Denylist                  | Pass                                           |\n"
+        "| Page Retirement/Row Remap | Fail                                           |\n"
+        "| Error                     | GPU 3 has uncorrectable memory errors and row  |\n"
+        "|                           |  remappings are pending                        |\n"
+        "| Graphics Processes        | Pass                                           |\n")
+    diag = parse_dcgm_diag(text)
+    assert [(r.test, r.gpu, r.message) for r in diag.failed] == [
+        ("Page Retirement/Row Remap", 3,
+         "GPU 3 has uncorrectable memory errors and row remappings are pending")]
+
+
 def test_v4_test_summary_fail_with_passing_gpus():
     doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Integration", "tests": [{
         "name": "pcie",

@@ -169,10 +169,12 @@ def _from_text(text: str) -> DcgmDiag:
     errors: list[list[str]] = []
     # Per test: (name, [(gpu, status)], [message chunks]).
     tests: list[tuple[str, list[tuple[int | None, str]], list[list[str]]]] = []
+    plain: set[int] = set()  # tests whose row says only `Fail` (no `- GPU: 1` / `- All`)
     message: list[str] | None = None  # the Warning/Error being continued
+    in_category = False  # a test row came since the last category header
     for line in text.split("\n"):
         if _CATEGORY.match(line.strip()):
-            message = None
+            message, in_category = None, False
             continue
         m = _ROW.match(line.strip())
         if not m:
@@ -193,7 +195,10 @@ def _from_text(text: str) -> DcgmDiag:
         elif name in ("Warning", "Error", "Info"):
             # A new message; its wrapped continuation lines are appended to the same list.
             message = [raw_value]
-            if name == "Warning" and tests:
+            # dcgmi 3.x prints a deployment test's messages as `Error` rows under the test's own
+            # row (dcgmi/Diag.cpp, HelperDisplayDeploymentResult): they explain that test. An
+            # `Error` with no test above it in its category is a failure of its own.
+            if (name == "Warning" or (name == "Error" and in_category)) and tests:
                 tests[-1][2].append(message)
             elif name == "Error":
                 errors.append(message)
@@ -205,8 +210,10 @@ def _from_text(text: str) -> DcgmDiag:
                 continue
             status = outcome["status"] if outcome else value
             who = _who(outcome["who"] if outcome else None)
+            if not (outcome and outcome["who"]):
+                plain.add(len(tests))
             tests.append((name, [(g, _status(status)) for g in who], []))
-            message = None
+            message, in_category = None, True
         else:  # continuation line
             outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)
             if per_gpu and tests:
@@ -217,9 +224,14 @@ def _from_text(text: str) -> DcgmDiag:
             elif message is not None:
                 message.append(raw_value)
     results: list[DcgmResult] = []
-    for name, outcomes, messages in tests:
+    for index, (name, outcomes, messages) in enumerate(tests):
         texts = [_join(m) for m in messages]
         per_gpu = {g for g, _ in outcomes if g is not None}
+        named = sorted({int(g) for t in texts for g in _MENTION.findall(t)})
+        if index in plain and outcomes == [(None, "fail")] and named:
+            # A deployment test fails for the node but its messages name the GPUs concerned.
+            outcomes = [(g, "fail") for g in named]
+            per_gpu = set(named)
         for gpu, status in outcomes:
             # DCGM 4 prints the test's overall line, then one line per GPU: keep the overall
             # outcome only where it says more than the GPUs do (an internal error).
