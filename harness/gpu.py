@@ -72,6 +72,10 @@ _FATAL = re.compile(r"\bFatal\b")
 # Xid 94/95 (error containment, A100+) end with `RST: Yes, D-RST: No`: whether the GPU must be
 # reset, or drained and reset (NVIDIA, A100 GPU Memory Error Management; kernel_rc.c).
 _RESET_FLAG = re.compile(r"\b(?:D-)?RST: Yes\b")
+# Xid 45 (preemptive cleanup) follows another Xid; newer drivers name it: `45, pid=22884,
+# name=VLLM::Worker, channel 0x00000010 caused by previous Xid 79`. NVIDIA's catalogue: "follow
+# the other Xid" (useful when a `--since` window cut the first one off).
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
 
 #: Clock event reasons that mean the GPU is being slowed by heat or a power brake (as NVML and
 #: nvidia-smi name them). `SW Power Cap` and `Idle` are normal and not judged.
@@ -89,7 +93,8 @@ def xid_action(code: int, message: str = "") -> str:
     """The action an XID needs; codes outside the catalogue are watched (`monitor`). An Xid 154
     takes the action its message names (`... to 0x2 (Node Reboot Required)` -> reboot); an
     NVLink5 Xid (144-150) is reset GPU when its message says Fatal, an Xid 94/95 at least reset
-    GPU when it says `RST: Yes` or `D-RST: Yes`."""
+    GPU when it says `RST: Yes` or `D-RST: Yes`; an Xid 45 takes the action of the Xid it says
+    caused it."""
     if code == 154:
         m = _RECOVERY_CHANGE.search(message)
         if m:
@@ -99,6 +104,10 @@ def xid_action(code: int, message: str = "") -> str:
             if "none" in name or (not name and int(m["code"], 16) == 0):
                 return MONITOR
             return RESET
+    if code == 45:
+        cause = _CAUSED_BY.search(message)
+        if cause and int(cause[1]) != 45:
+            return xid_action(int(cause[1]))
     if code in _NVLINK5_XIDS:
         return XID_ACTIONS[74] if _FATAL.search(message) else MONITOR
     action = XID_ACTIONS.get(code, MONITOR)

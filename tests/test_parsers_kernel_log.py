@@ -98,6 +98,16 @@ DATA = Path(__file__).parent / "data" / "kernel_log"
         (45, "0000:48:00", 22884, "VLLM::Worker", MONITOR, "2026-04-22T21:26:20.599595837Z"),
         (74, "0000:48:00", 22884, "VLLM::Worker_TP", RESET, "2026-04-22T21:26:20.599716692Z"),
         (154, "0000:48:00", None, None, RESET, "2026-04-22T21:26:20.695845708Z")]),
+    # `kernel: ` prefix only; GB200 Xid 45s caused by NVLink5 Xids whose lines (and severity)
+    # were not kept: watched.
+    ("real_kernel-prefix-xid45-caused-by-145-149.txt", [
+        (45, "0000:dc:00", 1818990, "python3", MONITOR, None),
+        (45, "0000:ed:00", 1818992, "python3", MONITOR, None),
+        (45, "0000:ba:00", 1818989, "python3", MONITOR, None),
+        (45, "0000:97:00", 1818987, "python3", MONITOR, None),
+        (45, "0000:dc:00", 1818990, "python3", MONITOR, None),
+        (45, "0000:ba:00", 1818989, "python3", MONITOR, None),
+        (45, "0000:ed:00", 1818992, "python3", MONITOR, None)]),
     ("real_kmsg-xid79-154-node-reboot-required.txt", [
         (79, "0000:04:00", None, None, REBOOT, None),
         (154, "0000:04:00", None, None, REBOOT, None)]),
@@ -245,6 +255,17 @@ def test_xid_catalogue(xid: int, action: str):
 def test_xid_154_takes_the_action_it_names(message: str, action: str):
     # A 154 that follows an Xid 31 (monitor) must not leave a GPU that needs a reboot passing.
     assert xid_action(154, message) == action
+
+
+@pytest.mark.parametrize(("message", "action"), [
+    ("channel 0x00000010 caused by previous Xid 79", REBOOT),
+    ("Ch 00000002 caused by previous Xid 48", RESET),
+    ("channel 0x00000010 caused by previous Xid 45", MONITOR),
+    ("Ch 00000001 caused by previous Xid 149", MONITOR),  # its severity is on the 149 line
+    ("Ch 00000008", MONITOR),
+])
+def test_xid_45_follows_the_xid_that_caused_it(message: str, action: str):
+    assert xid_action(45, message) == action
 
 
 def test_catalogue_is_the_documented_one():
