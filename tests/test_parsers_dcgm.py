@@ -131,6 +131,16 @@ def test_text_error_rows_explain_the_deployment_test_above_them():
          "GPU 3 has uncorrectable memory errors and row remappings are pending")]
 
 
+def test_text_error_row_under_a_passed_test_is_still_a_failure():
+    text = ("|-----  Deployment  --------+------------------------------------------------|\n"
+            "| Inforom                   | Pass                                           |\n"
+            "| Error                     | GPU 1 has uncorrectable memory errors and row  |\n"
+            "|                           |  remappings are pending                        |\n")
+    diag = parse_dcgm_diag(text)
+    assert diag.passed is False
+    assert [(r.test, r.gpu) for r in diag.failed] == [("Deployment", 1)]
+
+
 def test_v4_test_summary_fail_with_passing_gpus():
     doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Integration", "tests": [{
         "name": "pcie",

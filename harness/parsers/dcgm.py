@@ -196,9 +196,11 @@ def _from_text(text: str) -> DcgmDiag:
             # A new message; its wrapped continuation lines are appended to the same list.
             message = [raw_value]
             # dcgmi 3.x prints a deployment test's messages as `Error` rows under the test's own
-            # row (dcgmi/Diag.cpp, HelperDisplayDeploymentResult): they explain that test. An
-            # `Error` with no test above it in its category is a failure of its own.
-            if (name == "Warning" or (name == "Error" and in_category)) and tests:
+            # row (dcgmi/Diag.cpp, HelperDisplayDeploymentResult): they explain that test when
+            # it failed. Any other `Error` is a failure of its own (never lost on a passed test).
+            explains = in_category and tests and any(s in ("fail", "warn")
+                                                     for _, s in tests[-1][1])
+            if (name == "Warning" and tests) or (name == "Error" and explains):
                 tests[-1][2].append(message)
             elif name == "Error":
                 errors.append(message)
