@@ -343,7 +343,8 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, request: pytest.FixtureRe
     expect_none(f"{version} diag -r {level} failures", [f for f, _ in found],
                 remedy=_remedy([a for _, a in found]) or "fix the settings DCGM names")
     if dcgm_diag.passed is None:
-        fail(f"dcgmi diag -r {level} ran no test (every test was skipped)",
+        fail(f"dcgmi diag -r {level} ran no GPU test (every test past the deployment checks "
+             "was skipped)",
              remedy="run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, permissions)")
 
 

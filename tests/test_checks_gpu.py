@@ -99,8 +99,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "GPU; node: Persistence Mode: Persistence mode for GPU 0 is disabled. -> fix the "
         f"setting DCGM names; {ACT_RESET}"))},
     "dcgm_skipped": {"PF-GPU-012": ("fail", (
-        "[PF-GPU-012] dcgmi diag -r 1 ran no test (every test was skipped); run `dcgmi diag -r "
-        "1 -v` on the node to see why (MIG mode, permissions)"))},
+        "[PF-GPU-012] dcgmi diag -r 1 ran no GPU test (every test past the deployment checks "
+        "was skipped); run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, "
+        "permissions)"))},
     "slow_gpu": {
         "PF-GPU-013": ("fail", (
             f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[5]}: "

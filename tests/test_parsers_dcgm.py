@@ -91,6 +91,36 @@ def test_all_skipped_is_neither_pass_nor_fail():
     assert diag.warnings == ["skipped: Diagnostic, GPU Memory, PCIe"]
 
 
+def test_only_the_deployment_checks_ran_is_not_a_pass():
+    # NVIDIA/DCGM issue #55: DCGM 3.0.4, `dcgmi diag -r 3` on a SKU without plugin allowances
+    # ran the deployment checks and skipped the rest (rows past Deployment written as 3.0.4
+    # prints them; the issue's paste stops at PCIe).
+    text = (
+        "|-----  Deployment  --------+------------------------------------------------|\n"
+        "| Denylist                  | Pass                                           |\n"
+        "| NVML Library              | Pass                                           |\n"
+        "+-----  Integration  -------+------------------------------------------------+\n"
+        "| PCIe                      | Skip - All                                     |\n"
+        "+-----  Hardware  ----------+------------------------------------------------+\n"
+        "| GPU Memory                | Skip - All                                     |\n"
+        "+-----  Stress  ------------+------------------------------------------------+\n"
+        "| Targeted Stress           | Skip - All                                     |\n")
+    diag = parse_dcgm_diag(text)
+    assert diag.passed is None
+    assert diag.warnings == ["skipped: GPU Memory, PCIe, Targeted Stress"]
+    # The same run at -r 1 (deployment checks only) is a pass.
+    assert parse_dcgm_diag(text.split("+-----  Integration")[0]).passed is True
+
+
+def test_unknown_status_is_a_failure():
+    doc = ('{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": '
+           '"memory", "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}, '
+           '{"entity_group": "GPU", "entity_id": 1, "status": "Error"}]}]}]}}')
+    diag = parse_dcgm_diag(doc)
+    assert diag.passed is False
+    assert [(r.test, r.gpu, r.status) for r in diag.failed] == [("memory", 1, "error")]
+
+
 def test_text_table_rejoins_wrapped_warnings():
     diag = parse_dcgm_diag((DATA / "dcgmi-text-3.3.9-targeted-power-fail.txt").read_text())
     assert diag.failed[0].message == (

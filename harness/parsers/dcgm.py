@@ -23,8 +23,10 @@ class DcgmResult:
     test: str
     gpu: int | None
     status: str
-    """pass, fail, warn, skip (an unknown word is kept as it was, and never counts as a pass)."""
+    """pass, fail, warn, skip (an unknown word is kept as it was, and counts as a failure)."""
     message: str = ""
+    category: str = ""
+    """`Deployment` (software checks), `Hardware`, `Integration`, `Stress`; "" when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +41,20 @@ class DcgmDiag:
 
     @property
     def failed(self) -> list[DcgmResult]:
-        return [r for r in self.results if r.status == "fail"]
+        """Failed results, and results whose status is a word this parser does not know."""
+        return [r for r in self.results if r.status not in ("pass", "warn", "skip")]
 
     @property
     def passed(self) -> bool | None:
         """False: a test failed or dcgmi reported an error; True: something ran and nothing
-        failed; None: no test ran (all skipped)."""
+        failed; None: no test ran (all skipped), or only the deployment (software) checks did
+        while every GPU test past them was skipped (DCGM skips plugins a SKU does not allow)."""
         if self.failed or self.errors:
             return False
         ran = [r for r in self.results if r.status in ("pass", "warn")]
+        gpu_tests = [r for r in self.results if r.category.lower() != "deployment"]
+        if gpu_tests and not any(r.status in ("pass", "warn") for r in gpu_tests):
+            return None
         return True if ran else None
 
     @property
@@ -118,12 +125,14 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
         # Old NVVS wrote the driver's version there (`"version" : "440.37"`, and its text banner
         # `DCGM GPU Diagnostic (version 418)`); DCGM's own versions are 1.x to 4.x.
         driver, version = driver or version, None
-    tests: list[dict[str, Any]] = []
+    tests: list[tuple[str, dict[str, Any]]] = []
     for category in body.get("test_categories") or []:
-        tests.extend(t for t in category.get("tests") or [] if isinstance(t, dict))
-    tests.extend(t for t in body.get("tests") or [] if isinstance(t, dict))
+        if isinstance(category, dict):
+            tests.extend((str(category.get("category") or ""), t)
+                         for t in category.get("tests") or [] if isinstance(t, dict))
+    tests.extend(("", t) for t in body.get("tests") or [] if isinstance(t, dict))
     results = []
-    for test in tests:
+    for category, test in tests:
         name = str(test.get("name", "?"))
         mine = []
         for result in test.get("results") or []:
@@ -131,11 +140,11 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
                 continue
             for gpu in _gpu_ids(result):
                 mine.append(DcgmResult(name, gpu, _status(result.get("status")),
-                                       _messages(result)))
+                                       _messages(result), category))
         # DCGM 4: a test can fail as a whole (an internal error) while every GPU passed.
         summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
         if _status(summary.get("status")) == "fail" and not any(r.status == "fail" for r in mine):
-            mine.append(DcgmResult(name, None, "fail", _messages(summary)))
+            mine.append(DcgmResult(name, None, "fail", _messages(summary), category))
         results += mine
     errors = [str(body[k]) for k in ("runtime_error", "error") if body.get(k)]
     errors += [str(doc[k]) for k in ("runtime_error", "error") if doc.get(k) and doc is not body]
@@ -167,14 +176,16 @@ def _who(who: str | None) -> list[int | None]:
 def _from_text(text: str) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
-    # Per test: (name, [(gpu, status)], [message chunks]).
-    tests: list[tuple[str, list[tuple[int | None, str]], list[list[str]]]] = []
+    # Per test: (name, [(gpu, status)], [message chunks], category).
+    tests: list[tuple[str, list[tuple[int | None, str]], list[list[str]], str]] = []
+    category = ""
     plain: set[int] = set()  # tests whose row says only `Fail` (no `- GPU: 1` / `- All`)
     message: list[str] | None = None  # the Warning/Error being continued
     in_category = False  # a test row came since the last category header
     for line in text.split("\n"):
-        if _CATEGORY.match(line.strip()):
-            message, in_category = None, False
+        header = _CATEGORY.match(line.strip())
+        if header:
+            message, in_category, category = None, False, header["name"]
             continue
         m = _ROW.match(line.strip())
         if not m:
@@ -214,7 +225,7 @@ def _from_text(text: str) -> DcgmDiag:
             who = _who(outcome["who"] if outcome else None)
             if not (outcome and outcome["who"]):
                 plain.add(len(tests))
-            tests.append((name, [(g, _status(status)) for g in who], []))
+            tests.append((name, [(g, _status(status)) for g in who], [], category))
             message, in_category = None, True
         else:  # continuation line
             outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)
@@ -226,7 +237,7 @@ def _from_text(text: str) -> DcgmDiag:
             elif message is not None:
                 message.append(raw_value)
     results: list[DcgmResult] = []
-    for index, (name, outcomes, messages) in enumerate(tests):
+    for index, (name, outcomes, messages, test_category) in enumerate(tests):
         texts = [_join(m) for m in messages]
         per_gpu = {g for g, _ in outcomes if g is not None}
         named = sorted({int(g) for t in texts for g in _MENTION.findall(t)})
@@ -244,11 +255,11 @@ def _from_text(text: str) -> DcgmDiag:
             mine = [t for t in texts if gpu is None or str(gpu) in _MENTION.findall(t)
                     or not _MENTION.search(t)]
             text = " ".join(mine) if status != "pass" else ""
-            results.append(DcgmResult(name, gpu, status, text))
+            results.append(DcgmResult(name, gpu, status, text, test_category))
     error_texts = [_join(e) for e in errors]
     for err in error_texts:
         gpus = [int(g) for g in _MENTION.findall(err)] or [None]
-        results.append(DcgmResult("Deployment", gpus[0], "fail", err))
+        results.append(DcgmResult("Deployment", gpus[0], "fail", err, "Deployment"))
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
     return DcgmDiag(version, driver, tuple(results), ())
