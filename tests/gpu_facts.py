@@ -76,6 +76,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         _xid(13, "53", "monitor", "Graphics Exception"),
         XidEvent(48, "0000:ee:00", None, None, "DBE", "reset GPU"),
     )),
+    # One code, two actions by its text: a fatal NVLink5 Xid, then a nonfatal one.
+    "xid_mixed": _with(xid_events=(
+        XidEvent(149, "0000:ee:00", None, None, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01",
+                 "reset GPU"),
+        XidEvent(149, "0000:ee:00", None, None, "NETIR Nonfatal XC0 i0 Link 02", "monitor"),
+    )),
     "hot": _with(gpu_inventory=node(gpu7={"temperature_c": 91.0,
                                           "throttle_reasons": ("HW Slowdown",
                                                                "HW Thermal Slowdown")})),

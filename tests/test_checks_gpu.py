@@ -72,6 +72,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"[PF-GPU-006] XID errors: 2 found, {NONE_FOR}: {GPU[1]}: Xid 79 (GPU has fallen off "
         "the bus.) -> reboot; GPU at bus 0000:ee:00: Xid 48 (DBE) -> reset GPU; "
         f"{ACT_REBOOT}"))},
+    "xid_mixed": {"PF-GPU-006": ("fail", (
+        f"[PF-GPU-006] XID errors: 1 found, {NONE_FOR}: GPU at bus 0000:ee:00: Xid 149 x2 "
+        f"(NETIR_LINK_EVT  Fatal   XC0 i0 Link 01) -> reset GPU; {ACT_RESET}"))},
     "hot": {"PF-GPU-007": ("fail", (
         f"[PF-GPU-007] GPUs too hot or slowed down: 2 found, {NONE_FOR}: {GPU[7]}: "
         f"temperature 91 C > 85 C -> replace node; {GPU[7]}: clocks slowed by HW Slowdown, HW "
@@ -96,8 +99,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "GPU; node: Persistence Mode: Persistence mode for GPU 0 is disabled. -> fix the "
         f"setting DCGM names; {ACT_RESET}"))},
     "dcgm_skipped": {"PF-GPU-012": ("fail", (
-        "[PF-GPU-012] dcgmi diag -r 1 ran no test (every test was skipped); run `dcgmi diag -r "
-        "1 -v` on the node to see why (MIG mode, permissions)"))},
+        "[PF-GPU-012] dcgmi diag -r 1 ran no GPU test (every test past the deployment checks "
+        "was skipped); run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, "
+        "permissions)"))},
     "slow_gpu": {
         "PF-GPU-013": ("fail", (
             f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[5]}: "

@@ -79,10 +79,21 @@ def test_kernel_log_keys(capsys):
     code, out = _inspect(capsys, "kernel-log",
                          str(DATA / "kernel_log/journal-short-iso-p5-faults-constructed.txt"))
     assert code == 0
-    assert set(out) == {"xid_events"}
-    assert out["xid_events"][2] == {"xid": 79, "pci": "0000:64:00", "pid": 41240,
+    assert set(out) == {"xid_events", "sxid_events"}
+    assert out["xid_events"][2] == {"xid": 79, "pci": "0000:64:00", "mig": None, "pid": 41240,
+                                    "process": "python", "time": "2024-10-01T09:20:02+0000",
                                     "message": "GPU has fallen off the bus.", "action": "reboot"}
-    assert all(set(e) == {"xid", "pci", "pid", "message", "action"} for e in out["xid_events"])
+    assert all(set(e) == {"xid", "pci", "mig", "pid", "process", "time", "message", "action"}
+               for e in out["xid_events"])
+
+
+def test_kernel_log_sxid_keys(capsys):
+    code, out = _inspect(capsys, "kernel-log",
+                         str(DATA / "kernel_log/real_dmesg-xid79-nvswitch-sxid-20034.txt"))
+    assert code == 0
+    assert out["sxid_events"][0] == {"sxid": 20034, "switch": 1, "pci": "0000:06:00.0",
+                                     "fatal": True, "time": "6781753.400584",
+                                     "message": "Link 48 LTSSM Fault Up"}
 
 
 @pytest.mark.parametrize("kind", ["nvidia-smi", "dcgm", "kernel-log"])

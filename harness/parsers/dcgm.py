@@ -23,8 +23,10 @@ class DcgmResult:
     test: str
     gpu: int | None
     status: str
-    """pass, fail, warn, skip (an unknown word is kept as it was, and never counts as a pass)."""
+    """pass, fail, warn, skip (an unknown word is kept as it was, and counts as a failure)."""
     message: str = ""
+    category: str = ""
+    """`Deployment` (software checks), `Hardware`, `Integration`, `Stress`; "" when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +41,20 @@ class DcgmDiag:
 
     @property
     def failed(self) -> list[DcgmResult]:
-        return [r for r in self.results if r.status == "fail"]
+        """Failed results, and results whose status is a word this parser does not know."""
+        return [r for r in self.results if r.status not in ("pass", "warn", "skip")]
 
     @property
     def passed(self) -> bool | None:
         """False: a test failed or dcgmi reported an error; True: something ran and nothing
-        failed; None: no test ran (all skipped)."""
+        failed; None: no test ran (all skipped), or only the deployment (software) checks did
+        while every GPU test past them was skipped (DCGM skips plugins a SKU does not allow)."""
         if self.failed or self.errors:
             return False
         ran = [r for r in self.results if r.status in ("pass", "warn")]
+        gpu_tests = [r for r in self.results if r.category.lower() != "deployment"]
+        if gpu_tests and not any(r.status in ("pass", "warn") for r in gpu_tests):
+            return None
         return True if ran else None
 
     @property
@@ -61,6 +68,9 @@ class DcgmDiag:
         if skipped:
             out.append("skipped: " + ", ".join(skipped))
         return out
+
+
+_DRIVER_VERSION = re.compile(r"^\d{3}(?:\.\d+)*$")
 
 
 def _status(raw: object) -> str:
@@ -90,7 +100,11 @@ def _messages(result: dict[str, Any]) -> str:
             items = [items]
         for item in items or []:
             if isinstance(item, dict):
-                item = item.get("warning") or item.get("error") or item.get("message") or ""
+                # 3.x deployment tests nest the text under "warnings" again (dcgmi/Diag.cpp,
+                # HelperJsonAddBasicTests): {"warnings": "GPU 3 has ...", "error_id": 95, ...}.
+                nested = item.get("warnings")
+                item = (item.get("warning") or (nested if isinstance(nested, str) else "")
+                        or item.get("error") or item.get("message") or "")
             if str(item).strip():
                 parts.append(str(item).strip())
     return " ".join(parts)
@@ -107,12 +121,18 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
     version = metadata.get("version") or body.get("version") or doc.get("version")
     driver = (metadata.get("Driver Version Detected") or body.get("Driver Version Detected")
               or body.get("driver_version_detected") or doc.get("driver_version"))
-    tests: list[dict[str, Any]] = []
+    if version and _DRIVER_VERSION.match(str(version)):
+        # Old NVVS wrote the driver's version there (`"version" : "440.37"`, and its text banner
+        # `DCGM GPU Diagnostic (version 418)`); DCGM's own versions are 1.x to 4.x.
+        driver, version = driver or version, None
+    tests: list[tuple[str, dict[str, Any]]] = []
     for category in body.get("test_categories") or []:
-        tests.extend(t for t in category.get("tests") or [] if isinstance(t, dict))
-    tests.extend(t for t in body.get("tests") or [] if isinstance(t, dict))
+        if isinstance(category, dict):
+            tests.extend((str(category.get("category") or ""), t)
+                         for t in category.get("tests") or [] if isinstance(t, dict))
+    tests.extend(("", t) for t in body.get("tests") or [] if isinstance(t, dict))
     results = []
-    for test in tests:
+    for category, test in tests:
         name = str(test.get("name", "?"))
         mine = []
         for result in test.get("results") or []:
@@ -120,11 +140,11 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
                 continue
             for gpu in _gpu_ids(result):
                 mine.append(DcgmResult(name, gpu, _status(result.get("status")),
-                                       _messages(result)))
+                                       _messages(result), category))
         # DCGM 4: a test can fail as a whole (an internal error) while every GPU passed.
         summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
         if _status(summary.get("status")) == "fail" and not any(r.status == "fail" for r in mine):
-            mine.append(DcgmResult(name, None, "fail", _messages(summary)))
+            mine.append(DcgmResult(name, None, "fail", _messages(summary), category))
         results += mine
     errors = [str(body[k]) for k in ("runtime_error", "error") if body.get(k)]
     errors += [str(doc[k]) for k in ("runtime_error", "error") if doc.get(k) and doc is not body]
@@ -156,12 +176,16 @@ def _who(who: str | None) -> list[int | None]:
 def _from_text(text: str) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
-    # Per test: (name, [(gpu, status)], [message chunks]).
-    tests: list[tuple[str, list[tuple[int | None, str]], list[list[str]]]] = []
+    # Per test: (name, [(gpu, status)], [message chunks], category).
+    tests: list[tuple[str, list[tuple[int | None, str]], list[list[str]], str]] = []
+    category = ""
+    plain: set[int] = set()  # tests whose row says only `Fail` (no `- GPU: 1` / `- All`)
     message: list[str] | None = None  # the Warning/Error being continued
+    in_category = False  # a test row came since the last category header
     for line in text.split("\n"):
-        if _CATEGORY.match(line.strip()):
-            message = None
+        header = _CATEGORY.match(line.strip())
+        if header:
+            message, in_category, category = None, False, header["name"]
             continue
         m = _ROW.match(line.strip())
         if not m:
@@ -182,7 +206,12 @@ def _from_text(text: str) -> DcgmDiag:
         elif name in ("Warning", "Error", "Info"):
             # A new message; its wrapped continuation lines are appended to the same list.
             message = [raw_value]
-            if name == "Warning" and tests:
+            # dcgmi 3.x prints a deployment test's messages as `Error` rows under the test's own
+            # row (dcgmi/Diag.cpp, HelperDisplayDeploymentResult): they explain that test when
+            # it failed. Any other `Error` is a failure of its own (never lost on a passed test).
+            explains = in_category and tests and any(s in ("fail", "warn")
+                                                     for _, s in tests[-1][1])
+            if (name == "Warning" and tests) or (name == "Error" and explains):
                 tests[-1][2].append(message)
             elif name == "Error":
                 errors.append(message)
@@ -194,8 +223,10 @@ def _from_text(text: str) -> DcgmDiag:
                 continue
             status = outcome["status"] if outcome else value
             who = _who(outcome["who"] if outcome else None)
-            tests.append((name, [(g, _status(status)) for g in who], []))
-            message = None
+            if not (outcome and outcome["who"]):
+                plain.add(len(tests))
+            tests.append((name, [(g, _status(status)) for g in who], [], category))
+            message, in_category = None, True
         else:  # continuation line
             outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)
             if per_gpu and tests:
@@ -206,9 +237,14 @@ def _from_text(text: str) -> DcgmDiag:
             elif message is not None:
                 message.append(raw_value)
     results: list[DcgmResult] = []
-    for name, outcomes, messages in tests:
+    for index, (name, outcomes, messages, test_category) in enumerate(tests):
         texts = [_join(m) for m in messages]
         per_gpu = {g for g, _ in outcomes if g is not None}
+        named = sorted({int(g) for t in texts for g in _MENTION.findall(t)})
+        if index in plain and outcomes == [(None, "fail")] and named:
+            # A deployment test fails for the node but its messages name the GPUs concerned.
+            outcomes = [(g, "fail") for g in named]
+            per_gpu = set(named)
         for gpu, status in outcomes:
             # DCGM 4 prints the test's overall line, then one line per GPU: keep the overall
             # outcome only where it says more than the GPUs do (an internal error).
@@ -219,11 +255,11 @@ def _from_text(text: str) -> DcgmDiag:
             mine = [t for t in texts if gpu is None or str(gpu) in _MENTION.findall(t)
                     or not _MENTION.search(t)]
             text = " ".join(mine) if status != "pass" else ""
-            results.append(DcgmResult(name, gpu, status, text))
+            results.append(DcgmResult(name, gpu, status, text, test_category))
     error_texts = [_join(e) for e in errors]
     for err in error_texts:
         gpus = [int(g) for g in _MENTION.findall(err)] or [None]
-        results.append(DcgmResult("Deployment", gpus[0], "fail", err))
+        results.append(DcgmResult("Deployment", gpus[0], "fail", err, "Deployment"))
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
     return DcgmDiag(version, driver, tuple(results), ())

@@ -1,5 +1,5 @@
 """NVIDIA XID events in a kernel log (`dmesg`, `journalctl -k`, syslog, or a saved file), each with
-the action the XID catalogue (harness.gpu.XID_ACTIONS) gives it."""
+the action the XID catalogue (harness.gpu.XID_ACTIONS) gives it, and the NVSwitch SXid events."""
 
 from __future__ import annotations
 
@@ -7,35 +7,54 @@ import re
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from harness.gpu import xid_action
+from harness.gpu import pci_key, xid_action
 from harness.parsers import ParseError, read_text
 
-__all__ = ["INSPECT", "KernelLog", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
+__all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
 
 # `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has fallen off the bus.`
 # Older drivers: `NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000009 intr 00800000`;
-# newer: `pid='<unknown>', name=<unknown>, ...`.
+# newer: `pid='<unknown>', name=<unknown>, ...`; a MIG GPU adds its instances to the address:
+# `NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, ...` (kernel_rc.c, XID_PRINT_WITH_ATTR).
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?P<mig>(?: GPU-C?I:\d+)*)\): (?P<xid>\d+)"
     r"(?:, pid=(?P<pid>'?<unknown>'?|-?\d+))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$"
 )
 # Newer drivers say a GPU fell off the bus in a multi-line message without an Xid line:
 # `NVRM: The NVIDIA GPU 0000:b3:00.0` ... `NVRM: fallen off the bus and is not responding`.
 _FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9A-Fa-f:.]+)\s*$")
 _FALLEN = re.compile(r"fallen off the bus")
+# The one-line forms, printed next to the Xid 79 line or (on a GPU lost at probe time, and by
+# old drivers) alone: `NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.` (open-gpu-kernel-
+# modules, NV_DEV_PRINTF) and `NVRM: GPU at 0000:01:00.0 has fallen off the bus.` (old drivers).
+_FALLEN_LINE = re.compile(
+    r"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>[0-9A-Fa-f]+:[0-9A-Fa-f:.]+?):? (?:GPU )?has fallen off the bus"
+)
+# NVSwitch errors: `nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up`;
+# the same SXid's `Severity 1 Engine ...` and `Data {...}` lines that follow are details of it.
+_SXID = re.compile(
+    r"nvidia-nvswitch(?P<switch>\d+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>\d+), "
+    r"(?P<severity>Fatal|Non-fatal),\s*(?P<msg>.*)$"
+)
 # What a kernel-log line starts with: dmesg `[ 1399.140323]`, `dmesg -T` `[Fri Jan  5 10:34:01
 # 2024]`, syslog `Jun 10 03:09:55 host`, journalctl short-iso / `dmesg --time-format iso`
-# `2024-10-01T09:14:40+0000 host`, or `host kernel:`.
+# `2024-10-01T09:14:40+0000 host`, or `host kernel:`; `dmesg -x` (`kern  :err   : [ 12.3]`, with
+# `--time-format iso`: `kern  :warn  : 2025-01-21T04:41:44,285060+00:00`) and
+# Talos' `talosctl dmesg` (`192.168.11.119: kern:     err: [2026-04-22T21:25:20.46Z]: NVRM: ...`).
 _TIME = re.compile(
-    r"^\s*(?:\[\s*(?P<uptime>\d+\.\d+)\]"
+    r"^\s*(?:<\d>)?(?:\S+: (?=kern:))?(?:[a-z]+\s*:\s*[a-z]+\s*: )?(?:\[\s*(?P<uptime>\d+\.\d+)\]"
     r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
-    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
+    r"|\[?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
     r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?))"
 )
 _KERNELISH = re.compile(
     r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\skernel: |^\s*NVRM: |^<\d>"
     r"|^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d{6}[+-]\d\d:\d\d "
+    r"|^[a-z]+\s*:\s*[a-z]+\s*: |^\d+,\d+,\d+,[-+c][^;]*;"
 )
+# /dev/kmsg records: `6,3998,261229012,-;nvidia-nvswitch3: open` (priority, sequence, microseconds
+# since boot, flags); the time is reported in seconds like dmesg's.
+_KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[-+c][^;]*;")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +69,23 @@ class XidEvent:
     action: str
     time: str | None = None
     line: int = 0
+    mig: str | None = None
+    """The MIG instances the driver named (`GPU-I:05 GPU-CI:01`); None outside MIG."""
+
+
+@dataclass(frozen=True, slots=True)
+class SxidEvent:
+    """One NVSwitch SXid line (its first line: the one that says Fatal or Non-fatal)."""
+
+    sxid: int
+    switch: int
+    """N of `nvidia-nvswitchN`."""
+    pci: str
+    """The NVSwitch's PCI address (not a GPU's)."""
+    fatal: bool
+    message: str
+    time: str | None = None
+    line: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +94,7 @@ class KernelLog:
 
     events: tuple[XidEvent, ...]
     num_lines: int
+    sxid_events: tuple[SxidEvent, ...] = ()
 
 
 def _pid(raw: str | None) -> int | None:
@@ -66,11 +103,15 @@ def _pid(raw: str | None) -> int | None:
 
 def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelLog:
     """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
-    fallen off the bus.` in any prefix (dmesg, syslog, journalctl) and the Xid-less `NVRM: The
-    NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` (reported as Xid 79). Raises ParseError when
-    no line looks like a kernel log line (empty input, or some other text)."""
+    fallen off the bus.` in any prefix (dmesg, syslog, journalctl), the Xid-less `NVRM: The
+    NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has fallen
+    off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79 line is
+    in the log) and NVSwitch `SXid` lines. Raises ParseError when no line looks like a kernel log
+    line (empty input, or some other text)."""
     lines = read_text_lines(text)
     events: list[XidEvent] = []
+    fallen: list[XidEvent] = []
+    sxids: list[SxidEvent] = []
     kernel_lines = 0
     fallen_pci: str | None = None
     fallen_at = 0
@@ -80,37 +121,63 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
             kernel_lines += 1
         if not nvrm:
             if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-                events.append(_fallen(fallen_pci, fallen_at))
+                fallen.append(_fallen(fallen_pci, lines[fallen_at - 1], fallen_at))
                 fallen_pci = None
+            elif "SXid" in line:
+                sx = _SXID.search(line)
+                if sx:
+                    sxids.append(SxidEvent(int(sx["sxid"]), int(sx["switch"]), sx["pci"],
+                                           sx["severity"] == "Fatal", sx["msg"].strip(),
+                                           _when(line), n))
             continue
         m = _XID.search(line)
         if m:
-            tm = _TIME.match(line)
-            when = (tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]) if tm else None
             xid = int(m["xid"])
             msg = (m["msg"] or "").strip().rstrip(">").strip()
             name = (m["name"] or "").strip().strip("'") or None
             events.append(XidEvent(xid, m["pci"], _pid(m["pid"]),
-                                   None if name == "<unknown>" else name, msg, xid_action(xid),
-                                   when, n))
+                                   None if name == "<unknown>" else name, msg,
+                                   xid_action(xid, msg), _when(line), n,
+                                   m["mig"].strip() or None))
             continue
         start = _FALLEN_START.search(line)
         if start:
             fallen_pci, fallen_at = start["pci"], n
             continue
         if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-            events.append(_fallen(fallen_pci, fallen_at))
+            fallen.append(_fallen(fallen_pci, lines[fallen_at - 1], fallen_at))
             fallen_pci = None
+            continue
+        one_line = _FALLEN_LINE.search(line) if "fallen" in line else None
+        if one_line:
+            fallen.append(_fallen(one_line["pci"], line, n))
     if require_kernel_lines and not kernel_lines:
         what = "empty input" if not any(ln.strip() for ln in lines) else "no kernel log lines"
         raise ParseError(f"{what}: expected dmesg / journalctl -k / syslog lines "
                          "(`[ 12.345678] ...`, `... kernel: ...`, `NVRM: ...`)")
-    return KernelLog(tuple(events), kernel_lines)
+    if fallen:
+        # The driver prints the Xid 79 line and its own "has fallen off the bus" line together, and
+        # may repeat the latter: one event per lost GPU, so the check names each GPU once.
+        seen = {pci_key(e.pci) for e in events if e.xid == 79}
+        for event in fallen:
+            if pci_key(event.pci) not in seen:
+                seen.add(pci_key(event.pci))
+                events.append(event)
+        events.sort(key=lambda e: e.line)
+    return KernelLog(tuple(events), kernel_lines, tuple(sxids))
 
 
-def _fallen(pci: str, line: int) -> XidEvent:
+def _when(line: str) -> str | None:
+    tm = _TIME.match(line)
+    if tm:
+        return tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]
+    km = _KMSG.match(line)
+    return f"{int(km['usec']) // 1_000_000}.{int(km['usec']) % 1_000_000:06d}" if km else None
+
+
+def _fallen(pci: str, line_text: str, line: int) -> XidEvent:
     return XidEvent(79, pci, None, None, "GPU has fallen off the bus (reported without an Xid "
-                    "line)", xid_action(79), None, line)
+                    "line)", xid_action(79), _when(line_text), line)
 
 
 def read_text_lines(text: str) -> list[str]:
@@ -118,10 +185,15 @@ def read_text_lines(text: str) -> list[str]:
 
 
 def inspect_kernel_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
-    """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, pid, message, action}]."""
+    """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
+    message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}]."""
     log = parse_kernel_log(read_text(stream))
-    return {"xid_events": [{"xid": e.xid, "pci": e.pci, "pid": e.pid, "message": e.message,
-                            "action": e.action} for e in log.events]}
+    return {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
+                            "process": e.process, "time": e.time, "message": e.message,
+                            "action": e.action}
+                           for e in log.events],
+            "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
+                             "time": e.time, "message": e.message} for e in log.sxid_events]}
 
 
 INSPECT = {"kernel-log": inspect_kernel_log}
