@@ -204,6 +204,27 @@ def test_nvidia_smi_hang_crash_garbage(bin_dir: Path, body: str, message: str):
         gpu.smi_query(timeout_s=1)
 
 
+@pytest.mark.parametrize("probe", [gpu.smi_query, gpu.smi_query_csv])
+def test_a_lost_gpu_is_read_even_when_nvidia_smi_exits_non_zero(bin_dir: Path, probe):
+    lost = "Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error"
+    dump = DATA / "nvidia_smi/h100-550-constructed-faults.txt"
+    row = ("0, NVIDIA H100 80GB HBM3, GPU-1, 1654922010387, 00000000:53:00.0, 550.90.07, 81559,"
+           " Enabled, 0, 0, No, 36, 70.12, Enabled, P0, 5, 5, 16, 16, Not Active, Not Active, "
+           "Not Active, Not Active")
+    _tool(bin_dir, "nvidia-smi", f'echo "{lost}"\nif [ "$1" = -q ]; then cat \'{dump}\'; '
+          f"else echo '{row}'; fi\nexit 15")
+    inv = probe(timeout_s=10)
+    found = inv.by_pci("0000:CB:00.0")
+    assert found is not None and found.requires_reset
+
+
+def test_a_non_zero_exit_without_a_lost_gpu_is_a_probe_error(bin_dir: Path):
+    dump = DATA / "nvidia_smi/l4-550-idle-x8.txt"
+    _tool(bin_dir, "nvidia-smi", f"cat '{dump}'; exit 3")
+    with pytest.raises(ProbeError, match="exited with status 3"):
+        gpu.smi_query(timeout_s=10)
+
+
 def _re(text: str) -> str:
     return re.escape(text)
 

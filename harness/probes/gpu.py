@@ -8,7 +8,7 @@ import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -296,12 +296,23 @@ def smi_query(timeout_s: float = 60.0) -> GpuInventory:
     from harness.parsers.nvidia_smi import parse_smi_query
 
     res = proc.run(["nvidia-smi", "-q"], timeout_s=timeout_s)
-    if not res.ok:
+    return _smi_reading(res, lambda: parse_smi_query(res.stdout), "`nvidia-smi -q`")
+
+
+def _smi_reading(res: proc.ProcResult, parse: Callable[[], GpuInventory], what: str) -> GpuInventory:
+    """The inventory nvidia-smi printed. A non-zero exit is a ProbeError, unless what it
+    printed names a lost GPU (`Unable to determine the device handle for GPU...`): nvidia-smi
+    may exit non-zero then, and the lost GPU is the finding, not a reason to discard it."""
+    if res.timed_out or res.error is not None:
         raise ProbeError(res.describe())
     try:
-        return parse_smi_query(res.stdout)
+        inv = parse()
     except ParseError as exc:
-        raise ProbeError(f"`nvidia-smi -q` printed something unexpected: {exc}") from None
+        raise ProbeError(res.describe() if not res.ok
+                         else f"{what} printed something unexpected: {exc}") from None
+    if not res.ok and not any(g.requires_reset for g in inv.gpus):
+        raise ProbeError(res.describe())
+    return inv
 
 
 #: The `--query-gpu` fields the CSV fallback asks for (the `clocks_throttle_reasons.*` names
@@ -325,12 +336,8 @@ def smi_query_csv(timeout_s: float = 60.0) -> GpuInventory:
     argv = ["nvidia-smi", f"--query-gpu={','.join(SMI_CSV_FIELDS)}",
             "--format=csv,noheader,nounits"]
     res = proc.run(argv, timeout_s=timeout_s)
-    if not res.ok:
-        raise ProbeError(res.describe())
-    try:
-        return parse_smi_csv(res.stdout, columns=SMI_CSV_FIELDS).inventory
-    except ParseError as exc:
-        raise ProbeError(f"`nvidia-smi --query-gpu` printed something unexpected: {exc}") from None
+    return _smi_reading(res, lambda: parse_smi_csv(res.stdout, columns=SMI_CSV_FIELDS).inventory,
+                        "`nvidia-smi --query-gpu`")
 
 
 def inventory(nvml: Any | None = None, *, smi_timeout_s: float = 60.0) -> GpuInventory:
