@@ -172,17 +172,8 @@ def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventor
 )
 def test_no_serious_xid(profile: Profile, tier: str, request: pytest.FixtureRequest):
     _require_gpus(profile)
-    try:
-        xid_events: tuple[Any, ...] = request.getfixturevalue("xid_events")
-    except ProbeError as exc:
-        if tier != "preflight":
-            raise
-        # Many training containers may read neither the journal nor dmesg (dmesg_restrict, no
-        # CAP_SYSLOG): failing every job for that would make the preflight unusable there. The
-        # preflight tier warns; certify and diagnose, run where the log is readable, fail.
-        warn(f"XIDs not judged: {exc}", remedy="mount the host journal or set "
-             "PREFLIGHT_KERNEL_LOG to a copy of the kernel log; `--tier certify` treats this as "
-             "an error")
+    xid_events = _kernel_log_events(request, tier, "xid_events", "XIDs")
+    if xid_events is None:
         return
     inventory = _inventory_or_none(request)
     grouped: dict[tuple[str, int], list[Any]] = {}
@@ -200,6 +191,24 @@ def test_no_serious_xid(profile: Profile, tier: str, request: pytest.FixtureRequ
                       f"Xid {xid}{times}" + (f" ({text})" if text else ""), action))
     measure("XID events since boot", len(xid_events), "events")
     _judge("XID errors", found)
+
+
+def _kernel_log_events(request: pytest.FixtureRequest, tier: str, fixture: str,
+                       what: str) -> tuple[Any, ...] | None:
+    """The events of `fixture` (read from the kernel log); None when the log cannot be read in
+    the preflight tier. Many training containers may read neither the journal nor dmesg
+    (dmesg_restrict, no CAP_SYSLOG): failing every job for that would make the preflight
+    unusable there, so the preflight tier warns; certify and diagnose, run where the log is
+    readable, error."""
+    try:
+        return request.getfixturevalue(fixture)
+    except ProbeError as exc:
+        if tier != "preflight":
+            raise
+        warn(f"{what} not judged: {exc}", remedy="mount the host journal or set "
+             "PREFLIGHT_KERNEL_LOG to a copy of the kernel log; `--tier certify` treats this as "
+             "an error")
+        return None
 
 
 @check(
@@ -475,3 +484,33 @@ def test_nvswitch_fabric_registered(profile: Profile, gpu_inventory: GpuInventor
                           f"{g.fabric_status or 'unknown'} (is nvidia-fabricmanager running?)",
                           REBOOT))
     _judge("GPUs not registered with the NVSwitch fabric", found)
+
+
+@check(
+    "PF-GPU-018",
+    title="No fatal NVSwitch SXid error since boot",
+    why="A fatal SXid is an NVSwitch (or one of its NVLinks) failing: NVLink traffic through it "
+    "stops, NCCL hangs or errors, and the switch and its GPUs must be reset together (Fabric "
+    "Manager user guide, error handling).",
+    remedy=ACTION_REMEDY[REBOOT],
+)
+def test_no_fatal_sxid(profile: Profile, tier: str, request: pytest.FixtureRequest):
+    _require_gpus(profile)
+    if not profile.nvswitch:
+        not_applicable("the profile has no NVSwitch")
+    sxid_events = _kernel_log_events(request, tier, "sxid_events", "NVSwitch SXids")
+    if sxid_events is None:
+        return
+    grouped: dict[tuple[int, str, int], list[Any]] = {}
+    for event in sxid_events:
+        grouped.setdefault((event.switch, event.pci, event.sxid), []).append(event)
+    found: Found = []
+    for (switch, pci, sxid), events in grouped.items():
+        fatal = [e for e in events if e.fatal]
+        shown = (fatal or events)[-1]
+        times = f" x{len(events)}" if len(events) > 1 else ""
+        found.append((f"NVSwitch {switch} (bus {pci})",
+                      f"SXid {sxid}{times} ({'Fatal' if fatal else 'Non-fatal'}, "
+                      f"{shown.message[:100]})", REBOOT if fatal else MONITOR))
+    measure("NVSwitch SXid events since boot", len(sxid_events), "events")
+    _judge("fatal NVSwitch SXid errors", found)

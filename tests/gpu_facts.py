@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.gpu import GpuInfo, GpuInventory
 from harness.parsers.dcgm import DcgmDiag, DcgmResult
-from harness.parsers.kernel_log import XidEvent
+from harness.parsers.kernel_log import SxidEvent, XidEvent
 from harness.probes.gpu_compute import ComputeResult
 
 BUS = ("53", "64", "75", "86", "97", "A8", "B9", "CA")
@@ -49,6 +49,7 @@ HEALTHY: dict[str, Any] = {
     "dcgm_diag": DcgmDiag("3.3.9", "550.90.07", tuple(
         DcgmResult("GPU Memory", i, "pass") for i in range(8))),
     "xid_events": (),
+    "sxid_events": (),
     "compute_sanity": ComputeResult({i: 700.0 for i in range(8)},
                                     {i: "ab" * 32 for i in range(8)},
                                     {i: 2900.0 for i in range(8)}),
@@ -81,6 +82,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         XidEvent(149, "0000:ee:00", None, None, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01",
                  "reset GPU"),
         XidEvent(149, "0000:ee:00", None, None, "NETIR Nonfatal XC0 i0 Link 02", "monitor"),
+    )),
+    # A fatal SXid (twice) and a non-fatal one on another switch: fail and warn.
+    "sxid": _with(sxid_events=(
+        SxidEvent(20034, 1, "0000:06:00.0", True, "LTSSM Fault Up on Link 48"),
+        SxidEvent(20034, 1, "0000:06:00.0", True, "LTSSM Fault Up on Link 48"),
+        SxidEvent(12028, 3, "0000:08:00.0", False, "egress non-posted PRIV error"),
     )),
     "hot": _with(gpu_inventory=node(gpu7={"temperature_c": 91.0,
                                           "throttle_reasons": ("HW Slowdown",

@@ -13,7 +13,8 @@ from tests.conftest import facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
-GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "xid_events", "compute_sanity"]
+GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "xid_events", "sxid_events",
+             "compute_sanity"]
 
 
 def run_checks(pytester: pytest.Pytester, scenario: str,
@@ -75,6 +76,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "xid_mixed": {"PF-GPU-006": ("fail", (
         f"[PF-GPU-006] XID errors: 1 found, {NONE_FOR}: GPU at bus 0000:ee:00: Xid 149 x2 "
         f"(NETIR_LINK_EVT  Fatal   XC0 i0 Link 01) -> reset GPU; {ACT_RESET}"))},
+    "sxid": {"PF-GPU-018": ("fail", (
+        f"[PF-GPU-018] fatal NVSwitch SXid errors: 1 found, {NONE_FOR}: NVSwitch 1 (bus "
+        "0000:06:00.0): SXid 20034 x2 (Fatal, LTSSM Fault Up on Link 48) -> reboot; "
+        f"{ACT_REBOOT}"))},
     "hot": {"PF-GPU-007": ("fail", (
         f"[PF-GPU-007] GPUs too hot or slowed down: 2 found, {NONE_FOR}: {GPU[7]}: "
         f"temperature 91 C > 85 C -> replace node; {GPU[7]}: clocks slowed by HW Slowdown, HW "
@@ -130,7 +135,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_each_problem_named_with_its_action(pytester: pytest.Pytester, scenario: str):
     results = run_checks(pytester, scenario)
-    assert sorted(results) == [f"PF-GPU-{n:03d}" for n in range(1, 18)]
+    assert sorted(results) == [f"PF-GPU-{n:03d}" for n in range(1, 19)]
     not_passing = {cid: (r["outcome"], r["message"]) for cid, r in results.items()
                    if r["outcome"] != "pass"}
     assert not_passing == EXPECTED[scenario]
@@ -140,6 +145,23 @@ def test_monitor_class_xids_are_warnings(pytester: pytest.Pytester):
     result = run_checks(pytester, "xid")["PF-GPU-006"]
     assert result["warnings"] == [
         f"[PF-GPU-006] {GPU[0]}: Xid 13 x2 (Graphics Exception) -> monitor; {ACT_MONITOR}"]
+
+
+def test_non_fatal_sxids_are_warnings(pytester: pytest.Pytester):
+    result = run_checks(pytester, "sxid")["PF-GPU-018"]
+    assert result["warnings"] == [
+        "[PF-GPU-018] NVSwitch 3 (bus 0000:08:00.0): SXid 12028 (Non-fatal, egress non-posted "
+        f"PRIV error) -> monitor; {ACT_MONITOR}"]
+
+
+def test_sxids_are_not_judged_without_nvswitch(pytester: pytest.Pytester):
+    (pytester.path / "p.toml").write_text(
+        '[profiles."hgx-less"]\nbase = "p5.48xlarge"\nnvswitch = false\n')
+    pytester.makeconftest(facts_conftest("tests.gpu_facts", "sxid", GPU_FACTS))
+    result = run_check_file(pytester, "test_gpu.py", "hgx-less", "--preflight-profile-file",
+                            str(pytester.path / "p.toml"))["PF-GPU-018"]
+    assert (result["outcome"], result["message"]) == (
+        "skip", "not applicable to hgx-less: the profile has no NVSwitch")
 
 
 def test_measurements_are_recorded(pytester: pytest.Pytester):
@@ -161,7 +183,7 @@ def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):
     results = run_checks(pytester, "healthy", profile="local-cpu")
     assert {(r["outcome"], r["message"]) for r in results.values()} == {
         ("skip", "not applicable to local-cpu: the profile expects no GPUs")}
-    assert len(results) == 17
+    assert len(results) == 18
 
 
 def test_real_probes_on_this_machine_error_on_a_gpu_profile(
@@ -191,10 +213,11 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
                                   "--preflight-results", str(results_path))
     results = {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
                if r.get("event") == "result"}
-    assert len(results) == 17
-    assert results["PF-GPU-006"]["outcome"] == "pass"  # the kernel log was readable and clean
+    assert len(results) == 18
+    # The kernel log was readable and clean.
+    assert results["PF-GPU-006"]["outcome"] == results["PF-GPU-018"]["outcome"] == "pass"
     errors = {cid: r["message"] for cid, r in results.items() if r["outcome"] == "error"}
-    assert sorted(errors) == sorted(set(results) - {"PF-GPU-006"})
+    assert sorted(errors) == sorted(set(results) - {"PF-GPU-006", "PF-GPU-018"})
     assert errors["PF-GPU-001"].startswith(
         "[PF-GPU-001] cannot read the GPUs: NVML could not start: NVML Shared Library Not Found")
     assert errors["PF-GPU-012"].startswith(
@@ -216,7 +239,7 @@ def gpu_inventory():
 
 
 @pytest.fixture(scope="session")
-def xid_events():
+def kernel_log():
     raise ProbeError("cannot read the kernel log for XID errors: dmesg: read kernel buffer "
                      "failed: Operation not permitted")
 '''
@@ -233,11 +256,14 @@ def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
                                   "--preflight-profile", "p5.48xlarge", "--preflight-tier", tier,
                                   "--preflight-results", str(results), "-k", "xid")
     records = [json.loads(line) for line in results.read_text().splitlines()]
-    (result,) = [r for r in records if r.get("event") == "result"]
-    assert result["outcome"] == outcome
-    assert "Operation not permitted" in result["message"]
-    if outcome == "warn":
-        assert result["message"].startswith("[PF-GPU-006] XIDs not judged: cannot read the kernel")
+    got = {r["id"]: r for r in records if r.get("event") == "result"}
+    assert sorted(got) == ["PF-GPU-006", "PF-GPU-018"]
+    for cid, what in (("PF-GPU-006", "XIDs"), ("PF-GPU-018", "NVSwitch SXids")):
+        assert got[cid]["outcome"] == outcome
+        assert "Operation not permitted" in got[cid]["message"]
+        if outcome == "warn":
+            assert got[cid]["message"].startswith(
+                f"[{cid}] {what} not judged: cannot read the kernel")
 
 
 DCGM_EXPLODES = '''
