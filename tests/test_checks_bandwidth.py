@@ -177,7 +177,9 @@ def test_certify_runs_the_other_collectives(tmp_path, monkeypatch):
     make_tool(tmp_path, name="all_gather_perf", data="mpirun_tagged_alltoall_na.txt")
     make_tool(tmp_path, name="reduce_scatter_perf", data="crash_mid_table_host_prefixed.txt",
               exit_code=3)
-    make_tool(tmp_path, name="alltoall_perf", data="alltoall_na_in_place.txt")
+    # A complete alltoall table (rccl-tests prints the same format) whose rank lines were cut:
+    # a recorded 1-rank run would now be judged as not all of the 8 ranks launched.
+    make_tool(tmp_path, name="alltoall_perf", data="real_rccl_alltoall_tail_next_test.txt")
     code, checks = _run(tmp_path, monkeypatch, tier="certify",
                         extra="nvlink_busbw_gb_s_min = 250.0")
     assert code == 1 and checks["PF-BW-001"]["outcome"] == "pass"

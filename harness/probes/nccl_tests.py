@@ -292,6 +292,8 @@ class NcclTestsRun:
     parse_error: str | None = None
     features: Features = field(default_factory=Features)
     json_path: str | None = None
+    expected_ranks: int | None = None
+    """The ranks launched (nodes x GPUs per node); None when unknown."""
 
     @property
     def raw_output(self) -> str:
@@ -302,7 +304,18 @@ class NcclTestsRun:
     def ok(self) -> bool:
         r = self.result
         return (self.proc.ok and r is not None and r.completed and not r.errors
-                and not r.busbw_mismatches)
+                and not r.busbw_mismatches and self._missing_ranks() is None)
+
+    def _missing_ranks(self) -> str | None:
+        """A run that saw fewer ranks than were launched measured something else: every
+        process of a binary built without MPI runs its own 1-rank test (their tables may follow
+        one another, each looking complete), or ranks never joined."""
+        r, launched = self.result, self.expected_ranks
+        if r is None or r.nranks is None or launched is None or r.nranks >= launched:
+            return None
+        return (f"{self.command[0]} ran with {r.nranks} rank(s) of the {launched} launched: the "
+                "binary was not built with MPI (make MPI=1), so every process ran its own test "
+                "alone, or ranks did not join")
 
     def problem(self) -> str | None:
         """Why this run gives no trustworthy measurement, in one line; None when it does."""
@@ -321,7 +334,7 @@ class NcclTestsRun:
                     f"footer after {len(r.rows)} row(s)")
         if self.proc.returncode != 0:
             return self.proc.describe()
-        return None
+        return self._missing_ranks()
 
 
 def run_nccl_tests(
@@ -348,7 +361,8 @@ def run_nccl_tests(
     result = proc.run(argv, timeout_s=timeout_s, env=env, cwd=workdir)
     name = collective or re.sub(r"(_perf)?(_mpi)?$", "", Path(binary).name)
     parsed, error = _parse(result, json_path, name)
-    return NcclTestsRun(tuple(argv), result, parsed, error, features, json_path)
+    return NcclTestsRun(tuple(argv), result, parsed, error, features, json_path,
+                        expected_ranks=topology.nranks)
 
 
 def _parse(
