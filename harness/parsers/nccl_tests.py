@@ -128,6 +128,9 @@ class NcclTestsResult:
     """Table lines that were cut short and could not be read."""
     source_format: str = "text"
     warnings: tuple[str, ...] = field(default=())
+    num_runs: int = 1
+    """Separate runs in the output (a banner after a footer starts the next): a log that
+    concatenates runs, or, from one launch, one whole test per process (no MPI)."""
 
     @property
     def num_wrong(self) -> int | None:
@@ -531,6 +534,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         min_bw_failed=state.min_bw_failed,
         truncated_rows=state.truncated,
         warnings=tuple(warnings),
+        num_runs=len(runs),
     )
 
 

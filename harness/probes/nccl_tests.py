@@ -307,11 +307,17 @@ class NcclTestsRun:
                 and not r.busbw_mismatches and self._missing_ranks() is None)
 
     def _missing_ranks(self) -> str | None:
-        """A run that saw fewer ranks than were launched measured something else: every
-        process of a binary built without MPI runs its own 1-rank test (their tables may follow
-        one another, each looking complete), or ranks never joined."""
+        """One launch must print one test over every rank launched. A binary built without MPI
+        runs one whole test per process (1-rank tables that may follow one another, each
+        looking complete); fewer ranks than launched also means ranks never joined."""
         r, launched = self.result, self.expected_ranks
-        if r is None or r.nranks is None or launched is None or r.nranks >= launched:
+        if r is None:
+            return None
+        if r.num_runs > 1:
+            return (f"{self.command[0]} printed {r.num_runs} separate runs for one launch: the "
+                    "binary was not built with MPI (make MPI=1), so every process ran its own "
+                    "test alone")
+        if r.nranks is None or launched is None or r.nranks >= launched:
             return None
         return (f"{self.command[0]} ran with {r.nranks} rank(s) of the {launched} launched: the "
                 "binary was not built with MPI (make MPI=1), so every process ran its own test "
