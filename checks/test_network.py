@@ -27,6 +27,10 @@ REMEDY_PLUGIN = ("install aws-ofi-nccl (EFA installer >= 1.38 ships it in /opt/a
                  "and put its lib directory on LD_LIBRARY_PATH; read the NET/OFI lines of an "
                  "NCCL_DEBUG=INFO log")
 
+#: Peer-memory modules that give the NIC GPU memory: NVIDIA's, the EFA installer's own for EFAv3
+#: (efa-nv-peermem package; openucx/ucx #10704), and Mellanox's older one.
+GDR_MODULES = frozenset({"nvidia_peermem", "efa_nv_peermem", "nv_peer_mem"})
+
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:
     m = re.match(r"v?(\d+(?:\.\d+)*)", text)
@@ -88,7 +92,7 @@ def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[st
     expect_none("kernel modules missing", [m for m in ("efa",) if m not in kernel_modules],
                 remedy="install the EFA driver on the host (efa_installer.sh) and reboot or "
                 "`modprobe efa`")
-    if profile.gdr_required and "nvidia_peermem" not in kernel_modules:
+    if profile.gdr_required and not GDR_MODULES & kernel_modules:
         warn("kernel module nvidia_peermem is not loaded: GPUDirect RDMA then relies on DMA-BUF "
              "(driver >= 515 with the open kernel modules); PF-NET-009 shows whether GDR works",
              remedy="`modprobe nvidia_peermem` if PF-NET-009 fails")

@@ -62,4 +62,7 @@ SCENARIOS: dict[str, dict[str, object]] = {
         "kernel_modules": frozenset({"nvidia"}),
     },
     "peermem_missing": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia"})},
+    # EFAv3 nodes load the EFA installer's efa_nv_peermem (tests/data/host/composed_proc_modules_efa_gdr.txt)
+    "efa_nv_peermem": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia", "efa_nv_peermem"})},
+    "nv_peer_mem_legacy": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia", "nv_peer_mem"})},
 }
