@@ -101,6 +101,15 @@ def test_efa_devices_of_the_eks_p5_listing(tmp_path: Path):
     assert found.uverbs == tuple(sorted(n for _, n in pairs))
 
 
+def test_efa_devices_of_a_p4de(tmp_path: Path):
+    text = (HOST / "real_p4de_fi_info_domains_excerpt.txt").read_text()
+    names = re.findall(r"domain: (\w+)-rdm", text)
+    pairs = [(name, f"uverbs{i}") for i, name in enumerate(names)]
+    found = network.efa_devices(_efa_tree(tmp_path, pairs))
+    assert found.sysfs == ("rdmap144s27", "rdmap160s27", "rdmap16s27", "rdmap32s27")
+    assert len(found.uverbs) == 4
+
+
 def test_container_given_some_devices_sees_all_in_sysfs(tmp_path: Path):
     found = network.efa_devices(_efa_tree(tmp_path, _eks_p5_pairs(), passed=4))
     assert (len(found.sysfs), len(found.uverbs)) == (14, 4)
