@@ -60,7 +60,16 @@ def test_efa_device_count_matches(profile: Profile, efa_devices: EfaDevices):
 def test_efa_uverbs_visible(profile: Profile, efa_devices: EfaDevices):
     require_efa(profile)
     expect("EFA device nodes /dev/infiniband/uverbs*", len(efa_devices.uverbs), ">=",
-           profile.num_efa_devices)
+           profile.num_efa_devices,
+           detail=_unusable_detail(efa_devices.unusable))
+
+
+def _unusable_detail(unusable: tuple[str, ...]) -> str | None:
+    """`32 present but not openable: uverbs0: Operation not permitted and 31 more`."""
+    if not unusable:
+        return None
+    more = f" and {len(unusable) - 1} more" if len(unusable) > 1 else ""
+    return f"{len(unusable)} present but not openable: {unusable[0]}{more}"
 
 
 @check(

@@ -51,6 +51,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "healthy": {},
     "efa_nv_peermem": {},
     "nv_peer_mem_legacy": {},
+    "uverbs_not_openable": {
+        "PF-NET-002": ("fail", f"[PF-NET-002] EFA device nodes /dev/infiniband/uverbs* 0 < 32 "
+                               f"{P5} (32 present but not openable: uverbs0: Operation not "
+                               f"permitted and 31 more); {R_DEVICES}"),
+    },
     "container_without_devices": {
         "PF-NET-002": ("fail", f"[PF-NET-002] EFA device nodes /dev/infiniband/uverbs* 0 < 32 "
                                f"{P5}; {R_DEVICES}"),

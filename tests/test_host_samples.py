@@ -120,6 +120,15 @@ def test_container_without_dev_infiniband(tmp_path: Path):
     assert network.efa_devices(root).uverbs == ()
 
 
+def test_uverbs_node_that_cannot_be_opened_is_not_usable(tmp_path: Path):
+    """/dev/infiniband bind-mounted without the devices: the node exists, open() fails."""
+    root = _efa_tree(tmp_path, _eks_p5_pairs()[:2], passed=1)
+    (root / "dev/infiniband/uverbs12").symlink_to("/nonexistent/uverbs12")
+    found = network.efa_devices(root)
+    assert found.uverbs == ("uverbs11",)
+    assert found.unusable == ("uverbs12: No such file or directory",)
+
+
 def test_uverbs_of_a_mellanox_device_are_not_efa(tmp_path: Path):
     """A host with MLNX OFED and EFA (amzn-drivers #308): the mlx5 node is no EFA node."""
     root = _efa_tree(tmp_path, [("rdmap79s0", "uverbs1")], passed=0)

@@ -199,6 +199,10 @@ class EfaDevices:
     uverbs: tuple[str, ...]
     """`/dev/infiniband/uverbs*` nodes of EFA devices: what libfabric can open inside this
     container (nodes whose /sys/class/infiniband_verbs entry names a non-EFA device excluded)."""
+    unusable: tuple[str, ...] = ()
+    """EFA nodes present but not openable here, with the reason (`uverbs3: Operation not
+    permitted`): the device cgroup denies them when /dev/infiniband is a hostPath/bind mount
+    without the devices being passed (EKS device plugin, docker --device)."""
 
 
 #: PCI vendor of EFA devices (Amazon): sysfs `device/vendor`. ENA shares it but is no RDMA device.
@@ -229,8 +233,25 @@ def efa_devices(sysroot: Path = Path("/")) -> EfaDevices:
                        if e.name.startswith("uverbs"))
     except OSError:
         nodes = []
-    uverbs = [n for n in nodes if _uverbs_device(sysroot, n) in (None, *sysfs)]
-    return EfaDevices(tuple(sysfs), tuple(uverbs))
+    uverbs, unusable = [], []
+    for node in nodes:
+        if _uverbs_device(sysroot, node) not in (None, *sysfs):
+            continue
+        problem = _open_problem(sysroot / "dev/infiniband" / node)
+        if problem:
+            unusable.append(f"{node}: {problem}")
+        else:
+            uverbs.append(node)
+    return EfaDevices(tuple(sysfs), tuple(uverbs), tuple(unusable))
+
+
+def _open_problem(node: Path) -> str | None:
+    """Why the node cannot be opened read-write, as libibverbs opens it; None when it can."""
+    try:
+        os.close(os.open(node, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _uverbs_device(sysroot: Path, node: str) -> str | None:
