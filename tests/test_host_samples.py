@@ -216,6 +216,15 @@ def test_ld_so_conf_directory_is_searched(tmp_path: Path):
         str(tmp_path / "opt/custom/ofi/lib/libnccl-net.so"), "1.18.0")
 
 
+def test_relative_ld_so_conf_include(tmp_path: Path):
+    _write(tmp_path / "etc/ld.so.conf", "include ld.so.conf.d/*.conf\n# comment\n")
+    _write(tmp_path / "etc/ld.so.conf.d/efa.conf", "/opt/amazon/efa/lib  # libfabric\n")
+    _write(tmp_path / "etc/ld.so.conf.d/ofi.conf", "/srv/ofi/lib\n")
+    _write(tmp_path / "srv/ofi/lib/libnccl-net-ofi.so", _lib("1.17.0"))
+    found = network.find_ofi_nccl({}, tmp_path)
+    assert found is not None and found.version == "1.17.0"
+
+
 def test_source_build_does_not_borrow_the_installer_version(tmp_path: Path):
     """A git build prints `aws-ofi-nccl GitHub-dev`: its version is unknown, not the one of the
     installer's package listed in efa_installed_packages."""

@@ -102,9 +102,11 @@ def _ld_so_conf_dirs(sysroot: Path) -> list[str]:
             continue
         for line in lines:
             line = line.split("#", 1)[0].strip()
-            if line.startswith("include"):
-                pattern = line.split(None, 1)[1].lstrip("/") if " " in line else ""
-                pending += sorted(sysroot.glob(pattern)) if pattern else []
+            if line.startswith("include") and len(line.split(None, 1)) == 2:
+                arg = line.split(None, 1)[1]
+                # a relative include is relative to the including file's directory
+                base = "" if arg.startswith("/") else str(conf.parent.relative_to(sysroot))
+                pending += sorted(sysroot.glob(f"{base}/{arg}".lstrip("/")))
             elif line.startswith("/"):
                 found.append(line)
     return found
