@@ -91,9 +91,9 @@ def test_fi_info_lists_efa(profile: Profile, fi_info_efa: FiInfo):
 
 @check(
     "PF-NET-004",
-    title="The efa kernel module is loaded (nvidia_peermem for GPUDirect RDMA: warning)",
-    why="Without the efa driver there are no EFA devices. GPUDirect RDMA needs nvidia_peermem "
-    "or a driver with DMA-BUF support.",
+    title="The efa kernel module is loaded (no GPUDirect peer-memory module: warning)",
+    why="Without the efa driver there are no EFA devices. GPUDirect RDMA needs a peer-memory "
+    "module (nvidia_peermem, efa_nv_peermem, nv_peer_mem) or a driver with DMA-BUF support.",
     remedy="install the EFA driver (EFA installer) on the host; `modprobe nvidia_peermem`",
 )
 def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[str]):
