@@ -129,6 +129,23 @@ def test_uverbs_node_that_cannot_be_opened_is_not_usable(tmp_path: Path):
     assert found.unusable == ("uverbs12: No such file or directory",)
 
 
+def test_p6_b200_ibp_devices_and_their_uverbs_are_not_efa(tmp_path: Path):
+    """p6-b200 lists 2 `ibp*` devices beside the 8 EFA `rdmap*` ones; an old EFA device plugin
+    passed the ibp nodes to pods as EFA: they must not make up the uverbs count."""
+    text = (HOST / "real_p6_b200_infiniband_ibp_and_rdmap.txt").read_text()
+    ibp = re.findall(r"`(ibp\w+)`", text)
+    efa = re.findall(r"`(rdmap\d+s\d+)`", text)
+    assert (ibp, efa) == (["ibp115s0f0", "ibp116s0f0"], ["rdmap79s0", "rdmap80s0"])
+    root = _efa_tree(tmp_path, [(efa[0], "uverbs2"), (efa[1], "uverbs3")], passed=1)
+    for i, dev in enumerate(ibp):
+        (root / "sys/class/infiniband" / dev / "ports/1").mkdir(parents=True)
+        _write(root / "sys/class/infiniband_verbs" / f"uverbs{i}" / "ibdev", dev + "\n")
+        _write(root / "dev/infiniband" / f"uverbs{i}", "")
+    found = network.efa_devices(root)
+    assert found.sysfs == ("rdmap79s0", "rdmap80s0")
+    assert found.uverbs == ("uverbs2",)
+
+
 def test_uverbs_of_a_mellanox_device_are_not_efa(tmp_path: Path):
     """A host with MLNX OFED and EFA (amzn-drivers #308): the mlx5 node is no EFA node."""
     root = _efa_tree(tmp_path, [("rdmap79s0", "uverbs1")], passed=0)
