@@ -202,6 +202,34 @@ def _lib(version: str) -> bytes:
         + version.encode() + b"\x00NET/OFI Selected provider is %s\x00"
 
 
+def _strings_line(sample: str) -> bytes:
+    """The `NET/OFI Initializing ...` line `strings` printed from a real plugin library."""
+    text = (HOST / sample).read_text()
+    return re.search(r"^NET/OFI Initializing aws-ofi-nccl \S+$", text, re.M)[0].encode()
+
+
+@pytest.mark.parametrize(("sample", "directory", "want"), [
+    ("real_strings_ofi_1.7.3_dlami_opt_aws-ofi-nccl.txt", "opt/aws-ofi-nccl/lib", "1.7.3-aws"),
+    ("real_strings_ofi_1.7.4_container_install_prefix.txt", "opt/aws-ofi-nccl/install/lib",
+     "1.7.4-aws"),
+])
+def test_plugin_found_where_real_images_put_it(tmp_path: Path, sample: str, directory: str,
+                                               want: str):
+    lib = tmp_path / directory / "libnccl-net.so"
+    _write(lib, b"\x7fELF\x00" + _strings_line(sample) + b"\x00")
+    assert network.find_ofi_nccl({}, tmp_path) == network.OfiNcclLib(str(lib), want, "library")
+
+
+def test_installer_ld_so_conf_entry(tmp_path: Path):
+    text = (HOST / "real_ld_so_conf_100_ofinccl_1.17.1.txt").read_text()
+    conf_dir = re.search(r"^(/\S+)$", text, re.M)[1]
+    _write(tmp_path / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")
+    _write(tmp_path / "etc/ld.so.conf.d/100_ofinccl.conf", conf_dir + "\n")
+    lib = tmp_path / conf_dir.lstrip("/") / "libnccl-net.so"
+    _write(lib, b"\x7fELF\x00" + _strings_line("real_ld_so_conf_100_ofinccl_1.17.1.txt"))
+    assert network.find_ofi_nccl({}, tmp_path) == network.OfiNcclLib(str(lib), "1.17.1", "library")
+
+
 def test_efa_installer_ubuntu_multiarch_layout(tmp_path: Path):
     """awsome-distributed-ai #936: the plugin and its links only in lib/x86_64-linux-gnu."""
     d = tmp_path / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
