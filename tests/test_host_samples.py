@@ -4,6 +4,7 @@ the aws-ofi-nccl library layouts of the EFA installer, NGC images and source bui
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -218,6 +219,17 @@ def test_plugin_found_where_real_images_put_it(tmp_path: Path, sample: str, dire
     lib = tmp_path / directory / "libnccl-net.so"
     _write(lib, b"\x7fELF\x00" + _strings_line(sample) + b"\x00")
     assert network.find_ofi_nccl({}, tmp_path) == network.OfiNcclLib(str(lib), want, "library")
+
+
+def test_conda_env_plugin(tmp_path: Path):
+    text = (HOST / "real_conda_libnccl-net_dlerror.txt").read_text()
+    seen = re.search(r"required by (/\S+/libnccl-net\.so)", text)[1]
+    env_dir = seen.split("/lib/python3")[0]                  # the conda env
+    lib = tmp_path / env_dir.lstrip("/") / "lib/libnccl-net.so"
+    _write(lib, _lib("1.9.0"))
+    assert Path(os.path.normpath(seen)) == Path(env_dir) / "lib/libnccl-net.so"
+    found = network.find_ofi_nccl({"CONDA_PREFIX": env_dir}, tmp_path)
+    assert found == network.OfiNcclLib(str(lib), "1.9.0", "library")
 
 
 def test_installer_ld_so_conf_entry(tmp_path: Path):
