@@ -188,6 +188,25 @@ def test_memlock_from_real_limits(tmp_path: Path, sample: str, want_kib: int | N
     assert network.memlock_kib(tmp_path) == want_kib
 
 
+@pytest.mark.parametrize(("text", "want"), [
+    ("Max locked memory         8388608\n", 8192),                # cut after the soft column
+    ("Max locked memory         unlimited            unlimited            bytes\r\n", None),
+    ("Max locked memory\n", ValueError("no soft limit in .* line 'Max locked memory'")),
+    ("Max locked memory         -1   -1   bytes\n", ValueError("no soft limit")),
+    ("Max locked memoryX        1    1    bytes\n", ValueError("no 'Max locked memory' line")),
+    ("Limit                     Soft Limit           Hard Limit           Units     \n",
+     ValueError("no 'Max locked memory' line")),
+])
+def test_memlock_from_partial_or_malformed_limits(tmp_path: Path, text: str,
+                                                  want: int | ValueError | None):
+    _write(tmp_path / "proc/self/limits", text)
+    if isinstance(want, ValueError):
+        with pytest.raises(ValueError, match=str(want)):
+            network.memlock_kib(tmp_path)
+    else:
+        assert network.memlock_kib(tmp_path) == want
+
+
 def test_modules_from_a_proc_modules_sample(tmp_path: Path):
     _write(tmp_path / "proc/modules", (HOST / "composed_proc_modules_efa_gdr.txt").read_text())
     mods = network.loaded_modules(tmp_path)

@@ -275,7 +275,9 @@ def loaded_modules(sysroot: Path = Path("/")) -> frozenset[str]:
     return frozenset(line.split()[0] for line in text.splitlines() if line.strip())
 
 
-_LIMITS_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+(\S+)\s+bytes", re.M)
+# `Max locked memory         8388608              8388608              bytes     ` (soft, hard,
+# units; the name has spaces, so the row is found by its name, then split)
+_LIMITS_LINE = re.compile(r"^Max locked memory(?:[ \t]+(.*))?$", re.M)
 
 
 def memlock_kib(sysroot: Path = Path("/")) -> int | None:
@@ -286,10 +288,16 @@ def memlock_kib(sysroot: Path = Path("/")) -> int | None:
 
         soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         return None if soft == resource.RLIM_INFINITY else soft // 1024
-    m = _LIMITS_LINE.search((sysroot / "proc/self/limits").read_text())
+    path = sysroot / "proc/self/limits"
+    m = _LIMITS_LINE.search(path.read_text(errors="replace"))
     if m is None:
-        raise ValueError(f"no 'Max locked memory' line in {sysroot / 'proc/self/limits'}")
-    return None if m[1] == "unlimited" else int(m[1]) // 1024
+        raise ValueError(f"no 'Max locked memory' line in {path}")
+    soft = (m[1] or "").split()[:1]
+    if soft == ["unlimited"]:
+        return None
+    if not soft or not soft[0].isdigit():
+        raise ValueError(f"no soft limit in {path} line {m[0].strip()!r}")
+    return int(soft[0]) // 1024
 
 
 @dataclass(frozen=True, slots=True)
