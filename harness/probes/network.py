@@ -115,10 +115,10 @@ def _ld_so_conf_dirs(sysroot: Path) -> list[str]:
 def find_ofi_nccl(
     env: Mapping[str, str] | None = None, sysroot: Path = Path("/")
 ) -> OfiNcclLib | None:
-    """The first aws-ofi-nccl library in the loader's order (LD_LIBRARY_PATH, the conda env's lib,
-    ld.so.conf), then on the usual install paths, with its version. A plain libnccl-net.so counts only in an
-    `*ofi-nccl*` directory or when its bytes show it is aws-ofi-nccl (HPC-X ships other plugins
-    under that name)."""
+    """The first aws-ofi-nccl library in the loader's order (LD_LIBRARY_PATH, the conda env's
+    lib, ld.so.conf), then on the usual install paths, with its version. A plain libnccl-net.so
+    counts only in an `*ofi-nccl*` directory or when its bytes show it is aws-ofi-nccl (HPC-X
+    ships other plugins under that name)."""
     env = os.environ if env is None else env
     names = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
     # conda's aws-ofi-nccl package installs <env>/lib/libnccl-net.so, which a conda-built torch
