@@ -106,6 +106,12 @@ def dmi_instance_type(sysroot: Path = Path("/")) -> str | None:
     return value if _INSTANCE_TYPE.match(value) else None
 
 
+def _metadata_disabled(env: Mapping[str, str]) -> bool:
+    """AWS_EC2_METADATA_DISABLED=true: use no EC2 instance identity, neither IMDS nor the copy
+    Nitro puts in DMI (so that a test or a user can make an EC2 host look like any machine)."""
+    return env.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true"
+
+
 def imds_instance_type(
     env: Mapping[str, str] | None = None,
     sysroot: Path = Path("/"),
@@ -114,7 +120,7 @@ def imds_instance_type(
     """Instance type from EC2 IMDSv2, or None. Asked only on EC2 (DMI) or when the endpoint
     is configured (AWS_EC2_METADATA_SERVICE_ENDPOINT); AWS_EC2_METADATA_DISABLED=true stops it."""
     env = os.environ if env is None else env
-    if env.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
+    if _metadata_disabled(env):
         return None
     endpoint = env.get("AWS_EC2_METADATA_SERVICE_ENDPOINT")
     if not endpoint:
@@ -155,7 +161,8 @@ def detect_instance_type(
     sysroot: Path = Path("/"),
 ) -> Detection | None:
     """Run the chain: --profile, PREFLIGHT_PROFILE, SageMaker (resourceconfig.json, then
-    SM_CURRENT_INSTANCE_TYPE), DMI product_name (EC2 Nitro), IMDSv2, inspection.
+    SM_CURRENT_INSTANCE_TYPE), DMI product_name (EC2 Nitro), IMDSv2, inspection. The two EC2
+    steps are skipped with AWS_EC2_METADATA_DISABLED=true.
 
     Returns None when the machine has GPUs but no provider named its type (the caller then
     fails with the list of known profiles).
@@ -178,6 +185,8 @@ def detect_instance_type(
         return Detection(value.removeprefix("ml."), "SM_CURRENT_INSTANCE_TYPE") if value else None
 
     def from_dmi() -> Detection | None:
+        if _metadata_disabled(env):
+            return None
         value = dmi_instance_type(sysroot)
         return Detection(value, "DMI product_name (EC2 Nitro)") if value else None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,16 @@ from harness.probes import network
 
 HOST = Path(__file__).parent / "data" / "host"
 NO_IMDS = {"AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: An IMDS endpoint that refuses connections: the real one is never contacted from tests.
+_CLOSED = f"http://127.0.0.1:{_closed_port()}"
 
 
 def _write(path: Path, text: str | bytes) -> None:
@@ -57,15 +68,18 @@ def test_dmi_names_a_gpu_node_whose_gpus_the_container_cannot_see(tmp_path: Path
     """A p4d container started without --gpus, IMDS unreachable (hop limit 1): it used to be
     detected as local-cpu, where every GPU and EFA check is skipped: a wrong pass."""
     root = _dmi_tree(tmp_path, {**NITRO, "product_name": "p4d.24xlarge\n"})
-    env = {"PREFLIGHT_OPT_ML": str(tmp_path / "none"), **NO_IMDS}
+    env = {"PREFLIGHT_OPT_ML": str(tmp_path / "none"), "AWS_EC2_METADATA_SERVICE_ENDPOINT": _CLOSED}
     assert detect.detect_instance_type(None, env, root) == detect.Detection(
         "p4d.24xlarge", "DMI product_name (EC2 Nitro)")
+    # AWS_EC2_METADATA_DISABLED=true turns off both EC2 identity sources (a neutral test host)
+    assert detect.detect_instance_type(None, {**env, **NO_IMDS}, root) == detect.Detection(
+        "local-cpu", "inspection (no GPU found)")
 
 
 def test_sagemaker_wins_over_dmi_and_sm_env_is_used_without_the_json(tmp_path: Path):
     root = _dmi_tree(tmp_path, {**NITRO, "product_name": "p4d.24xlarge\n"})
     env = {"PREFLIGHT_OPT_ML": str(tmp_path / "none"), "SM_CURRENT_INSTANCE_TYPE": "ml.p5.48xlarge",
-           **NO_IMDS}
+           "AWS_EC2_METADATA_SERVICE_ENDPOINT": _CLOSED}
     assert detect.detect_instance_type(None, env, root) == detect.Detection(
         "p5.48xlarge", "SM_CURRENT_INSTANCE_TYPE")
 
