@@ -27,6 +27,10 @@ REMEDY_PLUGIN = ("install aws-ofi-nccl (EFA installer >= 1.38 ships it in /opt/a
                  "and put its lib directory on LD_LIBRARY_PATH; read the NET/OFI lines of an "
                  "NCCL_DEBUG=INFO log")
 
+#: Peer-memory modules that give the NIC GPU memory: NVIDIA's, the EFA installer's own for EFAv3
+#: (efa-nv-peermem package; openucx/ucx #10704), and Mellanox's older one.
+GDR_MODULES = frozenset({"nvidia_peermem", "efa_nv_peermem", "nv_peer_mem"})
+
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:
     m = re.match(r"v?(\d+(?:\.\d+)*)", text)
@@ -56,7 +60,16 @@ def test_efa_device_count_matches(profile: Profile, efa_devices: EfaDevices):
 def test_efa_uverbs_visible(profile: Profile, efa_devices: EfaDevices):
     require_efa(profile)
     expect("EFA device nodes /dev/infiniband/uverbs*", len(efa_devices.uverbs), ">=",
-           profile.num_efa_devices)
+           profile.num_efa_devices,
+           detail=_unusable_detail(efa_devices.unusable))
+
+
+def _unusable_detail(unusable: tuple[str, ...]) -> str | None:
+    """`32 present but not openable: uverbs0: Operation not permitted and 31 more`."""
+    if not unusable:
+        return None
+    more = f" and {len(unusable) - 1} more" if len(unusable) > 1 else ""
+    return f"{len(unusable)} present but not openable: {unusable[0]}{more}"
 
 
 @check(
@@ -78,9 +91,9 @@ def test_fi_info_lists_efa(profile: Profile, fi_info_efa: FiInfo):
 
 @check(
     "PF-NET-004",
-    title="The efa kernel module is loaded (nvidia_peermem for GPUDirect RDMA: warning)",
-    why="Without the efa driver there are no EFA devices. GPUDirect RDMA needs nvidia_peermem "
-    "or a driver with DMA-BUF support.",
+    title="The efa kernel module is loaded (no GPUDirect peer-memory module: warning)",
+    why="Without the efa driver there are no EFA devices. GPUDirect RDMA needs a peer-memory "
+    "module (nvidia_peermem, efa_nv_peermem, nv_peer_mem) or a driver with DMA-BUF support.",
     remedy="install the EFA driver (EFA installer) on the host; `modprobe nvidia_peermem`",
 )
 def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[str]):
@@ -88,7 +101,7 @@ def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[st
     expect_none("kernel modules missing", [m for m in ("efa",) if m not in kernel_modules],
                 remedy="install the EFA driver on the host (efa_installer.sh) and reboot or "
                 "`modprobe efa`")
-    if profile.gdr_required and "nvidia_peermem" not in kernel_modules:
+    if profile.gdr_required and not GDR_MODULES & kernel_modules:
         warn("kernel module nvidia_peermem is not loaded: GPUDirect RDMA then relies on DMA-BUF "
              "(driver >= 515 with the open kernel modules); PF-NET-009 shows whether GDR works",
              remedy="`modprobe nvidia_peermem` if PF-NET-009 fails")

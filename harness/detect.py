@@ -1,11 +1,12 @@
 """Where are we? The profile detection chain (first provider with an answer wins) and the
 SageMaker resource config. Detection never sends traffic to a metadata endpoint that this
-machine gives no sign of having."""
+machine gives no sign of having; on EC2 Nitro the instance type is read from DMI first."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from pathlib import Path
 __all__ = [
     "Detection",
     "detect_instance_type",
+    "dmi_instance_type",
     "hostname",
     "imds_instance_type",
     "opt_ml_dir",
@@ -62,19 +64,52 @@ def hostname(env: Mapping[str, str] | None = None) -> str:
     return socket.gethostname()
 
 
-def _on_ec2(sysroot: Path) -> bool:
-    """DMI says Amazon EC2 (the signal cloud-init's ds-identify uses before touching IMDS)."""
-    for rel in ("sys/devices/virtual/dmi/id/sys_vendor", "sys/devices/virtual/dmi/id/board_vendor",
-                "sys/class/dmi/id/sys_vendor"):
+#: DMI directories: the class link and the device it points to (a container may have either).
+DMI_DIRS = ("sys/devices/virtual/dmi/id", "sys/class/dmi/id")
+#: EC2 Nitro's SMBIOS vendor strings (sys_vendor, bios_vendor, board_vendor, chassis_vendor).
+EC2_DMI_VENDOR = "Amazon EC2"
+# An instance type as EC2 spells it: family with generation and options, dot, size
+# (`p5.48xlarge`, `p6-b200.48xlarge`, `trn1n.32xlarge`, `m7i.metal-48xl`).
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9][a-z0-9-]*$")
+
+
+def _dmi(sysroot: Path, name: str) -> str | None:
+    """A DMI attribute, stripped; None when no DMI directory has it (or it is unreadable)."""
+    for directory in DMI_DIRS:
         try:
-            if "amazon" in (sysroot / rel).read_text().lower():
-                return True
+            return (sysroot / directory / name).read_text(errors="replace").strip()
         except OSError:
             continue
+    return None
+
+
+def _on_ec2(sysroot: Path) -> bool:
+    """DMI says EC2 (the signal cloud-init's ds-identify uses before touching IMDS): Nitro's
+    `Amazon EC2` vendor strings, Xen's `4.x.amazon` BIOS version, or an `ec2` hypervisor UUID."""
+    for name in ("sys_vendor", "board_vendor", "bios_vendor"):
+        if "amazon" in (_dmi(sysroot, name) or "").lower():
+            return True
+    if (_dmi(sysroot, "bios_version") or "").lower().endswith(".amazon"):
+        return True
     try:
         return (sysroot / "sys/hypervisor/uuid").read_text().lower().startswith("ec2")
     except OSError:
         return False
+
+
+def dmi_instance_type(sysroot: Path = Path("/")) -> str | None:
+    """The instance type EC2 Nitro writes into DMI product_name (`p5.48xlarge`); None off
+    Nitro. Xen-based instances say `HVM domU` there, other vendors a model name."""
+    if _dmi(sysroot, "sys_vendor") != EC2_DMI_VENDOR:
+        return None
+    value = _dmi(sysroot, "product_name") or ""
+    return value if _INSTANCE_TYPE.match(value) else None
+
+
+def _metadata_disabled(env: Mapping[str, str]) -> bool:
+    """AWS_EC2_METADATA_DISABLED=true: use no EC2 instance identity, neither IMDS nor the copy
+    Nitro puts in DMI (so that a test or a user can make an EC2 host look like any machine)."""
+    return env.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true"
 
 
 def imds_instance_type(
@@ -85,7 +120,7 @@ def imds_instance_type(
     """Instance type from EC2 IMDSv2, or None. Asked only on EC2 (DMI) or when the endpoint
     is configured (AWS_EC2_METADATA_SERVICE_ENDPOINT); AWS_EC2_METADATA_DISABLED=true stops it."""
     env = os.environ if env is None else env
-    if env.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
+    if _metadata_disabled(env):
         return None
     endpoint = env.get("AWS_EC2_METADATA_SERVICE_ENDPOINT")
     if not endpoint:
@@ -125,7 +160,9 @@ def detect_instance_type(
     env: Mapping[str, str] | None = None,
     sysroot: Path = Path("/"),
 ) -> Detection | None:
-    """Run the chain: --profile, PREFLIGHT_PROFILE, SageMaker resourceconfig, IMDSv2, inspection.
+    """Run the chain: --profile, PREFLIGHT_PROFILE, SageMaker (resourceconfig.json, then
+    SM_CURRENT_INSTANCE_TYPE), DMI product_name (EC2 Nitro), IMDSv2, inspection. The two EC2
+    steps are skipped with AWS_EC2_METADATA_DISABLED=true.
 
     Returns None when the machine has GPUs but no provider named its type (the caller then
     fails with the list of known profiles).
@@ -142,9 +179,16 @@ def detect_instance_type(
     def from_sagemaker() -> Detection | None:
         config = sagemaker_resource_config(env)
         value = config.get("current_instance_type") if config else None
-        if isinstance(value, str) and value:
-            return Detection(value.removeprefix("ml."), "SageMaker resourceconfig.json")
-        return None
+        if isinstance(value, str) and value.strip():
+            return Detection(value.strip().removeprefix("ml."), "SageMaker resourceconfig.json")
+        value = env.get("SM_CURRENT_INSTANCE_TYPE", "").strip()
+        return Detection(value.removeprefix("ml."), "SM_CURRENT_INSTANCE_TYPE") if value else None
+
+    def from_dmi() -> Detection | None:
+        if _metadata_disabled(env):
+            return None
+        value = dmi_instance_type(sysroot)
+        return Detection(value, "DMI product_name (EC2 Nitro)") if value else None
 
     def from_imds() -> Detection | None:
         value = imds_instance_type(env, sysroot)
@@ -153,7 +197,8 @@ def detect_instance_type(
     def from_inspection() -> Detection | None:
         return None if _has_gpu(sysroot) else Detection("local-cpu", "inspection (no GPU found)")
 
-    providers: list[Provider] = [from_option, from_env, from_sagemaker, from_imds, from_inspection]
+    providers: list[Provider] = [from_option, from_env, from_sagemaker, from_dmi, from_imds,
+                                 from_inspection]
     for provider in providers:
         found = provider()
         if found is not None:

@@ -62,4 +62,10 @@ SCENARIOS: dict[str, dict[str, object]] = {
         "kernel_modules": frozenset({"nvidia"}),
     },
     "peermem_missing": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia"})},
+    # EFAv3 nodes load the EFA installer's efa_nv_peermem (tests/data/host/composed_proc_modules_efa_gdr.txt)
+    "efa_nv_peermem": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia", "efa_nv_peermem"})},
+    # /dev/infiniband as a hostPath mount without the devices: nodes there, open() denied (EPERM)
+    "uverbs_not_openable": {**HEALTHY, "efa_devices": EfaDevices(
+        P5_DEVICES, (), tuple(f"uverbs{i}: Operation not permitted" for i in range(32)))},
+    "nv_peer_mem_legacy": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia", "nv_peer_mem"})},
 }

@@ -49,6 +49,13 @@ NO_PLUGIN = ("NET/Socket: aws-ofi-nccl did not load (check LD_LIBRARY_PATH, the 
 # scenario -> {check ID: (outcome, exact message)}; every other check passes.
 EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "healthy": {},
+    "efa_nv_peermem": {},
+    "nv_peer_mem_legacy": {},
+    "uverbs_not_openable": {
+        "PF-NET-002": ("fail", f"[PF-NET-002] EFA device nodes /dev/infiniband/uverbs* 0 < 32 "
+                               f"{P5} (32 present but not openable: uverbs0: Operation not "
+                               f"permitted and 31 more); {R_DEVICES}"),
+    },
     "container_without_devices": {
         "PF-NET-002": ("fail", f"[PF-NET-002] EFA device nodes /dev/infiniband/uverbs* 0 < 32 "
                                f"{P5}; {R_DEVICES}"),

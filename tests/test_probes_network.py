@@ -149,7 +149,7 @@ def test_plugin_version_from_the_library_strings(tmp_path: Path):
     lib.mkdir(parents=True)
     (lib / "libnccl-net-ofi.so").write_bytes(b"\x7fELF\x00\x00junk\x00aws-ofi-nccl 1.16.3\x00")
     found = network.find_ofi_nccl({}, tmp_path)
-    assert found == network.OfiNcclLib(str(lib / "libnccl-net-ofi.so"), "1.16.3")
+    assert found == network.OfiNcclLib(str(lib / "libnccl-net-ofi.so"), "1.16.3", "library")
 
 
 @pytest.mark.parametrize("listing", [

@@ -32,16 +32,36 @@ __all__ = [
     "run_collective",
 ]
 
-#: Where EFA installers and DLC images put aws-ofi-nccl (searched before LD_LIBRARY_PATH).
+#: Where EFA installers, NGC/DLC images and source builds put aws-ofi-nccl; searched after
+#: LD_LIBRARY_PATH and /etc/ld.so.conf (the loader's order), so a plugin NCCL cannot find by
+#: name is still reported. The EFA installer's Ubuntu package uses the multiarch subdirectory
+#: (`/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so`), its NGC package
+#: (libnccl-ofi-ngc-v2) and NGC images `/opt/amazon/aws-ofi-nccl/lib`, aws-samples' Dockerfiles
+#: `--prefix=/opt/aws-ofi-nccl/install`.
 OFI_NCCL_DIRS = (
-    "opt/amazon/ofi-nccl/lib", "opt/amazon/ofi-nccl/lib64", "opt/aws-ofi-nccl/lib",
+    "opt/amazon/ofi-nccl/lib", "opt/amazon/ofi-nccl/lib64",
+    "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "opt/amazon/ofi-nccl/lib/aarch64-linux-gnu",
+    "opt/amazon/aws-ofi-nccl/lib", "opt/aws-ofi-nccl/lib", "opt/aws-ofi-nccl/install/lib",
     "usr/local/lib", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
 )
-_LIB_NAMES = re.compile(r"^libnccl-net(-ofi|-aws-ofi)?\.so(\.\d+)*$")
+#: Where the EFA installer's own plugin package lives: only a library found here may take its
+#: version from /opt/amazon/efa_installed_packages.
+EFA_INSTALLER_OFI_DIR = "opt/amazon/ofi-nccl"
+# Names NCCL loads a net plugin by: libnccl-net.so, or libnccl-net-<NCCL_NET_PLUGIN>.so
+# (aws-ofi-nccl >= 1.15 builds libnccl-net-ofi.so; NGC images used libnccl-net-aws-ofi.so).
+_LIB_NAMES = re.compile(r"^libnccl-net(-[0-9A-Za-z_-]+)?\.so(\.\d+)*$")
+# Names that are aws-ofi-nccl whatever their content says.
+_OFI_LIB_NAMES = re.compile(r"^libnccl-net-(ofi|aws-ofi)\.so(\.\d+)*$")
+# aws-ofi-nccl logs through macros that prefix every message with `NET/OFI `, so the strings
+# are in its binary; other plugins named libnccl-net.so (HPC-X SHARP, Spectrum-X) lack them.
+_OFI_MARKERS = (b"NET/OFI ", b"aws-ofi-nccl")
 _VERSION_IN_BINARY = re.compile(rb"aws-ofi-nccl[ /v-]{1,3}(\d+\.\d+\.\d+(?:[-.][0-9A-Za-z]+)?)")
-# /opt/amazon/efa_installed_packages lists packages like `libnccl-ofi_1.13.2-1_amd64` (Debian),
-# `libnccl-ofi-1.13.2-1.amzn2.x86_64` (RPM) or `aws-ofi-nccl 1.x` (older notes).
-_INSTALLED_PKG = re.compile(r"(?:aws-ofi-nccl|libnccl-ofi)[-_ ]v?(\d+\.\d+\.\d+)", re.I)
+# /opt/amazon/efa_installed_packages (efa_installer.sh): `# EFA installer version: 1.47.0`, then the
+# package file names on one line: `libnccl-ofi_1.19.0-1_amd64` (Debian),
+# `libnccl-ofi-1.20.0-1.amzn2023.x86_64` (RPM), `libnccl-ofi-ngc-v3_1.19.0-1_amd64` (NGC images).
+_INSTALLED_PKG = re.compile(r"(?:aws-ofi-nccl|libnccl-ofi(?:-ngc-v\d+)?)[-_ ]v?(\d+\.\d+\.\d+)", re.I)
+#: Bytes of a library read to find its version and markers (the plugin is ~0.3-3 MB).
+_LIB_READ_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +70,8 @@ class OfiNcclLib:
 
     path: str
     version: str | None
+    version_source: str | None = None
+    """Where the version came from: `library` (its PACKAGE_STRING), `efa_installed_packages`."""
 
 
 def network_interfaces(sysroot: Path = Path("/")) -> list[str]:
@@ -64,38 +86,92 @@ def network_interfaces(sysroot: Path = Path("/")) -> list[str]:
         return sorted(name for _, name in socket.if_nameindex())
 
 
+def _ld_so_conf_dirs(sysroot: Path) -> list[str]:
+    """Directories listed in /etc/ld.so.conf and the files it includes (ld.so.conf.d/*.conf)."""
+    found: list[str] = []
+    pending = [sysroot / "etc/ld.so.conf"]
+    seen: set[Path] = set()
+    while pending:
+        conf = pending.pop(0)
+        if conf in seen:
+            continue
+        seen.add(conf)
+        try:
+            lines = conf.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("include") and len(line.split(None, 1)) == 2:
+                arg = line.split(None, 1)[1]
+                # a relative include is relative to the including file's directory
+                base = "" if arg.startswith("/") else str(conf.parent.relative_to(sysroot))
+                pending += sorted(sysroot.glob(f"{base}/{arg}".lstrip("/")))
+            elif line.startswith("/"):
+                found.append(line)
+    return found
+
+
 def find_ofi_nccl(
     env: Mapping[str, str] | None = None, sysroot: Path = Path("/")
 ) -> OfiNcclLib | None:
-    """The first aws-ofi-nccl library on the usual paths or LD_LIBRARY_PATH, with its version."""
+    """The first aws-ofi-nccl library in the loader's order (LD_LIBRARY_PATH, the conda env's
+    lib, ld.so.conf), then on the usual install paths, with its version. A plain libnccl-net.so
+    counts only in an `*ofi-nccl*` directory or when its bytes show it is aws-ofi-nccl (HPC-X
+    ships other plugins under that name)."""
     env = os.environ if env is None else env
-    dirs = [sysroot / d for d in OFI_NCCL_DIRS]
-    dirs += [sysroot / d.lstrip("/") for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
-    for directory in dirs:
+    names = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
+    # conda's aws-ofi-nccl package installs <env>/lib/libnccl-net.so, which a conda-built torch
+    # finds through its RPATH (`.../site-packages/torch/lib/../../../../libnccl-net.so`)
+    prefixes = [env.get("CONDA_PREFIX", "")] + ([sys.prefix] if sysroot == Path("/") else [])
+    names += [f"{p.rstrip('/')}/lib" for p in prefixes if p.startswith("/")]
+    names += _ld_so_conf_dirs(sysroot) + ["/" + d for d in OFI_NCCL_DIRS]
+    seen: set[str] = set()
+    for name in names:
+        directory = sysroot / name.lstrip("/")
+        if str(directory) in seen:
+            continue
+        seen.add(str(directory))
         try:
-            entries = sorted(directory.iterdir())
+            entries = sorted(directory.iterdir(), key=lambda e: (not _OFI_LIB_NAMES.match(e.name),
+                                                                 e.name))
         except OSError:
             continue
         for entry in entries:
-            if _LIB_NAMES.match(entry.name) and entry.is_file():
-                return OfiNcclLib(str(entry), _ofi_version(entry, sysroot))
+            if not _LIB_NAMES.match(entry.name) or not entry.is_file():
+                continue
+            data = _read_head(entry)
+            if not (_OFI_LIB_NAMES.match(entry.name) or any(m in data for m in _OFI_MARKERS)
+                    or "ofi-nccl" in str(directory.relative_to(sysroot))):
+                continue
+            return _ofi_lib(entry, data, sysroot)
     return None
 
 
-def _ofi_version(lib: Path, sysroot: Path) -> str | None:
-    """Version string compiled into the library (PACKAGE_STRING), else the EFA installer list."""
+def _read_head(lib: Path) -> bytes:
     try:
         with lib.open("rb") as fh:
-            m = _VERSION_IN_BINARY.search(fh.read(64 * 1024 * 1024))
-        if m:
-            return m.group(1).decode()
+            return fh.read(_LIB_READ_BYTES)
     except OSError:
-        pass
-    try:
-        m = _INSTALLED_PKG.search((sysroot / "opt/amazon/efa_installed_packages").read_text())
-        return m.group(1) if m else None
-    except OSError:
-        return None
+        return b""
+
+
+def _ofi_lib(lib: Path, data: bytes, sysroot: Path) -> OfiNcclLib:
+    """The library with the version compiled into it (PACKAGE_STRING, `aws-ofi-nccl 1.16.3`);
+    else, for the EFA installer's own copy only, the version of its package."""
+    m = _VERSION_IN_BINARY.search(data)
+    if m:
+        return OfiNcclLib(str(lib), m.group(1).decode(), "library")
+    installer_dir = sysroot / EFA_INSTALLER_OFI_DIR
+    if lib.resolve().is_relative_to(installer_dir.resolve()):
+        try:
+            listing = (sysroot / "opt/amazon/efa_installed_packages").read_text(errors="replace")
+        except OSError:
+            listing = ""
+        pkg = _INSTALLED_PKG.search(listing)
+        if pkg:
+            return OfiNcclLib(str(lib), pkg.group(1), "efa_installed_packages")
+    return OfiNcclLib(str(lib), None)
 
 
 #: Where the EFA installer puts fi_info when the image's PATH does not include it.
@@ -124,24 +200,32 @@ class EfaDevices:
     """EFA devices as the kernel (sysfs) and the container (/dev/infiniband) see them."""
 
     sysfs: tuple[str, ...]
-    """`/sys/class/infiniband` entries that are EFA (`rdmap16s27`, `efa_0`)."""
+    """`/sys/class/infiniband` entries that are EFA (`rdmap16s27`, `efa_0`). sysfs is not
+    namespaced: a container lists every EFA device of the host, passed to it or not."""
     uverbs: tuple[str, ...]
-    """`/dev/infiniband/uverbs*` nodes: what libfabric can open inside this container."""
+    """`/dev/infiniband/uverbs*` nodes of EFA devices: what libfabric can open inside this
+    container (nodes whose /sys/class/infiniband_verbs entry names a non-EFA device excluded)."""
+    unusable: tuple[str, ...] = ()
+    """EFA nodes present but not openable here, with the reason (`uverbs3: Operation not
+    permitted`): the device cgroup denies them when /dev/infiniband is a hostPath/bind mount
+    without the devices being passed (EKS device plugin, docker --device)."""
 
 
-#: PCI vendor of EFA devices (Amazon): sysfs `device/vendor`.
+#: PCI vendor of EFA devices (Amazon): sysfs `device/vendor`. ENA shares it but is no RDMA device.
 EFA_PCI_VENDOR = "0x1d0f"
 
 
 def _is_efa(entry: Path) -> bool:
-    if entry.name.startswith(("efa_", "rdmap")):
-        return True
+    """The device's own sysfs files decide (PCI vendor, else bound driver); its name
+    (`efa_N` from the driver, `rdmapBsS` from rdma-core's PCI naming) only when they are absent."""
     try:
-        if (entry / "device" / "vendor").read_text().strip() == EFA_PCI_VENDOR:
-            return True
-        return (entry / "device" / "driver").resolve().name == "efa"
+        return (entry / "device" / "vendor").read_text().strip().lower() == EFA_PCI_VENDOR
     except OSError:
-        return False
+        pass
+    driver = entry / "device" / "driver"
+    if driver.is_symlink():
+        return Path(os.readlink(driver)).name == "efa"
+    return entry.name.startswith(("efa_", "rdmap"))
 
 
 def efa_devices(sysroot: Path = Path("/")) -> EfaDevices:
@@ -151,11 +235,38 @@ def efa_devices(sysroot: Path = Path("/")) -> EfaDevices:
     except OSError:
         sysfs = []
     try:
-        uverbs = sorted(e.name for e in (sysroot / "dev/infiniband").iterdir()
-                        if e.name.startswith("uverbs"))
+        nodes = sorted(e.name for e in (sysroot / "dev/infiniband").iterdir()
+                       if e.name.startswith("uverbs"))
     except OSError:
-        uverbs = []
-    return EfaDevices(tuple(sysfs), tuple(uverbs))
+        nodes = []
+    uverbs, unusable = [], []
+    for node in nodes:
+        if _uverbs_device(sysroot, node) not in (None, *sysfs):
+            continue
+        problem = _open_problem(sysroot / "dev/infiniband" / node)
+        if problem:
+            unusable.append(f"{node}: {problem}")
+        else:
+            uverbs.append(node)
+    return EfaDevices(tuple(sysfs), tuple(uverbs), tuple(unusable))
+
+
+def _open_problem(node: Path) -> str | None:
+    """Why the node cannot be opened read-write, as libibverbs opens it; None when it can."""
+    try:
+        os.close(os.open(node, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _uverbs_device(sysroot: Path, node: str) -> str | None:
+    """The RDMA device behind /dev/infiniband/<node> (/sys/class/infiniband_verbs/<node>/ibdev);
+    None when sysfs does not say."""
+    try:
+        return (sysroot / "sys/class/infiniband_verbs" / node / "ibdev").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def loaded_modules(sysroot: Path = Path("/")) -> frozenset[str]:
@@ -164,7 +275,9 @@ def loaded_modules(sysroot: Path = Path("/")) -> frozenset[str]:
     return frozenset(line.split()[0] for line in text.splitlines() if line.strip())
 
 
-_LIMITS_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+(\S+)\s+bytes", re.M)
+# `Max locked memory         8388608              8388608              bytes     ` (soft, hard,
+# units; the name has spaces, so the row is found by its name, then split)
+_LIMITS_LINE = re.compile(r"^Max locked memory(?:[ \t]+(.*))?$", re.M)
 
 
 def memlock_kib(sysroot: Path = Path("/")) -> int | None:
@@ -175,10 +288,16 @@ def memlock_kib(sysroot: Path = Path("/")) -> int | None:
 
         soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         return None if soft == resource.RLIM_INFINITY else soft // 1024
-    m = _LIMITS_LINE.search((sysroot / "proc/self/limits").read_text())
+    path = sysroot / "proc/self/limits"
+    m = _LIMITS_LINE.search(path.read_text(errors="replace"))
     if m is None:
-        raise ValueError(f"no 'Max locked memory' line in {sysroot / 'proc/self/limits'}")
-    return None if m[1] == "unlimited" else int(m[1]) // 1024
+        raise ValueError(f"no 'Max locked memory' line in {path}")
+    soft = (m[1] or "").split()[:1]
+    if soft == ["unlimited"]:
+        return None
+    if not soft or not soft[0].isdigit():
+        raise ValueError(f"no soft limit in {path} line {m[0].strip()!r}")
+    return int(soft[0]) // 1024
 
 
 @dataclass(frozen=True, slots=True)
