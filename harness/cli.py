@@ -195,7 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
-        found = detect_instance_type(args.profile, env)
+        found = detect_instance_type(args.profile, env, known=profiles)
         if found is None:
             raise ProfileError("this machine has GPUs but no provider named its instance type; "
                                f"pass --profile NAME (known: {', '.join(sorted(profiles))})")

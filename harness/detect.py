@@ -10,7 +10,7 @@ import re
 import socket
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,13 +159,17 @@ def detect_instance_type(
     option: str | None = None,
     env: Mapping[str, str] | None = None,
     sysroot: Path = Path("/"),
+    known: Collection[str] | None = None,
 ) -> Detection | None:
     """Run the chain: --profile, PREFLIGHT_PROFILE, SageMaker (resourceconfig.json, then
     SM_CURRENT_INSTANCE_TYPE), DMI product_name (EC2 Nitro), IMDSv2, inspection. The two EC2
     steps are skipped with AWS_EC2_METADATA_DISABLED=true.
 
-    Returns None when the machine has GPUs but no provider named its type (the caller then
-    fails with the list of known profiles).
+    With `known` (the profile names), a type found by the SageMaker/DMI/IMDS steps that has no
+    profile gives `local-cpu` when no GPU is visible (a CPU instance, e.g. a CI runner on
+    `m5.xlarge`: its env and CPU checks still apply); with GPUs it is returned as found, and
+    the caller fails naming the known profiles. Returns None when the machine has GPUs but no
+    provider named its type.
     """
     env = os.environ if env is None else env
 
@@ -201,6 +205,11 @@ def detect_instance_type(
                                  from_inspection]
     for provider in providers:
         found = provider()
-        if found is not None:
-            return found
+        if found is None:
+            continue
+        if (known is not None and found.name not in known and provider not in
+                (from_option, from_env, from_inspection) and not _has_gpu(sysroot)):
+            return Detection("local-cpu", f"inspection: {found.name} (from {found.source}) has "
+                             "no profile and no GPU is visible")
+        return found
     return None

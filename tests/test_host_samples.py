@@ -76,6 +76,26 @@ def test_dmi_names_a_gpu_node_whose_gpus_the_container_cannot_see(tmp_path: Path
         "local-cpu", "inspection (no GPU found)")
 
 
+def test_a_cpu_instance_type_without_a_profile_is_local_cpu(tmp_path: Path):
+    """A CI runner on m5.xlarge: DMI names a type no profile covers and no GPU is visible."""
+    root = _dmi_tree(tmp_path, {**NITRO, "product_name": "m5.xlarge\n"})
+    env = {"PREFLIGHT_OPT_ML": str(tmp_path / "none"), "AWS_EC2_METADATA_SERVICE_ENDPOINT": _CLOSED}
+    known = ("local-cpu", "p4d.24xlarge", "p5.48xlarge")
+    assert detect.detect_instance_type(None, env, root, known=known) == detect.Detection(
+        "local-cpu", "inspection: m5.xlarge (from DMI product_name (EC2 Nitro)) has no profile "
+        "and no GPU is visible")
+    # Known types stay what DMI says (a p4d container without --gpus must not pass as a CPU).
+    p4d = _dmi_tree(tmp_path / "p4d", {**NITRO, "product_name": "p4d.24xlarge\n"})
+    assert detect.detect_instance_type(None, env, p4d, known=known).name == "p4d.24xlarge"
+    # With a GPU visible, an unknown type is returned as found: the caller names the profiles.
+    (root / "dev").mkdir()
+    (root / "dev/nvidia0").write_text("")
+    assert detect.detect_instance_type(None, env, root, known=known).name == "m5.xlarge"
+    # An explicit --profile is never replaced.
+    assert detect.detect_instance_type("m5.xlarge", env, tmp_path / "p4d", known=known).name == (
+        "m5.xlarge")
+
+
 def test_sagemaker_wins_over_dmi_and_sm_env_is_used_without_the_json(tmp_path: Path):
     root = _dmi_tree(tmp_path, {**NITRO, "product_name": "p4d.24xlarge\n"})
     env = {"PREFLIGHT_OPT_ML": str(tmp_path / "none"), "SM_CURRENT_INSTANCE_TYPE": "ml.p5.48xlarge",
