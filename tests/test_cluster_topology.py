@@ -34,7 +34,7 @@ CASES = [
                                     "PET_MASTER_ADDR": "pj-master-0", "PET_MASTER_PORT": "23456",
                                     "MASTER_ADDR": "pj-master-0", "WORLD_SIZE": "24",
                                     "RANK": "2"}, None,
-     (2, 3, "pj-master-0", 23457, "Kubeflow PyTorchJob (PET_*)", (), 0)),
+     (2, 3, "pj-master-0", 23457, "Kubeflow (PET_*)", (), 0)),
     ("SageMaker 4 hosts", {}, SM_RC,
      (2, 4, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json",
       ("algo-1", "algo-2", "algo-3", "algo-4"), 0)),
@@ -63,7 +63,7 @@ CASES = [
             0)),
     ("NODE_RANK/NNODES", {"MASTER_ADDR": "m", "NODE_RANK": "1", "NNODES": "2",
                           "WORLD_SIZE": "16", "RANK": "0"}, None,
-     (1, 2, "m", DEFAULT_PORT, "MASTER_ADDR/RANK/WORLD_SIZE", (), 0)),
+     (1, 2, "m", DEFAULT_PORT, "MASTER_ADDR/NODE_RANK/NNODES", (), 0)),
 ]
 
 
