@@ -8,6 +8,7 @@ import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = [
     "DEFAULT_PORT",
@@ -17,6 +18,8 @@ __all__ = [
     "detect_topology",
     "expand_hostlist",
 ]
+
+_T = TypeVar("_T", int, str)
 
 #: torch's default MASTER_PORT is 29500; the control plane takes the next one so that the
 #: training job, exec'd after preflight, can still bind its own.
@@ -152,13 +155,16 @@ def _int(env: Mapping[str, str], *names: str) -> int | None:
     return None
 
 
-def _need(value: int | str | None, name: str, context: str) -> int | str:
+def _need(value: _T | None, name: str, context: str, hint: str = "") -> _T:
     """`value`, or a TopologyError naming the variable that the launcher should have set."""
     if value is None or value == "":
-        raise TopologyError(f"{context}, but {name} is unset: cannot tell this node's place "
-                            "(set PREFLIGHT_NNODES, PREFLIGHT_NODE_RANK and PREFLIGHT_MASTER_ADDR, "
-                            "or PREFLIGHT_CLUSTER=off for node-local checks only)")
+        raise TopologyError(f"{context}, but {name} is unset: cannot tell this node's place; "
+                            f"{hint or _SET_EXPLICITLY}")
     return value
+
+
+_SET_EXPLICITLY = ("set PREFLIGHT_NNODES, PREFLIGHT_NODE_RANK and PREFLIGHT_MASTER_ADDR, or "
+                   "PREFLIGHT_CLUSTER=off for node-local checks only")
 
 
 def _port(env: Mapping[str, str], master_port_var: str = "MASTER_PORT") -> int:
@@ -213,7 +219,6 @@ def _torchrun_worker(env: Mapping[str, str], _rc: _Rc) -> _Answer:
         world = _need(_int(env, "WORLD_SIZE"), "WORLD_SIZE", "GROUP_RANK is set (torchrun worker)")
         local = _need(_int(env, "LOCAL_WORLD_SIZE"), "LOCAL_WORLD_SIZE",
                       "GROUP_RANK is set (torchrun worker)")
-        assert isinstance(world, int) and isinstance(local, int)
         if local < 1 or world % local:
             raise TopologyError(f"WORLD_SIZE({world}) is not a multiple of LOCAL_WORLD_SIZE({local}) "
                                 "(torchrun worker): nodes run different process counts; set "
@@ -222,7 +227,7 @@ def _torchrun_worker(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     if n < 2:
         return SINGLE
     addr = _need(env.get("MASTER_ADDR"), "MASTER_ADDR", f"torchrun worker of {n} nodes")
-    return _make(env, n, group, str(addr), _port(env), "torchrun worker")
+    return _make(env, n, group, addr, _port(env), "torchrun worker")
 
 
 def _kubeflow(env: Mapping[str, str], _rc: _Rc) -> _Answer:
@@ -244,8 +249,7 @@ def _kubeflow(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     addr = _need(env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR"),
                  "PET_MASTER_ADDR (or MASTER_ADDR)", f"PET_NNODES={n} (Kubeflow)")
     port_var = "PET_MASTER_PORT" if env.get("PET_MASTER_PORT") else "MASTER_PORT"
-    assert isinstance(rank, int)
-    return _make(env, n, rank, str(addr), _port(env, port_var), "Kubeflow (PET_*)")
+    return _make(env, n, rank, addr, _port(env, port_var), "Kubeflow (PET_*)")
 
 
 def _sagemaker(env: Mapping[str, str], rc: _Rc) -> _Answer:
@@ -312,7 +316,6 @@ def _open_mpi(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     local_size = _need(_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"), "OMPI_COMM_WORLD_LOCAL_SIZE", ctx)
     rank = _need(_int(env, "OMPI_COMM_WORLD_RANK"), "OMPI_COMM_WORLD_RANK", ctx)
     local = _need(_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), "OMPI_COMM_WORLD_LOCAL_RANK", ctx)
-    assert isinstance(local_size, int) and isinstance(rank, int) and isinstance(local, int)
     if local_size < 1 or size % local_size:
         raise TopologyError(f"OMPI_COMM_WORLD_SIZE({size}) is not a multiple of "
                             f"OMPI_COMM_WORLD_LOCAL_SIZE({local_size}): nodes run different "
@@ -325,9 +328,11 @@ def _open_mpi(env: Mapping[str, str], _rc: _Rc) -> _Answer:
                             f"and OMPI_COMM_WORLD_LOCAL_SIZE={local_size}: ranks are not placed "
                             "node by node (--map-by node?), so the node rank is unknown; use "
                             "--map-by slot or ppr:N:node, or set PREFLIGHT_NODE_RANK")
-    addr = _need(env.get("MASTER_ADDR"), "MASTER_ADDR", f"{ctx} of {n} nodes (pass it with "
-                 "`mpirun -x MASTER_ADDR=<first host>`)")
-    return _make(env, n, rank // local_size, str(addr), _port(env), "Open MPI (OMPI_COMM_WORLD_*)")
+    addr = _need(env.get("MASTER_ADDR"), "MASTER_ADDR",
+                 f"Open MPI job of {n} nodes (OMPI_COMM_WORLD_SIZE={size}, "
+                 f"OMPI_COMM_WORLD_LOCAL_SIZE={local_size})",
+                 f"pass it with `mpirun -x MASTER_ADDR=<first host>`, or {_SET_EXPLICITLY}")
+    return _make(env, n, rank // local_size, addr, _port(env), "Open MPI (OMPI_COMM_WORLD_*)")
 
 
 def _slurm(env: Mapping[str, str], _rc: _Rc) -> _Answer:
@@ -340,7 +345,7 @@ def _slurm(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     in_step = bool(env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or env.get("SLURM_STEP_NODELIST"))
     job_n = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
     # The batch script (node 0 only) has the job's SLURM_NODEID=0 and SLURM_NNODES but no step.
-    if not in_step and not node_id:
+    if not in_step and node_id == 0:
         if job_n is not None and job_n > 1:
             raise TopologyError(
                 f"SLURM_NODEID is set but SLURM_STEP_ID is not: this is the sbatch batch script, "
@@ -349,7 +354,7 @@ def _slurm(env: Mapping[str, str], _rc: _Rc) -> _Answer:
                 "or set PREFLIGHT_CLUSTER=off to check this node only")
         return SINGLE
     n = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
-    n = int(_need(n, "SLURM_STEP_NUM_NODES", "SLURM step"))
+    n = _need(n, "SLURM_STEP_NUM_NODES", "SLURM step")
     step_list = env.get("SLURM_STEP_NODELIST", "").strip()
     hosts = tuple(expand_hostlist(step_list)) if step_list else ()
     if hosts and len(hosts) != n:
@@ -364,8 +369,7 @@ def _slurm(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     rank = _need(node_id, "SLURM_NODEID", f"Slurm step of {n} nodes")
     addr = env.get("MASTER_ADDR") or (hosts[0] if hosts else None)
     addr = _need(addr, "SLURM_STEP_NODELIST (or MASTER_ADDR)", f"Slurm step of {n} nodes")
-    assert isinstance(rank, int)
-    return _make(env, n, rank, str(addr), _port(env), "Slurm", hosts)
+    return _make(env, n, rank, addr, _port(env), "Slurm", hosts)
 
 
 def _aws_batch(env: Mapping[str, str], _rc: _Rc) -> _Answer:
@@ -380,7 +384,6 @@ def _aws_batch(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     ctx = f"AWS_BATCH_JOB_NUM_NODES={n}"
     index = _need(_int(env, "AWS_BATCH_JOB_NODE_INDEX"), "AWS_BATCH_JOB_NODE_INDEX", ctx)
     main = _need(_int(env, "AWS_BATCH_JOB_MAIN_NODE_INDEX"), "AWS_BATCH_JOB_MAIN_NODE_INDEX", ctx)
-    assert isinstance(index, int) and isinstance(main, int)
     for name, value in (("AWS_BATCH_JOB_NODE_INDEX", index), ("AWS_BATCH_JOB_MAIN_NODE_INDEX", main)):
         if not 0 <= value < n:
             raise TopologyError(f"{name}={value} not in [0, {n}) ({ctx})")
@@ -389,27 +392,26 @@ def _aws_batch(env: Mapping[str, str], _rc: _Rc) -> _Answer:
         addr = addr or env.get("PREFLIGHT_HOSTNAME") or socket.gethostname()
     addr = _need(addr, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS",
                  f"{ctx}, this is node {index}, not the main node {main}")
-    return _make(env, n, (index - main) % n, str(addr), _port(env), "AWS Batch multi-node")
+    return _make(env, n, (index - main) % n, addr, _port(env), "AWS Batch multi-node")
 
 
 def _pytorchjob(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     """One process per node with MASTER_ADDR / RANK / WORLD_SIZE (Kubeflow PyTorchJob without
-    nprocPerNode, many managed platforms); NODE_RANK / NNODES also accepted."""
+    nprocPerNode, many managed platforms); NODE_RANK / NNODES win when both are set."""
     addr = env.get("MASTER_ADDR")
     if not addr:
         return None
-    n, rank = _int(env, "NNODES", "NUM_NODES"), _int(env, "NODE_RANK")
-    names = ("NNODES", "NODE_RANK")
-    if n is None and rank is None:
-        n, rank = _int(env, "WORLD_SIZE"), _int(env, "RANK")
-        names = ("WORLD_SIZE", "RANK")
-    if n is None and rank is None:
-        return None
-    n = int(_need(n, names[0], f"MASTER_ADDR and {names[1]} are set"))
-    if n < 2:
-        return SINGLE
-    rank = int(_need(rank, names[1], f"MASTER_ADDR and {names[0]}={n} are set"))
-    return _make(env, n, rank, addr, _port(env), f"MASTER_ADDR/{names[1]}/{names[0]}")
+    for n_names, rank_name in ((("NNODES", "NUM_NODES"), "NODE_RANK"), (("WORLD_SIZE",), "RANK")):
+        n, rank, n_name = _int(env, *n_names), _int(env, rank_name), n_names[0]
+        if n is None and rank is None:
+            continue
+        # The first pair that is there decides: with NNODES set, WORLD_SIZE counts processes.
+        n = _need(n, n_name, f"MASTER_ADDR and {rank_name}={rank} are set")
+        if n < 2:
+            return SINGLE
+        rank = _need(rank, rank_name, f"MASTER_ADDR and {n_name}={n} are set")
+        return _make(env, n, rank, addr, _port(env), f"MASTER_ADDR/{rank_name}/{n_name}")
+    return None
 
 
 def _make(env: Mapping[str, str], n: int, rank: int, addr: str, port: int, source: str,
