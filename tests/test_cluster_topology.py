@@ -218,9 +218,17 @@ REAL = [
     ("real_sagemaker_containers_readme_2hosts.env",
      "real_sagemaker_containers_readme_resourceconfig.json", {},
      (0, 2, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json", ("algo-1", "algo-2"), 0)),
+    # SageMaker's mpirun exports the master's SM_CURRENT_HOST to every node
+    # (aws/sagemaker-training-toolkit#158): the per-node file wins; without it, refuse.
     ("real_sagemaker_containers_readme_2hosts.env",
-     "real_sagemaker_containers_readme_resourceconfig.json", {"SM_CURRENT_HOST": "algo-2"},
-     "SM_CURRENT_HOST='algo-2' but resourceconfig.json says current_host 'algo-1'"),
+     "real_sagemaker_containers_readme_resourceconfig.json",
+     {"SM_CURRENT_HOST": "algo-2", "OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"},
+     (0, 2, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json", ("algo-1", "algo-2"), 0)),
+    ("real_sagemaker_containers_readme_2hosts.env", None,
+     {"OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"},
+     "SM_CURRENT_HOST cannot be trusted under SageMaker's mpirun"),
     # Heterogeneous cluster: every host of every instance group takes part.
     (None, "real_sagemaker_hetero_data_group_resourceconfig.json", {},
      (0, 2, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json", ("algo-1", "algo-2"), 0)),

@@ -253,13 +253,21 @@ def _kubeflow(env: Mapping[str, str], _rc: _Rc) -> _Answer:
 
 
 def _sagemaker(env: Mapping[str, str], rc: _Rc) -> _Answer:
-    """resourceconfig.json `hosts` (first is the master, as in SageMaker's toolkit) and
-    `current_host`; SM_HOSTS / SM_CURRENT_HOST when only the toolkit's variables are there."""
+    """resourceconfig.json `hosts` (first is the master) and `current_host`; SM_HOSTS /
+    SM_CURRENT_HOST only when the file is not readable (the file wins: under SageMaker's MPI
+    launcher SM_CURRENT_HOST is the master's on every node)."""
     where = "resourceconfig.json"
     if rc and "hosts" in rc:
         hosts, current = rc.get("hosts"), rc.get("current_host")
     elif env.get("SM_HOSTS"):
         where = "SM_HOSTS/SM_CURRENT_HOST"
+        if env.get("OMPI_COMM_WORLD_RANK"):
+            # SageMaker's mpirun copies the master's SM_CURRENT_HOST to every node
+            # (aws/sagemaker-training-toolkit#158): only the per-node file can be trusted.
+            raise TopologyError("resourceconfig.json is not readable and SM_CURRENT_HOST cannot "
+                                "be trusted under SageMaker's mpirun (it is the master's on every "
+                                "node); set PREFLIGHT_OPT_ML to the directory that holds "
+                                "input/config/resourceconfig.json")
         try:
             hosts = json.loads(env["SM_HOSTS"])
         except ValueError:
@@ -275,10 +283,6 @@ def _sagemaker(env: Mapping[str, str], rc: _Rc) -> _Answer:
         raise TopologyError(f"{where}: hosts {hosts} lists a host twice")
     if current not in hosts:
         raise TopologyError(f"{where}: current_host {current!r} not in hosts {hosts}")
-    sm_current = env.get("SM_CURRENT_HOST")
-    if sm_current and sm_current != current:
-        raise TopologyError(f"SM_CURRENT_HOST={sm_current!r} but {where} says current_host "
-                            f"{current!r}")
     _check_instance_groups(rc or {}, hosts, current)
     if len(hosts) < 2:
         return SINGLE
