@@ -229,6 +229,26 @@ REAL = [
      {"OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
       "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"},
      "SM_CURRENT_HOST cannot be trusted under SageMaker's mpirun"),
+    # srun -N 2 -n 4 (HP-MPI's `mpirun -srun`): two tasks per node, the second of each node.
+    ("real_slurm_srun_N2_n4_node1_task1.env", None, {},
+     (0, 2, "node1", DEFAULT_PORT, "Slurm", ("node1", "node2"), 1)),
+    ("real_slurm_srun_N2_n4_node2_task3.env", None, {},
+     (1, 2, "node1", DEFAULT_PORT, "Slurm", ("node1", "node2"), 1)),
+    # `salloc -N 2 -n 4 mpirun` (Open MPI 1.4.3): a rank on node1 sees the 1-node srun step
+    # that started its orted; a rank on node2 (mpirun's own node) sees only the allocation.
+    ("real_slurm_openmpi143_salloc_node1_rank3.env", None, {}, None),
+    ("real_slurm_openmpi143_salloc_node2_rank1.env", None, {},
+     "SLURM_JOB_NUM_NODES/SLURM_NNODES=2 but SLURM_NODEID and SLURM_STEP_ID are unset"),
+    # The same processes with the Open MPI variables that the dumps filtered out ("I'm 3 of 4 on
+    # node1", "I'm 1 of 4 on node2"; ranks 0-1 ran on node2): Open MPI's view wins over Slurm's.
+    ("real_slurm_openmpi143_salloc_node1_rank3.env", None,
+     {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_RANK": "3",
+      "OMPI_COMM_WORLD_LOCAL_RANK": "1", "MASTER_ADDR": "node2"},
+     (1, 2, "node2", DEFAULT_PORT, "Open MPI (OMPI_COMM_WORLD_*)", (), 1)),
+    ("real_slurm_openmpi143_salloc_node2_rank1.env", None,
+     {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_RANK": "1", "MASTER_ADDR": "node2"},
+     (0, 2, "node2", DEFAULT_PORT, "Open MPI (OMPI_COMM_WORLD_*)", (), 1)),
     # Heterogeneous cluster: every host of every instance group takes part.
     (None, "real_sagemaker_hetero_data_group_resourceconfig.json", {},
      (0, 2, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json", ("algo-1", "algo-2"), 0)),
@@ -240,6 +260,9 @@ REAL = [
 def test_detect_topology_on_real_launcher_env(env_file, rc_file, extra, expected):
     env = {**(_env_file(env_file) if env_file else {}), **extra}
     rc = json.loads((DATA / rc_file).read_text()) if rc_file else None
+    if expected is None:
+        assert detect_topology(env, rc) is None
+        return
     if isinstance(expected, str):
         with pytest.raises(TopologyError) as info:
             detect_topology(env, rc)

@@ -343,11 +343,21 @@ def _slurm(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     """A Slurm task (srun): the step's nodes (SLURM_STEP_NUM_NODES / SLURM_STEP_NODELIST, which
     may be fewer than the job's), this node's SLURM_NODEID in the step; the first host is the
     master unless MASTER_ADDR is exported."""
-    if not any(env.get(k) for k in ("SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES")):
+    job_n = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+    in_allocation = bool(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")) and (job_n or 0) > 1
+    if not in_allocation and not any(
+            env.get(k) for k in ("SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES")):
         return None
     node_id = _int(env, "SLURM_NODEID")
     in_step = bool(env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or env.get("SLURM_STEP_NODELIST"))
-    job_n = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+    if not in_step and node_id is None:
+        # salloc's shell, or a process that mpirun started without Open MPI's variables: it
+        # sees the allocation's nodes but is not one task per node of a step.
+        raise TopologyError(
+            f"SLURM_JOB_NUM_NODES/SLURM_NNODES={job_n} but SLURM_NODEID and SLURM_STEP_ID are "
+            "unset: this process is not a task of a Slurm step, so its node is unknown; start "
+            "preflight with `srun --ntasks-per-node=1 preflight run -- ...`, or set "
+            "PREFLIGHT_CLUSTER=off to check this node only")
     # The batch script (node 0 only) has the job's SLURM_NODEID=0 and SLURM_NNODES but no step.
     if not in_step and node_id == 0:
         if job_n is not None and job_n > 1:
