@@ -122,6 +122,23 @@ CASES = [
         "AWS_BATCH_JOB_MAIN_NODE_INDEX": "1",
         "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.1.7"}, None,
      (2, 3, "10.0.1.7", DEFAULT_PORT, "AWS Batch multi-node", (), 0)),
+    # kubeflow/pytorch-operator pod.go setClusterSpec: the master pod gets MASTER_ADDR=localhost
+    # (forks of training-operator also PET_MASTER_ADDR); the others get "<job>-master-0".
+    ("PyTorchJob master pod told localhost", {"MASTER_ADDR": "localhost", "MASTER_PORT": "23456",
+                                              "RANK": "0", "WORLD_SIZE": "3",
+                                              "PREFLIGHT_HOSTNAME": "pj-master-0"}, None,
+     (0, 3, "pj-master-0", 23457, "MASTER_ADDR/RANK/WORLD_SIZE", (), 0)),
+    ("PyTorchJob master pod, PET_MASTER_ADDR=localhost", {
+        "MASTER_ADDR": "localhost", "PET_MASTER_ADDR": "localhost", "PET_MASTER_PORT": "23456",
+        "PET_NNODES": "3", "PET_NODE_RANK": "0", "PREFLIGHT_HOSTNAME": "pj-master-0"}, None,
+     (0, 3, "pj-master-0", 23457, "Kubeflow (PET_*)", (), 0)),
+    ("PyTorchJob worker pod of the same job", {"MASTER_ADDR": "pj-master-0", "MASTER_PORT": "23456",
+                                               "RANK": "2", "WORLD_SIZE": "3"}, None,
+     (2, 3, "pj-master-0", 23457, "MASTER_ADDR/RANK/WORLD_SIZE", (), 0)),
+    ("explicit loopback master is kept (one-machine test)", {
+        "PREFLIGHT_NNODES": "2", "PREFLIGHT_NODE_RANK": "0", "PREFLIGHT_MASTER_ADDR": "127.0.0.1",
+        "PREFLIGHT_HOSTNAME": "node0"}, None,
+     (0, 2, "127.0.0.1", DEFAULT_PORT, "PREFLIGHT_NNODES", (), 0)),
     ("AWS Batch single node", {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0",
                                "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"}, None, None),
 ]

@@ -205,7 +205,8 @@ def _explicit(env: Mapping[str, str], _rc: _Rc) -> _Answer:
         raise TopologyError("PREFLIGHT_NNODES is set: PREFLIGHT_NODE_RANK and "
                             "PREFLIGHT_MASTER_ADDR (or MASTER_ADDR) must be set too")
     hosts = tuple(expand_hostlist(env["PREFLIGHT_HOSTS"])) if env.get("PREFLIGHT_HOSTS") else ()
-    return _make(env, n, rank or 0, addr or "", _port(env), "PREFLIGHT_NNODES", hosts)
+    return _make(env, n, rank or 0, addr or "", _port(env), "PREFLIGHT_NNODES", hosts,
+                 as_given=True)
 
 
 def _torchrun_worker(env: Mapping[str, str], _rc: _Rc) -> _Answer:
@@ -403,7 +404,7 @@ def _aws_batch(env: Mapping[str, str], _rc: _Rc) -> _Answer:
             raise TopologyError(f"{name}={value} not in [0, {n}) ({ctx})")
     addr = env.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS", "").strip()
     if index == main:
-        addr = addr or env.get("PREFLIGHT_HOSTNAME") or socket.gethostname()
+        addr = addr or _own_host(env)
     addr = _need(addr, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS",
                  f"{ctx}, this is node {index}, not the main node {main}")
     return _make(env, n, (index - main) % n, addr, _port(env), "AWS Batch multi-node")
@@ -429,11 +430,24 @@ def _pytorchjob(env: Mapping[str, str], _rc: _Rc) -> _Answer:
 
 
 def _make(env: Mapping[str, str], n: int, rank: int, addr: str, port: int, source: str,
-          hosts: tuple[str, ...] = ()) -> Topology | _SingleNode:
+          hosts: tuple[str, ...] = (), *, as_given: bool = False) -> Topology | _SingleNode:
     if n < 2:
         return SINGLE
+    if rank == 0 and not as_given and _is_loopback(addr):
+        # A launcher tells the master itself "localhost" (kubeflow/pytorch-operator and
+        # training-operator forks set MASTER_ADDR=localhost on the master pod): the other nodes
+        # reach it by its host name, and gloo must not be pinned to loopback there.
+        addr = _own_host(env)
     return Topology(node_rank=rank, num_nodes=n, master_addr=addr, port=port, source=source,
                     hosts=hosts, local_rank=_local_rank(env))
+
+
+def _is_loopback(addr: str) -> bool:
+    return addr in ("localhost", "::1") or addr.startswith("127.")
+
+
+def _own_host(env: Mapping[str, str]) -> str:
+    return env.get("PREFLIGHT_HOSTNAME") or socket.gethostname()
 
 
 #: Order matters: the most explicit first; a torchrun worker's env also has MASTER_ADDR/RANK
