@@ -131,9 +131,11 @@ def _free_port() -> int:
 
 def _node_env(cfg: SelftestConfig, rank: int, port: int, base: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in base.items()
-           if not k.startswith(("SLURM_", "PET_", "SM_", "PREFLIGHT_", "NCCL_", "FI_"))
+           if not k.startswith(("SLURM_", "PET_", "SM_", "PREFLIGHT_", "NCCL_", "FI_", "OMPI_",
+                                "AWS_BATCH_"))
            and k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                         "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "NNODES")}
+                         "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "NNODES",
+                         "GROUP_WORLD_SIZE", "MPI_LOCALRANKID")}
     root = str(Path(__file__).resolve().parents[2])
     env.update({
         "PYTHONPATH": os.pathsep.join(p for p in (root, base.get("PYTHONPATH")) if p),

@@ -1,0 +1,48 @@
+"""`preflight inspect topology`: what a node would detect from a saved launcher environment
+(`env` dump, `KEY=value` lines) or a SageMaker resourceconfig.json, without joining anything."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from harness.parsers import ParseError
+
+__all__ = ["INSPECT", "inspect_topology"]
+
+
+def inspect_topology(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+    """Keys: num_nodes, node_rank, local_rank, master_addr, port, source, hosts (null on a
+    single node), error (the TopologyError message, else null)."""
+    from harness.cluster.topology import TopologyError, detect_topology
+    from harness.parsers.env import parse_env_dump
+
+    text = stream.read()
+    env: dict[str, str] = {}
+    resourceconfig: dict[str, object] | None = None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        resourceconfig = data
+    else:
+        env = parse_env_dump(text).variables
+        if not env:
+            raise ParseError("no KEY=value lines and no JSON object (resourceconfig.json) found")
+    result: dict[str, Any] = dict.fromkeys(
+        ("num_nodes", "node_rank", "local_rank", "master_addr", "port", "source", "hosts",
+         "error"))
+    try:
+        topo = detect_topology(env, resourceconfig)
+    except TopologyError as exc:
+        result["error"] = str(exc)
+        return result
+    if topo is not None:
+        result.update(num_nodes=topo.num_nodes, node_rank=topo.node_rank,
+                      local_rank=topo.local_rank, master_addr=topo.master_addr, port=topo.port,
+                      source=topo.source, hosts=list(topo.hosts))
+    return result
+
+
+INSPECT = {"topology": inspect_topology}
