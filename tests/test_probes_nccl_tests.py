@@ -89,8 +89,12 @@ def test_count_nodes(env, sm, expected):
 
 @pytest.mark.parametrize(("env", "sm", "leader"), [
     ({}, None, True),
-    ({}, {"hosts": ["algo-2", "algo-1"], "current_host": "algo-1"}, True),
-    ({}, {"hosts": ["algo-2", "algo-1"], "current_host": "algo-2"}, False),
+    # The control plane's node rank 0 launches: the first host resourceconfig.json lists.
+    ({}, {"hosts": ["algo-2", "algo-1"], "current_host": "algo-1"}, False),
+    ({}, {"hosts": ["algo-2", "algo-1"], "current_host": "algo-2"}, True),
+    # Slurm: SLURM_NODEID of this srun step's task (the plane reads the same).
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NNODES": "2", "SLURM_NODEID": "1",
+      "SLURM_JOB_NODELIST": "node[1-2]"}, None, False),
     ({"SLURM_NODEID": "0"}, None, True),
     ({"SLURM_NODEID": "3"}, None, False),
     ({"NODE_RANK": "1"}, None, False),

@@ -10,10 +10,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import proc
 from harness.parsers import ParseError
 from harness.parsers.nccl_tests import NcclTestsResult, parse_nccl_tests
+
+if TYPE_CHECKING:
+    from harness.cluster.topology import Topology as ClusterTopology
 
 __all__ = [
     "SEARCH_DIRS",
@@ -181,12 +185,28 @@ def _sm_hosts(env: Mapping[str, str], sm_config: Mapping[str, object] | None) ->
     return [str(h) for h in hosts] if isinstance(hosts, list) else []
 
 
+def _cluster(env: Mapping[str, str],
+             sm_config: Mapping[str, object] | None) -> ClusterTopology | None:
+    """The multi-node topology the control plane uses (harness.cluster.topology), so that the
+    node that launches the multi-node test is the plane's node rank 0; None when it finds no
+    multi-node job or cannot read one (the cluster step reports that, before any check)."""
+    from harness.cluster.topology import TopologyError, detect_topology
+
+    try:
+        return detect_topology(env, sm_config)
+    except TopologyError:
+        return None
+
+
 def count_nodes(
     env: Mapping[str, str], sm_config: Mapping[str, object] | None = None
 ) -> NodeCount:
-    """Nodes in the job: $PREFLIGHT_NUM_NODES, Slurm, SageMaker hosts, torchrun/Open MPI sizes."""
+    """Nodes in the job: $PREFLIGHT_NUM_NODES, the cluster topology, else Slurm, SageMaker
+    hosts, torchrun/Open MPI sizes."""
     if (n := _int(env.get("PREFLIGHT_NUM_NODES"))) is not None:
         return NodeCount(n, "PREFLIGHT_NUM_NODES")
+    if (topo := _cluster(env, sm_config)) is not None:
+        return NodeCount(topo.num_nodes, topo.source)
     for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
         if (n := _int(env.get(name))) is not None:
             return NodeCount(n, name)
@@ -207,7 +227,10 @@ def count_nodes(
 
 
 def is_leader(env: Mapping[str, str], sm_config: Mapping[str, object] | None = None) -> bool:
-    """This node launches the multi-node test (the others only take part in it)."""
+    """This node launches the multi-node test (the others only take part in it): the cluster
+    topology's node rank 0, else the first rule below that applies."""
+    if (topo := _cluster(env, sm_config)) is not None:
+        return topo.node_rank == 0
     hosts = _sm_hosts(env, sm_config)
     current = (sm_config or {}).get("current_host") or env.get("SM_CURRENT_HOST")
     if hosts and current:
