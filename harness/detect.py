@@ -154,6 +154,10 @@ def _has_gpu(sysroot: Path) -> bool:
 
 Provider = Callable[[], "Detection | None"]
 
+#: EC2 families with accelerators (p/g GPUs, trn/inf Neuron, dl Gaudi, f FPGA, vt video): an
+#: unknown type of these is an error, never local-cpu (their container may just not see them).
+_ACCELERATED = re.compile(r"^(?:p|g|trn|inf|dl|f|vt)\d")
+
 
 def detect_instance_type(
     option: str | None = None,
@@ -166,8 +170,8 @@ def detect_instance_type(
     steps are skipped with AWS_EC2_METADATA_DISABLED=true.
 
     With `known` (the profile names), a type found by the SageMaker/DMI/IMDS steps that has no
-    profile gives `local-cpu` when no GPU is visible (a CPU instance, e.g. a CI runner on
-    `m5.xlarge`: its env and CPU checks still apply); with GPUs it is returned as found, and
+    profile gives `local-cpu` when it is a CPU family and no GPU is visible (e.g. a CI runner on
+    `m5.xlarge`: its env and CPU checks still apply); otherwise it is returned as found, and
     the caller fails naming the known profiles. Returns None when the machine has GPUs but no
     provider named its type.
     """
@@ -208,7 +212,8 @@ def detect_instance_type(
         if found is None:
             continue
         if (known is not None and found.name not in known and provider not in
-                (from_option, from_env, from_inspection) and not _has_gpu(sysroot)):
+                (from_option, from_env, from_inspection) and not _ACCELERATED.match(found.name)
+                and not _has_gpu(sysroot)):
             return Detection("local-cpu", f"inspection: {found.name} (from {found.source}) has "
                              "no profile and no GPU is visible")
         return found

@@ -91,6 +91,10 @@ def test_a_cpu_instance_type_without_a_profile_is_local_cpu(tmp_path: Path):
     (root / "dev").mkdir()
     (root / "dev/nvidia0").write_text("")
     assert detect.detect_instance_type(None, env, root, known=known).name == "m5.xlarge"
+    # An accelerated family without a profile is never taken for a CPU (its container may just
+    # not see the GPUs): the caller fails naming the profiles.
+    g5 = _dmi_tree(tmp_path / "g5", {**NITRO, "product_name": "g5.48xlarge\n"})
+    assert detect.detect_instance_type(None, env, g5, known=known).name == "g5.48xlarge"
     # An explicit --profile is never replaced.
     assert detect.detect_instance_type("m5.xlarge", env, tmp_path / "p4d", known=known).name == (
         "m5.xlarge")
