@@ -220,6 +220,46 @@ RULES: tuple[EnvRule, ...] = (
         remedy="use NCCL_DEBUG=WARN (INFO while debugging)", source=_SRC_DOMAIN,
     ),
     EnvRule(
+        name="FI_EFA_FORK_SAFE", kind="outdated", fabric=("efa",), match=_TRUE,
+        reason="not needed anymore: aws-ofi-nccl (since at least 1.2) sets it itself where "
+        "libfabric needs it",
+        remedy="unset FI_EFA_FORK_SAFE", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="FI_EFA_ENABLE_SHM_TRANSFER", kind="outdated", fabric=("efa",), match=_TRUE,
+        reason="not needed: libfabric disables SHM transfer itself because aws-ofi-nccl sets "
+        "FI_OPT_CUDA_API_PERMITTED to false",
+        remedy="unset FI_EFA_ENABLE_SHM_TRANSFER", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_SOCKET_NTHREADS", kind="outdated", fabric=("efa",), match=r".+",
+        reason="tunes NCCL's TCP socket transport only: not applicable for EFA",
+        remedy="unset NCCL_SOCKET_NTHREADS", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_NSOCKS_PERTHREAD", kind="outdated", fabric=("efa",), match=r".+",
+        reason="tunes NCCL's TCP socket transport only: not applicable for EFA",
+        remedy="unset NCCL_NSOCKS_PERTHREAD", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_MIN_NCHANNELS", kind="outdated", fabric=("efa",), match=r".+",
+        reason="more channels than the platform needs split messages smaller and starve EFA; "
+        "the default is right (8 on the 4-NIC p4d/p4de)",
+        remedy="unset NCCL_MIN_NCHANNELS", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_ASYNC_ERROR_HANDLING", kind="outdated", needs_gpus=True, match=r"[1-9]\d*",
+        reason="deprecated name: torch >= 2.2 warns and reads TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        remedy="rename it to TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        source="torch warning 'NCCL_ASYNC_ERROR_HANDLING is deprecated'",
+    ),
+    EnvRule(
+        name="NCCL_BLOCKING_WAIT", kind="outdated", needs_gpus=True, match=r".+",
+        reason="deprecated name: torch >= 2.2 reads TORCH_NCCL_BLOCKING_WAIT",
+        remedy="rename it to TORCH_NCCL_BLOCKING_WAIT",
+        source="torch ProcessGroupNCCL (TORCH_NCCL_BLOCKING_WAIT, old name NCCL_BLOCKING_WAIT)",
+    ),
+    EnvRule(
         name="NCCL_SHM_DISABLE", kind="outdated", needs_gpus=True, match=_TRUE,
         reason="disables shared-memory transport between processes on the node (slower)",
         remedy="unset NCCL_SHM_DISABLE", source="NVIDIA NCCL environment variables",

@@ -65,6 +65,16 @@ def _fired(env, profile, versions, kind):
         ({"NCCL_LAUNCH_MODE": "PARALLEL"}, CPU, UNKNOWN, "outdated", ["NCCL_LAUNCH_MODE=PARALLEL"]),
         ({"NCCL_NET_SHARED_COMMS": "0"}, P5, CURRENT, "outdated", ["NCCL_NET_SHARED_COMMS=0"]),
         ({"NCCL_DEBUG": "TRACE"}, P5, CURRENT, "outdated", ["NCCL_DEBUG=TRACE"]),
+        ({"FI_EFA_FORK_SAFE": "1"}, P5, CURRENT, "outdated", ["FI_EFA_FORK_SAFE=1"]),
+        ({"FI_EFA_FORK_SAFE": "1"}, CPU, CURRENT, "outdated", []),
+        ({"FI_EFA_ENABLE_SHM_TRANSFER": "1"}, P5, CURRENT, "outdated", ["FI_EFA_ENABLE_SHM_TRANSFER=1"]),
+        ({"FI_EFA_ENABLE_SHM_TRANSFER": "0"}, P5, CURRENT, "outdated", []),
+        ({"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "8"}, P5, CURRENT, "outdated",
+         ["NCCL_NSOCKS_PERTHREAD=8", "NCCL_SOCKET_NTHREADS=8"]),
+        ({"NCCL_MIN_NCHANNELS": "8"}, P5, CURRENT, "outdated", ["NCCL_MIN_NCHANNELS=8"]),
+        ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, P5, CURRENT, "outdated", ["NCCL_ASYNC_ERROR_HANDLING=1"]),
+        ({"NCCL_ASYNC_ERROR_HANDLING": "0"}, P5, CURRENT, "outdated", []),  # harmful instead
+        ({"NCCL_BLOCKING_WAIT": "1"}, P5, CURRENT, "outdated", ["NCCL_BLOCKING_WAIT=1"]),
         # recommended
         ({}, P5, CURRENT, "recommended", ["NCCL_DEBUG=None"]),
         ({"NCCL_DEBUG": "WARN"}, P5, CURRENT, "recommended", []),

@@ -1,10 +1,14 @@
-"""Saved environment dumps: `env`/`printenv` output, `printenv -0` (NUL-separated),
-`declare -x` / `export NAME="value"` listings, and Docker/Kubernetes-style `NAME=value` files."""
+"""Saved environments: `env`/`printenv` output (also srun/mpirun-prefixed or timestamped),
+`/proc/PID/environ` (NUL-separated), shell scripts (`export`, `declare -x`, sbatch, `VAR=x cmd`,
+mpirun `-x`, docker `-e`), Dockerfile `ENV`, Kubernetes/compose/recipe YAML `env:` blocks, and
+JSON (`docker inspect` `Env` arrays, `{"NAME": "value"}` maps, ECS `environment` lists)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -13,48 +17,99 @@ from harness.parsers import ParseError
 __all__ = ["INSPECT", "EnvDump", "inspect_env", "parse_env_dump"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_ASSIGN = re.compile(
-    rf"^(?:declare -x |export |typeset -x )?(?P<name>{_NAME})=(?P<value>.*)$", re.S
-)
+_IS_NAME = re.compile(rf"{_NAME}\Z")
+_ASSIGN = re.compile(rf"^(?P<name>{_NAME})=(?P<value>.*)$", re.S)
 _OTHER_ASSIGN = re.compile(r"^\S+=")  # exported bash functions: BASH_FUNC_f%%=() {
-_BARE_DECLARE = re.compile(rf"^(?:declare -x |export )(?P<name>{_NAME})$")
+# Wrappers in front of each line: `srun -l` (`0: `), mpirun --tag-output (`[1,0]<stdout>:`).
+_RANK_PREFIX = re.compile(r"^(?:\s*(?P<srun>\d+): |\[(?P<mpi>\d+,\d+)\]<std(?:out|err)>:)")
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+|$)")
+# A line that only a shell script (or a Dockerfile) has.
+# (`NAME=a b` alone is not one: `env` prints values with spaces as they are.)
+_SCRIPT_LINE = re.compile(
+    rf"^\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|ARG|RUN|FROM)\s)"
+    rf"|\\$|(?:^|\s)(?:(?:-x|-e|--env)\s+|--env=|--export=\S*?){_NAME}="
+)
+# A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
+_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{_NAME}=[\"']")
+_SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
+_FLAG_VALUE = frozenset({"-x", "-e", "--env"})
+# YAML: the list form of Kubernetes `env:`, keys that open an environment block, map entries.
+_YAML_NAME = re.compile(rf"^(?P<indent>\s*)-\s+name:\s*[\"']?(?P<name>{_NAME})[\"']?\s*(?:#.*)?$")
+_YAML_VALUE = re.compile(r"^\s*value:\s*(?P<value>.*)$")
+_YAML_INLINE = re.compile(
+    rf"^\s*-\s*\{{\s*name:\s*[\"']?(?P<name>{_NAME})[\"']?\s*,\s*value:\s*(?P<value>.*?)\s*\}}\s*(?:#.*)?$"
+)
+_YAML_BLOCK = re.compile(
+    r"^(?P<indent>\s*)(?:-\s+)?[\"']?(?:env|environment|env_vars|envVars|extraEnv|"
+    r"environmentVariables|Variables)[\"']?\s*:\s*(?:#.*)?$"
+)
+_YAML_MAP = re.compile(rf"^\s*[\"']?(?P<name>{_NAME})[\"']?\s*:\s+(?P<value>.*?),?\s*$")
+_YAML_LIST = re.compile(rf"^\s*-\s+[\"']?(?P<name>{_NAME})=(?P<value>.*?)[\"']?\s*$")
+#: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
+#: `Variables`).
+_JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
+#: A quoted value may run over this many lines before the rest is taken as broken input.
+_MAX_VALUE_LINES = 50
+# `"NAME": "value",` in a Python/JSON dict (SageMaker `environment={...}`), upper-case names.
+_DICT_ENTRY = re.compile(r"^\s*[\"'](?P<name>[A-Z][A-Z0-9_]*)[\"']\s*:\s*(?P<value>[\"'].*?[\"'])\s*,?\s*$")
 
 
 @dataclass(frozen=True, slots=True)
 class EnvDump:
-    """Variables from a dump, in file order; `skipped` counts lines that were not assignments."""
+    """Variables from a dump, in file order; `skipped` counts lines that were not assignments;
+    `format` names the input form: environ, env, script, yaml or json."""
 
     variables: dict[str, str]
     skipped: int
-
-
-def _unquote(value: str, quoted_style: bool) -> str:
-    if quoted_style and len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        try:
-            return shlex.split(value)[0] if value[0] == "'" else _bash_dq(value[1:-1])
-        except ValueError:
-            return value[1:-1]
-    return value
-
-
-def _bash_dq(inner: str) -> str:
-    """Undo `declare -x` double-quote escaping (\\" \\\\ \\$ \\`)."""
-    return re.sub(r'\\([\\"$`])', r"\1", inner)
+    format: str = "env"
 
 
 def parse_env_dump(text: str) -> EnvDump:
-    """Parse an environment dump. Reads lines like `NCCL_DEBUG=INFO`, `declare -x FI_PROVIDER="efa"`.
+    """Parse an environment dump: `NCCL_DEBUG=INFO`, `export FI_PROVIDER=efa # comment`,
+    `- name: NCCL_DEBUG` / `value: "INFO"`, `"Env": ["NCCL_DEBUG=INFO"]`, or NUL-separated.
 
-    A line that is not an assignment continues the previous value (multi-line values in plain
-    `env` output) when it follows one, else it is counted as skipped.
+    A name set twice keeps its last value, as the shell, Kubernetes and Docker do.
     """
     if "\0" in text:
-        entries = [e for e in text.split("\0") if e.strip()]
-        quoted_style = False
-    else:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-        entries = text.split("\n")
-        quoted_style = any(e.startswith(("declare -x ", "export ")) for e in entries[:50])
+        return _finish(_parse_lines([e for e in text.split("\0") if e.strip()], glue=True), "environ")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    stripped = text.strip()
+    if stripped[:1] in "[{":
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            data = None
+        if data is not None:
+            return _finish((dict(_walk_json(data)), 0), "json")
+    lines = text.split("\n")
+    if any(_YAML_NAME.match(line) or _YAML_BLOCK.match(line) or _YAML_INLINE.match(line)
+           or _DICT_ENTRY.match(line) for line in lines):
+        return _finish(_parse_yaml(lines), "yaml")
+    lines = _unwrap(lines)
+    if any(_SCRIPT_LINE.search(line) for line in lines):
+        return _finish(_parse_script(lines), "script")
+    return _finish(_parse_lines(lines, glue=True), "env")
+
+
+def _finish(parsed: tuple[dict[str, str], int], fmt: str) -> EnvDump:
+    variables, skipped = parsed
+    if not variables:
+        raise ParseError("no environment variable assignments (NAME=value) found in the input")
+    return EnvDump(variables, skipped, fmt)
+
+
+def _unwrap(lines: list[str]) -> list[str]:
+    """Drop rank prefixes (keeping the first rank's lines only) and leading timestamps."""
+    ranks = [m["srun"] or m["mpi"] if (m := _RANK_PREFIX.match(line)) else None for line in lines]
+    tagged = [r for r in ranks if r is not None]
+    if tagged and len(tagged) * 2 >= len([line for line in lines if line.strip()]):
+        first = tagged[0]
+        lines = [_RANK_PREFIX.sub("", line) for line, r in zip(lines, ranks, strict=True) if r == first]
+    return [_TIMESTAMP.sub("", line) for line in lines]
+
+
+def _parse_lines(entries: list[str], *, glue: bool) -> tuple[dict[str, str], int]:
+    """`NAME=value` per entry; with `glue`, a non-assignment continues the previous value."""
     variables: dict[str, str] = {}
     skipped = 0
     last: str | None = None
@@ -62,43 +117,211 @@ def parse_env_dump(text: str) -> EnvDump:
         m = _ASSIGN.match(entry)
         if m:
             last = m["name"]
-            variables[last] = _unquote(m["value"], quoted_style or entry.startswith(("declare", "export")))
-        elif _BARE_DECLARE.match(entry):
-            last = None
+            variables[last] = m["value"]
         elif _OTHER_ASSIGN.match(entry):
             last = None
             skipped += 1
-        elif last is not None and entry and "\0" not in text and not quoted_style:
+        elif glue and last is not None and entry:
             variables[last] += "\n" + entry
         elif entry.strip():
             skipped += 1
-    if not variables:
-        raise ParseError("no environment variable assignments (NAME=value) found in the input")
-    return EnvDump(variables, skipped)
+    return variables, skipped
+
+
+def _strip_comment(line: str) -> str:
+    """`line` up to an unquoted `#` that starts a word (as the shell reads it)."""
+    quote = ""
+    escaped = False
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def _logical_lines(lines: list[str]) -> Iterator[list[str]]:
+    """Shell words per command: backslash continuations joined, comments dropped, and a quoted
+    value that spans lines (`declare -x A="x<newline>y"`) kept whole."""
+    pending = ""
+    for line in lines:
+        if not pending and line.startswith("$ "):  # a pasted prompt
+            line = line[2:]
+        text = pending + line
+        if text.endswith("\\") and not text.endswith("\\\\"):
+            pending = text[:-1] + " "
+            continue
+        try:
+            words = shlex.split(_strip_comment(text), posix=True)
+        except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
+            if (pending or _OPENS_VALUE.match(text)) and text.count("\n") < _MAX_VALUE_LINES:
+                pending = text + "\n"
+                continue
+            pending = ""
+            words = [text]  # not a command: counted as skipped
+        pending = ""
+        yield words
+
+
+def _parse_script(lines: list[str]) -> tuple[dict[str, str], int]:
+    variables: dict[str, str] = {}
+    skipped = 0
+
+    def add(word: str) -> bool:
+        name, sep, value = word.partition("=")
+        if not sep or not _IS_NAME.match(name):
+            return False
+        variables[name] = value
+        return True
+
+    for words in _logical_lines(lines):
+        found = False
+        i = 0
+        # `VAR=x VAR2=y cmd`, `env VAR=x cmd`, `export VAR=x`, `declare -x VAR=x`, `ENV VAR=x`
+        while i < len(words):
+            word, rest = words[i], words[i + 1:]
+            if word == "ENV" and len(rest) >= 2 and _IS_NAME.match(rest[0]):
+                variables[rest[0]] = " ".join(rest[1:])  # legacy Dockerfile `ENV NAME value`
+                found = True
+                break
+            if word in _SHELL_DECLARE:
+                flags = [w for w in rest if w.startswith("-") and "=" not in w]
+                if word in ("declare", "typeset", "local") and not any("x" in f for f in flags):
+                    break  # not exported (arrays, locals)
+                i += 1 + len(flags)
+                continue
+            if word == "env":
+                i += 1
+                continue
+            if not add(word):
+                break
+            found = True
+            i += 1
+        # launcher flags anywhere on the line: mpirun -x, docker -e/--env, srun --export=
+        for j, word in enumerate(words):
+            if word in _FLAG_VALUE and j + 1 < len(words):
+                found |= add(words[j + 1])
+            elif word.startswith("--env="):
+                found |= add(word.split("=", 1)[1])
+            elif word.startswith("--export="):
+                for item in word.split("=", 1)[1].split(","):
+                    found |= add(item)
+        if not found and words:
+            skipped += 1
+    return variables, skipped
+
+
+def _yaml_scalar(raw: str) -> str:
+    """A YAML scalar's value: double-quoted (JSON escapes), single-quoted, or plain."""
+    raw = raw.strip()
+    if raw.startswith('"'):
+        end = raw.rfind('"')
+        if end > 0:
+            try:
+                return str(json.loads(raw[: end + 1]))
+            except ValueError:
+                return raw[1:end]
+    if raw.startswith("'"):
+        end = raw.rfind("'")
+        if end > 0:
+            return raw[1:end].replace("''", "'")
+    return re.split(r"\s#", raw, maxsplit=1)[0].rstrip()
+
+
+def _parse_yaml(lines: list[str]) -> tuple[dict[str, str], int]:
+    variables: dict[str, str] = {}
+    skipped = 0
+    block_indent: int | None = None
+    pending: str | None = None
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if block_indent is not None and (
+            indent < block_indent or (indent == block_indent and not line.lstrip().startswith("-"))
+        ):
+            block_indent = None
+        if (m := _YAML_NAME.match(line)) is not None:
+            pending = m["name"]
+            continue
+        if pending is not None and (m := _YAML_VALUE.match(line)) is not None:
+            variables[pending] = _yaml_scalar(m["value"])
+            pending = None
+            continue
+        pending = None
+        if (m := _YAML_INLINE.match(line)) is not None:
+            variables[m["name"]] = _yaml_scalar(m["value"])
+        elif (m := _YAML_BLOCK.match(line)) is not None:
+            block_indent = len(m["indent"])
+        elif (m := _DICT_ENTRY.match(line)) is not None:
+            variables[m["name"]] = _yaml_scalar(m["value"])
+        elif block_indent is not None and (m := _YAML_LIST.match(line)) is not None:
+            variables[m["name"]] = m["value"]
+        elif block_indent is not None and (m := _YAML_MAP.match(line)) is not None:
+            variables[m["name"]] = _yaml_scalar(m["value"])
+        else:
+            skipped += 1
+    return variables, skipped
+
+
+def _walk_json(data: Any, in_env: bool = False, top: bool = True) -> Iterator[tuple[str, str]]:
+    """Assignments inside JSON: `"Env": ["A=b"]` (docker inspect), `[{"name", "value"}]`
+    (Kubernetes, ECS), `{"environment": {"A": "b"}}` and a top-level `{"A": "b"}` map."""
+    if isinstance(data, list):
+        for item in data:
+            if isinstance(item, str) and (m := _ASSIGN.match(item)):
+                yield m["name"], m["value"]
+            elif isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item:
+                if _IS_NAME.match(item["name"]) and isinstance(item["value"], str | int | float | bool):
+                    yield item["name"], str(item["value"])
+            else:
+                yield from _walk_json(item, top=False)
+    elif isinstance(data, dict):
+        scalars = {k: v for k, v in data.items() if isinstance(v, str | int | float) and _IS_NAME.match(k)}
+        if in_env or (top and scalars and len(scalars) == len(data) and all(k.isupper() for k in scalars)):
+            yield from ((k, str(v)) for k, v in scalars.items())
+        for key, value in data.items():
+            if isinstance(value, list | dict):
+                yield from _walk_json(value, in_env=key.lower() in _JSON_ENV_KEYS, top=False)
+
+
+#: Variables in which images record the aws-ofi-nccl version they were built with.
+_OFI_NCCL_VERSION_VARS = ("AWS_OFI_NCCL_VERSION", "OFI_NCCL_VERSION")
 
 
 def inspect_env(stream: TextIO, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect env FILE`: the NCCL/FI/torch variables, redacted, and the rule findings
-    for `profile` (keys: profile, num_variables, relevant, harmful, required, outdated,
-    recommended, malformed)."""
+    for `profile` (keys: profile, format, num_variables, relevant, versions, harmful, required,
+    outdated, recommended, malformed)."""
     from harness.envrules import Versions, evaluate, format_problems
     from harness.redact import Redactor
 
     dump = parse_env_dump(stream.read())
     env = dump.variables
     redactor = Redactor(env)
-    prefixes = ("NCCL_", "FI_", "TORCH_", "RDMAV_", "CUDA_", "LD_LIBRARY_PATH")
+    prefixes = ("NCCL_", "FI_", "OFI_NCCL_", "TORCH_", "RDMAV_", "CUDA_", "LD_LIBRARY_PATH")
     result: dict[str, Any] = {
         "profile": profile.name,
+        "format": dump.format,
         "num_variables": len(env),
         "relevant": redactor.env({k: v for k, v in sorted(env.items()) if k.startswith(prefixes)}),
     }
-    # Versions are unknown in a pasted dump: version-ranged rules use their documented default.
+    # A dump rarely names the library versions (an image's `AWS_OFI_NCCL_VERSION` build variable
+    # does); where it does not, version-ranged rules use their documented default.
+    versions = Versions(ofi_nccl=next((env[n] for n in _OFI_NCCL_VERSION_VARS if env.get(n)), None))
+    result["versions"] = {"ofi_nccl": versions.ofi_nccl, "libfabric": versions.libfabric}
     for kind in ("harmful", "required", "outdated", "recommended"):
         result[kind] = [
             {"name": f.rule.name, "value": None if f.value is None else redactor.text(f.value),
              "reason": f.rule.reason, "remedy": f.rule.remedy, "source": f.rule.source}
-            for f in evaluate(env, profile, Versions(), [kind])
+            for f in evaluate(env, profile, versions, [kind])
         ]
     result["malformed"] = [redactor.text(p) for p in format_problems(env)]
     return result
