@@ -52,6 +52,13 @@ ENV_DATA = Path(__file__).parent / "data" / "env"
         ('{"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}', {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),
         ('{"containerDefinitions": [{"environment": [{"name": "NCCL_DEBUG", "value": "INFO"}]}]}',
          {"NCCL_DEBUG": "INFO"}),
+        # a docker inspect cut when pasted: not JSON any more, its Env lines still read
+        ('[\n    {\n        "Config": {\n            "Env": [\n                "PATH=/usr/bin",\n'
+         '                "NCCL_DEBUG=INFO",\n                "Q=a \\"b\\""\n            ],\n'
+         '            "Cmd": [\n                "-x",\n',
+         {"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "Q": 'a "b"'}),
+        ('  args: ["-x", "NCCL_DEBUG=INFO"]\n  command:\n  - mpirun\n  - -x\n  - FI_PROVIDER=efa\n'
+         '  - ./a NCCL_X=1\n', {"FI_PROVIDER": "efa"}),
         # YAML / Python dicts: compose lists and maps, recipe env_vars, estimator environment=
         ("services:\n  t:\n    environment:\n      - NCCL_DEBUG=INFO\n      - FI_PROVIDER=efa\n",
          {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),
@@ -125,6 +132,17 @@ REAL = [
         ["RDMAV_FORK_SAFE=1"], [],
         ["FI_EFA_USE_DEVICE_RDMA=1", "NCCL_ALGO=Ring", "NCCL_MIN_NCHANNELS=8",
          "NCCL_NSOCKS_PERTHREAD=8", "NCCL_SOCKET_NTHREADS=8"], [], id="mpirun-x-p4d"),
+    pytest.param(
+        "real_sbatch_nccl_tests_container_2024.sh", "p4de.24xlarge", "script",
+        {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_BUFFSIZE": "8388608",
+         "NCCL_P2P_NET_CHUNKSIZE": "524288"},
+        [], [], ["FI_EFA_FORK_SAFE=1", "FI_EFA_USE_DEVICE_RDMA=1"], [], id="sbatch-nccl-tests-2024"),
+    pytest.param(
+        "real_k8s_mpijob_nccl_tests_args.yaml", "p5.48xlarge", "yaml",
+        {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": "8388608",
+         "NCCL_TUNER_PLUGIN": "/opt/aws-ofi-nccl/install/lib/libnccl-ofi-tuner.so",
+         "PATH": "$PATH:/opt/amazon/efa/bin:/usr/bin"},
+        [], [], ["FI_EFA_FORK_SAFE=1"], [], id="k8s-mpijob-x-args"),
     pytest.param(
         "real_dockerfile_nvcr_pytorch_aws_env.dockerfile", "p5.48xlarge", "script",
         {"AWS_OFI_NCCL_VERSION": "1.7.4-aws", "NCCL_SOCKET_IFNAME": "^docker,lo",

@@ -5,6 +5,7 @@ JSON (`docker inspect` `Env` arrays, `{"NAME": "value"}` maps, ECS `environment`
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
@@ -41,10 +42,11 @@ _YAML_INLINE = re.compile(
 )
 _YAML_BLOCK = re.compile(
     r"^(?P<indent>\s*)(?:-\s+)?[\"']?(?:env|environment|env_vars|envVars|extraEnv|"
-    r"environmentVariables|Variables)[\"']?\s*:\s*(?:#.*)?$"
+    r"environmentVariables|Variables|Env)[\"']?\s*:\s*\[?\s*(?:#.*)?$"
 )
+# One list item: YAML `- item` or a JSON array line `"item",` (a pasted, maybe cut, docker inspect).
+_LIST_ITEM = re.compile(r"^\s*(?:-\s+(?P<yaml>.*?)|\"(?P<json>(?:[^\"\\]|\\.)*)\"\s*,?)\s*$")
 _YAML_MAP = re.compile(rf"^\s*[\"']?(?P<name>{_NAME})[\"']?\s*:\s+(?P<value>.*?),?\s*$")
-_YAML_LIST = re.compile(rf"^\s*-\s+[\"']?(?P<name>{_NAME})=(?P<value>.*?)[\"']?\s*$")
 #: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
 #: `Variables`).
 _JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
@@ -82,13 +84,24 @@ def parse_env_dump(text: str) -> EnvDump:
         if data is not None:
             return _finish((dict(_walk_json(data)), 0), "json")
     lines = text.split("\n")
-    if any(_YAML_NAME.match(line) or _YAML_BLOCK.match(line) or _YAML_INLINE.match(line)
-           or _DICT_ENTRY.match(line) for line in lines):
+    if _looks_structured(stripped, lines):
         return _finish(_parse_yaml(lines), "yaml")
     lines = _unwrap(lines)
     if any(_SCRIPT_LINE.search(line) for line in lines):
         return _finish(_parse_script(lines), "script")
     return _finish(_parse_lines(lines, glue=True), "env")
+
+
+def _looks_structured(stripped: str, lines: list[str]) -> bool:
+    """YAML, a Python dict, or JSON that did not parse (cut when pasted)."""
+    if stripped[:1] in "[{" and not _RANK_PREFIX.match(stripped):
+        return True
+    if any(_YAML_NAME.match(line) or _YAML_BLOCK.match(line) or _YAML_INLINE.match(line)
+           or _DICT_ENTRY.match(line) for line in lines):
+        return True
+    items = [_list_item(line) for line in lines if line.strip()]
+    return any(flag in _FLAG_VALUE and value is not None and _ASSIGN.match(value)
+               for flag, value in itertools.pairwise(items))
 
 
 def _finish(parsed: tuple[dict[str, str], int], fmt: str) -> EnvDump:
@@ -240,6 +253,7 @@ def _parse_yaml(lines: list[str]) -> tuple[dict[str, str], int]:
     skipped = 0
     block_indent: int | None = None
     pending: str | None = None
+    item: str | None = None
     for line in lines:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -256,19 +270,33 @@ def _parse_yaml(lines: list[str]) -> tuple[dict[str, str], int]:
             pending = None
             continue
         pending = None
-        if (m := _YAML_INLINE.match(line)) is not None:
+        item, previous = _list_item(line), item
+        if item is not None and (m := _ASSIGN.match(item)) and (
+            block_indent is not None or previous in _FLAG_VALUE  # env list, or `- -x` `- A=b` args
+        ):
+            variables[m["name"]] = m["value"]
+        elif (m := _YAML_INLINE.match(line)) is not None:
             variables[m["name"]] = _yaml_scalar(m["value"])
         elif (m := _YAML_BLOCK.match(line)) is not None:
             block_indent = len(m["indent"])
-        elif (m := _DICT_ENTRY.match(line)) is not None:
-            variables[m["name"]] = _yaml_scalar(m["value"])
-        elif block_indent is not None and (m := _YAML_LIST.match(line)) is not None:
-            variables[m["name"]] = m["value"]
-        elif block_indent is not None and (m := _YAML_MAP.match(line)) is not None:
+        elif (m := _DICT_ENTRY.match(line) or (block_indent is not None and _YAML_MAP.match(line))):
             variables[m["name"]] = _yaml_scalar(m["value"])
         else:
             skipped += 1
     return variables, skipped
+
+
+def _list_item(line: str) -> str | None:
+    """The text of a YAML list item or JSON array string on this line, else None."""
+    m = _LIST_ITEM.match(line)
+    if m is None:
+        return None
+    if m["json"] is not None:
+        try:
+            return str(json.loads(f'"{m["json"]}"'))
+        except ValueError:
+            return m["json"]
+    return _yaml_scalar(m["yaml"])
 
 
 def _walk_json(data: Any, in_env: bool = False, top: bool = True) -> Iterator[tuple[str, str]]:
