@@ -34,6 +34,11 @@ _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[
 _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"',;]+)"
 )
+# A token as the whole userinfo: `https://<token>@github.com/...` (HyperPod recipes' git.repo_url).
+_URL_TOKEN_USER = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]+)@")
+#: A userinfo-only URL user this long is a token, not an account name like `git`.
+MIN_URL_TOKEN_LEN = 16
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # `--flag value` / `"--flag", "value"` (command lines, SM_USER_ARGS) for credential-like flags.
 _FLAG_VALUE = re.compile(
     r"(?P<flag>(?<![\w-])--?(?P<name>[A-Za-z][\w-]*))(?P<sep>[\"']?\s*,\s*[\"']|\s+)(?P<value>[^\s\"',;\]-][^\s\"',;\]]*)"
@@ -52,8 +57,8 @@ MIN_SECRET_LEN = 6
 
 def is_secret_name(name: str) -> bool:
     """True when an environment variable's name says its value is a credential."""
-    upper = name.upper()
-    return upper not in _NOT_SECRET and bool(_SECRET_NAME.search(upper))
+    upper = _CAMEL_HUMP.sub("_", name).upper()  # wandbKey -> WANDB_KEY (Helm/recipe values)
+    return name.upper() not in _NOT_SECRET and bool(_SECRET_NAME.search(upper))
 
 
 class Redactor:
@@ -74,6 +79,11 @@ class Redactor:
         for pattern in _SECRET_VALUES:
             text = pattern.sub(REDACTED, text)
         text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
+        text = _URL_TOKEN_USER.sub(
+            lambda m: f"{m['scheme']}{REDACTED}@"
+            if len(m["user"]) >= MIN_URL_TOKEN_LEN or is_secret_name(m["user"]) else m.group(0),
+            text,
+        )
 
         def _assignment(m: re.Match[str]) -> str:
             if is_secret_name(m["name"]) and m["value"] != REDACTED:

@@ -144,6 +144,11 @@ REAL = [
          "PATH": "$PATH:/opt/amazon/efa/bin:/usr/bin"},
         [], [], ["FI_EFA_FORK_SAFE=1"], [], id="k8s-mpijob-x-args"),
     pytest.param(
+        "real_hyperpod_recipe_values_envvars.yaml", "p5.48xlarge", "yaml",
+        {"NCCL_DEBUG": "WARN", "NEMO_LAUNCHER_DEBUG": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+         "NCCL_IGNORE_DISABLED_P2P": "1", "NCCL_SOCKET_IFNAME": "^lo,docker0,veth_def_agent"},
+        [], [], [], [], id="hyperpod-recipe-envvars"),
+    pytest.param(
         "real_dockerfile_nvcr_pytorch_aws_env.dockerfile", "p5.48xlarge", "script",
         {"AWS_OFI_NCCL_VERSION": "1.7.4-aws", "NCCL_SOCKET_IFNAME": "^docker,lo",
          "OPAL_PREFIX": "/opt/amazon/openmpi", "PMIX_MCA_gds": "^ds12",
@@ -183,3 +188,8 @@ def test_inspect_reads_the_plugin_version_an_image_names():
     assert result["versions"] == {"ofi_nccl": "1.7.4-aws", "libfabric": None}
     old = inspect_env(io.StringIO("ENV AWS_OFI_NCCL_VERSION=1.5.0\n"), profile=get_profile("p5.48xlarge"))
     assert _names(old["required"]) == ["FI_EFA_USE_DEVICE_RDMA=None", "NCCL_PROTO=None"]
+
+
+def test_real_recipe_values_keep_only_the_env_block():
+    variables = parse_env_dump((ENV_DATA / "real_hyperpod_recipe_values_envvars.yaml").read_text()).variables
+    assert len(variables) == 10 and "wandbKey" not in variables and "jobName" not in variables

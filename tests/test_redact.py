@@ -13,7 +13,8 @@ from harness.redact import REDACTED, Redactor, is_secret_name
      ("HF_TOKEN", True), ("WANDB_API_KEY", True), ("DB_PASSWORD", True), ("GITHUB_PAT", True),
      ("MLFLOW_TRACKING_PASSWORD", True), ("MY_PRIVATE_KEY", True), ("NCCL_DEBUG", False),
      ("PATH", False), ("TOKENIZERS_PARALLELISM", False), ("NCCL_IB_PKEY", False),
-     ("SSH_AUTH_SOCK", False), ("KEY", True)],
+     ("SSH_AUTH_SOCK", False), ("KEY", True), ("wandbKey", True), ("hfToken", True),
+     ("numEFADevices", False)],
 )
 def test_secret_names(name, secret):
     assert is_secret_name(name) == secret
@@ -49,6 +50,9 @@ def test_known_values_are_redacted_anywhere():
          "0123456789abcdef0123456789abcdef01234567"),
         ('{"name": "HF_TOKEN", "value": "abcdefgh123"}', "abcdefgh123"),
         ('- { name: HF_TOKEN, value: "abcdefgh123" }', "abcdefgh123"),
+        ("repo_url_or_path: https://test_token@github.com/aws/x.git", "test_token"),
+        ("https://0123456789abcdef0123@gitlab.com/x", "0123456789abcdef0123"),
+        ("  wandbKey: abc123secret", "abc123secret"),
     ],
 )
 def test_secret_shapes_are_redacted_without_env(text, leak):
@@ -72,6 +76,7 @@ def test_env_and_nested_objects():
 @pytest.mark.parametrize(
     "text",
     ["NCCL_IB_PKEY=0x8001 NCCL_DEBUG=INFO", "- name: NCCL_DEBUG\n  value: INFO",
+     "git clone ssh://git@github.com/o/r", "numEFADevices: 32", f"https://{REDACTED}@h/x",
      "mpirun -x NCCL_DEBUG=INFO --mca btl_tcp_if_exclude lo,docker0 ./all_reduce_perf -b 8"],
 )
 def test_harmless_pairs_and_flags_are_unchanged(text):
