@@ -39,6 +39,10 @@ ENV_DATA = Path(__file__).parent / "data" / "env"
         ("srun --export=ALL,NCCL_DEBUG=INFO,FI_PROVIDER=efa app\n",
          {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),
         ("ENV NCCL_DEBUG INFO\n", {"NCCL_DEBUG": "INFO"}),  # legacy Dockerfile form
+        # a pasted terminal: the output of `$ env | grep` is env output (values with spaces whole)
+        ("$ env | grep NCCL\nNCCL_NET=AWS Libfabric\nNCCL_DEBUG=INFO\n$ ls\nA=b c\n",
+         {"NCCL_NET": "AWS Libfabric", "NCCL_DEBUG": "INFO", "A": "b"}),
+        ('$ export -p | grep FI_\ndeclare -x FI_PROVIDER="efa"\n', {"FI_PROVIDER": "efa"}),
         # wrappers: srun -l, mpirun --tag-output (first rank kept), CloudWatch timestamps
         ("0: NCCL_DEBUG=INFO\n1: NCCL_DEBUG=WARN\n0: FI_PROVIDER=efa\n",
          {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),

@@ -160,13 +160,16 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def _logical_lines(lines: list[str]) -> Iterator[list[str]]:
-    """Shell words per command: backslash continuations joined, comments dropped, and a quoted
-    value that spans lines (`declare -x A="x<newline>y"`) kept whole."""
+def _logical_lines(lines: list[str]) -> Iterator[tuple[bool, str, list[str]]]:
+    """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
+    comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
+    whole."""
     pending = ""
+    prompted = False
     for line in lines:
-        if not pending and line.startswith("$ "):  # a pasted prompt
-            line = line[2:]
+        if not pending:
+            prompted = line.startswith("$ ")  # a pasted terminal prompt
+            line = line[2:] if prompted else line
         text = pending + line
         if text.endswith("\\") and not text.endswith("\\\\"):
             pending = text[:-1] + " "
@@ -177,10 +180,16 @@ def _logical_lines(lines: list[str]) -> Iterator[list[str]]:
             if (pending or _OPENS_VALUE.match(text)) and text.count("\n") < _MAX_VALUE_LINES:
                 pending = text + "\n"
                 continue
-            pending = ""
             words = [text]  # not a command: counted as skipped
         pending = ""
-        yield words
+        yield prompted, text, words
+
+
+def _prints_env(words: list[str]) -> bool:
+    """`env`, `printenv`, `env | grep NCCL`, `export -p`: a command whose output is `env` output."""
+    head = words[: words.index("|")] if "|" in words else words
+    return bool(head) and ((head[0] in ("env", "printenv") and not any("=" in w for w in head))
+                           or head in (["export", "-p"], ["declare", "-x"], ["set"]))
 
 
 def _parse_script(lines: list[str]) -> tuple[dict[str, str], int]:
@@ -194,7 +203,13 @@ def _parse_script(lines: list[str]) -> tuple[dict[str, str], int]:
         variables[name] = value
         return True
 
-    for words in _logical_lines(lines):
+    env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
+    for prompted, text, words in _logical_lines(lines):
+        if prompted:
+            env_output = _prints_env(words)
+        elif env_output and (m := _ASSIGN.match(text)):
+            variables[m["name"]] = m["value"]
+            continue
         found = False
         i = 0
         # `VAR=x VAR2=y cmd`, `env VAR=x cmd`, `export VAR=x`, `declare -x VAR=x`, `ENV VAR=x`
