@@ -39,6 +39,12 @@ ENV_DATA = Path(__file__).parent / "data" / "env"
         ("srun --export=ALL,NCCL_DEBUG=INFO,FI_PROVIDER=efa app\n",
          {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),
         ("ENV NCCL_DEBUG INFO\n", {"NCCL_DEBUG": "INFO"}),  # legacy Dockerfile form
+        ("RUN export MAX_JOBS=32 && \\\n    # a comment inside the RUN\n    export X=1 && make\nENV A=1\n",
+         {"A": "1"}),
+        ("export A=1; B=2 && export C=3 || true\n", {"A": "1", "B": "2", "C": "3"}),
+        # parameter expansion: defaults, earlier values, unknown variables left as written
+        ("export H=${H:-/w}\nexport C=${C:-$H/hub}\nexport D=${UNSET:-WARN}\nexport L=/x:$LD_LIBRARY_PATH\n",
+         {"H": "/w", "C": "/w/hub", "D": "WARN", "L": "/x:$LD_LIBRARY_PATH"}),
         # a pasted terminal: the output of `$ env | grep` is env output (values with spaces whole)
         ("$ env | grep NCCL\nNCCL_NET=AWS Libfabric\nNCCL_DEBUG=INFO\n$ ls\nA=b c\n",
          {"NCCL_NET": "AWS Libfabric", "NCCL_DEBUG": "INFO", "A": "b"}),
@@ -153,10 +159,17 @@ REAL = [
          "NCCL_IGNORE_DISABLED_P2P": "1", "NCCL_SOCKET_IFNAME": "^lo,docker0,veth_def_agent"},
         [], [], [], [], id="hyperpod-recipe-envvars"),
     pytest.param(
+        "real_serve_sh_defaults_expansion_p5en.sh", "p5en.48xlarge", "script",
+        {"NCCL_SOCKET_IFNAME": "^lo,docker,veth", "NCCL_DEBUG": "WARN", "NCCL_GIN_TYPE": "2",
+         "FI_EFA_ENABLE_SHM_TRANSFER": "0", "DP_MASTER_PORT": "29500", "DP_MASTER_IP": "${2:?need leader ip}",
+         "HUGGINGFACE_HUB_CACHE": "/work/hf/hub", "OFI_NCCL_PROTOCOL": "RDMA"},
+        [], [], ["FI_EFA_FORK_SAFE=1", "FI_EFA_USE_DEVICE_RDMA=1"], [], id="serve-sh-defaults"),
+    pytest.param(
         "real_dockerfile_nvcr_pytorch_aws_env.dockerfile", "p5.48xlarge", "script",
         {"AWS_OFI_NCCL_VERSION": "1.7.4-aws", "NCCL_SOCKET_IFNAME": "^docker,lo",
          "OPAL_PREFIX": "/opt/amazon/openmpi", "PMIX_MCA_gds": "^ds12",
-         "LD_LIBRARY_PATH": "/usr/local/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}"},
+         # Docker expands ${LD_LIBRARY_PATH} with the image's earlier ENV value
+         "LD_LIBRARY_PATH": "/usr/local/lib:/usr/local/cuda/lib64:/opt/amazon/efa/lib:$LD_LIBRARY_PATH"},
         [], [], [], [], id="dockerfile-env"),
 ]
 

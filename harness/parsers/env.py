@@ -9,7 +9,7 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -32,6 +32,8 @@ _SCRIPT_LINE = re.compile(
 )
 # A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
 _OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{_NAME}=[\"']")
+# `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:=default}`, `$NAME`.
+_PARAM = re.compile(rf"\$\{{(?P<name>{_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}|\$(?P<bare>{_NAME})")
 _SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
 _FLAG_VALUE = frozenset({"-x", "-e", "--env"})
 # YAML: the list form of Kubernetes `env:`, keys that open an environment block, map entries.
@@ -165,17 +167,21 @@ def _logical_lines(lines: list[str]) -> Iterator[tuple[bool, str, list[str]]]:
     comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
     whole."""
     pending = ""
+    continued = False  # pending ends in a backslash continuation
     prompted = False
     for line in lines:
         if not pending:
             prompted = line.startswith("$ ")  # a pasted terminal prompt
             line = line[2:] if prompted else line
+        elif continued and line.lstrip().startswith("#"):
+            continue  # Docker drops comment lines inside a continued instruction
         text = pending + line
-        if text.endswith("\\") and not text.endswith("\\\\"):
+        continued = text.endswith("\\") and not text.endswith("\\\\")
+        if continued:
             pending = text[:-1] + " "
             continue
         try:
-            words = shlex.split(_strip_comment(text), posix=True)
+            words = _shell_words(_strip_comment(text))
         except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
             if (pending or _OPENS_VALUE.match(text)) and text.count("\n") < _MAX_VALUE_LINES:
                 pending = text + "\n"
@@ -183,6 +189,39 @@ def _logical_lines(lines: list[str]) -> Iterator[tuple[bool, str, list[str]]]:
             words = [text]  # not a command: counted as skipped
         pending = ""
         yield prompted, text, words
+
+
+def _shell_words(text: str) -> list[str]:
+    """Shell words, with `;`, `&&`, `||`, `|` and `&` as words of their own."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
+
+
+def _commands(words: list[str]) -> Iterator[list[str]]:
+    """The simple commands of a command line (split at `;`, `&&`, `||`, `|`, `&`)."""
+    start = 0
+    for i, word in enumerate([*words, ";"]):
+        if word and set(word) <= set(";&|"):
+            if i > start:
+                yield words[start:i]
+            start = i + 1
+
+
+def _expand(value: str, variables: dict[str, str]) -> str:
+    """Shell parameter expansion as far as the dump tells: `${A:-default}` is A's value or the
+    default, `$A` / `${A}` is A's value when the script set it, else left as written."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m["name"] or m["bare"]
+        known = variables.get(name)
+        if m["op"] is None:
+            return m.group(0) if known is None else known
+        use_default = known is None or (m["op"].startswith(":") and not known)
+        return _expand(m["default"], variables) if use_default else known
+
+    return _PARAM.sub(one, value) if "$" in value else value
 
 
 def _prints_env(words: list[str]) -> bool:
@@ -200,7 +239,7 @@ def _parse_script(lines: list[str]) -> tuple[dict[str, str], int]:
         name, sep, value = word.partition("=")
         if not sep or not _IS_NAME.match(name):
             return False
-        variables[name] = value
+        variables[name] = _expand(value, variables)
         return True
 
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
@@ -210,40 +249,48 @@ def _parse_script(lines: list[str]) -> tuple[dict[str, str], int]:
         elif env_output and (m := _ASSIGN.match(text)):
             variables[m["name"]] = m["value"]
             continue
+        if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env
+            continue
         found = False
-        i = 0
-        # `VAR=x VAR2=y cmd`, `env VAR=x cmd`, `export VAR=x`, `declare -x VAR=x`, `ENV VAR=x`
-        while i < len(words):
-            word, rest = words[i], words[i + 1:]
-            if word == "ENV" and len(rest) >= 2 and _IS_NAME.match(rest[0]):
-                variables[rest[0]] = " ".join(rest[1:])  # legacy Dockerfile `ENV NAME value`
-                found = True
-                break
-            if word in _SHELL_DECLARE:
-                flags = [w for w in rest if w.startswith("-") and "=" not in w]
-                if word in ("declare", "typeset", "local") and not any("x" in f for f in flags):
-                    break  # not exported (arrays, locals)
-                i += 1 + len(flags)
-                continue
-            if word == "env":
-                i += 1
-                continue
-            if not add(word):
-                break
-            found = True
-            i += 1
-        # launcher flags anywhere on the line: mpirun -x, docker -e/--env, srun --export=
-        for j, word in enumerate(words):
-            if word in _FLAG_VALUE and j + 1 < len(words):
-                found |= add(words[j + 1])
-            elif word.startswith("--env="):
-                found |= add(word.split("=", 1)[1])
-            elif word.startswith("--export="):
-                for item in word.split("=", 1)[1].split(","):
-                    found |= add(item)
+        for command in _commands(words):
+            found |= _read_command(command, add)
         if not found and words:
             skipped += 1
     return variables, skipped
+
+
+def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
+    """Record the assignments of one simple command through `add`; whether there were any."""
+    found = False
+    i = 0
+    # `VAR=x VAR2=y cmd`, `env VAR=x cmd`, `export VAR=x`, `declare -x VAR=x`, `ENV VAR=x`
+    while i < len(words):
+        word, rest = words[i], words[i + 1:]
+        if word == "ENV" and len(rest) >= 2 and "=" not in rest[0]:
+            return add(f"{rest[0]}={' '.join(rest[1:])}")  # legacy Dockerfile `ENV NAME value`
+        if word in _SHELL_DECLARE:
+            flags = [w for w in rest if w.startswith("-") and "=" not in w]
+            if word in ("declare", "typeset", "local") and not any("x" in f for f in flags):
+                break  # not exported (arrays, locals)
+            i += 1 + len(flags)
+            continue
+        if word == "env":
+            i += 1
+            continue
+        if not add(word):
+            break
+        found = True
+        i += 1
+    # launcher flags anywhere in the command: mpirun -x, docker -e/--env, srun --export=
+    for j, word in enumerate(words):
+        if word in _FLAG_VALUE and j + 1 < len(words):
+            found |= add(words[j + 1])
+        elif word.startswith("--env="):
+            found |= add(word.split("=", 1)[1])
+        elif word.startswith("--export="):
+            for item in word.split("=", 1)[1].split(","):
+                found |= add(item)
+    return found
 
 
 def _yaml_scalar(raw: str) -> str:
