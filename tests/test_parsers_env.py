@@ -76,6 +76,10 @@ ENV_DATA = Path(__file__).parent / "data" / "env"
          {"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa"}),
         ('environment={\n    "NCCL_DEBUG": "INFO",\n    "FI_PROVIDER": "efa",\n}\n',
          {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),
+        ('    environment={"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},\n    role=ROLE,\n',
+         {"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
+        ("spec:\n  env: {NCCL_DEBUG: WARN, FI_PROVIDER: 'efa'}\n",
+         {"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa"}),
     ],
 )
 def test_env_dump_formats(text, expected):
@@ -164,6 +168,9 @@ REAL = [
          "FI_EFA_ENABLE_SHM_TRANSFER": "0", "DP_MASTER_PORT": "29500", "DP_MASTER_IP": "${2:?need leader ip}",
          "HUGGINGFACE_HUB_CACHE": "/work/hf/hub", "OFI_NCCL_PROTOCOL": "RDMA"},
         [], [], ["FI_EFA_FORK_SAFE=1", "FI_EFA_USE_DEVICE_RDMA=1"], [], id="serve-sh-defaults"),
+    pytest.param(
+        "real_sagemaker_estimator_environment.txt", "p4d.24xlarge", "yaml", {"NCCL_DEBUG": "INFO"},
+        [], [], [], [], id="sagemaker-estimator"),
     pytest.param(
         "real_dockerfile_nvcr_pytorch_aws_env.dockerfile", "p5.48xlarge", "script",
         {"AWS_OFI_NCCL_VERSION": "1.7.4-aws", "NCCL_SOCKET_IFNAME": "^docker,lo",

@@ -52,6 +52,14 @@ _YAML_MAP = re.compile(rf"^\s*[\"']?(?P<name>{_NAME})[\"']?\s*:\s+(?P<value>.*?)
 #: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
 #: `Variables`).
 _JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
+# A one-line dict/map under an environment key: `environment={"NCCL_DEBUG": "INFO"}` (SageMaker
+# estimators), `env: {NCCL_DEBUG: INFO}` (YAML flow style); and one entry of it.
+_INLINE_ENV = re.compile(
+    r"(?:\b|[\"'])(?:environment|env|env_vars|envVars|environment_variables)[\"']?\s*[=:]\s*\{(?P<body>[^{}]*)\}"
+)
+_INLINE_ENTRY = re.compile(
+    rf"[\"']?(?P<name>{_NAME})[\"']?\s*:\s*(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,\s}}]+)"
+)
 #: A quoted value may run over this many lines before the rest is taken as broken input.
 _MAX_VALUE_LINES = 50
 # `"NAME": "value",` in a Python/JSON dict (SageMaker `environment={...}`), upper-case names.
@@ -99,7 +107,7 @@ def _looks_structured(stripped: str, lines: list[str]) -> bool:
     if stripped[:1] in "[{" and not _RANK_PREFIX.match(stripped):
         return True
     if any(_YAML_NAME.match(line) or _YAML_BLOCK.match(line) or _YAML_INLINE.match(line)
-           or _DICT_ENTRY.match(line) for line in lines):
+           or _DICT_ENTRY.match(line) or _INLINE_ENV.search(line) for line in lines):
         return True
     items = [_list_item(line) for line in lines if line.strip()]
     return any(flag in _FLAG_VALUE and value is not None and _ASSIGN.match(value)
@@ -339,6 +347,9 @@ def _parse_yaml(lines: list[str]) -> tuple[dict[str, str], int]:
             variables[m["name"]] = m["value"]
         elif (m := _YAML_INLINE.match(line)) is not None:
             variables[m["name"]] = _yaml_scalar(m["value"])
+        elif (m := _INLINE_ENV.search(line)) is not None:
+            for entry in _INLINE_ENTRY.finditer(m["body"]):
+                variables[entry["name"]] = _yaml_scalar(entry["value"])
         elif (m := _YAML_BLOCK.match(line)) is not None:
             block_indent = len(m["indent"])
         elif (m := _DICT_ENTRY.match(line) or (block_indent is not None and _YAML_MAP.match(line))):
