@@ -100,9 +100,19 @@ RULES: tuple[EnvRule, ...] = (
     # --- harmful: fail ---
     EnvRule(
         name="NCCL_NET", kind="harmful", fabric=("efa",),
-        match=r"(?!(aws\s+)?libfabric$|ofi$).*",
-        reason="NCCL is told to use a network other than aws-ofi-nccl (Libfabric): EFA goes unused",
+        match=r"(?!(aws )?libfabric$).*",
+        # NCCL compares NCCL_NET with each network's name (strcasecmp in NVIDIA/nccl ncclNetInit):
+        # `ofi` is the plugin's file suffix, not a network, and fails init with "not found".
+        reason="NCCL is told to use a network other than aws-ofi-nccl's (Libfabric): EFA goes "
+        "unused, or init fails with 'network not found'",
         remedy="unset NCCL_NET (NCCL picks the Libfabric plugin itself)", source=_SRC_DOMAIN,
+    ),
+    EnvRule(
+        name="NCCL_NET", kind="harmful", fabric=("efa",), ofi_nccl="<1.13.0", match=r"libfabric",
+        reason="aws-ofi-nccl < 1.13.0 names its network `AWS Libfabric`: NCCL_NET=Libfabric "
+        "finds no network and NCCL init fails",
+        remedy="unset NCCL_NET (or set NCCL_NET='AWS Libfabric' for this plugin)",
+        source=_SRC_DOMAIN + " (network name by version)",
     ),
     EnvRule(
         name="NCCL_NET", kind="harmful", fabric=("ib",), match=r"socket",

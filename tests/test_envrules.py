@@ -35,6 +35,11 @@ def _fired(env, profile, versions, kind):
         ({"NCCL_NET": "IB"}, P5, CURRENT, "harmful", ["NCCL_NET=IB"]),
         ({"NCCL_NET": "Libfabric"}, P5, CURRENT, "harmful", []),
         ({"NCCL_NET": "AWS Libfabric"}, P5, CURRENT, "harmful", []),
+        ({"NCCL_NET": "aws libfabric"}, P5, CURRENT, "harmful", []),  # NCCL compares case-blind
+        ({"NCCL_NET": "ofi"}, P5, CURRENT, "harmful", ["NCCL_NET=ofi"]),  # plugin file, not network
+        ({"NCCL_NET": "Libfabric"}, P5, Versions(ofi_nccl="1.11.0-aws"), "harmful", ["NCCL_NET=Libfabric"]),
+        ({"NCCL_NET": "AWS Libfabric"}, P5, Versions(ofi_nccl="1.11.0-aws"), "harmful", []),
+        ({"NCCL_NET": "Libfabric"}, P5, UNKNOWN, "harmful", []),
         ({"NCCL_NET": "Socket"}, CPU, CURRENT, "harmful", []),
         ({"FI_PROVIDER": "tcp"}, P5, CURRENT, "harmful", ["FI_PROVIDER=tcp"]),
         ({"FI_PROVIDER": "efa"}, P5, CURRENT, "harmful", []),
@@ -93,8 +98,8 @@ def test_every_rule_has_reason_remedy_and_source():
 def test_finding_describes_value_reason_and_source():
     (finding,) = evaluate({"NCCL_NET": "Socket"}, P5, CURRENT, ["harmful"])
     assert finding.describe() == (
-        "NCCL_NET=Socket: NCCL is told to use a network other than aws-ofi-nccl (Libfabric): EFA "
-        "goes unused (domain-facts.md, Environment variables)"
+        "NCCL_NET=Socket: NCCL is told to use a network other than aws-ofi-nccl's (Libfabric): EFA "
+        "goes unused, or init fails with 'network not found' (domain-facts.md, Environment variables)"
     )
 
 
