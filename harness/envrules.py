@@ -91,6 +91,8 @@ class Finding:
 
     def describe(self) -> str:
         shown = f"{self.rule.name} unset" if self.value is None else f"{self.rule.name}={self.value}"
+        if self.value is not None and self.rule.kind in ("required", "recommended"):
+            shown += " (not a value that does it)"
         return f"{shown}: {self.rule.reason} ({self.rule.source})"
 
 

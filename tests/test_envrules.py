@@ -154,3 +154,8 @@ def test_socket_ifname_problem_lists_interfaces():
 def test_parse_version(text, expected):
     v = parse_version(text)
     assert (str(v) if v else None) == expected
+
+
+def test_finding_says_when_a_needed_variable_has_the_wrong_value():
+    (finding,) = evaluate({"NCCL_DEBUG": "WARNING"}, P5, CURRENT, ["recommended"])
+    assert finding.describe().startswith("NCCL_DEBUG=WARNING (not a value that does it): without it")
