@@ -45,7 +45,7 @@ _FLAG_VALUE = re.compile(
 )
 # Kubernetes / ECS name-value pairs: `- name: HF_TOKEN` + `value: "..."`, `{"name": .., "value": ..}`.
 _NAME_VALUE = re.compile(
-    r"(?P<head>[\"']?name[\"']?\s*[:=]\s*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_]*)[\"']?\s*,?\s*"
+    r"(?P<head>(?<![\w-])[\"']?name[\"']?\s*[:=]\s*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_]*)[\"']?\s*,?\s*"
     r"[\"']?value[\"']?\s*[:=]\s*[\"']?)(?P<value>[^\s\"',}]+)"
 )
 # Names that look secret but are not (they name a secret's location, not its value).
