@@ -91,6 +91,8 @@ class Finding:
 
     def describe(self) -> str:
         shown = f"{self.rule.name} unset" if self.value is None else f"{self.rule.name}={self.value}"
+        if self.value is not None and self.rule.kind in ("required", "recommended"):
+            shown += " (not a value that does it)"
         return f"{shown}: {self.rule.reason} ({self.rule.source})"
 
 
@@ -100,9 +102,19 @@ RULES: tuple[EnvRule, ...] = (
     # --- harmful: fail ---
     EnvRule(
         name="NCCL_NET", kind="harmful", fabric=("efa",),
-        match=r"(?!(aws\s+)?libfabric$|ofi$).*",
-        reason="NCCL is told to use a network other than aws-ofi-nccl (Libfabric): EFA goes unused",
+        match=r"(?!(aws )?libfabric$).*",
+        # NCCL compares NCCL_NET with each network's name (strcasecmp in NVIDIA/nccl ncclNetInit):
+        # `ofi` is the plugin's file suffix, not a network, and fails init with "not found".
+        reason="NCCL is told to use a network other than aws-ofi-nccl's (Libfabric): EFA goes "
+        "unused, or init fails with 'network not found'",
         remedy="unset NCCL_NET (NCCL picks the Libfabric plugin itself)", source=_SRC_DOMAIN,
+    ),
+    EnvRule(
+        name="NCCL_NET", kind="harmful", fabric=("efa",), ofi_nccl="<1.13.0", match=r"libfabric",
+        reason="aws-ofi-nccl < 1.13.0 names its network `AWS Libfabric`: NCCL_NET=Libfabric "
+        "finds no network and NCCL init fails",
+        remedy="unset NCCL_NET (or set NCCL_NET='AWS Libfabric' for this plugin)",
+        source=_SRC_DOMAIN + " (network name by version)",
     ),
     EnvRule(
         name="NCCL_NET", kind="harmful", fabric=("ib",), match=r"socket",
@@ -218,6 +230,46 @@ RULES: tuple[EnvRule, ...] = (
         name="NCCL_DEBUG", kind="outdated", match=r"trace",
         reason="TRACE logging is far too verbose for production jobs",
         remedy="use NCCL_DEBUG=WARN (INFO while debugging)", source=_SRC_DOMAIN,
+    ),
+    EnvRule(
+        name="FI_EFA_FORK_SAFE", kind="outdated", fabric=("efa",), match=_TRUE,
+        reason="not needed anymore: aws-ofi-nccl (since at least 1.2) sets it itself where "
+        "libfabric needs it",
+        remedy="unset FI_EFA_FORK_SAFE", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="FI_EFA_ENABLE_SHM_TRANSFER", kind="outdated", fabric=("efa",), match=_TRUE,
+        reason="not needed: libfabric disables SHM transfer itself because aws-ofi-nccl sets "
+        "FI_OPT_CUDA_API_PERMITTED to false",
+        remedy="unset FI_EFA_ENABLE_SHM_TRANSFER", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_SOCKET_NTHREADS", kind="outdated", fabric=("efa",), match=r".+",
+        reason="tunes NCCL's TCP socket transport only: not applicable for EFA",
+        remedy="unset NCCL_SOCKET_NTHREADS", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_NSOCKS_PERTHREAD", kind="outdated", fabric=("efa",), match=r".+",
+        reason="tunes NCCL's TCP socket transport only: not applicable for EFA",
+        remedy="unset NCCL_NSOCKS_PERTHREAD", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_MIN_NCHANNELS", kind="outdated", fabric=("efa",), match=r".+",
+        reason="more channels than the platform needs split messages smaller and starve EFA; "
+        "the default is right (8 on the 4-NIC p4d/p4de)",
+        remedy="unset NCCL_MIN_NCHANNELS", source=_SRC_PLUGIN_DOC,
+    ),
+    EnvRule(
+        name="NCCL_ASYNC_ERROR_HANDLING", kind="outdated", needs_gpus=True, match=r"[1-9]\d*",
+        reason="deprecated name: torch >= 2.2 warns and reads TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        remedy="rename it to TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        source="torch warning 'NCCL_ASYNC_ERROR_HANDLING is deprecated'",
+    ),
+    EnvRule(
+        name="NCCL_BLOCKING_WAIT", kind="outdated", needs_gpus=True, match=r".+",
+        reason="deprecated name: torch >= 2.2 reads TORCH_NCCL_BLOCKING_WAIT",
+        remedy="rename it to TORCH_NCCL_BLOCKING_WAIT",
+        source="torch ProcessGroupNCCL (TORCH_NCCL_BLOCKING_WAIT, old name NCCL_BLOCKING_WAIT)",
     ),
     EnvRule(
         name="NCCL_SHM_DISABLE", kind="outdated", needs_gpus=True, match=_TRUE,

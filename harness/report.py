@@ -205,5 +205,4 @@ def _shorten(text: str, width: int) -> str:
 
 
 def command_for_report(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    redactor = Redactor(env)
-    return [redactor.text(a) for a in argv]
+    return Redactor(env).argv(argv)

@@ -35,6 +35,11 @@ def _fired(env, profile, versions, kind):
         ({"NCCL_NET": "IB"}, P5, CURRENT, "harmful", ["NCCL_NET=IB"]),
         ({"NCCL_NET": "Libfabric"}, P5, CURRENT, "harmful", []),
         ({"NCCL_NET": "AWS Libfabric"}, P5, CURRENT, "harmful", []),
+        ({"NCCL_NET": "aws libfabric"}, P5, CURRENT, "harmful", []),  # NCCL compares case-blind
+        ({"NCCL_NET": "ofi"}, P5, CURRENT, "harmful", ["NCCL_NET=ofi"]),  # plugin file, not network
+        ({"NCCL_NET": "Libfabric"}, P5, Versions(ofi_nccl="1.11.0-aws"), "harmful", ["NCCL_NET=Libfabric"]),
+        ({"NCCL_NET": "AWS Libfabric"}, P5, Versions(ofi_nccl="1.11.0-aws"), "harmful", []),
+        ({"NCCL_NET": "Libfabric"}, P5, UNKNOWN, "harmful", []),
         ({"NCCL_NET": "Socket"}, CPU, CURRENT, "harmful", []),
         ({"FI_PROVIDER": "tcp"}, P5, CURRENT, "harmful", ["FI_PROVIDER=tcp"]),
         ({"FI_PROVIDER": "efa"}, P5, CURRENT, "harmful", []),
@@ -65,6 +70,16 @@ def _fired(env, profile, versions, kind):
         ({"NCCL_LAUNCH_MODE": "PARALLEL"}, CPU, UNKNOWN, "outdated", ["NCCL_LAUNCH_MODE=PARALLEL"]),
         ({"NCCL_NET_SHARED_COMMS": "0"}, P5, CURRENT, "outdated", ["NCCL_NET_SHARED_COMMS=0"]),
         ({"NCCL_DEBUG": "TRACE"}, P5, CURRENT, "outdated", ["NCCL_DEBUG=TRACE"]),
+        ({"FI_EFA_FORK_SAFE": "1"}, P5, CURRENT, "outdated", ["FI_EFA_FORK_SAFE=1"]),
+        ({"FI_EFA_FORK_SAFE": "1"}, CPU, CURRENT, "outdated", []),
+        ({"FI_EFA_ENABLE_SHM_TRANSFER": "1"}, P5, CURRENT, "outdated", ["FI_EFA_ENABLE_SHM_TRANSFER=1"]),
+        ({"FI_EFA_ENABLE_SHM_TRANSFER": "0"}, P5, CURRENT, "outdated", []),
+        ({"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "8"}, P5, CURRENT, "outdated",
+         ["NCCL_NSOCKS_PERTHREAD=8", "NCCL_SOCKET_NTHREADS=8"]),
+        ({"NCCL_MIN_NCHANNELS": "8"}, P5, CURRENT, "outdated", ["NCCL_MIN_NCHANNELS=8"]),
+        ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, P5, CURRENT, "outdated", ["NCCL_ASYNC_ERROR_HANDLING=1"]),
+        ({"NCCL_ASYNC_ERROR_HANDLING": "0"}, P5, CURRENT, "outdated", []),  # harmful instead
+        ({"NCCL_BLOCKING_WAIT": "1"}, P5, CURRENT, "outdated", ["NCCL_BLOCKING_WAIT=1"]),
         # recommended
         ({}, P5, CURRENT, "recommended", ["NCCL_DEBUG=None"]),
         ({"NCCL_DEBUG": "WARN"}, P5, CURRENT, "recommended", []),
@@ -83,8 +98,8 @@ def test_every_rule_has_reason_remedy_and_source():
 def test_finding_describes_value_reason_and_source():
     (finding,) = evaluate({"NCCL_NET": "Socket"}, P5, CURRENT, ["harmful"])
     assert finding.describe() == (
-        "NCCL_NET=Socket: NCCL is told to use a network other than aws-ofi-nccl (Libfabric): EFA "
-        "goes unused (domain-facts.md, Environment variables)"
+        "NCCL_NET=Socket: NCCL is told to use a network other than aws-ofi-nccl's (Libfabric): EFA "
+        "goes unused, or init fails with 'network not found' (domain-facts.md, Environment variables)"
     )
 
 
@@ -139,3 +154,8 @@ def test_socket_ifname_problem_lists_interfaces():
 def test_parse_version(text, expected):
     v = parse_version(text)
     assert (str(v) if v else None) == expected
+
+
+def test_finding_says_when_a_needed_variable_has_the_wrong_value():
+    (finding,) = evaluate({"NCCL_DEBUG": "WARNING"}, P5, CURRENT, ["recommended"])
+    assert finding.describe().startswith("NCCL_DEBUG=WARNING (not a value that does it): without it")
