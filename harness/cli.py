@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="parse a saved log or tool output (see `inspect -h`)")
     ins.add_argument("kind", help="what the file holds: env, nccl-log, fi-info, nccl-tests, "
-                     "nvidia-smi, dcgm, kernel-log (an unknown kind lists the known ones)")
+                     "nvidia-smi, dcgm, kernel-log, train-step, topology (an unknown kind lists "
+                     "the known ones)")
     ins.add_argument("file", help="path, or - for standard input")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--profile", default="local-cpu",
