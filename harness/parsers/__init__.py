@@ -12,7 +12,16 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["InspectFn", "ParseError", "inspect_kinds"]
+__all__ = ["LAUNCHER_PREFIXES", "InspectFn", "ParseError", "inspect_kinds"]
+
+#: What launchers and log shippers put before every line of a tool's output (regex sources, to
+#: be anchored by the caller): Open MPI `--tag-output` (`[1,0]<stdout>:`), srun `--label`
+#: (`0: `), an ISO timestamp (`kubectl logs --timestamps`, CloudWatch / Azure log copies).
+LAUNCHER_PREFIXES = (
+    r"\s*\[\d+,\d+\]<std(?:out|err)>:\s?",
+    r"\s*\d+:\s",
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s",
+)
 
 InspectFn = Callable[..., dict[str, Any]]
 

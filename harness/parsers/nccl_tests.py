@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from harness.parsers import ParseError, read_text
+from harness.parsers import LAUNCHER_PREFIXES, ParseError, read_text
 
 __all__ = [
     "BUS_FACTORS",
@@ -174,9 +174,7 @@ class NcclTestsResult:
 
 # Launchers and log shippers put these in front of every line; stripped repeatedly, in any order.
 _PREFIXES = [
-    re.compile(r"^\s*\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),   # mpirun --tag-output
-    re.compile(r"^\s*\d+:\s"),                                # srun --label
-    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"),  # ISO stamp
+    *(re.compile("^" + prefix) for prefix in LAUNCHER_PREFIXES),
     re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
 ]
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")

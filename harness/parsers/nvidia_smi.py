@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.gpu import GpuInfo, GpuInventory, health_problems, pci_key
-from harness.parsers import ParseError, read_text
+from harness.parsers import LAUNCHER_PREFIXES, ParseError, read_text
 
 __all__ = [
     "INSPECT",
@@ -53,13 +53,8 @@ _LOST = re.compile(
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
     re.I,
 )
-#: What launchers and log shippers put before every line: Open MPI `[1,0]<stdout>:`, an ISO
-#: timestamp (`kubectl logs --timestamps`, Azure / CloudWatch log copies), srun `--label` (`0: `).
-_WRAPPER = re.compile(
-    r"^(?:\s*\[\d+,\d+\]<std(?:out|err)>:\s?"
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"
-    r"|\s*\d+:\s)+"
-)
+#: Launcher and log-shipper prefixes, any number of them, before every line.
+_WRAPPER = re.compile("^(?:" + "|".join(LAUNCHER_PREFIXES) + ")+")
 #: What nvidia-smi prints instead of any output when it cannot read the GPUs at all.
 _FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed because .*"
                       r"|No devices were found|Driver/library version mismatch.*)$", re.M)
