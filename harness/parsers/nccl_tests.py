@@ -177,6 +177,8 @@ _PREFIXES = [
     *(re.compile("^" + prefix) for prefix in LAUNCHER_PREFIXES),
     re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
 ]
+#: Why every process ran the whole test on its own (said wherever the output shows it).
+NOT_MPI = "the binary was not built with MPI (make MPI=1), so every process ran its own test alone"
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _RANK_TAG = re.compile(r"\[\d+\]")
 _RANK_TAG_START = re.compile(r"\s*\[\d+\]")
@@ -494,8 +496,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
     state = next((r for r in runs if collective and r.collective == collective), runs[0])
     if state.duplicate_ranks:
         state.errors.append(
-            f"rank(s) {sorted(state.duplicate_ranks)} printed by more than one process: the binary "
-            "was not built with MPI (make MPI=1), so every process ran its own test alone")
+            f"rank(s) {sorted(state.duplicate_ranks)} printed by more than one process: {NOT_MPI}")
     if not (state.rows or state.oob is not None or state.avg is not None or state.errors
             or state.banner or state.ranks):
         raise ParseError(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from harness import proc
 from harness.parsers import ParseError
-from harness.parsers.nccl_tests import NcclTestsResult, parse_nccl_tests
+from harness.parsers.nccl_tests import NOT_MPI, NcclTestsResult, parse_nccl_tests
 
 if TYPE_CHECKING:
     from harness.cluster.topology import Topology as ClusterTopology
@@ -337,14 +337,11 @@ class NcclTestsRun:
         if r is None:
             return None
         if r.num_runs > 1:
-            return (f"{self.command[0]} printed {r.num_runs} separate runs for one launch: the "
-                    "binary was not built with MPI (make MPI=1), so every process ran its own "
-                    "test alone")
+            return f"{self.command[0]} printed {r.num_runs} separate runs for one launch: {NOT_MPI}"
         if r.nranks is None or launched is None or r.nranks >= launched:
             return None
-        return (f"{self.command[0]} ran with {r.nranks} rank(s) of the {launched} launched: the "
-                "binary was not built with MPI (make MPI=1), so every process ran its own test "
-                "alone, or ranks did not join")
+        return (f"{self.command[0]} ran with {r.nranks} rank(s) of the {launched} launched: "
+                f"{NOT_MPI}, or ranks did not join")
 
     def problem(self) -> str | None:
         """Why this run gives no trustworthy measurement, in one line; None when it does."""
