@@ -280,3 +280,124 @@ def test_catalogue_is_the_documented_one():
         RESET: {46, 48, 62, 74, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158},
         MONITOR: {13, 31, 43, 63, 92, 94, 121, 126, 154},
     }
+
+
+# ---- what counts as a kernel log (harness/parsers/kernel_log_format.py) ----
+
+REAL_CLEAN = sorted(p.name for p in DATA.glob("*.txt"))
+
+
+@pytest.mark.parametrize("name", REAL_CLEAN)
+def test_every_recorded_log_is_recognised(name: str):
+    """No real log, healthy or not, is refused as 'not a kernel log'."""
+    assert parse_kernel_log((DATA / name).read_text()).num_lines > 0
+
+
+@pytest.mark.parametrize("name", REAL_CLEAN)
+def test_a_truncated_real_log_is_still_a_kernel_log(name: str):
+    text = (DATA / name).read_text()
+    assert parse_kernel_log(text[: len(text) * 2 // 3]).num_lines > 0  # cut mid-line
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("dmesg: read kernel buffer failed: Operation not permitted\n",
+     "no kernel log lines; it says: dmesg: read kernel buffer failed: Operation not permitted"),
+    ("-- No entries --\n", "no kernel log lines, only '-- No entries --'"),
+    ("<html><body><h1>502 Bad Gateway</h1></body></html>\n", "no kernel log lines (first line: "
+     "'<html><body><h1>502 Bad Gateway</h1></body></html>')"),
+    ("Error: something went wrong\nusage: dmesg [options]\n", "no kernel log lines"),
+    ("\x00\x00\x00\x00\n", "no kernel log lines"),
+])
+def test_text_that_is_not_a_kernel_log(text: str, message: str):
+    with pytest.raises(ParseError) as exc:
+        parse_kernel_log(text)
+    assert str(exc.value).startswith(message)
+
+
+def test_random_bytes_are_not_a_kernel_log():
+    import random
+
+    rng = random.Random(12)
+    for _ in range(50):
+        blob = bytes(rng.randrange(256) for _ in range(4000)).decode(errors="replace")
+        with pytest.raises(ParseError, match="no kernel log lines|not a kernel log"):
+            parse_kernel_log(blob)
+
+
+def test_one_kernel_line_in_garbage_is_not_a_kernel_log():
+    text = "[    1.000000] usb 1-1: new device\n" + "".join(f"#{i} ?!garbage\n" for i in range(9))
+    with pytest.raises(ParseError, match=r"^not a kernel log: 9 of 10 lines are in no log "
+                                         r"format \(first: '#0 \?!garbage'\), 1 are kernel"):
+        parse_kernel_log(text)
+
+
+def test_a_log_with_some_noise_is_still_a_kernel_log():
+    real = (DATA / "real_dmesg-xid79-nvswitch-sxid-20034.txt").read_text().splitlines()
+    noisy = "\n".join(line if i % 3 else f"{line}\n@@@ noise {i}" for i, line in enumerate(real))
+    assert [e.xid for e in parse_kernel_log(noisy).events] == [79]
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    ("[    0.000000] Linux version 6.8.0", "kernel"),
+    ("[    5.100000 <    0.000012>] pci 0000:00:01.0: x", "kernel"),  # dmesg -d
+    ("[  +0.000033] nvidia 0002:21:00.0: x", "kernel"),  # dmesg -H
+    ("[Jan 3 07:39] nvidia: loading", "kernel"),  # dmesg -H minute mark
+    ("<6>[    0.000000] Linux version 6.8.0", "kernel"),  # dmesg -r
+    ("kern  :info  : Linux version 6.8.0", "kernel"),  # dmesg -x -t
+    ("2024-10-01T09:14:40+00:00 host kernel: x", "kernel"),  # journalctl short-iso, systemd 250+
+    ("2024-10-01T09:14:40.123456+00:00 host kernel: x", "kernel"),  # short-iso-precise, rsyslog
+    ("Oct 01 09:14:40.123456 host kernel: x", "kernel"),  # short-precise
+    ("Tue 2024-10-01 09:14:40 UTC host kernel: x", "kernel"),  # short-full
+    ("1727773680.123456 host kernel: x", "kernel"),  # short-unix
+    ("Oct 01 09:14:40 host systemd[1]: Started x.", "log"),  # syslog, another program
+    ("IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready", "log"),  # dmesg -t, weak
+    ("pcieport 0000:00:01.0: AER: Corrected error received", "kernel"),  # dev_printk, no time
+    ("-- Boot 3f2a9c1e4b5d4e6f8a7b6c5d4e3f2a1b --", "neutral"),
+    ("               NVRM: (PCI ID: 10de:26b5) installed", "kernel"),
+    ("      continuation of a message", "neutral"),
+    ("hello world", "other"),
+])
+def test_line_kinds(line: str, kind: str):
+    from harness.parsers.kernel_log_format import classify
+
+    assert classify(line).kind == kind
+
+
+@pytest.mark.parametrize(("name", "first_time", "from_boot"), [
+    ("real_dmesg-T-clean-boot-banner-kvm.txt", "Thu Jul 18 16:03:50 2024", True),
+    ("real_journal-short-iso-clean-no-boot-calico.txt", "2025-01-17T17:10:43+0000", False),
+    ("real_dmesg-xid79-nvswitch-sxid-20034.txt", "6781741.548768", False),  # wrapped ring buffer
+    ("journal-json-xid79-constructed.txt", "2024-10-01T09:00:00+00:00", True),
+    ("real_kmsg-xid79-154-node-reboot-required.txt", None, None),  # no times: unknown
+])
+def test_what_the_log_covers(name: str, first_time: str | None, from_boot: bool | None):
+    log = parse_kernel_log((DATA / name).read_text())
+    assert (log.first_time, log.from_boot) == (first_time, from_boot)
+
+
+def test_window_wording():
+    log = parse_kernel_log((DATA / "real_journal-short-iso-clean-no-boot-calico.txt").read_text())
+    assert log.window == ("since 2025-01-17T17:10:43+0000 only (the log does not reach back to "
+                          "the boot: ring buffer wrapped or journal rotated; older XIDs are not "
+                          "seen)")
+    boot = parse_kernel_log((DATA / "real_dmesg-T-clean-boot-banner-kvm.txt").read_text())
+    assert boot.window == "since boot"
+
+
+def test_journal_json_records():
+    log = parse_kernel_log((DATA / "journal-json-xid79-constructed.txt").read_text())
+    assert [(e.xid, e.pci, e.pid, e.time, e.message) for e in log.events] == [
+        (79, "0000:64:00", 41240, "2024-10-01T09:20:02+00:00", "GPU has fallen off the bus.")]
+
+
+def test_a_file_with_several_boots_is_judged_on_the_last():
+    text = ("Oct 01 09:00:00 h kernel: Linux version 6.8.0\n"
+            "Oct 01 09:20:02 h kernel: NVRM: Xid (PCI:0000:64:00): 79, pid=1, name=p, GPU has "
+            "fallen off the bus.\n"
+            "Oct 01 10:00:00 h kernel: Linux version 6.8.0\n"
+            "Oct 01 10:05:00 h kernel: NVRM: Xid (PCI:0000:53:00): 13, pid=2, name=p, Graphics\n")
+    log = parse_kernel_log(text)
+    assert [e.xid for e in log.events] == [79, 13]
+    last = log.last_boot()
+    assert ([e.xid for e in last.events], last.first_time, last.from_boot) == (
+        [13], "Oct 01 10:00:00", True)

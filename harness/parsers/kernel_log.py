@@ -3,12 +3,14 @@ the action the XID catalogue (harness.gpu.XID_ACTIONS) gives it, and the NVSwitc
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.gpu import pci_key, xid_action
 from harness.parsers import ParseError, read_text
+from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify
 
 __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
 
@@ -47,14 +49,11 @@ _TIME = re.compile(
     r"|\[?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
     r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?))"
 )
-_KERNELISH = re.compile(
-    r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\skernel: |^\s*NVRM: |^<\d>"
-    r"|^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d{6}[+-]\d\d:\d\d "
-    r"|^[a-z]+\s*:\s*[a-z]+\s*: |^\d+,\d+,\d+,[-+c][^;]*;"
-)
 # /dev/kmsg records: `6,3998,261229012,-;nvidia-nvswitch3: open` (priority, sequence, microseconds
 # since boot, flags); the time is reported in seconds like dmesg's.
 _KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[-+c][^;]*;")
+#: A log whose first line is this many seconds after boot or less reaches back to the boot.
+BOOT_WINDOW_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +89,43 @@ class SxidEvent:
 
 @dataclass(frozen=True, slots=True)
 class KernelLog:
-    """Every Xid event of a log, in order, and how many kernel lines it had."""
+    """Every Xid event of a log, in order, how many kernel lines it had, and what it covers."""
 
     events: tuple[XidEvent, ...]
     num_lines: int
     sxid_events: tuple[SxidEvent, ...] = ()
+    first_time: str | None = None
+    """The time of its first kernel line, as the log wrote it (None: the lines carry none)."""
+    from_boot: bool | None = None
+    """True: the log reaches back to the boot (the kernel's `Linux version` banner, or a first
+    line within BOOT_WINDOW_S of it); False: it starts later (the ring buffer wrapped, the
+    journal was rotated or vacuumed, a `--since` window); None: it cannot tell."""
+    boots: tuple[tuple[int, str | None], ...] = ()
+    """(line number, time) where a boot starts (the banner, or journalctl's `-- Boot ... --`):
+    a saved file may hold several."""
+    source: str = ""
+    """What was read (`journalctl -k -b`, `dmesg`, `PREFLIGHT_KERNEL_LOG=/path`); set by the probe."""
+
+    @property
+    def window(self) -> str:
+        """What the log covers, for messages: `since boot`, `since <time> (not from boot: ...)`."""
+        if self.from_boot:
+            return "since boot"
+        if self.from_boot is False:
+            start = f"since {self.first_time}" if self.first_time else "since a later point"
+            return (f"{start} only (the log does not reach back to the boot: ring buffer "
+                    "wrapped or journal rotated; older XIDs are not seen)")
+        return "over the window the log covers (its start relative to boot is unknown)"
+
+    def last_boot(self) -> KernelLog:
+        """The events after the last boot in the log (a saved file can hold several boots)."""
+        if len(self.boots) < 2:
+            return self
+        start, when = self.boots[-1]
+        return dataclasses.replace(
+            self, events=tuple(e for e in self.events if e.line >= start),
+            sxid_events=tuple(e for e in self.sxid_events if e.line >= start),
+            boots=(self.boots[-1],), first_time=when or self.first_time, from_boot=True)
 
 
 def _pid(raw: str | None) -> int | None:
@@ -103,32 +134,39 @@ def _pid(raw: str | None) -> int | None:
 
 def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelLog:
     """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
-    fallen off the bus.` in any prefix (dmesg, syslog, journalctl), the Xid-less `NVRM: The
-    NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has fallen
-    off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79 line is
-    in the log) and NVSwitch `SXid` lines. Raises ParseError when no line looks like a kernel log
-    line (empty input, or some other text)."""
-    lines = read_text_lines(text)
+    fallen off the bus.` in any prefix (dmesg, syslog, journalctl, its JSON), the Xid-less `NVRM:
+    The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has
+    fallen off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79
+    line is in the log) and NVSwitch `SXid` lines. Raises ParseError unless the text is
+    positively a kernel log (harness.parsers.kernel_log_format: empty input, a tool's error
+    message, random bytes are not, and their lack of Xid lines proves nothing)."""
     events: list[XidEvent] = []
     fallen: list[XidEvent] = []
     sxids: list[SxidEvent] = []
-    kernel_lines = 0
+    tally = Tally()
+    boots: list[tuple[int, str | None]] = []
+    first: Line | None = None
     fallen_pci: str | None = None
-    fallen_at = 0
-    for n, line in enumerate(lines, 1):
-        nvrm = "NVRM:" in line
-        if nvrm or _KERNELISH.search(line):
-            kernel_lines += 1
-        if not nvrm:
+    fallen_at, fallen_time = 0, None
+    for n, raw in enumerate(read_text_lines(text), 1):
+        ln = classify(raw)
+        tally.add(ln)
+        line = ln.text
+        when = ln.time or _when(line)
+        if ln.kind == KERNEL and first is None:
+            first = dataclasses.replace(ln, time=when)
+        if ln.boot:
+            boots.append((n, when))
+        if "NVRM:" not in line:
             if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-                fallen.append(_fallen(fallen_pci, lines[fallen_at - 1], fallen_at))
+                fallen.append(_fallen(fallen_pci, fallen_time, fallen_at))
                 fallen_pci = None
             elif "SXid" in line:
                 sx = _SXID.search(line)
                 if sx:
                     sxids.append(SxidEvent(int(sx["sxid"]), int(sx["switch"]), sx["pci"],
                                            sx["severity"] == "Fatal", sx["msg"].strip(),
-                                           _when(line), n))
+                                           when, n))
             continue
         m = _XID.search(line)
         if m:
@@ -137,24 +175,23 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
             name = (m["name"] or "").strip().strip("'") or None
             events.append(XidEvent(xid, m["pci"], _pid(m["pid"]),
                                    None if name == "<unknown>" else name, msg,
-                                   xid_action(xid, msg), _when(line), n,
+                                   xid_action(xid, msg), when, n,
                                    m["mig"].strip() or None))
             continue
         start = _FALLEN_START.search(line)
         if start:
-            fallen_pci, fallen_at = start["pci"], n
+            fallen_pci, fallen_at, fallen_time = start["pci"], n, when
             continue
         if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-            fallen.append(_fallen(fallen_pci, lines[fallen_at - 1], fallen_at))
+            fallen.append(_fallen(fallen_pci, fallen_time, fallen_at))
             fallen_pci = None
             continue
         one_line = _FALLEN_LINE.search(line) if "fallen" in line else None
         if one_line:
-            fallen.append(_fallen(one_line["pci"], line, n))
-    if require_kernel_lines and not kernel_lines:
-        what = "empty input" if not any(ln.strip() for ln in lines) else "no kernel log lines"
-        raise ParseError(f"{what}: expected dmesg / journalctl -k / syslog lines "
-                         "(`[ 12.345678] ...`, `... kernel: ...`, `NVRM: ...`)")
+            fallen.append(_fallen(one_line["pci"], when, n))
+    problem = tally.shape.problem
+    if require_kernel_lines and problem:
+        raise ParseError(problem)
     if fallen:
         # The driver prints the Xid 79 line and its own "has fallen off the bus" line together, and
         # may repeat the latter: one event per lost GPU, so the check names each GPU once.
@@ -164,7 +201,20 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
                 seen.add(pci_key(event.pci))
                 events.append(event)
         events.sort(key=lambda e: e.line)
-    return KernelLog(tuple(events), kernel_lines, tuple(sxids))
+    return KernelLog(tuple(events), tally.kernel, tuple(sxids),
+                     first_time=first.time if first else None,
+                     from_boot=_from_boot(first, boots), boots=tuple(boots))
+
+
+def _from_boot(first: Line | None, boots: list[tuple[int, str | None]]) -> bool | None:
+    """Whether the log reaches back to the boot (see KernelLog.from_boot)."""
+    if boots:
+        return True
+    if first is None:
+        return None
+    if first.uptime_s is not None:
+        return first.uptime_s <= BOOT_WINDOW_S
+    return False if first.time else None
 
 
 def _when(line: str) -> str | None:
@@ -175,9 +225,9 @@ def _when(line: str) -> str | None:
     return f"{int(km['usec']) // 1_000_000}.{int(km['usec']) % 1_000_000:06d}" if km else None
 
 
-def _fallen(pci: str, line_text: str, line: int) -> XidEvent:
+def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
     return XidEvent(79, pci, None, None, "GPU has fallen off the bus (reported without an Xid "
-                    "line)", xid_action(79), _when(line_text), line)
+                    "line)", xid_action(79), when, line)
 
 
 def read_text_lines(text: str) -> list[str]:

@@ -1,0 +1,204 @@
+"""What counts as a kernel log: every line is classified by its format (dmesg in each of its time
+formats, /dev/kmsg, journalctl's short formats and JSON, syslog files, talosctl), so that "no Xid
+line" means "no Xid" only when what was read is positively a kernel log, never for empty,
+truncated-to-nothing or unrelated text (a tool's error message, random bytes, an HTML page)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+__all__ = ["KERNEL", "LOG", "NEUTRAL", "OTHER", "Line", "LogShape", "Tally", "classify"]
+
+#: Line kinds: written by the kernel / a record of another program in a log format (a syslog
+#: file's daemons, `systemd[1]:` in dmesg) / nothing to judge (blank, continuation, journal
+#: notices) / in no format a kernel log has.
+KERNEL, LOG, NEUTRAL, OTHER = "kernel", "log", "neutral", "other"
+
+# dmesg (util-linux sys-utils/dmesg.c print_record): `[%5ld.%06ld] ` (default, and journalctl
+# -o short-monotonic), `[... <%12.06f>] ` (-d), `[<%12.06f>] `, `[  +0.000033] ` (-H/-e),
+# `[Jan 3 07:39] ` (-H minute marks), `[Fri Jan  5 10:34:01 2024] ` (-T), `%Y-%m-%dT%H:%M:%S,
+# %06ld%+03d:%02d ` (--time-format iso); `<6>` before any of them (-r), `kern  :info  : ` (-x).
+_FACILITY = (r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|res\d"
+             r"|local[0-7])")
+_LEVEL = r"(?:emerg|alert|crit|err|warn|notice|info|debug)"
+_DMESG = re.compile(
+    rf"^\s*(?:<\d{{1,3}}>)?(?:{_FACILITY}\s*:\s*{_LEVEL}\s*: )?(?:"
+    r"\[\s*(?P<uptime>\d+\.\d+)(?:\s*<\s*[\d.]+>)?\]"
+    r"|\[<\s*[\d.]+>\]|\[\s*[+-]\d+\.\d+\]"
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}(?:\s*<\s*[\d.]+>)?\]"
+    r"|\[[A-Z][a-z]{2} ?[ \d]?\d \d\d:\d\d\]"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d)(?: |$)"
+)
+# `dmesg -x` / `-r` without a time (`-t`): the facility and level, or the priority, alone.
+_DMESG_UNTIMED = re.compile(rf"^\s*(?:<\d{{1,3}}>|{_FACILITY}\s*:\s*{_LEVEL}\s*: )")
+# /dev/kmsg (Documentation/ABI/testing/dev-kmsg): `6,3998,261229012,-;message`.
+_KMSG = re.compile(r"^(?P<pri>\d+),\d+,(?P<usec>\d+),[-+c][^;]*;")
+# talosctl dmesg: `192.168.11.119: kern: warning: [2026-04-22T21:25:20.458998481Z]: message`.
+_TALOS = re.compile(rf"^\S+: {_FACILITY}:\s*{_LEVEL}: \[")
+# journalctl -o short / short-precise / short-iso / short-iso-precise / short-full / short-unix
+# (systemd src/shared/logs-show.c, output_timestamp_realtime) and syslog files (rsyslog's
+# traditional and RFC 3339 formats): `STAMP [HOST ]IDENT[PID]: message`.
+_STAMP = (r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+          r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+          r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z][A-Za-z0-9+-]{1,5})?"
+          r"|\d{9,10}\.\d{6})")
+_SYSLOG = re.compile(rf"^\s*{_STAMP} (?:\S+ )?(?P<ident>[^\s:\[]+)(?:\[\d+\])?: ")
+# ` kernel: ` near the start: syslog lines with a localised or unusual stamp, `host kernel:`.
+_KERNEL_TAG = re.compile(r"(?:^|\s)kernel: ")
+# Untimestamped text only the kernel writes: the NVIDIA driver (`NVRM: `), the NVSwitch
+# driver, the boot banner, and device messages (dev_printk: `pcieport 0000:00:01.0: `).
+_KERNEL_TEXT = re.compile(
+    r"NVRM: |^\s*(?:nvidia-nvswitch\d*: |Linux version \d|Command line: "
+    r"|[a-z][\w-]* [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]:? )"
+)
+# The shape of a kernel message without a time (`dmesg -t`, `journalctl -o cat`): `subsystem:
+# text`, `driver (dev): text`, `systemd[1]: text`. Too loose to prove anything on its own (a
+# tool's `error: ...` has it too), so it only keeps such lines from counting as garbage.
+_MESSAGE_SHAPE = re.compile(r"^[\w][\w.\-/]*(?:\[\d+\])?(?: \([^)]{0,40}\))?(?: [\w.:\-]+){0,2}: \S")
+# journalctl's own lines: `-- Boot 3f2a... --`, `-- No entries --`, `-- Logs begin at ... --`,
+# `-- Journal begins at ... --`, `-- Reboot --`; its hint for users outside adm/systemd-journal.
+_JOURNAL_NOTICE = re.compile(r"^-- .* --\s*$|^Hint: |^\s+Users in groups |^\s+Pass -q ")
+_BOOT_MARKER = re.compile(r"^-- (?:Boot [0-9a-f]{32}|Reboot) --\s*$")
+# The first line the kernel prints at boot (init/version.c linux_banner), after any uptime.
+_BANNER = re.compile(r"(?:\[\s*\d+\.\d+\] )?Linux version \d")
+# What dmesg / journalctl print instead of the log when they may not read it.
+_REFUSAL = re.compile(r"Operation not permitted|Permission denied|read kernel buffer failed"
+                      r"|No journal files were found|Failed to open", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One classified line: its kind, the message to read Xids from, and its time."""
+
+    kind: str
+    text: str
+    time: str | None = None
+    uptime_s: float | None = None
+    """Seconds since boot, where the line's stamp says (dmesg, /dev/kmsg, journal JSON)."""
+    boot: bool = False
+    """The line starts a boot: the kernel's banner or journalctl's `-- Boot ... --`."""
+
+
+def _journal_json(line: str) -> Line | None:
+    """A `journalctl -o json` record (MESSAGE may be a list of bytes when not UTF-8)."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or "MESSAGE" not in rec:
+        return None
+    msg = rec["MESSAGE"]
+    if isinstance(msg, list):
+        msg = bytes(b for b in msg if isinstance(b, int) and 0 <= b < 256).decode(
+            errors="replace")
+    text = str(msg)
+    kernel = rec.get("_TRANSPORT") == "kernel" or rec.get("SYSLOG_IDENTIFIER") == "kernel"
+    when = None
+    with_time = str(rec.get("__REALTIME_TIMESTAMP", ""))
+    if with_time.isdigit():
+        when = datetime.fromtimestamp(int(with_time) / 1e6, UTC).isoformat()
+    mono = str(rec.get("_SOURCE_MONOTONIC_TIMESTAMP", ""))
+    uptime = int(mono) / 1e6 if kernel and mono.isdigit() else None
+    return Line(KERNEL if kernel else LOG, text, when, uptime,
+                boot=kernel and bool(_BANNER.match(text)))
+
+
+def classify(line: str) -> Line:
+    """Which kind of line `line` is in a kernel log (see the module docstring)."""
+    if not line.strip():
+        return Line(NEUTRAL, line)
+    if line.startswith("{"):
+        found = _journal_json(line)
+        if found is not None:
+            return found
+    m = _DMESG.match(line)
+    if m:
+        rest = line[m.end():]
+        return Line(KERNEL, line, uptime_s=float(m["uptime"]) if m["uptime"] else None,
+                    boot=bool(_BANNER.match(rest)))
+    km = _KMSG.match(line)
+    if km:
+        return Line(KERNEL, line, uptime_s=int(km["usec"]) / 1e6,
+                    boot=bool(_BANNER.match(line[km.end():])))
+    if _TALOS.match(line) or _DMESG_UNTIMED.match(line):
+        return Line(KERNEL, line, boot=bool(_BANNER.search(line[:200])))
+    if _JOURNAL_NOTICE.match(line):
+        return Line(NEUTRAL, line, boot=bool(_BOOT_MARKER.match(line)))
+    sm = _SYSLOG.match(line)
+    if sm:
+        kernel = sm["ident"] == "kernel"
+        return Line(KERNEL if kernel else LOG, line,
+                    boot=kernel and bool(_BANNER.match(line[sm.end():])))
+    if _KERNEL_TAG.search(line[:120]) or _KERNEL_TEXT.search(line):
+        return Line(KERNEL, line, boot=bool(_BANNER.search(line[:200])))
+    if line[0] in " \t":
+        return Line(NEUTRAL, line)  # a continuation line of a multi-line message
+    if _MESSAGE_SHAPE.match(line):
+        return Line(LOG, line)
+    return Line(OTHER, line)
+
+
+@dataclass(frozen=True, slots=True)
+class LogShape:
+    """What a text held, by kind of line; `problem` says why it is not a kernel log."""
+
+    num_kernel: int
+    num_log: int
+    num_other: int
+    first_other: str | None = None
+    refusal: str | None = None
+    """The first line saying the tool was refused the log (`Operation not permitted`)."""
+    notice: str | None = None
+    """journalctl's first notice (`-- No entries --`), when it printed one."""
+
+    @property
+    def problem(self) -> str | None:
+        """None when the text is positively a kernel log: at least one line the kernel wrote,
+        and no more lines in no log format than lines in one (a log with some noise in it
+        stays a log; text with an accidental match does not)."""
+        if self.num_kernel and self.num_kernel + self.num_log >= self.num_other:
+            return None
+        if not (self.num_kernel or self.num_log or self.num_other):
+            return f"no kernel log lines, only {self.notice!r}" if self.notice else "empty input"
+        if self.refusal:
+            return f"no kernel log lines; it says: {self.refusal[:200]}"
+        if not self.num_kernel:
+            sample = self.first_other or ""
+            return ("no kernel log lines" + (f" (first line: {sample[:120]!r})" if sample else "")
+                    + "; expected dmesg / journalctl -k / syslog lines (`[ 12.345678] ...`, "
+                    "`... kernel: ...`, `NVRM: ...`)")
+        total = self.num_kernel + self.num_log + self.num_other
+        return (f"not a kernel log: {self.num_other} of {total} lines are in no log format "
+                f"(first: {(self.first_other or '')[:120]!r}), {self.num_kernel} are kernel lines")
+
+
+class Tally:
+    """Counts the kinds of lines as they are read (see LogShape.problem); no line is kept."""
+
+    def __init__(self) -> None:
+        self.kernel = self.log = self.other = 0
+        self.first_other: str | None = None
+        self.refusal: str | None = None
+        self.notice: str | None = None
+
+    def add(self, ln: Line) -> None:
+        if ln.kind == KERNEL:
+            self.kernel += 1
+            return
+        if ln.kind == NEUTRAL and self.notice is None and ln.text.startswith("-- "):
+            self.notice = ln.text.strip()[:200]
+        if ln.kind == LOG:
+            self.log += 1
+        elif ln.kind == OTHER:
+            self.other += 1
+            self.first_other = self.first_other or ln.text.strip()[:200]
+        if self.refusal is None and _REFUSAL.search(ln.text[:300]):
+            self.refusal = ln.text.strip()[:300]
+
+    @property
+    def shape(self) -> LogShape:
+        return LogShape(self.kernel, self.log, self.other, self.first_other, self.refusal,
+                        self.notice)
