@@ -51,6 +51,13 @@ ACTION_REMEDY = {
 }
 
 
+#: What PF-GPU-006 and PF-GPU-018 do when the kernel log cannot be read (`explain` shows it).
+_UNREADABLE = ("a kernel log that cannot be read (no journal, dmesg_restrict without "
+               "CAP_SYSLOG, an empty answer, output that is not a kernel log, a saved file older "
+               "than the boot) is a warning in the preflight tier and an error in certify and "
+               "diagnose.")
+
+
 def _remedy(actions: list[str]) -> str:
     worst = worst_action(actions)
     return ACTION_REMEDY[worst] if worst else ""
@@ -73,7 +80,34 @@ def _judge(what: str, found: Found) -> None:
 
 def _found(inventory: GpuInventory, problems: Callable[[GpuInfo], list[Problem]]) -> Found:
     """(label, problem, action) of every problem `problems` finds on every GPU."""
-    return [(gpu_label(g), p.what, p.action) for g in inventory.gpus for p in problems(g)]
+    return [(gpu_label(g), p.what, p.action) for g in _judged(inventory) for p in problems(g)]
+
+
+def _judged(inventory: GpuInventory) -> tuple[GpuInfo, ...]:
+    """The GPUs a per-GPU check judges; ProbeError when the source listed none (an empty answer
+    proves no GPU healthy: PF-GPU-001 compares the count with the profile)."""
+    if not inventory.gpus:
+        raise ProbeError(f"{inventory.source} lists no GPU, so there is nothing to judge "
+                         "(PF-GPU-001 names the count)")
+    return inventory.gpus
+
+
+def _unread(inventory: GpuInventory) -> list[str]:
+    """GPUs the source could not read at all (their facts are unknown, not healthy)."""
+    return [f"{gpu_label(g)} ({'; '.join(g.query_errors)[:200]})"
+            for g in inventory.gpus if g.unreadable]
+
+
+def _judge_all(what: str, inventory: GpuInventory, found: Found) -> None:
+    """`_judge`, then an error when nothing failed but some GPU could not be read at all."""
+    fatal = [f for f in found if f[2] != MONITOR]
+    unread = _unread(inventory)
+    if unread and not fatal:
+        for label, problem, action in found:
+            warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
+        raise ProbeError(f"{what}: not known for {len(unread)} GPU(s) {inventory.source} could "
+                         f"not read: {'; '.join(unread)}")
+    _judge(what, found)
 
 
 def _inventory_or_none(request: pytest.FixtureRequest) -> GpuInventory | None:
@@ -114,7 +148,7 @@ def test_gpu_count_matches_profile(profile: Profile, gpu_inventory: GpuInventory
 def test_gpu_model_matches_profile(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
     wrong = []
-    for g in gpu_inventory.gpus:
+    for g in _judged(gpu_inventory):
         if g.name is None and g.requires_reset:
             continue  # a lost GPU answers nothing: PF-GPU-016 reports it
         if profile.gpu_model and profile.gpu_model.lower() not in (g.name or "").lower():
@@ -136,8 +170,8 @@ def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
     for g in gpu_inventory.gpus:
         measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors")
-    _judge("GPUs with uncorrected ECC errors",
-           _found(gpu_inventory, lambda g: ecc_problems(g, require_ecc=True)))
+    _judge_all("GPUs with uncorrected ECC errors", gpu_inventory,
+               _found(gpu_inventory, lambda g: ecc_problems(g, require_ecc=True)))
 
 
 @check(
@@ -149,7 +183,8 @@ def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
 )
 def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    _judge("GPUs with pending or failed row remapping", _found(gpu_inventory, remap_problems))
+    _judge_all("GPUs with pending or failed row remapping", gpu_inventory,
+               _found(gpu_inventory, remap_problems))
 
 
 @check(
@@ -160,21 +195,24 @@ def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInve
 )
 def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    _judge("GPUs with pending page retirement", _found(gpu_inventory, retirement_problems))
+    _judge_all("GPUs with pending page retirement", gpu_inventory,
+               _found(gpu_inventory, retirement_problems))
 
 
 @check(
     "PF-GPU-006",
     title="No XID error that needs a reset, reboot or replacement since boot",
     why="XIDs are the driver's record of GPU faults: 79 (fallen off the bus), 48 (double-bit "
-    "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again.",
+    "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again. "
+    + "No Xid line counts as no XID only in text that is positively a kernel log; " + _UNREADABLE,
     remedy="see the action named for each GPU (XID catalogue: harness/gpu.py)",
 )
 def test_no_serious_xid(profile: Profile, tier: str, request: pytest.FixtureRequest):
     _require_gpus(profile)
-    xid_events = _kernel_log_events(request, tier, "xid_events", "XIDs")
-    if xid_events is None:
+    log = _kernel_log(request, tier, "XIDs")
+    if log is None:
         return
+    xid_events = log.events
     inventory = _inventory_or_none(request)
     grouped: dict[tuple[str, int], list[Any]] = {}
     for event in xid_events:
@@ -189,19 +227,17 @@ def test_no_serious_xid(profile: Profile, tier: str, request: pytest.FixtureRequ
         text = next(e for e in reversed(events) if e.action == action).message[:100]
         found.append((gpu_label(gpu, bus_id=pci),
                       f"Xid {xid}{times}" + (f" ({text})" if text else ""), action))
-    measure("XID events since boot", len(xid_events), "events")
-    _judge("XID errors", found)
+    _measure_log(log, "XID events", len(xid_events))
+    _judge(f"XID errors (kernel log: {log.source or 'given'}, {log.window})", found)
 
 
-def _kernel_log_events(request: pytest.FixtureRequest, tier: str, fixture: str,
-                       what: str) -> tuple[Any, ...] | None:
-    """The events of `fixture` (read from the kernel log); None when the log cannot be read in
-    the preflight tier. Many training containers may read neither the journal nor dmesg
-    (dmesg_restrict, no CAP_SYSLOG): failing every job for that would make the preflight
-    unusable there, so the preflight tier warns; certify and diagnose, run where the log is
-    readable, error."""
+def _kernel_log(request: pytest.FixtureRequest, tier: str, what: str) -> Any | None:
+    """The kernel log (a KernelLog); None when it cannot be read in the preflight tier. Many
+    training containers may read neither the journal nor dmesg (dmesg_restrict, no
+    CAP_SYSLOG): failing every job for that would make the preflight unusable there, so the
+    preflight tier warns; certify and diagnose, run where the log is readable, error."""
     try:
-        return request.getfixturevalue(fixture)
+        return request.getfixturevalue("kernel_log")
     except ProbeError as exc:
         if tier != "preflight":
             raise
@@ -209,6 +245,14 @@ def _kernel_log_events(request: pytest.FixtureRequest, tier: str, fixture: str,
              "PREFLIGHT_KERNEL_LOG to a copy of the kernel log; `--tier certify` treats this as "
              "an error")
         return None
+
+
+def _measure_log(log: Any, what: str, count: int) -> None:
+    """Record what the judged events came from (the tool or the PREFLIGHT_KERNEL_LOG file) and
+    the window it covers, then the event count."""
+    measure("kernel log", log.source or "given", "")
+    measure("kernel log window", log.window, "")
+    measure(f"{what} in the kernel log", count, "events")
 
 
 @check(
@@ -224,8 +268,8 @@ def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory)
         if g.temperature_c is not None:
             measure(f"GPU {g.index} temperature", g.temperature_c, "C", op="<=",
                     threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c)
-    _judge("GPUs too hot or slowed down",
-           _found(gpu_inventory, lambda g: thermal_problems(g, profile.max_gpu_temp_c)))
+    _judge_all("GPUs too hot or slowed down", gpu_inventory,
+               _found(gpu_inventory, lambda g: thermal_problems(g, profile.max_gpu_temp_c)))
 
 
 @check(
@@ -239,7 +283,7 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
     off = [f"{gpu_label(g)}: persistence mode "
            f"{'off' if g.persistence_mode is False else 'not reported'}"
-           for g in gpu_inventory.gpus
+           for g in _judged(gpu_inventory)
            if not g.persistence_mode and not (g.persistence_mode is None and g.requires_reset)]
     expect_none("GPUs without persistence mode", off)
 
@@ -253,7 +297,8 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
 )
 def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    _judge("GPUs with a degraded PCIe link", _found(gpu_inventory, pcie_problems))
+    _judge_all("GPUs with a degraded PCIe link", gpu_inventory,
+               _found(gpu_inventory, pcie_problems))
 
 
 @check(
@@ -269,7 +314,7 @@ def test_nvlinks_up_without_errors(profile: Profile, gpu_inventory: GpuInventory
     if not profile.nvlinks_per_gpu:
         not_applicable("the profile expects no NVLinks")
     found: Found = []
-    for g in gpu_inventory.gpus:
+    for g in _judged(gpu_inventory):
         label = gpu_label(g)
         if g.nvlinks_active is None:
             found.append((label, "NVLink state not reported", RESET))
@@ -457,11 +502,15 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: Any,
 )
 def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
+    found = _found(gpu_inventory, reset_problems)
     for g in gpu_inventory.gpus:
-        if g.query_errors and not g.requires_reset:
+        if g.unreadable:
+            found.append((gpu_label(g), f"{gpu_inventory.source} could not read it at all "
+                          f"({'; '.join(g.query_errors)[:200]})", RESET))
+        elif g.query_errors and not g.requires_reset:
             warn(f"{gpu_label(g)}: NVML could not read: {'; '.join(g.query_errors)} -> "
                  f"{MONITOR}", remedy=ACTION_REMEDY[MONITOR])
-    _judge("GPUs lost or requiring a reset", _found(gpu_inventory, reset_problems))
+    _judge("GPUs lost or requiring a reset", found)
 
 
 @check(
@@ -476,14 +525,14 @@ def test_nvswitch_fabric_registered(profile: Profile, gpu_inventory: GpuInventor
     if not profile.nvswitch:
         not_applicable("the profile has no NVSwitch")
     found: Found = []
-    for g in gpu_inventory.gpus:
+    for g in _judged(gpu_inventory):
         if g.fabric_state is None:
             continue  # not reported before Hopper: DCGM's software test covers fabric manager
         if g.fabric_state != "Completed" or g.fabric_status not in (None, "Success"):
             found.append((gpu_label(g), f"fabric state {g.fabric_state}, status "
                           f"{g.fabric_status or 'unknown'} (is nvidia-fabricmanager running?)",
                           REBOOT))
-    _judge("GPUs not registered with the NVSwitch fabric", found)
+    _judge_all("GPUs not registered with the NVSwitch fabric", gpu_inventory, found)
 
 
 @check(
@@ -491,16 +540,17 @@ def test_nvswitch_fabric_registered(profile: Profile, gpu_inventory: GpuInventor
     title="No fatal NVSwitch SXid error since boot",
     why="A fatal SXid is an NVSwitch (or one of its NVLinks) failing: NVLink traffic through it "
     "stops, NCCL hangs or errors, and the switch and its GPUs must be reset together (Fabric "
-    "Manager user guide, error handling).",
+    "Manager user guide, error handling). As for PF-GPU-006, " + _UNREADABLE,
     remedy=ACTION_REMEDY[REBOOT],
 )
 def test_no_fatal_sxid(profile: Profile, tier: str, request: pytest.FixtureRequest):
     _require_gpus(profile)
     if not profile.nvswitch:
         not_applicable("the profile has no NVSwitch")
-    sxid_events = _kernel_log_events(request, tier, "sxid_events", "NVSwitch SXids")
-    if sxid_events is None:
+    log = _kernel_log(request, tier, "NVSwitch SXids")
+    if log is None:
         return
+    sxid_events = log.sxid_events
     grouped: dict[tuple[int, str, int], list[Any]] = {}
     for event in sxid_events:
         grouped.setdefault((event.switch, event.pci, event.sxid), []).append(event)
@@ -512,5 +562,6 @@ def test_no_fatal_sxid(profile: Profile, tier: str, request: pytest.FixtureReque
         found.append((f"NVSwitch {switch} (bus {pci})",
                       f"SXid {sxid}{times} ({'Fatal' if fatal else 'Non-fatal'}, "
                       f"{shown.message[:100]})", REBOOT if fatal else MONITOR))
-    measure("NVSwitch SXid events since boot", len(sxid_events), "events")
-    _judge("fatal NVSwitch SXid errors", found)
+    _measure_log(log, "NVSwitch SXid events", len(sxid_events))
+    _judge(f"fatal NVSwitch SXid errors (kernel log: {log.source or 'given'}, {log.window})",
+           found)

@@ -188,6 +188,13 @@ class GpuInfo:
     """The GPU is lost or says it needs a reset (`[GPU requires reset]`, Reset Required: Yes)."""
     query_errors: tuple[str, ...] = ()
 
+    @property
+    def unreadable(self) -> bool:
+        """The source could not read this GPU at all: no name, UUID or bus id, and errors saying
+        why. Its facts are unknown, never healthy (a lost GPU is `requires_reset` instead)."""
+        return (bool(self.query_errors) and not self.requires_reset and self.name is None
+                and self.uuid is None and self.bus_id is None)
+
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
@@ -202,6 +209,8 @@ class GpuInventory:
     driver_version: str | None
     cuda_version: str | None
     gpus: tuple[GpuInfo, ...]
+    num_attached: int | None = None
+    """How many GPUs the source says the node has (nvidia-smi's `Attached GPUs`), when it says."""
 
     def by_pci(self, bus_id: str | None) -> GpuInfo | None:
         """The GPU at a PCI address, in any spelling (see `pci_key`)."""

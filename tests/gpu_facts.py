@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.gpu import GpuInfo, GpuInventory
 from harness.parsers.dcgm import DcgmDiag, DcgmResult
-from harness.parsers.kernel_log import SxidEvent, XidEvent
+from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.gpu_compute import ComputeResult
 
 BUS = ("53", "64", "75", "86", "97", "A8", "B9", "CA")
@@ -43,13 +43,22 @@ def _xid(xid: int, bus: str, action: str, message: str) -> XidEvent:
     return XidEvent(xid, f"0000:{bus.lower()}:00", 4123, "python", message, action)
 
 
+JOURNAL = "`journalctl -k -o short-iso --no-pager -b`"
+
+
+def _log(events: tuple[XidEvent, ...] = (), sxids: tuple[SxidEvent, ...] = (), *,
+         source: str = JOURNAL, from_boot: bool = True) -> KernelLog:
+    """A kernel log of 1200 lines read from `source` with these events."""
+    return KernelLog(events, 1200, sxids, first_time="2024-10-01T09:00:00+0000",
+                     from_boot=from_boot, source=source)
+
+
 HEALTHY: dict[str, Any] = {
     "gpu_inventory": node(),
     "nvlink_growth": {},
     "dcgm_diag": DcgmDiag("3.3.9", "550.90.07", tuple(
         DcgmResult("GPU Memory", i, "pass") for i in range(8))),
-    "xid_events": (),
-    "sxid_events": (),
+    "kernel_log": _log(),
     "compute_sanity": ComputeResult({i: 700.0 for i in range(8)},
                                     {i: "ab" * 32 for i in range(8)},
                                     {i: 2900.0 for i in range(8)}),
@@ -71,24 +80,29 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "remap": _with(gpu_inventory=node(gpu2={"remapped_rows_pending": True},
                                       gpu6={"remapped_rows_failure": True})),
     "retirement": _with(gpu_inventory=node(gpu4={"retired_pages_pending": True})),
-    "xid": _with(xid_events=(
+    "xid": _with(kernel_log=_log((
         _xid(79, "64", "reboot", "GPU has fallen off the bus."),
         _xid(13, "53", "monitor", "Graphics Exception"),
         _xid(13, "53", "monitor", "Graphics Exception"),
         XidEvent(48, "0000:ee:00", None, None, "DBE", "reset GPU"),
-    )),
+    ))),
     # One code, two actions by its text: a fatal NVLink5 Xid, then a nonfatal one.
-    "xid_mixed": _with(xid_events=(
+    "xid_mixed": _with(kernel_log=_log((
         XidEvent(149, "0000:ee:00", None, None, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01",
                  "reset GPU"),
         XidEvent(149, "0000:ee:00", None, None, "NETIR Nonfatal XC0 i0 Link 02", "monitor"),
-    )),
+    ))),
+    # The same Xid, read from a saved file (PREFLIGHT_KERNEL_LOG) that starts after the boot.
+    "xid_from_file": _with(kernel_log=_log(
+        (_xid(79, "64", "reboot", "GPU has fallen off the bus."),),
+        source="PREFLIGHT_KERNEL_LOG=/var/log/kern.log (a file, last written 2024-10-01T10:00:00Z)",
+        from_boot=False)),
     # A fatal SXid (twice) and a non-fatal one on another switch: fail and warn.
-    "sxid": _with(sxid_events=(
+    "sxid": _with(kernel_log=_log(sxids=(
         SxidEvent(20034, 1, "0000:06:00.0", True, "LTSSM Fault Up on Link 48"),
         SxidEvent(20034, 1, "0000:06:00.0", True, "LTSSM Fault Up on Link 48"),
         SxidEvent(12028, 3, "0000:08:00.0", False, "egress non-posted PRIV error"),
-    )),
+    ))),
     "hot": _with(gpu_inventory=node(gpu7={"temperature_c": 91.0,
                                           "throttle_reasons": ("HW Slowdown",
                                                                "HW Thermal Slowdown")})),
@@ -121,6 +135,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "fabric": _with(gpu_inventory=node(gpu0={"fabric_state": "In Progress"},
                                        gpu1={"fabric_status": "Unknown Error"},
                                        gpu2={"fabric_state": None, "fabric_status": None})),
+    # NVML answered, but with no GPU at all: nothing is healthy, every per-GPU check errors.
+    "no_gpus": _with(gpu_inventory=GpuInventory("nvml", "550.90.07", "12.4", ())),
+    # NVML could not open GPU 3 (no handle, not lost): its facts are unknown, not healthy.
+    "unreadable_gpu": _with(gpu_inventory=dataclasses.replace(node(), gpus=tuple(
+        GpuInfo(3, query_errors=("nvmlDeviceGetHandleByIndex: Unknown Error",)) if g.index == 3
+        else g for g in node().gpus))),
     "lost": _with(gpu_inventory=node(gpu6={"requires_reset": True, "name": None,
                                            "temperature_c": None, "persistence_mode": None},
                                      gpu2={"recovery_action": "Node Reboot"})),

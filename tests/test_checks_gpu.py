@@ -13,7 +13,7 @@ from tests.conftest import facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
-GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "xid_events", "sxid_events",
+GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "kernel_log",
              "compute_sanity"]
 
 
@@ -41,6 +41,9 @@ ACT_MONITOR = "monitor: no action now; replace the node if it recurs"
 GPU = {i: f"GPU {i} (bus 00000000:{bus}:00.0, serial 16549220000{i:02d})"
        for i, bus in enumerate(("53", "64", "75", "86", "97", "A8", "B9", "CA"))}
 NONE_FOR = "none allowed for p5.48xlarge"
+JOURNAL = "`journalctl -k -o short-iso --no-pager -b`"
+NO_GPU = "nvml lists no GPU, so there is nothing to judge (PF-GPU-001 names the count)"
+UNREAD = "GPU 3 (bus ?, serial unknown)"
 
 EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "healthy": {},
@@ -70,16 +73,25 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         f"[PF-GPU-005] GPUs with pending page retirement: 1 found, {NONE_FOR}: {GPU[4]}: page "
         f"retirement pending (applied at the next GPU reset) -> reset GPU; {ACT_RESET}"))},
     "xid": {"PF-GPU-006": ("fail", (
-        f"[PF-GPU-006] XID errors: 2 found, {NONE_FOR}: {GPU[1]}: Xid 79 (GPU has fallen off "
+        f"[PF-GPU-006] XID errors (kernel log: {JOURNAL}, since boot): 2 found, {NONE_FOR}: "
+        f"{GPU[1]}: Xid 79 (GPU has fallen off "
         "the bus.) -> reboot; GPU at bus 0000:ee:00: Xid 48 (DBE) -> reset GPU; "
         f"{ACT_REBOOT}"))},
     "xid_mixed": {"PF-GPU-006": ("fail", (
-        f"[PF-GPU-006] XID errors: 1 found, {NONE_FOR}: GPU at bus 0000:ee:00: Xid 149 x2 "
-        f"(NETIR_LINK_EVT  Fatal   XC0 i0 Link 01) -> reset GPU; {ACT_RESET}"))},
+        f"[PF-GPU-006] XID errors (kernel log: {JOURNAL}, since boot): 1 found, {NONE_FOR}: GPU "
+        "at bus 0000:ee:00: Xid 149 x2 (NETIR_LINK_EVT  Fatal   XC0 i0 Link 01) -> reset GPU; "
+        f"{ACT_RESET}"))},
+    # The evidence came from PREFLIGHT_KERNEL_LOG, and does not reach back to the boot: both said.
+    "xid_from_file": {"PF-GPU-006": ("fail", (
+        "[PF-GPU-006] XID errors (kernel log: PREFLIGHT_KERNEL_LOG=/var/log/kern.log (a file, "
+        "last written 2024-10-01T10:00:00Z), since 2024-10-01T09:00:00+0000 only (the log does "
+        "not reach back to the boot: ring buffer wrapped or journal rotated; older XIDs are not "
+        f"seen)): 1 found, {NONE_FOR}: {GPU[1]}: Xid 79 (GPU has fallen off the bus.) -> "
+        f"reboot; {ACT_REBOOT}"))},
     "sxid": {"PF-GPU-018": ("fail", (
-        f"[PF-GPU-018] fatal NVSwitch SXid errors: 1 found, {NONE_FOR}: NVSwitch 1 (bus "
-        "0000:06:00.0): SXid 20034 x2 (Fatal, LTSSM Fault Up on Link 48) -> reboot; "
-        f"{ACT_REBOOT}"))},
+        f"[PF-GPU-018] fatal NVSwitch SXid errors (kernel log: {JOURNAL}, since boot): 1 found, "
+        f"{NONE_FOR}: NVSwitch 1 (bus 0000:06:00.0): SXid 20034 x2 (Fatal, LTSSM Fault Up on "
+        f"Link 48) -> reboot; {ACT_REBOOT}"))},
     "hot": {"PF-GPU-007": ("fail", (
         f"[PF-GPU-007] GPUs too hot or slowed down: 2 found, {NONE_FOR}: {GPU[7]}: "
         f"temperature 91 C > 85 C -> replace node; {GPU[7]}: clocks slowed by HW Slowdown, HW "
@@ -125,6 +137,41 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "query_errors": {"PF-GPU-016": ("warn", (
         f"[PF-GPU-016] {GPU[4]}: NVML could not read: nvmlDeviceGetTemperature: Unknown "
         f"Error -> monitor; {ACT_MONITOR}"))},
+    # An empty answer: the count fails, every per-GPU check errors (nothing was judged).
+    "no_gpus": {
+        "PF-GPU-001": ("fail", (
+            "[PF-GPU-001] GPUs visible 0 GPUs < 8 GPUs required for p5.48xlarge (from nvml); "
+            "check --gpus / NVIDIA_VISIBLE_DEVICES, then the kernel log for Xid 79; reboot, "
+            "replace the node if the GPU stays missing")),
+        **{cid: ("error", f"[{cid}] {NO_GPU}") for cid in (
+            "PF-GPU-002", "PF-GPU-003", "PF-GPU-004", "PF-GPU-005", "PF-GPU-007", "PF-GPU-008",
+            "PF-GPU-009", "PF-GPU-010", "PF-GPU-016", "PF-GPU-017")}},
+    # GPU 3 could not be read at all: PF-GPU-016 fails it; no other check calls it healthy.
+    "unreadable_gpu": {
+        "PF-GPU-002": ("fail", (
+            f"[PF-GPU-002] GPUs of the wrong model or memory size: 1 found, {NONE_FOR}: "
+            f"{UNREAD}: unknown model, not H100; run with the --profile of this instance type, "
+            "or replace the node")),
+        **{cid: ("error", f"[{cid}] {what}: not known for 1 GPU(s) nvml could not read: "
+                          f"{UNREAD} (nvmlDeviceGetHandleByIndex: Unknown Error)")
+           for cid, what in (
+               ("PF-GPU-003", "GPUs with uncorrected ECC errors"),
+               ("PF-GPU-004", "GPUs with pending or failed row remapping"),
+               ("PF-GPU-005", "GPUs with pending page retirement"),
+               ("PF-GPU-007", "GPUs too hot or slowed down"),
+               ("PF-GPU-009", "GPUs with a degraded PCIe link"),
+               ("PF-GPU-017", "GPUs not registered with the NVSwitch fabric"))},
+        "PF-GPU-008": ("fail", (
+            f"[PF-GPU-008] GPUs without persistence mode: 1 found, {NONE_FOR}: {UNREAD}: "
+            "persistence mode not reported; run `nvidia-smi -pm 1` as root (or start "
+            "nvidia-persistenced) on the host")),
+        "PF-GPU-010": ("fail", (
+            f"[PF-GPU-010] GPUs with NVLink problems: 1 found, {NONE_FOR}: {UNREAD}: NVLink "
+            f"state not reported -> reset GPU; {ACT_RESET}")),
+        "PF-GPU-016": ("fail", (
+            f"[PF-GPU-016] GPUs lost or requiring a reset: 1 found, {NONE_FOR}: {UNREAD}: nvml "
+            "could not read it at all (nvmlDeviceGetHandleByIndex: Unknown Error) -> reset GPU; "
+            f"{ACT_RESET}"))},
     "lost": {"PF-GPU-016": ("fail", (
         f"[PF-GPU-016] GPUs lost or requiring a reset: 2 found, {NONE_FOR}: {GPU[2]}: the "
         f"driver asks for recovery: Node Reboot -> reboot; {GPU[6]}: GPU is lost or requires a "

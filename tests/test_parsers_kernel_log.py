@@ -320,7 +320,7 @@ def test_random_bytes_are_not_a_kernel_log():
     rng = random.Random(12)
     for _ in range(50):
         blob = bytes(rng.randrange(256) for _ in range(4000)).decode(errors="replace")
-        with pytest.raises(ParseError, match="no kernel log lines|not a kernel log"):
+        with pytest.raises(ParseError, match=r"no kernel log lines|not a kernel log"):
             parse_kernel_log(blob)
 
 

@@ -4,7 +4,6 @@ emulated tools on PATH (recorded output, hang, crash, garbage)."""
 from __future__ import annotations
 
 import re
-import stat
 from pathlib import Path
 
 import pynvml
@@ -12,10 +11,19 @@ import pytest
 
 from harness.checking import ProbeError
 from harness.gpu import REBOOT, REPLACE, RESET, health_problems, pcie_problems, reset_problems
-from harness.probes import gpu
+from harness.probes import deadline, gpu
 from tests.fake_nvml import FakeNvml, h100_node
+from tests.fake_tools import empty_path, make_tool
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def _no_hung_tools():
+    """Each test is a session of its own: no tool counts as hung from an earlier one."""
+    deadline.forget_hung()
+    yield
+    deadline.forget_hung()
 
 
 # ---- NVML ----
@@ -143,21 +151,12 @@ def test_nvlink_no_growth_on_healthy_node():
 
 # ---- emulated tools ----
 
-def _tool(bin_dir: Path, name: str, body: str) -> None:
-    bin_dir.mkdir(exist_ok=True)
-    path = bin_dir / name
-    # The script itself may use the system's tools; the probe looks tools up on bin_dir only.
-    path.write_text("#!/bin/sh\nPATH=/usr/bin:/bin\n" + body + "\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+_tool = make_tool
 
 
 @pytest.fixture
 def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty PATH the test fills with emulated tools (no real nvidia-smi/dcgmi leaks in)."""
-    path = tmp_path / "bin"
-    path.mkdir()
-    monkeypatch.setenv("PATH", str(path))
-    return path
+    return empty_path(tmp_path, monkeypatch)
 
 
 def test_nvidia_smi_fallback_when_nvml_missing(bin_dir: Path):
@@ -186,7 +185,8 @@ def test_no_nvml_and_no_nvidia_smi_is_a_probe_error_naming_both(bin_dir: Path):
         gpu.inventory(FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound))
     assert str(exc.value).startswith(
         "cannot read the GPUs: NVML could not start: NVML Shared Library Not Found "
-        "(NVMLError_LibraryNotFound); fallback `nvidia-smi -q` could not run: command not found.")
+        "(NVMLError_LibraryNotFound); fallback `nvidia-smi -q -x` could not run: command not "
+        "found. Is the NVIDIA driver loaded")
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -279,10 +279,23 @@ def test_journalctl_recorded_xids(bin_dir: Path, tmp_path: Path):
 
 
 def test_journalctl_window(bin_dir: Path, tmp_path: Path):
+    """An empty `--since` window is clean when the journal holds this boot's kernel lines."""
     args = tmp_path / "args"
-    _tool(bin_dir, "journalctl", f"echo \"$@\" > '{args}'; echo '-- No entries --'")
-    assert gpu.read_kernel_log(since="-2h", env={}).events == ()
-    assert args.read_text().strip() == "-k -o short-iso --no-pager --since -2h"
+    _tool(bin_dir, "journalctl", f"echo \"$@\" >> '{args}'\n"
+          'case "$*" in *"-n 1"*) echo "2024-10-01T09:02:11+0000 h kernel: Linux version 6.8";; '
+          "*) echo '-- No entries --';; esac")
+    log = gpu.read_kernel_log(since="-2h", env={})
+    assert (log.events, log.window) == ((), "since -2h (the window asked for)")
+    assert args.read_text().splitlines() == [
+        "-k -o short-iso --no-pager --since -2h", "-k -b -n 1 -o short-iso --no-pager -q"]
+
+
+def test_an_empty_window_of_a_journal_without_kernel_lines_is_not_evidence(bin_dir: Path):
+    _tool(bin_dir, "journalctl", "echo '-- No entries --'")
+    with pytest.raises(ProbeError, match=re.escape(
+            "`journalctl -k -o short-iso --no-pager --since -2h` printed `-- No entries --` and "
+            "the journal holds no kernel message of this boot")):
+        gpu.read_kernel_log(since="-2h", env={})
 
 
 def test_no_journal_falls_back_to_dmesg(bin_dir: Path):
@@ -311,9 +324,10 @@ def test_unreadable_kernel_log_is_a_probe_error(bin_dir: Path):
         gpu.read_kernel_log(timeout_s=1, env={})
     assert str(exc.value) == (
         "cannot read the kernel log for XID errors: `journalctl -k -o short-iso --no-pager -b` "
-        "did not finish within 1 s and was killed; `dmesg` exited with status 1: dmesg: read "
-        "kernel buffer failed: Operation not permitted. Give the container CAP_SYSLOG or set "
-        "PREFLIGHT_KERNEL_LOG=FILE to a copy of the host's kernel log")
+        "did not finish within 1 s and was killed; it printed nothing; `dmesg` exited with "
+        "status 1: dmesg: read kernel buffer failed: Operation not permitted. Give the "
+        "container CAP_SYSLOG or set PREFLIGHT_KERNEL_LOG=FILE to a copy of the host's kernel "
+        "log")
 
 
 def test_kernel_log_from_a_file(bin_dir: Path):
@@ -324,5 +338,6 @@ def test_kernel_log_from_a_file(bin_dir: Path):
 
 
 def test_missing_kernel_log_file(tmp_path: Path):
-    with pytest.raises(ProbeError, match=r"cannot read kernel log .*/nope: No such file"):
+    with pytest.raises(ProbeError, match=r"cannot read kernel log .*/nope \(PREFLIGHT_KERNEL_LOG="
+                                         r".*/nope\): No such file"):
         gpu.read_kernel_log(tmp_path / "nope", env={})

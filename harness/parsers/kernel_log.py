@@ -105,10 +105,14 @@ class KernelLog:
     a saved file may hold several."""
     source: str = ""
     """What was read (`journalctl -k -b`, `dmesg`, `PREFLIGHT_KERNEL_LOG=/path`); set by the probe."""
+    since: str | None = None
+    """The window asked for (`journalctl --since`), when one was."""
 
     @property
     def window(self) -> str:
         """What the log covers, for messages: `since boot`, `since <time> (not from boot: ...)`."""
+        if self.since:
+            return f"since {self.since} (the window asked for)"
         if self.from_boot:
             return "since boot"
         if self.from_boot is False:

@@ -304,11 +304,11 @@ def parse_smi_query(text: str) -> GpuInventory:
     q = _tree(text)
     if not q.blocks and not _LOST.search(text):
         if q.attached_gpus == 0:
-            return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, ())
+            return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, (), 0)
         raise _not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output", text)
     gpus = _with_lost([_gpu_from_block(i, b) for i, b in enumerate(q.blocks)], text,
                       renumber=True)
-    return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus)
+    return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus, q.attached_gpus)
 
 
 # ---- the plain `nvidia-smi` table ----
@@ -465,10 +465,11 @@ def parse_smi_xml(text: str) -> GpuInventory:
         raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
     gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu"))], text[:start],
                       renumber=True)
-    if not gpus and _int(_xml_text(root, "attached_gpus")) != 0:
+    attached = _int(_xml_text(root, "attached_gpus"))
+    if not gpus and attached != 0:
         raise ParseError("<nvidia_smi_log> without <gpu> elements")
     return GpuInventory("nvidia-smi -q -x", _version(_xml_text(root, "driver_version")),
-                        _version(_xml_text(root, "cuda_version")), gpus)
+                        _version(_xml_text(root, "cuda_version")), gpus, attached)
 
 
 # ---- CSV (--query-gpu) ----

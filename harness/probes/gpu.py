@@ -1,24 +1,28 @@
-"""GPU probes: NVML (nvidia-ml-py) first, `nvidia-smi` as the fallback, `dcgmi diag`, and the
-kernel log for XIDs. They gather facts and judge nothing. The NVML module is a parameter so that
-tests pass a fake one."""
+"""GPU inventory probes: NVML (nvidia-ml-py) first, then `nvidia-smi -q -x`, `-q` and the
+`--query-gpu` CSV, the whole chain within the check's deadline; a source that hangs is named and
+not asked again. They gather facts and judge nothing. The NVML module is a parameter so that
+tests pass a fake one. (`dcgmi diag`: probes/dcgm.py; the kernel log: probes/kernel_log.py.)"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-from harness import proc
 from harness.checking import ProbeError
 from harness.gpu import GpuInfo, GpuInventory
-from harness.parsers import ParseError
+from harness.probes import deadline as dl
+from harness.probes.dcgm import DCGM_TIMEOUT_S, run_dcgm_diag
+from harness.probes.kernel_log import KERNEL_LOG_ENV, read_kernel_log
+from harness.probes.nvidia_smi import SMI_TIMEOUT_S, smi_query, smi_query_csv, smi_query_xml
 
 __all__ = [
     "DCGM_TIMEOUT_S",
+    "KERNEL_LOG_ENV",
+    "NVML_TIMEOUT_S",
+    "SMI_TIMEOUT_S",
     "NvmlUnavailableError",
     "inventory",
     "nvlink_error_growth",
@@ -28,11 +32,12 @@ __all__ = [
     "run_dcgm_diag",
     "smi_query",
     "smi_query_csv",
+    "smi_query_xml",
 ]
 
-#: Wall-time bound per `dcgmi diag -r N` level, s (domain-facts.md: r1 seconds, r2 ~2 min,
-#: r3 ~15 min, r4 45 min+), with head room for nv-hostengine start-up.
-DCGM_TIMEOUT_S = {1: 120.0, 2: 600.0, 3: 1800.0, 4: 4800.0}
+#: Bound on NVML's answer (nvmlInit and every device query), s: a few seconds on 8 GPUs even
+#: without persistence mode; past this the driver is stuck.
+NVML_TIMEOUT_S = 30.0
 
 #: NVML clock-event bits -> nvidia-smi's names (nvmlClocksEventReason* in nvml.h).
 _REASON_BITS = {
@@ -172,8 +177,9 @@ def _recovery_action(r: _Reader, handle: Any) -> str | None:
 def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     r = _Reader(nvml)
     handle = r.get("nvmlDeviceGetHandleByIndex", index)
-    if handle is None:
-        return GpuInfo(index=index, requires_reset=r.lost, query_errors=tuple(r.errors))
+    if handle is None:  # an answer of "not supported" still leaves the GPU unread
+        errors = r.errors or [f"nvmlDeviceGetHandleByIndex({index}) gave no handle"]
+        return GpuInfo(index=index, requires_reset=r.lost, query_errors=tuple(errors))
     pci = r.get("nvmlDeviceGetPciInfo", handle)
     ecc = r.get("nvmlDeviceGetEccMode", handle)
     uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
@@ -274,158 +280,70 @@ def query_nvlink_errors(nvml: Any | None = None) -> dict[int, dict[int, dict[str
 
 
 def nvlink_error_growth(
-    nvml: Any | None = None, *, interval_s: float = 2.0
+    nvml: Any | None = None, *, interval_s: float = 2.0, deadline: dl.Deadline | None = None
 ) -> dict[int, dict[int, dict[str, int]]]:
     """How much each NVLink error counter grew over `interval_s`: GPU -> link -> counter ->
-    increase (only counters that grew)."""
-    before = query_nvlink_errors(nvml)
-    time.sleep(interval_s)
-    after = query_nvlink_errors(nvml)
-    growth: dict[int, dict[int, dict[str, int]]] = {}
-    for gpu, links in after.items():
-        for link, counters in links.items():
-            for name, value in counters.items():
-                delta = value - before.get(gpu, {}).get(link, {}).get(name, value)
-                if delta > 0:
-                    growth.setdefault(gpu, {}).setdefault(link, {})[name] = delta
-    return growth
+    increase (only counters that grew). NvmlUnavailableError when NVML cannot start, did not
+    answer within NVML_TIMEOUT_S (and the deadline), or hung earlier in this session."""
+
+    def sample() -> dict[int, dict[int, dict[str, int]]]:
+        before = query_nvlink_errors(nvml)
+        time.sleep(interval_s)
+        after = query_nvlink_errors(nvml)
+        growth: dict[int, dict[int, dict[str, int]]] = {}
+        for gpu, links in after.items():
+            for link, counters in links.items():
+                for name, value in counters.items():
+                    delta = value - before.get(gpu, {}).get(link, {}).get(name, value)
+                    if delta > 0:
+                        growth.setdefault(gpu, {}).setdefault(link, {})[name] = delta
+        return growth
+
+    return _nvml_call(sample, NVML_TIMEOUT_S + interval_s, deadline, "NVML NVLink counters")
 
 
-def smi_query(timeout_s: float = 60.0) -> GpuInventory:
-    """`nvidia-smi -q`, parsed; ProbeError when it cannot run or prints something else."""
-    from harness.parsers.nvidia_smi import parse_smi_query
-
-    res = proc.run(["nvidia-smi", "-q"], timeout_s=timeout_s)
-    return _smi_reading(res, lambda: parse_smi_query(res.stdout), "`nvidia-smi -q`")
-
-
-def _smi_reading(res: proc.ProcResult, parse: Callable[[], GpuInventory], what: str) -> GpuInventory:
-    """The inventory nvidia-smi printed. A non-zero exit is a ProbeError, unless what it
-    printed names a lost GPU (`Unable to determine the device handle for GPU...`): nvidia-smi
-    may exit non-zero then, and the lost GPU is the finding, not a reason to discard it."""
-    if res.timed_out or res.error is not None:
-        raise ProbeError(res.describe())
+def _nvml_call(fn: Callable[[], Any], cap_s: float, deadline: dl.Deadline | None,
+               what: str) -> Any:
+    """`fn()` (NVML calls) bounded by `cap_s` and the deadline: a stuck driver blocks inside
+    NVML's C code, which no timeout can interrupt, so it runs in a worker thread."""
+    limit = deadline.limit(cap_s) if deadline is not None else cap_s
     try:
-        inv = parse()
-    except ParseError as exc:
-        raise ProbeError(res.describe() if not res.ok
-                         else f"{what} printed something unexpected: {exc}") from None
-    if not res.ok and not any(g.requires_reset for g in inv.gpus):
-        raise ProbeError(res.describe())
-    return inv
+        return dl.bounded(fn, limit, what, tool="nvml")
+    except dl.HungError as exc:
+        note = deadline.note(limit, cap_s) if deadline is not None else ""
+        raise NvmlUnavailableError(f"{exc}{note}: the NVIDIA driver may be stuck") from None
+    except NvmlUnavailableError:
+        raise
+    except Exception as exc:  # a broken or mismatched libnvidia-ml: nvidia-smi may still answer
+        raise NvmlUnavailableError(f"{what} failed: {type(exc).__name__}: {exc}") from None
 
 
-#: The `--query-gpu` fields the CSV fallback asks for (the `clocks_throttle_reasons.*` names
-#: are the ones every driver since R450 accepts; R535+ also knows `clocks_event_reasons.*`).
-SMI_CSV_FIELDS = (
-    "index", "name", "uuid", "serial", "pci.bus_id", "driver_version", "memory.total",
-    "ecc.mode.current", "ecc.errors.uncorrected.volatile.total",
-    "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending", "temperature.gpu",
-    "power.draw", "persistence_mode", "pstate", "pcie.link.gen.current", "pcie.link.gen.max",
-    "pcie.link.width.current", "pcie.link.width.max", "clocks_throttle_reasons.hw_slowdown",
-    "clocks_throttle_reasons.hw_thermal_slowdown",
-    "clocks_throttle_reasons.hw_power_brake_slowdown",
-    "clocks_throttle_reasons.sw_thermal_slowdown",
-)
+#: What to check when the GPUs cannot be read at all, or when a source hung.
+_NOT_VISIBLE = ("Is the NVIDIA driver loaded, and are /dev/nvidia* and libnvidia-ml.so visible in "
+                "this container (--gpus all / the NVIDIA container toolkit)?")
+_STUCK = ("A GPU source that does not answer means a stuck driver or a GPU that stopped "
+          "answering: check the host's kernel log for Xid 79/119/154, then reset the GPUs or "
+          "reboot the node.")
 
 
-def smi_query_csv(timeout_s: float = 60.0) -> GpuInventory:
-    """`nvidia-smi --query-gpu=... --format=csv,noheader,nounits`, parsed."""
-    from harness.parsers.nvidia_smi import parse_smi_csv
-
-    argv = ["nvidia-smi", f"--query-gpu={','.join(SMI_CSV_FIELDS)}",
-            "--format=csv,noheader,nounits"]
-    res = proc.run(argv, timeout_s=timeout_s)
-    return _smi_reading(res, lambda: parse_smi_csv(res.stdout, columns=SMI_CSV_FIELDS).inventory,
-                        "`nvidia-smi --query-gpu`")
-
-
-def inventory(nvml: Any | None = None, *, smi_timeout_s: float = 60.0) -> GpuInventory:
-    """The node's GPUs: NVML, else `nvidia-smi -q`, else `nvidia-smi --query-gpu` CSV;
-    ProbeError naming every failure."""
+def inventory(nvml: Any | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_S,
+              deadline: dl.Deadline | None = None) -> GpuInventory:
+    """The node's GPUs: NVML, else `nvidia-smi -q -x`, else `-q`, else the `--query-gpu` CSV, all
+    within `deadline`; ProbeError naming every source tried and why each failed (a hung one by
+    its command, the time it had and its last line)."""
     try:
-        return query_gpus(nvml)
+        return _nvml_call(lambda: query_gpus(nvml), NVML_TIMEOUT_S, deadline,
+                          "NVML (nvmlInit and the device queries)")
     except NvmlUnavailableError as nvml_exc:
         problems = [str(nvml_exc)]
-    for fallback in (smi_query, smi_query_csv):
+    for fallback in (smi_query_xml, smi_query, smi_query_csv):
         try:
-            return fallback(smi_timeout_s)
+            return fallback(smi_timeout_s, deadline=deadline)
         except ProbeError as exc:
             problems.append(f"fallback {exc}")
-            if "command not found" in str(exc):
-                break  # no nvidia-smi at all: the CSV query would say the same
-    raise ProbeError(
-        "cannot read the GPUs: " + "; ".join(problems) + ". Is the NVIDIA driver loaded, and "
-        "are /dev/nvidia* and libnvidia-ml.so visible in this container (--gpus all / the "
-        "NVIDIA container toolkit)?"
-    )
-
-
-def run_dcgm_diag(level: int, *, timeout_s: float | None = None,
-                  host: str | None = None) -> Any:
-    """`dcgmi diag -r LEVEL -j [--host HOST]`, parsed (a DcgmDiag). dcgmi exits non-zero when a
-    test fails (226 is DCGM_ST_NVVS_ERROR), so its output is read whatever the status;
-    ProbeError when there is no result to read. `host`: a remote nv-hostengine (Kubernetes'
-    GPU operator runs it as a service), default the local one."""
-    from harness.parsers.dcgm import parse_dcgm_diag
-
-    limit = timeout_s if timeout_s is not None else DCGM_TIMEOUT_S.get(level, 1800.0)
-    argv = ["dcgmi", "diag", "-r", str(level), "-j"] + (["--host", host] if host else [])
-    res = proc.run(argv, timeout_s=limit)
-    if res.error is not None:
-        raise ProbeError(f"{res.describe()}: install DCGM (datacenter-gpu-manager) in the image "
-                         "and start its host engine (`nv-hostengine`, or the nvidia-dcgm "
-                         "service)")
-    if res.timed_out:
-        raise ProbeError(res.describe())
-    try:
-        return parse_dcgm_diag(res.stdout)
-    except ParseError as exc:
-        raise ProbeError(f"{res.describe()}; no diagnostic result in its output ({exc})") from None
-
-
-#: journalctl output that means it could not see the kernel's messages.
-_JOURNAL_BLIND = (
-    ("No journal files were found", "no journal files in this container"),
-    ("not seeing messages from other users and the system",
-     "this user may not read the system journal (needs group adm or systemd-journal)"),
-)
-
-#: Environment variable naming a saved kernel log to read instead of journalctl / dmesg.
-KERNEL_LOG_ENV = "PREFLIGHT_KERNEL_LOG"
-
-
-def read_kernel_log(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    since: str | None = None,
-    timeout_s: float = 30.0,
-    env: dict[str, str] | None = None,
-) -> Any:
-    """XID events since boot (or `since`, a journalctl time such as `-2h`): from `path` or
-    $PREFLIGHT_KERNEL_LOG, else `journalctl -k`, else `dmesg`. Returns a KernelLog; ProbeError
-    when no source can be read."""
-    from harness.parsers.kernel_log import parse_kernel_log
-
-    env = dict(os.environ) if env is None else env
-    path = path or env.get(KERNEL_LOG_ENV)
-    if path:
-        try:
-            return parse_kernel_log(Path(path).read_text(errors="replace"),
-                                    require_kernel_lines=False)
-        except OSError as exc:
-            raise ProbeError(f"cannot read kernel log {path}: {exc.strerror}") from None
-    journal = ["journalctl", "-k", "-o", "short-iso", "--no-pager"]
-    journal += ["--since", since] if since else ["-b"]
-    tried = []
-    for argv in (journal, ["dmesg"]):
-        res = proc.run(argv, timeout_s=timeout_s)
-        # journalctl succeeds with nothing to show when there is no journal, or when the user
-        # may not read the system's messages: neither means "no XIDs".
-        blind = next((why for marker, why in _JOURNAL_BLIND if marker in res.output), None)
-        if res.ok and not blind:
-            return parse_kernel_log(res.stdout, require_kernel_lines=False)
-        tried.append(f"`{' '.join(argv)}`: {blind}" if blind else res.describe())
-    raise ProbeError("cannot read the kernel log for XID errors: " + "; ".join(tried)
-                     + f". Give the container CAP_SYSLOG or set {KERNEL_LOG_ENV}=FILE to a copy "
-                     "of the host's kernel log")
+            if "command not found" in str(exc) or dl.hung("nvidia-smi"):
+                # No nvidia-smi at all, or a stuck one: every other query would say the same.
+                break
+    stuck = dl.hung("nvml") or dl.hung("nvidia-smi")
+    raise ProbeError("cannot read the GPUs: " + "; ".join(problems) + ". "
+                     + (_STUCK if stuck else _NOT_VISIBLE))
