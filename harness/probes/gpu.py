@@ -337,6 +337,9 @@ def inventory(nvml: Any | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_S,
     except NvmlUnavailableError as nvml_exc:
         problems = [str(nvml_exc)]
     for fallback in (smi_query_xml, smi_query, smi_query_csv):
+        if deadline is not None and deadline.limit(smi_timeout_s) < dl.MIN_TRY_S:
+            problems.append(f"nvidia-smi not tried: no time left of {deadline.owner}")
+            break
         try:
             return fallback(smi_timeout_s, deadline=deadline)
         except ProbeError as exc:
