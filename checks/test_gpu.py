@@ -400,6 +400,15 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, request: pytest.FixtureRe
         fail(f"dcgmi diag -r {level} ran no GPU test (every test past the deployment checks "
              "was skipped)",
              remedy="run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, permissions)")
+    # Results per GPU for some GPUs but none for another: that GPU was not tested at all.
+    tested = {r.gpu for r in dcgm_diag.results if r.gpu is not None}
+    untested = [gpu_label(g) for g in (inventory.gpus if inventory else ())
+                if tested and g.index not in tested and not g.requires_reset]
+    if untested:
+        raise ProbeError(f"dcgmi diag -r {level} has results for GPUs "
+                         f"{', '.join(str(i) for i in sorted(tested))} but none for "
+                         f"{'; '.join(untested)}: it did not test them (not in DCGM's group, or "
+                         "not visible to nv-hostengine); run `dcgmi discovery -l`")
 
 
 def _cuda_gpu(result: Any, device: int, inventory: GpuInventory | None) -> GpuInfo | None:

@@ -124,6 +124,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     ))),
     "dcgm_skipped": _with(dcgm_diag=DcgmDiag("3.3.9", None, (
         DcgmResult("GPU Memory", 0, "skip"),))),
+    # DCGM tested GPUs 0-6 only: GPU 7's health is unknown.
+    "dcgm_partial": _with(dcgm_diag=DcgmDiag("3.3.9", "550.90.07", tuple(
+        DcgmResult("GPU Memory", i, "pass") for i in range(7)))),
     # CUDA numbers the devices in the opposite order to NVML here (CUDA device 2 is GPU 5).
     "slow_gpu": _with(compute_sanity=ComputeResult(
         {**{i: 700.0 for i in range(8)}, 2: 310.5}, {i: "ab" * 32 for i in range(8)},

@@ -4,6 +4,7 @@ fixtures overridden from tests/gpu_facts.py, run under the plugin with --preflig
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from tests.conftest import facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
 
 GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "kernel_log",
              "compute_sanity"]
@@ -119,6 +121,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "[PF-GPU-012] dcgmi diag -r 1 ran no GPU test (every test past the deployment checks "
         "was skipped); run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, "
         "permissions)"))},
+    "dcgm_partial": {"PF-GPU-012": ("error", (
+        "[PF-GPU-012] dcgmi diag -r 1 has results for GPUs 0, 1, 2, 3, 4, 5, 6 but none for "
+        f"{GPU[7]}: it did not test them (not in DCGM's group, or not visible to nv-hostengine); "
+        "run `dcgmi discovery -l`"))},
     "slow_gpu": {
         "PF-GPU-013": ("fail", (
             f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[5]}: "
@@ -336,3 +342,108 @@ def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
     (result,) = [r for r in records if r.get("event") == "result"]
     assert result["outcome"] == "skip"
     assert "dcgm_level 0 for tier preflight" in result["message"]
+
+
+def _run_real_probes(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     tools: dict[str, str], *args: str, env: dict[str, str] | None = None
+                     ) -> dict[str, dict]:
+    """checks/test_gpu.py with the real probes, the emulated `tools` first on PATH."""
+    import pynvml
+
+    from tests.fake_tools import make_tool
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:  # pragma: no cover - only on a machine with an NVIDIA driver
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    bin_dir = tmp_path / "fake-bin"
+    for name, body in tools.items():
+        make_tool(bin_dir, name, body)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    results_path = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+                                  "--preflight-profile", "p5.48xlarge",
+                                  "--preflight-results", str(results_path), *args)
+    return {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
+            if r.get("event") == "result"}
+
+
+def test_a_hung_nvidia_smi_fails_every_inventory_check_by_name_within_its_timeout(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No NVML here, nvidia-smi hangs: PF-GPU-001 errors within its 14 s pytest-timeout naming
+    the command, the time it had and its last line (not `Timeout >14s`); every other check that
+    needs the inventory says the same at once; DCGM still runs (and its half JSON is an error
+    naming dcgmi); the kernel log that is random bytes is not "no XIDs"."""
+    half_json = (DATA / "dcgm/dcgm4-r3-diagnostic-pass-excerpt.json").read_text()[:600]
+    (tmp_path / "half.json").write_text(half_json)
+    results = _run_real_probes(pytester, tmp_path, monkeypatch, {
+        "nvidia-smi": "echo 'Timestamp : Mon Oct  1 09:00:00 2024'; exec sleep 120",
+        "dcgmi": f"cat '{tmp_path / 'half.json'}'",
+        "journalctl": "echo 'No journal files were found.' >&2",
+        "dmesg": "head -c 4000 /dev/urandom",
+    }, "--timeout", "14", "--preflight-tier", "certify", "-k", "not matmul and not hbm")
+    first = results["PF-GPU-001"]
+    assert first["outcome"] == "error"
+    assert re.match(
+        r"\[PF-GPU-001\] cannot read the GPUs: NVML could not start: NVML Shared Library Not "
+        r"Found \(NVMLError_LibraryNotFound\); fallback `nvidia-smi -q -x` did not finish within "
+        r"\d(\.\d)? s and was killed; its last line: 'Timestamp : Mon Oct  1 09:00:00 2024' "
+        r"\(all that was left of PF-GPU-001's 14 s timeout\)", first["message"]), first["message"]
+    assert first["duration_s"] < 14
+    inventory_checks = ["PF-GPU-00" + str(n) for n in (2, 3, 4, 5, 7, 8, 9)] + ["PF-GPU-011",
+                                                                              "PF-GPU-016"]
+    for cid in inventory_checks:
+        assert results[cid]["outcome"] == "error"
+        assert "`nvidia-smi -q -x` did not finish" in results[cid]["message"]
+    assert results["PF-GPU-012"]["outcome"] == "error"
+    assert results["PF-GPU-012"]["message"].startswith(
+        "[PF-GPU-012] `dcgmi diag -r 2 -j` exited with status 0: ")
+    assert "no diagnostic result in its output" in results["PF-GPU-012"]["message"]
+    for cid in ("PF-GPU-006", "PF-GPU-018"):
+        assert results[cid]["outcome"] == "error"
+        assert "`dmesg` printed no kernel log: " in results[cid]["message"]
+
+
+def test_a_kernel_log_file_is_named_in_the_xid_checks(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    log = tmp_path / "kern.log"
+    log.write_text((DATA / "kernel_log/real_journal-xid79-fallen-line-xid44.txt").read_text())
+    results = _run_real_probes(pytester, tmp_path, monkeypatch, {}, "-k", "xid",
+                               env={"PREFLIGHT_KERNEL_LOG": str(log)})
+    xid = results["PF-GPU-006"]
+    assert xid["outcome"] == "fail"
+    assert xid["message"].startswith(
+        f"[PF-GPU-006] XID errors (kernel log: PREFLIGHT_KERNEL_LOG={log} (a file, last written ")
+    assert ("since Nov 07 18:17:15 only (the log does not reach back to the boot" in
+            xid["message"])
+    assert "GPU at bus 0000:01:00: Xid 79 (GPU has fallen off the bus.) -> reboot" in xid["message"]
+    sxid = results["PF-GPU-018"]
+    assert sxid["outcome"] == "pass"
+    assert sxid["measurements"][0]["what"] == "kernel log"
+    assert sxid["measurements"][0]["value"].startswith(f"PREFLIGHT_KERNEL_LOG={log} (a file")
+
+
+@pytest.mark.parametrize(("tier", "outcome"), [("preflight", "warn"), ("certify", "error")])
+def test_a_kernel_log_file_that_is_not_one_is_never_no_xids(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tier: str,
+    outcome: str
+):
+    log = tmp_path / "kern.log"
+    log.write_text("<html><body>Service Unavailable</body></html>\n")
+    results = _run_real_probes(pytester, tmp_path, monkeypatch, {}, "-k", "xid",
+                               "--preflight-tier", tier, env={"PREFLIGHT_KERNEL_LOG": str(log)})
+    for cid, what in (("PF-GPU-006", "XIDs"), ("PF-GPU-018", "NVSwitch SXids")):
+        assert results[cid]["outcome"] == outcome
+        message = results[cid]["message"]
+        body = (f"PREFLIGHT_KERNEL_LOG={log} is not a kernel log: no kernel log lines (first "
+                "line: '<html><body>Service Unavailable</body></html>')")
+        prefix = f"[{cid}] {what} not judged: " if outcome == "warn" else f"[{cid}] "
+        assert message.startswith(prefix + body), message
