@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.verdict import consistency_outliers, decide, node_summary
 from harness.report import Report
@@ -153,3 +155,42 @@ def test_cluster_timeouts_round_trip_through_the_environment():
 
     t = selftest_timeouts(1.5)
     assert ClusterTimeouts.from_env(t.to_env(), local_s=t.local_s) == t
+
+
+def test_a_node_whose_own_verdict_is_error_fails_the_cluster_and_says_why():
+    """The harness could not judge node 2 (no check failed: its run broke): the cluster does
+    not pass, node 2 is named with the harness error, in the check, the bad nodes and the
+    failure text."""
+    snap = _snap()
+    broken = _summary(2, "error")
+    broken["harness_errors"] = ["pytest exited with status 3 (internal error) and wrote no "
+                                "result for 53 selected checks"]
+    snap["nodes"]["2"] = broken
+    v = decide(snap)
+    assert not v.passed and v.exit_code == 1
+    assert [(b["host"], b["reason"]) for b in v.bad_nodes] == [
+        ("node2", "node-local verdict error (the harness could not judge the node): pytest "
+                  "exited with status 3 (internal error) and wrote no result for 53 selected "
+                  "checks")]
+    fail = next(c for c in v.checks if c["id"] == "PF-CLUSTER-002")
+    assert fail["outcome"] == "fail"
+    assert fail["message"].startswith(
+        "[PF-CLUSTER-002] 1 of 4 nodes failed node-local checks: node2 (rank 2): verdict error: "
+        "pytest exited with status 3 (internal error)")
+    assert "node2" in v.text.split("\n", 1)[0]
+    assert "harness could not judge" in v.actions["sagemaker_failure_reason"]
+
+
+@pytest.mark.parametrize("summary", [
+    {"rank": 1, "host": "node1"},  # a node that published no verdict at all
+    {"rank": 1, "host": "node1", "verdict": "warn", "failed": [], "harness_errors": []},
+    {"rank": 1, "host": "node1", "verdict": None},
+])
+def test_a_node_verdict_that_is_not_pass_never_passes(summary):
+    snap = _snap()
+    snap["nodes"]["1"] = {**summary, "facts": dict(FACTS), "env": {"NCCL_DEBUG": "WARN"}}
+    v = decide(snap)
+    assert not v.passed
+    assert [b["host"] for b in v.bad_nodes] == ["node1"]
+    assert v.bad_nodes[0]["reason"].startswith(
+        f"node-local verdict {summary.get('verdict') or 'missing'}")

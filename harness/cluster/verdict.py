@@ -174,7 +174,7 @@ def decide(snap: Mapping[str, Any]) -> ClusterVerdict:
     n = int(snap["num_nodes"])
     hosts = {int(r): h for r, h in snap.get("hosts", {}).items()}
     nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
-    hosts.update({r: s["host"] for r, s in nodes.items()})
+    hosts.update({r: s["host"] for r, s in nodes.items() if s.get("host")})
     missing = {int(r): m for r, m in snap.get("missing", {}).items()}
     bad, checks = _Bad(hosts), []
 
@@ -188,20 +188,20 @@ def decide(snap: Mapping[str, Any]) -> ClusterVerdict:
     checks.append(_record("PF-CLUSTER-001", "fail" if missing else "pass",
                           f"{len(missing)} of {n} nodes did not report: {gone}" if missing
                           else ""))
-    # 002: node-local verdicts
-    local_bad = {r: s for r, s in nodes.items() if s["verdict"] != "pass"}
+    # 002: node-local verdicts (anything but an explicit pass is not a pass)
+    local_bad = {r: s for r, s in nodes.items() if s.get("verdict") != "pass"}
     for r, s in sorted(local_bad.items()):
-        ids = ", ".join(dict.fromkeys(f["id"] for f in s["failed"])) or "harness error"
-        bad.add(r, f"node-local checks failed: {ids}", [f["message"] for f in s["failed"]]
-                + [f"harness: {e}" for e in s["harness_errors"]])
+        bad.add(r, _local_reason(s), [f.get("message", "") for f in s.get("failed") or []]
+                + [f"harness: {e}" for e in s.get("harness_errors") or []])
     checks.append(_record(
         "PF-CLUSTER-002", "fail" if local_bad else "pass",
         f"{len(local_bad)} of {len(nodes)} nodes failed node-local checks: " + "; ".join(
-            f"{name(r)}: " + " | ".join(f["message"].split(";")[0] for f in s["failed"][:3])
-            for r, s in sorted(local_bad.items())) if local_bad else ""))
+            f"{name(r)}: {_local_summary(s)}" for r, s in sorted(local_bad.items()))
+        if local_bad else ""))
     # 003: consistency
-    values = {r: {**{k: s["facts"].get(k) for k in FACT_KEYS},
-                  **{f"env {k}": v for k, v in s["env"].items()}} for r, s in nodes.items()}
+    values = {r: {**{k: (s.get("facts") or {}).get(k) for k in FACT_KEYS},
+                  **{f"env {k}": v for k, v in (s.get("env") or {}).items()}}
+              for r, s in nodes.items()}
     for r in values:  # a variable set on some nodes only: unset elsewhere is a value too
         for k in {k for v in values.values() for k in v if k.startswith("env ")}:
             values[r].setdefault(k, None)
@@ -235,6 +235,29 @@ def decide(snap: Mapping[str, Any]) -> ClusterVerdict:
     return ClusterVerdict(verdict=verdict, exit_code=0 if verdict == "pass" else 1,
                           checks=checks, bad_nodes=bad_nodes, bad_links=links,
                           suspects=suspects, actions=actions, text=text)
+
+
+def _local_reason(s: Mapping[str, Any]) -> str:
+    """Why a node's own verdict is not pass: its failed checks, or what stopped the harness."""
+    failed = s.get("failed") or []
+    if failed:
+        return "node-local checks failed: " + ", ".join(
+            dict.fromkeys(str(f.get("id", "?")) for f in failed))
+    errors = s.get("harness_errors") or []
+    why = f": {errors[0]}" if errors else ": no reason published"
+    if s.get("verdict") == "error":
+        return f"node-local verdict error (the harness could not judge the node){why}"
+    return f"node-local verdict {s.get('verdict') or 'missing'} (not pass){why}"
+
+
+def _local_summary(s: Mapping[str, Any]) -> str:
+    """A node's first failures (their first clauses), else its verdict and harness error."""
+    failed = s.get("failed") or []
+    if failed:
+        return " | ".join(str(f.get("message", "")).split(";")[0] for f in failed[:3])
+    errors = s.get("harness_errors") or []
+    return f"verdict {s.get('verdict') or 'missing'}: " + (errors[0] if errors else
+                                                             "no reason published")
 
 
 def _bandwidth_check(bw: Mapping[str, Any] | None, bad: _Bad, name: Any) -> dict[str, Any]:
