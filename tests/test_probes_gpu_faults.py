@@ -86,7 +86,7 @@ def test_a_hung_nvidia_smi_is_not_waited_on_by_the_next_check(bin_dir: Path, tmp
         gpu.inventory(NO_NVML, smi_timeout_s=2)
     with pytest.raises(ProbeError, match=re.escape(
             "fallback `nvidia-smi -q -x` could not run: not started: nvidia-smi hung earlier in "
-            "this session (`nvidia-smi -q -x` gave no answer within 2 s)")):
+            "this run (`nvidia-smi -q -x` gave no answer within 2 s)")):
         gpu.inventory(NO_NVML, smi_timeout_s=2)
     assert _calls(calls) == ["-q -x"]
 
@@ -164,7 +164,7 @@ def test_a_hung_nvml_is_named_then_not_asked_again(bin_dir: Path):
                         r"X's 8 s timeout\. A GPU source that does not answer",
                         str(exc.value)), str(exc.value)
         with pytest.raises(gpu.NvmlUnavailableError, match=re.escape(
-                "not asked: nvml hung earlier in this session (NVML (nvmlInit and the device "
+                "not asked: nvml hung earlier in this run (NVML (nvmlInit and the device "
                 "queries) gave no answer within")):
             gpu.nvlink_error_growth(nvml, interval_s=0)
     finally:
@@ -317,3 +317,22 @@ def test_a_kernel_log_file_is_named_as_the_source(tmp_path: Path):
     assert re.fullmatch(re.escape(f"PREFLIGHT_KERNEL_LOG={path} (a file, last written ")
                         + r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)", log.source)
     assert log.from_boot is False
+
+
+def test_hung_tools_are_shared_through_the_results_file(tmp_path: Path):
+    """The node-local phase's workers and the exclusive phase are separate processes: a tool
+    that hung in one is not waited on in the others (the run's results file carries it)."""
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"event": "collected", "checks": []}\n')
+    dl.share_hung(results)
+    dl.mark_hung("nvidia-smi", "`nvidia-smi -q -x` gave no answer within 60 s")
+    from harness.report import load_results
+
+    assert load_results(results) == ([], {}, [])  # the report reader ignores the event
+    dl.forget_hung()  # another process: nothing in memory
+    assert dl.hung("nvidia-smi") is None
+    dl.share_hung(results)
+    assert dl.hung("nvidia-smi") == "`nvidia-smi -q -x` gave no answer within 60 s"
+    res, _ = dl.run(["nvidia-smi", "-q"], None, 60)
+    assert res.error == ("not started: nvidia-smi hung earlier in this run (`nvidia-smi -q "
+                         "-x` gave no answer within 60 s)")

@@ -1,9 +1,10 @@
 """A check's deadline shared by the sources a probe tries in turn (NVML, then nvidia-smi ...), and
-the tools that hung earlier in this session, which are not waited on again. Every tool still runs
+the tools that hung earlier in this run, which are not waited on again. Every tool still runs
 through `harness.proc.run`; this only decides how long it may take and says why it stopped."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -15,39 +16,88 @@ from typing import TypeVar
 from harness import proc
 
 __all__ = ["HANG_MIN_S", "Deadline", "HungError", "bounded", "describe", "forget_hung", "hung",
-           "mark_hung", "run"]
+           "mark_hung", "run", "share_hung"]
 
 #: What `proc.run` may take past a tool's timeout: SIGTERM, its grace, SIGKILL, then reading the
 #: pipes' last bytes (proc.KILL_GRACE_S each).
 KILL_OVERHEAD_S = 3 * proc.KILL_GRACE_S
-#: A tool given at least this long that did not answer counts as hung for the rest of the
-#: session; one cut shorter by the deadline proves less and is asked again by the next check.
+#: A tool given at least this long that did not answer counts as hung for the rest of the run;
+#: one cut shorter by the deadline proves less and is asked again by the next check.
 HANG_MIN_S = 10.0
 #: Below this much time left a source is not started at all.
 MIN_TRY_S = 1.0
 
 T = TypeVar("T")
 
-# Per process (an xdist worker is one): tool name -> why it counts as hung.
+# Tool name -> why it counts as hung, in this process (an xdist worker is one) and, once
+# `share_hung` names the run's results file, in every pytest session of the run (the node-local
+# phase's workers and the exclusive phase): they append `{"event": "hung", ...}` lines to it,
+# which the report reader ignores.
 _HUNG: dict[str, str] = {}
 _LOCK = threading.Lock()
+_shared: dict[str, object] = {"path": None, "offset": 0}
+
+
+def share_hung(path: str | os.PathLike[str] | None) -> None:
+    """Share hung tools through `path` (the run's results JSONL; None: this process only)."""
+    with _LOCK:
+        _shared.update(path=None if path is None else str(path), offset=0)
+
+
+def _read_shared() -> None:
+    path = _shared["path"]
+    if path is None:
+        return
+    try:
+        with open(str(path), "rb") as fh:
+            fh.seek(int(_shared["offset"]))  # type: ignore[call-overload]
+            data = fh.read()
+    except OSError:
+        return
+    end = data.rfind(b"\n") + 1
+    _shared["offset"] = int(_shared["offset"]) + end  # type: ignore[call-overload]
+    for line in data[:end].splitlines():
+        if b'"hung"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "hung" and record.get("tool"):
+            _HUNG.setdefault(str(record["tool"]), str(record.get("why", "")))
 
 
 def hung(tool: str) -> str | None:
-    """Why `tool` counts as hung in this session (None: it does not)."""
+    """Why `tool` counts as hung in this run (None: it does not)."""
     with _LOCK:
+        if tool not in _HUNG:
+            _read_shared()
         return _HUNG.get(tool)
 
 
 def mark_hung(tool: str, why: str) -> None:
     with _LOCK:
-        _HUNG.setdefault(tool, why)
+        if tool in _HUNG:
+            return
+        _HUNG[tool] = why
+        path = _shared["path"]
+    if path is not None:
+        line = json.dumps({"event": "hung", "tool": tool, "why": why, "time": time.time()})
+        try:
+            fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # sharing is an optimisation: this process still remembers
 
 
 def forget_hung() -> None:
-    """Forget every hung tool (tests; a new session starts with none)."""
+    """Forget every hung tool and stop sharing (tests; a new run starts with none)."""
     with _LOCK:
         _HUNG.clear()
+        _shared.update(path=None, offset=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +154,14 @@ def describe(res: proc.ProcResult, note: str = "") -> str:
 def run(argv: Sequence[str], deadline: Deadline | None, cap_s: float, *, tool: str | None = None,
         env: Mapping[str, str] | None = None) -> tuple[proc.ProcResult, str]:
     """Run `argv` within `deadline` (at most `cap_s`; no deadline: `cap_s`); (result, deadline
-    note for messages). A tool that hung earlier in the session is not started (the result's
+    note for messages). A tool that hung earlier in the run is not started (the result's
     `error` says so); one that times out now with at least HANG_MIN_S is remembered as hung."""
     name = tool or os.path.basename(str(argv[0]))
     args = tuple(str(a) for a in argv)
     why = hung(name)
     if why is not None:
         return proc.ProcResult(args, None, error=f"not started: {name} hung earlier in this "
-                                                 f"session ({why})"), ""
+                                                 f"run ({why})"), ""
     limit = deadline.limit(cap_s) if deadline is not None else cap_s
     if deadline is not None and limit < MIN_TRY_S:
         return proc.ProcResult(args, None,
@@ -129,7 +179,7 @@ def bounded(fn: Callable[[], T], limit_s: float, what: str, *, tool: str) -> T:
     did not return (the thread is left behind; `tool` is remembered as hung)."""
     why = hung(tool)
     if why is not None:
-        raise HungError(f"not asked: {tool} hung earlier in this session ({why})")
+        raise HungError(f"not asked: {tool} hung earlier in this run ({why})")
     box: dict[str, object] = {}
 
     def call() -> None:

@@ -284,7 +284,7 @@ def nvlink_error_growth(
 ) -> dict[int, dict[int, dict[str, int]]]:
     """How much each NVLink error counter grew over `interval_s`: GPU -> link -> counter ->
     increase (only counters that grew). NvmlUnavailableError when NVML cannot start, did not
-    answer within NVML_TIMEOUT_S (and the deadline), or hung earlier in this session."""
+    answer within NVML_TIMEOUT_S (and the deadline), or hung earlier in this run."""
 
     def sample() -> dict[int, dict[int, dict[str, int]]]:
         before = query_nvlink_errors(nvml)
