@@ -83,6 +83,11 @@ def _found(inventory: GpuInventory, problems: Callable[[GpuInfo], list[Problem]]
     return [(gpu_label(g), p.what, p.action) for g in _judged(inventory) for p in problems(g)]
 
 
+def _reader(inventory: GpuInventory) -> str:
+    """What read the inventory, for messages: `NVML`, `nvidia-smi -q` ..."""
+    return "NVML" if inventory.source == "nvml" else inventory.source
+
+
 def _judged(inventory: GpuInventory) -> tuple[GpuInfo, ...]:
     """The GPUs a per-GPU check judges; ProbeError when the source listed none (an empty answer
     proves no GPU healthy: PF-GPU-001 compares the count with the profile)."""
@@ -519,8 +524,8 @@ def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
             found.append((gpu_label(g), f"{gpu_inventory.source} could not read it at all "
                           f"({'; '.join(g.query_errors)[:200]})", RESET))
         elif g.query_errors and not g.requires_reset:
-            warn(f"{gpu_label(g)}: NVML could not read: {'; '.join(g.query_errors)} -> "
-                 f"{MONITOR}", remedy=ACTION_REMEDY[MONITOR])
+            warn(f"{gpu_label(g)}: {_reader(gpu_inventory)} could not read: "
+                 f"{'; '.join(g.query_errors)[:300]} -> {MONITOR}", remedy=ACTION_REMEDY[MONITOR])
     _judge("GPUs lost or requiring a reset", found)
 
 

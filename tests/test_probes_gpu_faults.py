@@ -336,3 +336,15 @@ def test_hung_tools_are_shared_through_the_results_file(tmp_path: Path):
     res, _ = dl.run(["nvidia-smi", "-q"], None, 60)
     assert res.error == ("not started: nvidia-smi hung earlier in this run (`nvidia-smi -q "
                          "-x` gave no answer within 60 s)")
+
+
+def test_readings_nvidia_smi_could_not_take_are_kept_as_errors(bin_dir: Path):
+    """`[Unknown Error]` is a failed reading, not "not supported": the GPU's query errors say
+    which (PF-GPU-016 warns with them), instead of the fact silently reading as absent."""
+    dump = DATA / "nvidia_smi/h100-550-constructed-faults.txt"
+    make_tool(bin_dir, "nvidia-smi", f'[ "$*" = "-q" ] && cat "{dump}"')
+    inv = gpu.inventory(NO_NVML)
+    assert inv.source == "nvidia-smi -q"
+    assert inv.gpus[0].query_errors == ()
+    assert inv.gpus[1].query_errors[:2] == ("ecc mode > current: [Unknown Error]",
+                                            "ecc mode > pending: [Unknown Error]")

@@ -35,6 +35,9 @@ _NO_VALUE = {"n/a", "[n/a]", "[not supported]", "not supported", "[unknown error
              "[requested functionality has been deprecated]"}
 #: Values that mean the GPU itself is in a fault state.
 _RESET_VALUES = {"[gpu requires reset]", "[gpu is lost]"}
+#: Values that mean a reading failed (not "not supported"): kept as the GPU's query errors, so
+#: that a fact nvidia-smi could not read is known to be unknown.
+_ERROR_VALUES = {"[unknown error]", "[insufficient permissions]", "err!"}
 
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 _GPU_HEADER = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
@@ -259,6 +262,8 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         fabric_status=_clean(b.get("fabric", "status")),
         recovery_action=_clean(b.get("gpu recovery action")),
         requires_reset=requires_reset,
+        query_errors=tuple(f"{' > '.join(k)}: {v}" for k, v in b.values.items()
+                           if v.strip().lower() in _ERROR_VALUES),
     )
 
 
@@ -444,6 +449,8 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
         requires_reset=(bool(_yes(t("gpu_reset_status/reset_required")))
                         or bool(_yes(t("gpu_reset_status/drain_and_reset_recommended")))
                         or any(v in _RESET_VALUES for v in texts)),
+        query_errors=tuple(f"{e.tag}: {(e.text or '').strip()}" for e in g.iter()
+                           if (e.text or "").strip().lower() in _ERROR_VALUES),
     )
 
 
