@@ -38,20 +38,6 @@ _SXID = re.compile(
     r"nvidia-nvswitch(?P<switch>\d+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>\d+), "
     r"(?P<severity>Fatal|Non-fatal),\s*(?P<msg>.*)$"
 )
-# What a kernel-log line starts with: dmesg `[ 1399.140323]`, `dmesg -T` `[Fri Jan  5 10:34:01
-# 2024]`, syslog `Jun 10 03:09:55 host`, journalctl short-iso / `dmesg --time-format iso`
-# `2024-10-01T09:14:40+0000 host`, or `host kernel:`; `dmesg -x` (`kern  :err   : [ 12.3]`, with
-# `--time-format iso`: `kern  :warn  : 2025-01-21T04:41:44,285060+00:00`) and
-# Talos' `talosctl dmesg` (`192.168.11.119: kern:     err: [2026-04-22T21:25:20.46Z]: NVRM: ...`).
-_TIME = re.compile(
-    r"^\s*(?:<\d>)?(?:\S+: (?=kern:))?(?:[a-z]+\s*:\s*[a-z]+\s*: )?(?:\[\s*(?P<uptime>\d+\.\d+)\]"
-    r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
-    r"|\[?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
-    r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?))"
-)
-# /dev/kmsg records: `6,3998,261229012,-;nvidia-nvswitch3: open` (priority, sequence, microseconds
-# since boot, flags); the time is reported in seconds like dmesg's.
-_KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[-+c][^;]*;")
 #: A log whose first line is this many seconds after boot or less reaches back to the boot.
 BOOT_WINDOW_S = 5.0
 
@@ -154,11 +140,13 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
     fallen_at, fallen_time = 0, None
     for n, raw in enumerate(read_text_lines(text), 1):
         ln = classify(raw)
-        tally.add(ln)
-        line = ln.text
-        when = ln.time or _when(line)
+        if ln.kind == KERNEL:
+            tally.kernel += 1  # the common case, counted here (Tally.add does the same)
+        else:
+            tally.add(ln)
+        line, when = ln.text, ln.time
         if ln.kind == KERNEL and first is None:
-            first = dataclasses.replace(ln, time=when)
+            first = ln
         if ln.boot:
             boots.append((n, when))
         if "NVRM:" not in line:
@@ -216,17 +204,9 @@ def _from_boot(first: Line | None, boots: list[tuple[int, str | None]]) -> bool 
         return True
     if first is None:
         return None
-    if first.uptime_s is not None:
-        return first.uptime_s <= BOOT_WINDOW_S
+    if first.uptime is not None:
+        return float(first.uptime) <= BOOT_WINDOW_S
     return False if first.time else None
-
-
-def _when(line: str) -> str | None:
-    tm = _TIME.match(line)
-    if tm:
-        return tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]
-    km = _KMSG.match(line)
-    return f"{int(km['usec']) // 1_000_000}.{int(km['usec']) % 1_000_000:06d}" if km else None
 
 
 def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
