@@ -239,12 +239,13 @@ def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):
     assert len(results) == 18
 
 
-def test_real_probes_on_this_machine_error_on_a_gpu_profile(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    """No overrides: the real probes run. Without NVML, nvidia-smi, dcgmi or CUDA every GPU
-    check is an error with its reason (never a skip, never a crash)."""
+def _run_real_probes(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     tools: dict[str, str], *args: str, env: dict[str, str] | None = None
+                     ) -> dict[str, dict]:
+    """checks/test_gpu.py with the real probes, the emulated `tools` first on PATH."""
     import pynvml
+
+    from tests.fake_tools import make_tool
 
     try:
         pynvml.nvmlInit()
@@ -253,19 +254,30 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
     else:  # pragma: no cover - only on a machine with an NVIDIA driver
         pynvml.nvmlShutdown()
         pytest.skip("this machine has an NVIDIA driver")
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    log = tmp_path / "kern.log"
-    log.write_text("[    0.000000] Linux version 6.8.0\n")
-    monkeypatch.setenv("PATH", f"{empty}:/usr/bin:/bin")
-    monkeypatch.setenv("PREFLIGHT_KERNEL_LOG", str(log))
+    bin_dir = tmp_path / "fake-bin"
+    for name, body in tools.items():
+        make_tool(bin_dir, name, body)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
     shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
     results_path = pytester.path / "results.jsonl"
     pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5.48xlarge",
-                                  "--preflight-results", str(results_path))
-    results = {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
-               if r.get("event") == "result"}
+                                  "--preflight-results", str(results_path), *args)
+    return {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
+            if r.get("event") == "result"}
+
+
+def test_real_probes_on_this_machine_error_on_a_gpu_profile(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No overrides: the real probes run. Without NVML, nvidia-smi, dcgmi or CUDA every GPU
+    check is an error with its reason (never a skip, never a crash)."""
+    log = tmp_path / "kern.log"
+    log.write_text("[    0.000000] Linux version 6.8.0\n")
+    results = _run_real_probes(pytester, tmp_path, monkeypatch, {},
+                               env={"PREFLIGHT_KERNEL_LOG": str(log)})
     assert len(results) == 18
     # The kernel log was readable and clean.
     assert results["PF-GPU-006"]["outcome"] == results["PF-GPU-018"]["outcome"] == "pass"
@@ -342,36 +354,6 @@ def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
     (result,) = [r for r in records if r.get("event") == "result"]
     assert result["outcome"] == "skip"
     assert "dcgm_level 0 for tier preflight" in result["message"]
-
-
-def _run_real_probes(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                     tools: dict[str, str], *args: str, env: dict[str, str] | None = None
-                     ) -> dict[str, dict]:
-    """checks/test_gpu.py with the real probes, the emulated `tools` first on PATH."""
-    import pynvml
-
-    from tests.fake_tools import make_tool
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        pass
-    else:  # pragma: no cover - only on a machine with an NVIDIA driver
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver")
-    bin_dir = tmp_path / "fake-bin"
-    for name, body in tools.items():
-        make_tool(bin_dir, name, body)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    for key, value in (env or {}).items():
-        monkeypatch.setenv(key, value)
-    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
-    results_path = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
-                                  "--preflight-profile", "p5.48xlarge",
-                                  "--preflight-results", str(results_path), *args)
-    return {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
-            if r.get("event") == "result"}
 
 
 def test_a_hung_nvidia_smi_fails_every_inventory_check_by_name_within_its_timeout(
