@@ -429,3 +429,13 @@ def test_a_kernel_log_file_that_is_not_one_is_never_no_xids(
                 "line: '<html><body>Service Unavailable</body></html>')")
         prefix = f"[{cid}] {what} not judged: " if outcome == "warn" else f"[{cid}] "
         assert message.startswith(prefix + body), message
+
+
+def test_explain_says_what_an_unreadable_kernel_log_gives():
+    import checks.test_gpu  # noqa: F401 - registers the checks
+    from harness.checking import registry
+
+    for cid in ("PF-GPU-006", "PF-GPU-018"):
+        why = registry()[cid].why
+        assert ("output that is not a kernel log, a saved file older than the boot) is a warning "
+                "in the preflight tier and an error in certify and diagnose.") in why

@@ -401,3 +401,11 @@ def test_a_file_with_several_boots_is_judged_on_the_last():
     last = log.last_boot()
     assert ([e.xid for e in last.events], last.first_time, last.from_boot) == (
         [13], "Oct 01 10:00:00", True)
+
+
+def test_an_xid_in_a_paste_with_commentary_is_still_read():
+    text = ("Here's what I got after the crash:\n"
+            "[ 4254.197860] NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, GPU "
+            "has fallen off the bus.\n"
+            "Any idea? It happened twice.\nThanks!\n")
+    assert [(e.xid, e.pci) for e in parse_kernel_log(text).events] == [(79, "0000:5d:00")]

@@ -127,9 +127,9 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
     fallen off the bus.` in any prefix (dmesg, syslog, journalctl, its JSON), the Xid-less `NVRM:
     The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has
     fallen off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79
-    line is in the log) and NVSwitch `SXid` lines. Raises ParseError unless the text is
-    positively a kernel log (harness.parsers.kernel_log_format: empty input, a tool's error
-    message, random bytes are not, and their lack of Xid lines proves nothing)."""
+    line is in the log) and NVSwitch `SXid` lines. Raises ParseError when nothing was found and
+    the text is not positively a kernel log (harness.parsers.kernel_log_format: empty input, a
+    tool's error message, random bytes are not, and their lack of Xid lines proves nothing)."""
     events: list[XidEvent] = []
     fallen: list[XidEvent] = []
     sxids: list[SxidEvent] = []
@@ -182,7 +182,9 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
         if one_line:
             fallen.append(_fallen(one_line["pci"], when, n))
     problem = tally.shape.problem
-    if require_kernel_lines and problem:
+    if require_kernel_lines and problem and not (events or fallen or sxids):
+        # Only "no XID" needs the text to be a kernel log; an Xid line is evidence of a fault
+        # wherever it is (a paste with commentary around it).
         raise ParseError(problem)
     if fallen:
         # The driver prints the Xid 79 line and its own "has fallen off the bus" line together, and
