@@ -256,8 +256,9 @@ def run_checks(cfg: RunConfig) -> Report:
         if progress:
             progress.stop.set()
             progress.join(timeout=2)
-    proof = account(load_events(results), runs, timed_out=timed_out, budget_s=cfg.budget_s,
-                    empty_message=_empty_selection(cfg, suites))
+    unfinished = f"did not finish within the run budget ({cfg.budget_s:g} s)" if timed_out else None
+    proof = account(load_events(results), runs, empty_message=_empty_selection(cfg, suites),
+                    unfinished=unfinished)
     report.checks = proof.checks
     report.harness_errors.extend(proof.harness_errors)
     report.usage_error = proof.usage_error

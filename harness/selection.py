@@ -145,11 +145,13 @@ def _no_result(record: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 def account(
-    events: Events, runs: Sequence[PhaseRun], *, timed_out: bool, budget_s: float,
-    empty_message: str,
+    events: Events, runs: Sequence[PhaseRun], *, empty_message: str,
+    unfinished: str | None = None,
 ) -> Accounting:
     """Match what every phase selected with what reported; map every pytest exit status.
-    `empty_message`: the usage error of an empty selection (it names the selection)."""
+    `empty_message`: the usage error of an empty selection (it names the selection);
+    `unfinished`: why a check without a result did not finish, when the run was cut short
+    (`did not finish within the run budget (300 s)`); None when it ran to its end."""
     out = Accounting()
     selected: dict[str, dict[str, Any]] = {}
     ran_in: dict[str, str] = {}
@@ -199,8 +201,8 @@ def account(
         missing.append(item["id"])
         if nodeid in events.lost:
             why = f"produced no result: {events.lost[nodeid]}"
-        elif timed_out:
-            why = f"did not finish within the run budget ({budget_s:g} s)"
+        elif unfinished:
+            why = unfinished
         elif events.internal_errors:
             why = "produced no result (pytest stopped with an INTERNALERROR)"
         elif errors:

@@ -1,7 +1,8 @@
-"""A healthy fake p5.48xlarge for whole-suite runs (`-p tests.fake_gpu_node` in the check
-sessions, e.g. through PYTEST_ADDOPTS): eight H100s behind a fake NVML (tests/fake_nvml.py) and
-a compute-sanity probe that answers like eight healthy GPUs. The tools (dcgmi, the kernel log)
-are faked on PATH / by PREFLIGHT_KERNEL_LOG by the test that uses this (see make_tools)."""
+"""A healthy fake p5.48xlarge for whole-suite runs: loaded as a plugin in the check sessions
+(`-p tests.fake_gpu_node`, e.g. through PYTEST_ADDOPTS), it puts eight H100s behind a fake NVML
+(tests/fake_nvml.py) and makes the compute-sanity probe answer like eight healthy GPUs. The
+tools (dcgmi, the kernel log) are faked on PATH / by PREFLIGHT_KERNEL_LOG (make_tools). Importing
+this module changes nothing: only a session that registers it as a plugin is faked."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _healthy_compute() -> object:
                          {i: 2900.0 for i in range(8)})
 
 
-def install() -> None:
+def pytest_configure(config: object) -> None:
     """Every later `import pynvml` gets the fake; compute sanity answers healthy."""
     import harness.probes.gpu_compute as gpu_compute
 
@@ -43,6 +44,3 @@ def make_tools(bin_dir: Path) -> dict[str, str]:
     dcgmi.chmod(dcgmi.stat().st_mode | stat.S_IEXEC)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "PREFLIGHT_KERNEL_LOG": str(CLEAN_KERNEL_LOG)}
-
-
-install()

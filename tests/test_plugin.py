@@ -269,7 +269,7 @@ def test_collection_errors_are_recorded(suite):
     res, _ = run_checks(suite)
     assert res.ret == pytest.ExitCode.INTERRUPTED
     (collected,) = [e for e in _events(results) if e["event"] == "collected"]
-    assert [e["nodeid"] for e in collected["errors"]] == ["test_broken.py"]
+    assert [e["nodeid"] for e in collected["errors"]] == [str(suite.path / "test_broken.py")]
     assert "No module named 'no_such_module_xyz'" in collected["errors"][0]["message"]
 
 

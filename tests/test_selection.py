@@ -35,11 +35,10 @@ def _result(n: int, outcome: str = "pass", phase: str = "checks") -> dict:
             "message": "" if outcome == "pass" else f"[PF-T-{n:03d}] {outcome}"}
 
 
-def _account(tmp_path, lines: list[dict], runs: list[PhaseRun], timed_out: bool = False):
+def _account(tmp_path, lines: list[dict], runs: list[PhaseRun], unfinished: str | None = None):
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return account(load_events(path), runs, timed_out=timed_out, budget_s=60.0,
-                   empty_message=EMPTY)
+    return account(load_events(path), runs, empty_message=EMPTY, unfinished=unfinished)
 
 
 OK = [PhaseRun("checks", 0)]
@@ -86,7 +85,8 @@ def test_phases_each_prove_their_share(tmp_path):
     assert proof.harness_errors == []
     assert proof.selection["per_phase"] == {"node-local": 1, "exclusive": 1}
     # The exclusive phase never ran (the budget ran out): its check is unfinished.
-    proof = _account(tmp_path, lines[:2], [PhaseRun("node-local", 0)], timed_out=True)
+    proof = _account(tmp_path, lines[:2], [PhaseRun("node-local", 0)],
+                     unfinished="did not finish within the run budget (60 s)")
     assert proof.checks[1]["message"] == "[PF-T-002] did not finish within the run budget (60 s)"
 
 
