@@ -302,6 +302,8 @@ def pytest_runtest_makereport(
         return rep
     spec = item_spec(item)
     state["phases"][rep.when] = (*_classify(spec, call, rep), rep.duration)
+    # A test's own record_property values cross xdist's channel too: plain data only.
+    rep.user_properties = [(str(k), plain(v)) for k, v in rep.user_properties]
     if rep.when == "teardown":
         _set_current(None)
         rep.user_properties.append(("preflight_result", _final(spec, item, state)))

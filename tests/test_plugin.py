@@ -299,8 +299,8 @@ def test_odd_values():
     measure("nan", float("nan"), threshold=float("inf"))
 
 @check("PF-T-202", title="after it", why="w", remedy="r")
-def test_after():
-    pass
+def test_after(record_property):
+    record_property("nccl", Version("2.21.5"))
 '''
 
 
