@@ -17,6 +17,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.catalog import Catalog
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
 
@@ -279,8 +283,8 @@ def _cluster_start(cfg: object, failure_file: Path | None) -> object:
     from harness.cluster import ClusterStep, TopologyError
 
     try:
-        return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,  # type: ignore[attr-defined]
-                                 local_budget_s=cfg.budget_s, env=cfg.env,  # type: ignore[attr-defined]
+        return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
+                                 local_budget_s=cfg.budget_s, env=cfg.env,
                                  failure_file=failure_file)
     except TopologyError as exc:
         raise UsageError(str(exc)) from None
@@ -289,11 +293,11 @@ def _cluster_start(cfg: object, failure_file: Path | None) -> object:
 def _cluster_finish(cluster: object, report: object) -> str | None:
     """Gather, judge and record the cluster verdict; the failure text every node writes."""
     try:
-        verdict = cluster.finish(report)  # type: ignore[attr-defined]
+        verdict = cluster.finish(report)
     except Exception as exc:  # a bug in the cluster step: fail this node, never hang
-        report.harness_errors.append(  # type: ignore[attr-defined]
+        report.harness_errors.append(
             f"cluster step: internal error: {type(exc).__name__}: {exc}")
-        report.exit_code = EXIT_HARNESS  # type: ignore[attr-defined]
+        report.exit_code = EXIT_HARNESS
         return None
     return verdict.text or None
 
@@ -325,73 +329,41 @@ def _write_early_failure(
         _write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)
 
 
-def _collect(args: argparse.Namespace, tier: str, keyword: str | None) -> tuple[list, list]:
-    """(suites, checks) `run` would select; UsageError for a bad -k or suite path."""
-    from harness.runner import collect_checks
-    from harness.selection import SelectionError, check_keyword
-    from harness.suites import SuiteError, resolve_suites
+def _catalog(args: argparse.Namespace, tier: str, keyword: str | None) -> Catalog:
+    """The checks `run` would select (harness.catalog); its problems said on stderr."""
+    from harness.catalog import CatalogError, catalog
 
     try:
-        suites = resolve_suites(args.extra_checks)
-        if keyword is not None:
-            check_keyword(keyword)
-    except (SuiteError, SelectionError) as exc:
+        found = catalog(args.extra_checks, tier=tier, keyword=keyword)
+    except CatalogError as exc:
         raise UsageError(str(exc)) from None
-    found = collect_checks(suites, tier=tier, keyword=keyword)
-    if found.usage_error:
-        raise UsageError(found.usage_error)
     for problem in found.problems:
         print(f"preflight: harness error: {problem}", file=sys.stderr)
-    if found.problems:
-        raise _Incomplete(found.checks)
-    order = {s.name: i for i, s in enumerate(suites)}
-    return suites, sorted(found.checks, key=lambda c: (order.get(c["suite"], len(order)), c["id"]))
-
-
-class _Incomplete(Exception):
-    """Some check file could not be collected: the rest is shown, the exit status is 3."""
-
-    def __init__(self, checks: list) -> None:
-        super().__init__("incomplete")
-        self.checks = checks
+    return found
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     import json
 
-    code = EXIT_OK
-    try:
-        _, checks = _collect(args, args.tier or TIERS[-1], args.keyword)
-    except _Incomplete as exc:
-        checks, code = exc.checks, EXIT_HARNESS
-    if args.json:
-        print(json.dumps([{k: c.get(k) for k in ("id", "tier", "title", "exclusive", "suite",
-                                                  "kind")} for c in checks], indent=2))
-        return code
-    width = max([12, *(len(c["id"]) for c in checks)])
-    suite_width = max([8, *(len(c["suite"]) for c in checks)])
-    for c in checks:
-        print(f"{c['id']:{width}} {c['tier']:10} {c['suite']:{suite_width}} {c['title']}")
-    return code
+    from harness.catalog import list_lines, list_records
+
+    found = _catalog(args, args.tier or TIERS[-1], args.keyword)
+    lines = ([json.dumps(list_records(found.checks), indent=2)] if args.json
+             else list_lines(found.checks))
+    if lines:
+        print("\n".join(lines))
+    return EXIT_HARNESS if found.problems else EXIT_OK
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    try:
-        suites, checks = _collect(args, TIERS[-1], None)
-    except _Incomplete as exc:
-        checks, suites = exc.checks, []
-    wanted = args.check_id.strip().lower()
-    spec = next((c for c in checks if c["id"].lower() == wanted), None)
+    from harness.catalog import explain_lines, find
+
+    found = _catalog(args, TIERS[-1], None)
+    spec = find(found.checks, args.check_id)
     if spec is None:
-        known = ", ".join(c["id"] for c in checks)
+        known = ", ".join(c["id"] for c in found.checks)
         raise UsageError(f"unknown check {args.check_id!r}; known checks: {known}")
-    where = next((f"{s.name} ({s.path})" for s in suites if s.name == spec["suite"]), spec["suite"])
-    print(f"{spec['id']}  {spec['title']}")
-    print(f"tier:     {spec['tier']}{' (runs alone: owns GPUs/network)' if spec['exclusive'] else ''}")
-    print(f"suite:    {where}{'' if spec['kind'] == 'check' else ' (a plain pytest test)'}")
-    print(f"defined:  {spec['defined']} ({spec['nodeid']})")
-    print(f"why:      {spec['why'] or '-'}")
-    print(f"remedy:   {spec['remedy'] or '-'}")
+    print("\n".join(explain_lines(spec, found.suites)))
     return EXIT_OK
 
 
