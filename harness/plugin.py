@@ -65,7 +65,7 @@ _suites_key = pytest.StashKey[list[tuple[str, Path]]]()
 _profile_key = pytest.StashKey[Any]()
 _phases_key = pytest.StashKey[dict[str, Any]]()
 _spec_key = pytest.StashKey[CheckSpec]()
-#: The session's selection (profile tier, -k, -m applied) before the phase split.
+#: The session's selection (tier, -k and -m applied) before the phase split.
 selection_key = pytest.StashKey[list[pytest.Item]]()
 
 
@@ -93,14 +93,26 @@ def _requested(config: pytest.Config) -> bool:
         return True
     if "harness.plugin" in (getattr(opt, "plugins", None) or []):
         return True
-    for arg in config.args:
-        target = arg.split("::", 1)[0]
-        if getattr(opt, "pyargs", False) and (target == "checks" or target.startswith("checks.")):
-            return True
+    return any(_in_builtin_suite(arg.split("::", 1)[0], config) for arg in config.args)
+
+
+def _in_builtin_suite(target: str, config: pytest.Config) -> bool:
+    """Does a command-line argument name the built-in suite (a path, or `--pyargs checks...`
+    that resolves to it: another project's own `checks` package does not count)?"""
+    if getattr(config.option, "pyargs", False) and target.split(".")[0] == "checks":
+        import importlib.util
+
+        try:  # finds the package without importing it
+            spec = importlib.util.find_spec("checks")
+        except (ImportError, ValueError):
+            return False
+        places = getattr(spec, "submodule_search_locations", None) or []
+        return any(Path(p).resolve() == BUILTIN_SUITE for p in places)
+    try:
         path = (config.invocation_params.dir / target).resolve()
-        if path == BUILTIN_SUITE or BUILTIN_SUITE in path.parents:
-            return True
-    return False
+    except (OSError, ValueError):
+        return False
+    return path == BUILTIN_SUITE or BUILTIN_SUITE in path.parents
 
 
 def active(config: pytest.Config) -> bool:

@@ -79,7 +79,8 @@ class RunConfig:
     def check_timeout_s(self) -> float:
         return float(self.profile.check_timeout_s.get(self.tier, 120.0))
 
-    def the_suites(self) -> list[Suite]:
+    def resolved_suites(self) -> list[Suite]:
+        """`suites`, else what the environment names (harness.suites.resolve_suites)."""
         return list(self.suites) or resolve_suites(env=self.env)
 
 
@@ -105,7 +106,7 @@ def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
     the exclusive ones (collectives, bandwidth) alone. Each session selects the same checks
     and the plugin keeps its phase's share (--preflight-phase)."""
     base = [
-        *_session_argv(cfg.the_suites(), tier=cfg.tier, keyword=cfg.keyword, results=results),
+        *_session_argv(cfg.resolved_suites(), tier=cfg.tier, keyword=cfg.keyword, results=results),
         "--preflight-profile", cfg.profile.name, "--preflight-sysroot", str(cfg.sysroot),
         "--timeout", f"{cfg.check_timeout_s:g}",
         "-v" if cfg.verbose else "-q", "-rN",
@@ -205,7 +206,7 @@ class _Progress(threading.Thread):
 def run_checks(cfg: RunConfig) -> Report:
     """Run every phase within the budget; always returns a Report (never raises for checks)."""
     start = time.monotonic()
-    suites = cfg.the_suites()
+    suites = cfg.resolved_suites()
     report = Report(host=cfg.host, profile=cfg.profile.name, profile_source=cfg.profile_source,
                     tier=cfg.tier, budget_s=cfg.budget_s, warn_only=cfg.warn_only,
                     environment=report_environment(cfg.env),

@@ -80,3 +80,12 @@ def test_this_projects_own_sessions_register_the_plugin_once() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "already registered" not in proc.stdout + proc.stderr
     assert "tests collected" in proc.stdout
+
+
+def test_inert_for_another_projects_own_checks_package(pytester: pytest.Pytester,
+                                                      neutral_env: None) -> None:
+    pkg = pytester.mkpydir("checks")
+    (pkg / "test_theirs.py").write_text("def test_theirs(gpu_inventory):\n    pass\n")
+    res = pytester.runpytest_subprocess("--pyargs", "checks", "-p", "no:cacheprovider")
+    res.assert_outcomes(errors=1)
+    res.stdout.fnmatch_lines(["*fixture 'gpu_inventory' not found*"])
