@@ -5,8 +5,13 @@ threshold (`expect`, `expect_none`), warn, or say it does not apply. Messages al
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import datetime as _dt
+import enum
+import math
 import operator
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
@@ -27,6 +32,7 @@ __all__ = [
     "fmt",
     "measure",
     "not_applicable",
+    "plain",
     "registry",
     "warn",
 ]
@@ -52,6 +58,8 @@ class CheckSpec:
     """Owns the GPUs or the network (a collective, a bandwidth test): runs alone, after the rest."""
     function: str = ""
     module: str = ""
+    kind: str = "check"
+    """`check` (declared with @check) or `test` (a plain pytest test: a site check)."""
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
@@ -155,6 +163,66 @@ def _message(ctx: CheckContext, body: str, remedy: str | None) -> str:
     return f"[{ctx.check_id}] {body}" + (f"; {remedy}" if remedy else "")
 
 
+#: Nesting deeper than this is written as text (a cycle, or a structure no report needs).
+_PLAIN_DEPTH = 12
+
+
+def plain(value: object, _depth: int = 0) -> Any:
+    """`value` as plain data (None, bool, int, finite float, str, list, dict with str keys).
+
+    Measurements and results cross pytest-xdist's worker channel (execnet serialises only the
+    exact builtin types: a packaging Version, a Path or a numpy scalar kills the worker with an
+    INTERNALERROR) and end in report.json (no NaN there). So a value is made plain where it is
+    recorded: numbers stay numbers (numpy/torch scalars via `.item()`), NaN and infinities
+    become the strings "nan", "inf", "-inf", sets become sorted lists, dataclasses dicts, enums
+    their name, bytes text, and anything else (Version, Path, datetime, Decimal) its str()."""
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        number = float(value)
+        return number if math.isfinite(number) else str(number)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    if _depth >= _PLAIN_DEPTH:
+        return str(value)
+    deeper = _depth + 1
+    if isinstance(value, Mapping):
+        return {k if isinstance(k, str) else str(plain(k, deeper)): plain(v, deeper)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v, deeper) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [plain(v, deeper) for v in value]
+        return sorted(items, key=lambda v: (type(v).__name__, str(v)))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name, None), deeper)
+                for f in dataclasses.fields(value)}
+    if isinstance(value, os.PathLike):
+        return os.fsdecode(value)
+    if isinstance(value, _dt.date | _dt.time):
+        return value.isoformat()
+    # numpy and torch, without importing either: a scalar (or 0-d array/tensor) has .item(),
+    # an array or tensor .tolist().
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "tolist"):
+        try:
+            return plain(value.tolist(), deeper)
+        except Exception:  # a tensor that cannot leave its device: say what it was
+            return str(value)
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, type):
+        try:
+            return plain(value.item(), deeper)
+        except Exception:
+            return str(value)
+    return str(value)
+
+
 def measure(
     what: str,
     value: object,
@@ -165,9 +233,9 @@ def measure(
     ok: bool | None = None,
 ) -> None:
     """Record a measured value (and the threshold it was judged against) in the report."""
-    current().measurements.append(
+    current().measurements.append(plain(
         {"what": what, "value": value, "unit": unit, "op": op, "threshold": threshold, "ok": ok}
-    )
+    ))
 
 
 def expect(

@@ -3,7 +3,8 @@
 Exit codes (stable; automation keys on them):
   0  every check passed (or warned); the training command was exec'd, if one was given
   1  one or more checks failed or errored (a probe could not produce its fact)
-  2  bad usage: unknown option, unknown profile, unreadable profile file, unknown check ID
+  2  bad usage: unknown option, unknown profile, unreadable profile file, unknown check ID,
+     a -k that is malformed or selects no check, a missing --extra-checks folder
   3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
 127 the checks passed but the training command could not be exec'd
 """
@@ -16,6 +17,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.catalog import Catalog
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
 
@@ -25,6 +30,9 @@ EXIT_USAGE = 2
 EXIT_HARNESS = 3
 
 TIERS = ("preflight", "certify", "diagnose")
+EXTRA_HELP = ("site checks to run beside the built-in suite: a folder of test_*.py files (plain "
+              "pytest tests or @check functions) or one such file; repeatable; also "
+              "$PREFLIGHT_EXTRA_CHECKS (colon-separated)")
 
 
 class UsageError(Exception):
@@ -50,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report-dir", default=None,
                      help="where reports go (default: $PREFLIGHT_REPORT_DIR, under SageMaker "
                      "/opt/ml/output/data/preflight, else ./preflight-report); a folder per host")
-    run.add_argument("-k", dest="keyword", default=None, help="only checks matching EXPR (pytest -k)")
+    run.add_argument("-k", dest="keyword", default=None,
+                     help="only checks matching EXPR (pytest -k over check IDs, ID prefixes and "
+                     "test names: -k PF-ENV-001, -k \"PF-GPU and not PF-GPU-012\")")
+    run.add_argument("--extra-checks", action="append", default=[], metavar="DIR",
+                     help=EXTRA_HELP)
     run.add_argument("--warn-only", action="store_true",
                      help="report failures but exec the command anyway (exit status of the "
                      "command)")
@@ -70,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- then the training command to exec after a passing preflight")
 
-    lst = sub.add_parser("list", help="list the checks: ID, tier, description")
+    lst = sub.add_parser("list", help="list the checks: ID, tier, suite, description")
     lst.add_argument("--tier", choices=TIERS, default=None, help="only checks run in this tier")
+    lst.add_argument("-k", dest="keyword", default=None, help="only checks `run -k EXPR` selects")
+    lst.add_argument("--extra-checks", action="append", default=[], metavar="DIR", help=EXTRA_HELP)
     lst.add_argument("--json", action="store_true")
 
     prof = sub.add_parser("profiles", help="list profiles and the thresholds they hold")
@@ -81,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("explain", help="what a check verifies, why, and the remedy")
     exp.add_argument("check_id")
+    exp.add_argument("--extra-checks", action="append", default=[], metavar="DIR", help=EXTRA_HELP)
 
     st = sub.add_parser("selftest", help="run the multi-node path on this machine with "
                         "injected faults: selftest cluster --nodes 4 --inject hang=2")
@@ -171,6 +186,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.profiles import BUILTIN_PROFILES, ProfileError, get_profile, load_profile_file
     from harness.report import command_for_report, failure_reason, redact_file, write_report
     from harness.runner import RunConfig, run_checks
+    from harness.selection import SelectionError, check_keyword
+    from harness.suites import SuiteError, describe, resolve_suites, source_overrides
     from harness.summary import print_summary
 
     env = dict(os.environ)
@@ -204,17 +221,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
         raise UsageError(str(exc)) from None
+    try:  # what is judged: decided, and refused when it cannot run, before any check runs
+        suites = resolve_suites(args.extra_checks, env)
+        if args.keyword is not None:
+            check_keyword(args.keyword)
+    except (SuiteError, SelectionError) as exc:
+        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        raise UsageError(str(exc)) from None
 
     cfg = RunConfig(
         profile=profile, profile_source=found.source, tier=tier, report_dir=report_dir,
         host=host, keyword=args.keyword, warn_only=args.warn_only, command=command,
         workers=_workers(args.workers, profile), profile_file=args.profile_file,
         verbose=args.verbose, env=env,
-        sysroot=Path(env.get("PREFLIGHT_SYSROOT", "/")),
-        suite=Path(env["PREFLIGHT_SUITE"]) if env.get("PREFLIGHT_SUITE") else None,
+        sysroot=Path(env.get("PREFLIGHT_SYSROOT", "/")), suites=suites,
     )
     print(f"gpu-preflight: host {host}, profile {profile.name} (from {found.source}), tier "
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
+    for line in describe(suites, source_overrides(env, args.profile_file)):
+        print(f"gpu-preflight: {line}", flush=True)
     cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
     try:
         report = run_checks(cfg)
@@ -224,7 +249,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         report = Report(host=host, profile=profile.name, profile_source=found.source, tier=tier)
         report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
     report.command = command_for_report(command, env)
-    report.exit_code = (EXIT_OK if report.verdict == "pass"
+    report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
     failure_text = None
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
@@ -238,6 +263,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
     print_summary(report, verbose=args.verbose)
     print(f"report: {report_dir / 'report.json'}", flush=True)
+    if report.usage_error:
+        print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
     if report.verdict != "pass" and failure_file is not None:
         _write_failure(failure_file, failure_text or failure_reason(report), env)
     if cluster is not None:
@@ -256,8 +283,8 @@ def _cluster_start(cfg: object, failure_file: Path | None) -> object:
     from harness.cluster import ClusterStep, TopologyError
 
     try:
-        return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,  # type: ignore[attr-defined]
-                                 local_budget_s=cfg.budget_s, env=cfg.env,  # type: ignore[attr-defined]
+        return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
+                                 local_budget_s=cfg.budget_s, env=cfg.env,
                                  failure_file=failure_file)
     except TopologyError as exc:
         raise UsageError(str(exc)) from None
@@ -266,11 +293,11 @@ def _cluster_start(cfg: object, failure_file: Path | None) -> object:
 def _cluster_finish(cluster: object, report: object) -> str | None:
     """Gather, judge and record the cluster verdict; the failure text every node writes."""
     try:
-        verdict = cluster.finish(report)  # type: ignore[attr-defined]
+        verdict = cluster.finish(report)
     except Exception as exc:  # a bug in the cluster step: fail this node, never hang
-        report.harness_errors.append(  # type: ignore[attr-defined]
+        report.harness_errors.append(
             f"cluster step: internal error: {type(exc).__name__}: {exc}")
-        report.exit_code = EXIT_HARNESS  # type: ignore[attr-defined]
+        report.exit_code = EXIT_HARNESS
         return None
     return verdict.text or None
 
@@ -302,59 +329,41 @@ def _write_early_failure(
         _write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)
 
 
-def _load_suite() -> None:
-    """Import every check module so that the @check registry is complete."""
-    import importlib.util
+def _catalog(args: argparse.Namespace, tier: str, keyword: str | None) -> Catalog:
+    """The checks `run` would select (harness.catalog); its problems said on stderr."""
+    from harness.catalog import CatalogError, catalog
 
-    from harness.runner import checks_dir
-
-    suite = Path(os.environ.get("PREFLIGHT_SUITE") or checks_dir())
-    files = [suite] if suite.is_file() else sorted(suite.glob("test_*.py"))
-    for path in files:
-        name = f"checks.{path.stem}" if suite.is_dir() and suite.name == "checks" else path.stem
-        if name in sys.modules:
-            continue
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+    try:
+        found = catalog(args.extra_checks, tier=tier, keyword=keyword)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    for problem in found.problems:
+        print(f"preflight: harness error: {problem}", file=sys.stderr)
+    return found
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     import json
 
-    from harness.checking import TIERS as _TIERS
-    from harness.checking import registry
+    from harness.catalog import list_lines, list_records
 
-    _load_suite()
-    specs = sorted(registry().values(), key=lambda s: s.id)
-    if args.tier:
-        limit = _TIERS.index(args.tier)
-        specs = [s for s in specs if _TIERS.index(s.tier) <= limit]
-    if args.json:
-        print(json.dumps([{"id": s.id, "tier": s.tier, "title": s.title,
-                           "exclusive": s.exclusive} for s in specs], indent=2))
-        return EXIT_OK
-    for s in specs:
-        print(f"{s.id:12} {s.tier:10} {s.title}")
-    return EXIT_OK
+    found = _catalog(args, args.tier or TIERS[-1], args.keyword)
+    lines = ([json.dumps(list_records(found.checks), indent=2)] if args.json
+             else list_lines(found.checks))
+    if lines:
+        print("\n".join(lines))
+    return EXIT_HARNESS if found.problems else EXIT_OK
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from harness.checking import registry
+    from harness.catalog import explain_lines, find
 
-    _load_suite()
-    spec = registry().get(args.check_id.upper())
+    found = _catalog(args, TIERS[-1], None)
+    spec = find(found.checks, args.check_id)
     if spec is None:
-        known = ", ".join(sorted(registry()))
+        known = ", ".join(c["id"] for c in found.checks)
         raise UsageError(f"unknown check {args.check_id!r}; known checks: {known}")
-    print(f"{spec.id}  {spec.title}")
-    print(f"tier:     {spec.tier}{' (runs alone: owns GPUs/network)' if spec.exclusive else ''}")
-    print(f"defined:  {spec.module}.{spec.function}")
-    print(f"why:      {spec.why}")
-    print(f"remedy:   {spec.remedy}")
+    print("\n".join(explain_lines(spec, found.suites)))
     return EXIT_OK
 
 

@@ -1,12 +1,19 @@
-"""The gpu-preflight pytest plugin: options, tier markers, profile resolution, the check context
-around each test, and the streaming results file the CLI turns into reports."""
+"""The gpu-preflight pytest plugin: options, tier markers, profile resolution, check IDs as -k
+keywords, the phase split, the check context around each test, and the results file the CLI
+turns into reports.
+
+Loaded by `preflight run` (`-p harness.plugin`), by `pytest -p harness.plugin`, and through the
+`pytest11` entry point (named `harness.plugin`, so that `-p harness.plugin` and a conftest's
+`pytest_plugins` find it already registered) in every pytest session of an environment where
+gpu-preflight is installed. There it stays inert, options only, unless the session asks for it:
+a --preflight-* option, `-p harness.plugin`, or a path into the built-in suite
+(`pytest --pyargs checks`). Only then are markers, fact fixtures and hooks in force."""
 
 from __future__ import annotations
 
-import json
+import inspect
 import os
 import pkgutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,19 +21,35 @@ import pytest
 
 import harness.fixtures as _fixtures_pkg
 from harness import __version__
-from harness.checking import TIERS, CheckContext, CheckFailure, CheckSpec, ProbeError, _set_current
+from harness.checking import (
+    TIERS,
+    CheckContext,
+    CheckFailure,
+    CheckSpec,
+    ProbeError,
+    _set_current,
+    plain,
+)
+from harness.suites import BUILTIN_SUITE
 
-# Fact fixtures live in harness/fixtures/*.py (one module per area), loaded with this plugin so
-# that a conftest.py can override any of them with canned facts.
-pytest_plugins = [
+#: Fact fixtures live in harness/fixtures/*.py (one module per area), registered when the plugin
+#: is in force, so that a conftest.py can override any of them with canned facts.
+FIXTURE_MODULES = [
     f"harness.fixtures.{m.name}" for m in pkgutil.iter_modules(_fixtures_pkg.__path__)
 ]
+#: Phases of a run: `checks` (the whole selection in one session), or `node-local` checks (in
+#: parallel under xdist) then `exclusive` ones alone.
+PHASES = ("checks", "node-local", "exclusive")
 
 HELP_PROFILE = "Profile name (exact instance type, e.g. p5.48xlarge), or 'auto' to detect."
 HELP_PROFILE_FILE = "TOML file with profile overrides or extra profiles."
 HELP_TIER = "Check tier: preflight (fast, every job), certify (nightly), diagnose (one bad node)."
 HELP_RESULTS = "Append one JSON line per check result to this file (the CLI reads it)."
 HELP_SYSROOT = "Root directory probes read /sys, /proc and /dev under (tests point it at a fake)."
+HELP_PHASE = ("Run this phase's share of the selection: node-local (not exclusive), exclusive, "
+              "or checks (all of it, the default).")
+HELP_SUITE = ("NAME=PATH of a check suite (repeatable): plain tests under PATH get IDs relative "
+              "to it, and results name the suite.")
 
 MARKERS = {
     "preflight_check(id)": "a gpu-preflight check with a stable ID (set by @harness.checking.check)",
@@ -37,8 +60,13 @@ MARKERS = {
     "gpu": "needs a real GPU; the harness's own tests skip it on machines without one",
 }
 
+_active_key = pytest.StashKey[bool]()
+_suites_key = pytest.StashKey[list[tuple[str, Path]]]()
 _profile_key = pytest.StashKey[Any]()
 _phases_key = pytest.StashKey[dict[str, Any]]()
+_spec_key = pytest.StashKey[CheckSpec]()
+#: The session's selection (tier, -k and -m applied) before the phase split.
+selection_key = pytest.StashKey[list[pytest.Item]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,15 +76,72 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--preflight-tier", default="preflight", choices=TIERS, help=HELP_TIER)
     group.addoption("--preflight-results", default=None, help=HELP_RESULTS)
     group.addoption("--preflight-sysroot", default="/", help=HELP_SYSROOT)
+    group.addoption("--preflight-phase", default=None, choices=PHASES, help=HELP_PHASE)
+    group.addoption("--preflight-suite", action="append", default=[], metavar="NAME=PATH",
+                    help=HELP_SUITE)
+
+
+def _requested(config: pytest.Config) -> bool:
+    """Does this session ask for gpu-preflight (see the module docstring)?"""
+    opt = config.option
+    if any(getattr(opt, name, None) for name in (
+            "preflight_profile", "preflight_profile_file", "preflight_results",
+            "preflight_phase", "preflight_suite")):
+        return True
+    if getattr(opt, "preflight_tier", "preflight") != "preflight" or \
+            getattr(opt, "preflight_sysroot", "/") != "/":
+        return True
+    if "harness.plugin" in (getattr(opt, "plugins", None) or []):
+        return True
+    return any(_in_builtin_suite(arg.split("::", 1)[0], config) for arg in config.args)
+
+
+def _in_builtin_suite(target: str, config: pytest.Config) -> bool:
+    """Does a command-line argument name the built-in suite (a path, or `--pyargs checks...`
+    that resolves to it: another project's own `checks` package does not count)?"""
+    if getattr(config.option, "pyargs", False) and target.split(".")[0] == "checks":
+        import importlib.util
+
+        try:  # finds the package without importing it
+            spec = importlib.util.find_spec("checks")
+        except (ImportError, ValueError):
+            return False
+        places = getattr(spec, "submodule_search_locations", None) or []
+        return any(Path(p).resolve() == BUILTIN_SUITE for p in places)
+    try:
+        path = (config.invocation_params.dir / target).resolve()
+    except (OSError, ValueError):
+        return False
+    return path == BUILTIN_SUITE or BUILTIN_SUITE in path.parents
+
+
+def active(config: pytest.Config) -> bool:
+    """True when the plugin is in force in this session."""
+    return config.stash.get(_active_key, False)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not _requested(config):
+        return
+    config.stash[_active_key] = True
     for marker, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {doc}")
+    for module in FIXTURE_MODULES:
+        config.pluginmanager.import_plugin(module)
+    suites = []
+    for raw in config.getoption("preflight_suite"):
+        name, sep, path = raw.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"--preflight-suite wants NAME=PATH, got {raw!r}")
+        suites.append((name, Path(path).resolve()))
+    config.stash[_suites_key] = suites
     path = config.getoption("preflight_results")
     if path:
+        from harness.recorder import ResultsRecorder
+
         worker = getattr(config, "workerinput", {}).get("workerid")
-        config.pluginmanager.register(ResultsRecorder(Path(path), worker), "preflight-results")
+        recorder = ResultsRecorder(Path(path), worker, config.getoption("preflight_phase") or "checks")
+        config.pluginmanager.register(recorder, "preflight-results")
 
 
 def resolve_profile(config: pytest.Config) -> Any:
@@ -85,25 +170,89 @@ def resolve_profile(config: pytest.Config) -> Any:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    if not (config.getoption("preflight_results") or config.getoption("preflight_profile")):
+    if not active(config) or config.option.collectonly or not (
+            config.getoption("preflight_results") or config.getoption("preflight_profile")):
         return None
     profile, source = resolve_profile(config)
     tier = config.getoption("preflight_tier")
-    return [f"gpu-preflight {__version__}: profile {profile.name} (from {source}), tier {tier}"]
+    lines = [f"gpu-preflight {__version__}: profile {profile.name} (from {source}), tier {tier}"]
+    lines += [f"gpu-preflight suite {name}: {path}" for name, path in config.stash[_suites_key]]
+    return lines
 
 
-def _spec(item: pytest.Item) -> CheckSpec | None:
+def _suite_of(item: pytest.Item) -> tuple[str, Path] | None:
+    path = Path(item.path).resolve()
+    for name, root in item.config.stash.get(_suites_key, []):
+        if path == root or root in path.parents:
+            return name, root
+    return None
+
+
+def _plain_id(item: pytest.Item) -> str:
+    """A plain test's check ID: its node id, the file relative to its suite's parent folder
+    (`site-checks/test_storage.py::test_fsx_mounted`), so it reads the same on every node."""
+    suite = _suite_of(item)
+    if suite is None:
+        return item.nodeid
+    rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    return f"{Path(item.path).resolve().relative_to(suite[1].parent).as_posix()}::{rest}"
+
+
+def item_spec(item: pytest.Item) -> CheckSpec:
+    """The item's @check metadata; for a plain pytest test, metadata made from the test itself
+    (ID from its node id, title from its docstring, tier and exclusive from its markers)."""
+    if _spec_key in item.stash:
+        return item.stash[_spec_key]
     fn = getattr(item, "function", None)
-    return getattr(fn, "__preflight_check__", None)
+    spec = getattr(fn, "__preflight_check__", None)
+    if spec is None:
+        marked = [t for t in TIERS if item.get_closest_marker(t) is not None]
+        doc = inspect.getdoc(fn) if fn is not None else None
+        module = getattr(getattr(item, "module", None), "__name__", "")
+        spec = CheckSpec(
+            id=_plain_id(item), title=(doc or item.name).splitlines()[0], tier=marked[-1] if
+            marked else TIERS[0], why=doc or "", remedy="", kind="test",
+            exclusive=item.get_closest_marker("exclusive") is not None,
+            function=getattr(item, "originalname", item.name), module=module,
+        )
+    item.stash[_spec_key] = spec
+    return spec
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect checks of a later tier than the one asked for."""
+def describe_item(item: pytest.Item) -> dict[str, Any]:
+    """What the results file says about a selected item (list and explain show it)."""
+    spec = item_spec(item)
+    suite = _suite_of(item)
+    return {"id": spec.id, "nodeid": item.nodeid, "title": spec.title, "tier": spec.tier,
+            "exclusive": spec.exclusive, "kind": spec.kind, "suite": suite[0] if suite else "",
+            "why": spec.why, "remedy": spec.remedy, "defined": f"{spec.module}.{spec.function}"}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """`-k PF-GPU-003`, `-k "PF-GPU and not PF-GPU-012"`: the check ID is a keyword of its item
+    (pytest -k matches substrings of names and keywords, case-insensitively)."""
+    if active(item.config):
+        item.extra_keyword_matches.add(item_spec(item).id)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """After -k/-m: deselect checks of a later tier than the one asked for, keep the selection
+    (what this run must prove), then keep this phase's share of it."""
+    if not active(config):
+        return
     tier_index = TIERS.index(config.getoption("preflight_tier"))
     keep, drop = [], []
     for item in items:
-        spec = _spec(item)
-        (drop if spec is not None and TIERS.index(spec.tier) > tier_index else keep).append(item)
+        (drop if TIERS.index(item_spec(item).tier) > tier_index else keep).append(item)
+    config.stash[selection_key] = list(keep)
+    phase = config.getoption("preflight_phase") or "checks"
+    if phase != "checks":
+        exclusive = phase == "exclusive"
+        drop += [i for i in keep if item_spec(i).exclusive != exclusive]
+        keep = [i for i in keep if item_spec(i).exclusive == exclusive]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -111,9 +260,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    spec = _spec(item)
-    if spec is None:
+    if not active(item.config):
         return
+    spec = item_spec(item)
     try:
         profile_name = resolve_profile(item.config)[0].name
     except pytest.UsageError:
@@ -122,28 +271,37 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_phases_key] = {"ctx": ctx, "token": _set_current(ctx), "phases": {}}
 
 
+def _where(rep: pytest.TestReport) -> str:
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    return f" ({Path(crash.path).name}:{crash.lineno})" if crash is not None else ""
+
+
 def _classify(spec: CheckSpec, call: pytest.CallInfo[None], rep: pytest.TestReport) -> tuple[str, str]:
     """(outcome, message) of one phase."""
     if rep.passed:
         return "pass", ""
     if rep.skipped:
+        if hasattr(rep, "wasxfail"):
+            return "skip", f"[{spec.id}] expected to fail (xfail): {rep.wasxfail}".rstrip(": ")
         longrepr = rep.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         return "skip", reason.removeprefix("Skipped: ")
     exc = call.excinfo.value if call.excinfo is not None else None
     text = str(exc) if exc is not None else str(rep.longrepr)
+    where = _where(rep) if spec.kind == "test" else ""
     if isinstance(exc, CheckFailure):
         return "fail", text
-    if isinstance(exc, AssertionError) and rep.when == "call":
-        first = text.strip().splitlines()[0] if text.strip() else "assertion failed"
-        return "fail", first if first.startswith(f"[{spec.id}]") else f"[{spec.id}] {first}"
-    if exc is not None and type(exc).__name__ == "Failed" and "Timeout" in text:
+    if isinstance(exc, pytest.fail.Exception) and "Timeout" in text:
         return "error", f"[{spec.id}] check did not finish: {text.strip()}"
+    if isinstance(exc, AssertionError | pytest.fail.Exception) and rep.when == "call":
+        first = text.strip().splitlines()[0] if text.strip() else "assertion failed"
+        return "fail", (first if first.startswith(f"[{spec.id}]") else f"[{spec.id}] {first}") + where
     if isinstance(exc, ProbeError):
         return "error", f"[{spec.id}] {text}"
     name = type(exc).__name__ if exc is not None else "error"
-    where = f" in {rep.when}" if rep.when != "call" else ""
-    return "error", f"[{spec.id}] harness error{where}: {name}: {text.strip()[:2000]}"
+    when = f" in {rep.when}" if rep.when != "call" else ""
+    what = "harness error" if spec.kind == "check" else "error"
+    return "error", f"[{spec.id}] {what}{when}: {name}: {text.strip()[:2000]}{where}"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -151,11 +309,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Any:
     rep: pytest.TestReport = yield
-    spec = _spec(item)
     state = item.stash.get(_phases_key, None)
-    if spec is None or state is None:
+    if not active(item.config) or state is None:
         return rep
+    spec = item_spec(item)
     state["phases"][rep.when] = (*_classify(spec, call, rep), rep.duration)
+    # A test's own record_property values cross xdist's channel too: plain data only.
+    rep.user_properties = [(str(k), plain(v)) for k, v in rep.user_properties]
     if rep.when == "teardown":
         _set_current(None)
         rep.user_properties.append(("preflight_result", _final(spec, item, state)))
@@ -174,11 +334,15 @@ def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[st
                 outcome, message = o, m
     if outcome == "pass" and ctx.warnings:
         outcome, message = "warn", "\n".join(ctx.warnings)
-    return {
+    suite = _suite_of(item)
+    # Plain data at the point it is recorded: it crosses xdist's channel and ends in JSON.
+    return plain({
         "id": spec.id,
         "nodeid": item.nodeid,
         "title": spec.title,
         "tier": spec.tier,
+        "kind": spec.kind,
+        "suite": suite[0] if suite else "",
         "outcome": outcome,
         "message": message,
         "warnings": ctx.warnings,
@@ -186,54 +350,4 @@ def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[st
         "remedy": spec.remedy,
         "duration_s": round(sum(p[2] for p in phases.values()), 3),
         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-    }
-
-
-class ResultsRecorder:
-    """Registered only with --preflight-results: appends one JSON line per event and flushes it,
-    so a killed session leaves every finished result behind.
-
-    Under xdist the workers write (each line is one O_APPEND write, so lines never interleave):
-    gw0 writes the collected checks, every worker its results; the controller writes only the
-    final event. A worker that dies mid-check leaves that check without a result, which the
-    runner reports as an error.
-    """
-
-    def __init__(self, path: Path, worker_id: str | None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.worker_id = worker_id
-        self.distributing = False
-
-    def write(self, record: dict[str, Any]) -> None:
-        data = (json.dumps(record, default=str) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.distributing = session.config.pluginmanager.has_plugin("dsession")
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if self.worker_id not in (None, "gw0"):
-            return
-        checks = []
-        for item in session.items:
-            spec = _spec(item)
-            if spec is not None:
-                checks.append({"id": spec.id, "nodeid": item.nodeid, "title": spec.title,
-                               "tier": spec.tier, "exclusive": spec.exclusive})
-        self.write({"event": "collected", "checks": checks, "time": time.time()})
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "teardown" or self.distributing:
-            return
-        for key, value in report.user_properties:
-            if key == "preflight_result":
-                self.write({"event": "result", **value})
-
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.worker_id is None:
-            self.write({"event": "finished", "exitstatus": int(exitstatus), "time": time.time()})
+    })

@@ -55,6 +55,14 @@ class Report:
     environment: dict[str, str] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int = 0
+    suites: list[dict[str, str]] = field(default_factory=list)
+    """Every check suite the run collected (harness.suites.Suite.to_dict)."""
+    overrides: list[dict[str, str]] = field(default_factory=list)
+    """Every override in force that changes where evidence comes from (harness.suites)."""
+    selection: dict[str, Any] = field(default_factory=dict)
+    """What was selected and what reported (harness.selection): the proof of a pass."""
+    usage_error: str = ""
+    """Set when the run could not start as asked (an empty selection, a bad -k): exit 2."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections later stages add (the cluster verdict, uploads)."""
 
@@ -70,8 +78,9 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """`pass`, `fail` (a check failed or errored) or `error` (the harness could not judge)."""
-        if self.harness_errors and not self.failed:
+        """`pass`, `fail` (a check failed or errored) or `error` (the harness could not judge).
+        A report without a single check result is never a pass."""
+        if (self.harness_errors or self.usage_error or not self.checks) and not self.failed:
             return "error"
         return "fail" if self.failed or self.harness_errors else "pass"
 
@@ -95,6 +104,10 @@ class Report:
             "warn_only": self.warn_only,
             "environment": self.environment,
             "phases": self.phases,
+            "suites": self.suites,
+            "overrides": self.overrides,
+            "selection": self.selection,
+            "usage_error": self.usage_error or None,
             **self.extra,
         }
 

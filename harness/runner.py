@@ -1,10 +1,13 @@
 """Runs the check suite as pytest sessions in a supervised subprocess (so a check stuck in C++
-cannot hang the harness), within the tier's hard time budget, and assembles the Report."""
+cannot hang the harness), within the tier's hard time budget, and assembles the Report: a pass
+is proven from what every phase selected and what reported (harness.selection)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -14,23 +17,34 @@ from typing import Any
 
 from harness import proc
 from harness.profiles import Profile
-from harness.report import Report, load_results, now_iso, report_environment
+from harness.report import Report, now_iso, report_environment
+from harness.selection import (
+    Events,
+    PhaseRun,
+    account,
+    collection_problems,
+    error_lines,
+    load_events,
+)
+from harness.suites import BUILTIN_SUITE, Suite, resolve_suites, source_overrides
 
-__all__ = ["RunConfig", "checks_dir", "pytest_phases", "run_checks"]
+__all__ = ["Collection", "RunConfig", "checks_dir", "collect_checks", "list_command",
+           "missing_pieces", "pytest_phases", "run_checks"]
 
 #: Seconds kept back from the budget to write reports after the checks are stopped.
 REPORT_RESERVE_S = 5.0
 #: Seconds without a finished check after which a heartbeat line says the run is alive.
 HEARTBEAT_S = 30.0
 #: The ini the check sessions use, so a pytest.ini/pyproject in the user's cwd cannot interfere.
+#: Package data: pyproject.toml ships it in the wheel; `missing_pieces` checks it is there.
 _INI = Path(__file__).with_name("checks.ini")
+#: Seconds `preflight list` / `explain` give the collection of the suites.
+COLLECT_TIMEOUT_S = 120.0
 
 
 def checks_dir() -> Path:
     """The installed (or checked-out) check suite."""
-    import checks
-
-    return Path(checks.__file__).parent
+    return BUILTIN_SUITE
 
 
 @dataclass(kw_only=True, slots=True)
@@ -49,8 +63,9 @@ class RunConfig:
     """xdist workers for node-local checks; 0 or 1: one serial session."""
     profile_file: str | None = None
     sysroot: Path = Path("/")
-    suite: Path | None = None
-    """Check files or folder to run (default: the installed suite)."""
+    suites: Sequence[Suite] = ()
+    """What to collect (default: the built-in suite, or PREFLIGHT_SUITE's replacement, plus
+    PREFLIGHT_EXTRA_CHECKS; see harness.suites.resolve_suites)."""
     verbose: bool = False
     progress: bool = True
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -64,43 +79,73 @@ class RunConfig:
     def check_timeout_s(self) -> float:
         return float(self.profile.check_timeout_s.get(self.tier, 120.0))
 
+    def resolved_suites(self) -> list[Suite]:
+        """`suites`, else what the environment names (harness.suites.resolve_suites)."""
+        return list(self.suites) or resolve_suites(env=self.env)
+
+
+def _session_argv(suites: Sequence[Suite], *, tier: str, keyword: str | None,
+                  results: Path) -> list[str]:
+    """The pytest argv every check session shares (suites, config, plugin, selection)."""
+    argv = [sys.executable, "-m", "pytest", *(str(s.path) for s in suites),
+            "-c", str(_INI), "--rootdir", str(suites[0].path.parent),
+            "-p", "harness.plugin", "-p", "no:cacheprovider",
+            # A site check file that does not import is a harness error naming it; the other
+            # checks still run, so the report says everything it can.
+            "--continue-on-collection-errors",
+            "--preflight-tier", tier, "--preflight-results", str(results)]
+    for s in suites:
+        argv += ["--preflight-suite", f"{s.name}={s.path}"]
+    if keyword:
+        argv += ["-k", keyword]
+    return argv
+
 
 def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
     """(name, pytest argv) per phase: node-local checks (in parallel when workers > 1), then
-    the exclusive ones (collectives, bandwidth) alone."""
-    suite = str(cfg.suite or checks_dir())
+    the exclusive ones (collectives, bandwidth) alone. Each session selects the same checks
+    and the plugin keeps its phase's share (--preflight-phase)."""
     base = [
-        sys.executable, "-m", "pytest", suite,
-        "-c", str(_INI), "--rootdir", str(Path(suite).parent if Path(suite).is_dir() else "."),
-        "-p", "harness.plugin", "-p", "no:cacheprovider",
-        "--preflight-profile", cfg.profile.name, "--preflight-tier", cfg.tier,
-        "--preflight-results", str(results), "--preflight-sysroot", str(cfg.sysroot),
+        *_session_argv(cfg.resolved_suites(), tier=cfg.tier, keyword=cfg.keyword, results=results),
+        "--preflight-profile", cfg.profile.name, "--preflight-sysroot", str(cfg.sysroot),
         "--timeout", f"{cfg.check_timeout_s:g}",
         "-v" if cfg.verbose else "-q", "-rN",
     ]
     if cfg.profile_file:
         base += ["--preflight-profile-file", cfg.profile_file]
-    if cfg.keyword:
-        base += ["-k", cfg.keyword]
     base += list(cfg.extra_pytest_args)
     junit = cfg.report_dir / "junit.xml"
     if cfg.workers <= 1:
-        return [("checks", [*base, "--junitxml", str(junit)])]
+        return [("checks", [*base, "--preflight-phase", "checks", "--junitxml", str(junit)])]
     return [
-        ("node-local", [*base, "-m", "not exclusive", "-n", str(cfg.workers),
+        ("node-local", [*base, "--preflight-phase", "node-local", "-n", str(cfg.workers),
                         "--junitxml", str(junit)]),
-        ("exclusive", [*base, "-m", "exclusive",
+        ("exclusive", [*base, "--preflight-phase", "exclusive",
                        "--junitxml", str(cfg.report_dir / "junit-exclusive.xml")]),
     ]
+
+
+def missing_pieces(suites: Sequence[Suite]) -> list[str]:
+    """What the runner needs that is not there (an incomplete install); [] when complete."""
+    needed = [(_INI, "the check sessions' pytest configuration")]
+    needed += [(s.path, f"check suite {s.name}") for s in suites]
+    return [f"gpu-preflight is incomplete: {what} {path} is missing (reinstall the package)"
+            for path, what in needed if not path.exists()]
+
+
+def _importable(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the harness's own package importable first (installed or checked out)."""
+    env = dict(env)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _child_env(cfg: RunConfig) -> dict[str, str]:
     """The checks see the environment the training command will get; the harness's own
     package is made importable without changing what the checks report."""
-    env = dict(cfg.env)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PREFLIGHT_ORIG_PYTHONPATH"] = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env = _importable(cfg.env)
+    env["PREFLIGHT_ORIG_PYTHONPATH"] = cfg.env.get("PYTHONPATH", "")
     env["PREFLIGHT_HOSTNAME"] = cfg.host
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -161,25 +206,41 @@ class _Progress(threading.Thread):
 def run_checks(cfg: RunConfig) -> Report:
     """Run every phase within the budget; always returns a Report (never raises for checks)."""
     start = time.monotonic()
+    suites = cfg.resolved_suites()
     report = Report(host=cfg.host, profile=cfg.profile.name, profile_source=cfg.profile_source,
                     tier=cfg.tier, budget_s=cfg.budget_s, warn_only=cfg.warn_only,
-                    environment=report_environment(cfg.env))
+                    environment=report_environment(cfg.env),
+                    suites=[s.to_dict() for s in suites],
+                    overrides=[o.to_dict() for o in source_overrides(cfg.env, cfg.profile_file)])
     cfg.report_dir.mkdir(parents=True, exist_ok=True)
     results = cfg.report_dir / "results.jsonl"
     log = cfg.report_dir / "pytest-output.txt"
     for stale in (results, log):
         stale.unlink(missing_ok=True)
+    problems = missing_pieces(suites)
+    if problems:
+        report.harness_errors.extend(problems)
+        report.finished_at = now_iso()
+        report.duration_s = time.monotonic() - start
+        return report
     deadline = start + max(cfg.budget_s - REPORT_RESERVE_S, 1.0)
     progress = _Progress(results, cfg.budget_s, cfg.verbose) if cfg.progress else None
     if progress:
         progress.start()
     timed_out = False
+    runs: list[PhaseRun] = []
     try:
         for name, argv in pytest_phases(cfg, results):
+            if runs and not _phase_has_checks(load_events(results), name):
+                report.phases.append({"phase": name, "argv": list(argv), "exit_code": None,
+                                      "timed_out": False, "duration_s": 0.0,
+                                      "skipped": "no selected check belongs to this phase"})
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
+            offset = log.stat().st_size if log.exists() else 0
             res = proc.run(argv, timeout_s=remaining, env=_child_env(cfg), output_path=log)
             report.phases.append({
                 "phase": name, "argv": list(argv), "exit_code": res.returncode,
@@ -188,17 +249,23 @@ def run_checks(cfg: RunConfig) -> Report:
             if res.error:
                 report.harness_errors.append(f"could not start pytest: {res.describe()}")
                 break
+            runs.append(PhaseRun(name, res.returncode, res.timed_out, _output_since(log, offset)))
             if res.timed_out:
                 timed_out = True
                 break
-            if res.returncode not in (0, 1, 5):
-                report.harness_errors.append(_pytest_problem(name, res.returncode, res.stdout))
     finally:
         if progress:
             progress.stop.set()
             progress.join(timeout=2)
-    collected, by_nodeid, _ = load_results(results)
-    report.checks = _merge(collected, by_nodeid, timed_out, cfg.budget_s)
+    unfinished = f"did not finish within the run budget ({cfg.budget_s:g} s)" if timed_out else None
+    proof = account(load_events(results), runs, empty_message=_empty_selection(cfg, suites),
+                    unfinished=unfinished)
+    report.checks = proof.checks
+    report.harness_errors.extend(proof.harness_errors)
+    report.usage_error = proof.usage_error
+    report.selection = {"tier": cfg.tier, "keyword": cfg.keyword,
+                        "suites": [s.name for s in suites],
+                        "pytest_args": list(cfg.extra_pytest_args), **proof.selection}
     if timed_out:
         report.harness_errors.append(
             f"the checks did not finish within the {cfg.budget_s:g} s budget of tier {cfg.tier}; "
@@ -209,30 +276,91 @@ def run_checks(cfg: RunConfig) -> Report:
     return report
 
 
-def _pytest_problem(phase: str, code: int | None, output: str) -> str:
-    meaning = {2: "interrupted (a check file failed to import?)", 3: "internal error",
-               4: "usage error"}.get(code or 0, f"exit status {code}")
-    lines = [ln for ln in output.strip().splitlines() if ln.strip()][-15:]
-    return f"pytest phase {phase!r}: {meaning}:\n" + "\n".join(lines)
+def _phase_has_checks(events: Events, phase: str) -> bool:
+    """Does the selection (known from the first phase) hold a check of `phase`? True when the
+    selection is unknown: only a proven-empty phase is skipped."""
+    if not events.collected:
+        return True
+    selected = [i for record in events.collected for i in record.get("selected", [])]
+    if phase == "exclusive":
+        return any(i.get("exclusive") for i in selected)
+    return bool(selected) if phase == "checks" else any(not i.get("exclusive") for i in selected)
 
 
-def _merge(
-    collected: list[dict[str, Any]], results: dict[str, dict[str, Any]], timed_out: bool,
-    budget_s: float,
-) -> list[dict[str, Any]]:
-    """Every collected check gets a result; one that never reported one is an error."""
-    merged = []
-    seen = set()
-    for c in collected:
-        if c["nodeid"] in seen:
-            continue
-        seen.add(c["nodeid"])
-        if c["nodeid"] in results:
-            merged.append(results[c["nodeid"]])
-            continue
-        why = (f"did not finish within the run budget ({budget_s:g} s)" if timed_out
-               else "produced no result (its pytest session died)")
-        merged.append({**c, "outcome": "error", "message": f"[{c['id']}] {why}",
-                       "warnings": [], "measurements": [], "remedy": "", "duration_s": 0.0})
-    merged.extend(r for nodeid, r in results.items() if nodeid not in seen)
-    return merged
+#: How much of a phase's output is kept to find pytest's own error lines in.
+_PHASE_OUTPUT_BYTES = 256 * 1024
+
+
+def _output_since(log: Path, offset: int) -> str:
+    """The end of what one phase wrote to the shared output file."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(offset, fh.tell() - _PHASE_OUTPUT_BYTES))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def list_command(tier: str | None, keyword: str | None, suites: Sequence[Suite]) -> str:
+    """The `preflight list` command that shows what a selection matches."""
+    argv = ["preflight", "list"]
+    argv += ["--tier", tier] if tier else []
+    argv += ["-k", keyword] if keyword else []
+    for s in suites:
+        argv += ["--extra-checks", str(s.path)] if s.kind == "extra" else []
+    return shlex.join(argv)
+
+
+def _empty_selection(cfg: RunConfig, suites: Sequence[Suite]) -> str:
+    parts = [f"profile {cfg.profile.name}", f"tier {cfg.tier}"]
+    if cfg.keyword:
+        parts.append(f"-k {cfg.keyword!r}")
+    if cfg.extra_pytest_args:
+        parts.append(f"pytest arguments {shlex.join(cfg.extra_pytest_args)!r}")
+    parts.append("suites " + ", ".join(s.describe() for s in suites))
+    return (f"no check selected ({'; '.join(parts)}): a run that checks nothing proves nothing. "
+            f"`{list_command(cfg.tier, cfg.keyword, suites)}` shows what this selection matches, "
+            "`preflight list` every check")
+
+
+@dataclass(slots=True)
+class Collection:
+    """What `preflight list` / `explain` collected: the selected checks and what went wrong."""
+
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Harness errors: files that could not be collected, a session that crashed."""
+    usage_error: str = ""
+
+
+def collect_checks(
+    suites: Sequence[Suite], *, tier: str = "diagnose", keyword: str | None = None,
+    env: Mapping[str, str] | None = None, timeout_s: float = COLLECT_TIMEOUT_S,
+) -> Collection:
+    """Collect (never run) the suites as `run` does: the checks `run` would select."""
+    found = Collection(problems=missing_pieces(suites))
+    if found.problems:
+        return found
+    with tempfile.TemporaryDirectory(prefix="preflight-list-") as tmp:
+        results = Path(tmp) / "results.jsonl"
+        argv = [*_session_argv(suites, tier=tier, keyword=keyword, results=results),
+                "--collect-only", "-q", "--preflight-phase", "checks"]
+        res = proc.run(argv, timeout_s=timeout_s, env=_importable(env or os.environ), cwd=tmp)
+        events = load_events(results)
+    said = error_lines(res.output[-_PHASE_OUTPUT_BYTES:])
+    if res.error or res.timed_out:
+        found.problems.append(f"could not collect the checks: {res.describe()}")
+    elif res.returncode == 4:
+        found.usage_error = f"the check session refused its arguments (pytest usage error): {said}"
+    elif not events.collected:
+        found.problems.append(f"collecting the checks left no record (pytest exit status "
+                              f"{res.returncode}): {said}")
+    else:
+        record = events.collected[0]
+        found.checks = list(record.get("selected", []))
+        found.problems = collection_problems(record.get("errors", []))
+        if res.returncode not in (0, 5) and not found.problems:
+            found.problems.append(f"collecting the checks ended with pytest exit status "
+                                  f"{res.returncode}: {said}")
+    return found

@@ -277,3 +277,162 @@ def test_closed_stdout_is_not_a_traceback(tmp_path):
         os.close(write_end)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+# --- the gate fails closed (issue 12) ---------------------------------------------------------
+
+
+def test_k_matching_nothing_is_a_usage_error_and_never_execs(tmp_path, execs, capsys):
+    failure = tmp_path / "failure"
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-NOPE-999",
+                   "--failure-file", str(failure), "--", "echo", "ok"])
+    assert rc == cli.EXIT_USAGE and execs == []
+    err = capsys.readouterr().err
+    assert "no check selected (profile local-cpu; tier preflight; -k 'PF-NOPE-999'; suites " \
+           "built-in (" in err
+    assert "`preflight list --tier preflight -k PF-NOPE-999` shows what this selection" in err
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "error" and report["exit_code"] == cli.EXIT_USAGE
+    assert report["usage_error"].startswith("no check selected")
+    assert report["selection"]["selected"] == 0 and report["checks"] == []
+    assert "no check selected" in failure.read_text()
+
+
+def test_malformed_k_is_a_usage_error_before_any_check_runs(tmp_path, execs, capsys):
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU and (",
+                   "--", "echo", "ok"])
+    assert rc == cli.EXIT_USAGE and execs == []
+    assert "-k 'PF-GPU and (' is not a valid expression: at column 13" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "node-a" / "results.jsonl").exists()  # no session started
+    assert _report(tmp_path / "r")["exit_code"] == cli.EXIT_USAGE
+
+
+def test_k_selects_by_check_id_and_prefix(tmp_path, execs):
+    assert cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-ENV-001"]) == 0
+    report = _report(tmp_path / "r")
+    assert [c["id"] for c in report["checks"]] == ["PF-ENV-001"]
+    assert report["selection"]["keyword"] == "PF-ENV-001"
+    assert (report["selection"]["selected"], report["selection"]["reported"]) == (1, 1)
+    assert cli.main(["run", "--report-dir", str(tmp_path / "r"),
+                     "-k", "PF-ENV and not PF-ENV-001"]) == 0
+    ids = {c["id"] for c in _report(tmp_path / "r")["checks"]}
+    assert "PF-ENV-004" in ids and "PF-ENV-001" not in ids
+    assert ids == {i for i in ids if i.startswith("PF-ENV-")}
+
+
+SITE_CHECKS = '''
+"""Site checks of one cluster."""
+import os
+
+def test_scratch_has_room():
+    """Scratch space has room for checkpoints"""
+    free_gb = 50
+    assert free_gb > 100, f"only {free_gb} GB free on /scratch"
+
+def test_site_env():
+    assert "HOME" in os.environ
+'''
+
+
+def _site(tmp_path: Path, text: str = SITE_CHECKS, name: str = "site-checks") -> Path:
+    site = tmp_path / name
+    site.mkdir()
+    (site / "test_site.py").write_text(text)
+    return site
+
+
+def test_a_failing_plain_site_check_fails_the_run(tmp_path, execs, capsys):
+    site = _site(tmp_path)
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--extra-checks", str(site),
+                   "-k", "PF-ENV-001 or site", "--", "echo", "ok"])
+    assert rc == cli.EXIT_FAILED and execs == []
+    out = capsys.readouterr().out
+    assert "gpu-preflight: suites: built-in (" in out
+    assert f"site-checks ({site}, added by --extra-checks)" in out
+    report = _report(tmp_path / "r")
+    by_id = {c["id"]: c for c in report["checks"]}
+    assert set(by_id) == {"PF-ENV-001", "site-checks/test_site.py::test_scratch_has_room",
+                          "site-checks/test_site.py::test_site_env"}
+    failed = by_id["site-checks/test_site.py::test_scratch_has_room"]
+    assert (failed["outcome"], failed["suite"], failed["kind"]) == ("fail", "site-checks", "test")
+    assert failed["message"] == ("[site-checks/test_site.py::test_scratch_has_room] only 50 GB "
+                                 "free on /scratch (test_site.py:8)")
+    assert [s["name"] for s in report["suites"]] == ["built-in", "site-checks"]
+    assert report["suites"][1] == {"name": "site-checks", "path": str(site), "kind": "extra",
+                                   "source": "--extra-checks"}
+
+
+def test_extra_checks_env_var_list_and_explain(tmp_path, monkeypatch, capsys):
+    site = _site(tmp_path)
+    monkeypatch.setenv("PREFLIGHT_EXTRA_CHECKS", f"{site}:")
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == [lines[0].split()[0], lines[0].split()[1], "built-in"]
+    site_lines = [ln for ln in lines if "site-checks/" in ln]
+    assert [ln.split()[:3] for ln in site_lines] == [
+        ["site-checks/test_site.py::test_scratch_has_room", "preflight", "site-checks"],
+        ["site-checks/test_site.py::test_site_env", "preflight", "site-checks"]]
+    assert site_lines[0].endswith("Scratch space has room for checkpoints")
+    assert cli.main(["list", "--json", "-k", "site"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {c["suite"] for c in listed} == {"site-checks"} and len(listed) == 2
+    assert cli.main(["explain", "site-checks/test_site.py::test_scratch_has_room"]) == 0
+    out = capsys.readouterr().out
+    assert f"suite:    site-checks ({site}) (a plain pytest test)" in out
+    assert "why:      Scratch space has room for checkpoints" in out
+
+
+def test_missing_extra_checks_folder_is_a_usage_error(tmp_path, execs, capsys):
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--extra-checks",
+                   str(tmp_path / "nope"), "--", "echo", "ok"])
+    assert rc == cli.EXIT_USAGE and execs == []
+    assert f"--extra-checks: {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+
+
+def test_a_site_check_file_that_does_not_import_is_a_harness_error(tmp_path, execs, capsys):
+    site = _site(tmp_path, "import no_such_site_module\n")
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--extra-checks", str(site),
+                   "--", "echo", "ok"])
+    assert rc == cli.EXIT_HARNESS and execs == []
+    errors = _report(tmp_path / "r")["harness_errors"]
+    assert errors == [f"check file {site / 'test_site.py'} could not be collected: "
+                      "ModuleNotFoundError: No module named 'no_such_site_module'"]
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "error"
+    assert {c["outcome"] for c in report["checks"]} <= {"pass", "skip"}  # the rest still ran
+    assert cli.main(["list", "--extra-checks", str(site)]) == cli.EXIT_HARNESS
+    captured = capsys.readouterr()
+    assert "No module named 'no_such_site_module'" in captured.err
+    assert "PF-ENV-001" in captured.out  # the rest is listed
+
+
+def test_suite_replacement_and_overrides_are_announced(tmp_path, execs, monkeypatch, capsys):
+    suite = _site(tmp_path, "def test_only():\n    pass\n", name="my-suite")
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    monkeypatch.setenv("PREFLIGHT_SUITE", str(suite))
+    monkeypatch.setenv("PREFLIGHT_KERNEL_LOG", str(log))
+    assert cli.main(["run", "--report-dir", str(tmp_path / "r")]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert (f"gpu-preflight: suites: my-suite ({suite}, from PREFLIGHT_SUITE: REPLACES the "
+            "built-in suite)") in out
+    assert (f"gpu-preflight: override: PREFLIGHT_KERNEL_LOG={log} (XID/SXid evidence read from "
+            "this file instead of journalctl/dmesg)") in out
+    report = _report(tmp_path / "r")
+    assert report["suites"] == [{"name": "my-suite", "path": str(suite), "kind": "replacement",
+                                 "source": "PREFLIGHT_SUITE"}]
+    assert {"name": "PREFLIGHT_KERNEL_LOG", "value": str(log),
+            "effect": "XID/SXid evidence read from this file instead of journalctl/dmesg"} in \
+        report["overrides"]
+    assert [c["id"] for c in report["checks"]] == ["my-suite/test_site.py::test_only"]
+
+
+def test_an_incomplete_install_is_a_harness_error_naming_the_file(tmp_path, execs, monkeypatch):
+    from harness import runner
+
+    monkeypatch.setattr(runner, "_INI", tmp_path / "gone" / "checks.ini")
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
+    assert rc == cli.EXIT_HARNESS and execs == []
+    assert _report(tmp_path / "r")["harness_errors"] == [
+        f"gpu-preflight is incomplete: the check sessions' pytest configuration "
+        f"{tmp_path / 'gone' / 'checks.ini'} is missing (reinstall the package)"]

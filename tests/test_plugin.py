@@ -173,3 +173,148 @@ def test_unknown_tier_is_refused():
 
     with pytest.raises(ValueError, match="tier 'nightly' is not one of"):
         check("PF-T-901", title="a", why="w", remedy="r", tier="nightly")
+
+
+def _events(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("expr", "expected"), [
+    ("PF-T-002", {"PF-T-002"}),
+    ("PF-T-00", {f"PF-T-00{i}" for i in range(1, 10)}),  # an ID prefix
+    ("PF-T and not PF-T-002 and not PF-T-00 ", None),
+    ("pf-t-007 or test_warn", {"PF-T-003", "PF-T-007"}),  # case-insensitive, names too
+])
+def test_k_selects_by_check_id_prefix_and_name(suite, expr, expected):
+    suite.makepyfile(test_checks=CHECKS)
+    res, by_id = run_checks(suite, "--preflight-profile", "p5.48xlarge", "-k", expr)
+    if expected is None:  # "PF-T and not PF-T-00": nothing left
+        assert by_id == {} and res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    else:
+        assert set(by_id) == expected
+
+
+PLAIN = '''
+import pytest
+
+@pytest.fixture
+def broken():
+    raise OSError("no such mount")
+
+def test_scratch_mounted():
+    """Scratch space is mounted with room to spare"""
+    free_gb = 50
+    assert free_gb > 100
+
+def test_fine():
+    pass
+
+def test_setup_error(broken):
+    pass
+
+def test_explicit():
+    pytest.fail("the site's license server is unreachable")
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_known():
+    assert False
+
+@pytest.mark.certify
+def test_nightly():
+    pass
+'''
+
+
+def test_plain_tests_report_like_checks(suite):
+    suite.mkdir("site").joinpath("test_site.py").write_text(PLAIN)
+    res, by_id = run_checks(suite, "site", "--preflight-suite", f"site={suite.path / 'site'}")
+    outcomes = {k: (v["outcome"], v["kind"], v["suite"]) for k, v in by_id.items()}
+    assert outcomes == {
+        "site/test_site.py::test_scratch_mounted": ("fail", "test", "site"),
+        "site/test_site.py::test_fine": ("pass", "test", "site"),
+        "site/test_site.py::test_setup_error": ("error", "test", "site"),
+        "site/test_site.py::test_explicit": ("fail", "test", "site"),
+        "site/test_site.py::test_known": ("skip", "test", "site"),
+    }  # test_nightly: tier certify, deselected in tier preflight
+    scratch = by_id["site/test_site.py::test_scratch_mounted"]
+    assert scratch["message"] == ("[site/test_site.py::test_scratch_mounted] assert 50 > 100 "
+                                  "(test_site.py:11)")
+    assert scratch["title"] == "Scratch space is mounted with room to spare"
+    assert by_id["site/test_site.py::test_setup_error"]["message"].startswith(
+        "[site/test_site.py::test_setup_error] error in setup: OSError: no such mount")
+    assert by_id["site/test_site.py::test_explicit"]["message"] == (
+        "[site/test_site.py::test_explicit] the site's license server is unreachable "
+        "(test_site.py:20)")
+    assert res.ret == 1
+
+
+def test_collection_records_the_selection_and_each_phase_its_share(suite):
+    suite.makepyfile(test_tiers=TIERED)
+    results = suite.path / "results.jsonl"
+    for phase, mine in (("node-local", ["PF-T-101", "PF-T-102"]), ("exclusive", ["PF-T-103"]),
+                        ("checks", ["PF-T-101", "PF-T-102", "PF-T-103"])):
+        run_checks(suite, "--preflight-tier", "diagnose", "--preflight-phase", phase)
+        collected = [e for e in _events(results) if e["event"] == "collected"]
+        assert len(collected) == 1 and collected[0]["phase"] == phase
+        assert [c["id"] for c in collected[0]["checks"]] == mine
+        assert [c["id"] for c in collected[0]["selected"]] == ["PF-T-101", "PF-T-102", "PF-T-103"]
+        finished = [e for e in _events(results) if e["event"] == "finished"]
+        assert finished == [{"event": "finished", "phase": phase, "exitstatus": 0,
+                             "time": finished[0]["time"]}]
+
+
+def test_collection_errors_are_recorded(suite):
+    suite.makepyfile(test_broken="import no_such_module_xyz\n", test_tiers=TIERED)
+    results = suite.path / "results.jsonl"
+    res, _ = run_checks(suite)
+    assert res.ret == pytest.ExitCode.INTERRUPTED
+    (collected,) = [e for e in _events(results) if e["event"] == "collected"]
+    assert [e["nodeid"] for e in collected["errors"]] == [str(suite.path / "test_broken.py")]
+    assert "No module named 'no_such_module_xyz'" in collected["errors"][0]["message"]
+
+
+ODD_VALUES = '''
+import dataclasses, enum, pathlib
+import numpy
+from packaging.version import Version
+from harness.checking import check, expect, measure
+
+class Mode(enum.IntEnum):
+    ON = 1
+
+@dataclasses.dataclass
+class Link:
+    gpu: int
+    path: pathlib.Path
+
+@check("PF-T-201", title="odd values", why="w", remedy="r")
+def test_odd_values():
+    expect("driver", Version("550.90.07"), ">=", Version("535.54.03"))
+    measure("path", pathlib.Path("/dev/nvidia0"))
+    measure("record", Link(3, pathlib.Path("/sys/x")))
+    measure("mode", Mode.ON)
+    measure("numpy", numpy.float32(1.5), threshold=numpy.int64(2))
+    measure("bytes", b"serial\\xff")
+    measure("set", {3, 1, 2})
+    measure("nan", float("nan"), threshold=float("inf"))
+
+@check("PF-T-202", title="after it", why="w", remedy="r")
+def test_after(record_property):
+    record_property("nccl", Version("2.21.5"))
+'''
+
+
+def test_recorded_values_are_plain_data_across_xdist(suite):
+    """A Version (PF-GPU-011's driver version) killed the worker with an INTERNALERROR."""
+    suite.makepyfile(test_odd=ODD_VALUES)
+    res, by_id = run_checks(suite, "-n", "2", "--preflight-profile", "p5.48xlarge")
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    assert set(by_id) == {"PF-T-201", "PF-T-202"}
+    values = {m["what"]: (m["value"], m["threshold"]) for m in by_id["PF-T-201"]["measurements"]}
+    assert values == {
+        "driver": ("550.90.7", "535.54.3"), "path": ("/dev/nvidia0", None),
+        "record": ({"gpu": 3, "path": "/sys/x"}, None), "mode": ("ON", None),
+        "numpy": (1.5, 2), "bytes": ("serial\ufffd", None), "set": ([1, 2, 3], None),
+        "nan": ("nan", "inf"),
+    }
+    assert res.ret == 0

@@ -78,3 +78,24 @@ def test_load_results_ignores_a_torn_last_line(tmp_path):
     )
     collected, results, statuses = load_results(path)
     assert [c["id"] for c in collected] == ["A"] and list(results) == ["n1"] and statuses == []
+
+
+def test_a_report_without_results_is_never_a_pass():
+    base = dict(host="h", profile="p", profile_source="s", tier="preflight")
+    assert Report(**base).verdict == "error"  # zero checks: `PASS ()` proved nothing
+    assert Report(**base, checks=[_check(1, "pass")], usage_error="no check selected").verdict \
+        == "error"
+
+
+def test_report_json_names_suites_overrides_and_the_selection(tmp_path):
+    report = Report(host="h", profile="p", profile_source="s", tier="preflight",
+                    checks=[_check(1, "pass")],
+                    suites=[{"name": "built-in", "path": "/x/checks", "kind": "built-in",
+                             "source": "installed package"}],
+                    overrides=[{"name": "PREFLIGHT_KERNEL_LOG", "value": "/k", "effect": "e"}],
+                    selection={"selected": 1, "reported": 1, "missing": [], "duplicates": []})
+    data = json.loads(write_report(report, tmp_path).read_text())
+    assert data["suites"][0]["name"] == "built-in"
+    assert data["overrides"][0]["name"] == "PREFLIGHT_KERNEL_LOG"
+    assert data["selection"]["reported"] == 1 and data["usage_error"] is None
+    assert data["verdict"] == "pass"

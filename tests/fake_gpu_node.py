@@ -1,0 +1,46 @@
+"""A healthy fake p5.48xlarge for whole-suite runs: loaded as a plugin in the check sessions
+(`-p tests.fake_gpu_node`, e.g. through PYTEST_ADDOPTS), it puts eight H100s behind a fake NVML
+(tests/fake_nvml.py) and makes the compute-sanity probe answer like eight healthy GPUs. The
+tools (dcgmi, the kernel log) are faked on PATH / by PREFLIGHT_KERNEL_LOG (make_tools). Importing
+this module changes nothing: only a session that registers it as a plugin is faked."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+from tests.fake_nvml import FakeNvml, h100_node
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+#: A clean kernel log (no Xid, no SXid) and a passing DCGM diagnostic, both recorded ones.
+CLEAN_KERNEL_LOG = DATA / "kernel_log" / "real_dev-kmsg-clean-nvswitch.txt"
+PASSING_DCGM = DATA / "dcgm" / "dcgm4-r3-diagnostic-pass-excerpt.json"
+
+
+def _healthy_compute() -> object:
+    from harness.probes.gpu_compute import ComputeResult
+
+    return ComputeResult({i: 700.0 for i in range(8)}, {i: "ab" * 32 for i in range(8)},
+                         {i: 2900.0 for i in range(8)})
+
+
+def pytest_configure(config: object) -> None:
+    """Every later `import pynvml` gets the fake; compute sanity answers healthy."""
+    import harness.probes.gpu_compute as gpu_compute
+
+    sys.modules["pynvml"] = FakeNvml(h100_node())  # type: ignore[assignment]
+    gpu_compute.run_compute_sanity = lambda *a, **k: _healthy_compute()  # type: ignore[assignment]
+
+
+def make_tools(bin_dir: Path) -> dict[str, str]:
+    """Fake `dcgmi` (a passing diagnostic) in `bin_dir`; the environment that points the
+    kernel-log reader at a clean recorded log."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    dcgmi = bin_dir / "dcgmi"
+    dcgmi.write_text(f"#!/bin/sh\ncat '{PASSING_DCGM}'\n")
+    dcgmi.chmod(dcgmi.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PREFLIGHT_KERNEL_LOG": str(CLEAN_KERNEL_LOG)}

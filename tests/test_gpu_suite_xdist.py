@@ -1,0 +1,47 @@
+"""The whole suite on a healthy fake p5.48xlarge under xdist workers (as `preflight run` runs a
+GPU profile): eight H100s behind the fake NVML, a passing fake `dcgmi`, a clean recorded kernel
+log. Every record that crosses the worker channel must be plain data: a Version object
+recorded by PF-GPU-011 once killed the worker (INTERNALERROR) and the checks after it had no
+result. Network, bandwidth and training checks fail here (no EFA, no CUDA) and must say so."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from harness import cli, handoff
+from tests.fake_gpu_node import make_tools
+
+
+def test_gpu_profile_under_xdist_every_check_reports_once(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
+            monkeypatch.delenv(name)
+    for name, value in make_tools(tmp_path / "bin").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p tests.fake_gpu_node")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "gpu-node")
+    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
+    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: None)
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["run", "--profile", "p5.48xlarge", "--workers", "2",
+                   "--report-dir", str(tmp_path / "r")])
+    folder = tmp_path / "r" / "gpu-node"
+    report = json.loads((folder / "report.json").read_text())
+    output = (folder / "pytest-output.txt").read_text()
+    assert "INTERNALERROR" not in output
+    assert not any("INTERNALERROR" in e for e in report["harness_errors"]), report["harness_errors"]
+    assert [p["phase"] for p in report["phases"]] == ["node-local", "exclusive"]
+    selection = report["selection"]
+    assert selection["missing"] == [] and selection["duplicates"] == []
+    assert selection["selected"] == selection["reported"] == len(report["checks"]) > 40
+    ids = [c["id"] for c in report["checks"]]
+    assert len(ids) == len(set(ids))
+    gpu = {c["id"]: c for c in report["checks"] if c["id"].startswith("PF-GPU-")}
+    assert len(gpu) >= 18
+    assert {i: c["outcome"] for i, c in gpu.items() if c["outcome"] not in ("pass", "warn")} == {}
+    assert {m["what"]: m["value"] for m in gpu["PF-GPU-011"]["measurements"]} == {
+        "NVIDIA driver": "550.90.07", "CUDA version supported by the driver": "12.4"}
+    assert {"gw0", "gw1"} & {c["worker"] for c in gpu.values()}  # ran under xdist workers
+    assert rc == cli.EXIT_FAILED  # no EFA, no CUDA here: those checks fail, by name
