@@ -6,6 +6,7 @@ this module changes nothing: only a session that registers it as a plugin is fak
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -15,9 +16,20 @@ from tests.fake_nvml import FakeNvml, h100_node
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
-#: A clean kernel log (no Xid, no SXid) and a passing DCGM diagnostic, both recorded ones.
+#: A clean recorded kernel log (no Xid, no SXid).
 CLEAN_KERNEL_LOG = DATA / "kernel_log" / "real_dev-kmsg-clean-nvswitch.txt"
+#: The recorded DCGM 4 diagnostic (2 GPUs) whose shape the fake's 8-GPU answer follows.
 PASSING_DCGM = DATA / "dcgm" / "dcgm4-r3-diagnostic-pass-excerpt.json"
+
+
+def passing_dcgm_json(num_gpus: int = 8) -> str:
+    """A passing `dcgmi diag -j` answer for every GPU of the node, in the recorded DCGM 4
+    shape: a diagnostic that names only some GPUs is an error (PF-GPU-012), not a pass."""
+    data = json.loads(PASSING_DCGM.read_text())
+    test = data["DCGM Diagnostic"]["test_categories"][0]["tests"][0]
+    test["results"] = [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": i,
+                        "status": "Pass"} for i in range(num_gpus)]
+    return json.dumps(data)
 
 
 def _healthy_compute() -> object:
@@ -39,8 +51,10 @@ def make_tools(bin_dir: Path) -> dict[str, str]:
     """Fake `dcgmi` (a passing diagnostic) in `bin_dir`; the environment that points the
     kernel-log reader at a clean recorded log."""
     bin_dir.mkdir(parents=True, exist_ok=True)
+    answer = bin_dir / "dcgm-diag.json"
+    answer.write_text(passing_dcgm_json())
     dcgmi = bin_dir / "dcgmi"
-    dcgmi.write_text(f"#!/bin/sh\ncat '{PASSING_DCGM}'\n")
+    dcgmi.write_text(f"#!/bin/sh\ncat '{answer}'\n")
     dcgmi.chmod(dcgmi.stat().st_mode | stat.S_IEXEC)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "PREFLIGHT_KERNEL_LOG": str(CLEAN_KERNEL_LOG)}
