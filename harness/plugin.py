@@ -15,6 +15,8 @@ import pytest
 import harness.fixtures as _fixtures_pkg
 from harness import __version__
 from harness.checking import TIERS, CheckContext, CheckFailure, CheckSpec, ProbeError, _set_current
+from harness.deadline import TimeoutHooks
+from harness.interrupt import install_session_handlers
 
 # Fact fixtures live in harness/fixtures/*.py (one module per area), loaded with this plugin so
 # that a conftest.py can override any of them with canned facts.
@@ -53,10 +55,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {doc}")
+    if config.pluginmanager.hasplugin("timeout"):  # each check's deadline, for harness.proc
+        config.pluginmanager.register(TimeoutHooks(), "preflight-deadlines")
     path = config.getoption("preflight_results")
     if path:
         worker = getattr(config, "workerinput", {}).get("workerid")
         config.pluginmanager.register(ResultsRecorder(Path(path), worker), "preflight-results")
+        install_session_handlers()  # SIGTERM/SIGHUP end the session as Ctrl-C does
 
 
 def resolve_profile(config: pytest.Config) -> Any:

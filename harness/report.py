@@ -57,6 +57,8 @@ class Report:
     exit_code: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections later stages add (the cluster verdict, uploads)."""
+    interrupted: dict[str, Any] | None = None
+    """Set when a signal stopped the run (harness.interrupted): the verdict is `interrupted`."""
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("pass", "warn", "skip", "fail", "error"), 0)
@@ -70,7 +72,10 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """`pass`, `fail` (a check failed or errored) or `error` (the harness could not judge)."""
+        """`pass`, `fail` (a check failed or errored), `error` (the harness could not judge) or
+        `interrupted` (a signal stopped the run)."""
+        if self.interrupted:
+            return "interrupted"
         if self.harness_errors and not self.failed:
             return "error"
         return "fail" if self.failed or self.harness_errors else "pass"
@@ -95,6 +100,7 @@ class Report:
             "warn_only": self.warn_only,
             "environment": self.environment,
             "phases": self.phases,
+            **({"interrupted": self.interrupted} if self.interrupted else {}),
             **self.extra,
         }
 
