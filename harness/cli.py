@@ -252,6 +252,7 @@ def _run(args: argparse.Namespace, guard: Any) -> int:
     report.exit_code = (EXIT_OK if report.verdict == "pass"
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
     failure_text = None
+    guard.checkpoint()  # after a signal: parks here; the peers get the interrupted result
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
         failure_text = _cluster_finish(cluster, report)
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs

@@ -19,12 +19,10 @@ short (SIGKILL at once); the report is still written.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import select
 import signal
 import sys
-import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +72,8 @@ class RunGuard:
         self._old: dict[int, Any] = {}
         self._old_wakeup = -1
         self._pipe: tuple[int, int] | None = None
+        self._mine = proctree.descendants_of_self
+        """What this command started (not what a process hosting it started before)."""
 
     # --- install / uninstall ---
     def install(self) -> RunGuard:
@@ -82,8 +82,10 @@ class RunGuard:
         if threading.current_thread() is not threading.main_thread():
             return self
         proctree.become_subreaper()
+        self._mine = proctree.started_since(proctree.now_ticks())
         r, w = os.pipe()
         os.set_blocking(w, False)
+        os.set_blocking(r, False)
         self._pipe = (r, w)
         self._old_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         for sig in SIGNALS:
@@ -135,6 +137,12 @@ class RunGuard:
         if interrupted:
             self.park()
 
+    def checkpoint(self) -> None:
+        """Where the main thread must not go on after a signal (into the cluster step, whose
+        result the cleanup publishes instead): park."""
+        if self.signum is not None:
+            self.park()
+
     def park(self) -> NoReturn:
         """Wait for the cleaner's os._exit (bounded by EXIT_WITHIN_S)."""
         while True:
@@ -152,7 +160,8 @@ class RunGuard:
             if self.signum is None:
                 for sig in SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
-                if not self._pending():
+                self._take(self._read())  # one that came just before: the cleaner runs
+                if self.signum is None:
                     self.sweep()
                     proctree.clear_subreaper()
                     return hand_off()
@@ -160,16 +169,31 @@ class RunGuard:
                     signal.signal(sig, self._on_signal)
         self.park()
 
-    def _pending(self) -> bool:
-        if self._pipe is None:
-            return False
-        buf = bytearray(4)
-        fcntl.ioctl(self._pipe[0], termios.FIONREAD, buf)
-        return int.from_bytes(buf, sys.byteorder) > 0
+    def _read(self) -> bytes | None:
+        """What the wakeup pipe holds (b"" at EOF, None when empty); under the gate lock."""
+        assert self._pipe is not None
+        try:
+            return os.read(self._pipe[0], 64)
+        except BlockingIOError:
+            return None
+
+    def _take(self, data: bytes | None) -> None:
+        """Act on signal numbers from the wakeup pipe: the first of ours starts the cleaner, the
+        next ones hurry it. Others (pytest-timeout's SIGALRM, in-process callers) are not ours."""
+        for signum in data or b"":
+            if signum not in SIGNALS:
+                continue
+            if self.signum is None:
+                self.signum, self.received_at = signum, time.monotonic()
+                threading.Thread(target=self._clean, name="preflight-cleanup",
+                                 daemon=True).start()
+            else:
+                self._hurry.set()
+                _say(f"{self.what}: {signal_name(signum)} again: killing what is left now")
 
     def sweep(self) -> set[int]:
         """Stop whatever the run left running (nothing, normally); returns the unkillable."""
-        stopper = proctree.Stopper(proctree.descendants_of_self)
+        stopper = proctree.Stopper(self._mine)
         if not stopper.running():
             return set()
         return stopper.stop(1.0, KILL_WAIT_S)
@@ -181,19 +205,11 @@ class RunGuard:
         try:
             while True:
                 select.select([r], [], [])
-                with self._gate:  # exec_gate holds it while it decides
-                    data = os.read(r, 64)
-                    if not data:
+                with self._gate:  # exec_gate holds it while it decides (and may read first)
+                    data = self._read()
+                    if data == b"":  # uninstalled: the write end is closed
                         return
-                    first = self.signum is None
-                    if first:
-                        self.signum, self.received_at = data[0], time.monotonic()
-                if first:
-                    threading.Thread(target=self._clean, name="preflight-cleanup",
-                                     daemon=True).start()
-                for signum in data[1:] if first else data:
-                    self._hurry.set()
-                    _say(f"{self.what}: {signal_name(signum)} again: killing what is left now")
+                    self._take(data)
         finally:
             os.close(r)
 
@@ -201,13 +217,14 @@ class RunGuard:
         signum = self.signum
         assert signum is not None
         code = 128 + signum
-        timer = threading.Timer(EXIT_WITHIN_S - EXIT_MARGIN_S, _hard_exit, (code,))
+        timer = threading.Timer(self.received_at + EXIT_WITHIN_S - EXIT_MARGIN_S
+                                - time.monotonic(), _hard_exit, (code,))
         timer.daemon = True
         timer.start()
         proc.stop_starting(f"the run was interrupted by {signal_name(signum)}")
         _say(f"{self.what}: {signal_name(signum)} received: stopping every process it started, then "
              f"writing the report (exit {code})")
-        stopper = proctree.Stopper(proctree.descendants_of_self)
+        stopper = proctree.Stopper(self._mine)
         self.unkillable = stopper.stop(self.term_grace_s, KILL_WAIT_S, wake=self._hurry.is_set)
         self.stopped = len(stopper.seen)
         if self.unkillable:

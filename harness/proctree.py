@@ -44,8 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["TAG_VAR", "ProcInfo", "Stopper", "become_subreaper", "call_members", "child_tag",
-           "clear_subreaper", "descendants", "descendants_of_self", "is_subreaper",
-           "pipe_holders", "snapshot"]
+           "clear_subreaper", "descendants", "descendants_of_self", "is_subreaper", "now_ticks",
+           "pipe_holders", "snapshot", "started_since"]
 
 TAG_VAR = "PREFLIGHT_PROC_TAG"
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -166,6 +166,20 @@ def descendants_of_self(snap: Mapping[int, ProcInfo]) -> set[int]:
     """Everything this process started and has not reaped (with a subreaper: ever started)."""
     me = os.getpid()
     return descendants([me], snap) - {me}
+
+
+def now_ticks() -> int:
+    """Now, in the unit of ProcInfo.start (clock ticks since boot)."""
+    with open("/proc/uptime", "rb") as fh:
+        return int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def started_since(ticks: int) -> Callable[[Mapping[int, ProcInfo]], set[int]]:
+    """A `find` for Stopper: our descendants started at `ticks` or later (what one command
+    started, not what the process hosting it, a test session, started before)."""
+    def find(snap: Mapping[int, ProcInfo]) -> set[int]:
+        return {p for p in descendants_of_self(snap) if snap[p].start >= ticks}
+    return find
 
 
 def pipe_holders(inodes: set[int], candidates: Iterable[int]) -> set[int]:

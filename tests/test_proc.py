@@ -133,8 +133,13 @@ def _all_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
 DETACH = 'setsid bash -c \'echo $$ >> "$PIDS"; exec sleep 300\' &'
 
 
+def _until_pids(n: int) -> str:
+    """Shell: wait until $PIDS lists `n` pids (the detached children are up, then go on)."""
+    return f'until [ $(wc -l < "$PIDS") -ge {n} ]; do sleep 0.05; done'
+
+
 def test_detached_child_holding_stdout_does_not_stall_a_finished_tool(tools):
-    _tool(tools, "smi", f"{DETACH}\necho 'GPU 0: fine'\nexit 0")
+    _tool(tools, "smi", f"{DETACH}\n{_until_pids(2)}\necho 'GPU 0: fine'\nexit 0")
     start = time.monotonic()
     res = proc.run(["smi", "-q"], timeout_s=60)
     assert time.monotonic() - start < 2 * proc.KILL_GRACE_S + SLACK_S  # not the 60 s, not 300
@@ -144,24 +149,25 @@ def test_detached_child_holding_stdout_does_not_stall_a_finished_tool(tools):
 
 
 def test_hung_tool_with_detached_child_is_killed_with_its_tree_and_named(tools):
-    _tool(tools, "smi", f"{DETACH}\necho 'Attached GPUs : 8'\nsleep 300")
+    _tool(tools, "smi", f"echo 'Attached GPUs : 8'\n{DETACH}\n{_until_pids(2)}\nsleep 300")
     start = time.monotonic()
-    res = proc.run(["smi", "-q", "-x"], timeout_s=1.5)
-    assert time.monotonic() - start < 1.5 + 2 * proc.KILL_GRACE_S + SLACK_S
+    res = proc.run(["smi", "-q", "-x"], timeout_s=5)
+    assert time.monotonic() - start < 5 + 2 * proc.KILL_GRACE_S + SLACK_S
     assert res.timed_out and res.returncode is None
-    assert res.describe() == ("`smi -q -x` did not finish within 1.5 s and was killed; last "
+    assert res.describe() == ("`smi -q -x` did not finish within 5 s and was killed; last "
                               "output: Attached GPUs : 8")
-    assert _all_dead(_pids(tools)) == []
+    pids = _pids(tools)
+    assert len(pids) == 2 and _all_dead(pids) == []
 
 
 def test_tree_ignoring_sigterm_is_killed(tools):
     _tool(tools, "dcgmi", "trap '' TERM\n"
           "setsid bash -c 'trap \"\" TERM; echo $$ >> \"$PIDS\"; sleep 300; :' &\n"
-          "echo 'Running diag'; sleep 300 & echo $! >> \"$PIDS\"; wait; wait")
+          f"sleep 300 & echo $! >> \"$PIDS\"\n{_until_pids(3)}\nwait; wait")
     start = time.monotonic()
-    res = proc.run(["dcgmi", "diag", "-r", "1"], timeout_s=1)
-    assert time.monotonic() - start < 1 + 2 * proc.KILL_GRACE_S + SLACK_S
-    assert res.timed_out and "`dcgmi diag -r 1` did not finish within 1 s" in res.describe()
+    res = proc.run(["dcgmi", "diag", "-r", "1"], timeout_s=5)
+    assert time.monotonic() - start < 5 + 2 * proc.KILL_GRACE_S + SLACK_S
+    assert res.timed_out and "`dcgmi diag -r 1` did not finish within 5 s" in res.describe()
     pids = _pids(tools)
     assert len(pids) == 3 and _all_dead(pids) == []
 
