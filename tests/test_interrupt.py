@@ -260,18 +260,23 @@ import time
 from harness.checking import check
 
 
-@check("PF-T-700", title="hangs on node 1", why="w", remedy="r")
-def test_hangs_on_node_1():
-    if os.environ["PREFLIGHT_NODE_RANK"] == "1":
+@check("PF-T-700", title="hangs on one node", why="w", remedy="r")
+def test_hangs_on_one_node():
+    if os.environ["PREFLIGHT_NODE_RANK"] == os.environ["HANG_RANK"]:
         with open(os.environ["PIDS"], "a") as fh:
             fh.write(f"{os.getpid()}\\n")
         time.sleep(600)
 '''
 
 
-def test_a_node_interrupted_during_its_checks_is_named_by_the_master_at_once(world):
-    """Without the interrupted node's result the master would wait for it until its gather
-    deadline (join 20 + local 120 + gather 8 s here); with it, the verdict names it at once."""
+@pytest.mark.parametrize(("hang", "named"), [
+    (1, "interrupted by SIGTERM"),
+    (0, "the control-plane master stopped answering during the gather of node-local results"),
+], ids=["worker-interrupted", "master-interrupted"])
+def test_a_node_interrupted_during_its_checks_is_named_by_its_peer_at_once(world, hang, named):
+    """Without it the peer would wait for the interrupted node until its gather deadline (join
+    20 + local 120 + gather 8 s here): a worker publishes its interrupted result; a master's
+    store goes with it, which the worker notices at once."""
     from harness.cluster.selftest import SelftestConfig, _node_env, selftest_timeouts
 
     (world / "suite" / "test_sig.py").write_text(PEER_SUITE)
@@ -282,22 +287,23 @@ def test_a_node_interrupted_during_its_checks_is_named_by_the_master_at_once(wor
     port, nodes = _free_port(), {}
     for rank in (0, 1):
         env = {**_node_env(cfg, rank, port, _env(world)), "PREFLIGHT_SUITE": str(world / "suite"),
-               "PIDS": str(world / "pids")}
+               "PIDS": str(world / "pids"), "HANG_RANK": str(hang)}
         argv = [sys.executable, "-m", "harness", "run", "--profile", "local-cpu", "--profile-file",
                 str(profile), "--report-dir", str(world / "r"),
                 "--failure-file", str(world / f"failure{rank}"), "--", "true"]
         with (world / f"out{rank}.txt").open("wb") as out:
             nodes[rank] = subprocess.Popen(argv, env=env, cwd=world, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True)
-    gathering = world / "out0.txt"
-    _wait_for("node 1's hanging check", lambda: len(_pids(world)) >= 1, nodes[1], world)
-    _wait_for("the master's gather", lambda: b"gathering every node" in gathering.read_bytes(),
-              nodes[0], world)
-    rc1, _, _ = _signal_and_wait(nodes[1], signal.SIGTERM)
+    peer = 1 - hang
+    gathering = world / f"out{peer}.txt"
+    _wait_for("the hanging check", lambda: len(_pids(world)) >= 1, nodes[hang], world)
+    _wait_for("the peer's gather", lambda: b"gathering every node" in gathering.read_bytes(),
+              nodes[peer], world)
+    rc_hung, _, _ = _signal_and_wait(nodes[hang], signal.SIGTERM)
     start = time.monotonic()
-    rc0 = nodes[0].wait(timeout=200)
-    assert (rc1, rc0) == (143, 1)
+    rc_peer = nodes[peer].wait(timeout=200)
+    assert (rc_hung, rc_peer) == (143, 1)
     assert time.monotonic() - start < 60  # far below the 120 s it would otherwise wait
-    text = (world / "failure0").read_text()
+    text = (world / f"failure{peer}").read_text()
     assert text.startswith("gpu-preflight FAILED on a 2-node cluster"), text
-    assert "bad nodes: node1." in text and "interrupted by SIGTERM" in text
+    assert f"bad nodes: node{hang}." in text and named in text
