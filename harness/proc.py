@@ -24,6 +24,7 @@ import os
 import selectors
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -177,8 +178,10 @@ def _drive(proc: subprocess.Popen[bytes], tag: str, timeout_s: float,
         with contextlib.suppress(OSError):
             sel.close()
         if not exited:
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:  # not dead yet (D state): reap it whenever it dies
+                threading.Thread(target=proc.wait, name=f"reap {proc.pid}", daemon=True).start()
         ended.unkillable = tuple(sorted(stopper.alive()))
         stopper.reap(exclude=[proc.pid])
     return ended

@@ -49,9 +49,11 @@ def _record():
         fh.write(f"{os.getpid()}\\n")
 
 
-@check("PF-T-600", title="quick", why="w", remedy="r")
-def test_quick():
-    pass
+@check("PF-T-600", title="leaves an orphan", why="w", remedy="r")
+def test_leaves_an_orphan():
+    # started without harness.proc, double-forked into its own session: only the run being a
+    # subreaper keeps it in the run's tree
+    os.system('(setsid sleep 300 & echo $! >> "$PIDS") &')
 
 
 @check("PF-T-601", title="fails", why="w", remedy="r")
@@ -138,7 +140,7 @@ def _alive_after(pids: set[int] | list[int], within_s: float = 3.0) -> list[int]
                          ids=lambda s: signal.Signals(s).name)
 def test_signal_stops_the_run_writes_the_report_and_exits_128_plus_n(world, sig):
     p = _start_run(world)
-    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 4, p, world)
+    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 5, p, world)
     rc, elapsed, tree = _signal_and_wait(p, sig)
     name = signal.Signals(sig).name
     assert rc == 128 + sig, (world / "out.txt").read_text()[-3000:]
@@ -163,7 +165,7 @@ def test_signal_stops_the_run_writes_the_report_and_exits_128_plus_n(world, sig)
 
 def test_a_check_session_that_ignores_sigterm_is_killed_in_bound(world):
     p = _start_run(world, SESSION_IGNORES_TERM="1")
-    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 4, p, world)
+    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 5, p, world)
     rc, elapsed, tree = _signal_and_wait(p, signal.SIGTERM)
     assert rc == 143 and elapsed < EXIT_WITHIN_S
     assert _alive_after(tree | set(_pids(world))) == []
@@ -174,7 +176,7 @@ def test_a_check_session_that_ignores_sigterm_is_killed_in_bound(world):
 
 def test_a_second_signal_during_the_cleanup_still_writes_the_report(world):
     p = _start_run(world, SESSION_IGNORES_TERM="1")  # the cleanup waits out its SIGTERM grace
-    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 4, p, world)
+    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 5, p, world)
     tree = _tree(p.pid)
     start = time.monotonic()
     p.send_signal(signal.SIGTERM)
@@ -192,7 +194,7 @@ def test_a_second_signal_during_the_cleanup_still_writes_the_report(world):
 
 def test_xdist_workers_and_their_tools_are_stopped(world):
     p = _start_run(world, "--workers", "2")  # the check with the hanging tool runs in a worker
-    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 4, p, world)
+    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 5, p, world)
     rc, elapsed, tree = _signal_and_wait(p, signal.SIGTERM)
     assert rc == 143 and elapsed < EXIT_WITHIN_S
     assert len(tree) >= 6  # run, controller, 2 workers, tool, its children
