@@ -51,9 +51,9 @@ def _record():
 
 @check("PF-T-600", title="leaves an orphan", why="w", remedy="r")
 def test_leaves_an_orphan():
-    # started without harness.proc, double-forked into its own session: only the run being a
-    # subreaper keeps it in the run's tree
-    os.system('(setsid sleep 300 & echo $! >> "$PIDS") &')
+    # started without harness.proc, double-forked into its own session, environment scrubbed
+    # (no tag), stdio closed (holds no pipe): only the run being a subreaper keeps it in its tree
+    os.system('(setsid env -i sleep 300 </dev/null >/dev/null 2>&1 & echo $! >> "$PIDS") &')
 
 
 @check("PF-T-601", title="fails", why="w", remedy="r")
