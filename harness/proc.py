@@ -174,6 +174,11 @@ def _drive(proc: subprocess.Popen[bytes], tag: str, timeout_s: float,
     except BaseException:  # KeyboardInterrupt (a signal in the check session): stop it all
         stopper.kill()
         raise
+    else:  # killed members may still be exiting: give them the grace before naming them
+        end = time.monotonic() + KILL_GRACE_S
+        while stopper.alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        ended.unkillable = tuple(sorted(stopper.alive()))
     finally:
         with contextlib.suppress(OSError):
             sel.close()
@@ -182,7 +187,6 @@ def _drive(proc: subprocess.Popen[bytes], tag: str, timeout_s: float,
                 proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:  # not dead yet (D state): reap it whenever it dies
                 threading.Thread(target=proc.wait, name=f"reap {proc.pid}", daemon=True).start()
-        ended.unkillable = tuple(sorted(stopper.alive()))
         stopper.reap(exclude=[proc.pid])
     return ended
 
@@ -313,4 +317,6 @@ def kill_tree(pid: int, grace_s: float = KILL_GRACE_S) -> set[int]:
     selftest's node processes): SIGTERM, `grace_s`, SIGKILL. Returns the pids that survived."""
     proctree.become_subreaper()
     stopper = proctree.Stopper(lambda snap: proctree.descendants([pid], snap), groups=[pid])
-    return stopper.stop(grace_s, KILL_GRACE_S)
+    survivors = stopper.stop(grace_s, KILL_GRACE_S)
+    stopper.reap(exclude=[pid])  # orphans re-parented to us; `pid` is its Popen owner's to reap
+    return survivors

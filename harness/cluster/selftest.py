@@ -229,7 +229,8 @@ def _wait_all(procs: Mapping[int, subprocess.Popen[bytes]], cfg: SelftestConfig,
     for rank, p in procs.items():
         if p.poll() is None:
             kill_tree(p.pid)  # the node and all it started (its check session, tools)
-            p.poll()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=HUNG_GRACE_S)  # dead or dying: reap it (unkillable: left)
             killed.add(rank)
     return killed
 
