@@ -19,7 +19,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.interrupt import RunGuard
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
 
@@ -183,7 +186,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         guard.close()
 
 
-def _run(args: argparse.Namespace, guard: Any) -> int:
+def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     from harness import handoff
     from harness.detect import detect_instance_type, hostname
     from harness.interrupted import RunFinalizer
