@@ -126,9 +126,9 @@ class RunFinalizer:
         write_report(report, self.report_dir, self.env)
         if self.failure_file is not None:
             self.write_failure(self.failure_file, failure_text(report), self.env)
+        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
+            redact_file(self.report_dir / name, self.env)  # before anything that may block
         print(f"{self.guard.what}: INTERRUPTED by {signal_name(signum)}; report: "
               f"{self.report_dir / 'report.json'}", flush=True)
         if self.cluster is not None:  # the peers name this node now, not at their deadline
             self.cluster.abort(report)
-        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
-            redact_file(self.report_dir / name, self.env)

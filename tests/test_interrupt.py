@@ -24,6 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 EXIT_WITHIN_S = 10.0
 #: How long a loaded machine may take to start a run and reach the planted hang.
 READY_S = 120.0
+SECRET = "hf_plantedSecretTokenValue0123456789abcd"
 
 HANGTOOL = """#!/bin/bash
 # a tool that ignores SIGTERM, detaches a child holding its stdout, and hangs
@@ -58,7 +59,7 @@ def test_leaves_an_orphan():
 
 @check("PF-T-601", title="fails", why="w", remedy="r")
 def test_fails():
-    assert False, "[PF-T-601] planted failure"
+    assert False, f"[PF-T-601] planted failure (token {os.environ['HF_TOKEN']})"
 
 
 @check("PF-T-602", title="a tool hangs", why="w", remedy="r")
@@ -89,7 +90,7 @@ def _env(world: Path, **extra: str) -> dict[str, str]:
     env.update({"PATH": f"{world / 'bin'}{os.pathsep}{env['PATH']}", "PIDS": str(world / "pids"),
                 "PREFLIGHT_SUITE": str(world / "suite"), "PREFLIGHT_HOSTNAME": "node-a",
                 "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": str(REPO),
-                "PREFLIGHT_OPT_ML": str(world / "opt_ml")}, **extra)
+                "PREFLIGHT_OPT_ML": str(world / "opt_ml"), "HF_TOKEN": SECRET}, **extra)
     return env
 
 
@@ -161,6 +162,8 @@ def test_signal_stops_the_run_writes_the_report_and_exits_128_plus_n(world, sig)
                               f"by {name}: 2 of 3 checks finished; the training command was "
                               "not started. Failed before the signal: [PF-T-601] planted failure")
     assert (world / "r" / "node-a" / "junit.xml").exists()  # the session ended as on Ctrl-C
+    for path in [world / "failure", *(world / "r" / "node-a").iterdir()]:
+        assert SECRET not in path.read_text(), path
 
 
 def test_a_check_session_that_ignores_sigterm_is_killed_in_bound(world):

@@ -25,7 +25,8 @@ __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections"
 #: Seconds the driver waits, after the last healthy node exits, before killing hung ones.
 HUNG_GRACE_S = 5.0
 #: On a signal: seconds the nodes get to stop their own checks and write their interrupted
-#: reports (each does it within ~3 s: harness.interrupt) before the driver SIGKILLs them.
+#: reports (~1 s: the driver's SIGTERM reaches their check sessions too) before the driver
+#: SIGKILLs them, within harness.interrupt.EXIT_WITHIN_S.
 SELFTEST_TERM_GRACE_S = 6.0
 
 
