@@ -7,6 +7,9 @@ Exit codes (stable; automation keys on them):
      a -k that is malformed or selects no check, a missing --extra-checks folder
   3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
 127 the checks passed but the training command could not be exec'd
+128+N  stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP): everything the run started
+       was stopped, the report (verdict `interrupted`) and the failure file were written, the
+       training command was not started
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.catalog import Catalog
+    from harness.interrupt import RunGuard
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
 
@@ -181,8 +185,23 @@ def _workers(value: str, profile: object) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """The run under a RunGuard: a signal stops everything it started and writes the
+    interrupted report (harness.interrupt); nothing it started outlives it."""
+    from harness.deadline import DEADLINE_VAR
+    from harness.interrupt import RunGuard
+
+    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
+    guard = RunGuard().install()
+    try:
+        return _run(args, guard)
+    finally:
+        guard.close()
+
+
+def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     from harness import handoff
     from harness.detect import detect_instance_type, hostname
+    from harness.interrupted import RunFinalizer
     from harness.profiles import BUILTIN_PROFILES, ProfileError, get_profile, load_profile_file
     from harness.report import command_for_report, failure_reason, redact_file, write_report
     from harness.runner import RunConfig, run_checks
@@ -199,6 +218,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     report_dir = report_dir / host
     failure_file = _failure_path(args.failure_file, env)
     tier = args.tier or env.get("PREFLIGHT_TIER") or "preflight"
+    finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
+                             failure_file=failure_file, env=env, command=command,
+                             write_failure=_write_failure)
+    guard.set_finalizer(finalizer)
     if tier not in TIERS:
         raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
     s3_uri = args.s3_uri or env.get("PREFLIGHT_S3_URI") or None
@@ -240,7 +263,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
     for line in describe(suites, source_overrides(env, args.profile_file)):
         print(f"gpu-preflight: {line}", flush=True)
+    finalizer.cfg = cfg
     cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
+    finalizer.cluster = cluster
     try:
         report = run_checks(cfg)
     except Exception as exc:  # the harness itself broke: still leave a report behind
@@ -252,28 +277,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
     failure_text = None
+    guard.checkpoint()  # after a signal: parks here; the peers get the interrupted result
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
         failure_text = _cluster_finish(cluster, report)
-    write_report(report, report_dir, env)
-    for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
-        redact_file(report_dir / name, env)
-    if s3_uri or namespace:
-        from harness.publish import publish
+    with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
+        write_report(report, report_dir, env)
+        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
+            redact_file(report_dir / name, env)
+        if s3_uri or namespace:
+            from harness.publish import publish
 
-        publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
-    print_summary(report, verbose=args.verbose)
-    print(f"report: {report_dir / 'report.json'}", flush=True)
-    if report.usage_error:
-        print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
-    if report.verdict != "pass" and failure_file is not None:
-        _write_failure(failure_file, failure_text or failure_reason(report), env)
+            publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
+        print_summary(report, verbose=args.verbose)
+        print(f"report: {report_dir / 'report.json'}", flush=True)
+        if report.usage_error:
+            print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
+        if report.verdict != "pass" and failure_file is not None:
+            _write_failure(failure_file, failure_text or failure_reason(report), env)
     if cluster is not None:
         cluster.close()
     if report.verdict == "pass" or args.warn_only:
         if report.verdict != "pass":
             print("preflight: --warn-only: handing off despite the failures above", flush=True)
         if command:
-            return handoff.exec_command(command)
+            return guard.exec_gate(lambda: handoff.exec_command(command))
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
 
@@ -490,7 +517,17 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
         )
     except SelftestError as exc:
         raise UsageError(str(exc)) from None
-    return run_selftest(cfg).exit_code
+    from harness.cluster.selftest import SELFTEST_TERM_GRACE_S, print_interrupted
+    from harness.interrupt import RunGuard
+
+    guard = RunGuard("preflight selftest", term_grace_s=SELFTEST_TERM_GRACE_S).install()
+    guard.set_finalizer(lambda signum: print_interrupted(cfg, signum))
+    try:
+        code = run_selftest(cfg).exit_code
+        with guard.section():  # after a signal: parks; the cleanup prints and exits 128+N
+            return code
+    finally:
+        guard.close()
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

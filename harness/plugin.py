@@ -30,6 +30,8 @@ from harness.checking import (
     _set_current,
     plain,
 )
+from harness.deadline import TimeoutHooks
+from harness.interrupt import install_session_handlers
 from harness.suites import BUILTIN_SUITE
 
 #: Fact fixtures live in harness/fixtures/*.py (one module per area), registered when the plugin
@@ -135,6 +137,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--preflight-suite wants NAME=PATH, got {raw!r}")
         suites.append((name, Path(path).resolve()))
     config.stash[_suites_key] = suites
+    if config.pluginmanager.hasplugin("timeout"):  # each check's deadline, for harness.proc
+        config.pluginmanager.register(TimeoutHooks(), "preflight-deadlines")
     path = config.getoption("preflight_results")
     if path:
         from harness.recorder import ResultsRecorder
@@ -142,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
         worker = getattr(config, "workerinput", {}).get("workerid")
         recorder = ResultsRecorder(Path(path), worker, config.getoption("preflight_phase") or "checks")
         config.pluginmanager.register(recorder, "preflight-results")
+        install_session_handlers()  # SIGTERM/SIGHUP end the session as Ctrl-C does
 
 
 def resolve_profile(config: pytest.Config) -> Any:

@@ -65,6 +65,8 @@ class Report:
     """Set when the run could not start as asked (an empty selection, a bad -k): exit 2."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections later stages add (the cluster verdict, uploads)."""
+    interrupted: dict[str, Any] | None = None
+    """Set when a signal stopped the run (harness.interrupted): the verdict is `interrupted`."""
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("pass", "warn", "skip", "fail", "error"), 0)
@@ -78,8 +80,11 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """`pass`, `fail` (a check failed or errored) or `error` (the harness could not judge).
-        A report without a single check result is never a pass."""
+        """`pass`, `fail` (a check failed or errored), `error` (the harness could not judge) or
+        `interrupted` (a signal stopped the run). A report without a single check result is
+        never a pass."""
+        if self.interrupted:
+            return "interrupted"
         if (self.harness_errors or self.usage_error or not self.checks) and not self.failed:
             return "error"
         return "fail" if self.failed or self.harness_errors else "pass"
@@ -108,6 +113,7 @@ class Report:
             "overrides": self.overrides,
             "selection": self.selection,
             "usage_error": self.usage_error or None,
+            **({"interrupted": self.interrupted} if self.interrupted else {}),
             **self.extra,
         }
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
+from harness.deadline import run_deadline_env
 from harness.profiles import Profile
 from harness.report import Report, now_iso, report_environment
 from harness.selection import (
@@ -241,7 +242,9 @@ def run_checks(cfg: RunConfig) -> Report:
                 timed_out = True
                 break
             offset = log.stat().st_size if log.exists() else 0
-            res = proc.run(argv, timeout_s=remaining, env=_child_env(cfg), output_path=log)
+            env = {**_child_env(cfg), **run_deadline_env(
+                deadline, f"the run's {cfg.budget_s:g} s budget (tier {cfg.tier})")}
+            res = proc.run(argv, timeout_s=remaining, env=env, output_path=log)
             report.phases.append({
                 "phase": name, "argv": list(argv), "exit_code": res.returncode,
                 "timed_out": res.timed_out, "duration_s": round(res.duration_s, 3),

@@ -24,6 +24,10 @@ __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections"
 
 #: Seconds the driver waits, after the last healthy node exits, before killing hung ones.
 HUNG_GRACE_S = 5.0
+#: On a signal: seconds the nodes get to stop their own checks and write their interrupted
+#: reports (~1 s: the driver's SIGTERM reaches their check sessions too) before the driver
+#: SIGKILLs them, within harness.interrupt.EXIT_WITHIN_S.
+SELFTEST_TERM_GRACE_S = 6.0
 
 
 class SelftestError(ValueError):
@@ -212,7 +216,7 @@ def run_selftest(cfg: SelftestConfig, base_env: Mapping[str, str] | None = None,
 def _wait_all(procs: Mapping[int, subprocess.Popen[bytes]], cfg: SelftestConfig,
               deadline: float) -> set[int]:
     """Wait for every node; once the fault-free ones are done, give the rest HUNG_GRACE_S."""
-    from harness.proc import _kill_group
+    from harness.proc import kill_tree
 
     healthy = [r for r in procs if not cfg.faults.get(r)]
     grace_end: float | None = None
@@ -225,7 +229,9 @@ def _wait_all(procs: Mapping[int, subprocess.Popen[bytes]], cfg: SelftestConfig,
     killed = set()
     for rank, p in procs.items():
         if p.poll() is None:
-            _kill_group(p)
+            kill_tree(p.pid)  # the node and all it started (its check session, tools)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=HUNG_GRACE_S)  # dead or dying: reap it (unkillable: left)
             killed.add(rank)
     return killed
 
@@ -269,6 +275,19 @@ def format_result(result: SelftestResult) -> str:
         lines.append("failure reason (the same on every fault-free node):")
         lines.append("  " + text.split("\n", 1)[0][:1024])
     return "\n".join(lines)
+
+
+def print_interrupted(cfg: SelftestConfig, signum: int) -> None:
+    """After a signal (every node stopped): what each node's report says."""
+    from harness.interrupt import signal_name
+
+    lines = [f"preflight selftest: INTERRUPTED by {signal_name(signum)}; the nodes' reports:"]
+    for rank in range(cfg.nodes):
+        report: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            report = json.loads((cfg.work_dir / f"node{rank}" / "report.json").read_text())
+        lines.append(f"  node{rank}: {report.get('verdict', 'no report')}")
+    print("\n".join(lines), flush=True)
 
 
 def default_work_dir() -> Path:

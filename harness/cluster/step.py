@@ -159,6 +159,8 @@ class ClusterStep:
         self.failure_file: Any = None
         self.clean = True
         self.device: Any = None
+        self.published = False
+        """Whether this node's node-local result is in the store (`abort` publishes one if not)."""
 
     @property
     def rank(self) -> int:
@@ -261,6 +263,7 @@ class ClusterStep:
         _log(f"local verdict {report.verdict}; publishing it and gathering every node's")
         local_deadline = self.t0 + self.t.join_s + self.t.local_s + self.t.gather_s
         try:
+            self.published = True
             plane.publish(f"result/{self.rank}", summary, counter="count/result")
             if self.is_master:
                 snap = self._gather_local(local_deadline)
@@ -493,6 +496,22 @@ class ClusterStep:
                                   time.monotonic() + self.t.exit_s)
         except PlaneError:
             pass
+
+    def abort(self, report: Any) -> None:
+        """A signal stopped this node before it published its node-local result: publish the
+        interrupted one, so that the master names this node at once instead of waiting for it
+        until the gather deadline (best effort: the signal cleanup bounds it). A node stopped
+        later is seen by the peers as gone from the collectives (named, within their timeouts);
+        a stopped master takes the store with it, which every peer names at once."""
+        if self.plane is None or self.published:
+            return
+        self.published = True
+        try:
+            self.plane.publish(f"result/{self.rank}",
+                               node_summary(report, rank=self.rank, facts={}, env=self.env),
+                               counter="count/result")
+        except PlaneError as exc:
+            _log(f"could not tell the peers that this node was interrupted: {exc}")
 
     def close(self) -> None:
         """Before exit or hand-off: stop the watchdog, tear down, restore the environment."""

@@ -201,7 +201,8 @@ def decide(snap: Mapping[str, Any]) -> ClusterVerdict:
     # 003: consistency
     values = {r: {**{k: (s.get("facts") or {}).get(k) for k in FACT_KEYS},
                   **{f"env {k}": v for k, v in (s.get("env") or {}).items()}}
-              for r, s in nodes.items()}
+              for r, s in nodes.items()
+              if s.get("verdict") != "interrupted"}  # a signal stopped it before it read its facts
     for r in values:  # a variable set on some nodes only: unset elsewhere is a value too
         for k in {k for v in values.values() for k in v if k.startswith("env ")}:
             values[r].setdefault(k, None)
