@@ -105,6 +105,8 @@ class Run:
     report_dir: Path | None = None
     left_running: list[str] = field(default_factory=list)
     """Processes of the run still alive when it exited (see `leftovers`)."""
+    ended_at: float = 0.0
+    """time.monotonic() when it exited."""
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -148,9 +150,10 @@ def finish(proc: subprocess.Popen[str], argv: Sequence[str], began: float, bound
             os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         code = None
-    duration = time.monotonic() - began
+    ended = time.monotonic()
     time.sleep(0.5)  # a process killed as the run exited needs a moment to be gone
-    return Run(list(argv), code, duration, out or "", report_dir, leftovers(token, state))
+    return Run(list(argv), code, ended - began, out or "", report_dir, leftovers(token, state),
+               ended)
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, bound_s: float,

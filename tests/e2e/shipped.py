@@ -1,10 +1,11 @@
 """The product as users install it: the wheel (scripts/install_wheel.py), non-editable, in a fresh
 venv outside the checkout, on the lowest or the highest pytest the dependency range allows.
 
-scripts/test builds both venvs (always fresh in CI) and hands one to the end-to-end tests in
-$PREFLIGHT_SHIPPED_VENV; without it (a developer's plain `pytest`) `ensure_venv` builds the
-`high` one under ~/.cache, keyed by a hash of everything that goes into it, so the tests never
-skip and a second run reuses it. Also `python -m tests.e2e.shipped prepare DIR` for scripts/test.
+scripts/test builds both venvs (`prepare DIR`, always fresh in CI; `cached` elsewhere) and
+hands one at a time to the end-to-end tests in $PREFLIGHT_SHIPPED_VENV. Without it (a
+developer's plain `pytest`) the tests take the `high` one of `ensure_venvs`: built under
+~/.cache, keyed by a hash of everything that goes into it, so they never skip and a second run
+reuses it.
 """
 
 from __future__ import annotations
@@ -70,17 +71,28 @@ def _pip_options(flavour: str) -> list[str]:
     return options
 
 
-def install(venv: Path, flavour: str, wheel_dir: Path) -> Shipped:
-    """A fresh venv at `venv` with the wheel installed the way it ships (scripts/install_wheel.py)."""
-    if flavour not in FLAVOURS:
-        raise ValueError(f"flavour {flavour!r} is not one of {FLAVOURS}")
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+def install(targets: dict[str, Path], wheel_dir: Path) -> dict[str, Shipped]:
+    """Fresh venvs (flavour -> folder), the wheel installed in each the way it ships
+    (scripts/install_wheel.py): the wheel is built once, then the venvs are filled at once
+    (pip mostly unpacks torch: two at a time take little more than one)."""
+    unknown = set(targets) - set(FLAVOURS)
+    if unknown:
+        raise ValueError(f"flavours {sorted(unknown)} are not among {FLAVOURS}")
+    _install_wheel_module().build_wheel(sys.executable, wheel_dir)
     env = {**os.environ, "WHEEL_DIR": str(wheel_dir)}
     env.pop("PYTHONPATH", None)
-    subprocess.run([str(venv / "bin" / "python"), str(INSTALL_WHEEL), str(venv / "bin" / "python"),
-                    EXTRAS, *_pip_options(flavour)], check=True, env=env, cwd=venv)
-    return Shipped(venv)
+    running = []
+    for flavour, venv in targets.items():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        running.append((flavour, subprocess.Popen(
+            [python, str(INSTALL_WHEEL), python, EXTRAS, *_pip_options(flavour)],
+            env=env, cwd=venv, stdout=sys.stderr.fileno())))  # stdout: the folder, for scripts
+    failed = [flavour for flavour, proc in running if proc.wait() != 0]
+    if failed:
+        raise RuntimeError(f"installing the wheel failed for {failed} (output above)")
+    return {flavour: Shipped(venv) for flavour, venv in targets.items()}
 
 
 #: Folders whose files do not go into the venv (the rest of the sources do, or may).
@@ -124,19 +136,20 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure_venv(flavour: str = "high") -> Shipped:
-    """The cached venv for the current sources (built on first use; older ones removed)."""
+def ensure_venvs() -> dict[str, Shipped]:
+    """The cached venvs for the current sources (built on first use; older ones removed)."""
     root = cache_root()
     key = source_digest()
-    target = root / key / flavour
+    targets = {flavour: root / key / flavour for flavour in FLAVOURS}
     with _locked(root / "lock"):
-        if not (target / ".complete").exists():
+        if not all((t / ".complete").exists() for t in targets.values()):
             for old in root.iterdir():
                 if old.is_dir() and old.name != key:
                     shutil.rmtree(old, ignore_errors=True)
-            install(target, flavour, root / key / "wheel")
-            (target / ".complete").write_text(key)
-    return Shipped(target)
+            install(targets, root / key / "wheel")
+            for target in targets.values():
+                (target / ".complete").write_text(key)
+    return {flavour: Shipped(target) for flavour, target in targets.items()}
 
 
 def from_environment() -> Shipped | None:
@@ -153,22 +166,19 @@ def _describe(shipped: Shipped, flavour: str) -> str:
 
 def main(argv: list[str]) -> int:
     """`prepare DIR`: fresh venvs DIR/high and DIR/low from one wheel (CI). `cached`: the cached
-    ones for the current sources (built when missing); prints the folder holding both."""
+    ones for the current sources (built when missing). Prints the folder holding both."""
     if argv[:1] == ["prepare"] and len(argv) == 2:
         out = Path(argv[1]).resolve()
-        for flavour in FLAVOURS:
-            print(_describe(install(out / flavour, flavour, out / "wheel"), flavour),
-                  file=sys.stderr, flush=True)
-        print(out)
-        return 0
-    if argv == ["cached"]:
-        for flavour in FLAVOURS:
-            shipped = ensure_venv(flavour)
-            print(_describe(shipped, flavour), file=sys.stderr, flush=True)
-        print(shipped.root.parent)
-        return 0
-    print("usage: python -m tests.e2e.shipped prepare DIR | cached", file=sys.stderr)
-    return 2
+        venvs = install({flavour: out / flavour for flavour in FLAVOURS}, out / "wheel")
+    elif argv == ["cached"]:
+        venvs = ensure_venvs()
+    else:
+        print("usage: python -m tests.e2e.shipped prepare DIR | cached", file=sys.stderr)
+        return 2
+    for flavour, shipped in venvs.items():
+        print(_describe(shipped, flavour), file=sys.stderr, flush=True)
+    print(venvs["high"].root.parent)
+    return 0
 
 
 if __name__ == "__main__":

@@ -232,3 +232,20 @@ def test_faulty_gpu_node_fails_naming_the_fault(run_node, variant: str) -> None:
     assert check is not None and check["outcome"] == "fail", (check, why)
     assert re.search(words, check["message"]), check["message"]
     assert run.junit_written and run.left_running == []
+
+
+def test_hung_nvidia_smi_is_named_and_the_other_checks_still_run(run_node) -> None:
+    """No NVML and an nvidia-smi that hangs (issue 12: its fallbacks used the whole check
+    timeout, named nothing, and DCGM and the bandwidth never ran): the GPU inventory checks
+    name nvidia-smi, DCGM and nccl-tests still give their results."""
+    node, run = run_node(["-k", WITHOUT_CUDA], run_budget_s=GPU_RUN_BUDGET_S,
+                         faults={"nvidia-smi": "hang"},
+                         nvml={"init_error": "NVMLError_LibraryNotFound"})
+    why = run.describe()
+    assert run.returncode == 1 and not node.marker.exists(), why
+    inventory = run.check("PF-GPU-001")
+    assert inventory is not None and inventory["outcome"] == "error", why
+    assert "nvidia-smi" in inventory["message"], inventory["message"]
+    for check_id in ("PF-GPU-012", "PF-BW-001", "PF-NET-003"):
+        assert run.outcomes().get(check_id) == "pass", (check_id, run.check(check_id))
+    assert run.junit_written and run.left_running == []
