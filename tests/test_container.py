@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -112,13 +113,89 @@ def test_nccl_tests_built_with_mpi(instructions: list[Instruction]) -> None:
     assert "PATH=/opt/nccl-tests/bin:${PATH}" in env
 
 
-def test_harness_installed_without_replacing_torch(instructions: list[Instruction]) -> None:
+INSTALL_SCRIPT = "scripts/install_wheel.py"
+SRC_IN_IMAGE = "/opt/gpu-preflight/src"
+
+
+def _install_run(instructions: list[Instruction]) -> list[str]:
+    """The RUN that installs the harness, as argv (its first command, before `&&`)."""
     runs = [ins.args for ins in instructions if ins.name == "RUN"]
-    install = next(r for r in runs if "pip install" in r and "/opt/gpu-preflight" in r)
-    assert '"/opt/gpu-preflight[aws]"' in install
-    assert "torch" not in install
+    install = next(r for r in runs if INSTALL_SCRIPT in r)
+    return shlex.split(install.split("&&")[0])
+
+
+def test_harness_installed_without_replacing_torch(instructions: list[Instruction]) -> None:
+    argv = _install_run(instructions)
+    assert argv[1] == f"{SRC_IN_IMAGE}/{INSTALL_SCRIPT}"
+    assert argv[3] == "aws", "extras: aws only; torch comes from the image"
+    assert not any("torch" in a for a in argv)
+    runs = [ins.args for ins in instructions if ins.name == "RUN"]
+    assert not any("pip install" in r and "/opt/gpu-preflight" in r for r in runs), (
+        "install the built wheel (scripts/install_wheel.py), never the source tree")
     te = next(r for r in runs if "transformer_engine" in r)
     assert 'if [ "${INSTALL_TE}" = "1" ]' in te
+
+
+def test_image_installs_the_way_ci_tests(instructions: list[Instruction]) -> None:
+    """The image's install command is the one CI's shipped venvs are built with."""
+    from tests.e2e.shipped import INSTALL_WHEEL
+
+    assert INSTALL_WHEEL == REPO / INSTALL_SCRIPT
+    assert "tests.e2e.shipped prepare" in (REPO / "scripts" / "test").read_text()
+    copies = [shlex.split(ins.args) for ins in instructions if ins.name == "COPY"]
+    assert [INSTALL_SCRIPT, f"{SRC_IN_IMAGE}/{INSTALL_SCRIPT}"] in copies
+    install = next(ins.args for ins in instructions if ins.name == "RUN" and INSTALL_SCRIPT in ins.args)
+    assert f"rm -rf {SRC_IN_IMAGE}" in install, "the sources are removed after the install"
+
+
+def _context_like_the_image(instructions: list[Instruction], root: Path) -> Path:
+    """The files the Dockerfile copies into SRC_IN_IMAGE, laid out under root (no .git, as in
+    the image), plus what a stale tree carries: an earlier build's build/lib and caches."""
+    for ins in instructions:
+        if ins.name != "COPY" or SRC_IN_IMAGE not in ins.args:
+            continue
+        *sources, dest = shlex.split(ins.args)
+        target = root / dest.removeprefix(SRC_IN_IMAGE + "/").removeprefix(SRC_IN_IMAGE)
+        for source in sources:
+            src = REPO / source
+            if src.is_dir():
+                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                dest_file = target / src.name if dest.endswith("/") else target
+                dest_file.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest_file)
+    stale = root / "build" / "lib" / "harness" / "removed_since.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("raise ImportError('a module deleted from the sources')\n")
+    return root
+
+
+def test_install_step_ships_the_sources_not_a_stale_tree(
+    instructions: list[Instruction], tmp_path: Path,
+) -> None:
+    """The Dockerfile's install command, run here on a copy of its build context: the wheel has
+    every file of the packages and nothing a stale build/ folder holds (which `pip install
+    /opt/gpu-preflight` of a used tree would ship)."""
+    src = _context_like_the_image(instructions, tmp_path / "src")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    argv = _install_run(instructions)
+    script = src / argv[1].removeprefix(SRC_IN_IMAGE + "/")
+    # Only the package itself: its dependencies (boto3, pytest ...) are not what this is about.
+    res = subprocess.run([python, str(script), python, "", *argv[4:], "--no-deps"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    assert f"installed at {site / 'harness'}" in res.stdout
+    assert not (site / "harness" / "removed_since.py").exists()
+    shipped = {p.relative_to(src) for p in src.rglob("*") if p.is_file()
+               and p.parts[len(src.parts)] in ("harness", "checks")}
+    missing = sorted(str(p) for p in shipped if not (site / p).is_file())
+    assert missing == [], f"in the image's sources but not installed: {missing}"
 
 
 def test_copy_sources_exist(instructions: list[Instruction]) -> None:
