@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.gpu import pci_key, xid_action
-from harness.parsers import ParseError, read_text
+from harness.parsers import ParseError
+from harness.parsers.reader import Input, as_input
+from harness.parsers.values import ascii_int
 
 __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
 
@@ -17,8 +19,8 @@ __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log"
 # newer: `pid='<unknown>', name=<unknown>, ...`; a MIG GPU adds its instances to the address:
 # `NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, ...` (kernel_rc.c, XID_PRINT_WITH_ATTR).
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?P<mig>(?: GPU-C?I:\d+)*)\): (?P<xid>\d+)"
-    r"(?:, pid=(?P<pid>'?<unknown>'?|-?\d+))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?P<mig>(?: GPU-C?I:[0-9]+)*)\): (?P<xid>[0-9]+)"
+    r"(?:, pid=(?P<pid>'?<unknown>'?|-?[0-9]+))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$"
 )
 # Newer drivers say a GPU fell off the bus in a multi-line message without an Xid line:
 # `NVRM: The NVIDIA GPU 0000:b3:00.0` ... `NVRM: fallen off the bus and is not responding`.
@@ -33,7 +35,7 @@ _FALLEN_LINE = re.compile(
 # NVSwitch errors: `nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up`;
 # the same SXid's `Severity 1 Engine ...` and `Data {...}` lines that follow are details of it.
 _SXID = re.compile(
-    r"nvidia-nvswitch(?P<switch>\d+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>\d+), "
+    r"nvidia-nvswitch(?P<switch>[0-9]+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>[0-9]+), "
     r"(?P<severity>Fatal|Non-fatal),\s*(?P<msg>.*)$"
 )
 # What a kernel-log line starts with: dmesg `[ 1399.140323]`, `dmesg -T` `[Fri Jan  5 10:34:01
@@ -42,19 +44,19 @@ _SXID = re.compile(
 # `--time-format iso`: `kern  :warn  : 2025-01-21T04:41:44,285060+00:00`) and
 # Talos' `talosctl dmesg` (`192.168.11.119: kern:     err: [2026-04-22T21:25:20.46Z]: NVRM: ...`).
 _TIME = re.compile(
-    r"^\s*(?:<\d>)?(?:\S+: (?=kern:))?(?:[a-z]+\s*:\s*[a-z]+\s*: )?(?:\[\s*(?P<uptime>\d+\.\d+)\]"
-    r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
-    r"|\[?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
-    r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?))"
+    r"^\s*(?:<[0-9]>)?(?:\S+: (?=kern:))?(?:[a-z]+\s*:\s*[a-z]+\s*: )?(?:\[\s*(?P<uptime>[0-9]+\.[0-9]+)\]"
+    r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9] [0-9]{4})\]"
+    r"|\[?(?P<iso>[0-9]{4}-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:[.,][0-9]+)?(?:[+-][0-9][0-9]:?[0-9][0-9]|Z)?)"
+    r"|(?P<syslog>[A-Z][a-z]{2} [ 0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:\.[0-9]+)?))"
 )
 _KERNELISH = re.compile(
-    r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\skernel: |^\s*NVRM: |^<\d>"
-    r"|^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d{6}[+-]\d\d:\d\d "
-    r"|^[a-z]+\s*:\s*[a-z]+\s*: |^\d+,\d+,\d+,[-+c][^;]*;"
+    r"^\s*\[\s*[0-9]+\.[0-9]+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\skernel: |^\s*NVRM: |^<[0-9]>"
+    r"|^[0-9]{4}-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9][.,][0-9]{6}[+-][0-9][0-9]:[0-9][0-9] "
+    r"|^[a-z]+\s*:\s*[a-z]+\s*: |^[0-9]+,[0-9]+,[0-9]+,[-+c][^;]*;"
 )
 # /dev/kmsg records: `6,3998,261229012,-;nvidia-nvswitch3: open` (priority, sequence, microseconds
 # since boot, flags); the time is reported in seconds like dmesg's.
-_KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[-+c][^;]*;")
+_KMSG = re.compile(r"^[0-9]+,[0-9]+,(?P<usec>[0-9]+),[-+c][^;]*;")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,76 +97,112 @@ class KernelLog:
     events: tuple[XidEvent, ...]
     num_lines: int
     sxid_events: tuple[SxidEvent, ...] = ()
+    omitted: int = 0
+    """Xid/SXid events past MAX_EVENTS that repeated a (GPU, Xid, action) already kept."""
+
+
+#: Events kept in full (a log flooded with one Xid keeps memory flat): past it, an event is
+#: kept only when its GPU/switch, code and action are new, so no kind of fault is lost.
+MAX_EVENTS = 10_000
+#: Hard bound on events kept, new kinds included.
+MAX_KINDS = 2 * MAX_EVENTS
+
+
+class _Kept:
+    """Events in order, bounded: every one up to MAX_EVENTS, then one per new kind."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.kinds: set[tuple[Any, ...]] = set()
+        self.omitted = 0
+
+    def add(self, item: Any, kind: tuple[Any, ...]) -> None:
+        new = kind not in self.kinds
+        if len(self.items) < MAX_EVENTS or (new and len(self.items) < MAX_KINDS):
+            self.items.append(item)
+            self.kinds.add(kind)
+        else:
+            self.omitted += 1
 
 
 def _pid(raw: str | None) -> int | None:
-    return int(raw) if raw and raw.lstrip("-").isdigit() else None
+    return ascii_int(raw) if raw else None
 
 
-def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelLog:
+def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) -> KernelLog:
     """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
     fallen off the bus.` in any prefix (dmesg, syslog, journalctl), the Xid-less `NVRM: The
     NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has fallen
     off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79 line is
     in the log) and NVSwitch `SXid` lines. Raises ParseError when no line looks like a kernel log
     line (empty input, or some other text)."""
-    lines = read_text_lines(text)
-    events: list[XidEvent] = []
-    fallen: list[XidEvent] = []
-    sxids: list[SxidEvent] = []
+    events = _Kept()
+    fallen: dict[str, XidEvent] = {}  # the first report per GPU (pci_key) without an Xid line
+    sxids = _Kept()
     kernel_lines = 0
+    nonblank = False
     fallen_pci: str | None = None
     fallen_at = 0
-    for n, line in enumerate(lines, 1):
+    fallen_text = ""
+
+    def lost(pci: str, line_text: str, at: int) -> None:
+        key = pci_key(pci) or pci
+        if key not in fallen and len(fallen) < MAX_EVENTS:
+            fallen[key] = _fallen(pci, line_text, at)
+
+    for n, line in enumerate(as_input(text).lines(), 1):
         nvrm = "NVRM:" in line
         if nvrm or _KERNELISH.search(line):
             kernel_lines += 1
+        elif not nonblank and line.strip():
+            nonblank = True
         if not nvrm:
             if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-                fallen.append(_fallen(fallen_pci, lines[fallen_at - 1], fallen_at))
+                lost(fallen_pci, fallen_text, fallen_at)
                 fallen_pci = None
             elif "SXid" in line:
                 sx = _SXID.search(line)
-                if sx:
-                    sxids.append(SxidEvent(int(sx["sxid"]), int(sx["switch"]), sx["pci"],
-                                           sx["severity"] == "Fatal", sx["msg"].strip(),
-                                           _when(line), n))
+                sxid, switch = (ascii_int(sx["sxid"]), ascii_int(sx["switch"])) if sx else (None, None)
+                if sx and sxid is not None and switch is not None:
+                    sxids.add(SxidEvent(sxid, switch, sx["pci"], sx["severity"] == "Fatal",
+                                        sx["msg"].strip(), _when(line), n),
+                              (switch, sx["pci"], sxid, sx["severity"]))
             continue
         m = _XID.search(line)
-        if m:
-            xid = int(m["xid"])
+        xid = ascii_int(m["xid"]) if m else None
+        if m and xid is not None:
             msg = (m["msg"] or "").strip().rstrip(">").strip()
             name = (m["name"] or "").strip().strip("'") or None
-            events.append(XidEvent(xid, m["pci"], _pid(m["pid"]),
-                                   None if name == "<unknown>" else name, msg,
-                                   xid_action(xid, msg), _when(line), n,
-                                   m["mig"].strip() or None))
+            action = xid_action(xid, msg)
+            events.add(XidEvent(xid, m["pci"], _pid(m["pid"]),
+                                None if name == "<unknown>" else name, msg,
+                                action, _when(line), n, m["mig"].strip() or None),
+                       (pci_key(m["pci"]), xid, action))
             continue
         start = _FALLEN_START.search(line)
         if start:
-            fallen_pci, fallen_at = start["pci"], n
+            fallen_pci, fallen_at, fallen_text = start["pci"], n, line
             continue
         if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-            fallen.append(_fallen(fallen_pci, lines[fallen_at - 1], fallen_at))
+            lost(fallen_pci, fallen_text, fallen_at)
             fallen_pci = None
             continue
         one_line = _FALLEN_LINE.search(line) if "fallen" in line else None
         if one_line:
-            fallen.append(_fallen(one_line["pci"], line, n))
+            lost(one_line["pci"], line, n)
     if require_kernel_lines and not kernel_lines:
-        what = "empty input" if not any(ln.strip() for ln in lines) else "no kernel log lines"
+        what = "empty input" if not nonblank else "no kernel log lines"
         raise ParseError(f"{what}: expected dmesg / journalctl -k / syslog lines "
                          "(`[ 12.345678] ...`, `... kernel: ...`, `NVRM: ...`)")
+    found = events.items
     if fallen:
         # The driver prints the Xid 79 line and its own "has fallen off the bus" line together, and
         # may repeat the latter: one event per lost GPU, so the check names each GPU once.
-        seen = {pci_key(e.pci) for e in events if e.xid == 79}
-        for event in fallen:
-            if pci_key(event.pci) not in seen:
-                seen.add(pci_key(event.pci))
-                events.append(event)
-        events.sort(key=lambda e: e.line)
-    return KernelLog(tuple(events), kernel_lines, tuple(sxids))
+        seen = {pci_key(e.pci) for e in found if e.xid == 79}
+        found = sorted([*found, *(e for e in fallen.values() if pci_key(e.pci) not in seen)],
+                       key=lambda e: e.line)
+    return KernelLog(tuple(found), kernel_lines, tuple(sxids.items),
+                     events.omitted + sxids.omitted)
 
 
 def _when(line: str) -> str | None:
@@ -172,7 +210,8 @@ def _when(line: str) -> str | None:
     if tm:
         return tm["uptime"] or tm["ctime"] or tm["iso"] or tm["syslog"]
     km = _KMSG.match(line)
-    return f"{int(km['usec']) // 1_000_000}.{int(km['usec']) % 1_000_000:06d}" if km else None
+    usec = ascii_int(km["usec"]) if km else None
+    return None if usec is None else f"{usec // 1_000_000}.{usec % 1_000_000:06d}"
 
 
 def _fallen(pci: str, line_text: str, line: int) -> XidEvent:
@@ -180,20 +219,20 @@ def _fallen(pci: str, line_text: str, line: int) -> XidEvent:
                     "line)", xid_action(79), _when(line_text), line)
 
 
-def read_text_lines(text: str) -> list[str]:
-    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-
-
-def inspect_kernel_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_kernel_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
     message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}]."""
-    log = parse_kernel_log(read_text(stream))
-    return {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
-                            "process": e.process, "time": e.time, "message": e.message,
-                            "action": e.action}
-                           for e in log.events],
-            "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
-                             "time": e.time, "message": e.message} for e in log.sxid_events]}
+    log = parse_kernel_log(as_input(stream))
+    out = {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
+                           "process": e.process, "time": e.time, "message": e.message,
+                           "action": e.action}
+                          for e in log.events],
+           "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
+                            "time": e.time, "message": e.message} for e in log.sxid_events]}
+    if log.omitted:
+        out["notes"] = [f"{log.omitted:,} more events repeated a GPU, code and action already "
+                        f"listed after the first {MAX_EVENTS:,}: not listed"]
+    return out
 
 
 INSPECT = {"kernel-log": inspect_kernel_log}
