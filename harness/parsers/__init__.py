@@ -57,6 +57,8 @@ def _with_notes(fn: InspectFn) -> InspectFn:
             if source.notes():
                 raise ParseError(f"{exc} ({'; '.join(source.notes())})") from None
             raise
+        finally:
+            source.close()
         result["notes"] = [*source.notes(), *result.pop("notes", [])]
         return result
 

@@ -338,8 +338,8 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     (`| GPU Memory | Pass - GPUs: 1, 2 |`, `|  | Fail - GPU: 0 |`, `| Warning | GPU 0 ... |`).
     Input past MAX_DOCUMENT_CHARS (16 MiB) is read as a table, streamed."""
     source = as_input(text)
-    doc = source.document()
-    if doc is None:  # larger than any JSON dcgmi writes: a table (or many), read line by line
+    doc = source.document() if _looks_json(source) else None
+    if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
         return _table_or_error(source.lines())
     start = doc.find("{")
     if start >= 0 and not doc[:start].lstrip().startswith(("|", "+")):
@@ -354,6 +354,16 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
             if isinstance(found, dict):
                 return _from_json(found)
     return _table_or_error(doc.split("\n"))
+
+
+def _looks_json(source: Input) -> bool:
+    """A `{` comes before any table line (a banner line before it is skipped)."""
+    for line in source.lines():
+        if "{" in line:
+            return not line.lstrip().startswith(("|", "+"))
+        if line.lstrip().startswith(("|", "+")):
+            return False
+    return False
 
 
 def _table_or_error(lines: Iterable[str]) -> DcgmDiag:

@@ -45,7 +45,7 @@ _YAML_INLINE = re.compile(
 )
 _YAML_BLOCK = re.compile(
     r"^(?P<indent>\s*)(?:-\s+)?[\"']?(?:env|environment|env_vars|envVars|extraEnv|"
-    r"environmentVariables|Variables|Env)[\"']?\s*:\s*\[?\s*(?:#.*)?$"
+    r"environmentVariables|Variables|Env)[\"']?\s*:\s*(?:\[\s*)?(?:#.*)?$"
 )
 # One list item: YAML `- item` or a JSON array line `"item",` (a pasted, maybe cut, docker inspect).
 # (No lazy group before `\s*$`: each such pattern rescans a run of blanks from each of its
@@ -345,6 +345,7 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
         yield prompted, text, words
 
 
+_PUNCTUATION = frozenset(";&|")
 _PLAIN_WORDS = re.compile(r"[^\"'\\;&|]*")
 _BLANKS = re.compile(r"[ \t\r\n]+")
 
@@ -361,6 +362,10 @@ def _shell_words(text: str) -> list[str]:
 
 def _commands(words: list[str]) -> Iterator[list[str]]:
     """The simple commands of a command line (split at `;`, `&&`, `||`, `|`, `&`)."""
+    if not any(w[:1] in _PUNCTUATION for w in words):
+        if words:
+            yield words
+        return
     start = 0
     for i, word in enumerate([*words, ";"]):
         if word and set(word) <= set(";&|"):

@@ -86,11 +86,13 @@ class FiInfo:
         }
 
 
-_FIELD = re.compile(r"^\s*(provider|fabric|domain|version|type|protocol):\s*(.*?)\s*$")
+# (Values run to the line's end and are stripped in Python: a lazy group before `\s*$`
+# rescanned a run of blanks from each of its characters.)
+_FIELD = re.compile(r"^\s*(provider|fabric|domain|version|type|protocol):\s*(.*)$")
 _ERROR = re.compile(r"^\s*(?:fi_getinfo:\s*)?(-[0-9]{1,9})\b(?:\s*\(.*\))?\s*$")
 #: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
 _VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
-_VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*?)\s*$")
+_VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*)$")
 _VERBOSE_FIELDS = {
     ("fi_fabric_attr", "prov_name"): "provider",
     ("fi_fabric_attr", "name"): "fabric",
@@ -138,12 +140,13 @@ class _Reader:
             self.saw_verbose, self.block, self.section = True, {}, ""
             return
         if self.block is not None and (m := _VERBOSE_LINE.match(line)):
-            if not m[2]:
+            value = m[2].rstrip()
+            if not value:
                 self.section = m[1]
             elif (key := _VERBOSE_FIELDS.get((self.section, m[1]))) is not None:
-                self.block.setdefault(key, m[2])
+                self.block.setdefault(key, value)
         if m := _FIELD.match(line):
-            key, value = m[1], m[2]
+            key, value = m[1], m[2].rstrip()
             if key == "provider":
                 if self.current is not None:
                     self.listing.add(self.current)

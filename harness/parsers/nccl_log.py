@@ -677,10 +677,14 @@ def inspect_nccl_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     if binary is None:
         return parse_nccl_log(source.lines()).to_json()
     scanner = _scan_streams(binary, _CHUNK_BYTES)
-    out = scanner.summary().to_json()
-    if scanner.cut_lines:
-        out["notes"] = [f"{scanner.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were "
-                        f"judged by their first {MAX_LINE_BYTES:,}"]
+    cut = (f"{scanner.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were judged by "
+           f"their first {MAX_LINE_BYTES:,}") if scanner.cut_lines else ""
+    try:
+        out = scanner.summary().to_json()
+    except ParseError as exc:
+        raise ParseError(f"{exc} ({cut})" if cut else str(exc)) from None
+    if cut:
+        out["notes"] = [cut]
     return out
 
 

@@ -63,7 +63,7 @@ _FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed
                       r"|No devices were found|Driver/library version mismatch.*)$")
 #: R610 marks the old version keys: `Driver Version : 610.57.04 [Deprecated; will be removed in
 #: CUDA 14.0. Use KMD Version instead]`.
-_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+
 
 
 #: GPUs kept (a node has at most 16; a `-q -l` loop repeats the same ones, kept once each).
@@ -144,7 +144,18 @@ def _serial(value: str | None) -> str | None:
 
 
 def _version(value: str | None) -> str | None:
-    return _clean(_SUFFIX.sub("", value)) if value else None
+    return _clean(_without_bracket_suffix(value)) if value else None
+
+
+def _without_bracket_suffix(value: str) -> str:
+    """`value` without a trailing `[...]` (R610's `[Deprecated; ...]`, a CSV header's `[MiB]`).
+    (In Python: the regex form searched from every `[` to the end, quadratic on `[[[[`.)"""
+    end = value.rstrip()
+    if end.endswith("]"):
+        start = end.rfind("[")
+        if start >= 0 and "]" not in end[start:-1]:
+            return end[:start].rstrip()
+    return value
 
 
 def _yes(value: str | None) -> bool | None:
@@ -380,8 +391,9 @@ _TABLE_ROW1 = re.compile(
 )
 # `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
 _TABLE_ROW2 = re.compile(
-    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*\S+\s*"
-    r"\|\s*\S+\s*/\s*(?P<mem>\S+)\s*\|"
+    # (No `/` in a reading: `\S+\s*/` retried every `/` of a long word.)
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>[^\s/]+)\s*/\s*[^\s|]+\s*"
+    r"\|\s*[^\s/|]+\s*/\s*(?P<mem>[^\s|]+)\s*\|"
 )
 
 
@@ -610,7 +622,7 @@ _INT_FIELDS = {"index", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
                "retired_pages_dbe", "pcie_gen_current", "pcie_gen_max", "pcie_gen_device_max",
                "pcie_width_current", "pcie_width_max"}
 _FLOAT_FIELDS = {"temperature_c", "power_draw_w"}
-_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,7 +734,7 @@ def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: s
 
 def _column(cell: str) -> str:
     """A header cell as a field name: `memory.total [MiB]` -> `memory.total`."""
-    return _UNIT.sub("", cell).strip().lower()
+    return _without_bracket_suffix(cell).strip().lower()
 
 
 def _reason(column: str) -> str | None:

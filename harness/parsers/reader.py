@@ -59,10 +59,10 @@ class Input:
     """A parser's input, read in chunks: `lines()` / `batches()` for line-by-line parsers,
     `head()` to sniff the format, `document()` for JSON and XML."""
 
-    def __init__(self, source: str | IO[str] | IO[bytes], *, max_line: int = MAX_LINE_CHARS,
-                 chunk: int = CHUNK_CHARS) -> None:
-        self.max_line = max_line
-        self.chunk = chunk
+    def __init__(self, source: str | IO[str] | IO[bytes], *, max_line: int | None = None,
+                 chunk: int | None = None) -> None:
+        self.max_line = MAX_LINE_CHARS if max_line is None else max_line
+        self.chunk = CHUNK_CHARS if chunk is None else chunk
         self.stats = ReadStats()
         self._text: str | None = source if isinstance(source, str) else None
         self._raw: Any = None
@@ -79,6 +79,16 @@ class Input:
                 self._raw = source
                 self._binary = isinstance(source, io.RawIOBase | io.BufferedIOBase)
             self._start = _tell(self._raw)
+
+    def close(self) -> None:
+        """Drop the spool of a pipe (the stream itself belongs to the caller)."""
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+            self._source = iter(())
+
+    def __del__(self) -> None:
+        self.close()
 
     # ---- raw chunks ----
 
@@ -205,9 +215,10 @@ class Input:
                 break
         return "".join(out)[:chars]
 
-    def document(self, limit: int = MAX_DOCUMENT_CHARS) -> str | None:
+    def document(self, limit: int | None = None) -> str | None:
         """The whole input with line ends normalised, or None when it is longer than `limit`
-        characters (only `limit` characters are ever held)."""
+        characters (default MAX_DOCUMENT_CHARS; only `limit` characters are ever held)."""
+        limit = MAX_DOCUMENT_CHARS if limit is None else limit
         out: list[str] = []
         have = 0
         for text in self.chunks():

@@ -207,8 +207,6 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 
 #: Error lines kept (one per rank is the normal case).
 MAX_ERRORS = 1024
-#: Text searched at a time by the failure classifiers (whole lines).
-_CHUNK_LINES = 16_384
 
 
 def parse_train_step(text: str | Input) -> TrainStepOutput:
@@ -251,15 +249,9 @@ def parse_train_step(text: str | Input) -> TrainStepOutput:
 
 
 def _chunks(source: Input) -> Iterator[str]:
-    """The input as text pieces of whole lines."""
-    lines: list[str] = []
+    """The input as text pieces of whole lines (one per chunk the reader read)."""
     for batch in source.batches():
-        lines.extend(batch)
-        if len(lines) >= _CHUNK_LINES:
-            yield "\n".join(lines)
-            lines = []
-    if lines:
-        yield "\n".join(lines)
+        yield "\n".join(batch)
 
 
 def inspect_train_step(stream: TextIO | Input, *, profile: Any = None) -> dict[str, Any]:

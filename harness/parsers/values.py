@@ -10,19 +10,17 @@ their patterns use `[0-9]`), so garbage is "not a number", never a traceback or 
 from __future__ import annotations
 
 import math
-import re
 
 __all__ = ["MAX_INT_DIGITS", "ascii_float", "ascii_int", "is_ascii_int"]
 
 #: Longest integer read (18 digits: every count, id and size a tool prints fits in 64 bits).
 MAX_INT_DIGITS = 18
-_INT = re.compile(rf"[+-]?[0-9]{{1,{MAX_INT_DIGITS}}}")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,4})?")
 
 
 def is_ascii_int(text: str) -> bool:
     """`text` is an optionally signed run of at most MAX_INT_DIGITS ASCII digits."""
-    return _INT.fullmatch(text) is not None
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    return 0 < len(digits) <= MAX_INT_DIGITS and digits.isascii() and digits.isdigit()
 
 
 def ascii_int(text: str | None) -> int | None:
@@ -30,18 +28,18 @@ def ascii_int(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    return int(text) if _INT.fullmatch(text) else None
+    return int(text) if is_ascii_int(text) else None
 
 
 def ascii_float(text: str | None, *, allow_nan: bool = False) -> float | None:
     """The finite number `text` spells (`12`, `-0.5`, `1.2e+03`), else None; `nan`/`-nan` give
     NaN only with `allow_nan`. `inf` and numbers too large for a float are None."""
-    if text is None:
+    if text is None or not text.isascii() or "_" in text:
         return None
-    text = text.strip()
-    if _FLOAT.fullmatch(text):
+    try:
         value = float(text)
-        return value if math.isfinite(value) else None
-    if allow_nan and text.lower().lstrip("+-") == "nan":
-        return math.nan
-    return None
+    except ValueError:
+        return None
+    if math.isfinite(value):
+        return value
+    return math.nan if allow_nan and value != value else None
