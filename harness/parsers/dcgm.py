@@ -77,7 +77,7 @@ class DcgmDiag:
         return out
 
 
-_DRIVER_VERSION = re.compile(r"^\d{3}(?:\.\d+)*$")
+_DRIVER_VERSION = re.compile(r"^[0-9]{3}(?:\.[0-9]+)*$")
 
 
 def _status(raw: object) -> str:
