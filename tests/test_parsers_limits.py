@@ -184,6 +184,10 @@ _ROW = "     1048576        262144     float     sum      -1   {t}   {a}   {b}  
      + " C\n    Attached GPUs : ²\n"),
     ("kernel-log", "[ 1.0] NVRM: Xid (PCI:0000:53:00): " + "9" * 5000 + ", pid=1, name=x, y\n"
      "6,1," + "9" * 5000 + ",-;nvidia-nvswitch١: SXid (PCI:0000:06:00.0): 2, Fatal, z\n"),
+    ("kernel-log", "[ 1.0] NVRM: Xid (PCI:0000:53:00): 45, pid=1, name=x, Ch 1, caused by previous "
+     "Xid " + "9" * 5000 + "\n"),
+    ("nvidia-smi", "| 0  NVIDIA H100  On  | 00000000:53:00.0 Off | 0 |\n| 0%  29C  P²  23W / 300W | "
+     "1MiB / 81559MiB | 0% Default |\n"),
     ("env", "{" * 50_000),
     ("env", "A=$A$A\n" * 40),
     ("topology", '{"hosts": ["a", "b"], "current_host": "a"' + "[" * 50_000),
