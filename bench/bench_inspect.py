@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -126,15 +128,19 @@ def measure(kind: str, path: Path, timeout: float) -> tuple[float | None, float 
            "--json"]
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out:
+        # Its own session, so that a timeout kills the parser too, not only /usr/bin/time.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True,
-                                  timeout=timeout, cwd=ROOT)
+            _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             return None, None, -1
     seconds = time.perf_counter() - start
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
     if proc.returncode not in (0, 2):
-        tail = proc.stderr.strip().splitlines()[-3:]
+        tail = stderr.strip().splitlines()[-3:]
         print(f"    ! {kind}: exit {proc.returncode}: {' | '.join(tail)}", flush=True)
     return seconds, int(m[1]) / 1024 if m else None, proc.returncode
 

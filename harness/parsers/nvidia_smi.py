@@ -549,21 +549,17 @@ def _xml(source: Input, side: _Side) -> GpuInventory:
     import xml.etree.ElementTree as ET
 
     # Log lines (a lost GPU's `Unable to determine the device handle ...`) may precede it.
-    before: list[str] = []
     body: list[str] = []
     size = 0
     for line in _lines(source):
         if not body and "<?xml" not in line and "<nvidia_smi_log" not in line:
-            if len(before) < MAX_LOST:
-                before.append(line)
+            side.see(line)
             continue
         size += len(line) + 1
         if size > MAX_DOCUMENT_CHARS:
             raise ParseError(f"nvidia-smi XML larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not "
                              "one `nvidia-smi -q -x` document")
         body.append(line)
-    for line in before:
-        side.see(line)
     text = "\n".join(body)
     start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0),
                 default=0)
@@ -656,9 +652,15 @@ def parse_smi_csv(text: str | Input, columns: tuple[str, ...] | None = None) -> 
 
 
 def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> SmiCsv:
-    lines = (ln for ln in _lines(source, side)
-             if ln.strip() and "Unable to determine" not in ln
-             and ln.strip() != "No devices were found")
+    seen = [False]  # any line that is not a lost GPU's or "No devices were found"
+
+    def kept(lines: Iterator[str]) -> Iterator[str]:
+        for ln in lines:
+            if ln.strip() and "Unable to determine" not in ln and ln.strip() != "No devices were found":
+                seen[0] = True
+                yield ln
+
+    lines = kept(_lines(source, side))
     rows = csv.reader(lines, skipinitialspace=True)
     try:
         first = next(rows, None) if columns is None else None
@@ -698,6 +700,8 @@ def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> 
     except csv.Error as exc:
         raise ParseError(f"not nvidia-smi CSV: {exc}") from None
     if not num_samples:
+        if not seen[0]:
+            raise side.not_read("empty input: no CSV header or rows")
         raise ParseError("the CSV has a header but no rows")
     gpus = []
     for n, record in enumerate(latest.values()):
@@ -757,8 +761,14 @@ def parse_nvidia_smi(text: str | Input) -> GpuInventory:
 
 def _form(source: Input) -> str:
     """Which form the input is (one pass, stopped at the first `-q` section)."""
-    head = "\n".join(itertools.islice(_lines(source), 64))
-    if "<nvidia_smi_log" in head[:2000]:
+    head: list[str] = []
+    size = 0
+    for line in _lines(source):
+        head.append(line)
+        size += len(line) + 1
+        if size >= 2000:
+            break
+    if "<nvidia_smi_log" in "\n".join(head)[:2000]:
         return "xml"
     banner = bus = row = False
     for line in _lines(source):
