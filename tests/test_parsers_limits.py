@@ -219,3 +219,11 @@ def test_unicode_digits_are_not_gpu_ids():
     doc = ('{"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "Memory", "results": '
            '[{"gpu_id": "١", "status": "Fail"}]}]}]}}')
     assert [(r.gpu, r.status) for r in parse_dcgm_diag(doc).results] == [(None, "fail")]
+
+
+def test_a_parse_error_that_quotes_the_input_is_redacted(tmp_path, capsys):
+    path = tmp_path / "smi.csv"
+    path.write_text("index, name\n0, x, HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789\n")
+    assert cli.main(["inspect", "nvidia-smi", str(path), "--json"]) == cli.EXIT_USAGE
+    out = capsys.readouterr().out
+    assert "CSV row has 3 values" in out and "hf_abcdefghijklmnopqrstuvwxyz" not in out

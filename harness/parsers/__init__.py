@@ -45,8 +45,9 @@ def inspect_kinds() -> dict[str, InspectFn]:
 
 def _with_notes(fn: InspectFn) -> InspectFn:
     """`fn` reading through one Input, its result with `notes` (the reader's, then the
-    parser's), and a ParseError that says what the reader cut."""
+    parser's), and a ParseError that says what the reader cut, with secrets redacted."""
     from harness.parsers.reader import as_input
+    from harness.redact import Redactor
 
     @functools.wraps(fn)
     def inspect(stream: Any, *, profile: Any) -> dict[str, Any]:
@@ -54,9 +55,10 @@ def _with_notes(fn: InspectFn) -> InspectFn:
         try:
             result = fn(source, profile=profile)
         except ParseError as exc:
-            if source.notes():
-                raise ParseError(f"{exc} ({'; '.join(source.notes())})") from None
-            raise
+            # It may quote the input (a CSV row, a JSON error): redacted like the results are.
+            text = Redactor().text(str(exc))
+            raise ParseError(f"{text} ({'; '.join(source.notes())})" if source.notes()
+                             else text) from None
         finally:
             source.close()
         result["notes"] = [*source.notes(), *result.pop("notes", [])]
