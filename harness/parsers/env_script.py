@@ -126,12 +126,49 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
 _PUNCTUATION = frozenset(";&|")
 _PLAIN_WORDS = re.compile(r"[^\"'\\;&|]*")
 _BLANKS = re.compile(r"[ \t\r\n]+")
+# The words of a line as Python's shlex reads them (posix, whitespace_split, punctuation_chars
+# ";&|", no comments): runs of unquoted characters, "double-quoted" (backslash escapes only `"`
+# and `\`), 'single-quoted' and \-escaped pieces glued into one word; runs of ;&| on their own.
+# shlex itself reads one character at a time in Python (half the time of a script); these
+# patterns find the same words (tests/test_parsers_env.py compares them with shlex on every
+# sample line and on fuzzed ones). Each piece is unambiguous, so the scan is linear.
+_PIECE = r"[^ \t\r\n\"'\\;&|]+|\"(?:[^\"\\]|\\[\s\S])*\"|'[^']*'|\\[\s\S]"
+_TOKEN = re.compile(rf"(?P<word>(?:{_PIECE})+)|(?P<punct>[;&|]+)|[ \t\r\n]+")
+_PART = re.compile(_PIECE)
+_ESCAPED_IN_DOUBLE = re.compile(r"\\([\"\\])")
 
 
 def _shell_words(text: str) -> list[str]:
-    """Shell words, with `;`, `&&`, `||`, `|` and `&` as words of their own."""
+    """Shell words, with `;`, `&&`, `||`, `|` and `&` as words of their own; ValueError for an
+    unclosed quote or a trailing backslash (as shlex)."""
     if _PLAIN_WORDS.fullmatch(text):  # nothing for the shell to interpret: split at blanks
         return [w for w in _BLANKS.split(text) if w]
+    words = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ValueError("No closing quotation" if text[pos] in "\"'" else "No escaped character")
+        pos = m.end()
+        if m["punct"]:
+            words.append(m["punct"])
+        elif m["word"] is not None:
+            words.append("".join(_unquote(p) for p in _PART.findall(m["word"])))
+    return words
+
+
+def _unquote(piece: str) -> str:
+    if piece[0] == '"':
+        return _ESCAPED_IN_DOUBLE.sub(r"\1", piece[1:-1])
+    if piece[0] == "'":
+        return piece[1:-1]
+    if piece[0] == "\\":
+        return piece[1]
+    return piece
+
+
+def _shlex_words(text: str) -> list[str]:
+    """The same words by Python's shlex (the reference _shell_words is tested against)."""
     lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split = True
     lexer.commenters = ""

@@ -175,11 +175,9 @@ class NcclTestsResult:
 
 # --- line clean-up -----------------------------------------------------------------------------
 
-# Launchers and log shippers put these in front of every line; stripped repeatedly, in any order.
-_PREFIXES = [
-    *(re.compile("^" + prefix) for prefix in LAUNCHER_PREFIXES),
-    re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
-]
+# Launchers and log shippers put these in front of every line; stripped repeatedly, in any order
+# (one alternation, tried in this order: one match per line when there is none).
+_PREFIX = re.compile("^(?:" + "|".join([*LAUNCHER_PREFIXES, r"[A-Za-z][\w.-]*:\s"]) + ")")
 #: Why every process ran the whole test on its own (said wherever the output shows it).
 NOT_MPI = "the binary was not built with MPI (make MPI=1), so every process ran its own test alone"
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
@@ -199,13 +197,10 @@ _ERROR_LINES = [
 
 def _strip_prefixes(line: str) -> str:
     for _ in range(4):
-        for rx in _PREFIXES:
-            new = rx.sub("", line, count=1)
-            if new != line:
-                line = new
-                break
-        else:
+        m = _PREFIX.match(line)
+        if m is None:
             break
+        line = line[m.end():]
     return line
 
 
@@ -232,6 +227,10 @@ class _Layout:
     halves: list[dict[str, int]]  # per half: name -> offset from the half's start
     width: int                    # tokens per half
     counts_wrong: bool = True     # `#wrong` (a count) rather than the old `error` (a deviation)
+    at: dict[str, int] = field(default_factory=dict)  # lead column -> its position
+
+    def __post_init__(self) -> None:
+        self.at = {name: i for i, name in enumerate(self.lead)}  # as dict(zip()): the last wins
 
     @classmethod
     def from_header(cls, names: list[str]) -> _Layout | None:
@@ -332,9 +331,16 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     lead = len(layout.lead)
     if len(tokens) < lead + layout.width:
         return None, True
-    cells = dict(zip(layout.lead, tokens[:lead], strict=False))
-    size = ascii_int(cells.get("size", cells.get("bytes", "")))
-    count = ascii_int(cells.get("count", cells.get("N", "")))
+    at = layout.at
+
+    def cell(*names: str) -> str | None:
+        for name in names:
+            if name in at:
+                return tokens[at[name]]
+        return None
+
+    size = ascii_int(cell("size", "bytes"))
+    count = ascii_int(cell("count", "N"))
     if size is None or count is None:
         return None, False
     halves: list[Measurement] = []
@@ -344,9 +350,10 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
         if len(part) < max(offsets.values()) + 1:
             break
         wrong = _wrong(part[offsets["wrong"]])
-        values = [_num(part[offsets[k]]) for k in ("time", "algbw", "busbw")]
-        if wrong is False or any(v is None and not _is_nan(part[offsets[k]])
-                                 for v, k in zip(values, ("time", "algbw", "busbw"), strict=True)):
+        cells = (part[offsets["time"]], part[offsets["algbw"]], part[offsets["busbw"]])
+        values = [_num(c) for c in cells]
+        if wrong is False or any(v is None and not _is_nan(c)
+                                 for v, c in zip(values, cells, strict=True)):
             if h == 0:
                 return None, True
             break
@@ -354,24 +361,24 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
             halves.append(Measurement(values[0], values[1], values[2], wrong))  # type: ignore[arg-type]
         else:
             # rccl-tests marks a deviation above its tolerance with `*` (`2e-01*`): a wrong row.
-            cell = part[offsets["wrong"]]
+            deviation = part[offsets["wrong"]]
             halves.append(Measurement(values[0], values[1], values[2],
-                                      1 if cell.endswith("*") else None, _num(cell.rstrip("*"))))
+                                      1 if deviation.endswith("*") else None,
+                                      _num(deviation.rstrip("*"))))
     if not halves:
         return None, True
-    root = cells.get("root")
     return Row(
-        size_bytes=size, count=count, dtype=cells.get("type"),
-        redop=cells.get("redop", cells.get("op")),
-        root=ascii_int(root),
+        size_bytes=size, count=count, dtype=cell("type"),
+        redop=cell("redop", "op"),
+        root=ascii_int(cell("root")),
         oop=halves[0], ip=halves[1] if len(halves) > 1 else None,
     ), len(halves) < len(layout.halves)
 
 
 def _clean(raw: str) -> str:
-    if _NCCL_LOG.search(raw):
+    if "NCCL " in raw and _NCCL_LOG.search(raw):
         return ""
-    if _RANK_TAG_START.match(raw):
+    if "[" in raw[:64] and _RANK_TAG_START.match(raw):
         # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style): nccl-tests
         # prints a row in three writes, so the tags sit inside the row too (`-1[0]  1626.5`).
         raw = _RANK_TAG.sub(" ", raw)
