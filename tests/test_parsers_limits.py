@@ -227,3 +227,25 @@ def test_a_parse_error_that_quotes_the_input_is_redacted(tmp_path, capsys):
     assert cli.main(["inspect", "nvidia-smi", str(path), "--json"]) == cli.EXIT_USAGE
     out = capsys.readouterr().out
     assert "CSV row has 3 values" in out and "hf_abcdefghijklmnopqrstuvwxyz" not in out
+
+
+@pytest.mark.parametrize(("parse", "sample", "records"), [
+    ("harness.parsers.dcgm:parse_dcgm_diag", "dcgm/dcgmi-text-3.3.9-targeted-power-fail.txt",
+     "results"),
+    ("harness.parsers.dcgm:parse_dcgm_diag", "dcgm/dcgmi-text-deployment-error.txt", "results"),
+    ("harness.parsers.nvidia_smi:parse_smi_query", "nvidia_smi/real_q-565-h100-sxm.txt", "gpus"),
+    ("harness.parsers.nvidia_smi:parse_smi_table", "nvidia_smi/table-470-v100-old-layout.txt",
+     "gpus"),
+    ("harness.parsers.fi_info:parse_fi_info", "fi_info/composed_p5_efa_direct_32.txt", "entries"),
+])
+def test_a_sample_printed_again_is_read_once(parse, sample, records):
+    """A log that holds the same output many times (`nvidia-smi -q -l`, a dcgmi or fi_info run
+    per attempt) keeps one copy of each record (the latest GPU sample): memory stays flat and a
+    GPU is not counted once per sample."""
+    import importlib
+
+    module, name = parse.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    text = (DATA / sample).read_text()
+    once, thrice = fn(text), fn(text * 3)
+    assert getattr(thrice, records) == getattr(once, records) and getattr(once, records)

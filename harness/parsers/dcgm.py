@@ -228,6 +228,7 @@ class _Tests(list):  # type: ignore[type-arg]
 def _from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
+    error_seen: set[str] = set()  # node-level errors already listed (a table printed again)
     # Per test: [name, [(gpu, status)], [message chunks], category, plain (its row says only
     # `Fail`, no `- GPU: 1` / `- All`)].
     tests = _Tests()
@@ -273,8 +274,10 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             if (name == "Warning" and current is not None) or (name == "Error" and explains):
                 if len(current[2]) < MAX_MESSAGES:  # type: ignore[index]
                     current[2].append(message)  # type: ignore[index]
-            elif name == "Error" and len(errors) < MAX_MESSAGES:
-                errors.append(message)
+            elif name == "Error":
+                _settle_error(errors, error_seen)
+                if len(errors) < MAX_MESSAGES:
+                    errors.append(message)
         elif name:
             outcome = _OUTCOME.match(value)
             if outcome is None and value and value.lower() not in _STATUS:
@@ -318,6 +321,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
                     or not _MENTION.search(t)]
             text = " ".join(mine) if status != "pass" else ""
             results.append(DcgmResult(name, gpu, status, text, test_category))
+    _settle_error(errors, error_seen)
     error_texts = [_join(e) for e in errors]
     for err in error_texts:
         gpus = [ascii_int(g) for g in _MENTION.findall(err)] or [None]
@@ -325,6 +329,16 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
     return DcgmDiag(version, driver, tuple(results), (), tests.omitted)
+
+
+def _settle_error(errors: list[list[str]], seen: set[str]) -> None:
+    """The last error message is complete once the next starts: drop it if it is a repeat."""
+    if errors:
+        text = _join(errors[-1])
+        if text in seen:
+            errors.pop()
+        else:
+            seen.add(text)
 
 
 def _join(chunks: list[str]) -> str:
