@@ -4,7 +4,8 @@
    SM_USER_ARGS can be that large), in three shapes: JSON of hex ids, one long hex string, one
    long run of letters (the shape that made the old URL pattern quadratic): `Redactor(env).env(env)`
    as the report's environment section runs it.
-2. One 250 KB line (`inspect env` of a file holding it: parse, redact the result).
+2. One 250 KB line (and `inspect env` of a file where it is an NCCL variable's value: parse,
+   redact the value it shows, redact the result as the CLI does).
 3. A size sweep: redacting 1, 4 and 16 MB of text (a training log with NAME=value pairs, URLs,
    flags and long values), time per MB at each size and the ratio to the 1 MB figure (1.00:
    linear).
@@ -102,7 +103,7 @@ def main() -> None:
     from harness.profiles import get_profile
 
     profile = get_profile("p5.48xlarge")
-    dump = f"NCCL_DEBUG=INFO\nSM_TRAINING_ENV={line}\n"
+    dump = f"NCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS={line}\n"  # a relevant variable: its value is shown
 
     def inspect() -> object:
         return Redactor().obj(inspect_env(io.StringIO(dump), profile=profile))
