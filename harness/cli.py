@@ -313,7 +313,9 @@ def _cluster_start(cfg: object, failure_file: Path | None) -> object:
         return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
                                  local_budget_s=cfg.budget_s, env=cfg.env,
                                  failure_file=failure_file)
-    except TopologyError as exc:
+    except TopologyError as exc:  # a malformed launcher variable: say which, leave a report
+        _write_early_failure(str(exc), cfg.host, cfg.tier, cfg.report_dir,  # type: ignore[attr-defined]
+                             failure_file, cfg.env)  # type: ignore[attr-defined]
         raise UsageError(str(exc)) from None
 
 

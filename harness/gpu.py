@@ -75,7 +75,7 @@ _RESET_FLAG = re.compile(r"\b(?:D-)?RST: Yes\b")
 # Xid 45 (preemptive cleanup) follows another Xid; newer drivers name it: `45, pid=22884,
 # name=VLLM::Worker, channel 0x00000010 caused by previous Xid 79`. NVIDIA's catalogue: "follow
 # the other Xid" (useful when a `--since` window cut the first one off).
-_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
+_CAUSED_BY = re.compile(r"caused by previous Xid ([0-9]{1,9})\b")  # ASCII: int() takes what \d does
 
 #: Clock event reasons that mean the GPU is being slowed by heat or a power brake (as NVML and
 #: nvidia-smi name them). `SW Power Cap` and `Idle` are normal and not judged.
@@ -343,7 +343,7 @@ def thermal_problems(gpu: GpuInfo, max_temp_c: float | None) -> list[Problem]:
 def _idle(gpu: GpuInfo) -> bool:
     """P5..P15: the GPU is idling (nvidia-smi shows P8 for an idle GPU without work)."""
     ps = gpu.performance_state or ""
-    return ps.startswith("P") and ps[1:].isdigit() and int(ps[1:]) >= 5
+    return ps.startswith("P") and ps[1:].isascii() and ps[1:].isdigit() and int(ps[1:]) >= 5
 
 
 def pcie_problems(gpu: GpuInfo) -> list[Problem]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,69 @@ def test_inspect_topology_rejects_text_without_variables(tmp_path):
     garbage = tmp_path / "notes.txt"
     garbage.write_text("no variables here\n")
     assert cli.main(["inspect", "topology", str(garbage), "--json"]) == cli.EXIT_USAGE
+
+
+# --- malformed and huge host lists: an error naming the variable, never a traceback or a hang --
+
+@pytest.mark.parametrize("spec", [
+    "n[²-3]", "n[1-٣]", "n[١-3]", "n[1_0-2]", "n[]", "n[-3]", "n[3-1]", "n[[1-2]]", "n]1[",
+    "n[1-2]]", "n[" + "9" * 5000 + "]",
+])
+def test_malformed_hostlists_are_errors(spec):
+    with pytest.raises(TopologyError):
+        expand_hostlist(spec)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spec", [
+    "n[0-99999999999]", "n[0-65536]", "a[0-9999][0-9999]", ",".join(f"n{i}" for i in range(70_000)),
+    "n" + "[1-2]" * 40,
+])
+def test_hostlists_larger_than_any_cluster_are_errors_at_once(spec):
+    """Slurm's own limit is 64K hosts a range; the bound is checked before expanding."""
+    with pytest.raises(TopologyError, match="more than 65,536 hosts"):
+        expand_hostlist(spec)
+
+
+def test_the_largest_accepted_hostlist_expands():
+    hosts = expand_hostlist("n[00000-65535]")
+    assert len(hosts) == 65_536 and hosts[-1] == "n65535"
+
+
+def test_a_bad_slurm_hostlist_names_its_variable():
+    env = {"SLURM_STEP_NODELIST": "n[²-3]", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "0",
+           "SLURM_STEP_ID": "0"}
+    with pytest.raises(TopologyError, match=r"SLURM_STEP_NODELIST='n\[²-3\]': bad range"):
+        detect_topology(env)
+
+
+@pytest.mark.parametrize("value", ["١٢", "1_0", "²"])
+def test_counts_in_unicode_digits_are_not_integers(value):
+    with pytest.raises(TopologyError, match="is not an integer"):
+        detect_topology({"PREFLIGHT_NNODES": value, "PREFLIGHT_NODE_RANK": "0",
+                         "PREFLIGHT_MASTER_ADDR": "a"})
+
+
+@pytest.mark.parametrize("nodelist", ["n[²-3]", "n[0-99999999999]"])
+def test_preflight_run_with_a_bad_hostlist_is_a_usage_error_with_a_report(
+        tmp_path, monkeypatch, capsys, nodelist):
+    from harness import cli
+
+    for name in list(os.environ):
+        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_", "SLURM_", "OMPI_")):
+            monkeypatch.delenv(name)
+    for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "GROUP_RANK", "PET_NNODES", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
+    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
+    for name, value in {"SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_NUM_NODES": "2",
+                        "SLURM_NODEID": "0", "SLURM_STEP_ID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "true"])
+    assert rc == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "SLURM_STEP_NODELIST=" in err and "Traceback" not in err
+    report = json.loads((tmp_path / "r" / "node-a" / "report.json").read_text())
+    assert report["exit_code"] == cli.EXIT_USAGE
+    assert "SLURM_STEP_NODELIST" in " ".join(report["harness_errors"])

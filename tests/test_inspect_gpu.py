@@ -12,7 +12,7 @@ from harness.cli import main
 
 DATA = Path(__file__).parent / "data"
 
-SMI_KEYS = {"num_gpus", "driver_version", "cuda_version", "gpus", "problems"}
+SMI_KEYS = {"num_gpus", "driver_version", "cuda_version", "gpus", "problems", "notes"}
 SMI_GPU_KEYS = {"index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
                 "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "remapped_rows_pending",
                 "remapped_rows_failure", "retired_pages_pending", "temperature_c",
@@ -72,6 +72,7 @@ def test_dcgm_keys(capsys):
             "target_power_min_ratio of 224.2 for GPU 1 Verify that the clock speeds and GPU "
             "utilization are high.")}],
         "warnings": ["skipped: EUD Test"],
+        "notes": [],
     }
 
 
@@ -79,7 +80,7 @@ def test_kernel_log_keys(capsys):
     code, out = _inspect(capsys, "kernel-log",
                          str(DATA / "kernel_log/journal-short-iso-p5-faults-constructed.txt"))
     assert code == 0
-    assert set(out) == {"xid_events", "sxid_events"}
+    assert set(out) == {"xid_events", "sxid_events", "notes"}
     assert out["xid_events"][2] == {"xid": 79, "pci": "0000:64:00", "mig": None, "pid": 41240,
                                     "process": "python", "time": "2024-10-01T09:20:02+0000",
                                     "message": "GPU has fallen off the bus.", "action": "reboot"}

@@ -92,6 +92,6 @@ def test_error_code_with_strerror_text():
 
 def test_inspect_cli(capsys: pytest.CaptureFixture[str]):
     assert main(["inspect", "fi-info", str(DATA / "real_error_61.txt"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == EXPECTED["real_error_61.txt"]
+    assert json.loads(capsys.readouterr().out) == {**EXPECTED["real_error_61.txt"], "notes": []}
     assert main(["inspect", "fi-info", str(DATA / "garbage.txt"), "--json"]) == 2
     assert "nothing recognised" in json.loads(capsys.readouterr().out)["error"]

@@ -112,3 +112,94 @@ def test_env_dump_secrets_never_reach_inspect_output():
     for value in (*secrets.values(), "p4ssw0rd-in-url"):
         assert value not in out, value
     assert "FI_PROVIDER" in out and REDACTED in out  # judged (harmful), with the value redacted
+
+
+# --- the working directory is not a secret; a secret is one whatever its length -------------
+
+@pytest.mark.parametrize(("name", "secret"), [("PWD", False), ("OLDPWD", False), ("MYSQL_PWD", True),
+                                              ("DB_PWD", True), ("pwd", True)])
+def test_shell_working_directories_are_not_secret_names(name, secret):
+    assert is_secret_name(name) == secret
+
+
+def test_paths_under_the_working_directory_stay_readable():
+    env = {"PWD": "/opt/ml/code", "OLDPWD": "/opt/ml", "HOME": "/root"}
+    r = Redactor(env)
+    trace = 'File "/opt/ml/code/train.py", line 12, in <module>\nPWD=/opt/ml/code OLDPWD=/opt/ml'
+    assert r.text(trace) == trace
+    assert r.env(env) == env
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["DB_PASSWORD=q9", "DB_PASSWORD: q9", "'DB_PASSWORD': 'q9'", '"DB_PASSWORD": "q9 z7"',
+     'export DB_PASSWORD="q9 z7"', "export DB_PASSWORD='q9 z7'", "ENV DB_PASSWORD q9",
+     "setenv DB_PASSWORD q9", "- name: DB_PASSWORD\n  value: q9",
+     '{"name": "DB_PASSWORD", "value": "q9"}', "train.py --password q9", "train.py --api-key=q9",
+     'CMD="python train.py DB_PASSWORD=q9 --lr 1"', "docker run --env=DB_PASSWORD=q9 img"],
+)
+def test_a_short_secret_never_appears_next_to_its_name(text):
+    out = Redactor({"DB_PASSWORD": "q9"}).text(text)
+    assert REDACTED in out
+    assert "q9" not in out and "z7" not in out, out
+
+
+def test_a_short_secret_is_not_searched_for_in_free_text():
+    """Nothing that is not a secret is redacted: "ab" elsewhere in a log is not the password."""
+    r = Redactor({"DB_PASSWORD": "ab"})
+    assert r.text("table tab about") == "table tab about"
+
+
+def test_obj_redacts_values_beside_secret_names_and_numbers_under_secret_keys():
+    r = Redactor({})
+    doc = {"env": [{"name": "HF_TOKEN", "value": "ab"}, {"name": "NCCL_DEBUG", "value": "INFO"},
+                   {"Key": "DB_PASSWORD", "Value": 1234}],
+           "password": 1234, "auth_enabled": True, "n": 3}
+    assert r.obj(doc) == {"env": [{"name": "HF_TOKEN", "value": REDACTED},
+                                  {"name": "NCCL_DEBUG", "value": "INFO"},
+                                  {"Key": "DB_PASSWORD", "Value": REDACTED}],
+                          "password": REDACTED, "auth_enabled": True, "n": 3}
+
+
+def test_argv_redacts_short_values_of_secret_flags_and_assignments():
+    argv = ["env", "HF_TOKEN=ab", "python", "t.py", "--token", "ab", "--lr", "1"]
+    assert Redactor({}).argv(argv) == ["env", f"HF_TOKEN={REDACTED}", "python", "t.py", "--token",
+                                       REDACTED, "--lr", "1"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["-----BEGIN RSA PRIVATE KEY-----\\nMIIEabc\\nQUJD\\n-----END RSA PRIVATE KEY-----",  # JSON-escaped
+     "key: -----BEGIN PRIVATE KEY-----\nMIIEabc\nQUJD\n",  # cut short (no END line)
+     "-----BEGIN OPENSSH PRIVATE KEY----- MIIEabc QUJD -----END OPENSSH PRIVATE KEY-----"],
+)
+def test_private_keys_in_every_form(text):
+    out = Redactor({}).text(text)
+    assert "MIIEabc" not in out and "QUJD" not in out, out
+
+
+# --- linear in the input ---------------------------------------------------------------------
+# Each of these took minutes or more before the patterns were anchored (the URL pattern retried a
+# run of letters at each of its characters; `a=a=a=` rescanned its value at every `=`). The
+# bound is a hang detector, 100x what linear code needs on a loaded machine, not a benchmark
+# (bench/bench_redact.py measures).
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "text",
+    ["a" * 250_000, "a." * 125_000, "a=" * 125_000, 'a="' * 80_000, "x://" * 60_000,
+     "x://u:" * 40_000, "name: a" + " " * 250_000 + "x", "-----BEGIN RSA PRIVATE KEY-----" * 8_000,
+     "--a " * 60_000, "0123456789abcdef" * 16_000],
+    ids=["letters", "dotted", "assignments", "open-quotes", "schemes", "url-users", "spaces",
+         "pem-headers", "flags", "hex"],
+)
+def test_long_adversarial_lines_are_redacted_in_linear_time(text):
+    assert isinstance(Redactor({}).text(text), str)
+
+
+@pytest.mark.timeout(120)
+def test_three_large_sagemaker_values_are_redacted_quickly():
+    env = {"SM_TRAINING_ENV": "a" * 120_000, "SM_HPS": "b" * 120_000,
+           "SM_USER_ARGS": "0123456789abcdef" * 7_500, "HF_TOKEN": "hf_" + "x" * 34}
+    out = Redactor(env).env(env)
+    assert out["HF_TOKEN"] == REDACTED and out["SM_HPS"] == env["SM_HPS"]

@@ -4,6 +4,7 @@ already has (a provider chain, first answer wins), plus Slurm hostlist expansion
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,12 +33,14 @@ class TopologyError(ValueError):
     """The environment describes a cluster but inconsistently; str() is the message."""
 
 
-def expand_hostlist(spec: str) -> list[str]:
-    """Slurm hostlist to names (harness.cluster.hostlist); a bad one is a TopologyError."""
+def expand_hostlist(spec: str, variable: str | None = None) -> list[str]:
+    """Slurm hostlist to names (harness.cluster.hostlist); a bad one is a TopologyError that
+    names the `variable` it came from."""
     try:
         return _expand_hostlist(spec)
     except HostlistError as exc:
-        raise TopologyError(str(exc)) from None
+        where = f"{variable}={spec[:200]!r}: " if variable else ""
+        raise TopologyError(f"{where}{exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,14 +76,18 @@ class Topology:
         return self.hosts[rank] if self.hosts else f"rank {rank}"
 
 
+#: An integer as launchers write one: ASCII digits (int() also takes `١٢`, `1_0` and raises on
+#: 4,301 digits).
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
+
+
 def _int(env: Mapping[str, str], *names: str) -> int | None:
     for name in names:
         value = env.get(name, "").strip()
         if value:
-            try:
-                return int(value)
-            except ValueError:
-                raise TopologyError(f"{name}={value!r} is not an integer") from None
+            if not _INTEGER.fullmatch(value):
+                raise TopologyError(f"{name}={value[:200]!r} is not an integer")
+            return int(value)
     return None
 
 
@@ -133,7 +140,8 @@ def _explicit(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     if n > 1 and (rank is None or not addr):
         raise TopologyError("PREFLIGHT_NNODES is set: PREFLIGHT_NODE_RANK and "
                             "PREFLIGHT_MASTER_ADDR (or MASTER_ADDR) must be set too")
-    hosts = tuple(expand_hostlist(env["PREFLIGHT_HOSTS"])) if env.get("PREFLIGHT_HOSTS") else ()
+    hosts = (tuple(expand_hostlist(env["PREFLIGHT_HOSTS"], "PREFLIGHT_HOSTS"))
+             if env.get("PREFLIGHT_HOSTS") else ())
     return _make(env, n, rank or 0, addr or "", _port(env), "PREFLIGHT_NNODES", hosts,
                  as_given=True)
 
@@ -300,13 +308,14 @@ def _slurm(env: Mapping[str, str], _rc: _Rc) -> _Answer:
     n = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
     n = _need(n, "SLURM_STEP_NUM_NODES", "SLURM step")
     step_list = env.get("SLURM_STEP_NODELIST", "").strip()
-    hosts = tuple(expand_hostlist(step_list)) if step_list else ()
+    hosts = tuple(expand_hostlist(step_list, "SLURM_STEP_NODELIST")) if step_list else ()
     if hosts and len(hosts) != n:
         raise TopologyError(f"SLURM_STEP_NODELIST={step_list!r} names {len(hosts)} nodes but "
                             f"SLURM_STEP_NUM_NODES/SLURM_NNODES says {n}")
     if not hosts:
-        job_list = (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "").strip()
-        expanded = tuple(expand_hostlist(job_list)) if job_list else ()
+        job_var = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+        job_list = env.get(job_var, "").strip()
+        expanded = tuple(expand_hostlist(job_list, job_var)) if job_list else ()
         hosts = expanded if len(expanded) == n else ()
     if n < 2:
         return SINGLE

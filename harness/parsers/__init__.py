@@ -3,10 +3,14 @@
 Each parser module may define `INSPECT = {"kind": function}`; `function(stream, *, profile)`
 returns a JSON-able dict with the kind's documented keys, or raises ParseError when nothing in
 the input was recognised. Modules are discovered, so adding a kind touches only its module.
+Every parser reads its input through harness.parsers.reader (linear time, flat memory, long
+lines cut); the registry adds a `notes` key to each result: what the reader or the parser left
+out (lines cut, entries past a bound), empty when the input was read whole.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -18,9 +22,9 @@ __all__ = ["LAUNCHER_PREFIXES", "InspectFn", "ParseError", "inspect_kinds"]
 #: be anchored by the caller): Open MPI `--tag-output` (`[1,0]<stdout>:`), srun `--label`
 #: (`0: `), an ISO timestamp (`kubectl logs --timestamps`, CloudWatch / Azure log copies).
 LAUNCHER_PREFIXES = (
-    r"\s*\[\d+,\d+\]<std(?:out|err)>:\s?",
-    r"\s*\d+:\s",
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s",
+    r"\s*\[[0-9]+,[0-9]+\]<std(?:out|err)>:\s?",
+    r"\s*[0-9]+:\s",
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?\s",
 )
 
 InspectFn = Callable[..., dict[str, Any]]
@@ -35,10 +39,37 @@ def inspect_kinds() -> dict[str, InspectFn]:
     kinds: dict[str, InspectFn] = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
-        kinds.update(getattr(module, "INSPECT", {}))
+        kinds.update({kind: _with_notes(fn) for kind, fn in getattr(module, "INSPECT", {}).items()})
     return kinds
 
 
+def _with_notes(fn: InspectFn) -> InspectFn:
+    """`fn` reading through one Input, its result with `notes` (the reader's, then the
+    parser's), and a ParseError that says what the reader cut, with secrets redacted."""
+    from harness.parsers.reader import as_input
+    from harness.redact import Redactor
+
+    @functools.wraps(fn)
+    def inspect(stream: Any, *, profile: Any) -> dict[str, Any]:
+        source = as_input(stream)
+        try:
+            result = fn(source, profile=profile)
+        except ParseError as exc:
+            # It may quote the input (a CSV row, a JSON error): redacted like the results are.
+            text = Redactor().text(str(exc))
+            raise ParseError(f"{text} ({'; '.join(source.notes())})" if source.notes()
+                             else text) from None
+        finally:
+            source.close()
+        result["notes"] = [*source.notes(), *result.pop("notes", [])]
+        return result
+
+    return inspect
+
+
+
+
 def read_text(stream: TextIO) -> str:
-    """Whole input as text, CRLF normalised (for parsers that need all of it at once)."""
+    """Whole input as text, CRLF normalised. Kept for callers outside the parsers: a parser
+    reads through harness.parsers.reader.Input instead (linear, flat memory)."""
     return stream.read().replace("\r\n", "\n").replace("\r", "\n")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from harness.parsers import ParseError, read_text
+from harness.parsers import ParseError
+from harness.parsers.reader import Input, as_input
+from harness.parsers.values import ascii_int
 
 __all__ = ["INSPECT", "DcgmDiag", "DcgmResult", "inspect_dcgm", "parse_dcgm_diag"]
 
@@ -38,6 +41,8 @@ class DcgmDiag:
     results: tuple[DcgmResult, ...]
     errors: tuple[str, ...] = ()
     """Node-level errors dcgmi reported instead of (or besides) test results."""
+    omitted: int = 0
+    """Test rows past MAX_RESULTS, not read (a flood): then a run without failures is unknown."""
 
     @property
     def failed(self) -> list[DcgmResult]:
@@ -51,6 +56,8 @@ class DcgmDiag:
         while every GPU test past them was skipped (DCGM skips plugins a SKU does not allow)."""
         if self.failed or self.errors:
             return False
+        if self.omitted:
+            return None  # rows that were not read may hold a failure
         ran = [r for r in self.results if r.status in ("pass", "warn")]
         gpu_tests = [r for r in self.results if r.category.lower() != "deployment"]
         if gpu_tests and not any(r.status in ("pass", "warn") for r in gpu_tests):
@@ -70,7 +77,7 @@ class DcgmDiag:
         return out
 
 
-_DRIVER_VERSION = re.compile(r"^\d{3}(?:\.\d+)*$")
+_DRIVER_VERSION = re.compile(r"^[0-9]{3}(?:\.[0-9]+)*$")
 
 
 def _status(raw: object) -> str:
@@ -84,11 +91,10 @@ def _gpu_ids(result: dict[str, Any]) -> list[int | None]:
         if key in result:
             if group not in ("GPU", "1"):
                 return [None]
-            ids = [p.strip() for p in str(result[key]).split(",") if p.strip()]
+            ids = [p.strip() for p in str(result[key]).split(",", 1) if p.strip()]
             # A deployment test reports once for every GPU as "0,1,2,3": one node-level result.
-            if len(ids) == 1 and ids[0].lstrip("-").isdigit():
-                return [int(ids[0])]
-            return [None]
+            # (ASCII digits only: `"²".isdigit()` is True, and int() of it raises.)
+            return [ascii_int(ids[0]) if len(ids) == 1 else None]
     return [None]
 
 
@@ -98,7 +104,7 @@ def _messages(result: dict[str, Any]) -> str:
         items = result.get(key)
         if isinstance(items, str | dict):
             items = [items]
-        for item in items or []:
+        for item in _list(items)[:MAX_MESSAGES]:
             if isinstance(item, dict):
                 # 3.x deployment tests nest the text under "warnings" again (dcgmi/Diag.cpp,
                 # HelperJsonAddBasicTests): {"warnings": "GPU 3 has ...", "error_id": 95, ...}.
@@ -108,6 +114,16 @@ def _messages(result: dict[str, Any]) -> str:
             if str(item).strip():
                 parts.append(str(item).strip())
     return " ".join(parts)
+
+
+def _list(value: Any) -> list[Any]:
+    """`value` when it is a JSON list, else [] (a number or string where a list belongs)."""
+    return value if isinstance(value, list) else []
+
+
+#: Bounds on what is kept (memory stays flat): a level-4 run on 8 GPUs has ~150 results.
+MAX_RESULTS = 20_000
+MAX_MESSAGES = 200
 
 
 def _from_json(doc: dict[str, Any]) -> DcgmDiag:
@@ -126,16 +142,16 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
         # `DCGM GPU Diagnostic (version 418)`); DCGM's own versions are 1.x to 4.x.
         driver, version = driver or version, None
     tests: list[tuple[str, dict[str, Any]]] = []
-    for category in body.get("test_categories") or []:
+    for category in _list(body.get("test_categories")):
         if isinstance(category, dict):
             tests.extend((str(category.get("category") or ""), t)
-                         for t in category.get("tests") or [] if isinstance(t, dict))
-    tests.extend(("", t) for t in body.get("tests") or [] if isinstance(t, dict))
+                         for t in _list(category.get("tests")) if isinstance(t, dict))
+    tests.extend(("", t) for t in _list(body.get("tests")) if isinstance(t, dict))
     results = []
-    for category, test in tests:
+    for category, test in tests[:MAX_RESULTS]:
         name = str(test.get("name", "?"))
         mine = []
-        for result in test.get("results") or []:
+        for result in _list(test.get("results"))[:MAX_RESULTS]:
             if not isinstance(result, dict):
                 continue
             for gpu in _gpu_ids(result):
@@ -148,7 +164,7 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
         results += mine
     errors = [str(body[k]) for k in ("runtime_error", "error") if body.get(k)]
     errors += [str(doc[k]) for k in ("runtime_error", "error") if doc.get(k) and doc is not body]
-    for item in doc.get("errors") or []:
+    for item in _list(doc.get("errors"))[:MAX_MESSAGES]:
         text = _messages({"errors": [item]}) if isinstance(item, dict) else str(item)
         errors.append(text or str(item))
     if not results and not errors:
@@ -158,42 +174,86 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
 
 
 # ---- text table ----
-_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*?)(?P<close>\|)?\s*$")
-_CATEGORY = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z ]+?)\s+-+\+")
+# (The cell's closing `|` and trailing blanks are cut in Python: a lazy group before `\s*$`
+# rescanned a run of blanks from each of its characters.)
+_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*)$")
+_CATEGORY = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z]+(?: [A-Za-z]+)*)\s+-+\+")
 _OUTCOME = re.compile(r"^(?P<status>Pass|Fail|Warn|Skip|Not Run)\b(?:\s*-\s*(?P<who>.*))?$", re.I)
-_PER_GPU = re.compile(r"^GPU\s*(?P<gpu>\d+)\s*:\s*(?P<status>Pass|Fail|Warn|Skip|Not Run)\b", re.I)
-_MENTION = re.compile(r"\bGPU\s+(\d+)\b")
+_PER_GPU = re.compile(r"^GPU\s*(?P<gpu>[0-9]{1,9})\s*:\s*(?P<status>Pass|Fail|Warn|Skip|Not Run)\b", re.I)
+_MENTION = re.compile(r"\bGPU\s+([0-9]{1,9})\b")
 
 
 def _who(who: str | None) -> list[int | None]:
     """`All`, `GPU: 1`, `GPUs: 0, 2, 3` -> GPU ids (None: every GPU / the node)."""
     if not who or who.strip().lower() == "all":
         return [None]
-    ids = re.findall(r"\d+", who.split(":", 1)[-1])
-    return [int(i) for i in ids] or [None]
+    ids = re.findall(r"[0-9]+", who.split(":", 1)[-1])[:MAX_MESSAGES]
+    return [n for i in ids if (n := ascii_int(i)) is not None] or [None]
 
 
-def _from_text(text: str) -> DcgmDiag:
+class _Tests(list):  # type: ignore[type-arg]
+    """The text table's tests in order, each [name, [(gpu, status)], [message chunks],
+    category, plain]; a test identical to one already listed (the same table printed again) is
+    kept once, and at most MAX_RESULTS are kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[object] = set()
+        self.omitted = 0
+
+    def add(self, test: list[Any]) -> list[Any]:
+        """Start `test`; returns it (its continuation lines go to it, kept or not)."""
+        self._settle()
+        if len(self) >= MAX_RESULTS:
+            self.omitted += 1
+        else:
+            self.append(test)
+        return test
+
+    def _settle(self) -> None:
+        """The last test is complete once the next one starts: drop it if it is a repeat."""
+        if self:
+            name, outcomes, messages, category, plain = self[-1]
+            key = (name, tuple(outcomes), tuple(tuple(m) for m in messages), category, plain)
+            if key in self.seen:
+                self.pop()
+            elif len(self.seen) < MAX_RESULTS:
+                self.seen.add(key)
+
+    def finish(self) -> _Tests:
+        self._settle()
+        return self
+
+
+def _from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
-    # Per test: (name, [(gpu, status)], [message chunks], category).
-    tests: list[tuple[str, list[tuple[int | None, str]], list[list[str]], str]] = []
+    error_seen: set[str] = set()  # node-level errors already listed (a table printed again)
+    # Per test: [name, [(gpu, status)], [message chunks], category, plain (its row says only
+    # `Fail`, no `- GPU: 1` / `- All`)].
+    tests = _Tests()
+    current: list[Any] | None = None  # the test the next continuation lines belong to
     category = ""
-    plain: set[int] = set()  # tests whose row says only `Fail` (no `- GPU: 1` / `- All`)
     message: list[str] | None = None  # the Warning/Error being continued
     in_category = False  # a test row came since the last category header
-    for line in text.split("\n"):
-        header = _CATEGORY.match(line.strip())
+    for line in lines:
+        stripped = line.strip()
+        if stripped[:1] not in ("|", "+"):
+            continue
+        header = _CATEGORY.match(stripped)
         if header:
             message, in_category, category = None, False, header["name"]
             continue
-        m = _ROW.match(line.strip())
+        m = _ROW.match(stripped)
         if not m:
             continue
         # dcgmi writes a message in fixed-width chunks (45 characters in a 48-wide cell: one pad
         # space before, two after), cutting mid-word; keep the chunk exactly so they rejoin.
-        cell = m["value"]
-        raw_value = cell[1:len(cell) - 2] if m["close"] and len(cell) > 3 else cell[1:]
+        cell = m["value"].rstrip()
+        close = cell.endswith("|")
+        if close:
+            cell = cell[:-1]
+        raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
         name, value = m["name"].strip(), raw_value.strip()
         if name in ("Diagnostic", "") and value == "Result":
             continue
@@ -209,12 +269,15 @@ def _from_text(text: str) -> DcgmDiag:
             # dcgmi 3.x prints a deployment test's messages as `Error` rows under the test's own
             # row (dcgmi/Diag.cpp, HelperDisplayDeploymentResult): they explain that test when
             # it failed. Any other `Error` is a failure of its own (never lost on a passed test).
-            explains = in_category and tests and any(s in ("fail", "warn")
-                                                     for _, s in tests[-1][1])
-            if (name == "Warning" and tests) or (name == "Error" and explains):
-                tests[-1][2].append(message)
+            explains = in_category and current is not None and any(
+                s in ("fail", "warn") for _, s in current[1])
+            if (name == "Warning" and current is not None) or (name == "Error" and explains):
+                if len(current[2]) < MAX_MESSAGES:  # type: ignore[index]
+                    current[2].append(message)  # type: ignore[index]
             elif name == "Error":
-                errors.append(message)
+                _settle_error(errors, error_seen)
+                if len(errors) < MAX_MESSAGES:
+                    errors.append(message)
         elif name:
             outcome = _OUTCOME.match(value)
             if outcome is None and value and value.lower() not in _STATUS:
@@ -223,25 +286,27 @@ def _from_text(text: str) -> DcgmDiag:
                 continue
             status = outcome["status"] if outcome else value
             who = _who(outcome["who"] if outcome else None)
-            if not (outcome and outcome["who"]):
-                plain.add(len(tests))
-            tests.append((name, [(g, _status(status)) for g in who], [], category))
+            plain = not (outcome and outcome["who"])
+            current = tests.add([name, [(g, _status(status)) for g in who], [], category, plain])
             message, in_category = None, True
         else:  # continuation line
             outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)
-            if per_gpu and tests:
-                tests[-1][1].append((int(per_gpu["gpu"]), _status(per_gpu["status"])))
+            if current is not None and len(current[1]) >= MAX_MESSAGES:
+                pass  # more GPUs than any node has: the rest is not kept
+            elif per_gpu and current is not None:
+                current[1].append((ascii_int(per_gpu["gpu"]), _status(per_gpu["status"])))
                 message = None
-            elif outcome and tests and message is None:
-                tests[-1][1].extend((g, _status(outcome["status"])) for g in _who(outcome["who"]))
-            elif message is not None:
+            elif outcome and current is not None and message is None:
+                current[1].extend((g, _status(outcome["status"])) for g in _who(outcome["who"]))
+            elif message is not None and len(message) < MAX_MESSAGES:
                 message.append(raw_value)
     results: list[DcgmResult] = []
-    for index, (name, outcomes, messages, test_category) in enumerate(tests):
+    for name, outcomes, messages, test_category, plain in tests.finish():
         texts = [_join(m) for m in messages]
         per_gpu = {g for g, _ in outcomes if g is not None}
-        named = sorted({int(g) for t in texts for g in _MENTION.findall(t)})
-        if index in plain and outcomes == [(None, "fail")] and named:
+        named = sorted({n for t in texts for g in _MENTION.findall(t)
+                        if (n := ascii_int(g)) is not None})
+        if plain and outcomes == [(None, "fail")] and named:
             # A deployment test fails for the node but its messages name the GPUs concerned.
             outcomes = [(g, "fail") for g in named]
             per_gpu = set(named)
@@ -256,13 +321,24 @@ def _from_text(text: str) -> DcgmDiag:
                     or not _MENTION.search(t)]
             text = " ".join(mine) if status != "pass" else ""
             results.append(DcgmResult(name, gpu, status, text, test_category))
+    _settle_error(errors, error_seen)
     error_texts = [_join(e) for e in errors]
     for err in error_texts:
-        gpus = [int(g) for g in _MENTION.findall(err)] or [None]
+        gpus = [ascii_int(g) for g in _MENTION.findall(err)] or [None]
         results.append(DcgmResult("Deployment", gpus[0], "fail", err, "Deployment"))
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
-    return DcgmDiag(version, driver, tuple(results), ())
+    return DcgmDiag(version, driver, tuple(results), (), tests.omitted)
+
+
+def _settle_error(errors: list[list[str]], seen: set[str]) -> None:
+    """The last error message is complete once the next starts: drop it if it is a repeat."""
+    if errors:
+        text = _join(errors[-1])
+        if text in seen:
+            errors.pop()
+        else:
+            seen.add(text)
 
 
 def _join(chunks: list[str]) -> str:
@@ -270,39 +346,77 @@ def _join(chunks: list[str]) -> str:
     return re.sub(r"\s+", " ", "".join(c.rstrip("\n") for c in chunks).strip())
 
 
-def parse_dcgm_diag(text: str) -> DcgmDiag:
+def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     """Parse `dcgmi diag -r N [-j]` output: JSON (3.x or 4.x; the banner `Successfully ran
     diagnostic for group.` before it is skipped) or the text table
-    (`| GPU Memory | Pass - GPUs: 1, 2 |`, `|  | Fail - GPU: 0 |`, `| Warning | GPU 0 ... |`)."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    start = text.find("{")
-    if start >= 0 and not text[:start].lstrip().startswith(("|", "+")):
+    (`| GPU Memory | Pass - GPUs: 1, 2 |`, `|  | Fail - GPU: 0 |`, `| Warning | GPU 0 ... |`).
+    Input past MAX_DOCUMENT_CHARS (16 MiB) is read as a table, streamed."""
+    source = as_input(text)
+    doc = source.document() if _looks_json(source) else None
+    if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
+        return _table_or_error(source.lines())
+    start = doc.find("{")
+    if start >= 0 and not doc[:start].lstrip().startswith(("|", "+")):
         try:
-            doc, _ = json.JSONDecoder().raw_decode(text[start:])
-        except ValueError as exc:
-            if "|" not in text:
+            found, _ = json.JSONDecoder().raw_decode(doc[start:])
+        except (ValueError, RecursionError) as exc:
+            if "|" not in doc:
                 raise ParseError(
                     f"dcgmi output is neither a result table nor valid JSON: {exc}"
                 ) from None
         else:
-            if isinstance(doc, dict):
-                return _from_json(doc)
-    if not text.strip():
-        raise ParseError("empty input: no dcgmi diag output")
-    m = re.search(r"^Error: .*$", text, re.M)
-    if m and "|" not in text:
-        raise ParseError(f"dcgmi reported an error and no results: {m.group(0).strip()}")
-    return _from_text(text)
+            if isinstance(found, dict):
+                return _from_json(found)
+    return _table_or_error(doc.split("\n"))
 
 
-def inspect_dcgm(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def _looks_json(source: Input) -> bool:
+    """A `{` comes before any table line (a banner line before it is skipped)."""
+    for line in source.lines():
+        if "{" in line:
+            return not line.lstrip().startswith(("|", "+"))
+        if line.lstrip().startswith(("|", "+")):
+            return False
+    return False
+
+
+def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
+    """The text table's results; without one, the ParseError says what the input held instead
+    (nothing, or dcgmi's own `Error: ...` line)."""
+    seen = {"nonblank": False, "bar": False, "error": ""}
+
+    def watched() -> Iterator[str]:
+        for line in lines:
+            if not seen["nonblank"] and line.strip():
+                seen["nonblank"] = True
+            if not seen["bar"] and "|" in line:
+                seen["bar"] = True
+            if not seen["error"] and line.startswith("Error: "):
+                seen["error"] = line.strip()
+            yield line
+
+    try:
+        return _from_text(watched())
+    except ParseError:
+        if not seen["nonblank"]:
+            raise ParseError("empty input: no dcgmi diag output") from None
+        if seen["error"] and not seen["bar"]:
+            raise ParseError(f"dcgmi reported an error and no results: {seen['error']}") from None
+        raise
+
+
+def inspect_dcgm(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
     [{test, gpu, message}], warnings [str]."""
-    diag = parse_dcgm_diag(read_text(stream))
+    diag = parse_dcgm_diag(as_input(stream))
     failed = [{"test": r.test, "gpu": r.gpu, "message": r.message} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
-    return {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
-            "warnings": diag.warnings}
+    out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
+           "warnings": diag.warnings}
+    if diag.omitted:
+        out["notes"] = [f"{diag.omitted:,} test rows after the first {MAX_RESULTS:,} distinct ones "
+                        "were not read: `passed` cannot be true"]
+    return out
 
 
 INSPECT = {"dcgm": inspect_dcgm}

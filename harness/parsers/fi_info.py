@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from harness.parsers import ParseError, read_text
+from harness.parsers import ParseError
+from harness.parsers.reader import Input, as_input
 
 __all__ = ["INSPECT", "FiInfo", "FiInfoEntry", "inspect_fi_info", "parse_fi_info"]
 
@@ -44,6 +45,8 @@ class FiInfo:
     entries: tuple[FiInfoEntry, ...]
     error_code: int | None = None
     """The negative errno fi_info printed instead of providers (-61: FI_ENODATA, no match)."""
+    omitted: int = 0
+    """Distinct entries past MAX_ENTRIES, not kept."""
 
     @property
     def providers(self) -> list[str]:
@@ -83,11 +86,13 @@ class FiInfo:
         }
 
 
-_FIELD = re.compile(r"^\s*(provider|fabric|domain|version|type|protocol):\s*(.*?)\s*$")
-_ERROR = re.compile(r"^\s*(?:fi_getinfo:\s*)?(-\d+)\b(?:\s*\(.*\))?\s*$")
+# (Values run to the line's end and are stripped in Python: a lazy group before `\s*$`
+# rescanned a run of blanks from each of its characters.)
+_FIELD = re.compile(r"^\s*(provider|fabric|domain|version|type|protocol):\s*(.*)$")
+_ERROR = re.compile(r"^\s*(?:fi_getinfo:\s*)?(-[0-9]{1,9})\b(?:\s*\(.*\))?\s*$")
 #: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
 _VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
-_VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*?)\s*$")
+_VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*)$")
 _VERBOSE_FIELDS = {
     ("fi_fabric_attr", "prov_name"): "provider",
     ("fi_fabric_attr", "name"): "fabric",
@@ -96,65 +101,101 @@ _VERBOSE_FIELDS = {
     ("fi_ep_attr", "type"): "type",
     ("fi_ep_attr", "protocol"): "protocol",
 }
+#: Distinct entries kept: a node lists a few hundred (p5: 32 EFA devices x a few providers);
+#: more is many outputs concatenated, and memory stays flat.
+MAX_ENTRIES = 10_000
 
 
-def _verbose_entries(lines: list[str]) -> list[FiInfoEntry]:
-    """The entries of `fi_info -v` output (blocks without a `prov_name` are dropped)."""
-    blocks: list[dict[str, str]] = []
-    section = ""
-    for line in lines:
+class _Entries:
+    """Distinct entries in the order first seen, at most MAX_ENTRIES (the rest counted)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[FiInfoEntry, None] = {}
+        self.omitted = 0
+
+    def add(self, fields: dict[str, str]) -> None:
+        entry = FiInfoEntry(**fields)
+        if entry in self.kept:
+            return
+        if len(self.kept) < MAX_ENTRIES:
+            self.kept[entry] = None
+        else:
+            self.omitted += 1
+
+
+class _Reader:
+    """Reads both forms in one pass (the verbose form wins when any `fi_info:` block is seen)."""
+
+    def __init__(self) -> None:
+        self.listing, self.verbose = _Entries(), _Entries()
+        self.current: dict[str, str] | None = None  # the listing's open `provider:` block
+        self.block: dict[str, str] | None = None  # the verbose form's open `fi_info:` block
+        self.section = ""
+        self.error_code: int | None = None
+        self.saw_verbose = False
+
+    def feed(self, line: str) -> None:
         if _VERBOSE_BLOCK.match(line):
-            blocks.append({})
-            section = ""
-        elif blocks and (m := _VERBOSE_LINE.match(line)):
-            if not m[2]:
-                section = m[1]
-            elif (key := _VERBOSE_FIELDS.get((section, m[1]))) is not None:
-                blocks[-1].setdefault(key, m[2])
-    return [FiInfoEntry(**b) for b in blocks if "provider" in b]
-
-
-def _listing(lines: list[str]) -> tuple[list[FiInfoEntry], int | None]:
-    """The `provider:` blocks of the default listing, and the error code printed instead."""
-    entries: list[FiInfoEntry] = []
-    current: dict[str, str] | None = None
-    error_code: int | None = None
-    for line in lines:
+            self._close_block()
+            self.saw_verbose, self.block, self.section = True, {}, ""
+            return
+        if self.block is not None and (m := _VERBOSE_LINE.match(line)):
+            value = m[2].rstrip()
+            if not value:
+                self.section = m[1]
+            elif (key := _VERBOSE_FIELDS.get((self.section, m[1]))) is not None:
+                self.block.setdefault(key, value)
         if m := _FIELD.match(line):
-            key, value = m[1], m[2]
+            key, value = m[1], m[2].rstrip()
             if key == "provider":
-                if current is not None:
-                    entries.append(FiInfoEntry(**current))
-                current = {"provider": value}
-            elif current is not None:
-                current.setdefault(key, value)
-        elif (m := _ERROR.match(line)) and error_code is None:
-            error_code = int(m[1])
-    if current is not None:
-        entries.append(FiInfoEntry(**current))
-    return entries, error_code
+                if self.current is not None:
+                    self.listing.add(self.current)
+                self.current = {"provider": value}
+            elif self.current is not None:
+                self.current.setdefault(key, value)
+        elif self.error_code is None and (m := _ERROR.match(line)):
+            self.error_code = int(m[1])
+
+    def _close_block(self) -> None:
+        if self.block is not None and "provider" in self.block:  # blocks without prov_name: dropped
+            self.verbose.add(self.block)
+        self.block = None
+
+    def finish(self) -> FiInfo:
+        self._close_block()
+        if self.current is not None:
+            self.listing.add(self.current)
+        if self.saw_verbose:
+            return FiInfo(tuple(self.verbose.kept), None, self.verbose.omitted)
+        return FiInfo(tuple(self.listing.kept), self.error_code, self.listing.omitted)
 
 
-def parse_fi_info(text: str) -> FiInfo:
-    """Parse `fi_info` / `fi_info -p efa` / `fi_info -v` output; ParseError when it holds neither
-    provider blocks nor an error code."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    if any(_VERBOSE_BLOCK.match(line) for line in lines):
-        entries, error_code = _verbose_entries(lines), None
-    else:
-        entries, error_code = _listing(lines)
-    if not entries and error_code is None:
+def parse_fi_info(text: str | Input) -> FiInfo:
+    """Parse `fi_info` / `fi_info -p efa` / `fi_info -v` output (a str, or an Input streamed in
+    one pass); ParseError when it holds neither provider blocks nor an error code. An entry
+    listed again (outputs of several nodes, concatenated) is kept once."""
+    reader = _Reader()
+    for batch in as_input(text).batches():
+        for line in batch:
+            reader.feed(line)
+    info = reader.finish()
+    if not info.entries and info.error_code is None:
         raise ParseError(
             "nothing recognised as fi_info output: no `provider:` blocks, no `fi_info -v` "
             "blocks and no error code (`-61` or `fi_getinfo: -61`)"
         )
-    return FiInfo(tuple(entries), error_code)
+    return info
 
 
-def inspect_fi_info(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_fi_info(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect fi-info FILE`: efa, efa_devices, providers, endpoint_types,
     error_code."""
-    return parse_fi_info(read_text(stream)).to_json()
+    info = parse_fi_info(as_input(stream))
+    out = info.to_json()
+    if info.omitted:
+        out["notes"] = [f"{info.omitted} more distinct entries after the first {MAX_ENTRIES:,} "
+                        "were not kept"]
+    return out
 
 
 INSPECT = {"fi-info": inspect_fi_info}

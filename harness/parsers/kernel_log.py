@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.gpu import pci_key, xid_action
-from harness.parsers import ParseError, read_text
+from harness.parsers import ParseError
 from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify
+from harness.parsers.reader import Input, as_input
+from harness.parsers.values import ascii_int
 
 __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
 
@@ -19,8 +21,8 @@ __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log"
 # newer: `pid='<unknown>', name=<unknown>, ...`; a MIG GPU adds its instances to the address:
 # `NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, ...` (kernel_rc.c, XID_PRINT_WITH_ATTR).
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?P<mig>(?: GPU-C?I:\d+)*)\): (?P<xid>\d+)"
-    r"(?:, pid=(?P<pid>'?<unknown>'?|-?\d+))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?P<mig>(?: GPU-C?I:[0-9]+)*)\): (?P<xid>[0-9]+)"
+    r"(?:, pid=(?P<pid>'?<unknown>'?|-?[0-9]+))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$"
 )
 # Newer drivers say a GPU fell off the bus in a multi-line message without an Xid line:
 # `NVRM: The NVIDIA GPU 0000:b3:00.0` ... `NVRM: fallen off the bus and is not responding`.
@@ -35,7 +37,7 @@ _FALLEN_LINE = re.compile(
 # NVSwitch errors: `nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up`;
 # the same SXid's `Severity 1 Engine ...` and `Data {...}` lines that follow are details of it.
 _SXID = re.compile(
-    r"nvidia-nvswitch(?P<switch>\d+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>\d+), "
+    r"nvidia-nvswitch(?P<switch>[0-9]+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>[0-9]+), "
     r"(?P<severity>Fatal|Non-fatal),\s*(?P<msg>.*)$"
 )
 #: A log whose first line is this many seconds after boot or less reaches back to the boot.
@@ -93,6 +95,8 @@ class KernelLog:
     """What was read (`journalctl -k -b`, `dmesg`, `PREFLIGHT_KERNEL_LOG=/path`); set by the probe."""
     since: str | None = None
     """The window asked for (`journalctl --since`), when one was."""
+    omitted: int = 0
+    """Xid/SXid events past MAX_EVENTS that repeated a (GPU, Xid, action) already kept."""
 
     @property
     def window(self) -> str:
@@ -118,27 +122,58 @@ class KernelLog:
             boots=(self.boots[-1],), first_time=when or self.first_time, from_boot=True)
 
 
+#: Events kept in full (a log flooded with one Xid keeps memory flat): past it, an event is
+#: kept only when its GPU/switch, code and action are new, so no kind of fault is lost.
+MAX_EVENTS = 10_000
+#: Hard bound on events kept, new kinds included.
+MAX_KINDS = 2 * MAX_EVENTS
+
+
+class _Kept:
+    """Events in order, bounded: every one up to MAX_EVENTS, then one per new kind."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.kinds: set[tuple[Any, ...]] = set()
+        self.omitted = 0
+
+    def add(self, item: Any, kind: tuple[Any, ...]) -> None:
+        new = kind not in self.kinds
+        if len(self.items) < MAX_EVENTS or (new and len(self.items) < MAX_KINDS):
+            self.items.append(item)
+            self.kinds.add(kind)
+        else:
+            self.omitted += 1
+
+
 def _pid(raw: str | None) -> int | None:
-    return int(raw) if raw and raw.lstrip("-").isdigit() else None
+    return ascii_int(raw) if raw else None
 
 
-def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelLog:
+def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) -> KernelLog:
     """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
     fallen off the bus.` in any prefix (dmesg, syslog, journalctl, its JSON), the Xid-less `NVRM:
     The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has
     fallen off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79
     line is in the log) and NVSwitch `SXid` lines. Raises ParseError when nothing was found and
     the text is not positively a kernel log (harness.parsers.kernel_log_format: empty input, a
-    tool's error message, random bytes are not, and their lack of Xid lines proves nothing)."""
-    events: list[XidEvent] = []
-    fallen: list[XidEvent] = []
-    sxids: list[SxidEvent] = []
+    tool's error message, random bytes are not, and their lack of Xid lines proves nothing).
+    Memory stays flat on a flooded log: see MAX_EVENTS."""
+    events = _Kept()
+    sxids = _Kept()
+    fallen: dict[object, XidEvent] = {}  # the first report per GPU (pci_key) without an Xid line
     tally = Tally()
     boots: list[tuple[int, str | None]] = []
     first: Line | None = None
     fallen_pci: str | None = None
     fallen_at, fallen_time = 0, None
-    for n, raw in enumerate(read_text_lines(text), 1):
+
+    def lost(pci: str, when: str | None, at: int) -> None:
+        key = pci_key(pci) or pci
+        if key not in fallen and len(fallen) < MAX_EVENTS:
+            fallen[key] = _fallen(pci, when, at)
+
+    for n, raw in enumerate(as_input(text).lines(), 1):
         ln = classify(raw)
         if ln.kind == KERNEL:
             tally.kernel += 1  # the common case, counted here (Tally.add does the same)
@@ -147,57 +182,58 @@ def parse_kernel_log(text: str, *, require_kernel_lines: bool = True) -> KernelL
         line, when = ln.text, ln.time
         if ln.kind == KERNEL and first is None:
             first = ln
-        if ln.boot:
+        if ln.boot and len(boots) < MAX_EVENTS:
             boots.append((n, when))
         if "NVRM:" not in line:
             if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-                fallen.append(_fallen(fallen_pci, fallen_time, fallen_at))
+                lost(fallen_pci, fallen_time, fallen_at)
                 fallen_pci = None
             elif "SXid" in line:
                 sx = _SXID.search(line)
-                if sx:
-                    sxids.append(SxidEvent(int(sx["sxid"]), int(sx["switch"]), sx["pci"],
-                                           sx["severity"] == "Fatal", sx["msg"].strip(),
-                                           when, n))
+                sxid, switch = (ascii_int(sx["sxid"]), ascii_int(sx["switch"])) if sx else (None, None)
+                if sx and sxid is not None and switch is not None:
+                    sxids.add(SxidEvent(sxid, switch, sx["pci"], sx["severity"] == "Fatal",
+                                        sx["msg"].strip(), when, n),
+                              (switch, sx["pci"], sxid, sx["severity"]))
             continue
         m = _XID.search(line)
-        if m:
-            xid = int(m["xid"])
+        xid = ascii_int(m["xid"]) if m else None
+        if m and xid is not None:
             msg = (m["msg"] or "").strip().rstrip(">").strip()
             name = (m["name"] or "").strip().strip("'") or None
-            events.append(XidEvent(xid, m["pci"], _pid(m["pid"]),
-                                   None if name == "<unknown>" else name, msg,
-                                   xid_action(xid, msg), when, n,
-                                   m["mig"].strip() or None))
+            action = xid_action(xid, msg)
+            events.add(XidEvent(xid, m["pci"], _pid(m["pid"]),
+                                None if name == "<unknown>" else name, msg,
+                                action, when, n, m["mig"].strip() or None),
+                       (pci_key(m["pci"]), xid, action))
             continue
         start = _FALLEN_START.search(line)
         if start:
             fallen_pci, fallen_at, fallen_time = start["pci"], n, when
             continue
         if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-            fallen.append(_fallen(fallen_pci, fallen_time, fallen_at))
+            lost(fallen_pci, fallen_time, fallen_at)
             fallen_pci = None
             continue
         one_line = _FALLEN_LINE.search(line) if "fallen" in line else None
         if one_line:
-            fallen.append(_fallen(one_line["pci"], when, n))
+            lost(one_line["pci"], when, n)
     problem = tally.shape.problem
-    if require_kernel_lines and problem and not (events or fallen or sxids):
+    found: list[XidEvent] = events.items
+    if require_kernel_lines and problem and not (found or fallen or sxids.items):
         # Only "no XID" needs the text to be a kernel log; an Xid line is evidence of a fault
         # wherever it is (a paste with commentary around it).
         raise ParseError(problem)
     if fallen:
         # The driver prints the Xid 79 line and its own "has fallen off the bus" line together, and
         # may repeat the latter: one event per lost GPU, so the check names each GPU once.
-        seen = {pci_key(e.pci) for e in events if e.xid == 79}
-        for event in fallen:
-            if pci_key(event.pci) not in seen:
-                seen.add(pci_key(event.pci))
-                events.append(event)
-        events.sort(key=lambda e: e.line)
-    return KernelLog(tuple(events), tally.kernel, tuple(sxids),
+        seen = {pci_key(e.pci) for e in found if e.xid == 79}
+        found = sorted([*found, *(e for e in fallen.values() if pci_key(e.pci) not in seen)],
+                       key=lambda e: e.line)
+    return KernelLog(tuple(found), tally.kernel, tuple(sxids.items),
                      first_time=first.time if first else None,
-                     from_boot=_from_boot(first, boots), boots=tuple(boots))
+                     from_boot=_from_boot(first, boots), boots=tuple(boots),
+                     omitted=events.omitted + sxids.omitted)
 
 
 def _from_boot(first: Line | None, boots: list[tuple[int, str | None]]) -> bool | None:
@@ -216,20 +252,20 @@ def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
                     "line)", xid_action(79), when, line)
 
 
-def read_text_lines(text: str) -> list[str]:
-    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-
-
-def inspect_kernel_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_kernel_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
     message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}]."""
-    log = parse_kernel_log(read_text(stream))
-    return {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
-                            "process": e.process, "time": e.time, "message": e.message,
-                            "action": e.action}
-                           for e in log.events],
-            "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
-                             "time": e.time, "message": e.message} for e in log.sxid_events]}
+    log = parse_kernel_log(as_input(stream))
+    out = {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
+                           "process": e.process, "time": e.time, "message": e.message,
+                           "action": e.action}
+                          for e in log.events],
+           "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
+                            "time": e.time, "message": e.message} for e in log.sxid_events]}
+    if log.omitted:
+        out["notes"] = [f"{log.omitted:,} more events repeated a GPU, code and action already "
+                        f"listed after the first {MAX_EVENTS:,}: not listed"]
+    return out
 
 
 INSPECT = {"kernel-log": inspect_kernel_log}

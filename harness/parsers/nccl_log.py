@@ -16,6 +16,8 @@ from typing import IO, Any, TextIO
 
 from harness.parsers import ParseError
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
+from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
+from harness.parsers.values import ascii_int
 
 __all__ = [
     "FAILURES",
@@ -57,6 +59,10 @@ class WatchdogTimeout:
 
 #: Cap on warnings/errors/timeouts kept (distinct lines): memory stays flat on huge logs.
 MAX_KEPT = 200
+#: Cap on the distinct names kept of each kind (networks, versions, variables).
+MAX_NAMES = 64
+#: Characters of a line kept in a warning, error or timeout record.
+MAX_TEXT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +203,7 @@ _LIBFABRIC_WARN = re.compile(rb"<warn> ([^\n]*)")
 #: aws-ofi-nccl's own logger (its test binaries; plugins NCCL did not load): `INFO: Function:
 #: ofi_init Line: 1076: NET/OFI ...`. Searched only in chunks without NCCL lines.
 _OLD_PLUGIN_LITERAL = b"Function: "
-_OLD_PLUGIN = re.compile(r"(INFO|WARN): Function: \w+ Line: \d+: (NET/OFI .*)")
+_OLD_PLUGIN = re.compile(r"(INFO|WARN): Function: \w+ Line: [0-9]+: (NET/OFI .*)")
 
 
 def _text(raw: bytes) -> str:
@@ -232,7 +238,7 @@ def _segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
 _OFI_RULES = (
     (re.compile(r"(?:Initializing|Using) aws-ofi-nccl (\S+)"), "version"),
     (re.compile(r"Selected [Pp]rovider is ([\w;-]+),?(?: fabric is (\S+))?"
-                r"(?: \(found (\d+) nics\))?"), "provider"),
+                r"(?: \(found ([0-9]+) nics\))?"), "provider"),
     (re.compile(r"Using transport protocol (\w+)"), "protocol"),
     (re.compile(r"Adding (\w+)=(\S*) to environment"), "env"),
     (re.compile(r"Setting (\w+) environment variable to (\S+?)\.?(?:\s|$)"), "env"),
@@ -243,32 +249,39 @@ _OFI_RULES = (
     (re.compile(r"GDR disabled on GDR-supported|GDR not supported"), "nogdr"),
     (re.compile(r"aws-ofi-nccl initialization failed"), "failed"),
 )
-_LOADED = re.compile(r"Loaded (?:net|NET) plugin (.+?)(?: \(v\d+\))?\s*$")
-_PLUGIN_FAILED = re.compile(r"Failed to initialize NET plugin (.+?)\s*$")
-_USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
-_NRANKS = re.compile(r"nranks (\d+)")
-_VERSION = re.compile(r"NCCL version (\d[^\s|]*)")
+# (Names are taken to the line's end and stripped in Python: a lazy group before `\s*$`
+# rescanned a run of blanks from each of its characters.)
+_LOADED = re.compile(r"Loaded (?:net|NET) plugin (.+)$")
+_LOADED_VERSION = re.compile(r" \(v[0-9]+\)$")
+_PLUGIN_FAILED = re.compile(r"Failed to initialize NET plugin (.+)$")
+_USING_NETWORK = re.compile(r"Using network (.+)$")
+_NRANKS = re.compile(r"nranks ([0-9]+)")
+_VERSION = re.compile(r"NCCL version ([0-9][^\s|]*)")
 _IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
 _SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
-_DEV_INDEX = re.compile(r"\[\d+\]\S")
+_DEV_INDEX = re.compile(r"\[[0-9]+\]\S")
 #: NCCL's own GDR verdict per NIC (2.12+): `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`.
 _GDR_DISABLED = re.compile(r"NET/(.+?) ?: GPU Direct RDMA Disabled for HCA")
 #: PyTorch's watchdog line, found wherever it is in a payload (`ProcessGroupNCCL.cpp:607] [Rank 0]
 #: Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception:
 #: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
-_WATCHDOG = re.compile(r"(?:\[(?:PG [^\]]*)?Rank (\d+)\] )?Watchdog caught collective operation timeout")
+_WATCHDOG = re.compile(r"(?:\[(?:PG [^\]]*)?Rank ([0-9]+)\] )?Watchdog caught collective operation timeout")
 _WATCHDOG_FIELDS = (
-    re.compile(r"SeqNum=(\d+)"),
+    re.compile(r"SeqNum=([0-9]+)"),
     re.compile(r"OpType=(\w+)"),
-    re.compile(r"Timeout\(ms\)=(\d+)"),
-    re.compile(r"ran for (\d+) ?m"),
+    re.compile(r"Timeout\(ms\)=([0-9]+)"),
+    re.compile(r"ran for ([0-9]+) ?m"),
 )
 _CHUNK_BYTES = 1 << 20
 """Chunk size: small enough that the several passes over a chunk hit the CPU cache."""
 
 
-#: Distinct payloads remembered (so each is interpreted once) before the memory is reset.
+#: Distinct payloads remembered (so each is interpreted once) before the memory is reset, and
+#: the bytes they may hold.
 SEEN_CAP = 100_000
+SEEN_BYTES = 64 << 20
+#: A line longer than this is judged by its first MAX_LINE_BYTES (the rest is read and dropped).
+MAX_LINE_BYTES = MAX_LINE_CHARS
 
 
 class _Scanner:
@@ -277,7 +290,9 @@ class _Scanner:
     def __init__(self) -> None:
         self.facts = _Facts()
         self.seen: dict[bytes, None] = {}
+        self.seen_bytes = 0
         self.saw_nccl = False
+        self.cut_lines = 0
 
     def feed(self, chunk: bytes, end: int | None = None) -> None:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
@@ -285,9 +300,12 @@ class _Scanner:
         facts, seen = self.facts, self.seen
         found = _MAIN.findall(chunk, 0, end)
         fresh = [p for p in dict.fromkeys(found) if p not in seen]
-        if len(seen) + len(fresh) > SEEN_CAP:  # pathological logs (addresses in every WARN)
-            seen.clear()
+        size = sum(map(len, fresh))
+        if len(seen) + len(fresh) > SEEN_CAP or self.seen_bytes + size > SEEN_BYTES:
+            seen.clear()  # pathological logs (addresses in every WARN)
+            self.seen_bytes = 0
         seen.update(dict.fromkeys(fresh))
+        self.seen_bytes += size
         for raw in fresh:
             text = _text(raw)
             if text.startswith("NCCL INFO "):
@@ -365,8 +383,8 @@ class _Facts:
     # Each method handles one kind of payload.
     def version(self, v: str) -> None:
         self.recognised += 1
-        if v not in self.versions:
-            self.versions.append(v)
+        if v not in self.versions and len(self.versions) < MAX_NAMES:
+            self.versions.append(v[:MAX_TEXT])
 
     def info(self, text: str) -> None:
         self.recognised += 1
@@ -377,23 +395,25 @@ class _Facts:
         # Each regex is tried only where its literal is (`in` is ~10x cheaper than a search):
         # logs of many ranks are mostly distinct `comm 0x.. rank N` lines that match none.
         if "Using network" in text and (m := _USING_NETWORK.search(text)):
-            if m[1] not in self.networks:
-                self.networks.append(m[1])
+            name = m[1].rstrip()[:MAX_TEXT]
+            if name and name not in self.networks and len(self.networks) < MAX_NAMES:
+                self.networks.append(name)
         elif "Loaded " in text and (m := _LOADED.search(text)):
-            self.plugin_loaded = m[1]
+            self.plugin_loaded = _LOADED_VERSION.sub("", m[1].rstrip())[:MAX_TEXT] or None
         elif "Failed to init" in text and (m := _PLUGIN_FAILED.search(text)):
             if "ibfabric" in m[1] or "OFI" in m[1]:  # NCCL's own IB failing on EFA is normal
                 self.plugin_failed = True
                 self.fault(text)
         elif "nranks " in text and (m := _NRANKS.search(text)):
-            self.nranks = max(self.nranks or 0, int(m[1]))
+            self.nranks = max(self.nranks or 0, ascii_int(m[1]) or 0) or None
         elif "NCCL version " in text and (m := _VERSION.search(text)):
             self.version(m[1])
         elif "NET/IB" in text and (m := _IB_DEVS.search(text)):
             self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
         elif "NET/Socket" in text and (m := _SOCKET_DEVS.search(text)):
             self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
-        elif "GPU Direct RDMA Disabled" in text and (m := _GDR_DISABLED.search(text)):
+        elif ("GPU Direct RDMA Disabled" in text and (m := _GDR_DISABLED.search(text))
+              and len(self.gdr_disabled_nets) < MAX_NAMES):
             self.gdr_disabled_nets.add(m[1])
 
     def _ofi(self, text: str) -> None:
@@ -405,14 +425,15 @@ class _Facts:
                 self.ofi_version = self.ofi_version or m[1]
             elif kind == "provider":
                 self.provider, self.fabric = m[1], m[2] or self.fabric
-                if m[3] is not None:
-                    self.ofi_nics = max(self.ofi_nics or 0, int(m[3]))
+                if m[3] is not None and (nics := ascii_int(m[3])) is not None:
+                    self.ofi_nics = max(self.ofi_nics or 0, nics)
             elif kind == "protocol":
                 self.protocol = m[1]
             elif kind == "env":
-                self.env_added[m[1]] = m[2].strip('"')  # 1.11: `Setting NCCL_PROTO to "simple"`
+                if m[1] in self.env_added or len(self.env_added) < MAX_KEPT:
+                    self.env_added[m[1]] = m[2].strip('"')[:MAX_TEXT]  # 1.11: `to "simple"`
             elif kind == "skip":
-                if m[1] not in self.env_skipped:
+                if m[1] not in self.env_skipped and len(self.env_skipped) < MAX_KEPT:
                     self.env_skipped.append(m[1])
             elif kind == "platform":
                 self.platform = m[1]
@@ -429,7 +450,7 @@ class _Facts:
     def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
         if len(self.warnings) < MAX_KEPT:
-            self.warnings[text] = None
+            self.warnings[text[:MAX_TEXT]] = None
         if text.startswith("NET/OFI"):
             self.ofi_seen = True
             # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
@@ -445,9 +466,9 @@ class _Facts:
             if info and failure.warn_only:
                 continue
             if regex.search(context or text):
-                key = (index, text)
+                key = (index, text[:MAX_TEXT])
                 if key not in self.errors and len(self.errors) < MAX_KEPT:
-                    self.errors[key] = FailureHit(text, failure.cause, failure.remedy)
+                    self.errors[key] = FailureHit(text[:MAX_TEXT], failure.cause, failure.remedy)
                 return
 
     def timeout(self, text: str) -> None:
@@ -457,12 +478,13 @@ class _Facts:
         m = _WATCHDOG.search(text)
         if m is None or len(self.timeouts) >= MAX_KEPT:
             return
-        line = text[m.start():]
+        line = text[m.start():][:MAX_TEXT]
         seq, op, timeout_ms, ran = (f.search(line) for f in _WATCHDOG_FIELDS)
         t = WatchdogTimeout(
-            rank=int(m[1]) if m[1] else None, seq_num=int(seq[1]) if seq else None,
-            op_type=op[1] if op else None, timeout_ms=int(timeout_ms[1]) if timeout_ms else None,
-            ran_for_ms=int(ran[1]) if ran else None, line=line)
+            rank=ascii_int(m[1]), seq_num=ascii_int(seq[1]) if seq else None,
+            op_type=op[1] if op else None,
+            timeout_ms=ascii_int(timeout_ms[1]) if timeout_ms else None,
+            ran_for_ms=ascii_int(ran[1]) if ran else None, line=line)
         key = line if t.seq_num is None else (t.rank, t.seq_num, t.op_type, t.ran_for_ms)
         self.timeouts.setdefault(key, t)
 
@@ -471,7 +493,9 @@ class _Facts:
         of one distinct channel line (a communicator created twice prints the same lines)."""
         self.recognised += 1
         name, sep, rest = tail.partition("/")
-        if not sep or not rest[:1].isdigit():  # a truncated last line: `via NET/Libfab`
+        if not sep or not "0" <= rest[:1] <= "9":  # a truncated last line: `via NET/Libfab`
+            return
+        if name not in self.net_channels and len(self.net_channels) >= MAX_NAMES:
             return
         self.net_channels[name] += 1
         if "/GDRDMA" in tail:
@@ -572,34 +596,50 @@ def parse_nccl_log_stream(
     streams: IO[bytes] | Iterable[IO[bytes]], chunk_bytes: int = _CHUNK_BYTES
 ) -> NcclLogSummary:
     """Summarise one binary stream, or several (one log per rank) as one log; the fast path."""
+    return _scan_streams(streams, chunk_bytes).summary()
+
+
+def _scan_streams(streams: IO[bytes] | Iterable[IO[bytes]], chunk_bytes: int) -> _Scanner:
     scanner = _Scanner()
     for fh in [streams] if hasattr(streams, "read") else streams:  # type: ignore[union-attr]
         if hasattr(fh, "readinto"):
             _feed_readinto(scanner, fh, chunk_bytes)
             continue
         rest = b""
+        skipping = False  # inside a line longer than MAX_LINE_BYTES, after its first part
         while True:
             data = fh.read(chunk_bytes)  # type: ignore[union-attr]
             if not data:
                 break
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data, skipping = data[nl + 1:], False
             if rest:
                 data = rest + data
             cut = data.rfind(b"\n") + 1
             if cut == 0:
                 rest = data
+                if len(rest) >= MAX_LINE_BYTES:
+                    scanner.feed(rest[:MAX_LINE_BYTES])
+                    scanner.cut_lines += 1
+                    rest, skipping = b"", True
                 continue
             scanner.feed(data, cut)
             rest = data[cut:]
         if rest:
             scanner.feed(rest)
-    return scanner.summary()
+    return scanner
 
 
 def _feed_readinto(scanner: _Scanner, fh: Any, chunk_bytes: int) -> None:
     """Read into one reused buffer (no per-chunk copy); the partial last line of a chunk moves
-    to the buffer's front; a line longer than the buffer grows it."""
+    to the buffer's front; a line longer than the buffer grows it, up to MAX_LINE_BYTES: past
+    that the line is judged by its first MAX_LINE_BYTES and the rest is dropped."""
     buf = bytearray(2 * chunk_bytes)
     filled = 0
+    skipping = False
     while True:
         if len(buf) - filled < chunk_bytes:
             buf.extend(bytes(chunk_bytes))  # a line longer than a chunk: room for more of it
@@ -608,9 +648,20 @@ def _feed_readinto(scanner: _Scanner, fh: Any, chunk_bytes: int) -> None:
         if not n:
             break
         end = filled + n
+        if skipping:  # filled is 0: the buffer holds only new data
+            nl = buf.find(b"\n", 0, end)
+            if nl < 0:
+                continue
+            buf[:end - nl - 1] = buf[nl + 1:end]
+            end, skipping = end - nl - 1, False
         cut = buf.rfind(b"\n", 0, end) + 1
         if cut == 0:
-            filled = end
+            if end >= MAX_LINE_BYTES:
+                scanner.feed(bytes(buf[:MAX_LINE_BYTES]))
+                scanner.cut_lines += 1
+                filled, skipping = 0, True
+            else:
+                filled = end
             continue
         scanner.feed(buf, cut)
         buf[:end - cut] = buf[cut:end]
@@ -619,11 +670,22 @@ def _feed_readinto(scanner: _Scanner, fh: Any, chunk_bytes: int) -> None:
         scanner.feed(bytes(buf[:filled]))
 
 
-def inspect_nccl_log(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_nccl_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect nccl-log FILE`: the keys of NcclLogSummary.to_json()."""
-    binary = getattr(stream, "buffer", None)
-    summary = parse_nccl_log_stream(binary) if binary is not None else parse_nccl_log(stream)
-    return summary.to_json()
+    source = as_input(stream)
+    binary = source.binary()
+    if binary is None:
+        return parse_nccl_log(source.lines()).to_json()
+    scanner = _scan_streams(binary, _CHUNK_BYTES)
+    cut = (f"{scanner.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were judged by "
+           f"their first {MAX_LINE_BYTES:,}") if scanner.cut_lines else ""
+    try:
+        out = scanner.summary().to_json()
+    except ParseError as exc:
+        raise ParseError(f"{exc} ({cut})" if cut else str(exc)) from None
+    if cut:
+        out["notes"] = [cut]
+    return out
 
 
 INSPECT = {"nccl-log": inspect_nccl_log}

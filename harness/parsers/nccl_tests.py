@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from harness.parsers import LAUNCHER_PREFIXES, ParseError, read_text
+from harness.parsers import LAUNCHER_PREFIXES, ParseError
+from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
+from harness.parsers.values import ascii_float, ascii_int
 
 __all__ = [
     "BUS_FACTORS",
@@ -172,17 +175,17 @@ class NcclTestsResult:
 
 # --- line clean-up -----------------------------------------------------------------------------
 
-# Launchers and log shippers put these in front of every line; stripped repeatedly, in any order.
-_PREFIXES = [
-    *(re.compile("^" + prefix) for prefix in LAUNCHER_PREFIXES),
-    re.compile(r"^[A-Za-z][\w.-]*:\s"),                      # pdsh / k8s host prefix
-]
+# Launchers and log shippers put these in front of every line; stripped repeatedly, in any order
+# (one alternation, tried in this order: one match per line when there is none).
+_PREFIX = re.compile("^(?:" + "|".join([*LAUNCHER_PREFIXES, r"[A-Za-z][\w.-]*:\s"]) + ")")
 #: Why every process ran the whole test on its own (said wherever the output shows it).
 NOT_MPI = "the binary was not built with MPI (make MPI=1), so every process ran its own test alone"
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
-_RANK_TAG = re.compile(r"\[\d+\]")
-_RANK_TAG_START = re.compile(r"\s*\[\d+\]")
-_COMM_NRANKS = re.compile(r"\bNCCL INFO .*\bcomm 0x[0-9a-f]+ rank \d+ nranks (\d+)\b.*Init COMPLETE")
+_RANK_TAG = re.compile(r"\[[0-9]+\]")
+_RANK_TAG_START = re.compile(r"\s*\[[0-9]+\]")
+# Searched only in lines that hold `NCCL INFO` and `Init COMPLETE` (no `.*` around it: two of
+# them rescanned the line from every `comm` in it).
+_COMM_NRANKS = re.compile(r"\bcomm 0x[0-9a-f]+ rank [0-9]+ nranks ([0-9]+)\b")
 _ERROR_LINES = [
     re.compile(r"Test (?:CUDA |NCCL )?failure .*"),
     re.compile(r"\bNCCL failure .*"),
@@ -194,13 +197,10 @@ _ERROR_LINES = [
 
 def _strip_prefixes(line: str) -> str:
     for _ in range(4):
-        for rx in _PREFIXES:
-            new = rx.sub("", line, count=1)
-            if new != line:
-                line = new
-                break
-        else:
+        m = _PREFIX.match(line)
+        if m is None:
             break
+        line = line[m.end():]
     return line
 
 
@@ -208,12 +208,12 @@ def _strip_prefixes(line: str) -> str:
 
 _STARTING = re.compile(r"Collective test starting:\s*([A-Za-z_]\w*)")
 _CONCLUDED = re.compile(r"Collective test concluded:\s*([A-Za-z_]\w*)")
-_VALIDATION = re.compile(r"\bvalidation:\s*(\d+)")
+_VALIDATION = re.compile(r"\bvalidation:\s*([0-9]+)")
 _RANK = re.compile(
-    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?:(?P<host>\S+)\s+)??"
-    r"device\s+(?P<dev>\d+)\s+\[[^\]]*\]\s*(?P<name>.*)$"
+    r"^#?\s*Rank\s+(?P<rank>[0-9]+)\s+(?:Group\s+[0-9]+\s+)?(?:Pid\s+[0-9]+\s+)?on\s+(?:(?P<host>\S+)\s+)??"
+    r"device\s+(?P<dev>[0-9]+)\s+\[[^\]]*\]\s*(?P<name>.*)$"
 )
-_OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_OOB = re.compile(r"Out of bounds values\s*:\s*([0-9]+)\s*(OK|FAILED)?")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)\s*(OK|FAILED)?")
 _TIME_NAMES = {"time", "cputime"}
 _WRONG_NAMES = {"#wrong", "error", "res", "wrong"}
@@ -227,6 +227,10 @@ class _Layout:
     halves: list[dict[str, int]]  # per half: name -> offset from the half's start
     width: int                    # tokens per half
     counts_wrong: bool = True     # `#wrong` (a count) rather than the old `error` (a deviation)
+    at: dict[str, int] = field(default_factory=dict)  # lead column -> its position
+
+    def __post_init__(self) -> None:
+        self.at = {name: i for i, name in enumerate(self.lead)}  # as dict(zip()): the last wins
 
     @classmethod
     def from_header(cls, names: list[str]) -> _Layout | None:
@@ -267,20 +271,19 @@ def _header_names(line: str) -> list[str] | None:
 
 
 def _num(token: str) -> float | None:
-    try:
-        value = float(token)
-    except ValueError:
-        return None
-    return None if value != value else value  # nan -> None
+    """A finite number in ASCII (`nan`, `inf`, Unicode digits, `1_0`: None)."""
+    return ascii_float(token)
 
 
 def _is_nan(token: str) -> bool:
-    """`nan`, `-nan` (glibc's printf of a negative NaN): a number nccl-tests printed, not garbage."""
-    return token.lower().lstrip("+-") == "nan"
+    """`nan`, `-nan` (glibc's printf of a negative NaN), `inf`: a number nccl-tests printed (a
+    zero time gives an infinite bandwidth), not garbage; its value is unknown."""
+    return token.lower().lstrip("+-") in ("nan", "inf")
 
 
 def _wrong(token: str) -> int | bool | None:
-    """#wrong cell: an int (scientific notation too), None for N/A, False when unreadable."""
+    """#wrong cell: an int (scientific notation too), None for N/A, False when unreadable
+    (`nan`, `inf` and garbage: the row's data check is unknown, never 0 wrong)."""
     if token.upper() == "N/A":
         return None
     value = _num(token.rstrip("*"))
@@ -291,10 +294,12 @@ def _wrong(token: str) -> int | bool | None:
 
 def _resolution(token: str) -> float:
     """Half the last printed digit of a number (nccl-tests rounds to 2, 1 or 0 decimals)."""
-    if "e" in token.lower():
-        mantissa, exp = token.lower().split("e")
-        return _resolution(mantissa) * 10 ** int(exp)
-    return 0.5 * 10 ** -(len(token.split(".")[1]) if "." in token else 0)
+    mantissa, _, exp = token.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    try:
+        return 0.5 * 10.0 ** ((ascii_int(exp) or 0) - decimals)
+    except OverflowError:
+        return math.inf
 
 
 # --- the text parser ---------------------------------------------------------------------------
@@ -316,6 +321,9 @@ class _State:
     concluded: bool = False
     truncated: int = 0
     comm_nranks: int | None = None
+    num_errors: int = 0
+    max_rank: int = -1
+    omitted_rows: int = 0
 
 
 def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
@@ -323,11 +331,17 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     lead = len(layout.lead)
     if len(tokens) < lead + layout.width:
         return None, True
-    cells = dict(zip(layout.lead, tokens[:lead], strict=False))
-    try:
-        size = int(cells.get("size", cells.get("bytes", "")))
-        count = int(cells.get("count", cells.get("N", "")))
-    except ValueError:
+    at = layout.at
+
+    def cell(*names: str) -> str | None:
+        for name in names:
+            if name in at:
+                return tokens[at[name]]
+        return None
+
+    size = ascii_int(cell("size", "bytes"))
+    count = ascii_int(cell("count", "N"))
+    if size is None or count is None:
         return None, False
     halves: list[Measurement] = []
     for h, offsets in enumerate(layout.halves):
@@ -336,9 +350,10 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
         if len(part) < max(offsets.values()) + 1:
             break
         wrong = _wrong(part[offsets["wrong"]])
-        values = [_num(part[offsets[k]]) for k in ("time", "algbw", "busbw")]
-        if wrong is False or any(v is None and not _is_nan(part[offsets[k]])
-                                 for v, k in zip(values, ("time", "algbw", "busbw"), strict=True)):
+        cells = (part[offsets["time"]], part[offsets["algbw"]], part[offsets["busbw"]])
+        values = [_num(c) for c in cells]
+        if wrong is False or any(v is None and not _is_nan(c)
+                                 for v, c in zip(values, cells, strict=True)):
             if h == 0:
                 return None, True
             break
@@ -346,77 +361,90 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
             halves.append(Measurement(values[0], values[1], values[2], wrong))  # type: ignore[arg-type]
         else:
             # rccl-tests marks a deviation above its tolerance with `*` (`2e-01*`): a wrong row.
-            cell = part[offsets["wrong"]]
+            deviation = part[offsets["wrong"]]
             halves.append(Measurement(values[0], values[1], values[2],
-                                      1 if cell.endswith("*") else None, _num(cell.rstrip("*"))))
+                                      1 if deviation.endswith("*") else None,
+                                      _num(deviation.rstrip("*"))))
     if not halves:
         return None, True
-    root = cells.get("root")
     return Row(
-        size_bytes=size, count=count, dtype=cells.get("type"),
-        redop=cells.get("redop", cells.get("op")),
-        root=int(root) if root is not None and root.lstrip("-").isdigit() else None,
+        size_bytes=size, count=count, dtype=cell("type"),
+        redop=cell("redop", "op"),
+        root=ascii_int(cell("root")),
         oop=halves[0], ip=halves[1] if len(halves) > 1 else None,
     ), len(halves) < len(layout.halves)
 
 
 def _clean(raw: str) -> str:
-    if _NCCL_LOG.search(raw):
+    if "NCCL " in raw and _NCCL_LOG.search(raw):
         return ""
-    if _RANK_TAG_START.match(raw):
+    if "[" in raw[:64] and _RANK_TAG_START.match(raw):
         # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style): nccl-tests
         # prints a row in three writes, so the tags sit inside the row too (`-1[0]  1626.5`).
         raw = _RANK_TAG.sub(" ", raw)
     return _strip_prefixes(raw)
 
 
-def _text_lines(text: str) -> list[tuple[str, str]]:
-    """(raw, cleaned) lines: prefixes stripped; NCCL log lines have an empty cleaned line."""
-    return [(raw.rstrip(), _clean(raw.rstrip())) for raw in text.split("\n")]
+#: Bounds on what one run keeps (memory stays flat on any log): a sweep has tens of rows, a job
+#: at most some 100,000 ranks; past them rows and ranks are counted, not kept.
+MAX_ROWS = 10_000
+MAX_RANKS = 200_000
+MAX_ERRORS = 200
+#: Runs named in the "the output holds N runs" warning.
+MAX_RUN_NAMES = 20
+_ERROR_LITERALS = ("ailure", "imeout", "Invalid number", "# error")
 
 
 def _feed(state: _State, raw: str, line: str) -> None:
     stripped = line.strip()
     if not stripped:
         return
-    for rx in _ERROR_LINES:
-        m = rx.search(raw)
-        if m:
-            state.errors.append(raw.strip()[:500])
+    if any(literal in raw for literal in _ERROR_LITERALS):
+        for rx in _ERROR_LINES:
+            m = rx.search(raw)
+            if m:
+                state.num_errors += 1
+                if len(state.errors) < MAX_ERRORS:
+                    state.errors.append(raw.strip()[:500])
+                return
+    if "Collective test" in stripped:
+        if (m := _STARTING.search(stripped)) is not None:
+            state.collective = _collective_name(m[1])
             return
-    if (m := _STARTING.search(stripped)) is not None:
-        state.collective = _collective_name(m[1])
-        return
-    if (m := _CONCLUDED.search(stripped)) is not None:
-        state.concluded = True
-        state.collective = state.collective or _collective_name(m[1])  # the banner may be cut off
-        return
+        if (m := _CONCLUDED.search(stripped)) is not None:
+            state.concluded = True
+            state.collective = state.collective or _collective_name(m[1])  # the banner may be cut
+            return
     if "nThread" in stripped:
         state.banner = True
         if (m := _VALIDATION.search(stripped)) is not None:
             state.checked = m[1] != "0"
         return
-    if (m := _RANK.match(stripped)) is not None:
-        rank = int(m["rank"])
+    if "Rank" in stripped and (m := _RANK.match(stripped)) is not None:
+        rank = ascii_int(m["rank"])
+        if rank is None:
+            return
+        state.max_rank = max(state.max_rank, rank)
         if rank in state.ranks:
             state.duplicate_ranks.add(rank)
-        state.ranks[rank] = (m["host"] or "", m["name"].strip())
+        if rank in state.ranks or len(state.ranks) < MAX_RANKS:
+            state.ranks[rank] = (m["host"] or "", m["name"].strip()[:200])
         return
-    if (m := _OOB.search(stripped)) is not None:
-        state.oob = int(m[1])
+    if "Out of bounds" in stripped and (m := _OOB.search(stripped)) is not None:
+        state.oob = ascii_int(m[1])
         return
-    if (m := _AVG.search(stripped)) is not None:
+    if "Avg bus" in stripped and (m := _AVG.search(stripped)) is not None:
         state.avg = _num(m[1])
         state.min_bw_failed = m[2] == "FAILED"
         return
-    names = _header_names(stripped)  # with or without the `#` (markers lost in old copies)
+    names = _header_names(stripped) if "algbw" in stripped else None  # `#` may be lost
     if names is not None:
         state.layout = _Layout.from_header(names)
         return
-    if stripped.startswith("#"):
+    if not "0" <= stripped[0] <= "9":  # `#` lines, prose
         return
     tokens = stripped.split()
-    if not tokens[0].isdigit():
+    if not (tokens[0].isdigit() and tokens[0].isascii()):
         return
     layout = state.layout or _Layout.guess(len(tokens))
     if layout is None:
@@ -425,8 +453,11 @@ def _feed(state: _State, raw: str, line: str) -> None:
         return
     row, cut = _parse_row(tokens, layout)
     if row is not None:
-        state.rows.append(row)
-        state.cells.append((tokens, layout))
+        if len(state.rows) < MAX_ROWS:
+            state.rows.append(row)
+            state.cells.append((tokens[:len(layout.lead) + 2 * layout.width], layout))
+        else:
+            state.omitted_rows += 1
     if cut:
         state.truncated += 1
 
@@ -482,21 +513,29 @@ def _mismatches(state: _State, collective: str | None, nranks: int | None) -> li
     return problems
 
 
-def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsResult:
-    """Parse nccl-tests output (text table or the `-J` JSON document).
+def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> NcclTestsResult:
+    """Parse nccl-tests output (text table or the `-J` JSON document), a str or an Input read
+    in one streaming pass.
 
     `collective` names the test when the caller knows it (the binary it ran); otherwise it comes
     from the `# Collective test starting: all_reduce_perf` banner or the table's columns.
     Raises ParseError when the input holds neither a table row, a footer, nor a failure line.
     """
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if text.lstrip().startswith("{"):
-        return _parse_json(text, collective)
-    runs = _split_runs(text)
-    state = next((r for r in runs if collective and r.collective == collective), runs[0])
+    source = as_input(text)
+    if source.head(4096).lstrip()[:1] == "{":
+        doc = source.document()
+        if doc is None:
+            raise ParseError(f"JSON input larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not an "
+                             "nccl-tests -J document (those are a few KB)")
+        return _parse_json(doc, collective)
+    runs = _Runs(collective)
+    for batch in source.batches():
+        runs.feed(batch)
+    state = runs.finish()
     if state.duplicate_ranks:
         state.errors.append(
-            f"rank(s) {sorted(state.duplicate_ranks)} printed by more than one process: {NOT_MPI}")
+            f"rank(s) {sorted(state.duplicate_ranks)[:50]} printed by more than one process: "
+            f"{NOT_MPI}")
     if not (state.rows or state.oob is not None or state.avg is not None or state.errors
             or state.banner or state.ranks):
         raise ParseError(
@@ -504,17 +543,21 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
             "no `# Avg bus bandwidth` footer and no `Test ... failure` line")
     # Ranks are numbered 0..n-1: the highest one printed counts them even in a trimmed copy;
     # without rank lines, NCCL's own `comm ... nranks 16 ... Init COMPLETE` lines count them.
-    nranks = max(state.ranks) + 1 if state.ranks else state.comm_nranks
+    nranks = state.max_rank + 1 if state.ranks else state.comm_nranks
     name = collective or state.collective or _infer_collective(state.rows, nranks)
     hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values() if h))
     first = state.rows[0] if state.rows else None
     warnings = []
     if state.truncated:
         warnings.append(f"{state.truncated} table line(s) cut short")
-    if len(runs) > 1:
-        names = ", ".join(r.collective or "?" for r in runs)
-        warnings.append(f"the output holds {len(runs)} runs ({names}); only the "
-                        f"{'first' if state is runs[0] else collective} is reported")
+    if state.omitted_rows:
+        warnings.append(f"{state.omitted_rows} table row(s) after the first {MAX_ROWS} not kept")
+    if state.num_errors > len(state.errors):
+        warnings.append(f"{state.num_errors - MAX_ERRORS} more failure line(s) not kept")
+    if runs.count > 1:
+        names = ", ".join(runs.names) + (", ..." if runs.count > len(runs.names) else "")
+        warnings.append(f"the output holds {runs.count} runs ({names}); only the "
+                        f"{'first' if state is runs.first else collective} is reported")
     return NcclTestsResult(
         collective=name,
         nranks=nranks,
@@ -533,39 +576,80 @@ def parse_nccl_tests(text: str, *, collective: str | None = None) -> NcclTestsRe
         min_bw_failed=state.min_bw_failed,
         truncated_rows=state.truncated,
         warnings=tuple(warnings),
-        num_runs=len(runs),
+        num_runs=runs.count,
     )
 
 
-def _split_runs(text: str) -> list[_State]:
-    """One state per run: a banner after a footer starts the next run of a concatenated log
-    (a script looping over collectives), whose rows must not join the previous table."""
-    runs = [_State()]
-    for raw, line in _text_lines(text):
-        if not line:
-            if (m := _COMM_NRANKS.search(raw)) is not None:
-                runs[-1].comm_nranks = max(runs[-1].comm_nranks or 0, int(m[1]))
-            continue
-        ended = runs[-1].avg is not None or runs[-1].concluded
-        if ended and ("nThread" in line or _STARTING.search(line)):
-            runs.append(_State())
-        _feed(runs[-1], raw, line)
-    return runs
+class _Runs:
+    """The runs of a log, one state each: a banner after a footer starts the next run of a
+    concatenated log (a script looping over collectives), whose rows must not join the previous
+    table. Only the first run and the first run of `collective` are kept (flat memory); the
+    others are counted and named."""
+
+    def __init__(self, collective: str | None) -> None:
+        self.collective = collective
+        self.current = _State()
+        self.first: _State | None = None
+        self.chosen: _State | None = None  # the first run of `collective`
+        self.count = 1
+        self.names: list[str] = []
+
+    def feed(self, lines: list[str]) -> None:
+        for raw in lines:
+            raw = raw.rstrip()
+            line = _clean(raw)
+            current = self.current
+            if not line:
+                if "Init COMPLETE" in raw and (m := _COMM_NRANKS.search(raw)) is not None:
+                    nranks = ascii_int(m[1])
+                    if nranks is not None:
+                        current.comm_nranks = max(current.comm_nranks or 0, nranks)
+                continue
+            ended = current.avg is not None or current.concluded
+            if ended and ("nThread" in line or _STARTING.search(line)):
+                self._close()
+                self.current = _State()
+                self.count += 1
+            _feed(self.current, raw, line)
+
+    def _close(self) -> None:
+        state = self.current
+        if len(self.names) < MAX_RUN_NAMES:
+            self.names.append(state.collective or "?")
+        if self.first is None:
+            self.first = state
+        if self.collective and self.chosen is None and state.collective == self.collective:
+            self.chosen = state
+
+    def finish(self) -> _State:
+        self._close()
+        assert self.first is not None
+        return self.chosen or self.first
 
 
 # --- the -J JSON document ----------------------------------------------------------------------
 
+def _json_num(value: Any) -> float | None:
+    """A finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _json_int(value: Any) -> int | None:
+    """An integer from a JSON number or numeric string (`"root": "0"`)."""
+    if isinstance(value, str):
+        return ascii_int(value)
+    number = _json_num(value)
+    return None if number is None or abs(number) >= 1e18 else round(number)
+
+
 def _json_measure(obj: Any) -> Measurement | None:
     if not isinstance(obj, dict):
         return None
-
-    def num(key: str) -> float | None:
-        value = obj.get(key)
-        return float(value) if isinstance(value, int | float) else None
-
-    wrong = obj.get("nwrong")
-    return Measurement(num("time") if "time" in obj else num("cpu_time"), num("alg_bw"),
-                       num("bus_bw"), None if wrong is None else round(float(wrong)))
+    return Measurement(_json_num(obj.get("time")) if "time" in obj else _json_num(obj.get("cpu_time")),
+                       _json_num(obj.get("alg_bw")), _json_num(obj.get("bus_bw")),
+                       _json_int(obj.get("nwrong")))
 
 
 def _json_results(text: str) -> tuple[dict[str, Any], bool]:
@@ -574,21 +658,23 @@ def _json_results(text: str) -> tuple[dict[str, Any], bool]:
         doc = json.loads(text)
         if isinstance(doc, dict):
             return doc, True
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     decoder = json.JSONDecoder()
     results = []
     for m in re.finditer(r'\{"size":', text):
         try:
             obj, _ = decoder.raw_decode(text, m.start())
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         results.append(obj)
+        if len(results) >= MAX_ROWS:
+            break
     salvaged: dict[str, Any] = {"results": results}
     for key in ("args", "config"):
         m = re.search(rf'"{key}":', text)
         if m:
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 salvaged[key], _ = decoder.raw_decode(text, m.end())
     return salvaged, False
 
@@ -599,38 +685,38 @@ def _parse_json(text: str, collective: str | None) -> NcclTestsResult:
     if not results and "average_bus_bandwidth" not in doc:
         raise ParseError("JSON input is not an nccl-tests -J document (no `results` list)")
     rows = []
-    for obj in results:
+    for obj in results[:MAX_ROWS]:
+        if not isinstance(obj, dict):
+            continue
         oop = _json_measure(obj.get("out_of_place"))
         ip = _json_measure(obj.get("in_place"))
         if oop is None and ip is None:
             continue
-        root = obj.get("root")
-        try:
-            root_int = int(str(root).strip()) if root is not None else None
-        except ValueError:
-            root_int = None
-        rows.append(Row(int(obj.get("size", 0)), int(obj.get("count", 0)), obj.get("type"),
-                        obj.get("redop"), root_int, oop or ip, ip if oop else None))  # type: ignore[arg-type]
+        redop, dtype = obj.get("redop"), obj.get("type")
+        rows.append(Row(_json_int(obj.get("size")) or 0, _json_int(obj.get("count")) or 0,
+                        dtype if isinstance(dtype, str) else None,
+                        redop if isinstance(redop, str) else None, _json_int(obj.get("root")),
+                        oop or ip, ip if oop else None))  # type: ignore[arg-type]
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     devices = config.get("devices") if isinstance(config.get("devices"), list) else []
-    per_proc = int(config.get("ngpus", 1) or 1) * int(config.get("nthreads", 1) or 1)
+    per_proc = max(_json_int(config.get("ngpus")) or 1, 1) * max(_json_int(config.get("nthreads")) or 1, 1)
     nranks = len(devices) * per_proc if devices else None
     args = doc.get("args") if isinstance(doc.get("args"), list) else []
     name = collective or (_collective_name(str(args[0])) if args else None)
     avg = doc.get("average_bus_bandwidth")
-    avg_value = avg.get("bandwidth") if isinstance(avg, dict) else None
+    avg_value = _json_num(avg.get("bandwidth")) if isinstance(avg, dict) else None
     oob = doc.get("out_of_bounds")
     raw_errors = doc.get("errors")
-    errors = [str(e) for e in raw_errors if e] if isinstance(raw_errors, list) else []
+    errors = [str(e)[:500] for e in raw_errors[:MAX_ERRORS] if e] if isinstance(raw_errors, list) else []
     validation = config.get("validation")
     hosts = tuple(dict.fromkeys(str(d.get("hostname")) for d in devices if isinstance(d, dict)))
     return NcclTestsResult(
         collective=name, nranks=nranks,
         dtype=rows[0].dtype if rows else None, redop=rows[0].redop if rows else None,
         rows=tuple(rows),
-        avg_busbw_gb_s=float(avg_value) if isinstance(avg_value, int | float) else None,
-        out_of_bounds=int(oob["count"]) if isinstance(oob, dict) and "count" in oob else None,
-        completed=whole and isinstance(avg_value, int | float) and not errors,
+        avg_busbw_gb_s=avg_value,
+        out_of_bounds=_json_int(oob.get("count")) if isinstance(oob, dict) else None,
+        completed=whole and avg_value is not None and not errors,
         errors=tuple(errors),
         busbw_mismatches=tuple(_json_mismatches(rows, name, nranks)),
         checked=None if validation is None else bool(validation),
@@ -659,12 +745,12 @@ def _json_mismatches(rows: list[Row], collective: str | None, nranks: int | None
     return out
 
 
-def inspect_nccl_tests(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_nccl_tests(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect nccl-tests FILE`: keys collective, nranks, dtype, redop, rows
     [{size_bytes, count, oop {time_us, algbw_gb_s, busbw_gb_s, wrong}, ip {...}}],
     avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,
     errors (failure lines, then busbw mismatches)."""
-    return parse_nccl_tests(read_text(stream)).to_dict()
+    return parse_nccl_tests(as_input(stream)).to_dict()
 
 
 INSPECT = {"nccl-tests": inspect_nccl_tests}

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
+import itertools
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.gpu import GpuInfo, GpuInventory, health_problems, pci_key
-from harness.parsers import LAUNCHER_PREFIXES, ParseError, read_text
+from harness.parsers import LAUNCHER_PREFIXES, ParseError
+from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
+from harness.parsers.values import ascii_int
 
 __all__ = [
     "INSPECT",
@@ -41,41 +44,82 @@ _ERROR_VALUES = {"[unknown error]", "[insufficient permissions]", "err!"}
 
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 _GPU_HEADER = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
-_ANY_GPU_HEADER = re.compile(
-    rf"^[ \t]*GPU\s+{_BUS}\s*$", re.M
-)
+_ANY_GPU_HEADER = re.compile(rf"^[ \t]*GPU\s+{_BUS}\s*$")
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?(?![0-9])")
 #: A GPU the driver cannot open is left out of every output format and named on a line of its own
 #: instead: `Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error` (R610),
 #: `... for GPU0000:CB:00.0: Unknown Error`, `... for gpu 0000:3B:00.0: GPU is lost. Reboot ...`;
 #: the reason may continue on the next line, or be missing.
 _LOST = re.compile(
     r"Unable to determine the device handle for GPU\s*(?:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
-    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])|(?P<index>\d+)(?::\s*(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])|(?P<index>[0-9]+)(?::\s*(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
     re.I,
 )
 #: Launcher and log-shipper prefixes, any number of them, before every line.
 _WRAPPER = re.compile("^(?:" + "|".join(LAUNCHER_PREFIXES) + ")+")
+_WRAPPED_START = frozenset(" \t[0123456789")
+_ATTACHED = re.compile(r"^\s*Attached GPUs\s*:\s*([0-9]+)|<attached_gpus>([0-9]+)<")
 #: What nvidia-smi prints instead of any output when it cannot read the GPUs at all.
 _FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed because .*"
-                      r"|No devices were found|Driver/library version mismatch.*)$", re.M)
+                      r"|No devices were found|Driver/library version mismatch.*)$")
 #: R610 marks the old version keys: `Driver Version : 610.57.04 [Deprecated; will be removed in
 #: CUDA 14.0. Use KMD Version instead]`.
-_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+
+#: GPUs kept (a node has at most 16; a `-q -l` loop repeats the same ones, kept once each).
+MAX_GPUS = 1024
+#: Lines a key : value tree keeps per GPU, and section depth (real dumps: ~400 and 4).
+MAX_KEYS = 10_000
+MAX_DEPTH = 16
+#: `Unable to determine the device handle` lines kept.
+MAX_LOST = 256
+
+
+@dataclass(slots=True)
+class _Side:
+    """What any format's pass notes besides its GPUs: lost GPUs, nvidia-smi's own failure line,
+    `Attached GPUs`."""
+
+    lost: dict[str, tuple[str | None, str | None, str]] = dataclasses.field(default_factory=dict)
+    failure: str | None = None
+    attached: int | None = None
+    omitted: int = 0  # GPUs past MAX_GPUS
+
+    def see(self, line: str) -> None:
+        if "Unable to determine" in line and len(self.lost) < MAX_LOST:
+            for m in _LOST.finditer(line):
+                self.lost.setdefault(m.group(0).strip(), (m["index"], m["bus"] or m["bus2"],
+                                                           m.group(0).strip()))
+        if self.failure is None and (m := _FAILURE.match(line)):
+            self.failure = m[1].strip()
+        if self.attached is None and "ttached" in line and (m := _ATTACHED.search(line)):
+            self.attached = ascii_int(m.group(1) or m.group(2))
+
+    def not_read(self, what: str) -> ParseError:
+        """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
+        return ParseError(f"{what}; nvidia-smi says: {self.failure}" if self.failure else what)
+
+    def notes(self) -> list[str]:
+        return [f"{self.omitted} more GPUs after the first {MAX_GPUS} not kept"] if self.omitted else []
+
+
+def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
+    """The input's lines, launcher / log-shipper prefixes removed; each one shown to `side`."""
+    for batch in source.batches():
+        for line in batch:
+            if line[:1] in _WRAPPED_START:
+                line = _WRAPPER.sub("", line, count=1)
+            if side is not None:
+                side.see(line)
+            yield line
 
 
 def _unwrap(text: str) -> str:
     """The text with line ends normalised and launcher / log-shipper prefixes removed."""
-    lines = read_text(io.StringIO(text)).split("\n")
-    return "\n".join(_WRAPPER.sub("", line, count=1) for line in lines)
-
-
-def _not_read(what: str, text: str) -> ParseError:
-    """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
-    failure = _FAILURE.search(text)
-    return ParseError(f"{what}; nvidia-smi says: {failure[1].strip()}" if failure else what)
+    return "\n".join(_lines(as_input(text)))
 
 
 def _clean(value: str | None) -> str | None:
@@ -103,7 +147,18 @@ def _serial(value: str | None) -> str | None:
 
 
 def _version(value: str | None) -> str | None:
-    return _clean(_SUFFIX.sub("", value)) if value else None
+    return _clean(_without_bracket_suffix(value)) if value else None
+
+
+def _without_bracket_suffix(value: str) -> str:
+    """`value` without a trailing `[...]` (R610's `[Deprecated; ...]`, a CSV header's `[MiB]`).
+    (In Python: the regex form searched from every `[` to the end, quadratic on `[[[[`.)"""
+    end = value.rstrip()
+    if end.endswith("]"):
+        start = end.rfind("[")
+        if start >= 0 and "]" not in end[start:-1]:
+            return end[:start].rstrip()
+    return value
 
 
 def _yes(value: str | None) -> bool | None:
@@ -148,27 +203,32 @@ class _Query:
     blocks: list[_Block]
 
 
-def _tree(text: str) -> _Query:
-    """Read the indented key : value tree; GPU sections start at `GPU 00000000:53:00.0`."""
+def _tree(lines: Iterable[str], side: _Side) -> _Query:
+    """Read the indented key : value tree; GPU sections start at `GPU 00000000:53:00.0`. A GPU
+    seen again (a `nvidia-smi -q -l` loop) keeps its latest section, in its first place."""
     top: dict[str, str] = {}
-    blocks: list[_Block] = []
+    blocks: dict[str, _Block] = {}
     block: _Block | None = None
     stack: list[tuple[int, str]] = []
     base = 0
-    for line in _unwrap(text).split("\n"):
+    for line in lines:
         if not line.strip():
             continue
         indent = len(line) - len(line.lstrip(" \t"))
         stripped = line.strip()
-        header = _GPU_HEADER.match(stripped)
+        header = _GPU_HEADER.match(stripped) if stripped[:3] == "GPU" else None
         if header:
+            key = pci_key(header["bus"]) or header["bus"]
             block = _Block(header["bus"])
-            blocks.append(block)
+            if key in blocks or len(blocks) < MAX_GPUS:
+                blocks[key] = block  # a GPU seen before keeps its place
+            else:
+                side.omitted += 1  # read, not kept
             stack, base = [], indent
             continue
         m = _KEY_VALUE.match(stripped)
         if block is None or indent <= base:
-            if m:
+            if m and len(top) < MAX_KEYS:
                 top[m["key"].strip().lower()] = m["value"].strip()
             if block is not None and indent <= base:
                 block = None
@@ -177,14 +237,15 @@ def _tree(text: str) -> _Query:
             stack.pop()
         path = tuple(name for _, name in stack)
         if m and m["value"].strip():
-            block.values[(*path, m["key"].strip().lower())] = m["value"].strip()
-        else:  # a section header (`ECC Errors`), or `Key :` with nothing after it
-            stack.append((indent, (m["key"] if m else stripped).strip().lower()))
+            if len(block.values) < MAX_KEYS:
+                block.values[(*path, m["key"].strip().lower())] = m["value"].strip()
+        elif len(stack) < MAX_DEPTH:  # a section header (`ECC Errors`), or `Key :` with nothing after it
+            stack.append((indent, (m["key"] if m else stripped).strip().lower()[:200]))
     attached = _int(top.get("attached gpus"))
     # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
     driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
     cuda = _version(top.get("cuda umd version")) or _version(top.get("cuda version"))
-    return _Query(driver, cuda, attached, blocks)
+    return _Query(driver, cuda, attached, list(blocks.values()))
 
 
 def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
@@ -267,22 +328,21 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
     )
 
 
-def _with_lost(gpus: list[GpuInfo], text: str, *, renumber: bool = False) -> tuple[GpuInfo, ...]:
+def _with_lost(gpus: list[GpuInfo], side: _Side, *, renumber: bool = False) -> tuple[GpuInfo, ...]:
     """`gpus` plus one record per `Unable to determine the device handle for GPU...` line: that
     GPU is lost (requires_reset, the line in query_errors). nvidia-smi numbers GPUs in PCI bus
     order, so a lost GPU named only by its bus, and every GPU of a `-q` dump (`renumber`: its
     sections carry no index) when one is lost, are numbered by bus order."""
     lost: dict[tuple[str | None, str | None], GpuInfo] = {}
-    for m in _LOST.finditer(text):
-        bus = m["bus"] or m["bus2"]
+    for raw_index, bus, line in side.lost.values():
         known = next((g for g in gpus if bus and pci_key(g.bus_id) == pci_key(bus)), None)
         if known is not None:  # listed anyway: keep its readings, mark it
             gpus[gpus.index(known)] = dataclasses.replace(
-                known, requires_reset=True, query_errors=(*known.query_errors, m.group(0).strip()))
+                known, requires_reset=True, query_errors=(*known.query_errors, line))
             continue
-        index = int(m["index"]) if m["index"] is not None else -1
-        lost.setdefault((m["index"], bus), GpuInfo(index, bus_id=bus, requires_reset=True,
-                                                   query_errors=(m.group(0).strip(),)))
+        index = ascii_int(raw_index)
+        lost.setdefault((raw_index, bus), GpuInfo(-1 if index is None else index, bus_id=bus,
+                                                  requires_reset=True, query_errors=(line,)))
     if not lost:
         return tuple(gpus)
     every = [*gpus, *lost.values()]
@@ -302,16 +362,20 @@ def _with_lost(gpus: list[GpuInfo], text: str, *, renumber: bool = False) -> tup
     return tuple(sorted(placed, key=lambda g: g.index))
 
 
-def parse_smi_query(text: str) -> GpuInventory:
+def parse_smi_query(text: str | Input) -> GpuInventory:
     """Parse `nvidia-smi -q`. Reads `Driver Version : 535.154.05` and per-GPU sections starting
     `GPU 00000000:53:00.0`; GPUs are indexed in file order (nvidia-smi prints them by index, but
     a `-q -i N` excerpt starts at 0). Raises ParseError when no GPU section is found."""
-    q = _tree(text)
-    if not q.blocks and not _LOST.search(text):
+    return _query(as_input(text), _Side())
+
+
+def _query(source: Input, side: _Side) -> GpuInventory:
+    q = _tree(_lines(source, side), side)
+    if not q.blocks and not side.lost:
         if q.attached_gpus == 0:
             return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, (), 0)
-        raise _not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output", text)
-    gpus = _with_lost([_gpu_from_block(i, b) for i, b in enumerate(q.blocks)], text,
+        raise side.not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
+    gpus = _with_lost([_gpu_from_block(i, b) for i, b in enumerate(q.blocks)], side,
                       renumber=True)
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus, q.attached_gpus)
 
@@ -319,19 +383,22 @@ def parse_smi_query(text: str) -> GpuInventory:
 # ---- the plain `nvidia-smi` table ----
 
 _TABLE_VERSIONS = re.compile(
-    r"(?:Driver|KMD) Version:\s*(?P<driver>[\d.]+)(?:.*?CUDA (?:UMD )?Version:\s*(?P<cuda>[\d.]+))?"
+    r"(?:Driver|KMD) Version:\s*(?P<driver>[0-9.]+)(?:.*?CUDA (?:UMD )?Version:\s*(?P<cuda>[0-9.]+))?"
 )
 # `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`;
 # on Windows the column is `Driver-Model` (`WDDM`, `TCC`, `MCDM`); a GPU that stopped answering
 # shows `ERR!` for its name.
 _TABLE_ROW1 = re.compile(
-    rf"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<pm>On|Off|WDDM|TCC|MCDM|N/A|ERR!)\s*\|\s*"
+    # (The name is words with single spaces between them: `.+?` before `\s+` rescanned a run of
+    # blanks from each of its characters.)
+    rf"^\|\s*(?P<index>[0-9]+)\s+(?P<name>\S+(?: \S+)*?)\s+(?P<pm>On|Off|WDDM|TCC|MCDM|N/A|ERR!)\s*\|\s*"
     rf"(?P<bus>{_BUS})\s+\S+\s*\|\s*(?P<ecc>\S+)\s*\|\s*$"
 )
 # `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
 _TABLE_ROW2 = re.compile(
-    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*\S+\s*"
-    r"\|\s*\S+\s*/\s*(?P<mem>\S+)\s*\|"
+    # (No `/` in a reading: `\S+\s*/` retried every `/` of a long word.)
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>[^\s/]+)\s*/\s*[^\s|]+\s*"
+    r"\|\s*[^\s/|]+\s*/\s*(?P<mem>[^\s|]+)\s*\|"
 )
 
 
@@ -339,49 +406,73 @@ def _table_ecc(cell: str) -> tuple[bool | None, int | None]:
     """The `Volatile Uncorr. ECC` cell: a count when ECC is on, `On` for a MIG-enabled GPU (the
     counts are per MIG device), `Off` when it is off, `N/A` where the GPU has none, `ERR!` when
     it could not be read."""
-    if cell.isdigit():
-        return True, int(cell)
+    count = ascii_int(cell) if cell[:1] != "-" else None
+    if count is not None:
+        return True, count
     return {"On": (True, None), "Off": (False, None)}.get(cell, (None, None))
 
 
-def parse_smi_table(text: str) -> GpuInventory:
+def parse_smi_table(text: str | Input) -> GpuInventory:
     """Parse the plain `nvidia-smi` summary table. Reads `| NVIDIA-SMI 550.127.05  Driver
     Version: 550.127.05  CUDA Version: 12.4 |` (R610: `KMD Version:`, `CUDA UMD Version:`) and
     per GPU `|   0  NVIDIA A40   On  | 00000000:4F:00.0 Off |   0 |` then `|  0%   29C    P8
     23W /  300W | ... |`. Names may be cut (`Tesla V100-PCIE...`); `ERR!` in a GPU's row means
     the driver cannot read it, and a GPU the driver cannot open at all is named on an `Unable to
-    determine the device handle` line above the table (both are reported as requiring a reset)."""
-    text = _unwrap(text)
-    lines = text.split("\n")
-    versions = next((m for ln in lines if (m := _TABLE_VERSIONS.search(ln))), None)
-    gpus: list[GpuInfo] = []
-    for n, line in enumerate(lines):
-        m = _TABLE_ROW1.match(line.strip())
-        if not m:
-            continue
-        row2 = _TABLE_ROW2.match(lines[n + 1].strip()) if n + 1 < len(lines) else None
-        err = "ERR!" in line or (n + 1 < len(lines) and "ERR!" in lines[n + 1])
-        memory_mib = _num(row2["mem"]) if row2 else None
-        perf = _clean(row2["perf"]) if row2 else None
-        ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
-        gpus.append(GpuInfo(
-            index=int(m["index"]),
-            name=_clean(m["name"]),
-            bus_id=m["bus"],
-            memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
-            ecc_enabled=ecc_enabled,
-            ecc_uncorrected_volatile=ecc_errors,
-            temperature_c=_num(row2["temp"]) if row2 else None,
-            power_draw_w=_num(row2["power"]) if row2 else None,
-            persistence_mode={"On": True, "Off": False}.get(m["pm"]),
-            performance_state=perf if perf and perf.startswith("P") else None,
-            requires_reset=err,
-        ))
-    if not gpus and not _LOST.search(text):
-        raise _not_read("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
-                        "in the nvidia-smi table", text)
+    determine the device handle` line above the table (both are reported as requiring a reset).
+    A GPU printed again (`nvidia-smi -l`) keeps its latest rows."""
+    return _table(as_input(text), _Side())
+
+
+def _table(source: Input, side: _Side) -> GpuInventory:
+    versions: re.Match[str] | None = None
+    gpus: dict[int, GpuInfo] = {}
+    row1: re.Match[str] | None = None  # a GPU's first row, waiting for its second
+    row1_line = ""
+    for line in itertools.chain(_lines(source, side), [""]):
+        if versions is None and "Version:" in line:
+            versions = _TABLE_VERSIONS.search(line)
+        if row1 is not None:
+            _table_gpu(row1, row1_line, line, gpus, side)
+            row1 = None
+        stripped = line.strip()
+        m = _TABLE_ROW1.match(stripped) if stripped[:1] == "|" else None
+        if m:
+            row1, row1_line = m, line
+    if not gpus and not side.lost:
+        raise side.not_read("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
+                            "in the nvidia-smi table")
     return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
-                        versions["cuda"] if versions else None, _with_lost(gpus, text))
+                        versions["cuda"] if versions else None,
+                        _with_lost(sorted(gpus.values(), key=lambda g: g.index), side))
+
+
+def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuInfo],
+               side: _Side) -> None:
+    """Record the GPU of table row `m` (its second row is `next_line`)."""
+    index = ascii_int(m["index"])
+    if index is None:
+        return
+    if index not in gpus and len(gpus) >= MAX_GPUS:
+        side.omitted += 1
+        return
+    row2 = _TABLE_ROW2.match(next_line.strip())
+    err = "ERR!" in line or "ERR!" in next_line
+    memory_mib = _num(row2["mem"]) if row2 else None
+    perf = _clean(row2["perf"]) if row2 else None
+    ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
+    gpus[index] = GpuInfo(
+        index=index,
+        name=_clean(m["name"]),
+        bus_id=m["bus"],
+        memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+        ecc_enabled=ecc_enabled,
+        ecc_uncorrected_volatile=ecc_errors,
+        temperature_c=_num(row2["temp"]) if row2 else None,
+        power_draw_w=_num(row2["power"]) if row2 else None,
+        persistence_mode={"On": True, "Off": False}.get(m["pm"]),
+        performance_state=perf if perf and perf.startswith("P") else None,
+        requires_reset=err,
+    )
 
 
 # ---- XML (-q -x) ----
@@ -454,29 +545,47 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
     )
 
 
-def parse_smi_xml(text: str) -> GpuInventory:
+def parse_smi_xml(text: str | Input) -> GpuInventory:
     """Parse `nvidia-smi -q -x`. Reads `<nvidia_smi_log><driver_version>555.42.06</...>` and
-    `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched)."""
+    `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched). A document larger
+    than MAX_DOCUMENT_CHARS (16 MiB; 8 GPUs print ~150 KB) is a ParseError."""
+    return _xml(as_input(text), _Side())
+
+
+def _xml(source: Input, side: _Side) -> GpuInventory:
     import xml.etree.ElementTree as ET
 
-    text = _unwrap(text)
     # Log lines (a lost GPU's `Unable to determine the device handle ...`) may precede it.
+    body: list[str] = []
+    size = 0
+    for line in _lines(source):
+        if not body and "<?xml" not in line and "<nvidia_smi_log" not in line:
+            side.see(line)
+            continue
+        size += len(line) + 1
+        if size > MAX_DOCUMENT_CHARS:
+            raise ParseError(f"nvidia-smi XML larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not "
+                             "one `nvidia-smi -q -x` document")
+        body.append(line)
+    text = "\n".join(body)
     start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0),
                 default=0)
-    body = re.sub(r"<!DOCTYPE[^>]*>", "", text[start:], count=1)
+    text = re.sub(r"<!DOCTYPE[^>]*>", "", text[start:], count=1)
     try:
-        root = ET.fromstring(body.strip())
+        root = ET.fromstring(text.strip())
     except ET.ParseError as exc:
         raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
-    gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(root.findall("gpu"))], text[:start],
+    side.attached = _int(_xml_text(root, "attached_gpus"))
+    elements = root.findall("gpu")
+    side.omitted += max(len(elements) - MAX_GPUS, 0)
+    gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(elements[:MAX_GPUS])], side,
                       renumber=True)
-    attached = _int(_xml_text(root, "attached_gpus"))
-    if not gpus and attached != 0:
+    if not gpus and side.attached != 0:
         raise ParseError("<nvidia_smi_log> without <gpu> elements")
     return GpuInventory("nvidia-smi -q -x", _version(_xml_text(root, "driver_version")),
-                        _version(_xml_text(root, "cuda_version")), gpus, attached)
+                        _version(_xml_text(root, "cuda_version")), gpus, side.attached)
 
 
 # ---- CSV (--query-gpu) ----
@@ -516,7 +625,7 @@ _INT_FIELDS = {"index", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
                "retired_pages_dbe", "pcie_gen_current", "pcie_gen_max", "pcie_gen_device_max",
                "pcie_width_current", "pcie_width_max"}
 _FLOAT_FIELDS = {"temperature_c", "power_draw_w"}
-_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,60 +650,65 @@ def _csv_value(field_name: str, raw: str) -> Any:
     return _serial(raw) if field_name == "serial" else _clean(raw)
 
 
-def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
+def parse_smi_csv(text: str | Input, columns: tuple[str, ...] | None = None) -> SmiCsv:
     """Parse `nvidia-smi --query-gpu=index,name,... --format=csv` (with or without units).
     Reads `index, name, temperature.gpu, power.draw [W]` then `0, NVIDIA H100, 34, 71.52 W`.
     With `noheader` pass the queried `columns`. Rows that repeat a GPU (a `-l` time series with
     `timestamp`) are samples: each GPU keeps its last row."""
-    text = _unwrap(text)
-    lines = [ln for ln in text.split("\n")
-             if ln.strip() and not _LOST.search(ln) and ln.strip() != "No devices were found"]
-    rows = list(csv.reader(lines, skipinitialspace=True))
-    header = tuple(_column(c) for c in (columns if columns is not None else rows[0] if rows else ()))
-    if columns is None:
-        rows = rows[1:]
-    if _LOST.search(text) and not any(c in _CSV_FIELDS for c in header):
-        # Only GPUs the driver cannot open (plain `nvidia-smi` stops at the first one).
-        return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], text)), 0, ())
-    if not lines:
-        raise _not_read("empty input: no CSV header or rows", text)
-    known = [c for c in header
-             if c in _CSV_FIELDS or _reason(c) or _is_mask(c) or c == "driver_version"]
-    if not known:
-        raise _not_read("no known --query-gpu column (index, name, pci.bus_id, temperature.gpu, "
-                        f"...) in the CSV header {', '.join(header)[:200]!r}", text)
-    key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
-                    if c in header), None)
-    latest: dict[str, dict[str, Any]] = {}
-    driver = None
-    num_samples = 0
-    for row in rows:
-        if len(row) != len(header):
-            if row and [c.strip().lower() for c in row] == list(header):
-                continue  # a header repeated in a concatenated log
-            raise ParseError(f"CSV row has {len(row)} values for {len(header)} columns: "
-                             f"{', '.join(row)[:200]!r}")
-        num_samples += 1
-        cells = dict(zip(header, row, strict=True))
-        key = cells[key_col] if key_col else str(len(latest))
-        record: dict[str, Any] = {}
-        reasons: list[str] = []
-        reset = False
-        for col, raw in cells.items():
-            reset = reset or raw.strip().lower() in _RESET_VALUES
-            if col == "driver_version":
-                driver = _clean(raw) or driver
-            elif col in _CSV_FIELDS:
-                record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
-            elif _reason(col) and _yes(raw):
-                reasons.append(_reason(col))  # type: ignore[arg-type]
-            elif _is_mask(col) and _HEX.match(raw.strip()):
-                mask = int(raw.strip(), 16)
-                reasons.extend(name for bit, name in _REASON_BITS.items() if mask & bit)
-        record["throttle_reasons"] = tuple(dict.fromkeys(reasons))
-        record["requires_reset"] = reset
-        latest[key] = record
+    return _csv(as_input(text), _Side(), columns)
+
+
+def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> SmiCsv:
+    seen = [False]  # any line that is not a lost GPU's or "No devices were found"
+
+    def kept(lines: Iterator[str]) -> Iterator[str]:
+        for ln in lines:
+            if ln.strip() and "Unable to determine" not in ln and ln.strip() != "No devices were found":
+                seen[0] = True
+                yield ln
+
+    lines = kept(_lines(source, side))
+    rows = csv.reader(lines, skipinitialspace=True)
+    try:
+        first = next(rows, None) if columns is None else None
+        header = tuple(_column(c) for c in (columns if columns is not None else first or ()))
+        known = [c for c in header
+                 if c in _CSV_FIELDS or _reason(c) or _is_mask(c) or c == "driver_version"]
+        if not known or not any(c in _CSV_FIELDS for c in header):
+            for _ in lines:  # the rest of the input, for the lost-GPU and failure lines in it
+                pass
+        if side.lost and not any(c in _CSV_FIELDS for c in header):
+            # Only GPUs the driver cannot open (plain `nvidia-smi` stops at the first one).
+            return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], side)), 0, ())
+        if columns is None and first is None:
+            raise side.not_read("empty input: no CSV header or rows")
+        if not known:
+            raise side.not_read("no known --query-gpu column (index, name, pci.bus_id, "
+                                f"temperature.gpu, ...) in the CSV header "
+                                f"{', '.join(header)[:200]!r}")
+        key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
+                        if c in header), None)
+        latest: dict[str, dict[str, Any]] = {}
+        driver = None
+        num_samples = 0
+        for row in rows:
+            if len(row) != len(header):
+                if row and [c.strip().lower() for c in row] == list(header):
+                    continue  # a header repeated in a concatenated log
+                raise ParseError(f"CSV row has {len(row)} values for {len(header)} columns: "
+                                 f"{', '.join(row)[:200]!r}")
+            num_samples += 1
+            cells = dict(zip(header, row, strict=True))
+            key = cells[key_col] if key_col else str(len(latest))
+            if key not in latest and len(latest) >= MAX_GPUS:
+                side.omitted += 1
+                continue
+            driver = _csv_record(cells, latest, key) or driver
+    except csv.Error as exc:
+        raise ParseError(f"not nvidia-smi CSV: {exc}") from None
     if not num_samples:
+        if not seen[0]:
+            raise side.not_read("empty input: no CSV header or rows")
         raise ParseError("the CSV has a header but no rows")
     gpus = []
     for n, record in enumerate(latest.values()):
@@ -602,13 +716,36 @@ def parse_smi_csv(text: str, columns: tuple[str, ...] | None = None) -> SmiCsv:
             record["index"] = n
         gpus.append(GpuInfo(**record))
     gpus.sort(key=lambda g: g.index)
-    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, _with_lost(gpus, text)),
+    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, _with_lost(gpus, side)),
                   num_samples, header)
+
+
+def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: str) -> str | None:
+    """Store one CSV sample as the GPU's latest record; the driver version it names, if any."""
+    record: dict[str, Any] = {}
+    reasons: list[str] = []
+    reset = False
+    driver = None
+    for col, raw in cells.items():
+        reset = reset or raw.strip().lower() in _RESET_VALUES
+        if col == "driver_version":
+            driver = _clean(raw) or driver
+        elif col in _CSV_FIELDS:
+            record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
+        elif _reason(col) and _yes(raw):
+            reasons.append(_reason(col))  # type: ignore[arg-type]
+        elif _is_mask(col) and _HEX.match(raw.strip()):
+            mask = int(raw.strip(), 16)
+            reasons.extend(name for bit, name in _REASON_BITS.items() if mask & bit)
+    record["throttle_reasons"] = tuple(dict.fromkeys(reasons))
+    record["requires_reset"] = reset
+    latest[key] = record
+    return driver
 
 
 def _column(cell: str) -> str:
     """A header cell as a field name: `memory.total [MiB]` -> `memory.total`."""
-    return _UNIT.sub("", cell).strip().lower()
+    return _without_bracket_suffix(cell).strip().lower()
 
 
 def _reason(column: str) -> str | None:
@@ -622,43 +759,61 @@ def _is_mask(column: str) -> bool:
     return column in (prefix + "active" for prefix in _REASON_PREFIXES)
 
 
-def parse_nvidia_smi(text: str) -> GpuInventory:
+def parse_nvidia_smi(text: str | Input) -> GpuInventory:
     """`nvidia-smi -q` text, `-q -x` XML, the plain `nvidia-smi` table or a `--query-gpu` CSV,
     whichever the text is, also with a launcher's prefix on every line (`[1,0]<stdout>:`, srun
     `0: `, ISO timestamps)."""
-    text = _unwrap(text)
-    if "<nvidia_smi_log" in text[:2000]:
-        return parse_smi_xml(text)
-    if "NVSMI LOG" in text or _ANY_GPU_HEADER.search(text):
-        return parse_smi_query(text)
+    return _parse(as_input(text), _Side())
+
+
+def _form(source: Input) -> str:
+    """Which form the input is (one pass, stopped at the first `-q` section)."""
+    head: list[str] = []
+    size = 0
+    for line in _lines(source):
+        head.append(line)
+        size += len(line) + 1
+        if size >= 2000:
+            break
+    if "<nvidia_smi_log" in "\n".join(head)[:2000]:
+        return "xml"
+    banner = bus = row = False
+    for line in _lines(source):
+        if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and _ANY_GPU_HEADER.match(line)):
+            return "query"
+        banner = banner or "NVIDIA-SMI" in line
+        bus = bus or "Bus-Id" in line
+        stripped = line.strip()
+        row = row or (stripped[:1] == "|" and bool(_TABLE_ROW1.match(stripped)))
     # The banner may be cut from a pasted excerpt: a GPU row is enough.
-    if ("NVIDIA-SMI" in text and "Bus-Id" in text) or any(
-            _TABLE_ROW1.match(line.strip()) for line in text.split("\n")):
-        return parse_smi_table(text)
+    return "table" if (banner and bus) or row else "csv"
+
+
+def _parse(source: Input, side: _Side) -> GpuInventory:
+    form = _form(source)
+    if form == "xml":
+        return _xml(source, side)
+    if form == "query":
+        return _query(source, side)
+    if form == "table":
+        return _table(source, side)
     try:
-        return parse_smi_csv(text).inventory
+        return _csv(source, side).inventory
     except ParseError:
-        if failure := _FAILURE.search(text):
-            raise ParseError(f"nvidia-smi could not read the GPUs: {failure[1].strip()}") from None
+        if side.failure:
+            raise ParseError(f"nvidia-smi could not read the GPUs: {side.failure}") from None
         raise
 
 
-def _attached(text: str) -> int | None:
-    """`Attached GPUs : 8` / `<attached_gpus>8</attached_gpus>`: what the node had, when a dump
-    shows fewer GPU blocks."""
-    m = re.search(r"^\s*Attached GPUs\s*:\s*(\d+)|<attached_gpus>(\d+)<", text, re.M)
-    return int(m.group(1) or m.group(2)) if m else None
-
-
-def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect nvidia-smi FILE`: keys num_gpus, driver_version, cuda_version, gpus
     [{index, name, bus_id, uuid, serial, ecc_enabled, ecc_uncorrected_volatile,
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
     retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
     (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
-    text = _unwrap(read_text(stream))
-    inventory = parse_nvidia_smi(text)
-    attached = _attached(text)
+    side = _Side()
+    inventory = _parse(as_input(stream), side)
+    attached = side.attached
     keys = ("index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
             "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "remapped_rows_pending",
             "remapped_rows_failure", "retired_pages_pending", "temperature_c", "requires_reset")
@@ -667,13 +822,16 @@ def inspect_nvidia_smi(stream: TextIO, *, profile: Any) -> dict[str, Any]:
         for p in health_problems(gpu, max_temp_c=profile.max_gpu_temp_c,
                                  require_ecc=profile.has_gpus):
             problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
-    return {
+    out = {
         "num_gpus": attached if attached is not None else len(inventory.gpus),
         "driver_version": inventory.driver_version,
         "cuda_version": inventory.cuda_version,
         "gpus": [{k: getattr(g, k) for k in keys} for g in inventory.gpus],
         "problems": problems,
     }
+    if side.notes():
+        out["notes"] = side.notes()
+    return out
 
 
 INSPECT = {"nvidia-smi": inspect_nvidia_smi}

@@ -7,27 +7,31 @@ import json
 from typing import Any, TextIO
 
 from harness.parsers import ParseError
+from harness.parsers.reader import Input, as_input
 
 __all__ = ["INSPECT", "inspect_topology"]
 
 
-def inspect_topology(stream: TextIO, *, profile: Any) -> dict[str, Any]:
+def inspect_topology(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """Keys: num_nodes, node_rank, local_rank, master_addr, port, source, hosts (null on a
     single node), error (the TopologyError message, else null)."""
     from harness.cluster.topology import TopologyError, detect_topology
     from harness.parsers.env import parse_env_dump
 
-    text = stream.read()
+    source = as_input(stream)
     env: dict[str, str] = {}
     resourceconfig: dict[str, object] | None = None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
+    data = None
+    if source.head(4096).lstrip()[:1] == "{":
+        text = source.document()  # a resourceconfig.json is a few KB; a huge one is not one
+        try:
+            data = json.loads(text) if text is not None else None
+        except (ValueError, RecursionError):
+            data = None
     if isinstance(data, dict):
         resourceconfig = data
     else:
-        env = parse_env_dump(text).variables
+        env = parse_env_dump(source).variables
         if not env:
             raise ParseError("no KEY=value lines and no JSON object (resourceconfig.json) found")
     result: dict[str, Any] = dict.fromkeys(

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from harness.parsers import ParseError, read_text
+from harness.parsers import ParseError
+from harness.parsers.reader import Input, as_input
+from harness.parsers.values import ascii_int
 
 __all__ = ["INSPECT", "Failure", "TrainStepOutput", "classify_failure", "parse_train_step"]
 
@@ -42,35 +45,35 @@ _TE_LINE = re.compile(
 )
 # torch >= 2.1: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
 # 79.10 GiB of which 1.23 GiB is free."; older: "... (GPU 0; 15.78 GiB total capacity; ...".
-_OOM = re.compile(r"out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)", re.I)
-_OOM_GPU = re.compile(r"GPU (?P<gpu>\d+)(?: has a total capac\w* of|;) (?P<total>[\d.]+ [KMGT]?i?B)"
+_OOM = re.compile(r"out of memory\. Tried to allocate (?P<size>[0-9.]+ [KMGT]?i?B)", re.I)
+_OOM_GPU = re.compile(r"GPU (?P<gpu>[0-9]+)(?: has a total capac\w* of|;) (?P<total>[0-9.]+ [KMGT]?i?B)"
                       r"(?: total capacity)?")
-_OOM_FREE = re.compile(r"(?:of which|;) (?P<free>[\d.]+ [KMGT]?i?B|0 bytes) (?:is )?free")
+_OOM_FREE = re.compile(r"(?:of which|;) (?P<free>[0-9.]+ [KMGT]?i?B|0 bytes) (?:is )?free")
 _NCCL_WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\(.*?\)) ran for "
-    r"(?P<ms>\d+) milliseconds"
+    r"(?P<ms>[0-9]+) milliseconds"
 )
 _NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[:,]? ?(?P<what>[^\n]*)")
 _NCCL_CODE = re.compile(r"^.*?(?P<code>nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|"
                         r"InvalidArgument)Error):? ?(?P<what>[^\n]*)", re.M)
 _GLOO_TIMEOUT = re.compile(
-    r"^.*?(?P<line>Timed out waiting \d+ms for (?:recv|send)[^\n]*|Rank \d+ failed to pass "
-    r"monitoredBarrier[^\n]*|Operation timed out![^\n]*|Timed out after \d+ seconds waiting for "
+    r"^.*?(?P<line>Timed out waiting [0-9]+ms for (?:recv|send)[^\n]*|Rank [0-9]+ failed to pass "
+    r"monitoredBarrier[^\n]*|Operation timed out![^\n]*|Timed out after [0-9]+ seconds waiting for "
     r"clients[^\n]*)", re.M)
 _ABORT = re.compile(r"terminate called (?:without an active exception|after throwing[^\n]*)"
-                    r"|Signal 6 \(SIGABRT\) received by PID \d+|exitcode\s*:\s*-6\b")
+                    r"|Signal 6 \(SIGABRT\) received by PID [0-9]+|exitcode\s*:\s*-6\b")
 _PEER = re.compile(r"Connection (?:closed|reset) by peer[^\n]*")
-_EXCEPTION = re.compile(r"^(?:\[rank\d+\]: )?(?P<line>(?:[\w.]+\.)?\w*(?:Error|Exception): .+)$",
+_EXCEPTION = re.compile(r"^(?:\[rank[0-9]+\]: )?(?P<line>(?:[\w.]+\.)?\w*(?:Error|Exception): .+)$",
                         re.M)
 _NO_TORCH = re.compile(r"^.*No module named '?torch(?:\.distributed)?'?.*$", re.M)
-_NO_GPU = re.compile(r"no GPU for LOCAL_RANK \d+: torch sees \d+ CUDA devices[^\n]*")
-_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]")
+_NO_GPU = re.compile(r"no GPU for LOCAL_RANK [0-9]+: torch sees [0-9]+ CUDA devices[^\n]*")
+_RANK_PREFIX = re.compile(r"\[rank(?P<rank>[0-9]+)\]")
 
 
 def _rank_of(text: str, pos: int) -> int | None:
     start = text.rfind("\n", 0, pos) + 1
     m = _RANK_PREFIX.search(text, start, pos + 1)
-    return int(m.group("rank")) if m else None
+    return ascii_int(m.group("rank")) if m else None
 
 
 def _no_torch(text: str) -> Failure | None:
@@ -105,7 +108,7 @@ def _te(text: str) -> Failure | None:
     m = _TE_LINE.search(text)
     if not m:
         return None
-    line = re.sub(r"^\[rank\d+\]:\s*", "", m.group(0).strip())
+    line = re.sub(r"^\[rank[0-9]+\]:\s*", "", m.group(0).strip())
     return Failure("te_import", f"TransformerEngine failed to import: {line[:500]}",
                    _rank_of(text, m.start()))
 
@@ -113,8 +116,10 @@ def _te(text: str) -> Failure | None:
 def _nccl(text: str) -> Failure | None:
     m = _NCCL_WATCHDOG.search(text)
     if m:
-        return Failure("nccl_timeout", f"NCCL collective timed out: {m.group('work')} ran for "
-                       f"{int(m.group('ms')) / 1000:g} s", _rank_of(text, m.start()))
+        ms = ascii_int(m.group("ms"))
+        took = "an unreadable time" if ms is None else f"{ms / 1000:g} s"
+        return Failure("nccl_timeout", f"NCCL collective timed out: {m.group('work')[:500]} ran "
+                       f"for {took}", _rank_of(text, m.start()))
     m = _NCCL_ERROR.search(text)
     code = _NCCL_CODE.search(text)
     if not m and not code:
@@ -184,46 +189,75 @@ class TrainStepOutput:
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
+    if SCHEMA_PREFIX not in text:
+        return []
     records = []
     for line in text.splitlines():
         at = line.find(SCHEMA_PREFIX)
         if at < 0:
             continue
         try:
-            records.append(json.loads(line[at:]))
-        except json.JSONDecodeError:
+            record = json.loads(line[at:])
+        except (ValueError, RecursionError):
             continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 
-def parse_train_step(text: str) -> TrainStepOutput:
+#: Error lines kept (one per rank is the normal case).
+MAX_ERRORS = 1024
+
+
+def parse_train_step(text: str | Input) -> TrainStepOutput:
     """Parse a run's stdout+stderr. Reads `{"schema": "gpu-preflight.train_step/v1", ...}`
     lines; without one, names the failure from the log (`CUDA out of memory. Tried to allocate
-    2.00 GiB`, `Watchdog caught collective operation timeout: WorkNCCL(...)`, ...)."""
-    records = _json_lines(text)
-    results = [r for r in records if "error" not in r]
-    errors = [r["error"] for r in records if isinstance(r.get("error"), dict)]
-    aborted = _abort(text) is not None
-    if results:
-        return TrainStepOutput(results[-1], errors, None, aborted)
+    2.00 GiB`, `Watchdog caught collective operation timeout: WorkNCCL(...)`, ...). An Input is
+    streamed: the classifiers search it a chunk of lines at a time, each keeping its first
+    finding (the exception its last), so the result is that of the whole text."""
+    result: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = []
+    found: dict[int, Failure] = {}  # classifier index -> its finding
+    aborted = False
+    for chunk in _chunks(as_input(text)):
+        for record in _json_lines(chunk):
+            if "error" not in record:
+                result = record
+            elif isinstance(record.get("error"), dict) and len(errors) < MAX_ERRORS:
+                errors.append(record["error"])
+        aborted = aborted or _abort(chunk) is not None
+        for i, classify in enumerate(_CLASSIFIERS):
+            if i in found and classify is not _exception:
+                continue
+            failure = classify(chunk)
+            if failure is not None:
+                found[i] = failure
+    if result is not None:
+        return TrainStepOutput(result, errors, None, aborted)
     failures = [
-        Failure(e.get("kind", "exception"), str(e.get("message", "")), e.get("rank"))
+        Failure(str(e.get("kind", "exception")), str(e.get("message", ""))[:500],
+                e.get("rank") if isinstance(e.get("rank"), int) else None)
         for e in errors
     ]
     if not failures:
-        found = classify_failure(text) if text.strip() else None
-        if found is None or (found.kind == "exception" and not _EXCEPTION.search(text)):
+        if not found:
             raise ParseError("no train_step result or error line, and no known failure "
                              "(OOM, NCCL, TE import, timeout, abort) in the output")
-        failures = [found]
+        failures = [found[min(found)]]
     failures.sort(key=lambda f: KIND_ORDER.index(f.kind) if f.kind in KIND_ORDER else 99)
     return TrainStepOutput(None, errors, failures[0], aborted)
 
 
-def inspect_train_step(stream: TextIO, *, profile: Any = None) -> dict[str, Any]:
+def _chunks(source: Input) -> Iterator[str]:
+    """The input as text pieces of whole lines (one per chunk the reader read)."""
+    for batch in source.batches():
+        yield "\n".join(batch)
+
+
+def inspect_train_step(stream: TextIO | Input, *, profile: Any = None) -> dict[str, Any]:
     """`preflight inspect train-step LOG`: keys `result` (rank 0's JSON or null), `failure`
     ({kind, message, rank} or null), `errors` (each rank's error line), `aborted_at_exit`."""
-    out = parse_train_step(read_text(stream))
+    out = parse_train_step(as_input(stream))
     failure = out.failure
     return {
         "result": out.result,

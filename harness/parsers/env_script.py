@@ -1,0 +1,289 @@
+"""Shell scripts as environment dumps: sbatch/launch scripts, `export`, `declare -x`, `env VAR=x
+cmd`, mpirun `-x`, docker `-e`, srun `--export=`, Dockerfile `ENV`; and the bounded variable store
+every form of harness.parsers.env fills."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable, Iterator
+
+from harness.parsers.reader import MAX_LINE_CHARS
+
+__all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
+           "parse_script"]
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_IS_NAME = re.compile(rf"{_NAME}\Z")
+_ASSIGN = re.compile(rf"^(?P<name>{_NAME})=(?P<value>.*)$", re.S)
+# A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
+_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{_NAME}=[\"']")
+# `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:=default}`, `$NAME`.
+_PARAM = re.compile(rf"\$\{{(?P<name>{_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}|\$(?P<bare>{_NAME})")
+_SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
+#: Launcher flags whose next word is an assignment: mpirun `-x`, docker `-e` / `--env`.
+FLAG_WORDS = frozenset({"-x", "-e", "--env"})
+#: A quoted value may run over this many lines before the rest is taken as broken input.
+_MAX_VALUE_LINES = 50
+
+#: Bounds that keep memory flat on any input. No real environment comes near them: an execve
+#: string is at most MAX_ARG_STRLEN = 128 KiB (linux include/uapi/linux/binfmts.h) and the whole
+#: environment at most a quarter of the stack limit (fs/exec.c); a dump past them is a flood.
+MAX_VARIABLES = 100_000
+MAX_VALUE_CHARS = MAX_LINE_CHARS
+MAX_TOTAL_CHARS = 64 << 20
+
+
+class Variables(dict[str, str]):
+    """The variables read so far, bounded: `put` refuses what would pass the limits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.dropped = 0
+
+    def put(self, name: str, value: str) -> None:
+        if len(value) > MAX_VALUE_CHARS:
+            value = value[:MAX_VALUE_CHARS]
+        old = self.get(name)
+        grow = len(value) - (0 if old is None else len(old))
+        if (old is None and len(self) >= MAX_VARIABLES) or (
+                grow > 0 and self.total + grow > MAX_TOTAL_CHARS):
+            self.dropped += 1
+            return
+        self[name] = value
+        self.total += grow
+
+
+def _strip_comment(line: str) -> str:
+    """`line` up to an unquoted `#` that starts a word (as the shell reads it)."""
+    if "#" not in line:
+        return line
+    quote = ""
+    escaped = False
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+#: Backslash-continued lines joined into one command at most (a Dockerfile RUN has tens).
+_MAX_CONTINUED_LINES = 1000
+
+
+def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]]:
+    """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
+    comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
+    whole (up to _MAX_VALUE_LINES lines and MAX_VALUE_CHARS characters). What is still pending
+    when the input ends is dropped, as a shell would never run it."""
+    parts: list[str] = []  # the pending command's pieces
+    size = 0
+    joined = 0  # lines in the pending command
+    newlines = 0  # ... joined at an open quote (the value's own line breaks)
+    open_quote = False  # pending because a quote is open (lexing again needs a new quote)
+    new_quote = False  # a quote character came since the last failed attempt
+    continued = False  # pending ends in a backslash continuation
+    prompted = False
+    for line in lines:
+        if not parts:
+            prompted = line.startswith("$ ")  # a pasted terminal prompt
+            line = line[2:] if prompted else line
+        elif continued and line.lstrip().startswith("#"):
+            continue  # Docker drops comment lines inside a continued instruction
+        new_quote = new_quote or "'" in line or '"' in line
+        room = size + len(line) < MAX_VALUE_CHARS and joined < _MAX_CONTINUED_LINES
+        continued = line.endswith("\\") and not line.endswith("\\\\") and room
+        if continued:
+            parts.append(line[:-1] + " ")
+            size, joined = size + len(line), joined + 1
+            continue
+        parts.append(line)
+        text = "".join(parts)
+        try:
+            if open_quote and not new_quote:
+                raise ValueError("the open quote is still open")  # lexing again cannot close it
+            words = _shell_words(_strip_comment(text))
+        except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
+            if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
+                parts = [text + "\n"]
+                size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
+                open_quote, new_quote = True, False
+                continue
+            words = [text]  # not a command: counted as skipped
+        parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
+        yield prompted, text, words
+
+
+_PUNCTUATION = frozenset(";&|")
+_PLAIN_WORDS = re.compile(r"[^\"'\\;&|]*")
+_BLANKS = re.compile(r"[ \t\r\n]+")
+# The words of a line as Python's shlex reads them (posix, whitespace_split, punctuation_chars
+# ";&|", no comments): runs of unquoted characters, "double-quoted" (backslash escapes only `"`
+# and `\`), 'single-quoted' and \-escaped pieces glued into one word; runs of ;&| on their own.
+# shlex itself reads one character at a time in Python (half the time of a script); these
+# patterns find the same words (tests/test_parsers_env.py compares them with shlex on every
+# sample line and on fuzzed ones). Each piece is unambiguous, so the scan is linear.
+_PIECE = r"[^ \t\r\n\"'\\;&|]+|\"(?:[^\"\\]|\\[\s\S])*\"|'[^']*'|\\[\s\S]"
+_TOKEN = re.compile(rf"(?P<word>(?:{_PIECE})+)|(?P<punct>[;&|]+)|[ \t\r\n]+")
+_PART = re.compile(_PIECE)
+_ESCAPED_IN_DOUBLE = re.compile(r"\\([\"\\])")
+
+
+def _shell_words(text: str) -> list[str]:
+    """Shell words, with `;`, `&&`, `||`, `|` and `&` as words of their own; ValueError for an
+    unclosed quote or a trailing backslash (as shlex)."""
+    if _PLAIN_WORDS.fullmatch(text):  # nothing for the shell to interpret: split at blanks
+        return [w for w in _BLANKS.split(text) if w]
+    words = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ValueError("No closing quotation" if text[pos] in "\"'" else "No escaped character")
+        pos = m.end()
+        if m["punct"]:
+            words.append(m["punct"])
+        elif m["word"] is not None:
+            words.append("".join(_unquote(p) for p in _PART.findall(m["word"])))
+    return words
+
+
+def _unquote(piece: str) -> str:
+    if piece[0] == '"':
+        return _ESCAPED_IN_DOUBLE.sub(r"\1", piece[1:-1])
+    if piece[0] == "'":
+        return piece[1:-1]
+    if piece[0] == "\\":
+        return piece[1]
+    return piece
+
+
+def _shlex_words(text: str) -> list[str]:
+    """The same words by Python's shlex (the reference _shell_words is tested against)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
+
+
+def _commands(words: list[str]) -> Iterator[list[str]]:
+    """The simple commands of a command line (split at `;`, `&&`, `||`, `|`, `&`)."""
+    if not any(w[:1] in _PUNCTUATION for w in words):
+        if words:
+            yield words
+        return
+    start = 0
+    for i, word in enumerate([*words, ";"]):
+        if word and set(word) <= set(";&|"):
+            if i > start:
+                yield words[start:i]
+            start = i + 1
+
+
+def _expand(value: str, variables: dict[str, str]) -> str:
+    """Shell parameter expansion as far as the dump tells: `${A:-default}` is A's value or the
+    default, `$A` / `${A}` is A's value when the script set it, else left as written. The result
+    stops at MAX_VALUE_CHARS (`A=$A$A` lines would double it each time)."""
+    if "$" not in value:
+        return value
+    out: list[str] = []
+    size = 0
+    pos = 0
+    for m in _PARAM.finditer(value):
+        name = m["name"] or m["bare"]
+        known = variables.get(name)
+        if m["op"] is None:
+            piece = m.group(0) if known is None else known
+        elif known is None or (m["op"].startswith(":") and not known):
+            piece = _expand(m["default"], variables)
+        else:
+            piece = known
+        out += [value[pos:m.start()], piece]
+        size += m.start() - pos + len(piece)
+        pos = m.end()
+        if size >= MAX_VALUE_CHARS:
+            return "".join(out)[:MAX_VALUE_CHARS]
+    out.append(value[pos:])
+    return "".join(out)[:MAX_VALUE_CHARS]
+
+
+def _prints_env(words: list[str]) -> bool:
+    """`env`, `printenv`, `env | grep NCCL`, `export -p`: a command whose output is `env` output."""
+    head = words[: words.index("|")] if "|" in words else words
+    return bool(head) and ((head[0] in ("env", "printenv") and not any("=" in w for w in head))
+                           or head in (["export", "-p"], ["declare", "-x"], ["set"]))
+
+
+def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
+    variables = Variables()
+    skipped = 0
+
+    def add(word: str) -> bool:
+        name, sep, value = word.partition("=")
+        if not sep or not _IS_NAME.match(name):
+            return False
+        variables.put(name, _expand(value, variables))
+        return True
+
+    env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
+    for prompted, text, words in _logical_lines(lines):
+        if prompted:
+            env_output = _prints_env(words)
+        elif env_output and (m := _ASSIGN.match(text)):
+            variables.put(m["name"], m["value"])
+            continue
+        if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env
+            continue
+        found = False
+        for command in _commands(words):
+            found |= _read_command(command, add)
+        if not found and words:
+            skipped += 1
+    return variables, skipped
+
+
+def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
+    """Record the assignments of one simple command through `add`; whether there were any."""
+    found = False
+    i = 0
+    # `VAR=x VAR2=y cmd`, `env VAR=x cmd`, `export VAR=x`, `declare -x VAR=x`, `ENV VAR=x`
+    while i < len(words):
+        word = words[i]
+        if word == "ENV" and len(words) - i >= 3 and "=" not in words[i + 1]:
+            # legacy Dockerfile `ENV NAME value`
+            return add(f"{words[i + 1]}={' '.join(words[i + 2:])}")
+        if word in _SHELL_DECLARE:
+            j = i + 1
+            while j < len(words) and words[j].startswith("-") and "=" not in words[j]:
+                j += 1  # the options right after the keyword
+            flags = words[i + 1:j]
+            if word in ("declare", "typeset", "local") and not any("x" in f for f in flags):
+                break  # not exported (arrays, locals)
+            i = j
+            continue
+        if word == "env":
+            i += 1
+            continue
+        if not add(word):
+            break
+        found = True
+        i += 1
+    # launcher flags anywhere in the command: mpirun -x, docker -e/--env, srun --export=
+    for j, word in enumerate(words):
+        if word in FLAG_WORDS and j + 1 < len(words):
+            found |= add(words[j + 1])
+        elif word.startswith("--env="):
+            found |= add(word.split("=", 1)[1])
+        elif word.startswith("--export="):
+            for item in word.split("=", 1)[1].split(","):
+                found |= add(item)
+    return found
