@@ -86,9 +86,10 @@ class ProcResult:
         lines = [(n, line) for n, line in lines if line]
         if not lines:
             return "; it printed nothing"
+        # Quoted (repr) so that control characters and garbage from a broken tool stay readable.
         if len(lines) == 1:
-            return f"; last output: {lines[0][1]}"
-        return "; last output: " + "; ".join(f"{n}: {line}" for n, line in lines)
+            return f"; its last line: {lines[0][1]!r}"
+        return "; its last lines: " + "; ".join(f"{n}: {line!r}" for n, line in lines)
 
     def _notes(self) -> str:
         notes = []

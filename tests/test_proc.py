@@ -154,8 +154,8 @@ def test_hung_tool_with_detached_child_is_killed_with_its_tree_and_named(tools):
     res = proc.run(["smi", "-q", "-x"], timeout_s=5)
     assert time.monotonic() - start < 5 + 2 * proc.KILL_GRACE_S + SLACK_S
     assert res.timed_out and res.returncode is None
-    assert res.describe() == ("`smi -q -x` did not finish within 5 s and was killed; last "
-                              "output: Attached GPUs : 8")
+    assert res.describe() == ("`smi -q -x` did not finish within 5 s and was killed; its last "
+                              "line: 'Attached GPUs : 8'")
     pids = _pids(tools)
     assert len(pids) == 2 and _all_dead(pids) == []
 
@@ -237,14 +237,14 @@ def test_endless_output_is_stopped_at_the_timeout_with_bounded_output(tools):
     _tool(tools, "chatty", "exec yes 'nccl INFO spam'")
     res = proc.run(["chatty"], timeout_s=1, max_output_bytes=64 * 1024)
     assert res.timed_out and res.stdout_dropped > 0 and len(res.stdout) < 64 * 1024 + 100
-    assert "last output: nccl INFO spam" in res.describe()
+    assert "its last line: 'nccl INFO spam'" in res.describe()
 
 
 def test_killed_by_signal_names_its_last_output(tools):
     _tool(tools, "all_reduce_perf", "echo '#  Rank  0 Group  0 Pid 1 on node'; kill -ABRT $$")
     res = proc.run(["all_reduce_perf", "-b", "8", "-e", "128M"], timeout_s=30)
     assert res.describe() == ("`all_reduce_perf -b 8 -e 128M` was killed by signal SIGABRT; "
-                              "last output: #  Rank  0 Group  0 Pid 1 on node")
+                              "its last line: '#  Rank  0 Group  0 Pid 1 on node'")
 
 
 def test_long_arguments_are_shortened_in_messages():
@@ -261,7 +261,7 @@ def test_a_deadline_in_force_shortens_the_timeout_and_says_whose(tools):
     assert res.timed_out and res.requested_timeout_s == 60 and res.timeout_s < 2
     assert res.describe().startswith("`nvidia-smi -q` did not finish within ")
     assert ("s and was killed (its 60 s timeout was shortened to end before check PF-X-001's "
-            "9 s pytest-timeout); last output: Timestamp : now") in res.describe()
+            "9 s pytest-timeout); its last line: 'Timestamp : now'") in res.describe()
 
 
 def test_no_tool_starts_when_the_deadline_leaves_no_time(tools):

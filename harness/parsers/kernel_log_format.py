@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from harness.parsers.values import ascii_int
+
 __all__ = ["KERNEL", "LOG", "NEUTRAL", "OTHER", "Line", "LogShape", "Tally", "classify"]
 
 #: Line kinds: written by the kernel / a record of another program in a log format (a syslog
@@ -100,11 +102,11 @@ def _journal_json(line: str) -> Line | None:
     text = str(msg)
     kernel = rec.get("_TRANSPORT") == "kernel" or rec.get("SYSLOG_IDENTIFIER") == "kernel"
     when = None
-    with_time = str(rec.get("__REALTIME_TIMESTAMP", ""))
-    if with_time.isdigit():
-        when = datetime.fromtimestamp(int(with_time) / 1e6, UTC).isoformat()
-    mono = str(rec.get("_SOURCE_MONOTONIC_TIMESTAMP", ""))
-    uptime = f"{int(mono) / 1e6:.6f}" if kernel and mono.isdigit() else None
+    real = ascii_int(str(rec.get("__REALTIME_TIMESTAMP", "")))
+    if real is not None and 0 <= real < 10**17:  # microseconds: before the year 5138
+        when = datetime.fromtimestamp(real / 1e6, UTC).isoformat()
+    mono = ascii_int(str(rec.get("_SOURCE_MONOTONIC_TIMESTAMP", "")))
+    uptime = f"{mono / 1e6:.6f}" if kernel and mono is not None and mono >= 0 else None
     return Line(KERNEL if kernel else LOG, text, when, uptime, kernel and _banner(text))
 
 
@@ -133,7 +135,7 @@ def classify(line: str) -> Line:
         return _tuple(Line, (KERNEL, line, up or m["ctime"] or m["iso"], up, _banner(line)))
     km = _KMSG.match(line)
     if km:
-        usec = int(km["usec"])
+        usec = ascii_int(km["usec"]) or 0
         when = f"{usec // 1_000_000}.{usec % 1_000_000:06d}"
         return _tuple(Line, (KERNEL, line, when, when, _banner(line)))
     tm = _TALOS.match(line)

@@ -130,25 +130,10 @@ class HungError(RuntimeError):
     """An in-process call (NVML) did not return within its limit; str() says which and how long."""
 
 
-def _last_line(res: proc.ProcResult) -> str:
-    for text in (res.stderr, res.stdout):
-        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-        if lines:
-            return lines[-1].strip()[:200]
-    return ""
-
-
 def describe(res: proc.ProcResult, note: str = "") -> str:
-    """`res.describe()`; for a timeout also the deadline it had and the last line it printed."""
-    text = res.describe()
-    if not res.timed_out:
-        return text
-    last = _last_line(res)
-    if last and last not in text:
-        text += f"; its last line: {last!r}"
-    elif not last:
-        text += "; it printed nothing"
-    return text + note
+    """`res.describe()`; for a timeout also the deadline it had."""
+    text = res.describe()  # a timeout's says its last line (or that it printed nothing)
+    return text + note if res.timed_out else text
 
 
 def run(argv: Sequence[str], deadline: Deadline | None, cap_s: float, *, tool: str | None = None,
