@@ -51,6 +51,14 @@ class ProcResult:
         return self.returncode == 0 and not self.timed_out and self.error is None
 
     @property
+    def incomplete(self) -> bool:
+        """Its output may not be all it had to say, though it may have exited 0: killed by a
+        signal, bytes dropped over the cap, or detached children (holding its output open)
+        killed. A listing read from such output is not evidence of what is absent from it."""
+        return bool((self.returncode is not None and self.returncode < 0) or self.truncated
+                    or self.leftovers)
+
+    @property
     def output(self) -> str:
         """stdout then stderr, as a person would have seen them on a terminal (roughly)."""
         return self.stdout + (("\n" + self.stderr) if self.stderr else "")
@@ -76,6 +84,8 @@ class ProcResult:
             except ValueError:
                 name = str(-self.returncode)
             text = f"`{cmd}` was killed by signal {name}" + self._last_output()
+        elif self.returncode == 0:
+            text = f"`{cmd}` exited with status 0" + self._last_output()
         else:
             text = f"`{cmd}` exited with status {self.returncode}: {_last_line(self.stderr or self.stdout)}"
         return text + self._notes()
@@ -98,7 +108,9 @@ class ProcResult:
                 notes.append(f"{dropped:,} bytes of its {name} dropped from the middle (over "
                              f"the {self.output_cap:,}-byte cap: first and last halves kept)")
         if self.leftovers:
-            notes.append(f"it left {self.leftovers} process(es) running, killed")
+            notes.append(f"it exited but left {self.leftovers} process(es) running (detached "
+                         "children that may have held its output open), killed: its output "
+                         "may be incomplete")
         if self.unkillable:
             notes.append(f"{len(self.unkillable)} process(es) survived SIGKILL (pids "
                          f"{', '.join(map(str, self.unkillable))}: stuck in the kernel, D state)")

@@ -229,3 +229,10 @@ def test_a_markdown_table_is_not_a_dcgm_table():
     text = "| file | what | source |\n|---|---|---|\n| a.json | DCGM 4 JSON | NVIDIA/DCGM |\n"
     with pytest.raises(ParseError, match="no dcgmi diag result table rows"):
         parse_dcgm_diag(text)
+
+
+def test_random_pipe_text_is_not_a_failed_test():
+    # `|name|` rows with no value are not results: garbage must not read as a DCGM failure.
+    garbage = "|e dd:d#ei b-e|\n| a:=b |\n|-- |  |\n"
+    with pytest.raises(ParseError):
+        parse_dcgm_diag(garbage)

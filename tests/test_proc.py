@@ -144,6 +144,8 @@ def test_detached_child_holding_stdout_does_not_stall_a_finished_tool(tools):
     res = proc.run(["smi", "-q"], timeout_s=60)
     assert time.monotonic() - start < 2 * proc.KILL_GRACE_S + SLACK_S  # not the 60 s, not 300
     assert res.ok and res.stdout.strip() == "GPU 0: fine" and res.leftovers == 1
+    # It exited 0, but what it left behind held its output: a listing from it may be cut.
+    assert res.incomplete and "detached children" in res.describe()
     pids = _pids(tools)
     assert len(pids) == 2 and _all_dead(pids) == []
 
@@ -302,3 +304,13 @@ def test_kill_tree_stops_a_process_started_elsewhere_and_its_detached_children(t
     assert proc.kill_tree(p.pid, grace_s=0.5) == set()
     assert p.wait(10) == -9
     assert _all_dead(_pids(tools)) == []
+
+
+def test_a_complete_answer_is_not_incomplete_and_a_signal_or_the_cap_makes_it_so(tools):
+    _tool(tools, "fine", "echo 'provider: efa'")
+    _tool(tools, "crash", "echo 'provider: efa'; kill -SEGV $$")
+    _tool(tools, "flood", "head -c 300000 /dev/zero | tr '\\0' x")
+    assert not proc.run(["fine"], timeout_s=30).incomplete
+    assert proc.run(["crash"], timeout_s=30).incomplete
+    flood = proc.run(["flood"], timeout_s=30, max_output_bytes=64 * 1024)
+    assert flood.ok and flood.incomplete and "dropped from the middle" in flood.describe()

@@ -287,7 +287,10 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             status = outcome["status"] if outcome else value
             who = _who(outcome["who"] if outcome else None)
             plain = not (outcome and outcome["who"])
-            current = tests.add([name, [(g, _status(status)) for g in who], [], category, plain])
+            # A row without a value states nothing (its per-GPU lines may follow); a test that
+            # never gets an outcome is not a result (random `|x|` text is not a failed test).
+            outcomes = [(g, _status(status)) for g in who] if value else []
+            current = tests.add([name, outcomes, [], category, plain])
             message, in_category = None, True
         else:  # continuation line
             outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)

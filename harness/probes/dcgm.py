@@ -39,6 +39,8 @@ def run_dcgm_diag(level: int, *, timeout_s: float | None = None, host: str | Non
         raise ProbeError(f"{res.describe()}{hint}")
     if res.timed_out:
         raise ProbeError(f"{dl.describe(res, note)}; {_STUCK}")
+    if res.incomplete:
+        raise ProbeError(f"{res.describe()}; its result may be cut short, not read")
     try:
         return parse_dcgm_diag(res.stdout)
     except ParseError as exc:

@@ -94,7 +94,8 @@ def read_kernel_log(
         # journalctl succeeds with nothing to show when there is no journal, or when the user
         # may not read the system's messages: neither means "no XIDs".
         blind = next((why for marker, why in _JOURNAL_BLIND if marker in res.output), None)
-        if not res.ok or blind:
+        if not res.ok or blind or res.incomplete:
+            # Cut output would read as a shorter log without the XIDs it lost.
             tried.append(f"`{cmd}`: {blind}" if blind else dl.describe(res, note))
             continue
         found = _read(res.stdout, cmd, since if argv is journal else None, deadline, tool_env)

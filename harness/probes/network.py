@@ -314,7 +314,9 @@ def query_fi_info(provider: str | None = "efa", timeout_s: float = 15.0) -> FiIn
     is absent: that is a fact (info.error_code), not a probe failure."""
     argv = [fi_info_path()] + (["-p", provider] if provider else [])
     result = proc.run(argv, timeout_s=timeout_s)
-    if result.error is not None or result.timed_out:
+    if result.error is not None or result.timed_out or result.incomplete:
+        # Killed mid-listing, cut, or left children behind: a provider missing from a cut
+        # listing is not absent.
         return FiInfoProbe(result, None, result.describe())
     try:
         return FiInfoProbe(result, parse_fi_info(result.output))

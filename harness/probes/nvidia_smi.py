@@ -50,6 +50,9 @@ def _smi_reading(res: proc.ProcResult, parse: Callable[[], GpuInventory], what: 
     an answer with fewer GPUs than the `Attached GPUs` it states (its output was cut short)."""
     if res.timed_out or res.error is not None:
         raise ProbeError(dl.describe(res, note))
+    if res.incomplete and res.returncode == 0:
+        # Cut output would read as fewer GPUs (a false "GPU missing"), or as nothing.
+        raise ProbeError(f"{res.describe()}: its answer cannot be trusted whole")
     try:
         inv = parse()
     except ParseError as exc:
