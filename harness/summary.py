@@ -103,7 +103,7 @@ def print_summary(report: Report, file: TextIO | None = None, verbose: bool = Fa
     for err in report.harness_errors:
         console.print(f"[bold red]harness error:[/] {escape(err)}")
     counts = report.counts()
-    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no check ran"
     verdict = report.verdict.upper()
     style = "bold green" if report.verdict == "pass" else "bold red"
     console.print(f"[{style}]{verdict}[/] ({tally}) in {report.duration_s:.1f} s")

@@ -287,7 +287,8 @@ def test_k_matching_nothing_is_a_usage_error_and_never_execs(tmp_path, execs, ca
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-NOPE-999",
                    "--failure-file", str(failure), "--", "echo", "ok"])
     assert rc == cli.EXIT_USAGE and execs == []
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "ERROR (no check ran)" in out + err and "()" not in out + err
     assert "no check selected (profile local-cpu; tier preflight; -k 'PF-NOPE-999'; suites " \
            "built-in (" in err
     assert "`preflight list --tier preflight -k PF-NOPE-999` shows what this selection" in err
