@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,10 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+#: A cached venv pair unused this long is removed when another is built, s.
+STALE_S = 24 * 3600
+
+
 def cache_root() -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "gpu-preflight-tests"
@@ -143,12 +148,15 @@ def ensure_venvs() -> dict[str, Shipped]:
     targets = {flavour: root / key / flavour for flavour in FLAVOURS}
     with _locked(root / "lock"):
         if not all((t / ".complete").exists() for t in targets.values()):
+            # Other checkouts (worktrees, a run in progress) may be using theirs: only venvs
+            # unused for a day go.
             for old in root.iterdir():
-                if old.is_dir() and old.name != key:
+                if old.is_dir() and old.name != key and time.time() - old.stat().st_mtime > STALE_S:
                     shutil.rmtree(old, ignore_errors=True)
             install(targets, root / key / "wheel")
             for target in targets.values():
                 (target / ".complete").write_text(key)
+        os.utime(root / key)  # in use: not stale
     return {flavour: Shipped(target) for flavour, target in targets.items()}
 
 
