@@ -387,10 +387,10 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, request: pytest.FixtureRe
     level = profile.dcgm_level.get(tier, 1)
     if level <= 0:
         not_applicable(f"the profile sets dcgm_level {level} for tier {tier} (DCGM not run)")
-    # The inventory first: it names the GPUs, costs a second on a healthy node, and a source
-    # that hung in the node-local phase is not asked again (harness/probes/deadline.py).
-    inventory = _inventory_or_none(request)
+    # DCGM's result first: it is what is judged. The inventory only names the GPUs, with what
+    # time is left (a hung nvidia-smi must not use up dcgmi's time: issue 12).
     dcgm_diag: Any = request.getfixturevalue("dcgm_diag")
+    inventory = _inventory_or_none(request)
     found = []
     for r in dcgm_diag.failed:
         gpu = inventory.by_index(r.gpu) if inventory and r.gpu is not None else None

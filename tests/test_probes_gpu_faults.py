@@ -218,8 +218,8 @@ def test_a_gpu_nvml_cannot_open_is_unreadable_not_healthy():
 # ---- dcgmi ----
 
 @pytest.mark.parametrize(("body", "message"), [
-    ("exit 0", "`dcgmi diag -r 1 -j` exited with status 0: ; no diagnostic result in its output "
-               "(empty input: no dcgmi diag output)"),
+    ("exit 0", "`dcgmi diag -r 1 -j` exited with status 0; it printed nothing; no diagnostic "
+               "result in its output (empty input: no dcgmi diag output)"),
     (f"head -c 700 '{DATA / 'dcgm/dcgm4-r3-diagnostic-pass-excerpt.json'}'",
      "no diagnostic result in its output (dcgmi output is neither a result table nor valid JSON"),
     ("head -c 2000 /dev/urandom", "no diagnostic result in its output"),
