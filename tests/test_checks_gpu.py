@@ -386,7 +386,7 @@ def test_a_hung_nvidia_smi_fails_every_inventory_check_by_name_within_its_timeou
         assert "`nvidia-smi -q -x` did not finish" in results[cid]["message"]
     assert results["PF-GPU-012"]["outcome"] == "error"
     assert results["PF-GPU-012"]["message"].startswith(
-        "[PF-GPU-012] `dcgmi diag -r 2 -j` exited with status 0: ")
+        "[PF-GPU-012] `dcgmi diag -r 2 -j` exited with status 0")
     assert "no diagnostic result in its output" in results["PF-GPU-012"]["message"]
     for cid in ("PF-GPU-006", "PF-GPU-018"):
         assert results[cid]["outcome"] == "error"
