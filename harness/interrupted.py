@@ -115,6 +115,7 @@ class RunFinalizer:
         self.report: Report | None = None
 
     def __call__(self, signum: int) -> None:
+        from harness.junit import write_junit_if_missing
         from harness.report import redact_file, write_report
 
         report = interrupted_report(
@@ -124,6 +125,8 @@ class RunFinalizer:
         report.command = self.command
         self.report = report
         write_report(report, self.report_dir, self.env)
+        # The check session may not have written its junit.xml (stopped before or during it).
+        write_junit_if_missing(report, self.report_dir / "junit.xml")
         if self.failure_file is not None:
             self.write_failure(self.failure_file, failure_text(report), self.env)
         for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):

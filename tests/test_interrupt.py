@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -228,6 +229,10 @@ def test_signal_while_blocked_in_the_cluster_join_is_handled_at_once(world):
     report = json.loads((world / "r" / "node-a" / "report.json").read_text())
     assert report["verdict"] == "interrupted" and report["checks"] == []
     assert "0 of 0 checks had finished" in report["harness_errors"][0]
+    # No check session ran, so none wrote junit.xml: the run writes one that says why.
+    junit = ET.parse(world / "r" / "node-a" / "junit.xml").getroot()
+    error = junit.find("testsuite/testcase[@name='run']/error")
+    assert error is not None and "interrupted by SIGTERM" in error.get("message", "")
     assert _alive_after(tree) == []
 
 
@@ -252,6 +257,7 @@ def test_selftest_stops_every_node_and_each_writes_its_interrupted_report(world)
     for rank in (0, 1):
         report = json.loads((world / "st" / f"node{rank}" / "report.json").read_text())
         assert report["verdict"] == "interrupted", rank
+        assert (world / "st" / f"node{rank}" / "junit.xml").is_file(), rank
         assert not (world / "st" / f"node{rank}" / "EXECUTED").exists()
     text = (world / "out.txt").read_text()
     assert ("INTERRUPTED by SIGTERM; the nodes' reports:\n  node0: interrupted\n"
