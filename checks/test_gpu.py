@@ -30,7 +30,10 @@ from harness.gpu import (
     Problem,
     ecc_problems,
     gpu_label,
+    pcie_link_gen_max,
     pcie_problems,
+    pcie_slot_limit,
+    pcie_slot_outliers,
     remap_problems,
     reset_problems,
     retirement_problems,
@@ -296,14 +299,24 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
 @check(
     "PF-GPU-009",
     title="PCIe links at their maximum width and generation",
-    why="A link trained down (x8 instead of x16, or a slot capping the generation) halves "
-    "host-device and GPUDirect RDMA bandwidth; it usually means a bad riser, cable or seat.",
+    why="A link trained down (x8 instead of x16, gen 4 in a gen 5 slot) halves host-device and "
+    "GPUDirect RDMA bandwidth; it usually means a bad riser, cable or seat. The generation is "
+    "judged against the lower of the GPU's and the slot's maximum: a slot older than the GPU "
+    "(a PCIe Gen6 B200 in a Gen5 host) is the host's design, recorded, not a fault.",
     remedy="see the action named for each GPU",
 )
 def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    _judge_all("GPUs with a degraded PCIe link", gpu_inventory,
-               _found(gpu_inventory, pcie_problems))
+    for g in gpu_inventory.gpus:
+        link_max = pcie_link_gen_max(g)
+        if link_max is not None:
+            slot = pcie_slot_limit(g)
+            measure(f"GPU {g.index} PCIe link max gen" + (f" ({slot})" if slot else ""),
+                    link_max)
+    found = _found(gpu_inventory, pcie_problems)
+    found += [(gpu_label(gpu_inventory.by_index(p.gpu)), p.what, p.action)
+              for p in pcie_slot_outliers(gpu_inventory)]
+    _judge_all("GPUs with a degraded PCIe link", gpu_inventory, found)
 
 
 @check(

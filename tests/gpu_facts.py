@@ -110,6 +110,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "query_errors": _with(gpu_inventory=node(gpu4={
         "temperature_c": None, "query_errors": ("nvmlDeviceGetTemperature: Unknown Error",)})),
     "pcie": _with(gpu_inventory=node(gpu5={"pcie_width_current": 8})),
+    # PCIe Gen6 GPUs in Gen5 slots, running at gen 5: the host's design, a pass.
+    "pcie_slot": _with(gpu_inventory=node(**{f"gpu{i}": {"pcie_gen_device_max": 6}
+                                             for i in range(8)})),
+    # One slot gives gen 4 where the others give gen 5: a warning, not a reboot.
+    "pcie_slot_outlier": _with(gpu_inventory=node(gpu3={"pcie_gen_max": 4,
+                                                        "pcie_gen_current": 4})),
     "nvlink": _with(
         gpu_inventory=node(gpu1={"nvlinks_active": tuple(range(16)),
                                  "nvlinks_inactive": (16, 17)}),

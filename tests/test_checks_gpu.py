@@ -105,6 +105,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "pcie": {"PF-GPU-009": ("fail", (
         f"[PF-GPU-009] GPUs with a degraded PCIe link: 1 found, {NONE_FOR}: {GPU[5]}: PCIe "
         f"link x8 < x16 (P0) -> reboot; {ACT_REBOOT}"))},
+    "pcie_slot": {},
+    "pcie_slot_outlier": {"PF-GPU-009": ("warn", (
+        f"[PF-GPU-009] {GPU[3]}: its slot allows PCIe gen 4, the other slots of this node gen 5 "
+        "(a riser or the slot's firmware setting: check the host, not the GPU) -> monitor; "
+        f"{ACT_MONITOR}"))},
     "nvlink": {"PF-GPU-010": ("fail", (
         f"[PF-GPU-010] GPUs with NVLink problems: 2 found, {NONE_FOR}: {GPU[1]}: 16 of 18 "
         f"NVLinks active (down: 16, 17) -> reset GPU; {GPU[3]}: NVLink 5 error counters "
@@ -215,6 +220,14 @@ def test_sxids_are_not_judged_without_nvswitch(pytester: pytest.Pytester):
                             str(pytester.path / "p.toml"))["PF-GPU-018"]
     assert (result["outcome"], result["message"]) == (
         "skip", "not applicable to hgx-less: the profile has no NVSwitch")
+
+
+def test_a_slot_older_than_the_gpu_is_recorded(pytester: pytest.Pytester):
+    result = run_checks(pytester, "pcie_slot")["PF-GPU-009"]
+    assert result["outcome"] == "pass"
+    assert result["measurements"][0] == {
+        "what": "GPU 0 PCIe link max gen (the slot caps the link at gen 5 (the GPU supports gen "
+                "6))", "value": 5, "unit": "", "op": None, "threshold": None, "ok": None}
 
 
 def test_measurements_are_recorded(pytester: pytest.Pytester):
