@@ -180,10 +180,15 @@ class GpuInfo:
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
     nvlinks_active: tuple[int, ...] | None = None
-    """Link numbers whose state is active; None when NVLink is not reported."""
+    """Link numbers that are up: active, or asleep (NVLink low-power idle, woken by traffic);
+    None when NVLink is not reported."""
+    nvlinks_sleeping: tuple[int, ...] = ()
+    """The up links in state SLEEP (NVML_NVLINK_STATE_SLEEP): up, not down."""
     nvlinks_inactive: tuple[int, ...] = ()
+    """Links down: inactive, or active with traffic disabled."""
     nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
-    """link -> {counter: value} (`crc_flit`, `crc_data`, `replay`, `recovery`)."""
+    """link -> {counter: value}: `replay`, `recovery`, `crc_flit`, `crc_data` (before
+    Blackwell), `recovery_successful`, `recovery_failed`, `recovery_events` (NVLink5)."""
     fabric_state: str | None = None
     """NVSwitch fabric registration (fabric manager): `Completed`, `In Progress`, `Not Started`;
     None where the GPU does not report it (pre-Hopper, PCIe GPUs)."""
