@@ -264,8 +264,26 @@ def test_no_counter_read_is_unread_never_no_errors(node):
     counters = gpu.nvlink_error_growth(FakeNvml(node), interval_s=0)
     assert counters.growth == {} and counters.read == {}
     assert sorted(counters.unread) == list(range(8))
-    assert counters.unread[0].startswith("no NVLink error counter could be read on link(s) 0, "
-                                         "1, 2")
+    assert counters.unread[0] == ("no NVLink error counter could be read on any of its 18 up "
+                                  "links (NOT_SUPPORTED or failing)")
+
+
+def test_links_without_counters_are_named():
+    """Counters on links 0-15 but none on 16 and 17: those two are unknown."""
+    fake = FakeNvml(h100_node(gpu3={"unsupported": {"nvmlDeviceGetNvLinkErrorCounter"},
+                                    "unsupported_fields": {213, 214, 215}}))
+    original = fake._field
+
+    def field(g, fid, scope):
+        value = original(g, fid, scope)
+        if g.index == 3 and scope >= 16 and fid in (161, 162, 163):
+            value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return value
+
+    fake._field = field
+    counters = gpu.nvlink_error_growth(fake, interval_s=0)
+    assert counters.unread == {3: "no NVLink error counter could be read on link(s) 16, 17 "
+                                  "(NOT_SUPPORTED or failing)"}
 
 
 # ---- emulated tools ----

@@ -186,7 +186,9 @@ def sample_nvlink_errors(nvml: Any | None = None) -> dict[int, GpuCounters]:
     for index in range(r.get("nvmlDeviceGetCount") or 0):
         handle = r.get("nvmlDeviceGetHandleByIndex", index)
         if handle is None:
-            out[index] = GpuCounters(how="no handle", unread=(-1,))
+            why = f" ({'; '.join(r.errors)[:200]})" if r.errors else ""
+            out[index] = GpuCounters(error=f"NVML gave no handle for it{why}: its NVLink "
+                                     "error counters are unknown")
             continue
         links = link_states(r, handle)
         if links is not None:

@@ -93,6 +93,8 @@ class GpuCounters:
     how: str = ""
     """What read them: `nvmlDeviceGetNvLinkErrorCounter`, `NVML fields 213-215` ..."""
     unread: tuple[int, ...] = ()
+    error: str = ""
+    """Why nothing about the GPU's links could be read (NVML gave no handle for it)."""
 
 
 def _blackwell(r: Reader, handle: Any) -> bool | None:
@@ -175,9 +177,13 @@ def error_growth(before: dict[int, GpuCounters], after: dict[int, GpuCounters],
             unread[gpu] = "the GPU answered only one of the two samples"
             continue
         missing = tuple(sorted(set(first.unread) | set(second.unread)))
-        if missing:
-            unread[gpu] = (f"no NVLink error counter could be read on link(s) {_links(missing)} "
-                           "(NOT_SUPPORTED or failing)")
+        if first.error or second.error:
+            unread[gpu] = first.error or second.error
+        elif missing:
+            where = (f"any of its {len(missing)} up links" if not (first.values or second.values)
+                     else f"link(s) {_links(missing)}")
+            unread[gpu] = (f"no NVLink error counter could be read on {where} (NOT_SUPPORTED "
+                           "or failing)")
         if second.values:
             read[gpu] = f"{second.how}, {len(second.values)} links"
         for link, counters in second.values.items():
