@@ -478,3 +478,12 @@ def test_missing_kernel_log_file(tmp_path: Path):
     with pytest.raises(ProbeError, match=r"cannot read kernel log .*/nope \(PREFLIGHT_KERNEL_LOG="
                                          r".*/nope\): No such file"):
         gpu.read_kernel_log(tmp_path / "nope", env={})
+
+
+def test_a_hung_nvml_is_not_shut_down_at_exit():
+    """nvmlShutdown on a driver that hung would hang the process's exit."""
+    fake = CountingNvml(h100_node())
+    gpu.query_gpus(fake)
+    deadline.mark_hung("nvml", "NVML NVLink counters gave no answer within 32 s")
+    nvml.shutdown()
+    assert fake.shutdowns == 0
