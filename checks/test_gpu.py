@@ -30,7 +30,10 @@ from harness.gpu import (
     Problem,
     ecc_problems,
     gpu_label,
+    pcie_link_gen_max,
     pcie_problems,
+    pcie_slot_limit,
+    pcie_slot_outliers,
     remap_problems,
     reset_problems,
     retirement_problems,
@@ -296,25 +299,39 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
 @check(
     "PF-GPU-009",
     title="PCIe links at their maximum width and generation",
-    why="A link trained down (x8 instead of x16, or a slot capping the generation) halves "
-    "host-device and GPUDirect RDMA bandwidth; it usually means a bad riser, cable or seat.",
+    why="A link trained down (x8 instead of x16, gen 4 in a gen 5 slot) halves host-device and "
+    "GPUDirect RDMA bandwidth; it usually means a bad riser, cable or seat. The generation is "
+    "judged against the lower of the GPU's and the slot's maximum: a slot older than the GPU "
+    "(a PCIe Gen6 B200 in a Gen5 host) is the host's design, recorded, not a fault.",
     remedy="see the action named for each GPU",
 )
 def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
-    _judge_all("GPUs with a degraded PCIe link", gpu_inventory,
-               _found(gpu_inventory, pcie_problems))
+    for g in gpu_inventory.gpus:
+        link_max = pcie_link_gen_max(g)
+        if link_max is not None:
+            slot = pcie_slot_limit(g)
+            measure(f"GPU {g.index} PCIe link max gen" + (f" ({slot})" if slot else ""),
+                    link_max)
+    found = _found(gpu_inventory, pcie_problems)
+    found += [(gpu_label(gpu_inventory.by_index(p.gpu)), p.what, p.action)
+              for p in pcie_slot_outliers(gpu_inventory)]
+    _judge_all("GPUs with a degraded PCIe link", gpu_inventory, found)
 
 
 @check(
     "PF-GPU-010",
     title="All NVLinks up, with no error counters rising",
-    why="A GPU with links down or CRC/replay errors rising slows every all-reduce, and Xid 74 "
-    "(NVLink error) usually follows.",
+    why="A GPU with links down or replay/recovery errors rising slows every all-reduce, and "
+    "Xid 74 (NVLink error) usually follows. A link asleep (NVLink low-power idle) is up. "
+    "Counters are judged as DCGM's health watch judges them: replay or recovery growth fails, "
+    "CRC growth warns below 100/s. Counters that cannot be read (every one NOT_SUPPORTED) are "
+    "unknown, never \"no errors\": a warning in the preflight tier, an error in certify and "
+    "diagnose.",
     remedy="see the action named for each GPU",
 )
-def test_nvlinks_up_without_errors(profile: Profile, gpu_inventory: GpuInventory,
-                                   nvlink_growth: dict[int, dict[int, dict[str, int]]]):
+def test_nvlinks_up_without_errors(profile: Profile, tier: str, gpu_inventory: GpuInventory,
+                                   nvlink_growth: Any):
     _require_gpus(profile)
     if not profile.nvlinks_per_gpu:
         not_applicable("the profile expects no NVLinks")
@@ -324,14 +341,43 @@ def test_nvlinks_up_without_errors(profile: Profile, gpu_inventory: GpuInventory
         if g.nvlinks_active is None:
             found.append((label, "NVLink state not reported", RESET))
             continue
+        asleep = f", {len(g.nvlinks_sleeping)} asleep" if g.nvlinks_sleeping else ""
+        measure(f"GPU {g.index} NVLinks up{asleep}", len(g.nvlinks_active), "links", op=">=",
+                threshold=profile.nvlinks_per_gpu,
+                ok=len(g.nvlinks_active) >= profile.nvlinks_per_gpu)
         if len(g.nvlinks_active) < profile.nvlinks_per_gpu:
             down = ", ".join(str(n) for n in g.nvlinks_inactive) or "none reported"
             found.append((label, f"{len(g.nvlinks_active)} of {profile.nvlinks_per_gpu} NVLinks "
-                          f"active (down: {down})", RESET))
-        for link, grew in sorted(nvlink_growth.get(g.index, {}).items()):
+                          f"up (down: {down})", RESET))
+        for link, grew in sorted(nvlink_growth.growth.get(g.index, {}).items()):
             counts = ", ".join(f"{name} +{n}" for name, n in sorted(grew.items()))
-            found.append((label, f"NVLink {link} error counters rising ({counts})", RESET))
+            found.append((label, f"NVLink {link} error counters rising ({counts} in "
+                          f"{nvlink_growth.interval_s:g} s)",
+                          _nvlink_growth_action(grew, nvlink_growth.interval_s)))
+    if not [f for f in found if f[2] != MONITOR]:
+        unread = [f"{gpu_label(gpu_inventory.by_index(i), i)}: {why}"
+                  for i, why in sorted(nvlink_growth.unread.items())]
+        if unread:
+            for label, problem, action in found:
+                warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
+            what = f"NVLink error counters not known: {'; '.join(unread)[:1500]}"
+            if tier != "preflight":
+                raise ProbeError(what)
+            warn(what, remedy="run `nvidia-smi nvlink -e` (or `dcgmi diag -r 2`) on the node "
+                 "to read them; `--tier certify` treats this as an error")
+            return
     _judge("GPUs with NVLink problems", found)
+
+
+def _nvlink_growth_action(grew: dict[str, int], interval_s: float) -> str:
+    """DCGM's NVLink rules (DcgmHealthWatch.cpp, DcgmGPUHardwareLimits.h): replay or recovery
+    growth >= 1 fails; CRC growth warns, and fails from 100 per second."""
+    from harness.probes.nvml_nvlink import CRC_COUNTERS, CRC_FAIL_PER_S
+
+    if any(name not in CRC_COUNTERS for name in grew):
+        return RESET
+    rate = max(grew.values()) / max(interval_s, 1e-9)
+    return RESET if rate >= CRC_FAIL_PER_S else MONITOR
 
 
 @check(

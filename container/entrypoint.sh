@@ -23,10 +23,44 @@ if [ -n "${PREFLIGHT_ARGS:-}" ]; then
     read -r -a extra <<< "${PREFLIGHT_ARGS}"
 fi
 
-# `dcgmi diag` needs DCGM's host engine; start it when DCGM is installed and none is running
-# (it daemonises and stays beside the trainer: a few MB, idle).
-if command -v nv-hostengine >/dev/null 2>&1 && ! pgrep -x nv-hostengine >/dev/null 2>&1; then
-    nv-hostengine >/dev/null 2>&1 || echo "preflight-entrypoint: nv-hostengine did not start" >&2
+# `dcgmi diag` needs DCGM's host engine. The node's own one is used when it answers: TCP
+# 127.0.0.1:5555 (DCGM_HE_PORT_NUMBER; nv-hostengine binds 127.0.0.1 by default, reachable with
+# the host's network namespace) or its unix socket mounted into the container (`nv-hostengine
+# -d`, default /tmp/nv-hostengine; dcgmi then needs `--host unix://PATH`, passed on as
+# PREFLIGHT_DCGM_HOST). Only when none answers is one started here (it daemonises and stays
+# beside the trainer: a few MB, idle); pgrep sees only this container's processes, so it
+# cannot tell whether the host runs one. PREFLIGHT_DCGM_HOST set: that engine, none started.
+python="${PREFLIGHT_PYTHON:-python3}"
+dcgm_port="${PREFLIGHT_DCGM_PORT:-5555}"
+dcgm_socket="${PREFLIGHT_DCGM_SOCKET:-/tmp/nv-hostengine}"
+
+hostengine_answers() {  # $1: HOST:PORT or unix://PATH; true when something accepts a connection
+    "${python}" - "$1" >/dev/null 2>&1 <<'PY'
+import socket, sys
+target = sys.argv[1]
+if target.startswith("unix://"):
+    sock, address = socket.socket(socket.AF_UNIX), target[len("unix://"):]
+else:
+    host, _, port = target.rpartition(":")
+    sock, address = socket.socket(), (host, int(port))
+sock.settimeout(2)
+sock.connect(address)
+PY
+}
+
+if [ -z "${PREFLIGHT_DCGM_HOST:-}" ] && command -v nv-hostengine >/dev/null 2>&1; then
+    if [ "${dcgm_port}" != 5555 ]; then
+        export PREFLIGHT_DCGM_HOST="127.0.0.1:${dcgm_port}"  # dcgmi's default is port 5555
+    fi
+    if hostengine_answers "127.0.0.1:${dcgm_port}"; then
+        echo "preflight-entrypoint: using the nv-hostengine at 127.0.0.1:${dcgm_port}" >&2
+    elif [ -S "${dcgm_socket}" ] && hostengine_answers "unix://${dcgm_socket}"; then
+        echo "preflight-entrypoint: using the nv-hostengine at unix://${dcgm_socket}" >&2
+        export PREFLIGHT_DCGM_HOST="unix://${dcgm_socket}"
+    elif ! pgrep -x nv-hostengine >/dev/null 2>&1; then
+        nv-hostengine -p "${dcgm_port}" >/dev/null 2>&1 \
+            || echo "preflight-entrypoint: nv-hostengine did not start" >&2
+    fi
 fi
 
 has_sagemaker_program() {

@@ -23,7 +23,10 @@ __all__ = [
     "gpu_label",
     "health_problems",
     "pci_key",
+    "pcie_link_gen_max",
     "pcie_problems",
+    "pcie_slot_limit",
+    "pcie_slot_outliers",
     "plural",
     "remap_problems",
     "reset_problems",
@@ -166,16 +169,26 @@ class GpuInfo:
     """`P0` (busy) ... `P8` (idle): PCIe links train down to gen 1 when idle."""
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None
-    """The link's maximum (the lower of what the GPU and the slot support)."""
+    """The link's maximum (the lower of what the GPU and the slot support: NVML's
+    nvmlDeviceGetMaxPcieLinkGeneration, nvidia-smi's `pcie.link.gen.max`)."""
     pcie_gen_device_max: int | None = None
-    """What the GPU itself supports; above `pcie_gen_max` means the slot/riser limits it."""
+    """What the GPU itself supports (nvmlDeviceGetGpuMaxPcieLinkGeneration, `Device Max`,
+    `pcie.link.gen.gpumax`); above the link's maximum means the slot limits it."""
+    pcie_gen_host_max: int | None = None
+    """What the slot's root port supports (nvidia-smi's `Host Max`, `pcie.link.gen.hostmax`;
+    NVML has no call for it). 0 or None: not reported."""
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
     nvlinks_active: tuple[int, ...] | None = None
-    """Link numbers whose state is active; None when NVLink is not reported."""
+    """Link numbers that are up: active, or asleep (NVLink low-power idle, woken by traffic);
+    None when NVLink is not reported."""
+    nvlinks_sleeping: tuple[int, ...] = ()
+    """The up links in state SLEEP (NVML_NVLINK_STATE_SLEEP): up, not down."""
     nvlinks_inactive: tuple[int, ...] = ()
+    """Links down: inactive, or active with traffic disabled."""
     nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
-    """link -> {counter: value} (`crc_flit`, `crc_data`, `replay`, `recovery`)."""
+    """link -> {counter: value}: `replay`, `recovery`, `crc_flit`, `crc_data` (before
+    Blackwell), `recovery_successful`, `recovery_failed`, `recovery_events` (NVLink5)."""
     fabric_state: str | None = None
     """NVSwitch fabric registration (fabric manager): `Completed`, `In Progress`, `Not Started`;
     None where the GPU does not report it (pre-Hopper, PCIe GPUs)."""
@@ -346,24 +359,62 @@ def _idle(gpu: GpuInfo) -> bool:
     return ps.startswith("P") and ps[1:].isascii() and ps[1:].isdigit() and int(ps[1:]) >= 5
 
 
+def pcie_link_gen_max(gpu: GpuInfo) -> int | None:
+    """The highest generation this GPU's link can train to: the lowest of the link's maximum,
+    the GPU's and the slot's (those reported; 0 is "not reported", as nvidia-smi prints an
+    unread Host Max). None: none reported."""
+    known = [g for g in (gpu.pcie_gen_max, gpu.pcie_gen_device_max, gpu.pcie_gen_host_max)
+             if g]
+    return min(known) if known else None
+
+
+def pcie_slot_limit(gpu: GpuInfo) -> str | None:
+    """`the slot caps the link at gen 5 (the GPU supports gen 6)` when the slot (or the host's
+    root port) supports a lower generation than the GPU; None otherwise. This is the host's
+    design (a PCIe Gen6 B200 in a Gen5 server), not a fault: no reset or reboot raises it."""
+    link, device = pcie_link_gen_max(gpu), gpu.pcie_gen_device_max
+    if link and device and link < device:
+        return f"the slot caps the link at gen {link} (the GPU supports gen {device})"
+    return None
+
+
+def pcie_slot_outliers(inventory: GpuInventory) -> list[Problem]:
+    """GPUs of one model whose slot gives a lower generation than the slots of the others on
+    the node (a riser or a BIOS setting of one slot): a warning, since no reset or reboot of
+    the GPU changes it; the host's firmware settings or hardware do."""
+    best: dict[str | None, int] = {}
+    for g in inventory.gpus:
+        link = pcie_link_gen_max(g)
+        if link:
+            best[g.name] = max(best.get(g.name, 0), link)
+    out = []
+    for g in inventory.gpus:
+        link = pcie_link_gen_max(g)
+        if link and link < best[g.name]:
+            out.append(Problem(g.index, f"its slot allows PCIe gen {link}, the other slots of "
+                                        f"this node gen {best[g.name]} (a riser or the slot's "
+                                        "firmware setting: check the host, not the GPU)",
+                               MONITOR, fatal=False))
+    return out
+
+
 def pcie_problems(gpu: GpuInfo) -> list[Problem]:
-    """A slot that caps the link's generation below the GPU's (always judged), or a busy GPU's
-    link below its maximum width or generation. An idle GPU trains its link down to save power
+    """A busy GPU's link below its maximum width or generation. The generation is judged
+    against the lowest of the GPU's, the slot's and the link's maximum (pcie_link_gen_max): a
+    slot older than the GPU is the host's design, reported by pcie_slot_limit, never a problem
+    here (no reset or reboot raises a slot). An idle GPU trains its link down to save power
     (gen 1, and on some boards a narrower width: a real L4 at P8 shows x8 of x16), so an idle
     GPU's current link is not judged, nor the current generation of a GPU whose P-state is
     unknown."""
     p: list[Problem] = []
     i = gpu.index
-    if gpu.pcie_gen_max and gpu.pcie_gen_device_max and gpu.pcie_gen_max < gpu.pcie_gen_device_max:
-        p.append(Problem(i, f"PCIe link capped at gen {gpu.pcie_gen_max} < the GPU's gen "
-                            f"{gpu.pcie_gen_device_max}", REBOOT))
     if _idle(gpu):
         return p
     state = f" ({gpu.performance_state})" if gpu.performance_state else ""
     width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
     if width and width_max and width < width_max:
         p.append(Problem(i, f"PCIe link x{width} < x{width_max}{state}", REBOOT))
-    gen, gen_max = gpu.pcie_gen_current, gpu.pcie_gen_max
+    gen, gen_max = gpu.pcie_gen_current, pcie_link_gen_max(gpu)
     # Every GPU drops its link to gen 1 when idle: without a P-state (a `--query-gpu` CSV that
     # did not ask for pstate) a low generation is no evidence of a fault.
     if gen and gen_max and gen < gen_max and not p and gpu.performance_state:

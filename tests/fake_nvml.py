@@ -35,10 +35,18 @@ class FakeGpu:
     pcie: tuple[int, int, int, int, int] = (5, 5, 5, 16, 16)
     """current gen, link max gen, GPU max gen, current width, max width"""
     nvlink_states: tuple[int, ...] = (1,) * 18
+    """NVML_NVLINK_STATE_* per link (field 165): 0 inactive, 1 active, 2 sleep, 3 active with
+    traffic disabled. nvmlDeviceGetNvLinkState says enabled for 1 and 3 only (how it reports a
+    sleeping link is not known without hardware: the pessimistic reading)."""
     nvlink_errors: dict[int, dict[int, int]] = field(default_factory=dict)
-    """link -> counter constant -> value"""
+    """link -> counter -> value; a counter is an nvmlNvLinkErrorCounter_t constant (read by
+    nvmlDeviceGetNvLinkErrorCounter) or a field id (161-163, 213-215)"""
     nvlink_error_step: dict[int, dict[int, int]] = field(default_factory=dict)
     """link -> counter -> how much it grows every time it is read"""
+    capability: tuple[int, int] = (9, 0)
+    """CUDA compute capability (nvmlDeviceGetCudaComputeCapability)"""
+    unsupported_fields: set[int] = field(default_factory=set)
+    """field ids whose value says NVML_ERROR_NOT_SUPPORTED"""
     recovery_action: int = 0
     """nvmlGpuRecoveryAction_t (0: none)"""
     fabric: tuple[int, int] = (3, 0)
@@ -201,31 +209,75 @@ class FakeNvml:
         self._ask(g, "nvmlDeviceGetNvLinkState")
         if link >= len(g.nvlink_states):
             raise pynvml.NVMLError_InvalidArgument()
-        return g.nvlink_states[link]
+        active = g.nvlink_states[link] in (pynvml.NVML_NVLINK_STATE_ACTIVE,
+                                           pynvml.NVML_NVLINK_STATE_ACTIVE_TRAFFIC_DISABLED)
+        return pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
 
-    def nvmlDeviceGetNvLinkErrorCounter(self, g: FakeGpu, link: int, counter: int) -> int:
-        self._ask(g, "nvmlDeviceGetNvLinkErrorCounter")
+    @staticmethod
+    def _counter(g: FakeGpu, link: int, counter: int) -> int:
         counts = g.nvlink_errors.setdefault(link, {})
         value = counts.get(counter, 0)
         counts[counter] = value + g.nvlink_error_step.get(link, {}).get(counter, 0)
         return value
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, g: FakeGpu, link: int, counter: int) -> int:
+        self._ask(g, "nvmlDeviceGetNvLinkErrorCounter")
+        if link >= len(g.nvlink_states):
+            raise pynvml.NVMLError_InvalidArgument()
+        return self._counter(g, link, counter)
+
+    def nvmlDeviceGetCudaComputeCapability(self, g: FakeGpu) -> tuple[int, int]:
+        self._ask(g, "nvmlDeviceGetCudaComputeCapability")
+        return g.capability
 
     def nvmlDeviceGetGpuFabricInfo(self, g: FakeGpu, ref: Any) -> int:
         self._ask(g, "nvmlDeviceGetGpuFabricInfo")
         ref._obj.state, ref._obj.status = g.fabric  # fills the struct passed by reference
         return 0
 
-    def nvmlDeviceGetFieldValues(self, g: FakeGpu, field_ids: list[int]) -> list[Any]:
+    def nvmlDeviceGetFieldValues(self, g: FakeGpu, field_ids: list[Any]) -> list[Any]:
+        """As pynvml: ids are ints or (field, scopeId); the call succeeds, each value carries
+        its own nvmlReturn (nvml.h: "you must check the nvmlReturn field of each value")."""
         self._ask(g, "nvmlDeviceGetFieldValues")
-        out = []
-        for fid in field_ids:
-            known = fid == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-            out.append(SimpleNamespace(
-                fieldId=fid, nvmlReturn=0 if known else pynvml.NVML_ERROR_NOT_SUPPORTED,
-                value=SimpleNamespace(uiVal=g.recovery_action if known else 0)))
-        return out
+        return [self._field(g, *(fid if isinstance(fid, tuple) else (fid, 0)))
+                for fid in field_ids]
+
+    def _field(self, g: FakeGpu, fid: int, scope: int) -> SimpleNamespace:
+        links = len(g.nvlink_states)
+        value: int | None = None
+        if fid in g.unsupported_fields:
+            value = None
+        elif fid == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+            value = g.recovery_action
+        elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            value = links
+        elif fid == pynvml.NVML_FI_DEV_NVLINK_GET_STATE and scope < links:
+            value = g.nvlink_states[scope]
+        elif fid in _COUNTER_FIELDS and scope < links:
+            value = self._counter(g, scope, fid)
+        ok = value is not None
+        return SimpleNamespace(
+            fieldId=fid, scopeId=scope, nvmlReturn=0 if ok else pynvml.NVML_ERROR_NOT_SUPPORTED,
+            valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if fid in _COUNTER_FIELDS
+            else pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+            value=SimpleNamespace(uiVal=value or 0, ullVal=value or 0))
+
+
+#: NVLink error counters as field values: NVML_FI_DEV_NVLINK_ERROR_DL_* (161-163) and the
+#: NVLink5 NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_* (213-215).
+_COUNTER_FIELDS = frozenset({161, 162, 163, 213, 214, 215})
 
 
 def h100_node(**per_gpu: dict[str, Any]) -> list[FakeGpu]:
     """Eight healthy H100s; `gpu3={"ecc_volatile": 2}` changes GPU 3."""
     return [FakeGpu(i, **per_gpu.get(f"gpu{i}", {})) for i in range(8)]
+
+
+def b200_node(**per_gpu: dict[str, Any]) -> list[FakeGpu]:
+    """Eight B200s as nvml.h describes Blackwell: compute capability 10.0, 18 NVLink5 links,
+    nvmlDeviceGetNvLinkErrorCounter and fields 161-163 unsupported ("unsupported for
+    Blackwell+"), the link-recovery fields 213-215 readable."""
+    base = {"name": "NVIDIA B200", "capability": (10, 0), "pcie": (5, 5, 6, 16, 16),
+            "unsupported": {"nvmlDeviceGetNvLinkErrorCounter"},
+            "unsupported_fields": {161, 162, 163}}
+    return [FakeGpu(i, **{**base, **per_gpu.get(f"gpu{i}", {})}) for i in range(8)]

@@ -10,6 +10,7 @@ from harness.gpu import GpuInfo, GpuInventory
 from harness.parsers.dcgm import DcgmDiag, DcgmResult
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.gpu_compute import ComputeResult
+from harness.probes.nvml_nvlink import NvlinkCounters
 
 BUS = ("53", "64", "75", "86", "97", "A8", "B9", "CA")
 
@@ -55,7 +56,8 @@ def _log(events: tuple[XidEvent, ...] = (), sxids: tuple[SxidEvent, ...] = (), *
 
 HEALTHY: dict[str, Any] = {
     "gpu_inventory": node(),
-    "nvlink_growth": {},
+    "nvlink_growth": NvlinkCounters({}, {}, {i: "nvmlDeviceGetNvLinkErrorCounter, 18 links"
+                                              for i in range(8)}, 2.0),
     "dcgm_diag": DcgmDiag("3.3.9", "550.90.07", tuple(
         DcgmResult("GPU Memory", i, "pass") for i in range(8))),
     "kernel_log": _log(),
@@ -63,6 +65,10 @@ HEALTHY: dict[str, Any] = {
                                     {i: "ab" * 32 for i in range(8)},
                                     {i: 2900.0 for i in range(8)}),
 }
+
+
+def _growth(growth: dict[int, dict[int, dict[str, int]]]) -> NvlinkCounters:
+    return NvlinkCounters(growth, {}, {}, 2.0)
 
 
 def _with(**changes: Any) -> dict[str, Any]:
@@ -110,10 +116,24 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "query_errors": _with(gpu_inventory=node(gpu4={
         "temperature_c": None, "query_errors": ("nvmlDeviceGetTemperature: Unknown Error",)})),
     "pcie": _with(gpu_inventory=node(gpu5={"pcie_width_current": 8})),
+    # PCIe Gen6 GPUs in Gen5 slots, running at gen 5: the host's design, a pass.
+    "pcie_slot": _with(gpu_inventory=node(**{f"gpu{i}": {"pcie_gen_device_max": 6}
+                                             for i in range(8)})),
+    # One slot gives gen 4 where the others give gen 5: a warning, not a reboot.
+    "pcie_slot_outlier": _with(gpu_inventory=node(gpu3={"pcie_gen_max": 4,
+                                                        "pcie_gen_current": 4})),
     "nvlink": _with(
         gpu_inventory=node(gpu1={"nvlinks_active": tuple(range(16)),
                                  "nvlinks_inactive": (16, 17)}),
-        nvlink_growth={3: {5: {"crc_flit": 12, "replay": 3}}}),
+        nvlink_growth=_growth({3: {5: {"crc_flit": 12, "replay": 3}}})),
+    # Links asleep are up; CRC errors growing slowly are a warning (DCGM's rule).
+    "nvlink_sleep_crc": _with(
+        gpu_inventory=node(gpu2={"nvlinks_sleeping": (0, 1, 2)}),
+        nvlink_growth=_growth({4: {7: {"crc_flit": 12}}})),
+    # Every counter NOT_SUPPORTED on GPU 5: unknown, never "no errors".
+    "nvlink_unread": _with(nvlink_growth=NvlinkCounters(
+        {}, {5: "no NVLink error counter could be read on link(s) 0, 1 (NOT_SUPPORTED or "
+                "failing)"}, {}, 2.0)),
     "old_driver": _with(gpu_inventory=node(driver="525.85.12", cuda="12.0")),
     "dcgm_fail": _with(dcgm_diag=DcgmDiag("3.3.9", None, (
         DcgmResult("GPU Memory", 0, "pass"),

@@ -105,10 +105,23 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "pcie": {"PF-GPU-009": ("fail", (
         f"[PF-GPU-009] GPUs with a degraded PCIe link: 1 found, {NONE_FOR}: {GPU[5]}: PCIe "
         f"link x8 < x16 (P0) -> reboot; {ACT_REBOOT}"))},
+    "pcie_slot": {},
+    "pcie_slot_outlier": {"PF-GPU-009": ("warn", (
+        f"[PF-GPU-009] {GPU[3]}: its slot allows PCIe gen 4, the other slots of this node gen 5 "
+        "(a riser or the slot's firmware setting: check the host, not the GPU) -> monitor; "
+        f"{ACT_MONITOR}"))},
     "nvlink": {"PF-GPU-010": ("fail", (
         f"[PF-GPU-010] GPUs with NVLink problems: 2 found, {NONE_FOR}: {GPU[1]}: 16 of 18 "
-        f"NVLinks active (down: 16, 17) -> reset GPU; {GPU[3]}: NVLink 5 error counters "
-        f"rising (crc_flit +12, replay +3) -> reset GPU; {ACT_RESET}"))},
+        f"NVLinks up (down: 16, 17) -> reset GPU; {GPU[3]}: NVLink 5 error counters "
+        f"rising (crc_flit +12, replay +3 in 2 s) -> reset GPU; {ACT_RESET}"))},
+    "nvlink_sleep_crc": {"PF-GPU-010": ("warn", (
+        f"[PF-GPU-010] {GPU[4]}: NVLink 7 error counters rising (crc_flit +12 in 2 s) -> "
+        f"monitor; {ACT_MONITOR}"))},
+    "nvlink_unread": {"PF-GPU-010": ("warn", (
+        f"[PF-GPU-010] NVLink error counters not known: {GPU[5]}: no NVLink error counter "
+        "could be read on link(s) 0, 1 (NOT_SUPPORTED or failing); run `nvidia-smi nvlink -e` "
+        "(or `dcgmi diag -r 2`) on the node to read them; `--tier certify` treats this as an "
+        "error"))},
     "old_driver": {"PF-GPU-011": ("fail", (
         "[PF-GPU-011] NVIDIA driver 525.85.12 < 535.54.03 required for p5.48xlarge; use an "
         "AMI / host with a newer NVIDIA driver (the container cannot change it)"))},
@@ -215,6 +228,14 @@ def test_sxids_are_not_judged_without_nvswitch(pytester: pytest.Pytester):
                             str(pytester.path / "p.toml"))["PF-GPU-018"]
     assert (result["outcome"], result["message"]) == (
         "skip", "not applicable to hgx-less: the profile has no NVSwitch")
+
+
+def test_a_slot_older_than_the_gpu_is_recorded(pytester: pytest.Pytester):
+    result = run_checks(pytester, "pcie_slot")["PF-GPU-009"]
+    assert result["outcome"] == "pass"
+    assert result["measurements"][0] == {
+        "what": "GPU 0 PCIe link max gen (the slot caps the link at gen 5 (the GPU supports gen "
+                "6))", "value": 5, "unit": "", "op": None, "threshold": None, "ok": None}
 
 
 def test_measurements_are_recorded(pytester: pytest.Pytester):
@@ -439,3 +460,12 @@ def test_explain_says_what_an_unreadable_kernel_log_gives():
         why = registry()[cid].why
         assert ("output that is not a kernel log, a saved file older than the boot) is a warning "
                 "in the preflight tier and an error in certify and diagnose.") in why
+
+
+def test_unread_nvlink_counters_are_an_error_in_certify(pytester: pytest.Pytester):
+    pytester.makeconftest(facts_conftest("tests.gpu_facts", "nvlink_unread", GPU_FACTS))
+    result = run_check_file(pytester, "test_gpu.py", "p5.48xlarge", "--preflight-tier",
+                            "certify", "-k", "nvlink")["PF-GPU-010"]
+    assert result["outcome"] == "error"
+    assert result["message"].startswith(
+        f"[PF-GPU-010] NVLink error counters not known: {GPU[5]}: no NVLink error counter")

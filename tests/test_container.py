@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -132,8 +133,9 @@ def test_harness_installed_without_replacing_torch(instructions: list[Instructio
     runs = [ins.args for ins in instructions if ins.name == "RUN"]
     assert not any("pip install" in r and "/opt/gpu-preflight" in r for r in runs), (
         "install the built wheel (scripts/install_wheel.py), never the source tree")
-    te = next(r for r in runs if "transformer_engine" in r)
+    te = next(r for r in runs if "install_te.py" in r)
     assert 'if [ "${INSTALL_TE}" = "1" ]' in te
+    assert 'python3 /opt/gpu-preflight/install_te.py "${TE_VERSION}"' in te
 
 
 def test_image_installs_the_way_ci_tests(instructions: list[Instruction]) -> None:
@@ -233,7 +235,8 @@ def test_parser_joins_continuations() -> None:
 FAKE_PREFLIGHT = """#!/usr/bin/env bash
 # Records its PID, argv (one per line) and selected env, then exits with FAKE_PREFLIGHT_RC.
 { echo "pid=$$"; for a in "$@"; do echo "arg=$a"; done;
-  echo "tier=${PREFLIGHT_TIER:-}"; echo "program=${SAGEMAKER_PROGRAM:-}"; } > "$FAKE_RECORD"
+  echo "tier=${PREFLIGHT_TIER:-}"; echo "program=${SAGEMAKER_PROGRAM:-}";
+  echo "dcgm_host=${PREFLIGHT_DCGM_HOST:-}"; } > "$FAKE_RECORD"
 exit "${FAKE_PREFLIGHT_RC:-0}"
 """
 
@@ -257,12 +260,22 @@ def fake_bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def _closed_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_entrypoint(fake_bin: Path, *args: str, rc: int = 0, **env: str) -> Ran:
     record = fake_bin.parent / "record.txt"
     record.unlink(missing_ok=True)
     base = {"PATH": f"{fake_bin}:/usr/bin:/bin", "FAKE_RECORD": str(record),
             "FAKE_PREFLIGHT_RC": str(rc), "PREFLIGHT_OPT_ML": str(fake_bin.parent / "opt_ml"),
-            "PREFLIGHT_DLC_ENTRY": str(fake_bin.parent / "no-dlc-entry.sh")}
+            "PREFLIGHT_DLC_ENTRY": str(fake_bin.parent / "no-dlc-entry.sh"),
+            # No host engine answers unless a test starts a listener on these.
+            "PREFLIGHT_DCGM_PORT": str(_closed_port()),
+            "PREFLIGHT_DCGM_SOCKET": str(fake_bin.parent / "no-hostengine.sock")}
     proc = subprocess.Popen(["bash", str(ENTRYPOINT), *args], env={**base, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=30)
@@ -369,15 +382,144 @@ def test_dcgm_installed_for_the_images_cuda(instructions: list[Instruction]) -> 
 
 
 def test_entrypoint_starts_the_dcgm_host_engine_once(fake_bin: Path) -> None:
-    started = fake_bin.parent / "hostengine.started"
-    engine = fake_bin / "nv-hostengine"
-    engine.write_text(f"#!/bin/sh\necho started >> {started}\n")
-    engine.chmod(engine.stat().st_mode | stat.S_IXUSR)
+    """No engine answers (no host engine, no socket): one is started, on the probed port."""
+    started = _fake_hostengine(fake_bin)
     ran = run_entrypoint(fake_bin, "python", "train.py")
     assert ran.argv == ["run", "--", "python", "train.py"]
-    assert started.read_text() == "started\n"
+    port = ran.env["dcgm_host"].removeprefix("127.0.0.1:")
+    assert started.read_text() == f"started -p {port}\n"
 
 
 def test_entrypoint_without_dcgm_does_not_complain(fake_bin: Path) -> None:
     ran = run_entrypoint(fake_bin, "python", "train.py")
     assert ran.returncode == 0 and "nv-hostengine" not in ran.stderr
+
+
+def _fake_hostengine(fake_bin: Path) -> Path:
+    """A fake `nv-hostengine` on PATH that records each start; returns the record."""
+    started = fake_bin.parent / "hostengine.started"
+    engine = fake_bin / "nv-hostengine"
+    engine.write_text(f'#!/bin/sh\necho "started $*" >> {started}\n')
+    engine.chmod(engine.stat().st_mode | stat.S_IXUSR)
+    return started
+
+
+def test_entrypoint_uses_the_hosts_engine_on_its_tcp_port(fake_bin: Path) -> None:
+    """The node runs nv-hostengine (the container shares its network): none is started here,
+    and dcgmi is pointed at its port when that is not the default."""
+    started = _fake_hostengine(fake_bin)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        ran = run_entrypoint(fake_bin, "python", "train.py", PREFLIGHT_DCGM_PORT=str(port))
+    assert ran.argv == ["run", "--", "python", "train.py"]
+    assert not started.exists()
+    assert f"using the nv-hostengine at 127.0.0.1:{port}" in ran.stderr
+    assert ran.env["dcgm_host"] == f"127.0.0.1:{port}"
+
+
+def test_entrypoint_uses_the_hosts_engine_on_a_mounted_socket(fake_bin: Path) -> None:
+    started = _fake_hostengine(fake_bin)
+    path = fake_bin.parent / "nv-hostengine.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+        ran = run_entrypoint(fake_bin, "python", "train.py", PREFLIGHT_DCGM_SOCKET=str(path))
+    assert not started.exists()
+    assert ran.env["dcgm_host"] == f"unix://{path}"
+
+
+def test_a_stale_socket_file_is_not_an_engine(fake_bin: Path) -> None:
+    """A socket file left by an engine that exited: nothing answers, one is started."""
+    started = _fake_hostengine(fake_bin)
+    path = fake_bin.parent / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+    ran = run_entrypoint(fake_bin, "python", "train.py", PREFLIGHT_DCGM_SOCKET=str(path))
+    assert started.read_text().startswith("started -p ")
+    assert ran.env["dcgm_host"].startswith("127.0.0.1:")
+
+
+def test_a_named_engine_is_used_and_none_started(fake_bin: Path) -> None:
+    started = _fake_hostengine(fake_bin)
+    ran = run_entrypoint(fake_bin, "python", "train.py", PREFLIGHT_DCGM_HOST="10.0.0.7:5555")
+    assert not started.exists()
+    assert ran.env["dcgm_host"] == "10.0.0.7:5555"
+
+
+# ------------------------------------------------------------------------- install_te.py
+
+def _install_te():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("install_te", REPO / "container" /
+                                                  "install_te.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("major", "version", "expected"), [
+    (12, "", "transformer_engine[pytorch,core_cu12]"),
+    (13, "", "transformer_engine[pytorch,core_cu13]"),
+    (13, "2.9", "transformer_engine[pytorch,core_cu13]==2.9"),
+    (13, "2.10.0", "transformer_engine[pytorch,core_cu13]==2.10.0"),
+    (12, "1.13.0", "transformer_engine[pytorch,core_cu12]==1.13.0"),
+])
+def test_te_core_wheel_follows_the_cuda_major_of_torch(major, version, expected) -> None:
+    assert _install_te().requirement(major, version) == expected
+
+
+@pytest.mark.parametrize(("major", "version", "why"), [
+    (13, "2.8", "TE_VERSION=2.8 has no CUDA 13 core wheel (the first is 2.9)"),
+    (13, "1.13.0", "TE_VERSION=1.13.0 has no CUDA 13 core wheel"),
+    (None, "", "built for CUDA none (a CPU build)"),
+    (11, "", "built for CUDA 11: TransformerEngine has core wheels for CUDA 12 and 13 only"),
+])
+def test_no_te_for_this_torch_stops_the_build(major, version, why) -> None:
+    with pytest.raises(ValueError, match=re.escape(why)):
+        _install_te().requirement(major, version)
+
+
+@pytest.mark.parametrize(("installed", "major", "problems"), [
+    ({"transformer_engine": "2.10", "transformer_engine_torch": "2.10",
+      "transformer_engine_cu13": "2.10"}, 13, []),
+    # The cu12 core of the default `[pytorch]` extra on a cu13 image.
+    ({"transformer_engine": "2.10", "transformer_engine_torch": "2.10",
+      "transformer_engine_cu12": "2.10"}, 13, ["transformer_engine_cu13 is not installed",
+                                               "transformer_engine_cu12 2.10 is installed too"]),
+    ({"transformer_engine": "2.10", "transformer_engine_torch": "2.9",
+      "transformer_engine_cu12": "2.10"}, 12,
+     ["TE package versions differ: transformer_engine 2.10, transformer_engine_torch 2.9"]),
+    ({"transformer_engine": "2.10", "transformer_engine_cu12": "2.10"}, 12,
+     ["transformer_engine_torch is not installed"]),
+])
+def test_installed_te_packages_are_checked(installed, major, problems) -> None:
+    found = _install_te().install_problems(major, installed.get)
+    assert len(found) == len(problems)
+    for got, want in zip(found, problems, strict=True):
+        assert got.startswith(want), got
+
+
+@pytest.mark.parametrize(("stderr", "problem"), [
+    ("", None),
+    ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", None),
+    ("RuntimeError: cudnn shared object not found.", "RuntimeError: cudnn shared object not "
+     "found."),
+    ("AssertionError: Transformer Engine package version mismatch. Found "
+     "transformer_engine_torch v2.10.0, transformer-engine v2.10.0, and "
+     "transformer-engine-cu12 v2.9.0.", "AssertionError: Transformer Engine package version "
+     "mismatch."),
+])
+def test_a_te_that_does_not_import_stops_the_build(tmp_path: Path, stderr: str,
+                                                   problem: str | None) -> None:
+    """A stand-in python whose `import transformer_engine.pytorch` prints TE's own errors
+    (transformer_engine/common/__init__.py) and exits 1, or succeeds."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\n[ -z {shlex.quote(stderr)} ] && exit 0\n"
+                    f"echo 'Traceback (most recent call last):' >&2\n"
+                    f"echo {shlex.quote(stderr)} >&2\nexit 1\n")
+    fake.chmod(0o755)
+    got = _install_te().import_problem(str(fake))
+    assert (got is None) if problem is None else got.startswith(problem)

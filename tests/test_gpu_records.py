@@ -7,12 +7,15 @@ import dataclasses
 import pytest
 
 from harness.gpu import (
+    MONITOR,
     REBOOT,
     GpuInfo,
     GpuInventory,
     gpu_label,
     pci_key,
     pcie_problems,
+    pcie_slot_limit,
+    pcie_slot_outliers,
     worst_action,
 )
 
@@ -66,11 +69,17 @@ BASE = GpuInfo(0, performance_state="P0", pcie_gen_current=5, pcie_gen_max=5,
     ({}, []),
     ({"performance_state": "P8", "pcie_gen_current": 1}, []),  # idle links train down
     ({"performance_state": "P8", "pcie_width_current": 8}, []),
-    ({"performance_state": "P8", "pcie_gen_max": 4, "pcie_gen_current": 1},
-     ["PCIe link capped at gen 4 < the GPU's gen 5"]),
     ({"pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 (P0)"]),
-    ({"pcie_gen_max": 4, "pcie_gen_current": 4},
-     ["PCIe link capped at gen 4 < the GPU's gen 5"]),
+    # A Gen6 GPU in a Gen5 slot at gen 5: the host's design, no problem (a reboot cannot
+    # raise a slot); at gen 4 it is below what the slot gives.
+    ({"pcie_gen_device_max": 6}, []),
+    ({"pcie_gen_device_max": 6, "pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 (P0)"]),
+    ({"pcie_gen_max": 4, "pcie_gen_current": 4}, []),
+    # nvidia-smi's Host Max below the GPU's: the lower one is the link's maximum.
+    ({"pcie_gen_max": None, "pcie_gen_host_max": 4, "pcie_gen_current": 4}, []),
+    ({"pcie_gen_max": None, "pcie_gen_host_max": 5, "pcie_gen_current": 4},
+     ["PCIe link at gen 4 < gen 5 (P0)"]),
+    ({"pcie_gen_host_max": 0, "pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 (P0)"]),
     ({"pcie_width_current": 8}, ["PCIe link x8 < x16 (P0)"]),
     ({"pcie_width_current": 8, "performance_state": None}, ["PCIe link x8 < x16"]),
     ({"pcie_width_current": None, "pcie_gen_current": None}, []),
@@ -79,3 +88,24 @@ def test_pcie_problems(changes, problems):
     found = pcie_problems(dataclasses.replace(BASE, **changes))
     assert [p.what for p in found] == problems
     assert all(p.action == REBOOT for p in found)
+
+
+@pytest.mark.parametrize(("changes", "limit"), [
+    ({}, None),
+    ({"pcie_gen_device_max": 6}, "the slot caps the link at gen 5 (the GPU supports gen 6)"),
+    ({"pcie_gen_max": None, "pcie_gen_host_max": 4},
+     "the slot caps the link at gen 4 (the GPU supports gen 5)"),
+    ({"pcie_gen_host_max": 6}, None),  # a newer slot than the GPU: the GPU's gen is the max
+])
+def test_a_slot_older_than_the_gpu_is_recorded_not_judged(changes, limit):
+    g = dataclasses.replace(BASE, **changes)
+    assert pcie_slot_limit(g) == limit
+    assert pcie_problems(g) == []
+
+
+def test_one_slot_below_the_others_is_a_warning_not_a_reboot():
+    gpus = tuple(dataclasses.replace(BASE, index=i, name="NVIDIA B200", pcie_gen_device_max=6,
+                                     pcie_gen_max=4 if i == 3 else 5) for i in range(8))
+    (p,) = pcie_slot_outliers(GpuInventory("nvml", None, None, gpus))
+    assert (p.gpu, p.action, p.fatal) == (3, MONITOR, False)
+    assert p.what.startswith("its slot allows PCIe gen 4, the other slots of this node gen 5")

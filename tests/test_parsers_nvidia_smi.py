@@ -527,3 +527,25 @@ def test_nvidia_smi_failure_is_named(text: str, message: str):
         parse_nvidia_smi(text)
     with pytest.raises(ParseError, match="nvidia-smi says: "):
         parse_smi_query(text)
+
+
+@pytest.mark.parametrize(("name", "host_max", "link_max"), [
+    ("a6000-537-windows-wddm.txt", 5, 4),  # a Gen4 GPU in a Gen5 slot: the GPU's gen 4
+    ("l4-555-query-xml.xml", 5, 4),
+    ("real_q-550-a10-hw-power-brake.txt", None, 4),  # Host Max : N/A
+    ("real_q-565-h100-sxm.txt", 5, 5),
+])
+def test_the_slots_pcie_generation_is_read(name: str, host_max: int | None, link_max: int):
+    from harness.gpu import pcie_link_gen_max, pcie_slot_limit
+
+    g = parse_nvidia_smi(_read(name)).gpus[0]
+    assert g.pcie_gen_host_max == host_max
+    assert pcie_link_gen_max(g) == link_max
+    assert pcie_slot_limit(g) is None
+
+
+def test_the_csv_query_reads_the_hosts_pcie_generation():
+    csv = ("index, pci.bus_id, pcie.link.gen.max, pcie.link.gen.gpumax, pcie.link.gen.hostmax\n"
+           "0, 00000000:53:00.0, 5, 6, 5\n")
+    g = parse_smi_csv(csv).inventory.gpus[0]
+    assert (g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_gen_host_max) == (5, 6, 5)

@@ -11,8 +11,8 @@ import pytest
 
 from harness.checking import ProbeError
 from harness.gpu import REBOOT, REPLACE, RESET, health_problems, pcie_problems, reset_problems
-from harness.probes import deadline, gpu
-from tests.fake_nvml import FakeNvml, h100_node
+from harness.probes import deadline, gpu, nvml
+from tests.fake_nvml import FakeNvml, b200_node, h100_node
 from tests.fake_tools import empty_path, make_tool
 
 DATA = Path(__file__).parent / "data"
@@ -23,6 +23,7 @@ def _no_hung_tools():
     """Each test is a session of its own: no tool counts as hung from an earlier one."""
     deadline.forget_hung()
     yield
+    nvml.shutdown()
     deadline.forget_hung()
 
 
@@ -102,7 +103,8 @@ def test_not_supported_facts_are_none_not_a_crash():
     unsupported = {"nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors",
                    "nvmlDeviceGetRemappedRows", "nvmlDeviceGetNvLinkState",
                    "nvmlDeviceGetSerial", "nvmlDeviceGetCurrentClocksEventReasons"}
-    inv = gpu.query_gpus(FakeNvml(h100_node(gpu0={"unsupported": unsupported})))
+    inv = gpu.query_gpus(FakeNvml(h100_node(gpu0={"unsupported": unsupported,
+                                                   "unsupported_fields": {91, 165}})))
     g = inv.gpus[0]
     assert (g.ecc_enabled, g.ecc_uncorrected_volatile, g.remapped_rows_pending, g.serial) == (
         None, None, None, None)
@@ -124,10 +126,66 @@ def test_lost_gpu_requires_reset():
     assert not inv.gpus[5].requires_reset
 
 
-def test_nvml_shut_down_after_query():
-    nvml = FakeNvml(h100_node())
-    gpu.query_gpus(nvml)
-    assert nvml.initialised == 0
+class CountingNvml(FakeNvml):
+    """Counts nvmlInit and nvmlShutdown calls."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.inits = self.shutdowns = 0
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+        super().nvmlInit()
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+        super().nvmlShutdown()
+
+
+def test_nvml_initialised_once_per_process_and_shut_down_at_the_end():
+    fake = CountingNvml(h100_node())
+    gpu.query_gpus(fake)
+    gpu.nvlink_error_growth(fake, interval_s=0)  # two more samples
+    gpu.query_gpus(fake)
+    gpu.inventory(fake)
+    assert (fake.inits, fake.shutdowns, fake.initialised) == (1, 0, 1)
+    nvml.shutdown()
+    assert (fake.inits, fake.shutdowns, fake.initialised) == (1, 1, 0)
+    gpu.query_gpus(fake)  # after a shutdown, the next query starts NVML again
+    assert fake.inits == 2
+
+
+def test_a_failed_start_is_not_kept():
+    fake = CountingNvml(h100_node(), init_error=pynvml.NVMLError_DriverNotLoaded)
+    with pytest.raises(gpu.NvmlUnavailableError):
+        gpu.query_gpus(fake)
+    fake.init_error = None
+    assert len(gpu.query_gpus(fake).gpus) == 8
+
+
+def test_nvml_is_shut_down_when_the_process_exits(tmp_path: Path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "calls"
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from harness.probes import gpu
+from tests.fake_nvml import FakeNvml, h100_node
+
+class Logged(FakeNvml):
+    def nvmlInit(self):
+        open({str(log)!r}, "a").write("init\\n"); super().nvmlInit()
+    def nvmlShutdown(self):
+        open({str(log)!r}, "a").write("shutdown\\n"); super().nvmlShutdown()
+
+fake = Logged(h100_node())
+gpu.query_gpus(fake)
+gpu.nvlink_error_growth(fake, interval_s=0)
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert log.read_text().split() == ["init", "shutdown"]
 
 
 @pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound,
@@ -139,14 +197,93 @@ def test_no_driver_is_nvml_unavailable(error):
 
 def test_nvlink_error_growth_between_two_samples():
     step = {5: {pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 4, pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 1}}
-    nvml = FakeNvml(h100_node(gpu2={"nvlink_error_step": step}))
-    assert gpu.nvlink_error_growth(nvml, interval_s=0) == {2: {5: {"crc_flit": 4, "replay": 1}}}
+    fake = FakeNvml(h100_node(gpu2={"nvlink_error_step": step}))
+    counters = gpu.nvlink_error_growth(fake, interval_s=0)
+    assert counters.growth == {2: {5: {"crc_flit": 4, "replay": 1}}}
+    assert counters.unread == {}
+    assert counters.read[2] == "nvmlDeviceGetNvLinkErrorCounter, 18 links"
 
 
 def test_nvlink_no_growth_on_healthy_node():
     errors = {0: {pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 12}}  # old errors, not rising
-    nvml = FakeNvml(h100_node(gpu0={"nvlink_errors": errors}))
-    assert gpu.nvlink_error_growth(nvml, interval_s=0) == {}
+    fake = FakeNvml(h100_node(gpu0={"nvlink_errors": errors}))
+    counters = gpu.nvlink_error_growth(fake, interval_s=0)
+    assert (counters.growth, counters.unread) == ({}, {})
+    assert sorted(counters.read) == list(range(8))
+
+
+def test_a_sleeping_nvlink_is_up_not_down():
+    """Field 165 says SLEEP (NVML_NVLINK_STATE_SLEEP): the link is up. The old call
+    (nvmlDeviceGetNvLinkState) reads it as disabled in this fake: the field must win."""
+    sleep, traffic_off = pynvml.NVML_NVLINK_STATE_SLEEP, 3
+    states = tuple(sleep if link in (2, 9) else traffic_off if link == 4 else 1
+                   for link in range(18))
+    g = gpu.query_gpus(FakeNvml(h100_node(gpu1={"nvlink_states": states}))).gpus[1]
+    assert len(g.nvlinks_active) == 17 and g.nvlinks_sleeping == (2, 9)
+    assert g.nvlinks_inactive == (4,)  # active, traffic disabled: not usable
+
+
+def test_link_state_falls_back_to_the_old_call_without_the_field():
+    states = tuple(0 if link in (3, 7) else 1 for link in range(18))
+    fake = FakeNvml(h100_node(gpu1={"nvlink_states": states, "unsupported_fields": {91, 165}}))
+    g = gpu.query_gpus(fake).gpus[1]
+    assert (len(g.nvlinks_active), g.nvlinks_inactive) == (16, (3, 7))
+
+
+def test_blackwell_counters_come_from_the_nvlink5_fields():
+    step = {11: {pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS: 1}}
+    fake = FakeNvml(b200_node(gpu6={"nvlink_error_step": step}))
+    counters = gpu.nvlink_error_growth(fake, interval_s=0)
+    assert counters.growth == {6: {11: {"recovery_failed": 1}}}
+    assert counters.unread == {}
+    assert counters.read[0] == "NVML fields 213-215, 18 links"
+    g = gpu.query_gpus(fake).gpus[0]
+    assert g.nvlink_errors[0] == {"recovery_successful": 0, "recovery_failed": 0,
+                                  "recovery_events": 0}
+
+
+def test_older_gpus_read_the_dl_fields_where_the_call_is_not_supported():
+    step = {0: {pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: 7}}
+    fake = FakeNvml(h100_node(gpu0={"unsupported": {"nvmlDeviceGetNvLinkErrorCounter"},
+                                    "nvlink_error_step": step}))
+    counters = gpu.nvlink_error_growth(fake, interval_s=0)
+    assert counters.growth == {0: {0: {"crc": 7}}}
+    assert counters.read[0] == "NVML fields 161-163, 18 links"
+
+
+@pytest.mark.parametrize("node", [
+    # Blackwell where the NVLink5 fields are not supported either (an older driver).
+    b200_node(**{f"gpu{i}": {"unsupported_fields": {161, 162, 163, 213, 214, 215}}
+                 for i in range(8)}),
+    # Hopper: the call and every field NOT_SUPPORTED.
+    h100_node(**{f"gpu{i}": {"unsupported": {"nvmlDeviceGetNvLinkErrorCounter"},
+                             "unsupported_fields": {161, 162, 163, 213, 214, 215}}
+                 for i in range(8)}),
+])
+def test_no_counter_read_is_unread_never_no_errors(node):
+    counters = gpu.nvlink_error_growth(FakeNvml(node), interval_s=0)
+    assert counters.growth == {} and counters.read == {}
+    assert sorted(counters.unread) == list(range(8))
+    assert counters.unread[0] == ("no NVLink error counter could be read on any of its 18 up "
+                                  "links (NOT_SUPPORTED or failing)")
+
+
+def test_links_without_counters_are_named():
+    """Counters on links 0-15 but none on 16 and 17: those two are unknown."""
+    fake = FakeNvml(h100_node(gpu3={"unsupported": {"nvmlDeviceGetNvLinkErrorCounter"},
+                                    "unsupported_fields": {213, 214, 215}}))
+    original = fake._field
+
+    def field(g, fid, scope):
+        value = original(g, fid, scope)
+        if g.index == 3 and scope >= 16 and fid in (161, 162, 163):
+            value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return value
+
+    fake._field = field
+    counters = gpu.nvlink_error_growth(fake, interval_s=0)
+    assert counters.unread == {3: "no NVLink error counter could be read on link(s) 16, 17 "
+                                  "(NOT_SUPPORTED or failing)"}
 
 
 # ---- emulated tools ----
@@ -341,3 +478,12 @@ def test_missing_kernel_log_file(tmp_path: Path):
     with pytest.raises(ProbeError, match=r"cannot read kernel log .*/nope \(PREFLIGHT_KERNEL_LOG="
                                          r".*/nope\): No such file"):
         gpu.read_kernel_log(tmp_path / "nope", env={})
+
+
+def test_a_hung_nvml_is_not_shut_down_at_exit():
+    """nvmlShutdown on a driver that hung would hang the process's exit."""
+    fake = CountingNvml(h100_node())
+    gpu.query_gpus(fake)
+    deadline.mark_hung("nvml", "NVML NVLink counters gave no answer within 32 s")
+    nvml.shutdown()
+    assert fake.shutdowns == 0

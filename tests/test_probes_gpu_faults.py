@@ -213,6 +213,9 @@ def test_a_gpu_nvml_cannot_open_is_unreadable_not_healthy():
     assert inv.gpus[3].unreadable and not inv.gpus[3].requires_reset
     assert inv.gpus[3].query_errors == ("nvmlDeviceGetHandleByIndex(3) gave no handle",)
     assert not any(g.unreadable for g in inv.gpus if g.index != 3)
+    counters = gpu.nvlink_error_growth(NoHandle(h100_node()), interval_s=0)
+    assert counters.unread == {3: "NVML gave no handle for it: its NVLink error counters are "
+                                  "unknown"}
 
 
 # ---- dcgmi ----

@@ -317,6 +317,7 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         pcie_gen_current=_int(b.get(*link, "pcie generation", "current")),
         pcie_gen_max=_int(b.get(*link, "pcie generation", "max")),
         pcie_gen_device_max=_int(b.get(*link, "pcie generation", "device max")),
+        pcie_gen_host_max=_int(b.get(*link, "pcie generation", "host max")),
         pcie_width_current=width_cur,
         pcie_width_max=_int(b.get(*link, "link width", "max")),
         fabric_state=_clean(b.get("fabric", "state")),
@@ -532,6 +533,7 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
         pcie_gen_current=_int(t(f"{link}/pcie_gen/current_link_gen")),
         pcie_gen_max=_int(t(f"{link}/pcie_gen/max_link_gen")),
         pcie_gen_device_max=_int(t(f"{link}/pcie_gen/max_device_link_gen")),
+        pcie_gen_host_max=_int(t(f"{link}/pcie_gen/max_host_link_gen")),
         pcie_width_current=_int(t(f"{link}/link_widths/current_link_width")),
         pcie_width_max=_int(t(f"{link}/link_widths/max_link_width")),
         fabric_state=_clean(t("fabric/state")),
@@ -606,7 +608,7 @@ _CSV_FIELDS: dict[str, str] = {
     "temperature.gpu": "temperature_c", "power.draw": "power_draw_w",
     "persistence_mode": "persistence_mode", "pstate": "performance_state",
     "pcie.link.gen.current": "pcie_gen_current", "pcie.link.gen.max": "pcie_gen_max",
-    "pcie.link.gen.gpumax": "pcie_gen_device_max",
+    "pcie.link.gen.gpumax": "pcie_gen_device_max", "pcie.link.gen.hostmax": "pcie_gen_host_max",
     "pcie.link.width.current": "pcie_width_current", "pcie.link.width.max": "pcie_width_max",
 }
 _CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
@@ -623,7 +625,7 @@ _BOOL_FIELDS = {"ecc_enabled", "retired_pages_pending", "remapped_rows_pending",
                 "remapped_rows_failure", "persistence_mode"}
 _INT_FIELDS = {"index", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
                "retired_pages_dbe", "pcie_gen_current", "pcie_gen_max", "pcie_gen_device_max",
-               "pcie_width_current", "pcie_width_max"}
+               "pcie_gen_host_max", "pcie_width_current", "pcie_width_max"}
 _FLOAT_FIELDS = {"temperature_c", "power_draw_w"}
 
 

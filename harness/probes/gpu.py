@@ -5,10 +5,9 @@ tests pass a fake one. (`dcgmi diag`: probes/dcgm.py; the kernel log: probes/ker
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from harness.checking import ProbeError
@@ -17,19 +16,28 @@ from harness.probes import deadline as dl
 from harness.probes.dcgm import DCGM_TIMEOUT_S, run_dcgm_diag
 from harness.probes.kernel_log import KERNEL_LOG_ENV, read_kernel_log
 from harness.probes.nvidia_smi import SMI_TIMEOUT_S, smi_query, smi_query_csv, smi_query_xml
+from harness.probes.nvml import NvmlUnavailableError, Reader, session, text
+from harness.probes.nvml_nvlink import (
+    GpuCounters,
+    NvlinkCounters,
+    error_growth,
+    link_states,
+    read_counters,
+)
 
 __all__ = [
     "DCGM_TIMEOUT_S",
     "KERNEL_LOG_ENV",
     "NVML_TIMEOUT_S",
     "SMI_TIMEOUT_S",
+    "NvlinkCounters",
     "NvmlUnavailableError",
     "inventory",
     "nvlink_error_growth",
     "query_gpus",
-    "query_nvlink_errors",
     "read_kernel_log",
     "run_dcgm_diag",
+    "sample_nvlink_errors",
     "smi_query",
     "smi_query_csv",
     "smi_query_xml",
@@ -45,60 +53,6 @@ _REASON_BITS = {
     0x10: "Sync Boost", 0x20: "SW Thermal Slowdown", 0x40: "HW Thermal Slowdown",
     0x80: "HW Power Brake Slowdown", 0x100: "Display Clock Setting",
 }
-#: NVLink error counters read per link (nvmlNvLinkErrorCounter_t).
-_NVLINK_COUNTERS = (("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
-                    ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
-                    ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
-                    ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"))
-
-
-class NvmlUnavailableError(RuntimeError):
-    """NVML could not start (no driver, library missing, no permission); str() says why."""
-
-
-def _load(nvml: Any | None) -> Any:
-    if nvml is not None:
-        return nvml
-    try:
-        import pynvml
-    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
-        raise NvmlUnavailableError(f"nvidia-ml-py is not installed ({exc})") from exc
-    return pynvml
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-class _Reader:
-    """Runs NVML queries for one GPU: a fact the GPU does not support becomes None, a lost GPU
-    sets `lost`, any other NVML error is kept in `errors` (and the fact is None)."""
-
-    def __init__(self, nvml: Any) -> None:
-        self.nvml = nvml
-        self.errors: list[str] = []
-        self.lost = False
-        self._quiet = {getattr(nvml, n, -1) for n in (
-            "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND",
-            "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND")}
-        self._lost = {getattr(nvml, n, -1) for n in (
-            "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")}
-
-    def get(self, name: str, *args: Any) -> Any:
-        fn = getattr(self.nvml, name, None)
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError as exc:
-            code = getattr(exc, "value", None)
-            if code in self._lost:
-                self.lost = True
-            if code not in self._quiet:
-                self.errors.append(f"{name}: {exc}")
-            return None
-
-
 def _cuda_version(raw: int | None) -> str | None:
     return None if not raw else f"{raw // 1000}.{(raw % 1000) // 10}"
 
@@ -109,40 +63,11 @@ def _reasons(mask: int | None) -> tuple[str, ...]:
     return tuple(name for bit, name in _REASON_BITS.items() if mask & bit)
 
 
-def _nvlinks(r: _Reader, handle: Any) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
-    """(active links, inactive links); (None, ()) when the GPU reports no NVLink."""
-    nvml = r.nvml
-    active, inactive = [], []
-    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-        try:
-            state = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except nvml.NVMLError:
-            break  # past the last link (InvalidArgument) or no NVLink at all (NotSupported)
-        (active if state == getattr(nvml, "NVML_FEATURE_ENABLED", 1) else inactive).append(link)
-    if not active and not inactive:
-        return None, ()
-    return tuple(active), tuple(inactive)
-
-
-def _link_errors(r: _Reader, handle: Any, links: tuple[int, ...]) -> dict[int, dict[str, int]]:
-    out: dict[int, dict[str, int]] = {}
-    for link in links:
-        counts = {}
-        for name, const in _NVLINK_COUNTERS:
-            value = r.get("nvmlDeviceGetNvLinkErrorCounter", handle, link,
-                          getattr(r.nvml, const, 0))
-            if value is not None:
-                counts[name] = int(value)
-        if counts:
-            out[link] = counts
-    return out
-
-
 #: nvmlGpuFabricState_t -> nvidia-smi's words.
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
 
 
-def _fabric(r: _Reader, handle: Any) -> tuple[str | None, str | None]:
+def _fabric(r: Reader, handle: Any) -> tuple[str | None, str | None]:
     """(state, status) of the GPU's NVSwitch fabric registration; (None, None) unsupported."""
     struct = getattr(r.nvml, "c_nvmlGpuFabricInfo_t", None)
     if struct is None:
@@ -162,7 +87,7 @@ _RECOVERY = {1: "GPU Reset", 2: "Node Reboot", 3: "Drain P2P", 4: "Drain and Res
              5: "Recover IMEX Domain", 6: "Bus Reset", 7: "System Reboot"}
 
 
-def _recovery_action(r: _Reader, handle: Any) -> str | None:
+def _recovery_action(r: Reader, handle: Any) -> str | None:
     """The driver's recommended recovery (R575+ NVML field 230); None: none needed or unknown."""
     field_id = getattr(r.nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
     if field_id is None:
@@ -175,7 +100,7 @@ def _recovery_action(r: _Reader, handle: Any) -> str | None:
 
 
 def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
-    r = _Reader(nvml)
+    r = Reader(nvml)
     handle = r.get("nvmlDeviceGetHandleByIndex", index)
     if handle is None:  # an answer of "not supported" still leaves the GPU unread
         errors = r.errors or [f"nvmlDeviceGetHandleByIndex({index}) gave no handle"]
@@ -196,15 +121,15 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     memory = r.get("nvmlDeviceGetMemoryInfo", handle)
     temp = r.get("nvmlDeviceGetTemperature", handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
-    active, inactive = _nvlinks(r, handle) if nvlink else (None, ())
+    links = link_states(r, handle) if nvlink else None
     serial = r.get("nvmlDeviceGetSerial", handle)
     fabric_state, fabric_status = _fabric(r, handle)
     return GpuInfo(
         index=index,
-        name=_text(n) if (n := r.get("nvmlDeviceGetName", handle)) is not None else None,
-        uuid=_text(u) if (u := r.get("nvmlDeviceGetUUID", handle)) is not None else None,
-        serial=_text(serial) if serial is not None else None,
-        bus_id=_text(pci.busId) if pci is not None else None,
+        name=text(n) if (n := r.get("nvmlDeviceGetName", handle)) is not None else None,
+        uuid=text(u) if (u := r.get("nvmlDeviceGetUUID", handle)) is not None else None,
+        serial=text(serial) if serial is not None else None,
+        bus_id=text(pci.busId) if pci is not None else None,
         memory_total_gib=None if memory is None else round(memory.total / 1024**3, 2),
         ecc_enabled=None if ecc is None else ecc[0] == enabled,
         ecc_uncorrected_volatile=r.get("nvmlDeviceGetTotalEccErrors", handle, uncorrected,
@@ -225,9 +150,10 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
         pcie_gen_device_max=r.get("nvmlDeviceGetGpuMaxPcieLinkGeneration", handle),
         pcie_width_current=r.get("nvmlDeviceGetCurrPcieLinkWidth", handle),
         pcie_width_max=r.get("nvmlDeviceGetMaxPcieLinkWidth", handle),
-        nvlinks_active=active,
-        nvlinks_inactive=inactive,
-        nvlink_errors=_link_errors(r, handle, active or ()),
+        nvlinks_active=None if links is None else links.up,
+        nvlinks_sleeping=() if links is None else links.sleeping,
+        nvlinks_inactive=() if links is None else links.down,
+        nvlink_errors=read_counters(r, handle, links.up).values if links else {},
         fabric_state=fabric_state,
         fabric_status=fabric_status,
         recovery_action=_recovery_action(r, handle),
@@ -236,68 +162,51 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     )
 
 
-@contextlib.contextmanager
-def _session(nvml: Any) -> Iterator[_Reader]:
-    """nvmlInit ... nvmlShutdown; NvmlUnavailableError when NVML cannot start."""
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        raise NvmlUnavailableError(f"NVML could not start: {exc} ({type(exc).__name__})") from exc
-    try:
-        yield _Reader(nvml)
-    finally:
-        with contextlib.suppress(nvml.NVMLError):
-            nvml.nvmlShutdown()
-
-
 def query_gpus(nvml: Any | None = None, *, nvlink: bool = True) -> GpuInventory:
     """Every GPU as NVML reports it (nvml: the pynvml module, or a stand-in with its API).
     Raises NvmlUnavailableError when NVML cannot start (no driver or library)."""
-    nvml = _load(nvml)
-    with _session(nvml) as r:
-        count = r.get("nvmlDeviceGetCount")
-        if count is None:
-            raise NvmlUnavailableError("NVML started but could not count the GPUs: "
-                                       + "; ".join(r.errors))
-        gpus = tuple(_gpu(nvml, i, nvlink) for i in range(count))
-        driver = r.get("nvmlSystemGetDriverVersion")
-        return GpuInventory("nvml", None if driver is None else _text(driver),
-                            _cuda_version(r.get("nvmlSystemGetCudaDriverVersion")), gpus)
+    nvml = session(nvml)
+    r = Reader(nvml)
+    count = r.get("nvmlDeviceGetCount")
+    if count is None:
+        raise NvmlUnavailableError("NVML started but could not count the GPUs: "
+                                   + "; ".join(r.errors))
+    gpus = tuple(_gpu(nvml, i, nvlink) for i in range(count))
+    driver = r.get("nvmlSystemGetDriverVersion")
+    return GpuInventory("nvml", None if driver is None else text(driver),
+                        _cuda_version(r.get("nvmlSystemGetCudaDriverVersion")), gpus)
 
 
-def query_nvlink_errors(nvml: Any | None = None) -> dict[int, dict[int, dict[str, int]]]:
-    """NVLink error counters now: GPU index -> link -> counter -> value (active links only)."""
-    nvml = _load(nvml)
-    with _session(nvml) as r:
-        out = {}
-        for index in range(r.get("nvmlDeviceGetCount") or 0):
-            handle = r.get("nvmlDeviceGetHandleByIndex", index)
-            if handle is None:
-                continue
-            active, _ = _nvlinks(r, handle)
-            out[index] = _link_errors(r, handle, active or ())
-        return out
+def sample_nvlink_errors(nvml: Any | None = None) -> dict[int, GpuCounters]:
+    """Every GPU's NVLink error counters now, on its up links. GPUs without NVLink are left
+    out; a GPU NVML gives no handle for counts as unread."""
+    nvml = session(nvml)
+    r = Reader(nvml)
+    out: dict[int, GpuCounters] = {}
+    for index in range(r.get("nvmlDeviceGetCount") or 0):
+        handle = r.get("nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            why = f" ({'; '.join(r.errors)[:200]})" if r.errors else ""
+            out[index] = GpuCounters(error=f"NVML gave no handle for it{why}: its NVLink "
+                                     "error counters are unknown")
+            continue
+        links = link_states(r, handle)
+        if links is not None:
+            out[index] = read_counters(r, handle, links.up)
+    return out
 
 
 def nvlink_error_growth(
     nvml: Any | None = None, *, interval_s: float = 2.0, deadline: dl.Deadline | None = None
-) -> dict[int, dict[int, dict[str, int]]]:
-    """How much each NVLink error counter grew over `interval_s`: GPU -> link -> counter ->
-    increase (only counters that grew). NvmlUnavailableError when NVML cannot start, did not
-    answer within NVML_TIMEOUT_S (and the deadline), or hung earlier in this run."""
+) -> NvlinkCounters:
+    """How much each NVLink error counter grew over `interval_s`, and which could not be read.
+    NvmlUnavailableError when NVML cannot start, did not answer within NVML_TIMEOUT_S (and the
+    deadline), or hung earlier in this run."""
 
-    def sample() -> dict[int, dict[int, dict[str, int]]]:
-        before = query_nvlink_errors(nvml)
+    def sample() -> NvlinkCounters:
+        before = sample_nvlink_errors(nvml)
         time.sleep(interval_s)
-        after = query_nvlink_errors(nvml)
-        growth: dict[int, dict[int, dict[str, int]]] = {}
-        for gpu, links in after.items():
-            for link, counters in links.items():
-                for name, value in counters.items():
-                    delta = value - before.get(gpu, {}).get(link, {}).get(name, value)
-                    if delta > 0:
-                        growth.setdefault(gpu, {}).setdefault(link, {})[name] = delta
-        return growth
+        return error_growth(before, sample_nvlink_errors(nvml), interval_s)
 
     return _nvml_call(sample, NVML_TIMEOUT_S + interval_s, deadline, "NVML NVLink counters")
 
