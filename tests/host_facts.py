@@ -1,0 +1,14 @@
+"""Canned clock facts for checks/test_host.py (the rest of its facts come from a fake sysroot)."""
+
+from __future__ import annotations
+
+from harness.fixtures.host import ClockState
+from harness.probes import host
+
+
+def _clock(synced: bool) -> ClockState:
+    return ClockState(host.kernel_clock(lambda: (0, 0 if synced else host.STA_UNSYNC, 1, 1)),
+                      None, None, "chronyc is not installed")
+
+
+SCENARIOS = {"synced": {"host_clock": _clock(True)}, "unsynced": {"host_clock": _clock(False)}}
