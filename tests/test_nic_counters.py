@@ -52,7 +52,7 @@ def test_no_pma_counters_are_unknown_not_zero(tmp_path: Path):
     (root / "counters").mkdir(parents=True)
     (root / "state").write_text("4: ACTIVE\n")
     for line in (DATA / "real_ib_counters_no_pma_node_exporter_966.txt").read_text().splitlines():
-        if "/counters/" in line:
+        if line.startswith("/sys/"):
             name, value = line.split("/counters/")[1].split(":", 1)
             (root / "counters" / name).write_text(value + "\n")  # `N/A (no PMA)`
     snap = nc.snapshot(tmp_path)
