@@ -12,3 +12,15 @@ def _clock(synced: bool) -> ClockState:
 
 
 SCENARIOS = {"synced": {"host_clock": _clock(True)}, "unsynced": {"host_clock": _clock(False)}}
+
+
+def _xid_log():
+    from pathlib import Path
+
+    from harness.parsers.kernel_log import parse_kernel_log
+
+    data = Path(__file__).parent / "data" / "kernel_log"
+    return parse_kernel_log((data / "real_dmesg-T-xid13-109-31-pt_main_thread.txt").read_text())
+
+
+SCENARIOS["xid_2024"] = {"kernel_log": _xid_log()}

@@ -60,3 +60,20 @@ def test_suspicious_application_needs_several_processes():
     procs = {e.process or e.pid for e in window.application}
     assert window.suspicious_application() == (sorted(pcis) if len(procs) >= 2
                                                and len(window.application) >= 3 else [])
+
+
+def test_check_pf_gpu_019_end_to_end(pytester, monkeypatch, tmp_path: Path):
+    from tests.conftest import facts_conftest, run_check_file
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    pytester.makeconftest(facts_conftest("tests.host_facts", "xid_2024", ["kernel_log"]))
+    monkeypatch.setenv("PREFLIGHT_XID_WINDOW_H", str(24 * 365 * 20))  # reaches back to 2024
+    got = run_check_file(pytester, "test_xid.py", "p5.48xlarge", f"--preflight-sysroot={tmp_path}")
+    result = got["PF-GPU-019"]
+    assert result["outcome"] == "fail"
+    assert "Xid 109, pt_main_thread" in result["message"] and "-> reset GPU" in result["message"]
+    assert any("application-caused GPU 0000:cb:00: Xid 13" in w for w in result["warnings"])
+    monkeypatch.setenv("PREFLIGHT_XID_WINDOW_H", "2")
+    recent = run_check_file(pytester, "test_xid.py", "p5.48xlarge",
+                            f"--preflight-sysroot={tmp_path}")["PF-GPU-019"]
+    assert recent["outcome"] == "pass"  # 2024's XIDs are outside the last 2 hours
