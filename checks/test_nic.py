@@ -80,3 +80,48 @@ def test_counters_did_not_grow(profile: Profile, request: pytest.FixtureRequest)
     expect_none("error counters that grew during the bandwidth runs", failures)
     if problems:
         raise ProbeError("counters not judged: " + "; ".join(problems[:10]))
+
+
+#: Loopback bandwidth below which a device is warned about, Gbit/s (awsome-distributed-training
+#: `6-efa-loopback.sh` warns below 20 Gbps on p4d/p5/p5e/p5en/p6-b200).
+LOOPBACK_WARN_GBPS = 20.0
+
+
+@check(
+    "PF-NET-014",
+    title="Every EFA / InfiniBand device passes a loopback benchmark (certify)",
+    why="A device whose own path is broken (a bad NIC, firmware, a provider that cannot open "
+    "it) only shows when traffic goes through it; the cluster all_reduce spreads over the "
+    "rest. Server and client run on this host through the one device.",
+    remedy="reset or replace the device named; check `fi_info -p efa -d DEV` / `ibstat DEV`",
+    tier="certify",
+    exclusive=True,
+)
+def test_device_loopback(profile: Profile, sysroot: Path, request: pytest.FixtureRequest):
+    from harness.probes.loopback import loopback, tool_for
+    from harness.proc import which
+
+    require_fabric(profile)
+    fabric = str(profile.fabric)
+    tool = tool_for(fabric)
+    if which(tool) is None:
+        pytest.skip(f"{tool} is not installed: no per-device loopback (install fabtests / "
+                    "perftest in the image)")
+    devices = _devices(profile, request)
+    if devices is None:
+        snap = nic_counters.snapshot(sysroot)
+        devices = tuple(sorted({n.split("/")[0] for n in snap.ports}))
+    if not devices:
+        raise ProbeError("no RDMA device to test under /sys/class/infiniband")
+    problems = []
+    for device in devices:
+        result = loopback(fabric, device)
+        if result.problem:
+            problems.append(f"{device}: {result.problem}")
+            continue
+        measure(f"{device} loopback ({tool})", result.gbit_per_s, "Gbit/s")
+        if result.latency_us is not None:
+            measure(f"{device} loopback small-message latency", result.latency_us, "us")
+        if result.gbit_per_s is not None and result.gbit_per_s < LOOPBACK_WARN_GBPS:
+            warn(f"{device}: loopback {result.gbit_per_s:.1f} Gbit/s < {LOOPBACK_WARN_GBPS:g}")
+    expect_none("devices whose loopback failed", problems)
