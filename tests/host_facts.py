@@ -24,3 +24,14 @@ def _xid_log():
 
 
 SCENARIOS["xid_2024"] = {"kernel_log": _xid_log()}
+
+
+def _efa(names: tuple[str, ...]):
+    from harness.probes.network import EfaDevices
+
+    return EfaDevices(names, tuple(f"uverbs{i}" for i in range(len(names))))
+
+
+#: PF-NET-012/013: two EFA devices in the fake sysroot; bandwidth_runs is stubbed (the test's
+#: conftest records the counter window itself).
+SCENARIOS["two_efa"] = {"efa_devices": _efa(("rdmap0s27", "rdmap1s27")), "bandwidth_runs": []}

@@ -85,3 +85,45 @@ def test_window_records_and_survives_missing_sysfs(tmp_path: Path):
         pass
     before, after = nc.WINDOWS.pop("multi-node")
     assert before.problem and after.problem and "does not exist" in before.problem
+
+
+def _port(root: Path, dev: str, state: str, counters: dict[str, str]) -> None:
+    port = root / "sys/class/infiniband" / dev / "ports/1"
+    (port / "hw_counters").mkdir(parents=True, exist_ok=True)
+    (port / "state").write_text(state + "\n")
+    (port / "phys_state").write_text("5: LinkUp\n")
+    for name, value in counters.items():
+        (port / "hw_counters" / name).write_text(value + "\n")
+
+
+def test_checks_pf_net_012_013_end_to_end(pytester, monkeypatch, tmp_path: Path):
+    from tests.conftest import facts_conftest, run_check_file
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    root = tmp_path / "root"
+    _port(root, "rdmap0s27", "4: ACTIVE", {"rx_drops": "0", "rdma_read_wr_err": "0"})
+    _port(root, "rdmap1s27", "1: DOWN", {"rx_drops": "0", "rdma_read_wr_err": "0"})
+    _port(root, "ibp1s0", "1: DOWN", {})  # not an EFA device: not judged on an EFA profile
+    conftest = facts_conftest("tests.host_facts", "two_efa", ["efa_devices", "bandwidth_runs"])
+    # a window in which rdmap0s27 lost RDMA reads: what the bandwidth fixtures record
+    conftest += f'''
+
+import pytest
+from pathlib import Path
+from harness.probes import nic_counters
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _window():
+    root = Path({str(root)!r})
+    counter = root / "sys/class/infiniband/rdmap0s27/ports/1/hw_counters/rdma_read_wr_err"
+    with nic_counters.window(root, "multi-node"):
+        counter.write_text("3\\n")
+'''
+    pytester.makeconftest(conftest)
+    got = run_check_file(pytester, "test_nic.py", "p5.48xlarge", f"--preflight-sysroot={root}")
+    assert got["PF-NET-012"]["outcome"] == "fail"
+    assert "rdmap1s27/1: state 1: DOWN" in got["PF-NET-012"]["message"]
+    assert "ibp1s0" not in got["PF-NET-012"]["message"]
+    assert got["PF-NET-013"]["outcome"] == "fail"
+    assert "multi-node: rdmap0s27/1 rdma_read_wr_err +3 (now 3)" in got["PF-NET-013"]["message"]
