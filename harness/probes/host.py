@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import proc
@@ -109,13 +109,9 @@ def shm_space(sysroot: Path = Path("/")) -> PathSpace:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        return PathSpace(**{**_fields(found), "writable": False,
-                            "write_error": exc.strerror or str(exc)})
-    return PathSpace(**{**_fields(found), "writable": True})
-
-
-def _fields(space: PathSpace) -> dict[str, object]:
-    return {k: getattr(space, k) for k in PathSpace.__slots__}  # type: ignore[attr-defined]
+        return replace(found, writable=False,
+                            write_error=exc.strerror or str(exc))
+    return replace(found, writable=True)
 
 
 def path_space(path: str, *, sysroot: Path = Path("/"), timeout_s: float = MOUNT_TIMEOUT_S,
@@ -139,27 +135,27 @@ def path_space(path: str, *, sysroot: Path = Path("/"), timeout_s: float = MOUNT
             why = f"the statvfs probe printed no result: {garbage[0][:120]!r}"
         else:
             why = f"the statvfs probe failed: {res.describe()}"
-        return PathSpace(**{**_fields(base), "problem": why})
+        return replace(base, problem=why)
     first = answers[0]
     if "error" in first:
-        return PathSpace(**{**_fields(base), "problem": f"statvfs failed: {first['error']}"})
+        return replace(base, problem=f"statvfs failed: {first['error']}")
     try:
         frsize = int(first["frsize"])
         found = PathSpace(path, int(first["blocks"]) * frsize, int(first["bavail"]) * frsize,
                           bool(first["readonly"]), duration_s=res.duration_s)
     except (KeyError, TypeError, ValueError):
-        return PathSpace(**{**_fields(base), "problem": f"unreadable statvfs answer {first!r:.120}"})
+        return replace(base, problem=f"unreadable statvfs answer {first!r:.120}")
     if not write:
         return found
     if len(answers) < 2:
         why = (f"statvfs answered but the write test gave no answer within "
                f"{res.timeout_s or timeout_s:g} s" if res.timed_out
                else f"the write test printed no result ({res.describe()})")
-        return PathSpace(**{**_fields(found), "write_error": why})
+        return replace(found, write_error=why)
     second = answers[1]
-    return PathSpace(**{**_fields(found), "writable": second.get("writable") is True,
-                        "write_error": None if second.get("writable") is True
-                        else str(second.get("error", "unknown error"))})
+    return replace(found, writable=second.get("writable") is True,
+                        write_error=None if second.get("writable") is True
+                        else str(second.get("error", "unknown error")))
 
 
 def mounts(sysroot: Path = Path("/")) -> list[Mount]:
