@@ -109,8 +109,7 @@ def shm_space(sysroot: Path = Path("/")) -> PathSpace:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        return replace(found, writable=False,
-                            write_error=exc.strerror or str(exc))
+        return replace(found, writable=False, write_error=exc.strerror or str(exc))
     return replace(found, writable=True)
 
 
@@ -153,9 +152,9 @@ def path_space(path: str, *, sysroot: Path = Path("/"), timeout_s: float = MOUNT
                else f"the write test printed no result ({res.describe()})")
         return replace(found, write_error=why)
     second = answers[1]
-    return replace(found, writable=second.get("writable") is True,
-                        write_error=None if second.get("writable") is True
-                        else str(second.get("error", "unknown error")))
+    ok = second.get("writable") is True
+    return replace(found, writable=ok,
+                   write_error=None if ok else str(second.get("error", "unknown error")))
 
 
 def mounts(sysroot: Path = Path("/")) -> list[Mount]:
