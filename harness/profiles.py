@@ -81,6 +81,24 @@ class Profile:
     min_memlock_kib: int | None = None
     """`ulimit -l` floor in KiB; None: must be unlimited. EFA registers GPU/host memory."""
 
+    # --- Host readiness (every profile, local-cpu included) ---
+    min_shm_free_gib: float = 1.0
+    """Free /dev/shm floor, GiB (NCCL's SHM transport and proxy, DataLoader workers). Docker's
+    default is 64 MB (moby/moby#29492); NGC's documented run line uses --shm-size=1g."""
+    min_output_free_gib: float = 1.0
+    """Free-space floor of each checkpoint/output path and required mount, GiB."""
+    max_output_used_pct: float = 80.0
+    """Usage above which a path is warned about, percent (Meta GCM check_storage warning)."""
+    mount_timeout_s: float = 10.0
+    """Bound of one path's statvfs + write test, s: past it the mount counts as hung."""
+    min_nofile: int = 1024
+    """Hard open-files limit floor (NCCL raises its soft limit to the hard one: src/os/linux.cc
+    ncclOsSetFilesLimit); below it the soft limit is warned about too."""
+    max_dstate_s: float = 300.0
+    """A process in D state this long counts as stuck, s (Meta GCM check_dstate --elapsed)."""
+    max_clock_offset_s: float = 1.0
+    """|offset| from NTP (chronyc) above which the clock is warned about, s."""
+
     # --- Bandwidth (all_reduce, float sum, busbw) ---
     nvlink_busbw_gb_s_min: float | None = None
     """Single-node all_reduce busbw floor at `bw_gate_size_bytes`, GB/s. Sources: Azure AzHC
@@ -155,7 +173,12 @@ _GPU_BASE = Profile(
     min_memlock_kib=16 * 1024 * 1024,
     min_driver_version="535.54.03",
     min_cuda_version="12.2",
+    min_output_free_gib=20.0,
+    min_nofile=65536,
     sources={
+        "min_output_free_gib": "project floor: room for a sharded checkpoint of one node",
+        "min_nofile": "NCCL at 4+ nodes exhausts 1024 fds (goodfire-ai/spd PR #957, "
+        "NVIDIA/nccl#550); 65536 is the common portable value",
         "num_gpus": _SRC_INSTANCES,
         "gdr_required": "aws-ofi-nccl requires GDR on p4d/p4de/p5*/p6* (domain-facts.md)",
         "min_ofi_nccl_version": "aws-ofi-nccl v1.7.3 release notes (P5 + RDMA)",

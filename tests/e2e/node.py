@@ -53,9 +53,22 @@ def make_sysroot(root: Path, num_efa: int = len(EFA_BUSES)) -> Path:
         (verbs / "ibdev").write_text(f"rdmap{bus}s27\n")
         (root / "dev/infiniband").mkdir(parents=True, exist_ok=True)
         (root / "dev/infiniband" / f"uverbs{i}").write_text("")
+        # PF-NET-012/013: the port's state and the counters judged on their delta
+        port = root / "sys/class/infiniband" / f"rdmap{bus}s27" / "ports/1"
+        (port / "hw_counters").mkdir(parents=True)
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "phys_state").write_text("5: LinkUp\n")
+        for counter in ("rx_drops", "rdma_read_wr_err", "retrans_timeout_events"):
+            (port / "hw_counters" / counter).write_text("0\n")
     for name in ("eth0", "lo"):
         (root / "sys/class/net" / name).mkdir(parents=True)
     (root / "proc/self").mkdir(parents=True)
+    # PF-HOST-*: /dev/shm, the temporary directory, the mount table, uptime for D-state ages
+    for path in ("dev/shm", "tmp"):
+        (root / path).mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/mounts").write_text("overlay / overlay rw,relatime 0 0\n"
+                                           "shm /dev/shm tmpfs rw,nosuid,nodev 0 0\n")
+    (root / "proc/uptime").write_text("86400.00 0.00\n")
     (root / "proc/modules").write_text(
         (DATA / "host" / "composed_proc_modules_efa_gdr.txt").read_text())
     (root / "proc/self/limits").write_text(

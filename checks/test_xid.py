@@ -1,0 +1,79 @@
+"""XIDs in a window: the last PREFLIGHT_XID_WINDOW_H hours (default 2, AzHC's), their rate, and
+application-caused XIDs (13, 31, 43, 45) told apart from hardware ones (harness/xid_window.py).
+PF-GPU-006 judges every XID since boot; this check says what is recent and whose it is."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from harness.checking import check, expect_none, measure, not_applicable, warn
+from harness.gpu import MONITOR
+from harness.profiles import Profile
+from harness.xid_window import summarize
+
+#: Hours of kernel log judged (Azure AzHC azure_gpu_xid.nhc: time_threshold default 2 h).
+WINDOW_ENV = "PREFLIGHT_XID_WINDOW_H"
+DEFAULT_WINDOW_H = 2.0
+#: Epoch seconds the job started (set by a launcher that knows it): nothing older is judged.
+JOB_START_ENV = "PREFLIGHT_JOB_START_EPOCH"
+
+
+def _boot_epoch(sysroot: Path) -> float | None:
+    try:
+        uptime = float((sysroot / "proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return datetime.now(UTC).timestamp() - uptime
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _label(event) -> str:
+    who = f", {event.process}" if event.process else (f", pid {event.pid}" if event.pid else "")
+    return f"GPU {event.pci}: Xid {event.xid}{who} ({event.message[:80]})"
+
+
+@check(
+    "PF-GPU-019",
+    title="No hardware XID in the recent window; application XIDs named as such",
+    why="A hardware XID in the last hours means the GPU failed recently (AzHC fails on them "
+    "within 2 h); 13, 31, 43 and 45 are usually caused by the application (NVIDIA "
+    "k8s-device-plugin ignores them) and do not make the node unfit, but the same GPU "
+    "raising them for several processes may be the hardware.",
+    remedy="hardware: the action PF-GPU-006 names; application: fix or restart the "
+    "application named, replace the GPU if it recurs across applications",
+)
+def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str],
+                        request: pytest.FixtureRequest):
+    if not profile.has_gpus:
+        not_applicable("the profile expects no GPUs")
+    log = request.getfixturevalue("kernel_log")
+    hours = _float(environ.get(WINDOW_ENV)) or DEFAULT_WINDOW_H
+    boot = _boot_epoch(sysroot if sysroot != Path("/") else Path(os.sep))
+    window = summarize(log.events, window_s=hours * 3600, now=datetime.now(UTC),
+                       boot_epoch=boot, since_epoch=_float(environ.get(JOB_START_ENV)))
+    measure("XID window", round(window.hours, 2), "h")
+    measure("hardware XIDs in the window", len(window.hardware), "events")
+    measure("hardware XID rate", round(window.hardware_per_hour, 2), "per h")
+    measure("application XIDs in the window", len(window.application), "events")
+    if window.undated:
+        warn(f"{window.undated} XID event(s) have no time this check can place: judged by "
+             "PF-GPU-006 only")
+    for event in window.application:
+        warn(f"application-caused {_label(event)}", remedy="fix or restart the application")
+    for pci in window.suspicious_application():
+        warn(f"GPU {pci}: application XIDs from several processes in {window.hours:.1f} h: "
+             "may be the GPU", remedy="run `preflight run --tier diagnose` on this node")
+    for event in (e for e in window.hardware if e.action == MONITOR):
+        warn(f"hardware {_label(event)} -> monitor")
+    expect_none(f"hardware XIDs needing action in the last {window.hours:.1f} h",
+                [f"{_label(e)} -> {e.action}" for e in window.hardware if e.action != MONITOR])
