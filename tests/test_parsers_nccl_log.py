@@ -124,8 +124,9 @@ EXPECTED = {
     "real_gke_socket_gdr_disabled_2.22.log": dict(
         nccl_version="2.22.3+cuda12.6", plugin=None, network="Socket", provider="socket",
         num_nics=1, gdr=False, num_net_channels=4, num_gdr_channels=0),
-    "real_ib_completion_error4.log": dict(network=None, gdr=None),
-    "real_ib_plugin_status12.log": dict(network=None, gdr=None),
+    # Only NCCL's IB transport (or an IB plugin) prints `NET/IB` WARN lines (issue 13).
+    "real_ib_completion_error4.log": dict(network="IB", gdr=None),
+    "real_ib_plugin_status12.log": dict(network="IB", gdr=None),
     "real_watchdog_ray_vllm.log": dict(timeouts=[
         dict(rank=1, seq_num=158046, op_type="GATHER", timeout_ms=600000, ran_for_ms=600027)]),
     "real_watchdog_wrapped_lines.log": dict(timeouts=[
@@ -215,7 +216,8 @@ def test_known_failures_are_explained_in_catalogue_order(name: str):
 def test_json_has_exactly_the_documented_keys():
     assert list(_json("composed_ofi_1.16_efa_direct_p5_srun.log")) == [
         "nccl_version", "plugin", "plugin_version", "network", "provider", "fabric", "num_nics",
-        "protocol", "gdr", "num_net_channels", "num_gdr_channels", "nranks", "env_added",
+        "protocol", "gdr", "gdr_evidence", "network_evidence", "libfabric_version", "platform",
+        "num_net_channels", "num_gdr_channels", "nranks", "env_added",
         "warnings", "errors", "timeouts",
     ]
 
