@@ -49,10 +49,12 @@ RANK_PREFIX = re.compile(
     r"\[(?P<mpi>[0-9]+,[0-9]+)\]<std(?:out|err)>:)")
 _ISO = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
         r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?")
-_TIMESTAMP = re.compile(rf"^\s*(?:{_ISO}|\[{_ISO}\])(?:\s+|$)")
+_TIMESTAMP = re.compile(rf"^\s*(?:{_ISO}|\[{_ISO}\])(?: |\t|$)")  # the line's own indent stays
 _KUBECTL = re.compile(r"^\s*\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]+\] ")
-#: CloudWatch console copy: `| 1700000000000 | line |` or `|   2024-..Z | line | line`.
-_CLOUDWATCH = re.compile(rf"^\s*\|?\s*(?:[0-9]{{13}}|{_ISO})\s+\|\s?(?P<text>[^|]*)")
+#: CloudWatch console copy: `| 2025-05-16T16:39:51.208-07:00 | line`, or the stamp glued to the
+#: line and the line repeated: `| 2025-..-07:00ip-10-36-29-253:79:79 [0] NCCL INFO ... | ...`
+#: (aws-ofi-nccl issue #889; tests/data/nccl_log/real_cloudwatch_*.log).
+_CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text>[^|]*)")
 _ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"^\s*>(?: |$)")
@@ -153,8 +155,6 @@ class Unwrapper:
                 return line[m.end():]
             if self.timestamps and (m := _TIMESTAMP.match(line)) is not None:
                 rest = line[m.end():]
-                if rest.startswith("|"):
-                    return self._cloudwatch(line)
                 return rest if rest.strip() else None
             if head == "W" and _SSH.match(line):
                 return None
