@@ -51,7 +51,8 @@ def test_wrapping_only_lines_are_dropped(line: str):
     ("adsk1@ZimaOS-AI:~ ➜ $ nvidia-smi -i 2 -q -d ECC", "nvidia-smi -i 2 -q -d ECC"),
     ("# dmesg  | grep Xid", "dmesg  | grep Xid"),
     ("+ mpirun -np 2 python train.py", "mpirun -np 2 python train.py"),
-    ("`OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1`", "OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1"),
+    ("`OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1`",
+     "OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1"),
     ("fi_info -p efa", "fi_info -p efa"),
     ("!nvidia-smi -q", "!nvidia-smi -q"),
 ])
