@@ -73,6 +73,8 @@ def test_dcgm_keys(capsys):
             "target_power_min_ratio of 224.2 for GPU 1 Verify that the clock speeds and GPU "
             "utilization are high.")}],
         "warnings": ["skipped: EUD Test"],
+        "categories_seen": ["Deployment", "Integration", "Hardware", "Stress"],
+        "cut_at": None,
         "notes": [],
     }
 
