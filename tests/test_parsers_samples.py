@@ -28,8 +28,6 @@ GAPS = {
         "env given only as mpirun `-x NAME=value` items of a YAML flow sequence",
     ("real_mpirun_mpmd_usr_bin_env_assignments_nccl_ebpf.sh", "*"):
         "env given through `/usr/bin/env NAME=value prog` in an MPMD command",
-    ("real_hyperpod_hma_event_json_nvrm_xid71_quoted.txt", "xid_events.0.message"):
-        "an NVRM line nested as a JSON string keeps the closing quote",
     ("real_hyperpod_hma_event_json_nvrm_xid71_quoted.txt", "xid_events.0.time"):
         "the event's `ts` is not taken as the Xid's time",
     ("real_prompt_hpcx_mpirun_bare_nccl_version_line_ibext_excerpt.log", "nranks"):

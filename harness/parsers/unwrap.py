@@ -80,7 +80,7 @@ KNOWN_PROGRAMS = frozenset((
 def command_program(command: str) -> str | None:
     """The program a command line runs (leading `NAME=value` assignments skipped, path cut), when
     it is a known one or an nccl-tests binary (`*_perf`, `*_perf_mpi`); else None."""
-    for word in command.split():
+    for word in command.split(None, 32)[:32]:  # a tool line's first words decide
         if _ASSIGN.match(word):
             continue
         name = word.rsplit("/", 1)[-1]
