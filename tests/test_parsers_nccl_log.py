@@ -218,7 +218,7 @@ def test_json_has_exactly_the_documented_keys():
         "nccl_version", "plugin", "plugin_version", "network", "provider", "fabric", "num_nics",
         "protocol", "gdr", "gdr_evidence", "network_evidence", "libfabric_version", "platform",
         "num_net_channels", "num_gdr_channels", "nranks", "env_added",
-        "warnings", "errors", "timeouts",
+        "warnings", "errors", "timeouts", "commands_seen",
     ]
 
 
@@ -461,3 +461,29 @@ def test_streams_without_readinto_give_the_same_result():
     assert (parse_nccl_log_stream(_ReadOnly(data), chunk_bytes=97)
             == parse_nccl_log_stream(io.BytesIO(data), chunk_bytes=97)
             == parse_nccl_log(data.decode()))
+
+
+def test_pasted_command_gives_the_rank_count_when_the_log_does_not():
+    """NVIDIA/nccl-tests#293: the mpirun command above an excerpt without `nranks` lines."""
+    log = ("root@test1:/hpcx# mpirun --allow-run-as-root -np 2 -H a:1,b:1 -x NCCL_DEBUG=INFO "
+           "/nccl-tests/build/all_reduce_perf -b 8 -e 1G -f 2 -g 1\n"
+           "test1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ens1:10.0.0.1<0>\n")
+    s = parse_nccl_log(log)
+    assert s.nranks == 2 and s.commands[0].startswith("mpirun --allow-run-as-root -np 2")
+    assert parse_nccl_log(log.replace("-np 2", "-np 4")).nranks == 4
+    assert parse_nccl_log(log.splitlines()[1]).nranks is None
+
+
+@pytest.mark.parametrize(("log", "network", "gdr"), [
+    ("h:1:1 [0] NCCL INFO Using network Socket\n", "Socket", False),
+    ("NCCL INFO NET/FastSocket : Using [0]ibs108:10.0.19.12<0> [1]ibs109:10.0.19.13<0>\n",
+     "FastSocket", False),
+    # NCCL's own socket device line alone: the socket transport initialised, not proof of use.
+    ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n", "Socket", None),
+    ("h:1:1 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer "
+     "10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)\n", "IB", None),
+])
+def test_certain_facts_are_derived(log: str, network: str, gdr: bool | None):
+    s = parse_nccl_log(log)
+    assert (s.network, s.gdr) == (network, gdr)
+    assert (s.gdr_evidence is None) == (gdr is None)

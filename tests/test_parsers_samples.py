@@ -30,8 +30,6 @@ GAPS = {
         "env given through `/usr/bin/env NAME=value prog` in an MPMD command",
     ("real_hyperpod_hma_event_json_nvrm_xid71_quoted.txt", "xid_events.0.time"):
         "the event's `ts` is not taken as the Xid's time",
-    ("real_prompt_hpcx_mpirun_bare_nccl_version_line_ibext_excerpt.log", "nranks"):
-        "the NCCL log's byte scanner does not read the pasted `mpirun -np 2` command",
     ("real_q-d-ECC-580-v100-sxm2-two-gpus-prompt.txt", "gpus.1.index"):
         "`nvidia-smi -i 2` in the prompt above the second output is not used for its index",
 }

@@ -8,6 +8,7 @@ CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -15,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
 from harness.parsers import ParseError
+from harness.parsers.commands import command_nranks
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
+from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
 
 __all__ = [
@@ -101,6 +104,9 @@ class NcclLogSummary:
     timeouts: tuple[WatchdogTimeout, ...] = ()
     network_evidence: str | None = None
     """Why `network` is known when no `Using network` or channel line named it."""
+    commands: tuple[str, ...] = ()
+    """Command lines pasted above the log (harness.parsers.unwrap); `nranks` falls back on the
+    ranks an nccl-tests command launches (`mpirun -np 2 ... all_reduce_perf -g 1`)."""
 
     @property
     def gdr(self) -> bool | None:
@@ -205,6 +211,7 @@ class NcclLogSummary:
                  "timeout_ms": t.timeout_ms, "ran_for_ms": t.ran_for_ms, "line": t.line}
                 for t in self.timeouts
             ],
+            "commands_seen": list(self.commands),
         }
 
 
@@ -326,10 +333,13 @@ class _Scanner:
         self.seen_bytes = 0
         self.saw_nccl = False
         self.cut_lines = 0
+        self.commands: list[str] | None = None  # read from the input's head, once
 
     def feed(self, chunk: bytes, end: int | None = None) -> None:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
         end = len(chunk) if end is None else end
+        if self.commands is None:
+            self.commands = _head_commands(chunk, end)
         facts, seen = self.facts, self.seen
         found = _MAIN.findall(chunk, 0, end)
         fresh = [p for p in dict.fromkeys(found) if p not in seen]
@@ -374,13 +384,32 @@ class _Scanner:
             self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
 
     def summary(self) -> NcclLogSummary:
+        commands = tuple(self.commands or ())
         if not self.facts.recognised and not self.saw_nccl:
             raise ParseError(
                 "nothing recognised as an NCCL debug log: no `NCCL INFO`/`NCCL WARN` lines, "
                 "aws-ofi-nccl (NET/OFI) lines or PyTorch NCCL watchdog lines "
                 "(was the job run with NCCL_DEBUG=INFO?)"
             )
-        return self.facts.build()
+        summary = self.facts.build()
+        launched = command_nranks(commands)
+        return dataclasses.replace(
+            summary, commands=commands,
+            nranks=summary.nranks if summary.nranks is not None else launched)
+
+
+#: Where command lines pasted above a log are looked for (the log's own lines follow them).
+HEAD_BYTES = 64 << 10
+
+
+def _head_commands(chunk: bytes, end: int) -> list[str]:
+    """The command lines (prompts, `$ cmd`, bare `mpirun ...`) in the input's first HEAD_BYTES,
+    read through the unwrapper: once per input, so the scan of the rest stays at C speed."""
+    unwrapper = Unwrapper()
+    head = bytes(chunk[:min(end, HEAD_BYTES)]).decode("utf-8", "replace")
+    for line in head.splitlines():
+        unwrapper.unwrap(line)
+    return unwrapper.commands
 
 
 class _Facts:
