@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--profile", default="local-cpu",
                      help="profile to judge against, where the kind judges (env)")
+    ins.add_argument("--fail-on", choices=("problem", "harmful"), default=None,
+                     help="exit 1 when the output shows a problem (problem), or a harmful "
+                     "setting (harmful, env): a CI gate over job logs and env files")
     rep = sub.add_parser("report", help="summarise many nodes' reports; --html writes one page")
     rep.add_argument("source", help="a report folder tree (report.json per host), one "
                      "report.json, or an s3://bucket/prefix/ holding them")
@@ -479,6 +482,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         _print_plain(result)
+    if args.fail_on:
+        from harness.inspect_gate import problems
+
+        found = problems(args.kind, result, args.fail_on)
+        for line in found[:20]:
+            print(f"preflight inspect: {args.fail_on}: {line}", file=sys.stderr)
+        return EXIT_FAILED if found else EXIT_OK
     return EXIT_OK
 
 

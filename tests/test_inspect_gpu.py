@@ -12,7 +12,8 @@ from harness.cli import main
 
 DATA = Path(__file__).parent / "data"
 
-SMI_KEYS = {"num_gpus", "driver_version", "cuda_version", "gpus", "problems", "notes"}
+SMI_KEYS = {"num_gpus", "driver_version", "cuda_version", "gpus", "problems", "notes", "fragment",
+            "sections_present", "sections_absent", "commands_seen"}
 SMI_GPU_KEYS = {"index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
                 "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "remapped_rows_pending",
                 "remapped_rows_failure", "retired_pages_pending", "temperature_c",
@@ -72,6 +73,8 @@ def test_dcgm_keys(capsys):
             "target_power_min_ratio of 224.2 for GPU 1 Verify that the clock speeds and GPU "
             "utilization are high.")}],
         "warnings": ["skipped: EUD Test"],
+        "categories_seen": ["Deployment", "Integration", "Hardware", "Stress"],
+        "cut_at": None,
         "notes": [],
     }
 

@@ -236,3 +236,20 @@ def test_random_pipe_text_is_not_a_failed_test():
     garbage = "|e dd:d#ei b-e|\n| a:=b |\n|-- |  |\n"
     with pytest.raises(ParseError):
         parse_dcgm_diag(garbage)
+
+
+def test_text_table_cut_at_a_category_header_has_no_verdict():
+    """NVIDIA/DCGM#55 (DCGM 3.0.4, `dcgmi diag -r 3`): the paste ends at the Integration header,
+    after nine passing Deployment rows: not a pass (issue 13), and it says where it was cut."""
+    rows = "".join(f"| {name:<25} | Pass{' ' * 43}|\n" for name in (
+        "Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks"))
+    text = ("+---------------------------+------------------------------------------------+\n"
+            "| Diagnostic                | Result                                         |\n"
+            "+===========================+================================================+\n"
+            "|-----  Deployment  --------+------------------------------------------------|\n"
+            + rows +
+            "+-----  Integration  -------+------------------------------------------------+\n")
+    diag = parse_dcgm_diag(text)
+    assert diag.passed is None and diag.cut_at == "Integration"
+    whole = text + "| PCIe                      | Pass                                           |\n"
+    assert parse_dcgm_diag(whole).passed is True

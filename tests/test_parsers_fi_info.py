@@ -55,7 +55,8 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_recorded_output_parses(name: str):
-    assert parse_fi_info((DATA / name).read_text()).to_json() == EXPECTED[name]
+    out = parse_fi_info((DATA / name).read_text()).to_json()
+    assert {key: out[key] for key in EXPECTED[name]} == EXPECTED[name]
 
 
 @pytest.mark.parametrize(("name", "fabrics"), [
@@ -92,6 +93,8 @@ def test_error_code_with_strerror_text():
 
 def test_inspect_cli(capsys: pytest.CaptureFixture[str]):
     assert main(["inspect", "fi-info", str(DATA / "real_error_61.txt"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {**EXPECTED["real_error_61.txt"], "notes": []}
+    out = json.loads(capsys.readouterr().out)
+    assert {key: out[key] for key in EXPECTED["real_error_61.txt"]} == EXPECTED["real_error_61.txt"]
+    assert out["notes"] == [] and out["commands_seen"] == []
     assert main(["inspect", "fi-info", str(DATA / "garbage.txt"), "--json"]) == 2
     assert "nothing recognised" in json.loads(capsys.readouterr().out)["error"]

@@ -124,8 +124,9 @@ EXPECTED = {
     "real_gke_socket_gdr_disabled_2.22.log": dict(
         nccl_version="2.22.3+cuda12.6", plugin=None, network="Socket", provider="socket",
         num_nics=1, gdr=False, num_net_channels=4, num_gdr_channels=0),
-    "real_ib_completion_error4.log": dict(network=None, gdr=None),
-    "real_ib_plugin_status12.log": dict(network=None, gdr=None),
+    # Only NCCL's IB transport (or an IB plugin) prints `NET/IB` WARN lines (issue 13).
+    "real_ib_completion_error4.log": dict(network="IB", gdr=None),
+    "real_ib_plugin_status12.log": dict(network="IB", gdr=None),
     "real_watchdog_ray_vllm.log": dict(timeouts=[
         dict(rank=1, seq_num=158046, op_type="GATHER", timeout_ms=600000, ran_for_ms=600027)]),
     "real_watchdog_wrapped_lines.log": dict(timeouts=[
@@ -215,8 +216,9 @@ def test_known_failures_are_explained_in_catalogue_order(name: str):
 def test_json_has_exactly_the_documented_keys():
     assert list(_json("composed_ofi_1.16_efa_direct_p5_srun.log")) == [
         "nccl_version", "plugin", "plugin_version", "network", "provider", "fabric", "num_nics",
-        "protocol", "gdr", "num_net_channels", "num_gdr_channels", "nranks", "env_added",
-        "warnings", "errors", "timeouts",
+        "protocol", "gdr", "gdr_evidence", "network_evidence", "libfabric_version", "platform",
+        "num_net_channels", "num_gdr_channels", "nranks", "env_added",
+        "warnings", "errors", "timeouts", "commands_seen",
     ]
 
 
@@ -459,3 +461,29 @@ def test_streams_without_readinto_give_the_same_result():
     assert (parse_nccl_log_stream(_ReadOnly(data), chunk_bytes=97)
             == parse_nccl_log_stream(io.BytesIO(data), chunk_bytes=97)
             == parse_nccl_log(data.decode()))
+
+
+def test_pasted_command_gives_the_rank_count_when_the_log_does_not():
+    """NVIDIA/nccl-tests#293: the mpirun command above an excerpt without `nranks` lines."""
+    log = ("root@test1:/hpcx# mpirun --allow-run-as-root -np 2 -H a:1,b:1 -x NCCL_DEBUG=INFO "
+           "/nccl-tests/build/all_reduce_perf -b 8 -e 1G -f 2 -g 1\n"
+           "test1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ens1:10.0.0.1<0>\n")
+    s = parse_nccl_log(log)
+    assert s.nranks == 2 and s.commands[0].startswith("mpirun --allow-run-as-root -np 2")
+    assert parse_nccl_log(log.replace("-np 2", "-np 4")).nranks == 4
+    assert parse_nccl_log(log.splitlines()[1]).nranks is None
+
+
+@pytest.mark.parametrize(("log", "network", "gdr"), [
+    ("h:1:1 [0] NCCL INFO Using network Socket\n", "Socket", False),
+    ("NCCL INFO NET/FastSocket : Using [0]ibs108:10.0.19.12<0> [1]ibs109:10.0.19.13<0>\n",
+     "FastSocket", False),
+    # NCCL's own socket device line alone: the socket transport initialised, not proof of use.
+    ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n", "Socket", None),
+    ("h:1:1 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer "
+     "10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)\n", "IB", None),
+])
+def test_certain_facts_are_derived(log: str, network: str, gdr: bool | None):
+    s = parse_nccl_log(log)
+    assert (s.network, s.gdr) == (network, gdr)
+    assert (s.gdr_evidence is None) == (gdr is None)

@@ -4,7 +4,8 @@ Each parser module may define `INSPECT = {"kind": function}`; `function(stream, 
 returns a JSON-able dict with the kind's documented keys, or raises ParseError when nothing in
 the input was recognised. Modules are discovered, so adding a kind touches only its module.
 Every parser reads its input through harness.parsers.reader (linear time, flat memory, long
-lines cut); the registry adds a `notes` key to each result: what the reader or the parser left
+lines cut) and unwraps each line through harness.parsers.unwrap (launcher tags, timestamps,
+pastes); the registry adds a `notes` key to each result: what the reader or the parser left
 out (lines cut, entries past a bound), empty when the input was read whole.
 """
 
@@ -16,16 +17,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["LAUNCHER_PREFIXES", "InspectFn", "ParseError", "inspect_kinds"]
-
-#: What launchers and log shippers put before every line of a tool's output (regex sources, to
-#: be anchored by the caller): Open MPI `--tag-output` (`[1,0]<stdout>:`), srun `--label`
-#: (`0: `), an ISO timestamp (`kubectl logs --timestamps`, CloudWatch / Azure log copies).
-LAUNCHER_PREFIXES = (
-    r"\s*\[[0-9]+,[0-9]+\]<std(?:out|err)>:\s?",
-    r"\s*[0-9]+:\s",
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?\s",
-)
+__all__ = ["InspectFn", "ParseError", "inspect_kinds"]
 
 InspectFn = Callable[..., dict[str, Any]]
 

@@ -43,6 +43,9 @@ class DcgmDiag:
     """Node-level errors dcgmi reported instead of (or besides) test results."""
     omitted: int = 0
     """Test rows past MAX_RESULTS, not read (a flood): then a run without failures is unknown."""
+    cut_at: str | None = None
+    """A text table that ends in a category header with no row under it (`Integration`): the
+    paste or the run was cut there, so the categories after it are absent."""
 
     @property
     def failed(self) -> list[DcgmResult]:
@@ -56,8 +59,8 @@ class DcgmDiag:
         while every GPU test past them was skipped (DCGM skips plugins a SKU does not allow)."""
         if self.failed or self.errors:
             return False
-        if self.omitted:
-            return None  # rows that were not read may hold a failure
+        if self.omitted or self.cut_at:
+            return None  # rows that were not read (or not printed) may hold a failure
         ran = [r for r in self.results if r.status in ("pass", "warn")]
         gpu_tests = [r for r in self.results if r.category.lower() != "deployment"]
         if gpu_tests and not any(r.status in ("pass", "warn") for r in gpu_tests):
@@ -331,7 +334,8 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
         results.append(DcgmResult("Deployment", gpus[0], "fail", err, "Deployment"))
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
-    return DcgmDiag(version, driver, tuple(results), (), tests.omitted)
+    cut_at = category if category and not in_category else None
+    return DcgmDiag(version, driver, tuple(results), (), tests.omitted, cut_at)
 
 
 def _settle_error(errors: list[list[str]], seen: set[str]) -> None:
@@ -415,7 +419,9 @@ def inspect_dcgm(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     failed = [{"test": r.test, "gpu": r.gpu, "message": r.message} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
     out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
-           "warnings": diag.warnings}
+           "warnings": diag.warnings,
+           "categories_seen": list(dict.fromkeys(r.category for r in diag.results if r.category)),
+           "cut_at": diag.cut_at}
     if diag.omitted:
         out["notes"] = [f"{diag.omitted:,} test rows after the first {MAX_RESULTS:,} distinct ones "
                         "were not read: `passed` cannot be true"]

@@ -24,12 +24,14 @@ from harness.parsers.env_script import (
     parse_script,
 )
 from harness.parsers.reader import Input, as_input
+from harness.parsers.unwrap import RANK_PREFIX
 
 __all__ = ["INSPECT", "EnvDump", "inspect_env", "parse_env_dump"]
 
 _OTHER_ASSIGN = re.compile(r"^\S+=")  # exported bash functions: BASH_FUNC_f%%=() {
-# Wrappers in front of each line: `srun -l` (`0: `), mpirun --tag-output (`[1,0]<stdout>:`).
-_RANK_PREFIX = re.compile(r"^(?:\s*(?P<srun>[0-9]+): |\[(?P<mpi>[0-9]+,[0-9]+)\]<std(?:out|err)>:)")
+# Wrappers in front of each line: `srun -l` (`0: `), mpirun --tag-output (`[1,0]<stdout>:`), from
+# the one unwrapper (the env parser keeps one rank's copy of a tagged dump).
+_RANK_PREFIX = RANK_PREFIX
 _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
                         r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?(?:\s+|$)")
 # A line that only a shell script (or a Dockerfile) has.

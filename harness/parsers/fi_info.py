@@ -16,12 +16,14 @@ and the same facts from `fi_info -v` (`---` / `fi_info:` blocks: `fi_fabric_attr
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
+from harness.parsers.unwrap import Unwrapper
 
 __all__ = ["INSPECT", "FiInfo", "FiInfoEntry", "inspect_fi_info", "parse_fi_info"]
 
@@ -47,6 +49,10 @@ class FiInfo:
     """The negative errno fi_info printed instead of providers (-61: FI_ENODATA, no match)."""
     omitted: int = 0
     """Distinct entries past MAX_ENTRIES, not kept."""
+    commands: tuple[str, ...] = ()
+    """Command lines pasted with the output (harness.parsers.unwrap)."""
+    ranks: tuple[str, ...] = ()
+    """Ranks whose tagged lines were read (`[1,N]<stdout>:`)."""
 
     @property
     def providers(self) -> list[str]:
@@ -83,6 +89,9 @@ class FiInfo:
             "providers": self.providers,
             "endpoint_types": self.endpoint_types,
             "error_code": self.error_code,
+            "fabrics": self.fabrics,
+            "commands_seen": list(self.commands),
+            "ranks_seen": list(self.ranks),
         }
 
 
@@ -175,10 +184,12 @@ def parse_fi_info(text: str | Input) -> FiInfo:
     one pass); ParseError when it holds neither provider blocks nor an error code. An entry
     listed again (outputs of several nodes, concatenated) is kept once."""
     reader = _Reader()
+    unwrapper = Unwrapper()
     for batch in as_input(text).batches():
-        for line in batch:
+        for line in unwrapper.lines(batch):
             reader.feed(line)
-    info = reader.finish()
+    info = dataclasses.replace(reader.finish(), commands=tuple(unwrapper.commands),
+                               ranks=tuple(unwrapper.ranks_sorted()))
     if not info.entries and info.error_code is None:
         raise ParseError(
             "nothing recognised as fi_info output: no `provider:` blocks, no `fi_info -v` "

@@ -12,6 +12,7 @@ from harness.gpu import pci_key, xid_action
 from harness.parsers import ParseError
 from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify
 from harness.parsers.reader import Input, as_input
+from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
 
 __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
@@ -173,7 +174,11 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
         if key not in fallen and len(fallen) < MAX_EVENTS:
             fallen[key] = _fallen(pci, when, at)
 
-    for n, raw in enumerate(as_input(text).lines(), 1):
+    unwrap = Unwrapper(timestamps=False).unwrap  # kernel-log stamps are read by classify()
+    for n, wrapped in enumerate(as_input(text).lines(), 1):
+        raw = unwrap(wrapped)
+        if raw is None:  # a fence, a `# dmesg | grep Xid` command line
+            continue
         ln = classify(raw)
         if ln.kind == KERNEL:
             tally.kernel += 1  # the common case, counted here (Tally.add does the same)
@@ -200,6 +205,8 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
         xid = ascii_int(m["xid"]) if m else None
         if m and xid is not None:
             msg = (m["msg"] or "").strip().rstrip(">").strip()
+            if '"NVRM:' in line:  # a JSON event's string value: `"message":"NVRM: Xid ...",`
+                msg = msg.partition('"')[0].strip()
             name = (m["name"] or "").strip().strip("'") or None
             action = xid_action(xid, msg)
             events.add(XidEvent(xid, m["pci"], _pid(m["pid"]),

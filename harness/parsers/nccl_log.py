@@ -8,6 +8,7 @@ CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -15,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
 from harness.parsers import ParseError
+from harness.parsers.commands import command_nranks
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
+from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
 
 __all__ = [
@@ -99,16 +102,41 @@ class NcclLogSummary:
     warnings: tuple[str, ...] = ()
     errors: tuple[FailureHit, ...] = ()
     timeouts: tuple[WatchdogTimeout, ...] = ()
+    network_evidence: str | None = None
+    """Why `network` is known when no `Using network` or channel line named it."""
+    commands: tuple[str, ...] = ()
+    """Command lines pasted above the log (harness.parsers.unwrap); `nranks` falls back on the
+    ranks an nccl-tests command launches (`mpirun -np 2 ... all_reduce_perf -g 1`)."""
 
     @property
     def gdr(self) -> bool | None:
-        """True: every NET channel line has GDRDMA; False: one lacks it, or the plugin said GDR
-        is unavailable; None: no NET channel lines and no explicit evidence."""
-        if self.gdr_negative:
+        """True: every NET channel line has GDRDMA; False: one lacks it, the plugin said GDR
+        is unavailable, or the network is a socket one (Socket, FastSocket: through the host's
+        TCP stack, never GPUDirect); None: no NET channel lines and no explicit evidence."""
+        if self.gdr_negative or self._socket_for_certain:
             return False
         if self.num_net_channels == 0:
             return None
         return self.num_gdr_channels == self.num_net_channels
+
+    @property
+    def _socket_for_certain(self) -> bool:
+        """The network is a socket one, and NCCL said it used it (`Using network`, channel
+        lines) or it is an external socket plugin (loaded plugins come first). NCCL's own
+        `NET/Socket : Using` device line alone does not say the traffic went there."""
+        return self.network in SOCKET_NETWORKS and (
+            self.network == "FastSocket" or self.network_evidence is None)
+
+    @property
+    def gdr_evidence(self) -> str | None:
+        """The fact `gdr` rests on, in words; None when `gdr` is None."""
+        if self._socket_for_certain:
+            return f"NET/{self.network} carries data through the host's TCP stack: no GPUDirect RDMA"
+        if self.gdr_negative:
+            return "the plugin or NCCL said GPUDirect RDMA is unavailable"
+        if self.num_net_channels:
+            return f"GDRDMA on {self.num_gdr_channels}/{self.num_net_channels} NET channel lines"
+        return None
 
     @property
     def uses_socket(self) -> bool:
@@ -168,6 +196,10 @@ class NcclLogSummary:
             "num_nics": self.num_nics,
             "protocol": self.protocol,
             "gdr": self.gdr,
+            "gdr_evidence": self.gdr_evidence,
+            "network_evidence": self.network_evidence,
+            "libfabric_version": self.libfabric_version,
+            "platform": self.platform,
             "num_net_channels": self.num_net_channels,
             "num_gdr_channels": self.num_gdr_channels,
             "nranks": self.nranks,
@@ -179,6 +211,7 @@ class NcclLogSummary:
                  "timeout_ms": t.timeout_ms, "ran_for_ms": t.ran_for_ms, "line": t.line}
                 for t in self.timeouts
             ],
+            "commands_seen": list(self.commands),
         }
 
 
@@ -189,14 +222,15 @@ class NcclLogSummary:
 # a `|` (a CloudWatch console copy, `| ts | line | line`) are cut off later, per distinct payload.
 
 # Candidate lines: WARN, the INFO payloads whose first letter can start a fact (NET/..., NCCL
-# version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize),
+# version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize,
+# socketPollConnect retries),
 # Channel/Ring lines that go `via NET/` (not the P2P/SHM ones: many, and distinct per rank),
 # torch's `NCCL error`, and PyTorch's watchdog lines (ProcessGroupNCCL.cpp / WorkNCCL(SeqNum).
 # A cheap first-letter filter beats a full alternation in sre; Python sorts out the rest, once
 # per distinct line. Finding the NET channel lines in this pass costs less than a second pass.
 # `[^\n]*` rather than `.*` (same match without DOTALL): sre runs it ~35% faster.
 _MAIN = re.compile(
-    rb"NCCL[ .(](?:INFO (?:[NUcnIF]|[CR][^\n]*via NET/)|WARN|error|version|cpp:|SeqNum)[^\n]*")
+    rb"NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via NET/)|WARN|error|version|cpp:|SeqNum)[^\n]*")
 #: libfabric's own warnings (`libfabric:85:...:fi_getinfo_():1392<warn> fi_getinfo: provider efa
 #: output empty list`): one more pass over each chunk.
 _LIBFABRIC_WARN = re.compile(rb"<warn> ([^\n]*)")
@@ -258,7 +292,13 @@ _USING_NETWORK = re.compile(r"Using network (.+)$")
 _NRANKS = re.compile(r"nranks ([0-9]+)")
 _VERSION = re.compile(r"NCCL version ([0-9][^\s|]*)")
 _IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
-_SOCKET_DEVS = re.compile(r"NET/Socket ?: Using (.*?)(?:;|$)")
+_SOCKET_DEVS = re.compile(r"NET/(Socket|FastSocket) ?: Using (.*?)(?:;|$)")
+#: `socketPollConnect: connect returned Connection refused, retrying (3/34) after sleep ...`
+#: (NCCL 2.19+ src/misc/socket.cc): a peer that is not listening; one warning, the latest try.
+_RETRY = re.compile(r"(socketPollConnect: .*?retrying) \(([0-9]+)/([0-9]+)\)")
+#: Networks that carry data through the host's TCP stack: never GPUDirect RDMA (NCCL's
+#: net_socket.cc has no GDR support; Google's nccl-fastsocket is a TCP plugin).
+SOCKET_NETWORKS = frozenset(("Socket", "FastSocket"))
 _DEV_INDEX = re.compile(r"\[[0-9]+\]\S")
 #: NCCL's own GDR verdict per NIC (2.12+): `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`.
 _GDR_DISABLED = re.compile(r"NET/(.+?) ?: GPU Direct RDMA Disabled for HCA")
@@ -293,10 +333,13 @@ class _Scanner:
         self.seen_bytes = 0
         self.saw_nccl = False
         self.cut_lines = 0
+        self.commands: list[str] | None = None  # read from the input's head, once
 
     def feed(self, chunk: bytes, end: int | None = None) -> None:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
         end = len(chunk) if end is None else end
+        if self.commands is None:
+            self.commands = _head_commands(chunk, end)
         facts, seen = self.facts, self.seen
         found = _MAIN.findall(chunk, 0, end)
         fresh = [p for p in dict.fromkeys(found) if p not in seen]
@@ -341,13 +384,32 @@ class _Scanner:
             self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
 
     def summary(self) -> NcclLogSummary:
+        commands = tuple(self.commands or ())
         if not self.facts.recognised and not self.saw_nccl:
             raise ParseError(
                 "nothing recognised as an NCCL debug log: no `NCCL INFO`/`NCCL WARN` lines, "
                 "aws-ofi-nccl (NET/OFI) lines or PyTorch NCCL watchdog lines "
                 "(was the job run with NCCL_DEBUG=INFO?)"
             )
-        return self.facts.build()
+        summary = self.facts.build()
+        launched = command_nranks(commands)
+        return dataclasses.replace(
+            summary, commands=commands,
+            nranks=summary.nranks if summary.nranks is not None else launched)
+
+
+#: Where command lines pasted above a log are looked for (the log's own lines follow them).
+HEAD_BYTES = 64 << 10
+
+
+def _head_commands(chunk: bytes, end: int) -> list[str]:
+    """The command lines (prompts, `$ cmd`, bare `mpirun ...`) in the input's first HEAD_BYTES,
+    read through the unwrapper: once per input, so the scan of the rest stays at C speed."""
+    unwrapper = Unwrapper()
+    head = bytes(chunk[:min(end, HEAD_BYTES)]).decode("utf-8", "replace")
+    for line in head.splitlines():
+        unwrapper.unwrap(line)
+    return unwrapper.commands
 
 
 class _Facts:
@@ -366,6 +428,10 @@ class _Facts:
         self.ofi_nics: int | None = None
         self.ib_nics: int | None = None
         self.socket_nics: int | None = None
+        self.fastsocket_nics: int | None = None
+        self.ib_warned: str | None = None
+        self.retries: tuple[int, str, str] = (0, "", "")
+        self.failed_plugins: list[str] = []
         self.protocol: str | None = None
         self.platform: str | None = None
         self.libfabric: str | None = None
@@ -404,14 +470,24 @@ class _Facts:
             if "ibfabric" in m[1] or "OFI" in m[1]:  # NCCL's own IB failing on EFA is normal
                 self.plugin_failed = True
                 self.fault(text)
+            if not m[1].startswith(("IB", "Socket")) and len(self.warnings) < MAX_KEPT:
+                self.warnings[text[:MAX_TEXT]] = None  # an external plugin NCCL did not use
         elif "nranks " in text and (m := _NRANKS.search(text)):
             self.nranks = max(self.nranks or 0, ascii_int(m[1]) or 0) or None
         elif "NCCL version " in text and (m := _VERSION.search(text)):
             self.version(m[1])
         elif "NET/IB" in text and (m := _IB_DEVS.search(text)):
             self.ib_nics = max(self.ib_nics or 0, len(_DEV_INDEX.findall(m[1])))
-        elif "NET/Socket" in text and (m := _SOCKET_DEVS.search(text)):
-            self.socket_nics = max(self.socket_nics or 0, len(_DEV_INDEX.findall(m[1])))
+        elif "Socket" in text and (m := _SOCKET_DEVS.search(text)):
+            nics = len(_DEV_INDEX.findall(m[2]))
+            if m[1] == "FastSocket":
+                self.fastsocket_nics = max(self.fastsocket_nics or 0, nics)
+            else:
+                self.socket_nics = max(self.socket_nics or 0, nics)
+        elif "socketPollConnect" in text and (m := _RETRY.search(text)):
+            tries = ascii_int(m[2]) or 0
+            if tries > self.retries[0]:
+                self.retries = (tries, m[3], m[1])
         elif ("GPU Direct RDMA Disabled" in text and (m := _GDR_DISABLED.search(text))
               and len(self.gdr_disabled_nets) < MAX_NAMES):
             self.gdr_disabled_nets.add(m[1])
@@ -451,6 +527,8 @@ class _Facts:
         self.recognised += 1
         if len(self.warnings) < MAX_KEPT:
             self.warnings[text[:MAX_TEXT]] = None
+        if text.startswith("NET/IB") and self.ib_warned is None:
+            self.ib_warned = text[:MAX_TEXT]  # only NCCL's IB transport prints these
         if text.startswith("NET/OFI"):
             self.ofi_seen = True
             # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
@@ -515,9 +593,25 @@ class _Facts:
             return None
         if self.ib_nics:
             return "IB"
+        if self.fastsocket_nics:
+            return "FastSocket"
         if self.socket_nics:
             return "Socket"
+        if self.ib_warned is not None:
+            return "IB"
         return None
+
+    def _retry_warning(self) -> tuple[str, ...]:
+        tries, of, text = self.retries
+        return (f"{text} ({tries}/{of}): a peer was not listening (the latest try seen)",) if tries else ()
+
+    def _network_evidence(self, network: str | None) -> str | None:
+        """Why `network` is known when no `Using network` / channel line said it."""
+        if network is None or self.net_channels or network in self.networks:
+            return None
+        if network == "IB" and not self.ib_nics and self.ib_warned:
+            return f"NET/IB WARN: {self.ib_warned} (only NCCL's IB transport prints NET/IB)"
+        return f"the NET/{network} device line (`NET/{network} : Using ...`)"
 
     def build(self) -> NcclLogSummary:
         network = self._network()
@@ -528,12 +622,18 @@ class _Facts:
         elif self.plugin_loaded:
             plugin = self.plugin_loaded
         provider = fabric = nics = None
-        if network is None:
+        if network is None and self.ofi_seen and not self.plugin_failed:
+            # No `Using network` line (a trimmed paste): the plugin's own selection is what it
+            # offers NCCL; the network stays unknown.
+            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
+        elif network is None:
             provider = self.provider
         elif libfabric_net:
             provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
         elif network.lower() == "socket":
             provider, nics = "socket", self.socket_nics
+        elif network == "FastSocket":
+            provider, nics = "fastsocket", self.fastsocket_nics
         elif network.upper().startswith("IB"):
             provider, nics = "ib", self.ib_nics
         else:
@@ -548,7 +648,8 @@ class _Facts:
             provider=provider,
             fabric=fabric,
             num_nics=nics,
-            protocol=self.protocol if libfabric_net else None,
+            protocol=self.protocol if libfabric_net or (network is None and self.ofi_seen)
+            else None,
             platform=self.platform,
             libfabric_version=self.libfabric,
             gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
@@ -558,7 +659,8 @@ class _Facts:
             nranks=self.nranks,
             env_added=dict(self.env_added),
             env_skipped=tuple(self.env_skipped),
-            warnings=tuple(self.warnings),
+            warnings=tuple(self.warnings) + self._retry_warning(),
+            network_evidence=self._network_evidence(network),
             # Most specific cause first (catalogue order), then in the order seen.
             errors=tuple(hit for _, hit in sorted(self.errors.items(), key=lambda kv: kv[0][0])),
             timeouts=tuple(self.timeouts.values()),

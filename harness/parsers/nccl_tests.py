@@ -17,8 +17,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from harness.parsers import LAUNCHER_PREFIXES, ParseError
+from harness.parsers import ParseError
+from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
+from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_float, ascii_int
 
 __all__ = [
@@ -131,6 +133,9 @@ class NcclTestsResult:
     """Table lines that were cut short and could not be read."""
     source_format: str = "text"
     warnings: tuple[str, ...] = field(default=())
+    commands: tuple[str, ...] = ()
+    """Command lines pasted with the output (harness.parsers.unwrap): context for the
+    collective and the rank count when the banner does not give them."""
     num_runs: int = 1
     """Separate runs in the output (a banner after a footer starts the next): a log that
     concatenates runs, or, from one launch, one whole test per process (no MPI)."""
@@ -170,14 +175,14 @@ class NcclTestsResult:
             "out_of_bounds": self.out_of_bounds,
             "completed": self.completed,
             "errors": list(self.errors) + list(self.busbw_mismatches),
+            "commands_seen": list(self.commands),
         }
 
 
 # --- line clean-up -----------------------------------------------------------------------------
 
-# Launchers and log shippers put these in front of every line; stripped repeatedly, in any order
-# (one alternation, tried in this order: one match per line when there is none).
-_PREFIX = re.compile("^(?:" + "|".join([*LAUNCHER_PREFIXES, r"[A-Za-z][\w.-]*:\s"]) + ")")
+# Launcher and paste wrappers are removed by harness.parsers.unwrap (with the pdsh `host: `
+# prefix, which only this parser's lines never start with).
 #: Why every process ran the whole test on its own (said wherever the output shows it).
 NOT_MPI = "the binary was not built with MPI (make MPI=1), so every process ran its own test alone"
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
@@ -193,15 +198,6 @@ _ERROR_LINES = [
     re.compile(r"Invalid number of GPUs.*"),
     re.compile(r"# error: .*"),
 ]
-
-
-def _strip_prefixes(line: str) -> str:
-    for _ in range(4):
-        m = _PREFIX.match(line)
-        if m is None:
-            break
-        line = line[m.end():]
-    return line
 
 
 # --- banner, rank lines, header, footer --------------------------------------------------------
@@ -375,14 +371,14 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     ), len(halves) < len(layout.halves)
 
 
-def _clean(raw: str) -> str:
+def _clean(raw: str, unwrapper: Unwrapper) -> str:
     if "NCCL " in raw and _NCCL_LOG.search(raw):
         return ""
     if "[" in raw[:64] and _RANK_TAG_START.match(raw):
         # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style): nccl-tests
         # prints a row in three writes, so the tags sit inside the row too (`-1[0]  1626.5`).
         raw = _RANK_TAG.sub(" ", raw)
-    return _strip_prefixes(raw)
+    return unwrapper.unwrap(raw) or ""
 
 
 #: Bounds on what one run keeps (memory stays flat on any log): a sweep has tens of rows, a job
@@ -480,10 +476,14 @@ def _infer_collective(rows: list[Row], nranks: int | None) -> str | None:
     if row.root not in (None, -1):
         return "reduce"
     algbw, busbw = row.oop.algbw_gb_s, row.oop.busbw_gb_s
-    if not nranks or not algbw or busbw is None:
-        return "all_reduce" if row.redop else None
-    # sendrecv prints `sum -1` too; on 2 ranks its factor equals all_reduce's: then say nothing.
+    if not algbw or busbw is None:
+        return None
     ratio = busbw / algbw
+    if not nranks:
+        # `sum -1` and no rank count: all_reduce's factor 2(n-1)/n is the only one above 1,
+        # reduce_scatter's (n-1)/n the only one below; near 1 the three are alike.
+        return "all_reduce" if ratio > 1.05 else "reduce_scatter" if ratio < 0.95 else None
+    # sendrecv prints `sum -1` too; on 2 ranks its factor equals all_reduce's: then say nothing.
     factors = {c: BUS_FACTORS[c](nranks) for c in ("all_reduce", "reduce_scatter", "sendrecv")}
     best = min(factors, key=lambda c: abs(factors[c] - ratio))
     tied = [c for c in factors if abs(factors[c] - factors[best]) < 1e-9]
@@ -544,7 +544,12 @@ def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> Ncc
     # Ranks are numbered 0..n-1: the highest one printed counts them even in a trimmed copy;
     # without rank lines, NCCL's own `comm ... nranks 16 ... Init COMPLETE` lines count them.
     nranks = state.max_rank + 1 if state.ranks else state.comm_nranks
-    name = collective or state.collective or _infer_collective(state.rows, nranks)
+    commands = tuple(runs.unwrapper.commands)
+    launched = command_nranks(commands)
+    if launched is not None and (nranks is None or launched > nranks):
+        nranks = launched  # a cut paste prints fewer rank lines than the command launched
+    name = (collective or state.collective or command_collective(commands)
+            or _infer_collective(state.rows, nranks))
     hosts = tuple(dict.fromkeys(h for h, _ in state.ranks.values() if h))
     first = state.rows[0] if state.rows else None
     warnings = []
@@ -577,6 +582,7 @@ def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> Ncc
         truncated_rows=state.truncated,
         warnings=tuple(warnings),
         num_runs=runs.count,
+        commands=commands,
     )
 
 
@@ -593,11 +599,12 @@ class _Runs:
         self.chosen: _State | None = None  # the first run of `collective`
         self.count = 1
         self.names: list[str] = []
+        self.unwrapper = Unwrapper(host_prefix=True)
 
     def feed(self, lines: list[str]) -> None:
         for raw in lines:
             raw = raw.rstrip()
-            line = _clean(raw)
+            line = _clean(raw, self.unwrapper)
             current = self.current
             if not line:
                 if "Init COMPLETE" in raw and (m := _COMM_NRANKS.search(raw)) is not None:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.gpu import GpuInfo, GpuInventory, health_problems, pci_key
-from harness.parsers import LAUNCHER_PREFIXES, ParseError
+from harness.parsers import ParseError
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
+from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
 
 __all__ = [
@@ -57,9 +58,16 @@ _LOST = re.compile(
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
     re.I,
 )
-#: Launcher and log-shipper prefixes, any number of them, before every line.
-_WRAPPER = re.compile("^(?:" + "|".join(LAUNCHER_PREFIXES) + ")+")
-_WRAPPED_START = frozenset(" \t[0123456789")
+#: `nvidia-smi -q` sections a fragment is recognised by when pasted without its GPU line
+#: (`ECC Errors`, `Retired Pages`, `Remapped Rows`, or grep's `SRAM Uncorrectable : 1` lines).
+FRAGMENT_SECTIONS = ("ecc mode", "ecc errors", "retired pages", "remapped rows",
+                     "gpu reset status")
+_FRAGMENT_KEYS = re.compile(
+    r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status)\s*$|"
+    r"(?:[SD]RAM (?:Unc|C)orrectable|Pending Page Blacklist|Double Bit ECC|Single Bit ECC)"
+    r"[\w -]*?\s+:)")
+#: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
+_ANNOTATION = re.compile(r"\s+(?:<=+|<-+|←|#\s).*$")
 _ATTACHED = re.compile(r"^\s*Attached GPUs\s*:\s*([0-9]+)|<attached_gpus>([0-9]+)<")
 #: What nvidia-smi prints instead of any output when it cannot read the GPUs at all.
 _FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed because .*"
@@ -87,6 +95,13 @@ class _Side:
     failure: str | None = None
     attached: int | None = None
     omitted: int = 0  # GPUs past MAX_GPUS
+    commands: list[str] = dataclasses.field(default_factory=list)
+    fragment: bool = False
+    sections: dict[str, None] = dataclasses.field(default_factory=dict)
+    """The `-q` sections seen (lower case), for `sections_present` / `sections_absent`."""
+    reset_printed: set[int] = dataclasses.field(default_factory=set)
+    """GPUs whose output says whether they need a reset (a `GPU Reset Status` value that is not
+    `deprecated`, a `[GPU requires reset]` value, a pending row remap)."""
 
     def see(self, line: str) -> None:
         if "Unable to determine" in line and len(self.lost) < MAX_LOST:
@@ -107,14 +122,16 @@ class _Side:
 
 
 def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
-    """The input's lines, launcher / log-shipper prefixes removed; each one shown to `side`."""
+    """The input's lines, unwrapped (harness.parsers.unwrap); each one shown to `side`, which
+    keeps the command lines seen."""
+    unwrapper = Unwrapper()
     for batch in source.batches():
-        for line in batch:
-            if line[:1] in _WRAPPED_START:
-                line = _WRAPPER.sub("", line, count=1)
+        for line in unwrapper.lines(batch):
             if side is not None:
                 side.see(line)
             yield line
+    if side is not None:
+        side.commands = unwrapper.commands
 
 
 def _unwrap(text: str) -> str:
@@ -126,6 +143,8 @@ def _clean(value: str | None) -> str | None:
     if value is None:
         return None
     v = value.strip()
+    if " " in v and ("<" in v or "←" in v or "#" in v):
+        v = _ANNOTATION.sub("", v)
     return None if v.lower() in _NO_VALUE or v.lower() in _RESET_VALUES else v
 
 
@@ -161,11 +180,18 @@ def _without_bracket_suffix(value: str) -> str:
     return value
 
 
+_YES = frozenset(("yes", "enabled", "active", "on", "true", "1"))
+_NO = frozenset(("no", "disabled", "not active", "inactive", "off", "false", "0"))
+
+
 def _yes(value: str | None) -> bool | None:
+    """True / False for a yes or no nvidia-smi prints; None for anything else (`Unknown
+    Error`, `N/A`): unknown, never a no."""
     v = _clean(value)
     if v is None:
         return None
-    return v.lower() in ("yes", "enabled", "active", "on", "true", "1")
+    v = v.lower()
+    return True if v in _YES else False if v in _NO else None
 
 
 class _Block:
@@ -203,14 +229,18 @@ class _Query:
     blocks: list[_Block]
 
 
-def _tree(lines: Iterable[str], side: _Side) -> _Query:
+def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Query:
     """Read the indented key : value tree; GPU sections start at `GPU 00000000:53:00.0`. A GPU
-    seen again (a `nvidia-smi -q -l` loop) keeps its latest section, in its first place."""
+    seen again (a `nvidia-smi -q -l` loop) keeps its latest section, in its first place. A
+    `fragment` (sections pasted without their GPU line) is read as one GPU of unknown bus."""
     top: dict[str, str] = {}
     blocks: dict[str, _Block] = {}
     block: _Block | None = None
     stack: list[tuple[int, str]] = []
     base = 0
+    if fragment:
+        block, base = _Block(""), -1
+        blocks[""] = block
     for line in lines:
         if not line.strip():
             continue
@@ -240,7 +270,10 @@ def _tree(lines: Iterable[str], side: _Side) -> _Query:
             if len(block.values) < MAX_KEYS:
                 block.values[(*path, m["key"].strip().lower())] = m["value"].strip()
         elif len(stack) < MAX_DEPTH:  # a section header (`ECC Errors`), or `Key :` with nothing after it
-            stack.append((indent, (m["key"] if m else stripped).strip().lower()[:200]))
+            name = (m["key"] if m else stripped).strip().lower()[:200]
+            if not stack and name in FRAGMENT_SECTIONS:
+                side.sections[name] = None
+            stack.append((indent, name))
     attached = _int(top.get("attached gpus"))
     # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
     driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
@@ -280,12 +313,16 @@ _REASON_NAMES = ("Idle", "Applications Clocks Setting", "SW Power Cap", "HW Slow
                  "SW Thermal Slowdown", "Display Clock Setting")
 
 
-def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
+def _gpu_from_block(index: int, b: _Block, side: _Side | None = None) -> GpuInfo:
     link = ("pci", "gpu link info")
     reset_flag = b.first(("gpu reset status", "reset required"))
     drain_flag = b.first(("gpu reset status", "drain and reset recommended"))
+    remap_pending = _yes(b.get("remapped rows", "pending"))
     requires_reset = (bool(_yes(reset_flag)) or bool(_yes(drain_flag))
                       or any(v in _RESET_VALUES for v in b.raw_values()))
+    if side is not None and (requires_reset or _yes(reset_flag) is not None
+                             or _yes(drain_flag) is not None):
+        side.reset_printed.add(index)
     width_cur = _int(b.get(*link, "link width", "current"))
     retired_pending = b.first(("retired pages", "pending page blacklist"),
                               ("retired pages", "pending page retirement"),
@@ -300,12 +337,12 @@ def _gpu_from_block(index: int, b: _Block) -> GpuInfo:
         name=_clean(b.get("product name")),
         uuid=_clean(b.get("gpu uuid")),
         serial=_serial(b.get("serial number")),
-        bus_id=_clean(b.get("pci", "bus id")) or b.bus_id,
+        bus_id=_clean(b.get("pci", "bus id")) or b.bus_id or None,
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
         ecc_enabled=_yes(b.first(("ecc mode", "current"))),
         ecc_uncorrected_volatile=_ecc_uncorrected(b, "volatile"),
         ecc_uncorrected_aggregate=_ecc_uncorrected(b, "aggregate"),
-        remapped_rows_pending=_yes(b.get("remapped rows", "pending")),
+        remapped_rows_pending=remap_pending,
         remapped_rows_failure=_yes(b.get("remapped rows", "remapping failure occurred")),
         retired_pages_pending=_yes(retired_pending),
         retired_pages_dbe=_int(dbe),
@@ -370,13 +407,15 @@ def parse_smi_query(text: str | Input) -> GpuInventory:
     return _query(as_input(text), _Side())
 
 
-def _query(source: Input, side: _Side) -> GpuInventory:
-    q = _tree(_lines(source, side), side)
+def _query(source: Input, side: _Side, *, fragment: bool = False) -> GpuInventory:
+    q = _tree(_lines(source, side), side, fragment=fragment)
+    if q.blocks and not q.blocks[0].bus_id:
+        side.fragment = True
     if not q.blocks and not side.lost:
         if q.attached_gpus == 0:
             return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, (), 0)
         raise side.not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
-    gpus = _with_lost([_gpu_from_block(i, b) for i, b in enumerate(q.blocks)], side,
+    gpus = _with_lost([_gpu_from_block(i, b, side) for i, b in enumerate(q.blocks)], side,
                       renumber=True)
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus, q.attached_gpus)
 
@@ -779,7 +818,7 @@ def _form(source: Input) -> str:
             break
     if "<nvidia_smi_log" in "\n".join(head)[:2000]:
         return "xml"
-    banner = bus = row = False
+    banner = bus = row = fragment = False
     for line in _lines(source):
         if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and _ANY_GPU_HEADER.match(line)):
             return "query"
@@ -787,16 +826,19 @@ def _form(source: Input) -> str:
         bus = bus or "Bus-Id" in line
         stripped = line.strip()
         row = row or (stripped[:1] == "|" and bool(_TABLE_ROW1.match(stripped)))
+        fragment = fragment or bool(_FRAGMENT_KEYS.match(line))
     # The banner may be cut from a pasted excerpt: a GPU row is enough.
-    return "table" if (banner and bus) or row else "csv"
+    if (banner and bus) or row:
+        return "table"
+    return "fragment" if fragment else "csv"
 
 
 def _parse(source: Input, side: _Side) -> GpuInventory:
     form = _form(source)
     if form == "xml":
         return _xml(source, side)
-    if form == "query":
-        return _query(source, side)
+    if form in ("query", "fragment"):
+        return _query(source, side, fragment=form == "fragment")
     if form == "table":
         return _table(source, side)
     try:
@@ -824,12 +866,28 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Any) -> dict[str, Any
         for p in health_problems(gpu, max_temp_c=profile.max_gpu_temp_c,
                                  require_ecc=profile.has_gpus):
             problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
+    gpus = [{k: getattr(g, k) for k in keys} for g in inventory.gpus]
+    if inventory.source in ("nvidia-smi -q", "nvidia-smi"):
+        for gpu, record in zip(inventory.gpus, gpus, strict=True):
+            # Nothing printed about a reset (a `-q -d ECC` excerpt, the plain table, a 570 driver
+            # on Volta saying `deprecated`): unknown, not "no reset needed".
+            if gpu.remapped_rows_pending:
+                # A pending row remap is applied at the next GPU reset (NVIDIA's "GPU Memory
+                # Error Management" guide, Row Remapping): the GPU needs one.
+                record["requires_reset"] = True
+            elif not gpu.requires_reset and gpu.index not in side.reset_printed:
+                record["requires_reset"] = None
     out = {
         "num_gpus": attached if attached is not None else len(inventory.gpus),
         "driver_version": inventory.driver_version,
         "cuda_version": inventory.cuda_version,
-        "gpus": [{k: getattr(g, k) for k in keys} for g in inventory.gpus],
+        "gpus": gpus,
         "problems": problems,
+        "fragment": side.fragment,
+        "sections_present": [name for name in FRAGMENT_SECTIONS if name in side.sections],
+        "sections_absent": [name for name in FRAGMENT_SECTIONS if name not in side.sections]
+        if side.fragment else [],
+        "commands_seen": list(side.commands),
     }
     if side.notes():
         out["notes"] = side.notes()

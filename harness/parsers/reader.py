@@ -13,8 +13,10 @@ parse):
   reads it, so a second pass costs disk, not memory;
 - `document()` reads a whole JSON/XML document, up to MAX_DOCUMENT_CHARS.
 
-Launcher wrappers (`[1,0]<stdout>:`, `0: `, timestamps: harness.parsers.LAUNCHER_PREFIXES) are
-still stripped by the parsers; a per-line unwrapping step belongs here when it comes (issue 13).
+What launchers, log shippers and pastes put around each line (`[1,0]<stdout>:`, `0: `,
+timestamps, fences, prompts...) is removed by harness.parsers.unwrap.Unwrapper, which the
+line parsers run over these lines; the NCCL log's byte scanner anchors on `NCCL INFO`/`WARN`
+inside each line instead (any wrapper before it is skipped at C speed).
 """
 
 from __future__ import annotations

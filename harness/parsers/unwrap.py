@@ -1,0 +1,226 @@
+"""Per-line unwrapping: what launchers, log shippers and pastes put around a tool's output.
+
+`Unwrapper.unwrap(line)` returns the tool's own line, or None for a line that is only wrapping
+(a markdown fence, an ssh warning, an author's `...` elision, a shell command line); it records
+which rank or host each line came from and the command lines it saw (`commands`), which give
+parsers context (`./build/alltoall_perf ...` above a table names the collective).
+
+The wrappers, each seen in real output (the sources are in tests/data/*/SOURCES and
+docs/parsers.md):
+
+- Open MPI `--tag-output` `[1,N]<stdout>:` (rank N), with `--timestamp-output` glued before it
+  (`Thu Jun 18 14:28:58 2020[1,0]<stdout>:`); Slurm `srun --label` `N: ` (rank N);
+- `kubectl logs --prefix` `[pod/NAME/CONTAINER] ` (host NAME);
+- ISO / RFC 3339 timestamps (`kubectl logs --timestamps`, CloudWatch copies) and the bracketed
+  `[2026-01-02 10:24:27] ` form, before a line, or a line of their own;
+- CloudWatch console copies ` | ts | line | line` (the first message column is kept);
+- docker json-file `{"log":"...","stream":"stdout",...}` (JSON-decoded, not stripped);
+- ANSI colour sequences (also their mojibake, ESC read as U+FFFD), CR left inside a line;
+- markdown fences, `> ` quote markers, inline-code backticks around a command;
+- shell prompts (`user@host:dir# cmd`, `$ cmd`, `➜ $ cmd`, a root `# cmd` naming a known
+  program), `+ cmd` xtrace lines, bare command lines of a known program, ssh `Warning:
+  Permanently added ...` lines.
+
+Leading blanks are kept (nvidia-smi -q nests by indentation); blanks before a wrapper go with
+it. Kernel-log stamps (syslog, journal, dmesg, kmsg) are not removed here: the kernel-log
+parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps ISO stamps too.
+Each rule is tried only when the line's first non-blank character can start it, so a line with
+no wrapper costs one dict lookup and one `lstrip`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = ["MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program"]
+
+#: Command lines remembered (the first ones: the command that produced the output comes first).
+MAX_COMMANDS = 16
+#: Ranks and hosts remembered.
+MAX_ORIGINS = 4096
+
+#: A rank prefix: srun `--label` (`0: `) or Open MPI `--tag-output` (`[1,0]<stdout>:`); the
+#: groups `srun` / `mpi` hold the rank (shared with the env parser, which keeps one rank's copy).
+RANK_PREFIX = re.compile(
+    r"^(?:\s*(?P<srun>[0-9]+): |\s*(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4})?"
+    r"\[(?P<mpi>[0-9]+,[0-9]+)\]<std(?:out|err)>:)")
+_ISO = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
+        r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?")
+_TIMESTAMP = re.compile(rf"^\s*(?:{_ISO}|\[{_ISO}\])(?: |\t|$)")  # the line's own indent stays
+_KUBECTL = re.compile(r"^\s*\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]+\] ")
+#: CloudWatch console copy: `| 2025-05-16T16:39:51.208-07:00 | line`, or the stamp glued to the
+#: line and the line repeated: `| 2025-..-07:00ip-10-36-29-253:79:79 [0] NCCL INFO ... | ...`
+#: (aws-ofi-nccl issue #889; tests/data/nccl_log/real_cloudwatch_*.log).
+_CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text>[^|]*)")
+_ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
+_QUOTE = re.compile(r"^\s*>(?: |$)")
+_SSH = re.compile(r"^\s*Warning: Permanently added .* to the list of known hosts\.?\s*$")
+_ELISION = re.compile(r"^\s*(?:\.\.\.|…)(?:\s.*)?$")
+#: Shell prompts: `user@host:~/dir# `, `user@host ~ ➜ $ `, `(venv) $ `, `$ `, `% `.
+_PROMPT = re.compile(
+    r"^\s*(?:\([\w.-]+\)\s*)?(?:[\w.-]+@[\w.-]+(?::\S*| \S+)?\s*(?:➜\s*)?[#$%]|➜\s*\S*\s*\$|[$%])"
+    r"\s+(?P<cmd>\S.*)$")
+_ROOT_PROMPT = re.compile(r"^\s*[#+]\s+(?P<cmd>\S.*)$")
+_BACKTICKS = re.compile(r"^\s*`(?P<cmd>[^`]+)`\s*$")
+_HOST = re.compile(r"^\s*(?P<host>[A-Za-z][\w.-]*):\s")
+_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*$")
+#: Programs whose command line, pasted above their output, is context and not output.
+KNOWN_PROGRAMS = frozenset((
+    "mpirun", "mpiexec", "srun", "torchrun", "python", "python3", "kubectl", "docker", "nvidia-smi",
+    "dcgmi", "fi_info", "dmesg", "journalctl", "sudo", "env", "uv", "bash", "sh", "ssh", "grep",
+    "cat", "tail", "head", "ibv_devinfo", "ibstat", "fi_pingpong", "sbatch", "salloc",
+    "deepspeed", "accelerate", "horovodrun", "oc", "tee", "time", "numactl",
+))
+
+
+def command_program(command: str) -> str | None:
+    """The program a command line runs (leading `NAME=value` assignments skipped, path cut), when
+    it is a known one or an nccl-tests binary (`*_perf`, `*_perf_mpi`); else None."""
+    for word in command.split(None, 32)[:32]:  # a tool line's first words decide
+        if _ASSIGN.match(word):
+            continue
+        name = word.rsplit("/", 1)[-1]
+        if name.startswith("!"):  # a notebook cell: `!nvidia-smi -q`
+            name = name[1:]
+        if name in KNOWN_PROGRAMS or name.endswith(("_perf", "_perf_mpi")):
+            return name
+        return None
+    return None
+
+
+#: First characters (after blanks) that can start a wrapper rule; others skip every rule.
+_STARTS = frozenset("[0123456789{|`>~$%#+(\x1b\ufffdWTSMFtsmfw…._/!" + "➜"
+                    + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+@dataclass(slots=True)
+class Unwrapper:
+    """Unwraps lines one at a time, remembering where they came from."""
+
+    timestamps: bool = True
+    """Remove ISO timestamps before a line (False: the kernel-log parser reads them)."""
+    host_prefix: bool = False
+    """Also remove a pdsh / MPIJob `host: ` prefix (`worker: `, `node-1: `; nccl-tests only:
+    elsewhere `Name: value` is the tool's own line)."""
+    keep_commands: bool = False
+    """Hand command lines on (with their prompt removed) instead of dropping them (the env
+    parser reads `mpirun -x NAME=value` lines)."""
+    commands: list[str] = field(default_factory=list)
+    ranks: dict[str, None] = field(default_factory=dict)
+    hosts: dict[str, None] = field(default_factory=dict)
+    elided: int = 0
+    """Author's `...` lines: the output was cut by hand."""
+    continued: bool = False
+    """The last command line ended in `\\`: the next line continues it."""
+    rank: str | None = None
+    """The rank of the last line unwrapped (None when it had no rank prefix)."""
+
+    def unwrap(self, line: str) -> str | None:
+        """The tool's line inside `line`, or None when `line` is only wrapping."""
+        self.rank = None
+        if self.continued:  # the rest of a command continued with `\`
+            text = line.strip()
+            self.continued = text.endswith("\\")
+            self.commands[-1] = self.commands[-1].removesuffix("\\").rstrip() + " " + text
+            return text if self.keep_commands else None
+        if "\x1b" in line or "\ufffd[" in line:
+            line = _ANSI.sub("", line)
+        if "\r" in line:
+            line = line.replace("\r", "")
+        for _ in range(6):  # wrappers nest: a timestamp, a rank tag, a quote marker...
+            head = line.lstrip()[:1]
+            if not head or head not in _STARTS:
+                return line
+            stripped = self._strip_once(line, head)
+            if stripped is None or stripped is line:
+                return stripped
+            line = stripped
+        return line
+
+    def _strip_once(self, line: str, head: str) -> str | None:
+        """`line` without its outermost wrapper; `line` itself when it has none; None when it
+        is only wrapping."""
+        if head == "{" and line.lstrip().startswith('{"log":'):
+            return self._docker(line)
+        if head in "[0123456789TSMFWtsmfw":
+            if (m := RANK_PREFIX.match(line)) is not None:
+                self._origin(self.ranks, m["srun"] or m["mpi"].partition(",")[2])
+                return line[m.end():].removeprefix(" ") if m["mpi"] else line[m.end():]
+            if head == "[" and (m := _KUBECTL.match(line)) is not None:
+                self._origin(self.hosts, m["pod"])
+                return line[m.end():]
+            if self.timestamps and (m := _TIMESTAMP.match(line)) is not None:
+                rest = line[m.end():]
+                return rest if rest.strip() else None
+            if head == "W" and _SSH.match(line):
+                return None
+        if head == "|" and self.timestamps:
+            return self._cloudwatch(line)
+        if head in "`~" and _FENCE.match(line):
+            return None
+        if head == ">" and (m := _QUOTE.match(line)) is not None:
+            return line[m.end():]
+        if head in "….":
+            if _ELISION.match(line):
+                self.elided += 1
+                return None
+            return line
+        if head == "`" and (m := _BACKTICKS.match(line)) is not None:
+            return self._command(m["cmd"], line)
+        if head in "#+" and (m := _ROOT_PROMPT.match(line)) is not None:
+            return self._command(m["cmd"], line) if command_program(m["cmd"]) else line
+        if (m := _PROMPT.match(line)) is not None and command_program(m["cmd"]):
+            return self._command(m["cmd"], line)
+        if command_program(line):
+            return self._command(line.strip(), line)
+        if self.host_prefix and (m := _HOST.match(line)) is not None:
+            self._origin(self.hosts, m["host"])
+            return line[m.end():]
+        return line
+
+    def _command(self, command: str, line: str) -> str | None:
+        if len(self.commands) < MAX_COMMANDS:
+            self.commands.append(command.strip())
+            self.continued = command.rstrip().endswith("\\")
+        return command if self.keep_commands else None
+
+    def _docker(self, line: str) -> str | None:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return line
+        text = record.get("log") if isinstance(record, dict) else None
+        return text.rstrip("\r\n") if isinstance(text, str) else line
+
+    def _cloudwatch(self, line: str) -> str:
+        m = _CLOUDWATCH.match(line)
+        return m["text"].rstrip() if m is not None else line
+
+    def _origin(self, into: dict[str, None], name: str) -> None:
+        self.rank = name if into is self.ranks else self.rank
+        if len(into) < MAX_ORIGINS:
+            into[name] = None
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """Every tool line inside `lines` (wrapping-only lines dropped)."""
+        unwrap = self.unwrap
+        for line in lines:
+            text = unwrap(line)
+            if text is not None:
+                yield text
+
+    def ranks_sorted(self) -> list[str]:
+        """The ranks seen, in numeric order."""
+        return sorted(self.ranks, key=lambda r: (len(r), r))
+
+    def context(self) -> dict[str, object]:
+        """What the wrapping said, for a parser's result: `commands_seen`, `ranks_seen`,
+        `hosts_seen`, `elided`."""
+        return {"commands_seen": list(self.commands),
+                "ranks_seen": self.ranks_sorted()[:64],
+                "hosts_seen": list(self.hosts)[:64],
+                "elided": self.elided > 0}

@@ -1,0 +1,116 @@
+"""The one per-line unwrapper (harness.parsers.unwrap) and the command-line context
+(harness.parsers.commands). Each wrapper below is one seen in real output (docs/parsers.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.parsers.commands import command_collective, command_nranks
+from harness.parsers.fi_info import parse_fi_info
+from harness.parsers.unwrap import Unwrapper
+
+LINE = "host:79:79 [0] NCCL INFO Using network Socket"
+
+
+@pytest.mark.parametrize(("wrapped", "rank", "host"), [
+    (f"[1,3]<stdout>:{LINE}", "3", None),
+    (f"        [1,3]<stderr>: {LINE}", "3", None),  # a Go test's log, indented
+    (f"Thu Jun 18 14:28:58 2020[1,3]<stdout>:{LINE}", "3", None),  # --timestamp-output
+    (f"3: {LINE}", "3", None),  # srun --label
+    (f"[pod/worker-1/main] {LINE}", None, "worker-1"),  # kubectl logs --prefix
+    (f"2024-06-25T18:45:27.095437505Z {LINE}", None, None),  # kubectl logs --timestamps
+    (f"[2026-01-02 10:24:27] {LINE}", None, None),
+    (f"  | 2025-05-16T16:39:51.208-07:00 | {LINE}", None, None),  # CloudWatch console copy
+    (f"  | 2025-05-16T16:39:51.208-07:00{LINE} | {LINE}", None, None),  # its glued copy
+    ('{"log":"' + LINE + '\\r\\n","stream":"stdout","time":"2020-02-08T14:35:22Z"}', None, None),
+    (f"\x1b[36m{LINE}\x1b[0m", None, None),
+    (f"\ufffd[36m{LINE}\ufffd[0m", None, None),  # the ESC byte read as U+FFFD
+    (f"> {LINE}", None, None),
+    (f"2024-06-25T18:45:27Z [1,3]<stdout>:{LINE}\r", "3", None),
+])
+def test_wrappers_are_removed_and_origins_kept(wrapped: str, rank: str | None, host: str | None):
+    u = Unwrapper()
+    assert u.unwrap(wrapped) == LINE
+    assert u.ranks_sorted() == ([rank] if rank else [])
+    assert list(u.hosts) == ([host] if host else [])
+
+
+@pytest.mark.parametrize("line", [
+    "```", "```bash", "    ```log", "~~~",
+    "Warning: Permanently added '10.0.1.2' (ED25519) to the list of known hosts.",
+    "...", "... 16 NICs in 8 groups ...", "2024-06-25T18:45:27Z",
+])
+def test_wrapping_only_lines_are_dropped(line: str):
+    assert Unwrapper().unwrap(line) is None
+
+
+@pytest.mark.parametrize(("line", "command"), [
+    ("root@autodl-container-1:~/nccl-tests# ./build/alltoall_perf -b 8 -g 2",
+     "./build/alltoall_perf -b 8 -g 2"),
+    ("$ nvidia-smi -q -d ECC", "nvidia-smi -q -d ECC"),
+    ("adsk1@ZimaOS-AI:~ ➜ $ nvidia-smi -i 2 -q -d ECC", "nvidia-smi -i 2 -q -d ECC"),
+    ("# dmesg  | grep Xid", "dmesg  | grep Xid"),
+    ("+ mpirun -np 2 python train.py", "mpirun -np 2 python train.py"),
+    ("`OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1`",
+     "OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1"),
+    ("fi_info -p efa", "fi_info -p efa"),
+    ("!nvidia-smi -q", "!nvidia-smi -q"),
+])
+def test_command_lines_are_context_not_output(line: str, command: str):
+    u = Unwrapper()
+    assert u.unwrap(line) is None
+    assert u.commands == [command]
+
+
+def test_tool_lines_that_look_like_prompts_stay():
+    u = Unwrapper()
+    for line in ("# nThread 1 nGpus 8 minBytes 8", "#  Rank  0 Group  0 Pid 1 on h device 0",
+                 "    Product Name                          : NVIDIA H100",
+                 "provider: efa", "NVRM: Xid (PCI:0000:52:00): 63, pid=1896"):
+        assert u.unwrap(line) == line
+    assert u.commands == []
+
+
+def test_continued_command_is_one_command():
+    u = Unwrapper()
+    lines = ["mpirun -np 1 \\", "  /usr/bin/env A=1 ./build/all_reduce_perf -g 1 \\",
+             "  : -np 1 ./build/all_reduce_perf -g 1", "# nThread 1"]
+    assert list(u.lines(lines)) == ["# nThread 1"]
+    assert u.commands == ["mpirun -np 1 /usr/bin/env A=1 ./build/all_reduce_perf -g 1 : -np 1 "
+                          "./build/all_reduce_perf -g 1"]
+
+
+def test_indentation_is_kept_under_a_timestamp():
+    assert Unwrapper().unwrap("2024-06-25T18:45:27Z         Pending : Yes") == "        Pending : Yes"
+
+
+@pytest.mark.parametrize(("command", "collective", "nranks"), [
+    ("./build/alltoall_perf -b 8 -e 1024M -f 2 -g 2", "alltoall", 2),
+    ("mpirun --allow-run-as-root -np 2 -x NCCL_ALGO=Tree ./all_reduce_perf -b 2M -g 1",
+     "all_reduce", 2),
+    ("X=1 srun --exclusive --nodes=2 --ntasks-per-node=8 all_reduce_perf_mpi -b 512M -g 1",
+     "all_reduce", 16),
+    ("srun -n 16 ./build/all_gather_perf -g 1", "all_gather", 16),
+    ("mpirun -np 4 ./build/reduce_scatter_perf -t 2 -g 1", "reduce_scatter", 8),
+    ("kubectl logs -f launcher", None, None),
+])
+def test_commands_give_collective_and_rank_count(command, collective, nranks):
+    assert command_collective([command]) == collective
+    assert command_nranks([command]) == nranks
+
+
+def test_fi_info_under_mpirun_tags_parses():
+    """Issue 13: fi_info under `[1,N]<stdout>:` was "nothing recognised" (a constructed copy of
+    the aws-ia EKS blueprint's p5 output shape: ssh warning, tagged lines, a fence)."""
+    text = "\n".join([
+        "```text",
+        "Warning: Permanently added 'efa-worker-1' (ED25519) to the list of known hosts.",
+        "[1,0]<stdout>:provider: efa", "[1,0]<stdout>:    fabric: efa",
+        "[1,0]<stdout>:    domain: rdmap79s0-rdm", "[1,0]<stdout>:    version: 120.10",
+        "[1,0]<stdout>:    type: FI_EP_RDM", "[1,0]<stdout>:    protocol: FI_PROTO_EFA",
+        "[1,1]<stdout>:provider: efa", "[1,1]<stdout>:    fabric: efa",
+        "[1,1]<stdout>:    domain: rdmap201s0-rdm", "[1,1]<stdout>:    type: FI_EP_RDM",
+        "```"])
+    info = parse_fi_info(text)
+    assert info.efa and info.efa_devices == ["rdmap79s0", "rdmap201s0"]
+    assert info.ranks == ("0", "1")
