@@ -197,7 +197,7 @@ def test_to_dict_records_the_whole_resolved_profile():
 
 # --- End to end: a fake machine under PREFLIGHT_SYSROOT ----------------------------------------
 
-def fake_machine(root: Path, *, gpus: int = 8, device: str = "0x2330") -> dict[str, str]:
+def fake_machine(root: Path, *, gpus: int = 1, device: str = "0x2330") -> dict[str, str]:
     """Device nodes, PCI functions, two IB HCAs under `root`; `nvidia-smi` on PATH printing the
     recorded H100 `-q` output (NVML cannot start here: no driver). Returns the environment."""
     (root / "dev").mkdir(parents=True)
@@ -216,14 +216,17 @@ def fake_machine(root: Path, *, gpus: int = 8, device: str = "0x2330") -> dict[s
     bin_dir = root / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\n[ \"$2\" = \"-x\" ] && exit 9\ncat '{SMI / 'real_q-565-h100-sxm.txt'}'\n")
+    # The recording is the first of 8 GPU blocks: it says so (`Attached GPUs : 8`), which makes
+    # it incomplete; the fake machine has `gpus` GPUs and says that instead.
+    smi.write_text(f"#!/bin/sh\n[ \"$2\" = \"-x\" ] && exit 9\nsed 's/^Attached GPUs .*/"
+                   f"Attached GPUs : {gpus}/' '{SMI / 'real_q-565-h100-sxm.txt'}'\n")
     smi.chmod(0o755)
     return {**os.environ, "PREFLIGHT_SYSROOT": str(root), "AWS_EC2_METADATA_DISABLED": "true",
             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PREFLIGHT_PROFILE": ""}
 
 
 def test_profiles_derive_on_a_fake_machine_end_to_end(tmp_path):
-    env = fake_machine(tmp_path / "root")
+    env = fake_machine(tmp_path / "root", gpus=8)
     out = subprocess.run([sys.executable, "-m", "harness", "profiles", "--derive", "--json"],
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
@@ -232,3 +235,26 @@ def test_profiles_derive_on_a_fake_machine_end_to_end(tmp_path):
         "derived", "H100-SXM5-80GB", 8, "ib")
     assert p["derived_from"]["nics"]["ib"] == 2
     assert p["nvlink_busbw_gb_s_min"] == 460.0 and p["intra_gate_size_bytes"] == 16 * GIB
+
+
+def test_a_derived_run_on_a_fake_machine_judges_by_the_sku_table(tmp_path):
+    # One H100 on the PCI bus, nvidia-smi printing its recorded `-q`: `preflight run` derives the
+    # profile (no provider names a type), says so in the header, judges GPU count and model,
+    # and report.json records the resolved profile with what it was derived from.
+    env = fake_machine(tmp_path / "root", gpus=1)
+    env.pop("PREFLIGHT_PROFILE")
+    env["PREFLIGHT_OPT_ML"] = str(tmp_path / "no-opt-ml")
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--report-dir", str(tmp_path / "r"),
+         "-k", "PF-GPU-001 or PF-GPU-002", "--workers", "0"],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert "derived from this machine: 1x NVIDIA H100 80GB HBM3 (SKU H100-SXM5-80GB" in out.stdout
+    (report,) = (tmp_path / "r").glob("*/report.json")
+    doc = json.loads(report.read_text())
+    assert doc["profile"]["name"] == "derived"
+    assert doc["profile"]["source"].startswith("derived from this machine (no provider")
+    resolved = doc["profile"]["resolved"]
+    assert (resolved["origin"], resolved["sku"]) == ("derived", "H100-SXM5-80GB")
+    assert resolved["derived_from"]["pci_device_ids"] == ["2330"]
+    outcomes = {c["id"]: c["outcome"] for c in doc["checks"]}
+    assert outcomes == {"PF-GPU-001": "pass", "PF-GPU-002": "pass"}, out.stdout[-3000:]
