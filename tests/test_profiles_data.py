@@ -60,6 +60,10 @@ def test_every_set_threshold_has_a_source_and_unknown_keys_do_not_hide():
                 assert p.sources.get(field), f"{p.name}.{field} = {value} has no source"
         for field in p.estimates:
             assert "estimate" in p.sources.get(field, ""), f"{p.name}.{field}: not said"
+        if p.intra_node_floor:  # every floor states the message size it was measured at
+            assert p.sources.get("intra_gate_size_bytes"), f"{p.name}: floor size unsourced"
+        if p.net_busbw_gb_s_min is not None:
+            assert p.sources.get("bw_gate_size_bytes"), f"{p.name}: net floor size unsourced"
 
 
 @pytest.mark.parametrize(("name", "floor", "size"), [
