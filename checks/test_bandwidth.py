@@ -36,8 +36,11 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str) -> None:
-    """Judge busbw at `size` against `threshold`; a run with no row there is a probe error."""
+def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str, *,
+          estimate: str | None = None) -> None:
+    """Judge busbw at `size` against `threshold`; a run with no row there is a probe error.
+    `estimate` (the floor's source): the floor has no public measured basis, so a value below
+    it is a warning that says so, never a failure, until the real figure is measured."""
     busbw = run.busbw_at(size)
     if busbw is None:
         if run.problem:
@@ -51,23 +54,44 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str) -> None:
             measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s")
     if run.nccl_log:
         remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
-    expect(f"all_reduce busbw at {_size(size)}", busbw, ">=", threshold, "GB/s",
-           remedy=remedy, detail=run.where())
+    what = f"all_reduce busbw at {_size(size)}"
+    if estimate is not None:
+        ok = busbw >= threshold
+        measure(what, busbw, "GB/s", op=">=", threshold=threshold, ok=ok)
+        if not ok:
+            warn(f"{what} {busbw:g} GB/s is below the estimated floor {threshold:g} GB/s "
+                 f"({run.where()}); the floor is an estimate, not a failure until measured "
+                 f"(source: {estimate})", remedy=f"record this node's figure with "
+                 f"scripts/device-check and set the floor in a profile file; {remedy}")
+        return
+    expect(what, busbw, ">=", threshold, "GB/s", remedy=remedy, detail=run.where())
+
+
+def _estimate(profile: Profile, field: str) -> str | None:
+    return profile.sources.get(field, "estimate") if profile.is_estimate(field) else None
 
 
 @check(
     "PF-BW-001",
-    title="Single-node all_reduce busbw at the gate size meets the NVLink floor",
+    title="Single-node all_reduce busbw at the floor's message size meets the NVLink (or PCIe) floor",
     why="A GPU with degraded NVLinks, a missing fabric manager, or an env var that disables P2P "
     "or NVLS still trains, at a fraction of the speed, and slows every rank of the job.",
     remedy=NEXT_NVLINK,
     exclusive=True,
 )
 def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.FixtureRequest):
-    if not profile.has_gpus or profile.nvlink_busbw_gb_s_min is None:
-        not_applicable(f"profile {profile.name} has no GPUs / no NVLink bandwidth floor")
+    floor = profile.intra_node_floor
+    if floor is None:
+        not_applicable(profile.intra_node_na_reason)
+    field, threshold = floor
+    if field == "pcie_busbw_gb_s_min":
+        remedy = ("PCIe-only GPUs (no NVLink): check `nvidia-smi topo -m`, the PCIe link width "
+                  "and generation (PF-GPU), ACS/IOMMU settings and NCCL_P2P_DISABLE")
+    else:
+        remedy = NEXT_NVLINK
     run = request.getfixturevalue("single_node_allreduce")
-    _gate(run, profile.bw_gate_size_bytes, profile.nvlink_busbw_gb_s_min, NEXT_NVLINK)
+    _gate(run, profile.intra_gate_size_bytes, threshold, remedy,
+          estimate=_estimate(profile, field))
 
 
 @check(
@@ -89,7 +113,8 @@ def test_multi_node_busbw_meets_network_floor(
     if run is None:
         not_applicable(f"{node_count.num_nodes}-node job: the leader node launches the "
                        "multi-node test, this node takes part in it")
-    _gate(run, profile.bw_gate_size_bytes, profile.net_busbw_gb_s_min, NEXT_NETWORK)
+    _gate(run, profile.bw_gate_size_bytes, profile.net_busbw_gb_s_min, NEXT_NETWORK,
+          estimate=_estimate(profile, "net_busbw_gb_s_min"))
 
 
 @check(

@@ -334,7 +334,7 @@ def test_nvlinks_up_without_errors(profile: Profile, tier: str, gpu_inventory: G
                                    nvlink_growth: Any):
     _require_gpus(profile)
     if not profile.nvlinks_per_gpu:
-        not_applicable("the profile expects no NVLinks")
+        not_applicable(profile.nvlink_na_reason)
     found: Found = []
     for g in _judged(gpu_inventory):
         label = gpu_label(g)

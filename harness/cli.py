@@ -95,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profiles", help="list profiles and the thresholds they hold")
     prof.add_argument("name", nargs="?", help="show one profile in full")
     prof.add_argument("--profile-file", default=None)
+    prof.add_argument("--derive", action="store_true",
+                      help="show the profile derived from this machine (PREFLIGHT_SYSROOT honoured)")
     prof.add_argument("--json", action="store_true")
 
     exp = sub.add_parser("explain", help="what a check verifies, why, and the remedy")
@@ -205,7 +207,8 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     from harness import handoff
     from harness.detect import detect_instance_type, hostname
     from harness.interrupted import RunFinalizer
-    from harness.profiles import BUILTIN_PROFILES, ProfileError, get_profile, load_profile_file
+    from harness.profiles import BUILTIN_PROFILES, ProfileError, load_profile_file
+    from harness.profiles_derive import resolve_detected
     from harness.report import command_for_report, failure_reason, redact_file, write_report
     from harness.runner import RunConfig, run_checks
     from harness.selection import SelectionError, check_keyword
@@ -239,11 +242,9 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
-        found = detect_instance_type(args.profile, env, known=profiles)
-        if found is None:
-            raise ProfileError("this machine has GPUs but no provider named its instance type; "
-                               f"pass --profile NAME (known: {', '.join(sorted(profiles))})")
-        profile = get_profile(found.name, profiles)
+        sysroot = Path(env.get("PREFLIGHT_SYSROOT", "/"))
+        found = detect_instance_type(args.profile, env, sysroot=sysroot, known=profiles)
+        profile, profile_source = resolve_detected(found, profiles, sysroot=sysroot)
     except ProfileError as exc:
         _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
         raise UsageError(str(exc)) from None
@@ -256,14 +257,16 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
         raise UsageError(str(exc)) from None
 
     cfg = RunConfig(
-        profile=profile, profile_source=found.source, tier=tier, report_dir=report_dir,
+        profile=profile, profile_source=profile_source, tier=tier, report_dir=report_dir,
         host=host, keyword=args.keyword, warn_only=args.warn_only, command=command,
         workers=_workers(args.workers, profile), profile_file=args.profile_file,
         verbose=args.verbose, env=env,
         sysroot=Path(env.get("PREFLIGHT_SYSROOT", "/")), suites=suites,
     )
-    print(f"gpu-preflight: host {host}, profile {profile.name} (from {found.source}), tier "
+    print(f"gpu-preflight: host {host}, profile {profile.name} (from {profile_source}), tier "
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
+    if profile.origin == "derived":
+        print(f"gpu-preflight: {profile.description}", flush=True)
     for line in describe(suites, source_overrides(env, args.profile_file)):
         print(f"gpu-preflight: {line}", flush=True)
     finalizer.cfg = cfg
@@ -274,7 +277,8 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     except Exception as exc:  # the harness itself broke: still leave a report behind
         from harness.report import Report
 
-        report = Report(host=host, profile=profile.name, profile_source=found.source, tier=tier)
+        report = Report(host=host, profile=profile.name, profile_source=profile_source, tier=tier,
+                        profile_detail=profile.to_dict())
         report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
     report.command = command_for_report(command, env)
     report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
@@ -412,7 +416,14 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
-        chosen = [get_profile(args.name, profiles)] if args.name else list(profiles.values())
+        if args.derive:
+            from harness.profiles_derive import resolve_profile
+
+            sysroot = Path(os.environ.get("PREFLIGHT_SYSROOT", "/"))
+            chosen = [resolve_profile("derived", "--derive", profiles, sysroot=sysroot)[0]]
+            args.name = chosen[0].name
+        else:
+            chosen = [get_profile(args.name, profiles)] if args.name else list(profiles.values())
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
     if args.json:

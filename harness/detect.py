@@ -147,7 +147,7 @@ def imds_instance_type(
     return value or None
 
 
-def _has_gpu(sysroot: Path) -> bool:
+def has_gpu(sysroot: Path) -> bool:
     """An NVIDIA device node or driver is visible (no NVML import: it must stay cheap)."""
     return (sysroot / "dev/nvidia0").exists() or (sysroot / "proc/driver/nvidia/gpus").is_dir()
 
@@ -203,7 +203,7 @@ def detect_instance_type(
         return Detection(value, "EC2 instance metadata (IMDSv2)") if value else None
 
     def from_inspection() -> Detection | None:
-        return None if _has_gpu(sysroot) else Detection("local-cpu", "inspection (no GPU found)")
+        return None if has_gpu(sysroot) else Detection("local-cpu", "inspection (no GPU found)")
 
     providers: list[Provider] = [from_option, from_env, from_sagemaker, from_dmi, from_imds,
                                  from_inspection]
@@ -213,7 +213,7 @@ def detect_instance_type(
             continue
         if (known is not None and found.name not in known and provider not in
                 (from_option, from_env, from_inspection) and not _ACCELERATED.match(found.name)
-                and not _has_gpu(sysroot)):
+                and not has_gpu(sysroot)):
             return Detection("local-cpu", f"inspection: {found.name} (from {found.source}) has "
                              "no profile and no GPU is visible")
         return found

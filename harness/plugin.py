@@ -154,23 +154,20 @@ def resolve_profile(config: pytest.Config) -> Any:
     if _profile_key in config.stash:
         return config.stash[_profile_key]
     from harness.detect import detect_instance_type
-    from harness.profiles import BUILTIN_PROFILES, ProfileError, get_profile, load_profile_file
+    from harness.profiles import BUILTIN_PROFILES, ProfileError, load_profile_file
+    from harness.profiles_derive import resolve_detected
 
     try:
         profiles = BUILTIN_PROFILES
         if config.getoption("preflight_profile_file"):
             profiles = load_profile_file(config.getoption("preflight_profile_file"))
         sysroot = Path(config.getoption("preflight_sysroot"))
-        found = detect_instance_type(config.getoption("preflight_profile"), sysroot=sysroot)
-        if found is None:
-            raise ProfileError(
-                "this machine has GPUs but no provider named its instance type; pass --profile "
-                f"NAME (known: {', '.join(sorted(profiles))})"
-            )
-        profile = get_profile(found.name, profiles)
+        found = detect_instance_type(config.getoption("preflight_profile"), sysroot=sysroot,
+                                     known=profiles)
+        profile, source = resolve_detected(found, profiles, sysroot=sysroot)
     except ProfileError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[_profile_key] = (profile, found.source)
+    config.stash[_profile_key] = (profile, source)
     return config.stash[_profile_key]
 
 

@@ -50,6 +50,17 @@ class Profile:
     """Active NVLinks expected per GPU. Source: domain-facts.md, Instances."""
     nvswitch: bool = False
     """NVSwitch system: fabric manager must be running."""
+    gpu_interconnect: str | None = None
+    """How the node's GPUs reach each other: `nvswitch` (NVLink through NVSwitch), `pcie` (no
+    NVLink: the intra-node floor is `pcie_busbw_gb_s_min`), `c2c` (one GPU per Grace CPU),
+    `single` (one GPU: no intra-node collective); None: no GPUs."""
+    nvlink_domain: str | None = None
+    """`ultraserver`: the GPUs share one NVLink domain with other nodes (GB200/GB300 NVL72,
+    p6e): fabric cliqueId/clusterUuid and IMEX are judged; None: the domain is this node."""
+    sku: str | None = None
+    """The GPU SKU of profiles.toml [skus] whose thresholds this profile took."""
+    gpus_from_machine: bool = False
+    """No published GPU count for this type: `num_gpus` is taken from this machine's NVML."""
     min_driver_version: str | None = None
     """Oldest acceptable NVIDIA driver (`535.104.05`); None: not judged."""
     min_cuda_version: str | None = None
@@ -107,7 +118,12 @@ class Profile:
     """Multi-node (2+ nodes) all_reduce busbw floor at `bw_gate_size_bytes`, GB/s: 85% of the
     2-node reference run (aws-samples awsome-distributed-training, domain-facts.md)."""
     bw_gate_size_bytes: int = GIB
-    """Message size the bandwidth gate is read at, bytes (the references quote 1 GiB)."""
+    """Message size the multi-node gate is read at, bytes: the size its source measured at."""
+    intra_gate_size_bytes: int = 16 * GIB
+    """Message size the single-node floor (NVLink or PCIe) is read at, bytes: the size its
+    source measured at (Azure's 8xH100 460 GB/s floor is a 16 GiB figure)."""
+    pcie_busbw_gb_s_min: float | None = None
+    """Single-node all_reduce busbw floor on PCIe-only multi-GPU nodes, GB/s."""
     cpu_busbw_gb_s_min: float | None = None
     """gloo all_reduce busbw floor on CPU-only profiles, GB/s (a sanity floor, not a benchmark)."""
 
@@ -130,16 +146,59 @@ class Profile:
     """Hard upper bound of a whole `preflight run` by tier, s: past it the harness stops the
     checks, writes the report and fails."""
 
+    estimates: tuple[str, ...] = ()
+    """Fields whose value has no public measured basis: below it is a warning, not a failure,
+    until `scripts/device-check` measures the real figure."""
+    origin: str = "built-in"
+    """`built-in` (profiles.toml), `derived` (from this machine), or `profile file PATH`."""
+    derived_from: dict[str, Any] = field(default_factory=dict)
+    """What a derived profile was built from: GPU model, count, memory, PCI IDs, NVLink, NICs."""
+
     sources: dict[str, str] = field(default_factory=dict)
     """Free-text source per field name, shown by `preflight profiles`."""
 
     @property
     def has_gpus(self) -> bool:
-        return self.num_gpus > 0
+        return self.num_gpus > 0 or self.gpus_from_machine
 
     @property
     def has_efa(self) -> bool:
         return self.fabric == "efa"
+
+    def is_estimate(self, field_name: str) -> bool:
+        return field_name in self.estimates
+
+    @property
+    def intra_node_floor(self) -> tuple[str, float] | None:
+        """(field, GB/s) of the single-node all_reduce floor that applies, or None."""
+        if self.num_gpus < 2:
+            return None
+        if self.gpu_interconnect == "pcie":
+            return ("pcie_busbw_gb_s_min", self.pcie_busbw_gb_s_min) \
+                if self.pcie_busbw_gb_s_min is not None else None
+        if self.nvlink_busbw_gb_s_min is not None:
+            return ("nvlink_busbw_gb_s_min", self.nvlink_busbw_gb_s_min)
+        return None
+
+    @property
+    def intra_node_na_reason(self) -> str:
+        """Why the single-node all_reduce gate does not apply (when intra_node_floor is None)."""
+        if not self.has_gpus:
+            return f"profile {self.name} has no GPUs"
+        if self.num_gpus == 1:
+            return ("1 GPU: an all_reduce over one rank moves no data between GPUs (busbw is 0 "
+                    "by definition, factor 2(n-1)/n; nccl-tests prints 'Avg bus bandwidth 0')")
+        return f"profile {self.name} has no single-node bandwidth floor for {self.gpu_interconnect}"
+
+    @property
+    def nvlink_na_reason(self) -> str:
+        """Why the NVLink checks do not apply (when nvlinks_per_gpu is 0)."""
+        if self.num_gpus == 1:
+            return "1 GPU: no peer GPU on this node, NVLink state is not judged"
+        if self.gpu_interconnect == "pcie":
+            return ("PCIe-only GPUs: they reach each other over PCIe, not NVLink (the intra-node "
+                    "bandwidth is judged against PCIe figures by PF-BW-001)")
+        return "the profile expects no NVLinks"
 
     def derive(self, **changes: Any) -> Profile:
         """A new profile from this one (`dataclasses.replace`), sources merged."""
@@ -147,11 +206,11 @@ class Profile:
         return dataclasses.replace(self, sources=sources, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field (report.json records the whole resolved profile)."""
+        data = dataclasses.asdict(self)
+        data["estimates"] = list(self.estimates)
+        return data
 
-
-_SRC_INSTANCES = "AWS instance specifications (domain-facts.md, Instances)"
-_SRC_AWSOME = "aws-samples/awsome-distributed-training 2-node all_reduce_perf (domain-facts.md)"
 
 LOCAL_CPU = Profile(
     name="local-cpu",
@@ -164,122 +223,94 @@ LOCAL_CPU = Profile(
     },
 )
 
-_GPU_BASE = Profile(
-    name="_gpu-base",
-    num_gpus=8,
-    fabric="efa",
-    gdr_required=True,
-    min_ofi_nccl_version="1.7.3",
-    min_memlock_kib=16 * 1024 * 1024,
-    min_driver_version="535.54.03",
-    min_cuda_version="12.2",
-    min_output_free_gib=20.0,
-    min_nofile=65536,
-    sources={
-        "min_output_free_gib": "project floor: room for a sharded checkpoint of one node",
-        "min_nofile": "NCCL at 4+ nodes exhausts 1024 fds (goodfire-ai/spd PR #957, "
-        "NVIDIA/nccl#550); 65536 is the common portable value",
-        "num_gpus": _SRC_INSTANCES,
-        "gdr_required": "aws-ofi-nccl requires GDR on p4d/p4de/p5*/p6* (domain-facts.md)",
-        "min_ofi_nccl_version": "aws-ofi-nccl v1.7.3 release notes (P5 + RDMA)",
-        "min_memlock_kib": "16 GiB floor (issue 3); EFA docs run containers with memlock=-1",
-        "min_driver_version": "first R535 production driver (CUDA 12.2)",
-    },
-)
-
-_A100 = _GPU_BASE.derive(
-    name="_a100",
-    gpu_model="A100",
-    nvlinks_per_gpu=12,
-    nvswitch=True,
-    num_efa_devices=4,
-    efa_gbps=400,
-    nvlink_busbw_gb_s_min=228.0,
-    net_busbw_gb_s_min=65.0,
-    min_bf16_tflops=180.0,
-    min_hbm_copy_gb_s=900.0,
-    te_recipe="bf16",
-    sources={
-        "nvlink_busbw_gb_s_min": "Azure AzHC 8xA100 threshold (domain-facts.md)",
-        "net_busbw_gb_s_min": f"85% of p4de 76.8 GB/s @1 GiB, {_SRC_AWSOME}",
-        "min_bf16_tflops": "~58% of A100 dense bf16 peak 312 TFLOP/s",
-        "min_hbm_copy_gb_s": "~60% of A100 40GB HBM2 1555 GB/s",
-        "te_recipe": "FP8 is not supported on A100 (seed-facts.md)",
-    },
-)
-
-_H100 = _GPU_BASE.derive(
-    name="_h100",
-    gpu_model="H100",
-    gpu_memory_gib_min=79.0,
-    nvlinks_per_gpu=18,
-    nvswitch=True,
-    num_efa_devices=32,
-    efa_gbps=3200,
-    nvlink_busbw_gb_s_min=460.0,
-    net_busbw_gb_s_min=370.0,
-    min_bf16_tflops=550.0,
-    min_hbm_copy_gb_s=2000.0,
-    te_recipe="fp8-delayed",
-    sources={
-        "nvlink_busbw_gb_s_min": "Azure AzHC 8xH100 NVLink threshold (domain-facts.md)",
-        "net_busbw_gb_s_min": f"85% of p5 437 GB/s @1 GiB, {_SRC_AWSOME}",
-        "min_bf16_tflops": "~56% of H100 SXM dense bf16 peak 989 TFLOP/s",
-        "min_hbm_copy_gb_s": "~60% of H100 SXM HBM3 3.35 TB/s",
-    },
-)
-
-_BUILTIN = [
-    LOCAL_CPU,
-    _A100.derive(
-        name="p4d.24xlarge", description="8x A100 40 GB, 4 EFA (400 Gbps), NVSwitch",
-        gpu_memory_gib_min=39.0,
-    ),
-    _A100.derive(
-        name="p4de.24xlarge", description="8x A100 80 GB, 4 EFA (400 Gbps), NVSwitch",
-        gpu_memory_gib_min=79.0, min_hbm_copy_gb_s=1200.0,
-        sources={"min_hbm_copy_gb_s": "~60% of A100 80GB HBM2e 2039 GB/s"},
-    ),
-    _H100.derive(name="p5.48xlarge", description="8x H100 80 GB, 32 EFA (3200 Gbps), NVSwitch"),
-    _H100.derive(
-        name="p5e.48xlarge", description="8x H200 141 GB, 32 EFA (3200 Gbps), NVSwitch",
-        gpu_model="H200", gpu_memory_gib_min=139.0, min_hbm_copy_gb_s=2900.0,
-        sources={"min_hbm_copy_gb_s": "~60% of H200 HBM3e 4.8 TB/s"},
-    ),
-    _H100.derive(
-        name="p5en.48xlarge", description="8x H200 141 GB, 16 EFA (3200 Gbps), NVSwitch",
-        gpu_model="H200", gpu_memory_gib_min=139.0, num_efa_devices=16,
-        min_hbm_copy_gb_s=2900.0,
-        sources={
-            "min_hbm_copy_gb_s": "~60% of H200 HBM3e 4.8 TB/s",
-            "net_busbw_gb_s_min": "same 3200 Gbps EFA as p5: p5's floor (no published p5en run)",
-        },
-    ),
-    _GPU_BASE.derive(
-        name="p6-b200.48xlarge", description="8x B200 180 GB, 8 EFA (3200 Gbps), NVLink 5",
-        gpu_model="B200", gpu_memory_gib_min=170.0, nvlinks_per_gpu=18, nvswitch=True,
-        num_efa_devices=8, efa_gbps=3200,
-        min_driver_version="570.86.10", min_cuda_version="12.8", min_ofi_nccl_version="1.14.0",
-        nvlink_busbw_gb_s_min=600.0, net_busbw_gb_s_min=370.0,
-        min_bf16_tflops=1100.0, min_hbm_copy_gb_s=4800.0, te_recipe="mxfp8",
-        sources={
-            "min_driver_version": "first R570 driver with Blackwell data-centre support",
-            "min_ofi_nccl_version": "efa-direct / P6 support (aws-ofi-nccl 1.14 release notes)",
-            "nvlink_busbw_gb_s_min": "estimate: NVLink 5 doubles NVLink 4 per GPU; conservative"
-            " floor, replace with a measured reference",
-            "net_busbw_gb_s_min": "same 3200 Gbps EFA as p5: p5's floor (no published p6 run)",
-            "min_bf16_tflops": "~50% of B200 dense bf16 peak ~2250 TFLOP/s",
-            "min_hbm_copy_gb_s": "~60% of B200 HBM3e 8 TB/s",
-            "te_recipe": "Blackwell tensor cores accelerate MXFP8 (seed-facts.md)",
-        },
-    ),
-]
-
-BUILTIN_PROFILES: Mapping[str, Profile] = {p.name: p for p in _BUILTIN}
-
-
 def _field_types() -> dict[str, Any]:
     return {f.name: f for f in dataclasses.fields(Profile)}
+
+
+#: The built-in data: sources, GPU SKUs and instance types (see the comments at its top).
+DATA_FILE = Path(__file__).with_name("profiles.toml")
+#: Keys of a [skus] table that are not Profile fields: how a derived profile finds its SKU.
+SKU_MATCH_KEYS = ("nvml_names", "pci_device_ids", "nvlink_busbw_gpus")
+_META_KEYS = ("base", "sku", "src")
+
+
+def _cite(note: str, sources: Mapping[str, str]) -> str:
+    """`key: note` -> `note [key: full citation]` where key is in [sources]; else the note."""
+    key, _, rest = note.partition(":")
+    keys = [k.strip() for k in key.split(",")]
+    if keys and all(k in sources for k in keys):
+        cited = "; ".join(f"{k}: {sources[k]}" for k in keys)
+        return f"{rest.strip()} [{cited}]" if rest.strip() else f"[{cited}]"
+    return note
+
+
+def _fields_of(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Profile fields of one data table (TOML types made Profile types; "" fabric: None)."""
+    fields = _field_types()
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in _META_KEYS or key in SKU_MATCH_KEYS:
+            continue
+        if key not in fields:
+            raise ProfileError(f"{where}: unknown field {key!r}")
+        if key == "estimates":
+            value = tuple(value)
+        elif key == "fabric" and value == "":
+            value = None
+        out[key] = value
+    return out
+
+
+def _sources_of(table: Mapping[str, Any], sources: Mapping[str, str]) -> dict[str, str]:
+    return {k: _cite(str(v), sources) for k, v in (table.get("src") or {}).items()}
+
+
+def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, dict[str, Any]]]:
+    """(instance profiles by name, SKU tables by name) from the data file. SKU tables keep their
+    matching keys and gain `profile`: the SKU's thresholds as a Profile (for derive)."""
+    data = tomllib.loads(path.read_text())
+    sources: dict[str, str] = data.get("sources", {})
+    skus: dict[str, dict[str, Any]] = {}
+    for name, table in data.get("skus", {}).items():
+        where = f"{path.name}: [skus.{name!r}]"
+        skus[name] = {**table, "profile": Profile(
+            name=f"_sku-{name}", sku=name, **_fields_of(table, where),
+            sources=_sources_of(table, sources))}
+    tables: dict[str, dict[str, Any]] = data.get("profiles", {})
+    built: dict[str, Profile] = {}
+
+    def build(name: str, chain: tuple[str, ...] = ()) -> Profile:
+        if name in built:
+            return built[name]
+        where = f"{path.name}: [profiles.{name!r}]"
+        if name in chain or name not in tables:
+            raise ProfileError(f"{where}: base chain {' -> '.join((*chain, name))} is broken")
+        table = tables[name]
+        base = build(table["base"], (*chain, name)) if "base" in table else Profile(name="_root")
+        own = _fields_of(table, where)
+        estimates = set(base.estimates) | set(own.pop("estimates", ()))
+        srcs = _sources_of(table, sources)
+        if "sku" in table:
+            if table["sku"] not in skus:
+                raise ProfileError(f"{where}: unknown sku {table['sku']!r}")
+            sku = skus[table["sku"]]["profile"]
+            sku_fields = {f.name: getattr(sku, f.name) for f in dataclasses.fields(Profile)
+                          if f.name in skus[table["sku"]] and f.name not in ("name", "sources")}
+            estimates |= set(sku.estimates)
+            base = base.derive(**{k: v for k, v in sku_fields.items() if k != "estimates"},
+                               sku=table["sku"], sources=sku.sources)
+        built[name] = base.derive(name=name, estimates=tuple(sorted(estimates)),
+                                  origin="built-in", sources=srcs, **own)
+        return built[name]
+
+    for name in tables:
+        build(name)
+    public = {n: p for n, p in built.items() if not n.startswith("_")}
+    return {LOCAL_CPU.name: LOCAL_CPU, **public}, skus
+
+
+_BUILTIN, SKUS = load_data()
+BUILTIN_PROFILES: Mapping[str, Profile] = _BUILTIN
 
 
 def load_profile_file(
@@ -320,6 +351,8 @@ def load_profile_file(
             raise ProfileError(f"{where}: base {base_name!r} is not a known profile")
         changes: dict[str, Any] = {"name": name}
         for key, value in table.items():
+            if key == "estimates" and isinstance(value, list):
+                value = tuple(value)
             if key not in fields or key == "name":
                 known = ", ".join(sorted(k for k in fields if k != "name"))
                 raise ProfileError(f"{where}: unknown field {key!r} (known: {known})")
@@ -331,6 +364,7 @@ def load_profile_file(
                     f"{where}: {key} = {value!r} should be {type(current).__name__}"
                 )
             changes[key] = value
+        changes["origin"] = f"profile file {path}"
         changes.setdefault("sources", {})
         changes["sources"] = {
             **changes["sources"], **{k: f"profile file {path}" for k in table if k != "sources"}
@@ -364,5 +398,8 @@ def threshold_rows(profile: Profile) -> list[tuple[str, str, str]]:
         if f.name in ("name", "description", "sources"):
             continue
         value = getattr(profile, f.name)
-        rows.append((f.name, "-" if value is None else str(value), profile.sources.get(f.name, "")))
+        shown = "-" if value is None else str(value)
+        if profile.is_estimate(f.name):
+            shown += " (estimate: a warning until measured)"
+        rows.append((f.name, shown, profile.sources.get(f.name, "")))
     return rows

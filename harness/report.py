@@ -58,6 +58,8 @@ class Report:
     suites: list[dict[str, str]] = field(default_factory=list)
     """Every check suite the run collected (harness.suites.Suite.to_dict)."""
     overrides: list[dict[str, str]] = field(default_factory=list)
+    profile_detail: dict[str, Any] = field(default_factory=dict)
+    """The whole resolved profile (Profile.to_dict: origin, derived_from, every threshold)."""
     """Every override in force that changes where evidence comes from (harness.suites)."""
     selection: dict[str, Any] = field(default_factory=dict)
     """What was selected and what reported (harness.selection): the proof of a pass."""
@@ -94,7 +96,8 @@ class Report:
             "schema": REPORT_SCHEMA,
             "harness_version": __version__,
             "host": self.host,
-            "profile": {"name": self.profile, "source": self.profile_source},
+            "profile": {"name": self.profile, "source": self.profile_source,
+                        "resolved": self.profile_detail},
             "tier": self.tier,
             "started_at": self.started_at,
             "finished_at": self.finished_at,

@@ -209,7 +209,8 @@ def run_checks(cfg: RunConfig) -> Report:
     start = time.monotonic()
     suites = cfg.resolved_suites()
     report = Report(host=cfg.host, profile=cfg.profile.name, profile_source=cfg.profile_source,
-                    tier=cfg.tier, budget_s=cfg.budget_s, warn_only=cfg.warn_only,
+                    profile_detail=cfg.profile.to_dict(), tier=cfg.tier, budget_s=cfg.budget_s,
+                    warn_only=cfg.warn_only,
                     environment=report_environment(cfg.env),
                     suites=[s.to_dict() for s in suites],
                     overrides=[o.to_dict() for o in source_overrides(cfg.env, cfg.profile_file)])

@@ -118,7 +118,9 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
     rc = cli.main(["run", "--", "python", "train.py"])
     assert rc == cli.EXIT_FAILED and execs == []
     report = json.loads((opt_ml / "output/data/preflight/algo-2/report.json").read_text())
+    resolved = report["profile"].pop("resolved")  # the whole profile (docs/profiles.md)
     assert report["profile"] == {"name": "p5.48xlarge", "source": "SageMaker resourceconfig.json"}
+    assert (resolved["name"], resolved["nvlink_busbw_gb_s_min"]) == ("p5.48xlarge", 460.0)
     assert report["host"] == "algo-2"
     reason = (opt_ml / "output" / "failure").read_text()
     assert reason.startswith("gpu-preflight FAILED on algo-2 (p5.48xlarge, tier preflight)")
