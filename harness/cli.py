@@ -302,6 +302,7 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
         if report.verdict != "pass" and failure_file is not None:
             _write_failure(failure_file, failure_text or failure_reason(report), env)
+        _kubernetes(report, failure_text, env)
     if cluster is not None:
         cluster.close()
     if report.verdict == "pass" or args.warn_only:
@@ -354,6 +355,18 @@ def _write_metrics(path: str | None, report: object, env: dict[str, str]) -> Non
     except OSError as exc:
         print(f"preflight: warning: cannot write metrics file {path}: {exc.strerror or exc}",
               file=sys.stderr, flush=True)
+
+
+def _kubernetes(report: object, failure_text: str | None, env: dict[str, str]) -> None:
+    """Kubernetes outputs (harness.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
+    from harness.kube import apply
+    from harness.redact import Redactor
+    from harness.report import failure_reason
+
+    if report.verdict != "pass":  # type: ignore[attr-defined]
+        failure_text = Redactor(env).text(failure_text or failure_reason(report))  # type: ignore[arg-type]
+    apply(Redactor(env).obj(report.to_dict()), env, failure_text,  # type: ignore[attr-defined]
+          say=lambda text: print(text, file=sys.stderr, flush=True))
 
 
 def _write_failure(path: Path, text: str, env: dict[str, str]) -> None:
