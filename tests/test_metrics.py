@@ -91,7 +91,7 @@ def run_env(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
-def test_run_writes_the_metrics_file_from_the_env(tmp_path, run_env, monkeypatch):
+def test_run_writes_the_metrics_file_and_junit_json(tmp_path, run_env, monkeypatch):
     prom = tmp_path / "prom" / "preflight.prom"
     monkeypatch.setenv("PREFLIGHT_METRICS_FILE", str(prom))
     monkeypatch.setenv("NCCL_NET", "Socket")
@@ -104,6 +104,13 @@ def test_run_writes_the_metrics_file_from_the_env(tmp_path, run_env, monkeypatch
     failed = {s.labels["check"] for s in fams["preflight_check_outcome"]
               if s.labels["outcome"] == "fail" and s.value == 1}
     assert failed == {"PF-ENV-001"}
+    # The junit.xml property is JSON (it was a Python repr).
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(tmp_path / "r" / "node-a" / "junit.xml")
+    [prop] = [p for p in tree.iter("property") if p.get("name") == "preflight_result"]
+    record = json.loads(prop.get("value"))
+    assert (record["id"], record["outcome"]) == ("PF-ENV-001", "fail")
 
 
 def test_unwritable_metrics_file_is_a_warning(tmp_path, run_env, capsys):
