@@ -296,7 +296,12 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
 
             publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
         _write_metrics(args.metrics_file or env.get("PREFLIGHT_METRICS_FILE"), report, env)
-        print_summary(report, verbose=args.verbose)
+        if sys.stdout.isatty():
+            print_summary(report, verbose=args.verbose)
+        else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
+            from harness.plain_output import print_plain_summary
+
+            print_plain_summary(report)
         print(f"report: {report_dir / 'report.json'}", flush=True)
         if report.usage_error:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
