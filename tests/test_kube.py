@@ -4,13 +4,17 @@ taint requests, the kubectl fallback, /dev/termination-log."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import test_cli
 
-from harness import cli, handoff, kube
+from harness import cli, kube
+
+# The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
+clean_env = test_cli.clean_env
+execs = test_cli.execs
 
 FAILED = {"host": "gpu7", "verdict": "fail", "exit_code": 1,
           "checks": [{"id": "PF-GPU-016", "outcome": "fail"}, {"id": "PF-ENV-001", "outcome": "pass"}]}
@@ -149,14 +153,7 @@ def test_termination_log_written_bounded_only_when_present(tmp_path):
     data.decode("utf-8")  # never cut inside a character
 
 
-def test_run_writes_the_termination_log(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_", "RDMAV_", "TORCH_NCCL")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
-    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: None)
+def test_run_writes_the_termination_log(tmp_path, execs, monkeypatch):
     log = tmp_path / "termination-log"
     log.write_text("")
     monkeypatch.setenv("PREFLIGHT_TERMINATION_LOG", str(log))

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
+import test_cli
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import cli, handoff
+from harness import cli
 from harness.metrics import check_rows, render, write_metrics_file
+
+# The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
+clean_env = test_cli.clean_env
+execs = test_cli.execs
 
 REPORT = {
     "host": "gpu-node-7", "profile": {"name": "p5.48xlarge", "source": "IMDS"}, "tier": "preflight",
@@ -79,19 +83,7 @@ def test_write_is_atomic_and_replaces(tmp_path):
     assert _samples(path.read_text())["preflight_passed"][0].value == 1
 
 
-@pytest.fixture
-def run_env(monkeypatch, tmp_path):
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_", "RDMAV_", "TORCH_NCCL")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
-    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: None)
-    monkeypatch.chdir(tmp_path)
-
-
-def test_run_writes_the_metrics_file_and_junit_json(tmp_path, run_env, monkeypatch):
+def test_run_writes_the_metrics_file_and_junit_json(tmp_path, execs, monkeypatch):
     prom = tmp_path / "prom" / "preflight.prom"
     monkeypatch.setenv("PREFLIGHT_METRICS_FILE", str(prom))
     monkeypatch.setenv("NCCL_NET", "Socket")
@@ -113,7 +105,7 @@ def test_run_writes_the_metrics_file_and_junit_json(tmp_path, run_env, monkeypat
     assert (record["id"], record["outcome"]) == ("PF-ENV-001", "fail")
 
 
-def test_unwritable_metrics_file_is_a_warning(tmp_path, run_env, capsys):
+def test_unwritable_metrics_file_is_a_warning(tmp_path, execs, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-ENV-001",
