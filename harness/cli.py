@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from harness import __version__
+
+    parser.add_argument("--version", action="version", version=f"gpu-preflight {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
 
     run = sub.add_parser("run", help="run the checks, then exec the command after `--`")
@@ -83,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cloudwatch-namespace", default=None,
                      help="also put key figures as CloudWatch metrics in this namespace "
                      "(default: $PREFLIGHT_CW_NAMESPACE); a failed put is only a warning")
+    run.add_argument("--metrics-file", default=None, metavar="PATH",
+                     help="also write the results as Prometheus text (node_exporter textfile "
+                     "collector: PATH ends in .prom), atomically (default: "
+                     "$PREFLIGHT_METRICS_FILE); a failed write is only a warning")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- then the training command to exec after a passing preflight")
 
@@ -295,12 +302,19 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
             from harness.publish import publish
 
             publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
-        print_summary(report, verbose=args.verbose)
+        _write_metrics(args.metrics_file or env.get("PREFLIGHT_METRICS_FILE"), report, env)
+        if sys.stdout.isatty():
+            print_summary(report, verbose=args.verbose)
+        else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
+            from harness.plain_output import print_plain_summary
+
+            print_plain_summary(report)
         print(f"report: {report_dir / 'report.json'}", flush=True)
         if report.usage_error:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
         if report.verdict != "pass" and failure_file is not None:
             _write_failure(failure_file, failure_text or failure_reason(report), env)
+        _kubernetes(report, failure_text, env)
     if cluster is not None:
         cluster.close()
     if report.verdict == "pass" or args.warn_only:
@@ -336,6 +350,35 @@ def _cluster_finish(cluster: object, report: object) -> str | None:
         report.exit_code = EXIT_HARNESS
         return None
     return verdict.text or None
+
+
+def _write_metrics(path: str | None, report: object, env: dict[str, str]) -> None:
+    """--metrics-file (harness.metrics): a problem is a warning, never a changed verdict."""
+    if not path:
+        return
+    from harness.metrics import write_metrics_file
+    from harness.redact import Redactor
+
+    try:
+        write_metrics_file(Redactor(env).obj(report.to_dict()), Path(path))  # type: ignore[attr-defined]
+    except ImportError:
+        print("preflight: warning: --metrics-file needs prometheus_client "
+              "(pip install 'gpu-preflight[metrics]')", file=sys.stderr, flush=True)
+    except OSError as exc:
+        print(f"preflight: warning: cannot write metrics file {path}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+
+
+def _kubernetes(report: object, failure_text: str | None, env: dict[str, str]) -> None:
+    """Kubernetes outputs (harness.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
+    from harness.kube import apply
+    from harness.redact import Redactor
+    from harness.report import failure_reason
+
+    if report.verdict != "pass":  # type: ignore[attr-defined]
+        failure_text = Redactor(env).text(failure_text or failure_reason(report))  # type: ignore[arg-type]
+    apply(Redactor(env).obj(report.to_dict()), env, failure_text,  # type: ignore[attr-defined]
+          say=lambda text: print(text, file=sys.stderr, flush=True))
 
 
 def _write_failure(path: Path, text: str, env: dict[str, str]) -> None:

@@ -12,6 +12,7 @@ a --preflight-* option, `-p harness.plugin`, or a path into the built-in suite
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import pkgutil
 from pathlib import Path
@@ -320,7 +321,8 @@ def pytest_runtest_makereport(
     rep.user_properties = [(str(k), plain(v)) for k, v in rep.user_properties]
     if rep.when == "teardown":
         _set_current(None)
-        rep.user_properties.append(("preflight_result", _final(spec, item, state)))
+        # JSON text: junit.xml shows it as is (a dict would be its Python repr there).
+        rep.user_properties.append(("preflight_result", json.dumps(_final(spec, item, state), default=str)))
     return rep
 
 

@@ -27,6 +27,8 @@ __all__ = [
 
 S3_URI_ENV = "PREFLIGHT_S3_URI"
 CW_NAMESPACE_ENV = "PREFLIGHT_CW_NAMESPACE"
+#: `emf` (default: Embedded Metric Format log events, harness.emf) or `metrics` (PutMetricData).
+CW_FORMAT_ENV = "PREFLIGHT_CW_FORMAT"
 CLUSTER_ENV = "PREFLIGHT_CLUSTER"
 JOB_ENV = "PREFLIGHT_JOB_ID"
 #: Bounded waits: an unreachable endpoint costs seconds, never a hung job start.
@@ -167,7 +169,15 @@ def publish(
         uploads["warnings"].append(text.removeprefix("preflight: warning: "))
         warn(text)
 
-    if namespace:
+    if namespace and env.get(CW_FORMAT_ENV, "emf") == "emf":  # harness.emf: no Host dimension
+        try:
+            from harness.emf import put_emf
+
+            uploads["cloudwatch"] = put_emf(report.to_dict(), env, namespace)
+        except Exception as exc:  # any AWS/network/import problem is a warning, never a crash
+            uploads["cloudwatch"] = {"namespace": namespace, "ok": False, "format": "emf"}
+            problem(f"putting CloudWatch EMF events for namespace {namespace}", exc)
+    elif namespace:  # PREFLIGHT_CW_FORMAT=metrics: PutMetricData, Host as a dimension
         try:
             data = metric_data(report.to_dict(), env)
             _put_metrics(namespace, data)

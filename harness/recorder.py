@@ -86,8 +86,9 @@ class ResultsRecorder:
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
-            if key == "preflight_result":
-                self.write({"event": "result", "phase": self.phase, **value})
+            if key == "preflight_result":  # JSON text (harness.plugin)
+                record = json.loads(value) if isinstance(value, str) else value
+                self.write({"event": "result", "phase": self.phase, **record})
 
     def pytest_internalerror(self, excrepr: object) -> None:
         # A worker's INTERNALERROR reaches the controller here too (xdist re-raises it).

@@ -16,7 +16,9 @@ _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error
 def _console(file: TextIO | None = None) -> Any:
     from rich.console import Console
 
-    return Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
+    out = file or sys.stdout
+    # Not a terminal (a log, a pipe): soft wrap, i.e. never hard-wrapped at 80 columns mid-token.
+    return Console(file=out, highlight=False, soft_wrap=not out.isatty())
 
 
 def print_progress(result: dict[str, Any], file: TextIO | None = None) -> None:

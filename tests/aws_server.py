@@ -79,6 +79,9 @@ def aws_test_env(endpoint: str, tmp: Path) -> dict[str, str]:
         "AWS_CONFIG_FILE": str(tmp / "aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "aws-credentials"),
         "SAGEMAKER_VALIDATE_ROLE": "false",
+        # The tests that read metrics back with GetMetricStatistics use PutMetricData;
+        # tests/test_emf.py unsets it for the default (EMF log events).
+        "PREFLIGHT_CW_FORMAT": "metrics",
     }
 
 

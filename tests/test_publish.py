@@ -176,7 +176,7 @@ def test_server_down_keeps_local_report_and_verdict(
     report, folder = report_folder(tmp_path, "algo-3")
     before = json.loads((folder / "report.json").read_text())
     warnings: list[str] = []
-    uploads = publish(report, folder, {}, s3_uri="s3://pf-down/certify",
+    uploads = publish(report, folder, {"PREFLIGHT_CW_FORMAT": "metrics"}, s3_uri="s3://pf-down/certify",
                       namespace="PreflightTest/down", warn=warnings.append)
     assert len(warnings) == 2
     assert "putting CloudWatch metrics in namespace PreflightTest/down failed" in warnings[0]

@@ -1,0 +1,65 @@
+"""The run summary for logs (CloudWatch, Slurm output files, `| tee`): used when stdout is not a
+terminal. One line per result that needs attention (`FAIL PF-ENV-001 message`), never wrapped,
+no box drawing; identical failures grouped with the checks or GPUs they affect; a pass is one
+tally line (the progress lines already named every check)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+__all__ = ["group_failures", "print_plain_summary"]
+
+_LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
+_ID_PREFIX = re.compile(r"^\[[A-Z0-9-]+\]\s*")
+_GPU = re.compile(r"\bGPU (\d+)\b")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def group_failures(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[str], str]]:
+    """(outcome, check IDs, GPU indices, message) per distinct cause, in first-seen order: the
+    same message on many checks, or on many GPUs (`GPU 3` -> `GPU N`), is one line."""
+    groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for c in checks:
+        if c.get("outcome") not in ("fail", "error", "warn"):
+            continue
+        message = _one_line(_ID_PREFIX.sub("", str(c.get("message") or "")))
+        gpus = _GPU.findall(message)
+        key = (str(c["outcome"]), _GPU.sub("GPU N", message) if len(set(gpus)) == 1 else message)
+        ids, seen_gpus = groups.setdefault(key, ([], []))
+        if c.get("id") not in ids:
+            ids.append(str(c.get("id")))
+        if len(set(gpus)) == 1 and gpus[0] not in seen_gpus:
+            seen_gpus.append(gpus[0])
+    order = {"fail": 0, "error": 1, "warn": 2}
+    out = []
+    for (outcome, message), (ids, gpus) in groups.items():
+        if len(gpus) == 1:  # one GPU: its own message, as it was
+            message = message.replace("GPU N", f"GPU {gpus[0]}")
+            gpus = []
+        out.append((outcome, ids, gpus, message))
+    return sorted(out, key=lambda g: order[g[0]])
+
+
+def print_plain_summary(report: Any, file: TextIO | None = None) -> None:
+    """The summary as plain lines (see the module docstring)."""
+    from harness.summary import id_ranges
+
+    out = file or sys.stdout
+    data = report.to_dict() if hasattr(report, "to_dict") else report
+    for outcome, ids, gpus, message in group_failures(data.get("checks") or []):
+        on = f" on GPUs {','.join(gpus)}" if gpus else ""
+        print(f"{_LABEL[outcome]} {id_ranges(ids)}{on}: {message or outcome}", file=out)
+    for err in data.get("harness_errors") or []:
+        print(f"ERROR harness: {_one_line(err)}", file=out)
+    counts = data.get("counts") or {}
+    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    print(f"{str(data.get('verdict', 'error')).upper()} ({tally}) in "
+          f"{float(data.get('duration_s') or 0):.1f} s: {data.get('host')} "
+          f"{(data.get('profile') or {}).get('name', '?')} tier {data.get('tier')}",
+          file=out, flush=True)

@@ -1,0 +1,165 @@
+"""harness.kube against a fake Kubernetes API server (http.server): the node label, condition and
+taint requests, the kubectl fallback, /dev/termination-log."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import test_cli
+
+from harness import cli, kube
+
+# The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
+clean_env = test_cli.clean_env
+execs = test_cli.execs
+
+FAILED = {"host": "gpu7", "verdict": "fail", "exit_code": 1,
+          "checks": [{"id": "PF-GPU-016", "outcome": "fail"}, {"id": "PF-ENV-001", "outcome": "pass"}]}
+PASSED = {"host": "gpu7", "verdict": "pass", "exit_code": 0,
+          "checks": [{"id": "PF-ENV-001", "outcome": "pass"}]}
+ENV = {"PREFLIGHT_K8S_MARK": "label,condition,taint", "PREFLIGHT_NODE_NAME": "ip-10-0-0-7"}
+
+
+class FakeApi(ThreadingHTTPServer):
+    def __init__(self, status: int = 200) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.status = status
+        self.requests: list[tuple[str, str, str, dict, str]] = []
+        self.node = {"metadata": {"name": "ip-10-0-0-7", "resourceVersion": "991"},
+                     "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FakeApi
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else {}
+        self.server.requests.append((self.command, self.path, self.headers.get("Content-Type", ""),
+                                     body, self.headers.get("Authorization", "")))
+        payload = json.dumps(self.server.node if self.server.status == 200 else
+                             {"kind": "Status", "code": self.server.status}).encode()
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_PATCH = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api():
+    servers = []
+
+    def start(status: int = 200) -> FakeApi:
+        server = FakeApi(status)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _url(server: FakeApi) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_failed_node_gets_label_taint_and_condition(api, tmp_path):
+    server = api()
+    (tmp_path / "token").write_text("sa-token-value\n")
+    target = kube.KubeTarget.from_env({"PREFLIGHT_K8S_API": _url(server)}, sa_dir=tmp_path)
+    kube.mark_node(kube.node_mark(FAILED, ENV), target)
+    (get, patch, status) = server.requests
+    assert get[:2] == ("GET", "/api/v1/nodes/ip-10-0-0-7")
+    assert get[4] == "Bearer sa-token-value"
+    assert patch[:3] == ("PATCH", "/api/v1/nodes/ip-10-0-0-7", "application/merge-patch+json")
+    assert patch[3]["metadata"] == {"labels": {kube.LABEL: "fail"}, "resourceVersion": "991"}
+    assert patch[3]["spec"]["taints"] == [  # the node's own taint kept, ours added
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"key": kube.TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    assert status[:3] == ("PATCH", "/api/v1/nodes/ip-10-0-0-7/status",
+                          "application/strategic-merge-patch+json")
+    [condition] = status[3]["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        kube.CONDITION, "True", "ChecksFailed")
+    assert condition["message"] == "gpu-preflight fail on gpu7: PF-GPU-016"
+
+
+def test_pass_clears_our_taint_only(api, tmp_path):
+    server = api()
+    server.node["spec"]["taints"].append({"key": kube.TAINT_KEY, "value": "true",
+                                          "effect": "NoSchedule"})
+    target = kube.KubeTarget.from_env({"PREFLIGHT_K8S_API": _url(server)}, sa_dir=tmp_path)
+    kube.mark_node(kube.node_mark(PASSED, ENV), target)
+    patch = server.requests[1][3]
+    assert patch["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert patch["metadata"]["labels"] == {kube.LABEL: "pass"}
+    assert server.requests[2][3]["status"]["conditions"][0]["status"] == "False"
+
+
+def test_hyperpod_label_only_on_a_node_verdict():
+    env = {"PREFLIGHT_K8S_MARK": "hyperpod", "PREFLIGHT_NODE_NAME": "n1"}
+    assert kube.kubectl_commands(kube.node_mark(FAILED, env)) == [
+        "kubectl label node n1 --overwrite "
+        "sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement"]
+    assert kube.kubectl_commands(kube.node_mark(PASSED, env)) == []  # never un-set HyperPod's
+
+
+@pytest.mark.parametrize("exit_code", [2, 3, 143])
+def test_usage_or_harness_error_marks_nothing(exit_code):
+    assert kube.node_mark({**FAILED, "verdict": "error", "exit_code": exit_code}, ENV) is None
+
+
+def test_not_asked_or_unknown_kind():
+    assert kube.node_mark(FAILED, {"PREFLIGHT_NODE_NAME": "n1"}) is None
+    with pytest.raises(ValueError, match="unknown drain"):
+        kube.node_mark(FAILED, {**ENV, "PREFLIGHT_K8S_MARK": "label,drain"})
+
+
+def test_refused_by_rbac_prints_the_kubectl_commands(api, tmp_path):
+    server = api(403)
+    said: list[str] = []
+    kube.apply(FAILED, {**ENV, "PREFLIGHT_K8S_API": _url(server),
+                        "PREFLIGHT_TERMINATION_LOG": str(tmp_path / "none")}, "why", say=said.append)
+    assert "HTTP 403" in said[0] and "rbac.yaml" in said[0]
+    assert said[1].strip() == (f"kubectl label node ip-10-0-0-7 --overwrite {kube.LABEL}=fail")
+    assert said[2].strip() == f"kubectl taint node ip-10-0-0-7 {kube.TAINT_KEY}=true:NoSchedule"
+    assert said[3].strip().startswith("kubectl patch node ip-10-0-0-7 --subresource=status")
+
+
+def test_no_service_account_prints_commands():
+    said: list[str] = []
+    kube.apply(FAILED, {**ENV, "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None, say=said.append)
+    assert "no service account token" in said[0]
+
+
+def test_termination_log_written_bounded_only_when_present(tmp_path):
+    path = tmp_path / "termination-log"
+    assert kube.write_termination_log("x", path) is False and not path.exists()
+    path.write_text("")
+    assert kube.write_termination_log("é" * 5000, path) is True
+    data = path.read_bytes()
+    assert len(data) <= kube.TERMINATION_LOG_BYTES
+    data.decode("utf-8")  # never cut inside a character
+
+
+def test_run_writes_the_termination_log(tmp_path, execs, monkeypatch):
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    monkeypatch.setenv("PREFLIGHT_TERMINATION_LOG", str(log))
+    monkeypatch.setenv("NCCL_NET", "Socket")
+    rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
+                   "-k", "PF-ENV-001"])
+    assert rc == cli.EXIT_FAILED
+    assert log.read_text().startswith("gpu-preflight FAILED on node-a")
+    assert "NCCL_NET=Socket" in log.read_text()
