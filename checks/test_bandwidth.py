@@ -48,11 +48,11 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str) -> None:
     # The whole sweep goes into the report (the HTML report plots busbw by size per node).
     for swept, value in sorted(run.busbw_by_size.items()):
         if swept != size:
-            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s")
+            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept)
     if run.nccl_log:
         remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
     expect(f"all_reduce busbw at {_size(size)}", busbw, ">=", threshold, "GB/s",
-           remedy=remedy, detail=run.where())
+           remedy=remedy, detail=run.where(), size_bytes=size)
 
 
 @check(
@@ -208,7 +208,7 @@ def test_other_collectives_complete_and_exact(profile: Profile, request: pytest.
         if r.cannot_run:
             continue
         if (busbw := r.busbw_at(gate)) is not None:
-            measure(f"{r.scope} busbw at {_size(gate)}", busbw, "GB/s")
+            measure(f"{r.scope} busbw at {_size(gate)}", busbw, "GB/s", size_bytes=gate)
         if r.problem:
             offenders.append(f"{r.scope}: {r.problem}")
             measure(f"{r.scope} output tail", r.output_tail, ok=False)

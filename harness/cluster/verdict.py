@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.cluster.topology import compress_hostlist
+from harness.results import CheckResult, Measurement
 
 __all__ = [
     "CLUSTER_CHECKS",
@@ -146,17 +147,17 @@ class _Bad:
         return [{**e, "reason": "; ".join(e["reason"])} for _, e in sorted(self.by_rank.items())]
 
 
-def _record(cid: str, outcome: str, message: str = "", measurements: Sequence[Any] = ()
-            ) -> dict[str, Any]:
+def _record(cid: str, outcome: str, message: str = "",
+            measurements: Sequence[Measurement] = ()) -> dict[str, Any]:
     title, _, remedy = CLUSTER_CHECKS[cid]
     if message and outcome in ("fail", "error", "skip"):
         message = f"[{cid}] {message}"
         if outcome != "skip":
             message += f"; {remedy}"
-    return {"id": cid, "nodeid": f"cluster::{cid}", "title": title, "tier": "preflight",
-            "outcome": outcome, "message": message, "warnings": [],
-            "measurements": list(measurements), "remedy": remedy, "duration_s": 0.0,
-            "worker": "cluster"}
+    return CheckResult(
+        id=cid, nodeid=f"cluster::{cid}", title=title, tier="preflight", outcome=outcome,
+        message=message, measurements=tuple(measurements), remedy=remedy, worker="cluster",
+    ).to_dict()
 
 
 def _v(value: Any) -> str:
@@ -269,8 +270,10 @@ def _bandwidth_check(bw: Mapping[str, Any] | None, bad: _Bad, name: Any) -> dict
     for r, reason in sorted((int(k), v) for k, v in bw.get("missing", {}).items()):
         bad.add(r, reason, bw.get("errors", [])[:4])
     floor, value = bw.get("floor_gb_s"), bw.get("busbw_gb_s")
-    meas = [{"what": "cluster all_reduce busbw", "value": value, "unit": "GB/s",
-             "op": ">=", "threshold": floor, "size_bytes": bw.get("size_bytes")}]
+    size = bw.get("size_bytes")
+    meas = [Measurement(what="cluster all_reduce busbw", value=value, unit="GB/s", op=">=",
+                        threshold=floor, ok=None if value is None or floor is None
+                        else value >= floor, size_bytes=int(size) if size is not None else None)]
     problems = []
     if bw.get("missing"):
         problems.append("did not answer during the cluster all_reduce: " + ", ".join(
