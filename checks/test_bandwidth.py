@@ -51,20 +51,21 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str, *,
     # The whole sweep goes into the report (the HTML report plots busbw by size per node).
     for swept, value in sorted(run.busbw_by_size.items()):
         if swept != size:
-            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s")
+            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept)
     if run.nccl_log:
         remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
     what = f"all_reduce busbw at {_size(size)}"
     if estimate is not None:
         ok = busbw >= threshold
-        measure(what, busbw, "GB/s", op=">=", threshold=threshold, ok=ok)
+        measure(what, busbw, "GB/s", op=">=", threshold=threshold, ok=ok, size_bytes=size)
         if not ok:
             warn(f"{what} {busbw:g} GB/s is below the estimated floor {threshold:g} GB/s "
                  f"({run.where()}); the floor is an estimate, not a failure until measured "
                  f"(source: {estimate})", remedy=f"record this node's figure with "
                  f"scripts/device-check and set the floor in a profile file; {remedy}")
         return
-    expect(what, busbw, ">=", threshold, "GB/s", remedy=remedy, detail=run.where())
+    expect(what, busbw, ">=", threshold, "GB/s", remedy=remedy, detail=run.where(),
+           size_bytes=size)
 
 
 def _estimate(profile: Profile, field: str) -> str | None:
@@ -233,7 +234,7 @@ def test_other_collectives_complete_and_exact(profile: Profile, request: pytest.
         if r.cannot_run:
             continue
         if (busbw := r.busbw_at(gate)) is not None:
-            measure(f"{r.scope} busbw at {_size(gate)}", busbw, "GB/s")
+            measure(f"{r.scope} busbw at {_size(gate)}", busbw, "GB/s", size_bytes=gate)
         if r.problem:
             offenders.append(f"{r.scope}: {r.problem}")
             measure(f"{r.scope} output tail", r.output_tail, ok=False)

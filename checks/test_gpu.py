@@ -66,24 +66,26 @@ def _remedy(actions: list[str]) -> str:
     return ACTION_REMEDY[worst] if worst else ""
 
 
-Found = list[tuple[str, str, str]]
-"""(GPU label, problem, action) per problem found."""
+Found = list[tuple[str, str, str] | tuple[str, str, str, int]]
+"""(GPU label, problem, action) per problem found, and the GPU's index when it is known (it
+goes into the report as the failed measurement's `gpu_index`)."""
 
 
 def _judge(what: str, found: Found) -> None:
     """Fail naming every GPU, its problem and action, with the remedy of the worst action;
     monitor-class problems are warnings."""
     fatal = [f for f in found if f[2] != MONITOR]
-    for label, problem, action in found:
+    for label, problem, action, *_ in found:
         if action == MONITOR:
             warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
-    expect_none(what, [f"{label}: {p} -> {a}" for label, p, a in fatal],
-                remedy=_remedy([a for _, _, a in fatal]))
+    expect_none(what, [f"{label}: {p} -> {a}" for label, p, a, *_ in fatal],
+                remedy=_remedy([f[2] for f in fatal]), gpus=[f[3] for f in fatal if len(f) > 3])
 
 
 def _found(inventory: GpuInventory, problems: Callable[[GpuInfo], list[Problem]]) -> Found:
     """(label, problem, action) of every problem `problems` finds on every GPU."""
-    return [(gpu_label(g), p.what, p.action) for g in _judged(inventory) for p in problems(g)]
+    return [(gpu_label(g), p.what, p.action, g.index)
+            for g in _judged(inventory) for p in problems(g)]
 
 
 def _reader(inventory: GpuInventory) -> str:
@@ -111,7 +113,7 @@ def _judge_all(what: str, inventory: GpuInventory, found: Found) -> None:
     fatal = [f for f in found if f[2] != MONITOR]
     unread = _unread(inventory)
     if unread and not fatal:
-        for label, problem, action in found:
+        for label, problem, action, *_ in found:
             warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
         raise ProbeError(f"{what}: not known for {len(unread)} GPU(s) {inventory.source} could "
                          f"not read: {'; '.join(unread)}")
@@ -177,7 +179,8 @@ def test_gpu_model_matches_profile(profile: Profile, gpu_inventory: GpuInventory
 def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
     _require_gpus(profile)
     for g in gpu_inventory.gpus:
-        measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors")
+        measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors",
+                gpu_index=g.index)
     _judge_all("GPUs with uncorrected ECC errors", gpu_inventory,
                _found(gpu_inventory, lambda g: ecc_problems(g, require_ecc=True)))
 
@@ -275,7 +278,8 @@ def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory)
     for g in gpu_inventory.gpus:
         if g.temperature_c is not None:
             measure(f"GPU {g.index} temperature", g.temperature_c, "C", op="<=",
-                    threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c)
+                    threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c,
+                    gpu_index=g.index)
     _judge_all("GPUs too hot or slowed down", gpu_inventory,
                _found(gpu_inventory, lambda g: thermal_problems(g, profile.max_gpu_temp_c)))
 

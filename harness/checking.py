@@ -5,17 +5,14 @@ threshold (`expect`, `expect_none`), warn, or say it does not apply. Messages al
 from __future__ import annotations
 
 import contextvars
-import dataclasses
-import datetime as _dt
-import enum
-import math
 import operator
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 import pytest
+
+from harness.results import Measurement, plain
 
 __all__ = [
     "OUTCOMES",
@@ -163,66 +160,6 @@ def _message(ctx: CheckContext, body: str, remedy: str | None) -> str:
     return f"[{ctx.check_id}] {body}" + (f"; {remedy}" if remedy else "")
 
 
-#: Nesting deeper than this is written as text (a cycle, or a structure no report needs).
-_PLAIN_DEPTH = 12
-
-
-def plain(value: object, _depth: int = 0) -> Any:
-    """`value` as plain data (None, bool, int, finite float, str, list, dict with str keys).
-
-    Measurements and results cross pytest-xdist's worker channel (execnet serialises only the
-    exact builtin types: a packaging Version, a Path or a numpy scalar kills the worker with an
-    INTERNALERROR) and end in report.json (no NaN there). So a value is made plain where it is
-    recorded: numbers stay numbers (numpy/torch scalars via `.item()`), NaN and infinities
-    become the strings "nan", "inf", "-inf", sets become sorted lists, dataclasses dicts, enums
-    their name, bytes text, and anything else (Version, Path, datetime, Decimal) its str()."""
-    if value is None or type(value) in (bool, int, str):
-        return value
-    if isinstance(value, enum.Enum):
-        return value.name
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        number = float(value)
-        return number if math.isfinite(number) else str(number)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", errors="replace")
-    if _depth >= _PLAIN_DEPTH:
-        return str(value)
-    deeper = _depth + 1
-    if isinstance(value, Mapping):
-        return {k if isinstance(k, str) else str(plain(k, deeper)): plain(v, deeper)
-                for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v, deeper) for v in value]
-    if isinstance(value, set | frozenset):
-        items = [plain(v, deeper) for v in value]
-        return sorted(items, key=lambda v: (type(v).__name__, str(v)))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name, None), deeper)
-                for f in dataclasses.fields(value)}
-    if isinstance(value, os.PathLike):
-        return os.fsdecode(value)
-    if isinstance(value, _dt.date | _dt.time):
-        return value.isoformat()
-    # numpy and torch, without importing either: a scalar (or 0-d array/tensor) has .item(),
-    # an array or tensor .tolist().
-    shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "tolist"):
-        try:
-            return plain(value.tolist(), deeper)
-        except Exception:  # a tensor that cannot leave its device: say what it was
-            return str(value)
-    if hasattr(value, "item") and callable(value.item) and not isinstance(value, type):
-        try:
-            return plain(value.item(), deeper)
-        except Exception:
-            return str(value)
-    return str(value)
-
-
 def measure(
     what: str,
     value: object,
@@ -231,11 +168,17 @@ def measure(
     op: str | None = None,
     threshold: object = None,
     ok: bool | None = None,
+    size_bytes: int | None = None,
+    gpu_index: int | None = None,
+    node: str | None = None,
 ) -> None:
-    """Record a measured value (and the threshold it was judged against) in the report."""
-    current().measurements.append(plain(
-        {"what": what, "value": value, "unit": unit, "op": op, "threshold": threshold, "ok": ok}
-    ))
+    """Record a measured value (and the threshold it was judged against) in the report;
+    `size_bytes` (a bandwidth figure's message size), `gpu_index` and `node` say what it
+    belongs to, for the figures (never read back from `what`)."""
+    current().measurements.append(Measurement(
+        what=what, value=plain(value), unit=unit, op=op, threshold=plain(threshold), ok=ok,
+        size_bytes=size_bytes, gpu_index=gpu_index, node=node,
+    ).to_dict())
 
 
 def expect(
@@ -247,11 +190,14 @@ def expect(
     *,
     remedy: str | None = None,
     detail: str | None = None,
+    size_bytes: int | None = None,
+    gpu_index: int | None = None,
 ) -> None:
     """Pass when `value op threshold`; else fail with the value, threshold, profile and remedy."""
     compare, negated = _OPS[op]
     ok = bool(compare(value, threshold))
-    measure(what, value, unit, op=op, threshold=threshold, ok=ok)
+    measure(what, value, unit, op=op, threshold=threshold, ok=ok, size_bytes=size_bytes,
+            gpu_index=gpu_index)
     if not ok:
         ctx = current()
         body = (f"{what} {fmt(value, unit)} {negated} {fmt(threshold, unit)} required for "
@@ -262,11 +208,16 @@ def expect(
 
 
 def expect_none(
-    what: str, offenders: Iterable[str], *, remedy: str | None = None, unit: str = ""
+    what: str, offenders: Iterable[str], *, remedy: str | None = None, unit: str = "",
+    gpus: Iterable[int | None] = (),
 ) -> None:
-    """Pass when there are no offenders; else fail naming every one of them."""
+    """Pass when there are no offenders; else fail naming every one of them. `gpus`: the
+    indices of the GPUs the offenders are on (each recorded as a failed measurement with its
+    `gpu_index`, which the figures count; None for an offender that is no GPU)."""
     found = list(offenders)
     measure(what, len(found), unit or "found", op="==", threshold=0, ok=not found)
+    for index in sorted({i for i in gpus if i is not None}):
+        measure(what, 1, unit or "found", op="==", threshold=0, ok=False, gpu_index=index)
     if found:
         ctx = current()
         body = f"{what}: {len(found)} found, none allowed for {ctx.profile}: " + "; ".join(found)

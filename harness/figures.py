@@ -1,9 +1,9 @@
 """Key figures read from `gpu-preflight.report/v1` dicts: busbw by message size, GPUs healthy,
 the bad-node list. Pure functions (no I/O) shared by the HTML report and the CloudWatch metrics.
 
-Where bandwidth comes from, in order: each check's `measurements` whose unit is GB/s and whose
-`what` names busbw (`all_reduce busbw @ 1 GiB`; the size is read from `what`, or from a
-`size_bytes` key), then a top-level `bandwidth` section holding nccl-tests rows
+Where bandwidth comes from, in order: each check's measurements whose unit is GB/s and whose
+`what` names busbw, at their `size_bytes` (harness.results.Measurement; a v1 report's sizes are
+recovered there), then a top-level `bandwidth` section holding nccl-tests rows
 (`preflight inspect nccl-tests --json` shape: `rows` [{`size_bytes`, `oop`: {`busbw_gb_s`}}]).
 """
 
@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.results import CheckResult, Measurement, legacy_size, results
 
 __all__ = [
     "BadNode",
@@ -25,33 +27,20 @@ __all__ = [
     "parse_size",
 ]
 
-_UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 2**10, "kb": 2**10, "kib": 2**10,
-          "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30,
-          "t": 2**40, "tb": 2**40, "tib": 2**40}
-# nccl-tests sizes are powers of two (`-e 16G` is 16 GiB), so K/M/G and KB/MB/GB are binary here.
-# `(?!/s)` keeps the bandwidth unit (`GB/s`) from reading as a size.
-_SIZE_IN_TEXT = re.compile(
-    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B|T|G|M|K)\b(?!/s)"
-)
-_SIZE_BYTES_IN_TEXT = re.compile(r"size[_ ]?bytes\s*[=:]\s*(\d+)", re.I)
 _COLLECTIVE = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|"
                          r"broadcast|reduce|sendrecv)\b", re.I)
 _GB_S_UNITS = {"gb/s", "gbps", "gb/sec", "gbyte/s"}
-# A GPU named in a failure message: `GPU 3`, `GPU#3`, `gpu 3:`.
-_GPU_INDEX = re.compile(r"\bGPU\s*#?(\d+)\b", re.I)
 _GPU_COUNT_WHAT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detected)\b|"
                              r"\b(count|number) of gpus\b", re.I)
+#: Bytes from `1 GiB`, `size_bytes=4096`: reading a v1 report only (harness.results).
+parse_size = legacy_size
 
 
-def parse_size(text: str) -> int | None:
-    """Bytes from `1 GiB`, `128M`, `8 B`, `size_bytes=1073741824` (binary units); else None."""
-    found = _SIZE_BYTES_IN_TEXT.search(text)
-    if found:
-        return int(found.group(1))
-    found = _SIZE_IN_TEXT.search(text)
-    if not found:
-        return None
-    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+def checks_of(report: Mapping[str, Any]) -> list[CheckResult]:
+    """The report's check results as typed records; a report written before the typed fields
+    (no `results_schema`) is read as v1 (sizes and GPU indices recovered once, in results)."""
+    legacy = report.get("results_schema") is None
+    return results(report.get("checks") or [], legacy=legacy)
 
 
 def format_size(size: float) -> str:
@@ -94,9 +83,8 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def _is_busbw(measurement: Mapping[str, Any]) -> bool:
-    unit = str(measurement.get("unit") or "").strip().lower()
-    what = str(measurement.get("what") or "").lower()
+def _is_busbw(m: Measurement) -> bool:
+    unit, what = m.unit.strip().lower(), m.what.lower()
     return unit in _GB_S_UNITS and ("busbw" in what or "bus bandwidth" in what
                                     or "bus bw" in what)
 
@@ -148,27 +136,19 @@ def _section_curves(section: object) -> Iterable[Curve]:
 def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
     """Every busbw curve in one report, from check measurements then the `bandwidth` section."""
     curves: dict[str, Curve] = {}
-    for check in report.get("checks") or []:
-        if not isinstance(check, Mapping):
-            continue
-        check_id = str(check.get("id", "?"))
-        for m in check.get("measurements") or []:
-            if not isinstance(m, Mapping) or not _is_busbw(m):
+    for check in checks_of(report):
+        for m in check.measurements:
+            busbw = _number(m.value)
+            if not _is_busbw(m) or busbw is None:
                 continue
-            busbw = _number(m.get("value"))
-            if busbw is None:
-                continue
-            what = str(m.get("what") or "")
-            label = _label(check_id, what)
-            curve = curves.setdefault(label, Curve(check_id=check_id, label=label))
-            size = _number(m.get("size_bytes"))
-            size = int(size) if size is not None else parse_size(what)
-            if size is None:
+            label = _label(check.id, m.what)
+            curve = curves.setdefault(label, Curve(check_id=check.id, label=label))
+            if m.size_bytes is None:
                 curve.unsized.append(busbw)
             else:
-                curve.points.append((size, busbw))
-            threshold = _number(m.get("threshold"))
-            if threshold is not None and m.get("op") in (">=", ">"):
+                curve.points.append((m.size_bytes, busbw))
+            threshold = _number(m.threshold)
+            if threshold is not None and m.op in (">=", ">"):
                 curve.threshold_gb_s = threshold
     for curve in curves.values():
         curve.points = sorted(dict(curve.points).items())
@@ -193,17 +173,17 @@ def gpus_healthy(report: Mapping[str, Any], expected: int | None) -> int | None:
     seen = expected
     named: set[int] = set()
     unknown = False
-    for check in report.get("checks") or []:
-        if not str(check.get("id", "")).startswith("PF-GPU-"):
+    for check in checks_of(report):
+        if not check.id.startswith("PF-GPU-"):
             continue
-        for m in check.get("measurements") or []:
-            value = _number(m.get("value"))
-            if value is not None and _GPU_COUNT_WHAT.search(str(m.get("what") or "")):
+        for m in check.measurements:
+            value = _number(m.value)
+            if value is not None and m.gpu_index is None and _GPU_COUNT_WHAT.search(m.what):
                 seen = min(seen, int(value))
-        if check.get("outcome") in ("fail", "error"):
-            indices = {int(i) for i in _GPU_INDEX.findall(str(check.get("message") or ""))}
+        if check.failed:
+            indices = check.failed_gpus()
             named |= indices
-            unknown |= not indices and check.get("outcome") == "error"
+            unknown |= not indices and check.outcome == "error"
     if unknown:
         return None
     return max(seen - len({i for i in named if i < seen}), 0)

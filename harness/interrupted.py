@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.interrupt import RunGuard, signal_name
 from harness.report import Report, load_results, now_iso, report_environment
+from harness.results import CheckResult
 
 __all__ = ["RunFinalizer", "failure_text", "interrupted_report"]
 
@@ -33,10 +34,8 @@ def _checks(results_path: Path, since: float, why: str) -> list[dict[str, Any]]:
         if c["nodeid"] in seen:
             continue
         seen.add(c["nodeid"])
-        checks.append(results.get(c["nodeid"]) or {
-            **c, "outcome": "error", "message": f"[{c['id']}] not finished: {why}",
-            "warnings": [], "measurements": [], "remedy": "", "duration_s": 0.0,
-            "finished": False})
+        checks.append(results.get(c["nodeid"]) or CheckResult.no_result(
+            c, f"not finished: {why}", remedy="", finished=False).to_dict())
     checks += [r for nodeid, r in results.items() if nodeid not in seen]
     return checks
 

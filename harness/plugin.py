@@ -33,6 +33,7 @@ from harness.checking import (
 )
 from harness.deadline import TimeoutHooks
 from harness.interrupt import install_session_handlers
+from harness.results import CheckResult, Measurement
 from harness.suites import BUILTIN_SUITE
 
 #: Fact fixtures live in harness/fixtures/*.py (one module per area), registered when the plugin
@@ -339,19 +340,12 @@ def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[st
     if outcome == "pass" and ctx.warnings:
         outcome, message = "warn", "\n".join(ctx.warnings)
     suite = _suite_of(item)
-    # Plain data at the point it is recorded: it crosses xdist's channel and ends in JSON.
-    return plain({
-        "id": spec.id,
-        "nodeid": item.nodeid,
-        "title": spec.title,
-        "tier": spec.tier,
-        "kind": spec.kind,
-        "suite": suite[0] if suite else "",
-        "outcome": outcome,
-        "message": message,
-        "warnings": ctx.warnings,
-        "measurements": ctx.measurements,
-        "remedy": spec.remedy,
-        "duration_s": round(sum(p[2] for p in phases.values()), 3),
-        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-    })
+    # Built as the typed record, sent as plain data: it crosses xdist's channel, ends in JSON.
+    return CheckResult(
+        id=spec.id, nodeid=item.nodeid, title=spec.title, tier=spec.tier, kind=spec.kind,
+        suite=suite[0] if suite else "", outcome=outcome, message=message,
+        warnings=tuple(ctx.warnings),
+        measurements=tuple(Measurement.from_dict(m) for m in ctx.measurements),
+        remedy=spec.remedy, duration_s=sum(p[2] for p in phases.values()),
+        worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+    ).to_dict()

@@ -24,6 +24,9 @@ __all__ = [
 ]
 
 REPORT_SCHEMA = "gpu-preflight.report/v1"
+#: The check records' version (harness.results): 2 has `size_bytes`/`gpu_index`/`node` on
+#: measurements. A report without the key is read as a v1 report (harness.figures.checks_of).
+RESULTS_SCHEMA = 2
 #: SageMaker shows the first 1024 characters of the failure file as the job's FailureReason.
 FAILURE_REASON_CHARS = 1024
 #: Environment variables kept (redacted) in the report: what decides how NCCL/torch behave.
@@ -94,6 +97,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": REPORT_SCHEMA,
+            "results_schema": RESULTS_SCHEMA,
             "harness_version": __version__,
             "host": self.host,
             "profile": {"name": self.profile, "source": self.profile_source,

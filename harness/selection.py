@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.results import CheckResult
+
 __all__ = [
     "Accounting",
     "Events",
@@ -140,8 +142,7 @@ def _status(code: int) -> str:
 
 
 def _no_result(record: dict[str, Any], why: str) -> dict[str, Any]:
-    return {**record, "outcome": "error", "message": f"[{record['id']}] {why}", "warnings": [],
-            "measurements": [], "duration_s": 0.0}
+    return CheckResult.no_result(record, why).to_dict()
 
 
 def account(

@@ -66,12 +66,11 @@ def id_ranges(ids: list[str]) -> str:
 def _judged(measurements: list[dict[str, Any]]) -> str:
     """The measurements a check was judged on: `busbw at 1 GiB = 412.3 GB/s (>= 370.0)`."""
     from harness.checking import fmt
+    from harness.results import Measurement
 
-    judged = [m for m in measurements if m.get("op")]
-    return "; ".join(
-        f"{m['what']} = {fmt(m['value'], m.get('unit') or '')} ({m['op']} {fmt(m['threshold'])})"
-        for m in judged[:3]
-    )
+    judged = [m for m in map(Measurement.from_dict, measurements) if m.op]
+    return "; ".join(f"{m.what} = {fmt(m.value, m.unit)} ({m.op} {fmt(m.threshold)})"
+                     for m in judged[:3])
 
 
 _ORDER = {"error": 0, "fail": 0, "warn": 1, "pass": 2, "skip": 3}

@@ -1,0 +1,66 @@
+"""The cluster verdict's cost by cluster size (issue 14, item 8): `decide` on a gathered
+snapshot of N nodes, each publishing the facts and a few NCCL_*/FI_* variables, one node
+differing in one variable and one node failing its local checks (the work a real bad cluster
+gives the verdict). Every node computes it, so it must stay linear in N.
+
+Prints the median time at N = 128 and N = 1024 and `ratio X` (time at 1024 / time at 128;
+linear is 8, the target is <= 12).
+
+Run: PYTHONPATH=. .venv/bin/python bench/bench_verdict.py  (BENCH_ITERS, default 5)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.cluster.verdict import decide
+
+FACTS = {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5", "ofi_nccl": "1.13.2",
+         "libfabric": "1.22.0amzn4.0", "torch": "2.13.0", "gpu_count": 8,
+         "gpu_model": "NVIDIA H100 80GB HBM3"}
+ENV = {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "^lo,docker", "FI_PROVIDER": "efa",
+       "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_PROTO": "simple"}
+
+
+def snapshot(n: int) -> dict:
+    nodes = {}
+    for r in range(n):
+        env = dict(ENV)
+        env[f"NCCL_NODE_{r % 4}"] = "1"  # variables set on some nodes only
+        if r == n // 2:
+            env["NCCL_PROTO"] = "LL128"
+        failed = [{"id": "PF-GPU-003", "outcome": "fail", "message": "[PF-GPU-003] xid 79"}] \
+            if r == n // 3 else []
+        nodes[str(r)] = {"rank": r, "host": f"node{r}", "verdict": "fail" if failed else "pass",
+                         "failed": failed, "num_failed": len(failed), "harness_errors": [],
+                         "facts": dict(FACTS), "env": env}
+    return {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
+            "hosts": {str(r): f"node{r}" for r in range(n)}, "nodes": nodes, "missing": {}}
+
+
+def timed(n: int, iters: int) -> float:
+    snap = snapshot(n)
+    times = []
+    for _ in range(iters):
+        began = time.perf_counter()
+        decide(snap)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def main() -> None:
+    iters = int(os.environ.get("BENCH_ITERS", "5"))
+    small, large = timed(128, iters), timed(1024, iters)
+    print(f"decide N=128   median {small * 1e3:9.2f} ms ({iters} runs)")
+    print(f"decide N=1024  median {large * 1e3:9.2f} ms ({iters} runs)")
+    print(f"ratio {large / small:.1f}")
+
+
+if __name__ == "__main__":
+    main()

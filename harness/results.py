@@ -1,0 +1,247 @@
+"""A check's result and its measurements as typed, frozen records: built here and only here
+(the plugin, the run's accounting, an interrupted run, the cluster verdict), and read by field
+(the HTML figures, CloudWatch) instead of from the message prose.
+
+On the wire (results.jsonl across pytest-xdist's channel, report.json) a record is plain data:
+`to_dict()` gives the keys report.json has always had (v1), plus `size_bytes`, `gpu_index` and
+`node` on a measurement when they are known; `from_dict()` reads both. A v1 report (written
+before these fields) is read with `legacy=True`: its sizes and GPU indices are recovered from
+the text once, here (`legacy_size`, `legacy_gpus`), so no reader parses prose."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "plain", "results",
+           "upgrade_v1"]
+
+#: Nesting deeper than this is written as text (a cycle, or a structure no report needs).
+_PLAIN_DEPTH = 12
+
+
+def plain(value: object, _depth: int = 0) -> Any:
+    """`value` as plain data (None, bool, int, finite float, str, list, dict with str keys).
+
+    Measurements and results cross pytest-xdist's worker channel (execnet serialises only the
+    exact builtin types: a packaging Version, a Path or a numpy scalar kills the worker with an
+    INTERNALERROR) and end in report.json (no NaN there). So a value is made plain where it is
+    recorded: numbers stay numbers (numpy/torch scalars via `.item()`), NaN and infinities
+    become the strings "nan", "inf", "-inf", sets become sorted lists, dataclasses dicts, enums
+    their name, bytes text, and anything else (Version, Path, datetime, Decimal) its str()."""
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        number = float(value)
+        return number if math.isfinite(number) else str(number)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    if _depth >= _PLAIN_DEPTH:
+        return str(value)
+    deeper = _depth + 1
+    if isinstance(value, Mapping):
+        return {k if isinstance(k, str) else str(plain(k, deeper)): plain(v, deeper)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v, deeper) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [plain(v, deeper) for v in value]
+        return sorted(items, key=lambda v: (type(v).__name__, str(v)))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name, None), deeper)
+                for f in dataclasses.fields(value)}
+    if isinstance(value, os.PathLike):
+        return os.fsdecode(value)
+    if isinstance(value, _dt.date | _dt.time):
+        return value.isoformat()
+    # numpy and torch, without importing either: a scalar (or 0-d array/tensor) has .item(),
+    # an array or tensor .tolist().
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "tolist"):
+        try:
+            return plain(value.tolist(), deeper)
+        except Exception:  # a tensor that cannot leave its device: say what it was
+            return str(value)
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, type):
+        try:
+            return plain(value.item(), deeper)
+        except Exception:
+            return str(value)
+    return str(value)
+
+#: The keys a measurement has always had, in report.json's order.
+_MEASUREMENT_KEYS = ("what", "value", "unit", "op", "threshold", "ok")
+#: Added in report schema v2: written only when known.
+_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node")
+#: A result's keys, in report.json's order (v1).
+_RESULT_KEYS = ("id", "nodeid", "title", "tier", "kind", "suite", "outcome", "message",
+                "warnings", "measurements", "remedy", "duration_s", "worker")
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured value and what it was judged against (`op`, `threshold`, `ok`)."""
+
+    what: str
+    value: Any
+    unit: str = ""
+    op: str | None = None
+    threshold: Any = None
+    ok: bool | None = None
+    size_bytes: int | None = None
+    """The message size a bandwidth figure was measured at."""
+    gpu_index: int | None = None
+    """The GPU (nvidia-smi index) the value belongs to."""
+    node: str | None = None
+    """The host the value belongs to, when it is not the report's own (cluster figures)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: plain(getattr(self, k)) for k in _MEASUREMENT_KEYS}
+        out.update({k: plain(getattr(self, k)) for k in _OPTIONAL_KEYS
+                    if getattr(self, k) is not None})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, legacy: bool = False) -> Measurement:
+        """From report.json; `legacy` (a v1 report): size and GPU read from `what` once."""
+        what = str(data.get("what") or "")
+        size, gpu = _int(data.get("size_bytes")), _int(data.get("gpu_index"))
+        if legacy:
+            size = size if size is not None else legacy_size(what)
+            gpu = gpu if gpu is not None else next(iter(legacy_gpus(what)), None)
+        ok = data.get("ok")
+        node = data.get("node")
+        return cls(what=what, value=data.get("value"), unit=str(data.get("unit") or ""),
+                   op=data.get("op") or None, threshold=data.get("threshold"),
+                   ok=ok if isinstance(ok, bool) else None, size_bytes=size, gpu_index=gpu,
+                   node=str(node) if node is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check's result on one node (or the cluster's, `worker` "cluster")."""
+
+    id: str
+    outcome: str
+    nodeid: str = ""
+    title: str = ""
+    tier: str = "preflight"
+    kind: str = "check"
+    suite: str = ""
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+    measurements: tuple[Measurement, ...] = ()
+    remedy: str = ""
+    duration_s: float = 0.0
+    worker: str = "main"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Other keys the record carries (a collected item's `exclusive`, `why`, `defined`)."""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in ("fail", "error")
+
+    def failed_gpus(self) -> set[int]:
+        """The GPU indices this check named as faulty (failed measurements with a GPU)."""
+        return {m.gpu_index for m in self.measurements if m.ok is False and m.gpu_index is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data in report.json's shape (it crosses xdist's channel and ends in JSON)."""
+        out: dict[str, Any] = {k: plain(v) for k, v in self.extra.items()
+                               if k not in _RESULT_KEYS}
+        head = {k: plain(getattr(self, k)) for k in _RESULT_KEYS if k != "measurements"}
+        head["warnings"] = list(head["warnings"])
+        head["measurements"] = [m.to_dict() for m in self.measurements]
+        head["duration_s"] = round(float(self.duration_s), 3)
+        return {**{k: head[k] for k in _RESULT_KEYS}, **out}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, legacy: bool = False) -> CheckResult:
+        """From report.json or results.jsonl; `legacy` for a v1 report (see the module)."""
+        measurements = tuple(Measurement.from_dict(m, legacy=legacy)
+                             for m in data.get("measurements") or [] if isinstance(m, Mapping))
+        outcome = str(data.get("outcome") or "error")
+        if legacy and outcome in ("fail", "error"):  # the GPUs a v1 message named, as fields
+            named = legacy_gpus(str(data.get("message") or "")) - {
+                m.gpu_index for m in measurements if m.ok is False}
+            measurements += tuple(
+                Measurement(what="GPU named by the message (v1 report)", value=1, unit="found",
+                            op="==", threshold=0, ok=False, gpu_index=i) for i in sorted(named))
+        return cls(
+            id=str(data.get("id", "?")), outcome=outcome, nodeid=str(data.get("nodeid") or ""),
+            title=str(data.get("title") or ""), tier=str(data.get("tier") or "preflight"),
+            kind=str(data.get("kind") or "check"), suite=str(data.get("suite") or ""),
+            message=str(data.get("message") or ""),
+            warnings=tuple(str(w) for w in data.get("warnings") or []),
+            measurements=measurements, remedy=str(data.get("remedy") or ""),
+            duration_s=float(data.get("duration_s") or 0.0),
+            worker=str(data.get("worker") or "main"),
+            extra={k: v for k, v in data.items() if k not in _RESULT_KEYS},
+        )
+
+    @classmethod
+    def no_result(cls, item: Mapping[str, Any], why: str, **extra: Any) -> CheckResult:
+        """The error result of a selected check that reported nothing (`why` says why)."""
+        record = {**item, **extra, "outcome": "error", "message": f"[{item['id']}] {why}",
+                  "warnings": [], "measurements": [], "duration_s": 0.0}
+        return cls.from_dict(record)
+
+
+def results(records: Iterable[Mapping[str, Any]], *, legacy: bool = False) -> list[CheckResult]:
+    """Typed results from report.json's `checks` (anything that is not a record is skipped)."""
+    return [CheckResult.from_dict(r, legacy=legacy) for r in records if isinstance(r, Mapping)]
+
+
+def upgrade_v1(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A v1 report's `checks` in today's shape (sizes and GPU indices as fields)."""
+    return [r.to_dict() for r in results(records, legacy=True)]
+
+
+# --- v1 reports only: the one place prose is read -------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 2**10, "kb": 2**10, "kib": 2**10,
+          "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30,
+          "t": 2**40, "tb": 2**40, "tib": 2**40}
+# nccl-tests sizes are powers of two (`-e 16G` is 16 GiB), so K/M/G and KB/MB/GB are binary here.
+# `(?!/s)` keeps the bandwidth unit (`GB/s`) from reading as a size.
+_SIZE_IN_TEXT = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B|T|G|M|K)\b(?!/s)"
+)
+_SIZE_BYTES_IN_TEXT = re.compile(r"size[_ ]?bytes\s*[=:]\s*(\d+)", re.I)
+# A GPU named in a v1 message: `GPU 3`, `GPU#3`, `gpu 3:`.
+_GPU_INDEX = re.compile(r"\bGPU\s*#?(\d+)\b", re.I)
+
+
+def legacy_size(text: str) -> int | None:
+    """Bytes from `1 GiB`, `128M`, `8 B`, `size_bytes=1073741824` (binary units); else None."""
+    found = _SIZE_BYTES_IN_TEXT.search(text)
+    if found:
+        return int(found.group(1))
+    found = _SIZE_IN_TEXT.search(text)
+    if not found:
+        return None
+    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+
+
+def legacy_gpus(text: str) -> set[int]:
+    """The GPU indices a v1 message names."""
+    return {int(i) for i in _GPU_INDEX.findall(text)}
