@@ -17,6 +17,8 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
+from harness.tiers import TIERS
+
 __all__ = [
     "OUTCOMES",
     "TIERS",
@@ -37,8 +39,6 @@ __all__ = [
     "warn",
 ]
 
-#: Tiers, cheapest first; a check of tier T runs in T and every later tier.
-TIERS = ("preflight", "certify", "diagnose")
 #: Outcomes of a check. `error` (a probe could not produce its fact) counts as a failure.
 OUTCOMES = ("pass", "warn", "skip", "fail", "error")
 

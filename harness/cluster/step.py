@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cluster.plane import ControlPlane, PlaneError
-from harness.cluster.topology import Topology, TopologyError, detect_topology
 from harness.cluster.verdict import ClusterVerdict, decide, node_summary
+from harness.topology import Topology, TopologyError, detect_topology
 
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.cluster.topology import compress_hostlist
+from harness.topology import compress_hostlist
 
 __all__ = [
     "CLUSTER_CHECKS",
