@@ -25,6 +25,7 @@ from harness.redact import Redactor
 from harness.report import Report, command_for_report, failure_reason, now_iso, redact_file, write_report
 from harness.runner import RunConfig, run_checks
 from harness.selection import SelectionError, check_keyword
+from harness.settings import text as setting
 from harness.suites import SuiteError, describe, resolve_suites, source_overrides
 from harness.summary import print_summary
 from harness.tiers import TIERS
@@ -44,8 +45,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _default_report_dir(env: dict[str, str]) -> Path:
-    if env.get("PREFLIGHT_REPORT_DIR"):
-        return Path(env["PREFLIGHT_REPORT_DIR"])
+    if report_dir := setting(env, "PREFLIGHT_REPORT_DIR"):
+        return Path(report_dir)
     if sagemaker_resource_config(env) is not None:
         return opt_ml_dir(env) / "output" / "data" / "preflight"
     return Path("preflight-report")
@@ -82,15 +83,15 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(env)
     report_dir = report_dir / host
     failure_file = _failure_path(args.failure_file, env)
-    tier = args.tier or env.get("PREFLIGHT_TIER") or "preflight"
+    tier = args.tier or setting(env, "PREFLIGHT_TIER") or "preflight"
     finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
                              failure_file=failure_file, env=env, command=command,
                              write_failure=write_failure)
     guard.set_finalizer(finalizer)
     if tier not in TIERS:
         raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
-    s3_uri = args.s3_uri or env.get("PREFLIGHT_S3_URI") or None
-    namespace = args.cloudwatch_namespace or env.get("PREFLIGHT_CW_NAMESPACE") or None
+    s3_uri = args.s3_uri or setting(env, "PREFLIGHT_S3_URI")
+    namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
     if s3_uri:
         try:
             parse_s3_uri(s3_uri)
@@ -120,7 +121,7 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
         host=host, keyword=args.keyword, warn_only=args.warn_only, command=command,
         workers=_workers(args.workers, profile), profile_file=args.profile_file,
         verbose=args.verbose, env=env,
-        sysroot=Path(env.get("PREFLIGHT_SYSROOT", "/")), suites=suites,
+        sysroot=Path(setting(env, "PREFLIGHT_SYSROOT") or "/"), suites=suites,
     )
     print(f"gpu-preflight: host {host}, profile {profile.name} (from {found.source}), tier "
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
