@@ -31,6 +31,7 @@ FORBIDDEN = [
     ("harness.cluster", ("harness.cli", "harness.commands")),
     ("harness.fixtures", ("harness.cli", "harness.commands", "harness.cluster")),
     ("harness.tiers", ("harness",)),
+    ("harness.settings", ("harness",)),
 ]
 
 
