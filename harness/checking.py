@@ -13,6 +13,7 @@ from typing import Any, NoReturn, TypeVar
 import pytest
 
 from harness.results import Measurement, plain
+from harness.tiers import TIERS
 
 __all__ = [
     "OUTCOMES",
@@ -34,8 +35,6 @@ __all__ = [
     "warn",
 ]
 
-#: Tiers, cheapest first; a check of tier T runs in T and every later tier.
-TIERS = ("preflight", "certify", "diagnose")
 #: Outcomes of a check. `error` (a probe could not produce its fact) counts as a failure.
 OUTCOMES = ("pass", "warn", "skip", "fail", "error")
 

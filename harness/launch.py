@@ -11,6 +11,7 @@ from typing import Any
 
 from harness import __version__
 from harness.publish import parse_s3_uri
+from harness.tiers import TIERS
 
 __all__ = ["LaunchError", "LaunchSpec", "build_request", "default_job_name", "model_trainer", "submit"]
 
@@ -72,8 +73,6 @@ class LaunchSpec:
     environment: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from harness.cli import TIERS
-
         if not self.instance_type.startswith("ml."):
             self.instance_type = f"ml.{self.instance_type}"
         if self.instance_count < 1:

@@ -47,6 +47,8 @@ PHASES = ("checks", "node-local", "exclusive")
 
 HELP_PROFILE = "Profile name (exact instance type, e.g. p5.48xlarge), or 'auto' to detect."
 HELP_PROFILE_FILE = "TOML file with profile overrides or extra profiles."
+HELP_PROFILE_JSON = ("the profile the run resolved (harness.runner writes it): used as it is, "
+                     "never resolved again")
 HELP_TIER = "Check tier: preflight (fast, every job), certify (nightly), diagnose (one bad node)."
 HELP_RESULTS = "Append one JSON line per check result to this file (the CLI reads it)."
 HELP_SYSROOT = "Root directory probes read /sys, /proc and /dev under (tests point it at a fake)."
@@ -77,6 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("preflight", "gpu-preflight")
     group.addoption("--preflight-profile", default=None, help=HELP_PROFILE)
     group.addoption("--preflight-profile-file", default=None, help=HELP_PROFILE_FILE)
+    group.addoption("--preflight-profile-json", default=None, help=HELP_PROFILE_JSON)
     group.addoption("--preflight-tier", default="preflight", choices=TIERS, help=HELP_TIER)
     group.addoption("--preflight-results", default=None, help=HELP_RESULTS)
     group.addoption("--preflight-sysroot", default="/", help=HELP_SYSROOT)
@@ -155,6 +158,9 @@ def resolve_profile(config: pytest.Config) -> Any:
     """The session's Profile (resolved once); raises pytest.UsageError naming what is wrong."""
     if _profile_key in config.stash:
         return config.stash[_profile_key]
+    if config.getoption("preflight_profile_json"):
+        config.stash[_profile_key] = _handed_profile(config.getoption("preflight_profile_json"))
+        return config.stash[_profile_key]
     from harness.detect import detect_instance_type
     from harness.profiles import BUILTIN_PROFILES, ProfileError, load_profile_file
     from harness.profiles_derive import resolve_detected
@@ -172,6 +178,18 @@ def resolve_profile(config: pytest.Config) -> Any:
     config.stash[_profile_key] = (profile, source)
     return config.stash[_profile_key]
 
+
+
+def _handed_profile(path: str) -> Any:
+    """(Profile, source) from the file the runner wrote: the run resolved the profile once."""
+    from harness.profiles import Profile
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return Profile(**data["profile"]), str(data["source"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise pytest.UsageError(f"--preflight-profile-json {path}: not a resolved profile "
+                                f"({type(exc).__name__}: {exc})") from None
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not active(config) or config.option.collectonly or not (

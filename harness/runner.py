@@ -4,6 +4,7 @@ is proven from what every phase selected and what reported (harness.selection)."
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -29,8 +30,8 @@ from harness.selection import (
 )
 from harness.suites import BUILTIN_SUITE, Suite, resolve_suites, source_overrides
 
-__all__ = ["Collection", "RunConfig", "checks_dir", "collect_checks", "list_command",
-           "missing_pieces", "pytest_phases", "run_checks"]
+__all__ = ["PROFILE_FILE", "Collection", "RunConfig", "checks_dir", "collect_checks", "list_command",
+           "missing_pieces", "pytest_phases", "run_checks", "write_profile"]
 
 #: Seconds kept back from the budget to write reports after the checks are stopped.
 REPORT_RESERVE_S = 5.0
@@ -102,13 +103,28 @@ def _session_argv(suites: Sequence[Suite], *, tier: str, keyword: str | None,
     return argv
 
 
+#: The profile the run resolved, as the check sessions receive it (they never resolve it again).
+PROFILE_FILE = "profile.json"
+
+
+def write_profile(cfg: RunConfig) -> Path:
+    """`report_dir/profile.json`: the resolved profile and where it came from, for the
+    sessions' --preflight-profile-json."""
+    path = cfg.report_dir / PROFILE_FILE
+    path.write_text(json.dumps({"profile": cfg.profile.to_dict(), "source": cfg.profile_source},
+                               indent=2), encoding="utf-8")
+    return path
+
+
 def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
     """(name, pytest argv) per phase: node-local checks (in parallel when workers > 1), then
     the exclusive ones (collectives, bandwidth) alone. Each session selects the same checks
     and the plugin keeps its phase's share (--preflight-phase)."""
     base = [
         *_session_argv(cfg.resolved_suites(), tier=cfg.tier, keyword=cfg.keyword, results=results),
-        "--preflight-profile", cfg.profile.name, "--preflight-sysroot", str(cfg.sysroot),
+        "--preflight-profile", cfg.profile.name,
+        "--preflight-profile-json", str(cfg.report_dir / PROFILE_FILE),
+        "--preflight-sysroot", str(cfg.sysroot),
         "--timeout", f"{cfg.check_timeout_s:g}",
         "-v" if cfg.verbose else "-q", "-rN",
     ]
@@ -217,6 +233,7 @@ def run_checks(cfg: RunConfig) -> Report:
     cfg.report_dir.mkdir(parents=True, exist_ok=True)
     results = cfg.report_dir / "results.jsonl"
     log = cfg.report_dir / "pytest-output.txt"
+    write_profile(cfg)
     for stale in (results, log):
         stale.unlink(missing_ok=True)
     problems = missing_pieces(suites)

@@ -192,7 +192,7 @@ def test_watchdog_stops_a_hung_node_at_its_hard_bound(tmp_path):
     code = f"""
 import pathlib, time
 from harness.cluster.step import ClusterStep, ClusterTimeouts
-from harness.cluster.topology import Topology
+from harness.topology import Topology
 from harness.profiles import get_profile
 topo = Topology(node_rank=1, num_nodes=2, master_addr="127.0.0.1", port=1, source="test")
 t = ClusterTimeouts(join_s=0.2, local_s=0.2, gather_s=0.2, collective_s=0.1,

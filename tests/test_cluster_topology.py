@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster.topology import (
+from harness.topology import (
     DEFAULT_PORT,
     TopologyError,
     compress_hostlist,

@@ -318,3 +318,21 @@ def test_recorded_values_are_plain_data_across_xdist(suite):
         "nan": ("nan", "inf"),
     }
     assert res.ret == 0
+
+
+def test_a_handed_profile_is_used_as_it_is_never_resolved_again(suite):
+    """The run resolves the profile once (harness.commands.run) and hands it over: the session
+    takes it even when its name is no profile it knows, and names the run's source."""
+    from harness.profiles import BUILTIN_PROFILES
+
+    suite.makepyfile(test_tiers=TIERED)
+    custom = BUILTIN_PROFILES["p5.48xlarge"].derive(name="p5-site", net_busbw_gb_s_min=1.0)
+    handed = suite.path / "profile.json"
+    handed.write_text(json.dumps({"profile": custom.to_dict(), "source": "profile file x.toml"}))
+    res, _ = run_checks(suite, "--preflight-profile", "p5.48xlarge",
+                        "--preflight-profile-json", str(handed))
+    res.stdout.fnmatch_lines(["gpu-preflight *: profile p5-site (from profile file x.toml)*"])
+    handed.write_text("{}")
+    res, _ = run_checks(suite, "--preflight-profile-json", str(handed))
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--preflight-profile-json *: not a resolved profile*"])

@@ -11,7 +11,8 @@ import pytest
 from nccl_emu import NEW_HELP, OLD_HELP, make_tool
 
 from harness.probes import nccl_tests as nt
-from harness.probes.nccl_tests import Features, NodeCount, Sweep, Topology, build_command
+from harness.probes.nccl_tests import Features, LaunchPlan, Sweep, build_command
+from harness.topology import NodeCount, count_nodes, is_leader
 from tests.conftest import process_alive
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"
@@ -21,29 +22,29 @@ TEST = ["all_reduce_perf", "-b", "128M", "-e", "1G", "-f", "2"]
 TAIL = ["-n", "20", "-w", "5", "-c", "1"]
 
 COMMANDS = [
-    ("single node, one process, -g 8", Topology(launcher="single", gpus_per_node=8), Features(),
+    ("single node, one process, -g 8", LaunchPlan(launcher="single", gpus_per_node=8), Features(),
      [*TEST, "-g", "8", *TAIL]),
     ("single node, -J and -T when the binary has them",
-     Topology(launcher="single", gpus_per_node=8), Features(json=True, timeout=True),
+     LaunchPlan(launcher="single", gpus_per_node=8), Features(json=True, timeout=True),
      [*TEST, "-g", "8", *TAIL, "-J", "/w/out.json", "-T", "80"]),
     ("single node through mpirun, one rank per GPU",
-     Topology(launcher="single-mpirun", gpus_per_node=8, as_root=True), Features(),
+     LaunchPlan(launcher="single-mpirun", gpus_per_node=8, as_root=True), Features(),
      ["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", "8",
       "-x", "FI_PROVIDER", "-x", "NCCL_DEBUG", *TEST, "-g", "1", *TAIL]),
     ("2 nodes, mpirun with SageMaker hosts",
-     Topology(launcher="mpirun", num_nodes=2, gpus_per_node=8, hosts=("algo-1", "algo-2"),
+     LaunchPlan(launcher="mpirun", num_nodes=2, gpus_per_node=8, hosts=("algo-1", "algo-2"),
               as_root=True), Features(),
      ["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", "16",
       "--map-by", "ppr:8:node", "-H", "algo-1:8,algo-2:8",
       "-x", "FI_PROVIDER", "-x", "NCCL_DEBUG", *TEST, "-g", "1", *TAIL]),
     ("4 nodes, mpirun with a hostfile, not root, site MCA args",
-     Topology(launcher="mpirun", num_nodes=4, gpus_per_node=8, hostfile="/etc/hosts.mpi",
+     LaunchPlan(launcher="mpirun", num_nodes=4, gpus_per_node=8, hostfile="/etc/hosts.mpi",
               launcher_args=("--mca", "pml", "^cm")), Features(),
      ["mpirun", "--bind-to", "none", "-np", "32", "--map-by", "ppr:8:node",
       "--hostfile", "/etc/hosts.mpi", "-x", "FI_PROVIDER", "-x", "NCCL_DEBUG",
       "--mca", "pml", "^cm", *TEST, "-g", "1", *TAIL]),
     ("2 nodes, srun inside a Slurm allocation",
-     Topology(launcher="srun", num_nodes=2, gpus_per_node=8, launcher_args=("--mpi=pmix",)),
+     LaunchPlan(launcher="srun", num_nodes=2, gpus_per_node=8, launcher_args=("--mpi=pmix",)),
      Features(timeout=True),
      ["srun", "--nodes=2", "--ntasks-per-node=8", "--ntasks=16", "--kill-on-bad-exit=1",
       "--mpi=pmix", *TEST, "-g", "1", *TAIL, "-T", "80"]),
@@ -61,7 +62,7 @@ def test_command_table(case, topology, features, argv):
 
 def test_no_launcher_is_refused():
     with pytest.raises(ValueError, match="launcher 'none'"):
-        build_command("all_reduce_perf", Topology(launcher="none"), SWEEP)
+        build_command("all_reduce_perf", LaunchPlan(launcher="none"), SWEEP)
 
 
 def test_env_names_forwarded_to_mpirun():
@@ -84,7 +85,7 @@ def test_env_names_forwarded_to_mpirun():
     ({"SLURM_NNODES": "garbage"}, None, NodeCount(1, "no multi-node launcher variables")),
 ])
 def test_count_nodes(env, sm, expected):
-    assert nt.count_nodes(env, sm) == expected
+    assert count_nodes(env, sm) == expected
 
 
 @pytest.mark.parametrize(("env", "sm", "leader"), [
@@ -102,7 +103,7 @@ def test_count_nodes(env, sm, expected):
     ({"RANK": "5", "LOCAL_WORLD_SIZE": "8"}, None, True),
 ])
 def test_is_leader(env, sm, leader):
-    assert nt.is_leader(env, sm) is leader
+    assert is_leader(env, sm) is leader
 
 
 def _which(*present):
@@ -110,7 +111,7 @@ def _which(*present):
 
 
 def test_plan_topology_picks_the_launcher():
-    plan = nt.plan_topology
+    plan = nt.plan_launch
     assert plan({}, gpus_per_node=8, which=_which()).launcher == "single"
     assert plan({"PREFLIGHT_NCCL_TESTS_LAUNCHER": "mpirun"}, gpus_per_node=8,
                 which=_which("mpirun"), as_root=True).launcher == "single-mpirun"
@@ -136,7 +137,7 @@ def _run(tmp_path, tool, timeout_s=30.0):
     assert found == str(tool)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return nt.run_nccl_tests(found, Topology(launcher="single", gpus_per_node=8), SWEEP,
+    return nt.run_nccl_tests(found, LaunchPlan(launcher="single", gpus_per_node=8), SWEEP,
                              env=env, timeout_s=timeout_s, workdir=work)
 
 
@@ -229,7 +230,7 @@ def _mpirun_run(tmp_path, tool, timeout_s=60.0):
     hostfile.write_text("localhost slots=2\n")
     env = {**os.environ, "PATH": f"{tool.parent}{os.pathsep}{os.environ['PATH']}",
            "NCCL_DEBUG": "WARN", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    topo = Topology(launcher="mpirun", num_nodes=1, gpus_per_node=2, hostfile=str(hostfile),
+    topo = LaunchPlan(launcher="mpirun", num_nodes=1, gpus_per_node=2, hostfile=str(hostfile),
                     as_root=os.geteuid() == 0, oversubscribe=True, mpirun=mpirun)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)

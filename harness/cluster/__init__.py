@@ -1,7 +1,7 @@
-"""Multi-node preflight: topology detection, the control plane, the cluster verdict, bad-node
-isolation and the local selftest. Nothing here imports torch at module level."""
+"""Multi-node preflight: the control plane, the cluster verdict, bad-node isolation and the
+local selftest (the topology they stand on is harness.topology). Nothing here imports torch at
+module level."""
 
 from harness.cluster.step import ClusterStep, ClusterTimeouts
-from harness.cluster.topology import Topology, TopologyError, detect_topology
 
-__all__ = ["ClusterStep", "ClusterTimeouts", "Topology", "TopologyError", "detect_topology"]
+__all__ = ["ClusterStep", "ClusterTimeouts"]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from harness.cluster.topology import Topology
+from harness.topology import Topology
 
 __all__ = ["ControlPlane", "PlaneError"]
 

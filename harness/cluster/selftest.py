@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.step import FAULTS, ClusterTimeouts
+from harness.cluster.node import FAULTS
+from harness.cluster.timeouts import ClusterTimeouts
 
 __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections", "run_selftest"]
 

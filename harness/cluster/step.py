@@ -14,17 +14,16 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from harness.cluster.node import FAULTS, gate_floor, gate_size, inject_fault, node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
-from harness.cluster.topology import Topology, TopologyError, detect_topology
+from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import ClusterVerdict, decide, node_summary
+from harness.topology import Topology, TopologyError, detect_topology
 
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
 
-#: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
-FAULTS = ("slow", "hang", "crash", "fail-check", "absent")
 #: Exit status of a node whose own watchdog stopped it at the hard upper bound.
 EXIT_WATCHDOG = 1
 
@@ -35,113 +34,6 @@ _T0 = time.monotonic()
 def _log(msg: str) -> None:
     print(f"preflight cluster [{time.monotonic() - _T0:6.1f} s]: {msg}", flush=True)
 
-
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    value = env.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise TopologyError(f"{name}={value!r} is not a number of seconds") from None
-
-
-@dataclass(kw_only=True, slots=True)
-class ClusterTimeouts:
-    """Every wait of the cluster step, s. Environment: PREFLIGHT_JOIN_TIMEOUT_S,
-    PREFLIGHT_GATHER_TIMEOUT_S, PREFLIGHT_COLLECTIVE_TIMEOUT_S, PREFLIGHT_ISOLATION_ROUNDS."""
-
-    join_s: float = 300.0
-    """Reaching the master: covers nodes whose containers start later than others."""
-    local_s: float = 300.0
-    """The node-local checks (the tier's run budget)."""
-    gather_s: float = 60.0
-    """Slack for the slowest node's result and for the master's snapshot to arrive."""
-    collective_s: float = 60.0
-    """One phase of one collective (process-group init, warm-up, timed loop, data check)."""
-    isolation_rounds: int = 4
-    exit_s: float = 30.0
-    """The master keeps serving the store until every node has read the verdict."""
-
-    @property
-    def bench_s(self) -> float:
-        """Group set-up plus the bench's four bounded phases, plus publishing."""
-        return 5 * self.collective_s + self.gather_s
-
-    @property
-    def isolation_s(self) -> float:
-        return self.isolation_rounds * self.bench_s
-
-    @property
-    def hard_bound_s(self) -> float:
-        return (self.join_s + self.local_s + self.gather_s + self.bench_s + self.isolation_s
-                + self.exit_s)
-
-    def describe(self) -> str:
-        return (f"join {self.join_s:g} + local {self.local_s:g} + gather {self.gather_s:g} + "
-                f"cluster bandwidth {self.bench_s:g} + isolation {self.isolation_rounds} x "
-                f"{self.bench_s:g} + exit {self.exit_s:g} = {self.hard_bound_s:g} s")
-
-    def to_env(self) -> dict[str, str]:
-        """The variables `from_env` reads (local_s travels as the profile's run budget)."""
-        return {
-            "PREFLIGHT_JOIN_TIMEOUT_S": f"{self.join_s:g}",
-            "PREFLIGHT_GATHER_TIMEOUT_S": f"{self.gather_s:g}",
-            "PREFLIGHT_COLLECTIVE_TIMEOUT_S": f"{self.collective_s:g}",
-            "PREFLIGHT_ISOLATION_ROUNDS": str(self.isolation_rounds),
-            "PREFLIGHT_EXIT_TIMEOUT_S": f"{self.exit_s:g}",
-        }
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], local_s: float) -> ClusterTimeouts:
-        return cls(
-            join_s=_env_float(env, "PREFLIGHT_JOIN_TIMEOUT_S", 300.0),
-            local_s=local_s,
-            gather_s=_env_float(env, "PREFLIGHT_GATHER_TIMEOUT_S", 60.0),
-            collective_s=_env_float(env, "PREFLIGHT_COLLECTIVE_TIMEOUT_S", 60.0),
-            isolation_rounds=int(_env_float(env, "PREFLIGHT_ISOLATION_ROUNDS", 4)),
-            exit_s=_env_float(env, "PREFLIGHT_EXIT_TIMEOUT_S", 30.0),
-        )
-
-
-def node_facts(env: Mapping[str, str]) -> dict[str, Any]:
-    """Versions and GPU inventory that must match across nodes (None where absent)."""
-    from harness.probes import network
-
-    facts: dict[str, Any] = dict.fromkeys(("driver", "cuda", "nccl", "gpu_count", "gpu_model"))
-    try:
-        import torch
-
-        facts["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    except Exception as exc:  # a broken torch is a fact too
-        facts["torch"] = f"unusable: {type(exc).__name__}"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            facts["driver"] = _s(pynvml.nvmlSystemGetDriverVersion())
-            v = pynvml.nvmlSystemGetCudaDriverVersion()
-            facts["cuda"] = f"{v // 1000}.{v % 1000 // 10}"
-            count = pynvml.nvmlDeviceGetCount()
-            facts["gpu_count"] = count
-            names = sorted({_s(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
-                            for i in range(count)})
-            facts["gpu_model"] = ", ".join(names) or None
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver (NVMLError_LibraryNotFound) or no pynvml: no GPU facts
-        pass
-    lib = network.find_ofi_nccl(env)
-    facts["ofi_nccl"] = lib.version if lib else None
-    facts["libfabric"] = network.libfabric_version()
-    return facts
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class ClusterStep:
@@ -307,7 +199,7 @@ class ClusterStep:
         assert self.plane is not None
         plane, t = self.plane, self.t
         phase_start = time.monotonic()
-        size = _bw_size(self.profile, self.env)
+        size = gate_size(self.profile, self.env)
         _log(f"cluster all_reduce of {size} bytes over {self.topo.num_nodes} nodes")
         result = self._bench_all(size)
         _log(f"cluster all_reduce: busbw {result['busbw_gb_s']} GB/s, errors "
@@ -350,7 +242,7 @@ class ClusterStep:
             self.clean = False
             return {"busbw_gb_s": None, "data_ok": False,
                     "errors": [f"rank {self.rank}: process group init: {_short(exc)}"]}
-        _inject(self.fault)
+        inject_fault(self.fault)
         try:
             res = allreduce_bench(sizes_bytes=[size], warmup=1, iters=3,
                                   timeout_s=self.t.collective_s, device=self.device)
@@ -385,7 +277,7 @@ class ClusterStep:
         values = [v["busbw_gb_s"] for v in found.values() if v["busbw_gb_s"] is not None]
         errors = [e for v in found.values() for e in v["errors"]]
         return {
-            "size_bytes": size, "nranks": n, "floor_gb_s": _floor(self.profile),
+            "size_bytes": size, "nranks": n, "floor_gb_s": gate_floor(self.profile),
             "busbw_gb_s": min(values) if values and len(values) == n else None,
             "data_ok": all(v["data_ok"] for v in found.values()),
             "per_rank": {str(r): v["busbw_gb_s"] for r, v in sorted(found.items())},
@@ -443,7 +335,7 @@ class ClusterStep:
                 # CPU profiles: gloo over TCP on shared cores is too noisy for a relative
                 # rule; the sanity floor alone judges pairs there.
                 result = isolate(list(range(self.topo.num_nodes)), measure,
-                                 floor_gb_s=_floor(self.profile) or 0.0,
+                                 floor_gb_s=gate_floor(self.profile) or 0.0,
                                  relative=0.5 if self.profile.has_gpus else 0.0,
                                  max_rounds=t.isolation_rounds)
                 snap = {**snap, "isolation": result.to_dict()}
@@ -530,45 +422,3 @@ def _host(env: Mapping[str, str]) -> str:
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _bw_size(profile: Any, env: Mapping[str, str]) -> int:
-    """Message size of the cluster gate: PREFLIGHT_CLUSTER_BW_BYTES, else the profile's gate
-    size on GPU profiles and 4 MiB on CPU ones (gloo over TCP: a sanity check)."""
-    if env.get("PREFLIGHT_CLUSTER_BW_BYTES"):
-        from harness.probes.torch_bench import parse_size
-
-        return parse_size(env["PREFLIGHT_CLUSTER_BW_BYTES"])
-    return int(profile.bw_gate_size_bytes) if profile.has_gpus else 4 * 1024**2
-
-
-def _floor(profile: Any) -> float | None:
-    """The cluster gate's floor. GPU profiles: none here — one GPU per node over NCCL cannot
-    be held to the 8-GPU multi-node floor (net_busbw_gb_s_min, nccl-tests on every GPU); the
-    check then catches errors, hangs and wrong data, and isolation judges pairs relatively."""
-    return None if profile.has_gpus else profile.cpu_busbw_gb_s_min
-
-
-def _inject(fault: str) -> None:
-    """The selftest's faults that act inside the collectives (`fail-check` and `absent` act
-    before: a harmful variable, a node never started)."""
-    if fault == "crash":
-        print("preflight selftest: fault 'crash': exiting in the middle of the cluster step",
-              file=sys.stderr, flush=True)
-        os._exit(17)
-    if fault == "hang":
-        print("preflight selftest: fault 'hang': no longer answering collectives",
-              file=sys.stderr, flush=True)
-        while True:
-            time.sleep(3600)
-    if fault == "slow":
-        import torch.distributed as dist
-
-        delay = float(os.environ.get("PREFLIGHT_SELFTEST_SLOW_S", "0.25"))
-        original = dist.all_reduce
-
-        def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(delay)
-            return original(*args, **kwargs)
-
-        dist.all_reduce = slow_all_reduce

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.cluster.topology import compress_hostlist
 from harness.results import CheckResult, Measurement
+from harness.topology import compress_hostlist
 
 __all__ = [
     "CLUSTER_CHECKS",

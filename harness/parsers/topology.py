@@ -7,7 +7,9 @@ import json
 from typing import Any, TextIO
 
 from harness.parsers import ParseError
+from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input, as_input
+from harness.topology import TopologyError, detect_topology
 
 __all__ = ["INSPECT", "inspect_topology"]
 
@@ -15,9 +17,6 @@ __all__ = ["INSPECT", "inspect_topology"]
 def inspect_topology(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """Keys: num_nodes, node_rank, local_rank, master_addr, port, source, hosts (null on a
     single node), error (the TopologyError message, else null)."""
-    from harness.cluster.topology import TopologyError, detect_topology
-    from harness.parsers.env import parse_env_dump
-
     source = as_input(stream)
     env: dict[str, str] = {}
     resourceconfig: dict[str, object] | None = None

@@ -4,35 +4,28 @@ once within a hard timeout, and keep its raw output whatever happened."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness import proc
 from harness.parsers import ParseError
 from harness.parsers.nccl_tests import NOT_MPI, NcclTestsResult, parse_nccl_tests
-
-if TYPE_CHECKING:
-    from harness.cluster.topology import Topology as ClusterTopology
+from harness.topology import count_nodes, sagemaker_hosts
 
 __all__ = [
     "SEARCH_DIRS",
     "Features",
+    "LaunchPlan",
     "NcclTestsRun",
-    "NodeCount",
     "Sweep",
-    "Topology",
     "build_command",
-    "count_nodes",
     "detect_features",
     "find_binary",
-    "is_leader",
     "passed_env_names",
-    "plan_topology",
+    "plan_launch",
     "run_nccl_tests",
 ]
 
@@ -50,7 +43,7 @@ SELF_TIMEOUT_MARGIN_S = 15.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Topology:
+class LaunchPlan:
     """How the test is launched: one process (`-g N`), or one rank per GPU through a launcher."""
 
     launcher: str
@@ -111,7 +104,7 @@ def _size(n: int) -> str:
 
 def build_command(
     binary: str,
-    topology: Topology,
+    plan: LaunchPlan,
     sweep: Sweep,
     *,
     features: Features = Features(),
@@ -120,7 +113,7 @@ def build_command(
     self_timeout_s: int | None = None,
 ) -> list[str]:
     """The argv for one run; pure (no I/O), so it is tested as a table."""
-    gpus_per_process = topology.gpus_per_node if topology.launcher == "single" else 1
+    gpus_per_process = plan.gpus_per_node if plan.launcher == "single" else 1
     test = [
         binary, "-b", _size(sweep.min_bytes), "-e", _size(sweep.max_bytes),
         "-f", str(sweep.step_factor), "-g", str(gpus_per_process), "-n", str(sweep.iters),
@@ -130,127 +123,43 @@ def build_command(
         test += ["-J", json_path]
     if features.timeout and self_timeout_s:
         test += ["-T", str(self_timeout_s)]
-    if topology.launcher == "single":
+    if plan.launcher == "single":
         return test
-    if topology.launcher == "srun":
+    if plan.launcher == "srun":
         return [
-            topology.srun, f"--nodes={topology.num_nodes}",
-            f"--ntasks-per-node={topology.gpus_per_node}", f"--ntasks={topology.nranks}",
-            "--kill-on-bad-exit=1", *topology.launcher_args, *test,
+            plan.srun, f"--nodes={plan.num_nodes}",
+            f"--ntasks-per-node={plan.gpus_per_node}", f"--ntasks={plan.nranks}",
+            "--kill-on-bad-exit=1", *plan.launcher_args, *test,
         ]
-    if topology.launcher not in ("mpirun", "single-mpirun"):
-        raise ValueError(f"launcher {topology.launcher!r} cannot run nccl-tests")
-    argv = [topology.mpirun]
-    if topology.as_root:
+    if plan.launcher not in ("mpirun", "single-mpirun"):
+        raise ValueError(f"launcher {plan.launcher!r} cannot run nccl-tests")
+    argv = [plan.mpirun]
+    if plan.as_root:
         argv.append("--allow-run-as-root")
-    if topology.oversubscribe:
+    if plan.oversubscribe:
         argv.append("--oversubscribe")
-    argv += ["--bind-to", "none", "-np", str(topology.nranks)]
-    if topology.launcher == "mpirun":
-        argv += ["--map-by", f"ppr:{topology.gpus_per_node}:node"]
-        if topology.hostfile:
-            argv += ["--hostfile", topology.hostfile]
-        elif topology.hosts:
-            argv += ["-H", ",".join(f"{h}:{topology.gpus_per_node}" for h in topology.hosts)]
+    argv += ["--bind-to", "none", "-np", str(plan.nranks)]
+    if plan.launcher == "mpirun":
+        argv += ["--map-by", f"ppr:{plan.gpus_per_node}:node"]
+        if plan.hostfile:
+            argv += ["--hostfile", plan.hostfile]
+        elif plan.hosts:
+            argv += ["-H", ",".join(f"{h}:{plan.gpus_per_node}" for h in plan.hosts)]
     for name in env_names:
         argv += ["-x", name]
-    return [*argv, *topology.launcher_args, *test]
+    return [*argv, *plan.launcher_args, *test]
 
 
-# --- the environment: how many nodes, who leads, which launcher --------------------------------
+# --- which launcher ------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class NodeCount:
-    """Nodes in this job and where that number came from (named in check messages)."""
-
-    num_nodes: int
-    source: str
-
-
-def _int(value: object) -> int | None:
-    try:
-        n = int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-    return n if n > 0 else None
-
-
-def _sm_hosts(env: Mapping[str, str], sm_config: Mapping[str, object] | None) -> list[str]:
-    hosts = sm_config.get("hosts") if sm_config else None
-    if not isinstance(hosts, list) and env.get("SM_HOSTS"):
-        try:
-            hosts = json.loads(env["SM_HOSTS"])
-        except ValueError:
-            hosts = None
-    return [str(h) for h in hosts] if isinstance(hosts, list) else []
-
-
-def _cluster(env: Mapping[str, str],
-             sm_config: Mapping[str, object] | None) -> ClusterTopology | None:
-    """The multi-node topology the control plane uses (harness.cluster.topology), so that the
-    node that launches the multi-node test is the plane's node rank 0; None when it finds no
-    multi-node job or cannot read one (the cluster step reports that, before any check)."""
-    from harness.cluster.topology import TopologyError, detect_topology
-
-    try:
-        return detect_topology(env, sm_config)
-    except TopologyError:
-        return None
-
-
-def count_nodes(
-    env: Mapping[str, str], sm_config: Mapping[str, object] | None = None
-) -> NodeCount:
-    """Nodes in the job: $PREFLIGHT_NUM_NODES, the cluster topology, else Slurm, SageMaker
-    hosts, torchrun/Open MPI sizes."""
-    if (n := _int(env.get("PREFLIGHT_NUM_NODES"))) is not None:
-        return NodeCount(n, "PREFLIGHT_NUM_NODES")
-    if (topo := _cluster(env, sm_config)) is not None:
-        return NodeCount(topo.num_nodes, topo.source)
-    for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
-        if (n := _int(env.get(name))) is not None:
-            return NodeCount(n, name)
-    if hosts := _sm_hosts(env, sm_config):
-        return NodeCount(len(hosts), "SageMaker hosts")
-    for world, local in (("WORLD_SIZE", "LOCAL_WORLD_SIZE"),
-                         ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")):
-        w, lo = _int(env.get(world)), _int(env.get(local))
-        if w is not None and lo is not None and w % lo == 0:
-            return NodeCount(w // lo, f"{world}/{local}")
-    if (n := _int(env.get("NNODES"))) is not None:
-        return NodeCount(n, "NNODES")
-    if (n := _int(env.get("WORLD_SIZE"))) is not None:
-        # A launcher that starts one preflight per node (Kubeflow PyTorchJob, SageMaker custom
-        # entry points) sets WORLD_SIZE to the number of nodes.
-        return NodeCount(n, "WORLD_SIZE")
-    return NodeCount(1, "no multi-node launcher variables")
-
-
-def is_leader(env: Mapping[str, str], sm_config: Mapping[str, object] | None = None) -> bool:
-    """This node launches the multi-node test (the others only take part in it): the cluster
-    topology's node rank 0, else the first rule below that applies."""
-    if (topo := _cluster(env, sm_config)) is not None:
-        return topo.node_rank == 0
-    hosts = _sm_hosts(env, sm_config)
-    current = (sm_config or {}).get("current_host") or env.get("SM_CURRENT_HOST")
-    if hosts and current:
-        return str(current) == sorted(hosts)[0]
-    for name in ("SLURM_NODEID", "NODE_RANK", "GROUP_RANK", "OMPI_COMM_WORLD_NODE_RANK"):
-        if name in env:
-            return env[name].strip() == "0"
-    if "RANK" in env and "LOCAL_WORLD_SIZE" not in env:
-        return env["RANK"].strip() == "0"
-    return True
-
-
-def plan_topology(
+def plan_launch(
     env: Mapping[str, str],
     *,
     gpus_per_node: int,
     sm_config: Mapping[str, object] | None = None,
     which: Callable[[str], str | None] = proc.which,
     as_root: bool | None = None,
-) -> Topology:
+) -> LaunchPlan:
     """Choose the launcher: one process with `-g N` on one node; srun inside Slurm; else mpirun
     with a hostfile ($PREFLIGHT_HOSTFILE) or the SageMaker host list; `none` when nothing fits."""
     nodes = count_nodes(env, sm_config).num_nodes
@@ -260,20 +169,20 @@ def plan_topology(
     mpi_args = tuple(env.get("PREFLIGHT_MPIRUN_ARGS", "").split())
     if nodes == 1:
         if env.get("PREFLIGHT_NCCL_TESTS_LAUNCHER") == "mpirun":
-            return Topology(launcher="single-mpirun", gpus_per_node=gpus_per_node, as_root=root,
+            return LaunchPlan(launcher="single-mpirun", gpus_per_node=gpus_per_node, as_root=root,
                             mpirun=mpirun, launcher_args=mpi_args)
-        return Topology(launcher="single", gpus_per_node=gpus_per_node)
+        return LaunchPlan(launcher="single", gpus_per_node=gpus_per_node)
     if env.get("SLURM_JOB_ID") and which("srun"):
-        return Topology(launcher="srun", num_nodes=nodes, gpus_per_node=gpus_per_node,
+        return LaunchPlan(launcher="srun", num_nodes=nodes, gpus_per_node=gpus_per_node,
                         srun=which("srun") or "srun",
                         launcher_args=tuple(env.get("PREFLIGHT_SRUN_ARGS", "").split()))
     hostfile = env.get("PREFLIGHT_HOSTFILE") or env.get("OMPI_MCA_orte_default_hostfile")
-    hosts = () if hostfile else tuple(_sm_hosts(env, sm_config))
+    hosts = () if hostfile else tuple(sagemaker_hosts(env, sm_config))
     if found_mpirun and (hostfile or hosts):
-        return Topology(launcher="mpirun", num_nodes=nodes, gpus_per_node=gpus_per_node,
+        return LaunchPlan(launcher="mpirun", num_nodes=nodes, gpus_per_node=gpus_per_node,
                         hostfile=hostfile, hosts=hosts, as_root=root,
                         mpirun=mpirun, launcher_args=mpi_args)
-    return Topology(launcher="none", num_nodes=nodes, gpus_per_node=gpus_per_node)
+    return LaunchPlan(launcher="none", num_nodes=nodes, gpus_per_node=gpus_per_node)
 
 
 # --- the binary and its options ----------------------------------------------------------------
@@ -365,7 +274,7 @@ class NcclTestsRun:
 
 def run_nccl_tests(
     binary: str,
-    topology: Topology,
+    plan: LaunchPlan,
     sweep: Sweep,
     *,
     env: Mapping[str, str],
@@ -381,14 +290,14 @@ def run_nccl_tests(
     self_timeout = (int(timeout_s - SELF_TIMEOUT_MARGIN_S)
                     if timeout_s > 2 * SELF_TIMEOUT_MARGIN_S else None)
     argv = build_command(
-        binary, topology, sweep, features=features, env_names=passed_env_names(env),
+        binary, plan, sweep, features=features, env_names=passed_env_names(env),
         json_path=json_path, self_timeout_s=self_timeout,
     )
     result = proc.run(argv, timeout_s=timeout_s, env=env, cwd=workdir)
     name = collective or re.sub(r"(_perf)?(_mpi)?$", "", Path(binary).name)
     parsed, error = _parse(result, json_path, name)
     return NcclTestsRun(tuple(argv), result, parsed, error, features, json_path,
-                        expected_ranks=topology.nranks)
+                        expected_ranks=plan.nranks)
 
 
 def _parse(

@@ -1,0 +1,97 @@
+"""What one node brings to the cluster step: the facts that must match across nodes, the
+cluster gate's message size and floor, and the selftest's injected faults."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
+
+#: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
+FAULTS = ("slow", "hang", "crash", "fail-check", "absent")
+
+
+def node_facts(env: Mapping[str, str]) -> dict[str, Any]:
+    """Versions and GPU inventory that must match across nodes (None where absent)."""
+    from harness.probes import network
+
+    facts: dict[str, Any] = dict.fromkeys(("driver", "cuda", "nccl", "gpu_count", "gpu_model"))
+    try:
+        import torch
+
+        facts["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception as exc:  # a broken torch is a fact too
+        facts["torch"] = f"unusable: {type(exc).__name__}"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            facts["driver"] = _s(pynvml.nvmlSystemGetDriverVersion())
+            v = pynvml.nvmlSystemGetCudaDriverVersion()
+            facts["cuda"] = f"{v // 1000}.{v % 1000 // 10}"
+            count = pynvml.nvmlDeviceGetCount()
+            facts["gpu_count"] = count
+            names = sorted({_s(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                            for i in range(count)})
+            facts["gpu_model"] = ", ".join(names) or None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver (NVMLError_LibraryNotFound) or no pynvml: no GPU facts
+        pass
+    lib = network.find_ofi_nccl(env)
+    facts["ofi_nccl"] = lib.version if lib else None
+    facts["libfabric"] = network.libfabric_version()
+    return facts
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gate_size(profile: Any, env: Mapping[str, str]) -> int:
+    """Message size of the cluster gate: PREFLIGHT_CLUSTER_BW_BYTES, else the profile's gate
+    size on GPU profiles and 4 MiB on CPU ones (gloo over TCP: a sanity check)."""
+    if env.get("PREFLIGHT_CLUSTER_BW_BYTES"):
+        from harness.probes.torch_bench import parse_size
+
+        return parse_size(env["PREFLIGHT_CLUSTER_BW_BYTES"])
+    return int(profile.bw_gate_size_bytes) if profile.has_gpus else 4 * 1024**2
+
+
+def gate_floor(profile: Any) -> float | None:
+    """The cluster gate's floor. GPU profiles: none here — one GPU per node over NCCL cannot
+    be held to the 8-GPU multi-node floor (net_busbw_gb_s_min, nccl-tests on every GPU); the
+    check then catches errors, hangs and wrong data, and isolation judges pairs relatively."""
+    return None if profile.has_gpus else profile.cpu_busbw_gb_s_min
+
+
+def inject_fault(fault: str) -> None:
+    """The selftest's faults that act inside the collectives (`fail-check` and `absent` act
+    before: a harmful variable, a node never started)."""
+    if fault == "crash":
+        print("preflight selftest: fault 'crash': exiting in the middle of the cluster step",
+              file=sys.stderr, flush=True)
+        os._exit(17)
+    if fault == "hang":
+        print("preflight selftest: fault 'hang': no longer answering collectives",
+              file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+    if fault == "slow":
+        import torch.distributed as dist
+
+        delay = float(os.environ.get("PREFLIGHT_SELFTEST_SLOW_S", "0.25"))
+        original = dist.all_reduce
+
+        def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(delay)
+            return original(*args, **kwargs)
+
+        dist.all_reduce = slow_all_reduce

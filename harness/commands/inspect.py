@@ -1,0 +1,70 @@
+"""`preflight inspect KIND FILE`: parse a saved log or tool output, redacted, plain or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from harness.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from harness.inspect_gate import problems
+from harness.parsers import ParseError, inspect_kinds
+from harness.profiles import ProfileError, get_profile
+from harness.redact import Redactor
+
+__all__ = ["cmd_inspect", "print_plain"]
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    kinds = inspect_kinds()
+    if args.kind not in kinds:
+        raise UsageError(f"unknown kind {args.kind!r}; known kinds: {', '.join(sorted(kinds))}")
+    try:
+        profile = get_profile(args.profile)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        stream = sys.stdin if args.file == "-" else open(  # noqa: SIM115
+            args.file, encoding="utf-8", errors="replace", newline=""
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    try:
+        with stream:
+            result = kinds[args.kind](stream, profile=profile)
+    except ParseError as exc:
+        error = {"error": str(exc), "kind": args.kind, "file": args.file}
+        print(json.dumps(error, indent=2) if args.json else f"preflight inspect: {exc}",
+              file=sys.stdout if args.json else sys.stderr)
+        return EXIT_USAGE
+    result = Redactor().obj(result)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_plain(result)
+    if args.fail_on:
+        found = problems(args.kind, result, args.fail_on)
+        for line in found[:20]:
+            print(f"preflight inspect: {args.fail_on}: {line}", file=sys.stderr)
+        return EXIT_FAILED if found else EXIT_OK
+    return EXIT_OK
+
+
+def print_plain(value: object, indent: str = "") -> None:
+    """A parsed result as indented `key: value` lines and `- item` lists."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, dict | list) and v:
+                print(f"{indent}{k}:")
+                print_plain(v, indent + "  ")
+            else:
+                print(f"{indent}{k}: {v}")
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, dict):
+                print(f"{indent}-")
+                print_plain(v, indent + "  ")
+            else:
+                print(f"{indent}- {v}")
+    else:
+        print(f"{indent}{value}")

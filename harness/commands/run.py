@@ -1,0 +1,247 @@
+"""`preflight run [-- COMMAND]`: resolve the profile and the suites once, join the cluster,
+run the checks, write the report, then exec the training command or stop with the reason.
+
+The run lives under a RunGuard (harness.interrupt): a signal stops everything it started and
+writes the interrupted report (harness.interrupted); nothing it started outlives it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from harness import handoff
+from harness.cluster import ClusterStep
+from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError
+from harness.deadline import DEADLINE_VAR
+from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
+from harness.interrupt import RunGuard
+from harness.interrupted import RunFinalizer
+from harness.kube import apply as apply_kube
+from harness.plain_output import print_plain_summary
+from harness.profiles import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file
+from harness.profiles_derive import resolve_detected
+from harness.publish import parse_s3_uri, publish
+from harness.redact import Redactor
+from harness.report import Report, command_for_report, failure_reason, now_iso, redact_file, write_report
+from harness.runner import RunConfig, run_checks
+from harness.selection import SelectionError, check_keyword
+from harness.settings import text as setting
+from harness.suites import SuiteError, describe, resolve_suites, source_overrides
+from harness.summary import print_summary
+from harness.tiers import TIERS
+from harness.topology import TopologyError
+
+__all__ = ["cmd_run", "write_failure"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The run under a RunGuard; returns the exit code (harness.cli's docstring)."""
+    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
+    guard = RunGuard().install()
+    try:
+        return _run(args, guard)
+    finally:
+        guard.close()
+
+
+def _default_report_dir(env: dict[str, str]) -> Path:
+    if report_dir := setting(env, "PREFLIGHT_REPORT_DIR"):
+        return Path(report_dir)
+    if sagemaker_resource_config(env) is not None:
+        return opt_ml_dir(env) / "output" / "data" / "preflight"
+    return Path("preflight-report")
+
+
+def _failure_path(arg: str | None, env: dict[str, str]) -> Path | None:
+    if arg:
+        return Path(arg)
+    if sagemaker_resource_config(env) is not None:
+        return opt_ml_dir(env) / "output" / "failure"
+    return None
+
+
+def _workers(value: str, profile: Profile) -> int:
+    if value == "auto":
+        # Node-local GPU checks are subprocess-bound (nvidia-smi, dcgmi, fi_info): a few workers
+        # overlap them. On CPU-only profiles the xdist start-up costs more than it saves.
+        return min(4, os.cpu_count() or 1) if profile.has_gpus else 0
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--workers must be a number or 'auto', got {value!r}") from None
+    if n < 0:
+        raise UsageError(f"--workers must be >= 0, got {n}")
+    return n
+
+
+def _run(args: argparse.Namespace, guard: RunGuard) -> int:
+    env = dict(os.environ)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    host = hostname(env)
+    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(env)
+    report_dir = report_dir / host
+    failure_file = _failure_path(args.failure_file, env)
+    tier = args.tier or setting(env, "PREFLIGHT_TIER") or "preflight"
+    finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
+                             failure_file=failure_file, env=env, command=command,
+                             write_failure=write_failure)
+    guard.set_finalizer(finalizer)
+    if tier not in TIERS:
+        raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
+    s3_uri = args.s3_uri or setting(env, "PREFLIGHT_S3_URI")
+    namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
+    if s3_uri:
+        try:
+            parse_s3_uri(s3_uri)
+        except ValueError as exc:
+            raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
+
+    try:
+        profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
+        sysroot = Path(setting(env, "PREFLIGHT_SYSROOT") or "/")
+        found = detect_instance_type(args.profile, env, sysroot=sysroot, known=profiles)
+        profile, profile_source = resolve_detected(found, profiles, sysroot=sysroot)
+    except ProfileError as exc:
+        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        raise UsageError(str(exc)) from None
+    try:  # what is judged: decided, and refused when it cannot run, before any check runs
+        suites = resolve_suites(args.extra_checks, env)
+        if args.keyword is not None:
+            check_keyword(args.keyword)
+    except (SuiteError, SelectionError) as exc:
+        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        raise UsageError(str(exc)) from None
+
+    cfg = RunConfig(
+        profile=profile, profile_source=profile_source, tier=tier, report_dir=report_dir,
+        host=host, keyword=args.keyword, warn_only=args.warn_only, command=command,
+        workers=_workers(args.workers, profile), profile_file=args.profile_file,
+        verbose=args.verbose, env=env,
+        sysroot=Path(setting(env, "PREFLIGHT_SYSROOT") or "/"), suites=suites,
+    )
+    print(f"gpu-preflight: host {host}, profile {profile.name} (from {profile_source}), tier "
+          f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
+    if profile.origin == "derived":
+        print(f"gpu-preflight: {profile.description}", flush=True)
+    for line in describe(suites, source_overrides(env, args.profile_file)):
+        print(f"gpu-preflight: {line}", flush=True)
+    finalizer.cfg = cfg
+    cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
+    finalizer.cluster = cluster
+    try:
+        report = run_checks(cfg)
+    except Exception as exc:  # the harness itself broke: still leave a report behind
+        report = Report(host=host, profile=profile.name, profile_source=profile_source, tier=tier,
+                        profile_detail=profile.to_dict())
+        report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
+    report.command = command_for_report(command, env)
+    report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
+                        else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
+    failure_text = None
+    guard.checkpoint()  # after a signal: parks here; the peers get the interrupted result
+    if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
+        failure_text = _cluster_finish(cluster, report)
+    with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
+        write_report(report, report_dir, env)
+        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
+            redact_file(report_dir / name, env)
+        if s3_uri or namespace:
+            publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
+        _write_metrics(args.metrics_file or setting(env, "PREFLIGHT_METRICS_FILE"), report, env)
+        if sys.stdout.isatty():
+            print_summary(report, verbose=args.verbose)
+        else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
+            print_plain_summary(report)
+        print(f"report: {report_dir / 'report.json'}", flush=True)
+        if report.usage_error:
+            print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
+        if report.verdict != "pass" and failure_file is not None:
+            write_failure(failure_file, failure_text or failure_reason(report), env)
+        _kubernetes(report, failure_text, env)
+    if cluster is not None:
+        cluster.close()
+    if report.verdict == "pass" or args.warn_only:
+        if report.verdict != "pass":
+            print("preflight: --warn-only: handing off despite the failures above", flush=True)
+        if command:
+            return guard.exec_gate(lambda: handoff.exec_command(command))
+        return EXIT_OK if report.verdict == "pass" else report.exit_code
+    return report.exit_code
+
+
+def _cluster_start(cfg: RunConfig, failure_file: Path | None) -> ClusterStep | None:
+    """Multi-node jobs: join the control plane before the local checks (harness.cluster)."""
+    try:
+        return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
+                                 local_budget_s=cfg.budget_s, env=cfg.env,
+                                 failure_file=failure_file)
+    except TopologyError as exc:  # a malformed launcher variable: say which, leave a report
+        _write_early_failure(str(exc), cfg.host, cfg.tier, cfg.report_dir, failure_file, cfg.env)
+        raise UsageError(str(exc)) from None
+
+
+def _cluster_finish(cluster: ClusterStep, report: Report) -> str | None:
+    """Gather, judge and record the cluster verdict; the failure text every node writes."""
+    try:
+        verdict = cluster.finish(report)
+    except Exception as exc:  # a bug in the cluster step: fail this node, never hang
+        report.harness_errors.append(
+            f"cluster step: internal error: {type(exc).__name__}: {exc}")
+        report.exit_code = EXIT_HARNESS
+        return None
+    return verdict.text or None
+
+
+def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> None:
+    """--metrics-file (harness.metrics): a problem is a warning, never a changed verdict."""
+    if not path:
+        return
+    try:
+        from harness.metrics import write_metrics_file  # prometheus_client: an optional extra
+
+        write_metrics_file(Redactor(env).obj(report.to_dict()), Path(path))  # type: ignore[arg-type]
+    except ImportError:
+        print("preflight: warning: --metrics-file needs prometheus_client "
+              "(pip install 'gpu-preflight[metrics]')", file=sys.stderr, flush=True)
+    except OSError as exc:
+        print(f"preflight: warning: cannot write metrics file {path}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+
+
+def _kubernetes(report: Report, failure_text: str | None, env: dict[str, str]) -> None:
+    """Kubernetes outputs (harness.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
+    redactor = Redactor(env)
+    if report.verdict != "pass":
+        failure_text = redactor.text(failure_text or failure_reason(report))
+    apply_kube(redactor.obj(report.to_dict()), env, failure_text,  # type: ignore[arg-type]
+               say=lambda text: print(text, file=sys.stderr, flush=True))
+
+
+def write_failure(path: Path, text: str, env: dict[str, str]) -> None:
+    """The failure reason (SageMaker's /opt/ml/output/failure), redacted; a write error is
+    said on stderr, never raised."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Redactor(env).text(text), encoding="utf-8")
+    except OSError as exc:
+        print(f"preflight: cannot write failure file {path}: {exc.strerror}", file=sys.stderr)
+
+
+def _write_early_failure(
+    message: str, host: str, tier: str, report_dir: Path, failure_file: Path | None,
+    env: dict[str, str],
+) -> None:
+    """A run that could not start still leaves a report (and the SageMaker failure reason)."""
+    report = Report(host=host, profile="?", profile_source="?", tier=tier)
+    report.harness_errors.append(message)
+    report.exit_code = EXIT_USAGE
+    report.finished_at = now_iso()
+    with contextlib.suppress(OSError):
+        write_report(report, report_dir, env)
+    if failure_file is not None:
+        write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)

@@ -1,0 +1,40 @@
+"""`preflight selftest cluster`: the multi-node path on this machine, with injected faults."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cluster.selftest import (
+    SELFTEST_TERM_GRACE_S,
+    SelftestConfig,
+    SelftestError,
+    default_work_dir,
+    parse_injections,
+    print_interrupted,
+    run_selftest,
+    selftest_timeouts,
+)
+from harness.commands import UsageError
+from harness.interrupt import RunGuard
+
+__all__ = ["cmd_selftest"]
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    try:
+        cfg = SelftestConfig(
+            nodes=args.nodes, faults=parse_injections(args.inject, args.nodes), tier=args.tier,
+            work_dir=Path(args.work_dir) if args.work_dir else default_work_dir(),
+            timeouts=selftest_timeouts(args.timeout_scale),
+        )
+    except SelftestError as exc:
+        raise UsageError(str(exc)) from None
+    guard = RunGuard("preflight selftest", term_grace_s=SELFTEST_TERM_GRACE_S).install()
+    guard.set_finalizer(lambda signum: print_interrupted(cfg, signum))
+    try:
+        code = run_selftest(cfg).exit_code
+        with guard.section():  # after a signal: parks; the cleanup prints and exits 128+N
+            return code
+    finally:
+        guard.close()
