@@ -163,3 +163,19 @@ def compute_result(record: dict[str, Any]) -> gc.ComputeResult:
         copy_gb_s={r["device"]: r["copy_gb_s"] for r in ranks},
         uuids={r["device"]: r["uuid"] for r in ranks if r.get("uuid")},
     )
+
+
+def find_record(text: str, schema: str) -> dict[str, Any] | None:
+    """The last `{"schema": <schema>, ...}` line of a worker's output, or None."""
+    import json
+
+    for line in reversed(text.splitlines()):
+        at = line.find('{"schema": "' + schema + '"')
+        if at >= 0:
+            try:
+                record = json.loads(line[at:])
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                return record
+    return None

@@ -165,3 +165,36 @@ def run_worker(
             f"not started: {last.describe()}")
         outcomes[part.name] = PartOutcome(part.name, "not-run", last, None, why)
     return WorkerRun(nproc, outcomes, tuple(launches))
+
+
+def train_step_run(outcome: PartOutcome, nproc: int) -> Any:
+    """The step's `TrainStepRun` (harness.probes.train_step) from its part of a launch."""
+    from harness.parsers import ParseError
+    from harness.parsers.train_step import parse_train_step
+    from harness.probes.train_step import TrainStepRun
+
+    result = outcome.proc if outcome.proc is not None else ProcResult(
+        argv=(), returncode=None, error=outcome.message)
+    unfinished = None if outcome.status in ("ok", "error") else (
+        outcome.message or f"part 'train' {outcome.status}")
+    try:
+        output, error = parse_train_step(outcome.output), None
+    except ParseError as exc:
+        output, error = None, str(exc)
+    return TrainStepRun(result, output, error, nproc, part_s=outcome.elapsed_s,
+                        startup_s=outcome.startup_s, not_finished=unfinished)
+
+
+def run_train_step(nproc: int, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   device: str = "auto", pg_timeout_s: float | None = None,
+                   extra: Sequence[str] = (), **options: Any) -> Any:
+    """The training step alone in one worker launch (`timeout_s`: the part's own limit);
+    `options` are the step's command-line options (`fault="nan,rank=1"`, `te_recipe=...`)."""
+    argv = [f"--device={device}", f"--pg-timeout-s={pg_timeout_s or max(5.0, timeout_s / 2):g}"]
+    for key, value in options.items():
+        if value is True:
+            argv.append(f"--{key.replace('_', '-')}")
+        elif value not in (None, False):
+            argv.append(f"--{key.replace('_', '-')}={value}")
+    run = run_worker(nproc, [PartSpec("train", timeout_s)], env=env, extra=[*argv, *extra])
+    return train_step_run(run.parts["train"], nproc)
