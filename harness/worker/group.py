@@ -65,7 +65,7 @@ def init_group(
         kwargs["rank"] = rank
     if world_size is not None:
         kwargs["world_size"] = world_size
-    if backend == "nccl":
+    if "nccl" in backend:  # "nccl", or "cpu:gloo,cuda:nccl"
         set_blocking_wait(os.environ)
         if device is not None:
             kwargs["device_id"] = device
