@@ -96,7 +96,7 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> bool:
+def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
     from harness.probes import torch_bench as tb
 
     result = tb.allreduce_bench(
@@ -105,27 +105,33 @@ def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> bool:
         device=device, corrupt_rank=args.bw_corrupt_rank, dtype=args.bw_dtype)
     if rank == 0 or result.errors:
         emit({tb.RESULT_KEY: result.to_dict()})
-    return not result.errors
+    if result.errors:
+        return BROKEN  # a collective timed out or failed
+    return OK if result.ok else FAILED  # wrong data: measured, the group is intact
 
 
-def _train(args: argparse.Namespace, device: Any, rank: int) -> bool:
+def _train(args: argparse.Namespace, device: Any, rank: int) -> str:
     from harness.probes import train_worker
 
     fault = ts.parse_fault(args.fault)
     result = train_worker.step(args, fault, device)
     if result is not None:
         emit({"schema": ts.SCHEMA, **result})
-    return True
+    return OK
 
 
-def _compute(args: argparse.Namespace, device: Any, rank: int) -> bool:
+def _compute(args: argparse.Namespace, device: Any, rank: int) -> str:
     from harness.worker import compute
 
     compute.run_part(device, seconds=args.compute_seconds, emit=emit)
-    return True
+    return OK
 
 
-RUNNERS: dict[str, Callable[[argparse.Namespace, Any, int], bool]] = {
+#: What a part's runner returns: it ran and its figures are good; it ran and measured a fault
+#: (the group is intact: the next part runs); the group may be broken (the rank leaves).
+OK, FAILED, BROKEN = "ok", "failed", "broken"
+
+RUNNERS: dict[str, Callable[[argparse.Namespace, Any, int], str]] = {
     "compute": _compute, "bandwidth": _bandwidth, "train": _train,
 }
 
@@ -186,15 +192,16 @@ def run(args: argparse.Namespace, *, exit_fn: Callable[[int], Any] = os._exit) -
             with _Watchdog(part, rank, limits[part], began, exit_fn):
                 if part == hang:
                     time.sleep(10 * limits[part])
-                ok = RUNNERS[part](args, device, rank)
+                outcome = RUNNERS[part](args, device, rank)
         except Exception as exc:
             _failed(part, rank, exc)
-            ok = False
+            outcome = BROKEN
         else:
-            _mark(part, "end", rank, status="ok" if ok else "error",
+            _mark(part, "end", rank, status="ok" if outcome == OK else "error",
                   elapsed_s=round(time.perf_counter() - began, 3))
-        if not ok:  # the group may be broken: a barrier could wait forever
+        if outcome != OK:
             code = 1
+        if outcome == BROKEN:  # the group may be broken: a barrier could wait forever
             break
     if code == 0:
         import torch.distributed as dist
