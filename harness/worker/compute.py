@@ -179,3 +179,13 @@ def find_record(text: str, schema: str) -> dict[str, Any] | None:
             if isinstance(record, dict):
                 return record
     return None
+
+
+def from_worker(session: Any) -> gc.ComputeResult:
+    """The compute part of the session's worker (harness.fixtures.worker.WorkerSession) as a
+    ComputeResult; RuntimeError naming why when the part gave none."""
+    outcome = session.part("compute")
+    record = find_record(outcome.output, COMPUTE_SCHEMA)
+    if outcome.status != "ok" or record is None:
+        raise RuntimeError(f"part {outcome.status}: {outcome.message or 'no result line'}")
+    return compute_result(record)
