@@ -183,7 +183,13 @@ def find_record(text: str, schema: str) -> dict[str, Any] | None:
 
 def from_worker(session: Any) -> gc.ComputeResult:
     """The compute part of the session's worker (harness.fixtures.worker.WorkerSession) as a
-    ComputeResult; RuntimeError naming why when the part gave none."""
+    ComputeResult; RuntimeError naming why when the part gave none (or when torch sees no
+    CUDA device: then the worker is not launched at all)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"torch {torch.__version__} sees no CUDA device (CUDA build: "
+                           f"{torch.version.cuda or 'none'})")
     outcome = session.part("compute")
     record = find_record(outcome.output, COMPUTE_SCHEMA)
     if outcome.status != "ok" or record is None:
