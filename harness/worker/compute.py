@@ -167,18 +167,10 @@ def compute_result(record: dict[str, Any]) -> gc.ComputeResult:
 
 def find_record(text: str, schema: str) -> dict[str, Any] | None:
     """The last `{"schema": <schema>, ...}` line of a worker's output, or None."""
-    import json
+    from harness.worker.launch import schema_records
 
-    for line in reversed(text.splitlines()):
-        at = line.find('{"schema": "' + schema + '"')
-        if at >= 0:
-            try:
-                record = json.loads(line[at:])
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                return record
-    return None
+    records = schema_records(text, schema)
+    return records[-1] if records else None
 
 
 def from_worker(session: Any) -> gc.ComputeResult:

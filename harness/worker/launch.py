@@ -87,10 +87,12 @@ def torchrun_argv(nproc: int, parts: Sequence[PartSpec], *, python: str | None =
     return argv + list(extra)
 
 
-def _records(text: str) -> list[dict[str, Any]]:
+def schema_records(text: str, schema: str = WORKER_SCHEMA) -> list[dict[str, Any]]:
+    """Every `{"schema": "<schema>", ...}` JSON line of a launch's output (a launcher prefix
+    such as `[rank0]: ` before it is allowed)."""
     out = []
     for line in text.splitlines():
-        at = line.find('{"schema": "' + WORKER_SCHEMA)
+        at = line.find('{"schema": "' + schema + '"')
         if at < 0:
             continue
         try:
@@ -105,7 +107,7 @@ def _records(text: str) -> list[dict[str, Any]]:
 def parse_parts(result: ProcResult, names: Sequence[str]) -> dict[str, PartOutcome]:
     """Each part's outcome from the worker's marker lines (any rank's `end` that is not ok
     wins over rank 0's ok: one rank timing out is the part timing out)."""
-    records = _records(result.output)
+    records = schema_records(result.output)
     startup = None
     ready = [r for r in records if r.get("part") == "worker" and r.get("event") == "ready"]
     if ready and ready[0].get("launched"):
