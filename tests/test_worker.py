@@ -164,3 +164,42 @@ def test_fp8_delayed_reference_does_not_deadlock_on_te_world_amax_reduction():
     assert "fake-te: amax all_reduce over 2 ranks" in run.proc.output  # the sharded run's
     assert result["update_rel_diff"] <= result["tolerance"]["update_rel"]
     assert result["loss_max_rel_diff"] <= result["tolerance"]["loss_rel"]
+
+
+COUNTING_CONFTEST = '''
+import json
+from pathlib import Path
+
+import harness.fixtures.worker as fw
+
+_real = fw.run_worker
+
+
+def _counting(nproc, parts, **kw):
+    with Path("launches.jsonl").open("a") as f:
+        f.write(json.dumps([p.name for p in parts]) + "\\n")
+    return _real(nproc, parts, **kw)
+
+
+fw.run_worker = _counting
+'''
+
+
+@pytest.mark.timeout(900)
+def test_local_preflight_runs_bandwidth_and_step_in_one_launch(suite):
+    from tests.conftest import copy_check_file, run_checks
+
+    copy_check_file(suite, "test_bandwidth.py")
+    copy_check_file(suite, "test_training.py")
+    suite.makeconftest(COUNTING_CONFTEST)
+    (suite.path / "profiles.toml").write_text(  # the budget must not depend on the load
+        '[profiles."slow-cpu"]\nbase = "local-cpu"\ntrain_step_budget_s = 600.0\n')
+    _, by_id = run_checks(suite, "--preflight-profile", "slow-cpu",
+                          "--preflight-profile-file", "profiles.toml")
+    launches = (suite.path / "launches.jsonl").read_text().splitlines()
+    assert launches == ['["bandwidth", "train"]']
+    assert by_id["PF-BW-006"]["outcome"] == "pass", by_id["PF-BW-006"]["message"]
+    assert by_id["PF-TRAIN-001"]["outcome"] == by_id["PF-TRAIN-008"]["outcome"] == "pass"
+    startup = [m for m in by_id["PF-TRAIN-008"]["measurements"]
+               if m["what"].startswith("worker start-up")]
+    assert len(startup) == 1 and startup[0]["value"] > 0
