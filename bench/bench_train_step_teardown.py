@@ -1,6 +1,6 @@
 """Clean start and teardown of the tiny FSDP2 training step, over many consecutive launches.
 
-Runs `torchrun --standalone --nproc-per-node=N -m harness.probes.train_step --device cpu` RUNS
+Runs `torchrun --standalone --nproc-per-node=N -m harness.worker --parts train --device cpu` RUNS
 times (gloo) and counts: non-zero exits, ranks killed by SIGABRT or printing `terminate called
 without an active exception`, runs without a result line, and processes left behind after
 torchrun returned; prints the median, p90 and max run time. `--teardown normal` measures the
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.parsers import ParseError  # noqa: E402
 from harness.parsers.train_step import parse_train_step  # noqa: E402
-from harness.probes.train_step import torchrun_argv  # noqa: E402
+from harness.worker.launch import PartSpec, torchrun_argv  # noqa: E402
 
 TAG_ENV = "PREFLIGHT_BENCH_TAG"
 TIMEOUT_S = 120.0
@@ -56,8 +56,9 @@ def one_run(index: int, nproc: int, teardown: str, dtype: str) -> dict:
     tag = f"{os.getpid()}-{index}"
     env = {**os.environ, TAG_ENV: tag, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    argv = torchrun_argv(nproc, device="cpu", dtype=dtype, pg_timeout_s=30,
-                         extra=(f"--teardown={teardown}",))
+    argv = torchrun_argv(nproc, [PartSpec("train", TIMEOUT_S)],
+                         extra=("--device=cpu", f"--cpu-dtype={dtype}", "--pg-timeout-s=30",
+                                f"--teardown={teardown}"))
     start = time.monotonic()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)

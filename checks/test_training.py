@@ -52,6 +52,8 @@ def _outcome_failure(run: TrainStepRun) -> str | None:
     """Why the step produced no usable result (None when it did)."""
     if run.output is not None and run.output.result is not None:
         return None
+    if run.not_finished is not None and (run.output is None or run.output.failure is None):
+        return f"training step did not finish: {run.not_finished}"
     if run.proc.timed_out:
         return f"training step did not finish within {run.proc.timeout_s:g} s and was killed"
     if run.output is not None and run.output.failure is not None:
@@ -219,5 +221,8 @@ def test_train_step_within_budget(profile: Profile, train_step: TrainStepRun):
     result = _result(train_step)
     measure("median step time (slowest rank)", result["step_time_s"], "s")
     measure(f"peak memory ({result['mem_kind']}, largest rank)", result["peak_mem_mib"], "MiB")
+    if train_step.startup_s is not None:  # the worker's, shared by its parts: not the step's
+        measure("worker start-up (torchrun, imports, process group)",
+                round(train_step.startup_s, 2), "s")
     expect("training step check wall time", round(train_step.wall_s, 2), "<=",
            profile.train_step_budget_s, "s")

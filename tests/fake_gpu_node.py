@@ -41,10 +41,10 @@ def _healthy_compute() -> object:
 
 def pytest_configure(config: object) -> None:
     """Every later `import pynvml` gets the fake; compute sanity answers healthy."""
-    import harness.probes.gpu_compute as gpu_compute
+    import harness.worker.compute as worker_compute
 
     sys.modules["pynvml"] = FakeNvml(h100_node())  # type: ignore[assignment]
-    gpu_compute.run_compute_sanity = lambda *a, **k: _healthy_compute()  # type: ignore[assignment]
+    worker_compute.from_worker = lambda *a, **k: _healthy_compute()  # type: ignore[assignment]
 
 
 def make_tools(bin_dir: Path) -> dict[str, str]:

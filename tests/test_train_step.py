@@ -19,9 +19,9 @@ from harness.probes.train_step import (
     TeInfo,
     parse_fault,
     probe_te,
-    run_train_step,
     select_recipe,
 )
+from harness.worker.launch import run_train_step
 from tests.conftest import copy_check_file, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -139,9 +139,10 @@ class ControlPlane:
         if gpus and torch.cuda.is_available():
             backend, device = "cpu:gloo,cuda:nccl", torch.device("cuda", 0)
             torch.cuda.set_device(device)
-        dist.init_process_group(backend, store=dist.PrefixStore("pg/", self.store),
-                                rank=self.topo.node_rank, world_size=self.topo.num_nodes,
-                                timeout=timedelta(seconds=timeout_s))
+        from harness.worker.group import init_group
+
+        init_group(backend, store=dist.PrefixStore("pg/", self.store), rank=self.topo.node_rank,
+                   world_size=self.topo.num_nodes, timeout_s=timeout_s)
         self.pg_ready = True
         return device
 

@@ -7,7 +7,6 @@ Launched by `harness.probes.network.run_collective` as `torchrun --standalone --
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import time
@@ -34,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+    from harness.worker.group import init_group
+
+    init_group(args.backend, timeout_s=args.timeout_s)
     x = torch.ones(max(1, int(args.size_mib * 2**20 / 4)), device=device)
     if args.stall_rank == rank:
         time.sleep(args.timeout_s * 4)

@@ -1,6 +1,7 @@
 """all_reduce bandwidth over torch.distributed (NCCL on GPUs, gloo on CPU), measured the way
 nccl-tests measures it, with a check of the reduced values. A library call inside an
-initialised process group, and `python -m harness.probes.torch_bench` under torchrun."""
+initialised process group: the `bandwidth` part of the distributed worker (harness.worker),
+and the cluster step's benches."""
 
 from __future__ import annotations
 
@@ -277,93 +278,21 @@ def result_from_output(text: str) -> TorchBenchResult | None:
     return None
 
 
-def torchrun_argv(
-    nproc: int, sizes_bytes: Sequence[int], *, warmup: int = 2, iters: int = 5,
-    timeout_s: float = 60.0, backend: str = "auto", corrupt_rank: int | None = None,
-) -> list[str]:
-    """`torchrun --standalone` (one node, loopback rendezvous) running this module."""
-    import sys
-
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={nproc}", "-m", "harness.probes.torch_bench",
-        "--sizes", ",".join(str(s) for s in sizes_bytes), "--warmup", str(warmup),
-        "--iters", str(iters), "--timeout", f"{timeout_s:g}", "--init-timeout", f"{timeout_s:g}",
-        "--backend", backend,
-    ]
-    if corrupt_rank is not None:
-        argv += ["--corrupt-rank", str(corrupt_rank)]
-    return argv
-
-
 def run_under_torchrun(
     nproc: int, sizes_bytes: Sequence[int], *, timeout_s: float, env: Mapping[str, str],
     warmup: int = 2, iters: int = 5, backend: str = "auto", corrupt_rank: int | None = None,
 ) -> tuple[Any, TorchBenchResult | None]:
-    """Run the bench in `nproc` local processes; (ProcResult, the result or None). The whole
-    run, torchrun included, is killed after `timeout_s`; each collective gets a third of it."""
-    import os
-    from pathlib import Path
+    """The sweep alone, as the `bandwidth` part of one worker launch (harness.worker) of
+    `nproc` local ranks; (ProcResult, the result or None). The part gets `timeout_s`, each
+    collective a third of it."""
+    from harness.worker.launch import PartSpec, run_worker
 
-    from harness import proc
-
-    root = str(Path(__file__).resolve().parents[2])
-    child_env = dict(env)
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    child_env.setdefault("OMP_NUM_THREADS", "1")
-    argv = torchrun_argv(nproc, sizes_bytes, warmup=warmup, iters=iters,
-                         timeout_s=max(timeout_s / 3, 1.0), backend=backend,
-                         corrupt_rank=corrupt_rank)
-    result = proc.run(argv, timeout_s=timeout_s, env=child_env)
-    return result, result_from_output(result.stdout)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """torchrun entry: init the group (with a timeout), bench, print JSON on rank 0, tear down."""
-    import argparse
-    import os
-    import sys
-    from datetime import timedelta
-
-    parser = argparse.ArgumentParser(prog="python -m harness.probes.torch_bench")
-    parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
-                        help="comma-separated message sizes (1M, 256M, 1G)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds any one phase of a collective may take")
-    parser.add_argument("--init-timeout", type=float, default=60.0,
-                        help="seconds to wait for every rank to join")
-    parser.add_argument("--backend", default="auto", help="nccl, gloo or auto")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--no-check", action="store_true", help="skip the data check")
-    parser.add_argument("--corrupt-rank", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-
-    import torch
-    import torch.distributed as dist
-
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.init_timeout))
-    result = allreduce_bench(
-        sizes_bytes=[parse_size(s) for s in args.sizes.split(",") if s.strip()],
-        warmup=args.warmup, iters=args.iters, check_data=not args.no_check,
-        timeout_s=args.timeout, corrupt_rank=args.corrupt_rank, dtype=args.dtype,
-    )
-    if dist.get_rank() == 0 or result.errors:
-        print(json.dumps({RESULT_KEY: result.to_dict()}), flush=True)
-    if result.errors:
-        # The group is broken (a peer hung or died): a barrier would wait for it. Leave now.
-        sys.stderr.flush()
-        os._exit(1)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0 if result.ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    device = {"nccl": "cuda", "gloo": "cpu"}.get(backend, "auto")
+    extra = [f"--device={device}", f"--pg-timeout-s={max(timeout_s / 3, 1.0):g}",
+             "--bw-sizes=" + ",".join(str(s) for s in sizes_bytes), f"--bw-warmup={warmup}",
+             f"--bw-iters={iters}"]
+    if corrupt_rank is not None:
+        extra.append(f"--bw-corrupt-rank={corrupt_rank}")
+    part = run_worker(nproc, [PartSpec("bandwidth", timeout_s)], env=env,
+                      extra=extra).parts["bandwidth"]
+    return part.proc, result_from_output(part.output)

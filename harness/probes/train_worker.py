@@ -1,23 +1,20 @@
-"""The torch side of the tiny training step, run on every rank under torchrun: the model (TE or
-plain torch layers), FSDP2 over all ranks, the unsharded reference on rank 0, the comparisons,
-and a clean teardown (barrier, then destroy_process_group)."""
+"""The torch side of the tiny training step, the `train` part of the distributed worker
+(harness.worker): the model (TE or plain torch layers), FSDP2 over all ranks, the reference
+(the same model, FSDP2 policy and precision recipe on a one-rank group: it differs from the
+sharded run only by sharding), and the comparisons. The process group is the worker's."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import resource
 import socket
 import statistics
-import sys
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from datetime import timedelta
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -27,7 +24,7 @@ from torch import nn
 
 from harness.probes.train_step import (
     GPU_SIZES,
-    SCHEMA,
+    TOLERANCE_BASIS,
     TOLERANCES,
     Fault,
     RecipePlan,
@@ -36,8 +33,9 @@ from harness.probes.train_step import (
     probe_te,
     select_recipe,
 )
+from harness.worker.group import fsdp_api
 
-__all__ = ["TinyLM", "run"]
+__all__ = ["TinyLM", "device_for", "step"]
 
 
 class Block(nn.Module):
@@ -119,8 +117,10 @@ def _te_recipe(plan: RecipePlan) -> Any:
 
 
 class Precision:
-    """The forward context and FSDP mixed-precision policy of a plan, for the sharded run and
-    for the unsharded reference (which gets the same casts, but no FP8 amax reduction group)."""
+    """The forward context and FSDP mixed-precision policy of a plan. The sharded run and the
+    reference use the same ones (bf16 params through the policy, the same TE recipe), each
+    with its own FP8 amax group passed explicitly: TE reduces amax over the group it is given,
+    and `None` means the world (issue 18, finding 1)."""
 
     def __init__(self, plan: RecipePlan, device_type: str) -> None:
         self.plan = plan
@@ -129,23 +129,19 @@ class Precision:
         self.fp8 = _te_recipe(plan) if plan.path == "te" else None
 
     def mp_policy(self) -> Any:
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
+        _, policy = fsdp_api()
         if not self.low:
-            return MixedPrecisionPolicy()
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            return policy()
+        return policy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
     @contextlib.contextmanager
-    def forward(self, *, reference: bool, group: Any = None) -> Iterator[None]:
+    def forward(self, group: Any) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            if self.low and reference:
-                stack.enter_context(torch.autocast(self.device_type, dtype=torch.bfloat16))
             if self.fp8 is not None:
                 import transformer_engine.pytorch as te
 
                 stack.enter_context(te.fp8_autocast(
-                    enabled=True, fp8_recipe=self.fp8, fp8_group=None if reference else group
-                ))
+                    enabled=True, fp8_recipe=self.fp8, fp8_group=group))
             yield
 
 
@@ -190,20 +186,25 @@ def _inject_oom(rank: int) -> None:
     )
 
 
+def shard(model: nn.Module, group: Any, precision: Precision, device_type: str) -> nn.Module:
+    """FSDP2 over `group`: each block, then the root, under the precision's policy."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    fully_shard, _ = fsdp_api()
+    mesh = DeviceMesh.from_group(group, device_type)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=precision.mp_policy())
+    fully_shard(model, mesh=mesh, mp_policy=precision.mp_policy())
+    return model
+
+
 def train_sharded(
     cfg: StepConfig, plan: RecipePlan, device: torch.device, fault: Fault | None, hang_s: float
 ) -> tuple[nn.Module, dict[str, Any]]:
     """FSDP2 over all ranks: each rank trains its slice of the global batch."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     rank, world = dist.get_rank(), dist.get_world_size()
     precision = Precision(plan, device.type)
-    mesh = init_device_mesh(device.type, (world,))
-    model = build_model(cfg, plan, device)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=precision.mp_policy())
-    fully_shard(model, mesh=mesh, mp_policy=precision.mp_policy())
+    model = shard(build_model(cfg, plan, device), dist.group.WORLD, precision, device.type)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     x, y = make_batch(cfg, world, device)
     rows = slice(rank * cfg.batch_per_rank, (rank + 1) * cfg.batch_per_rank)
@@ -214,7 +215,7 @@ def train_sharded(
     for step in range(cfg.steps):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with precision.forward(reference=False, group=dist.group.WORLD):
+        with precision.forward(dist.group.WORLD):
             loss = lm_loss(model, x[rows], y[rows])
         backward = loss
         if faulty and fault.kind == "grad-perturb":
@@ -240,23 +241,27 @@ def train_sharded(
 
 
 def train_reference(
-    cfg: StepConfig, plan: RecipePlan, device: torch.device, world: int
+    cfg: StepConfig, plan: RecipePlan, device: torch.device, world: int, group: Any
 ) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor]]:
-    """The same steps unsharded, on the whole global batch: losses, initial and final params."""
+    """The same steps on the whole global batch, under FSDP2 on `group` (this rank alone: a
+    one-rank "shard" is the whole model) with the same policy and recipe as the sharded run,
+    FP8 amax reduced over `group` (one rank: TE reduces nothing). Losses, initial and final
+    params."""
     precision = Precision(plan, device.type)
     model = build_model(cfg, plan, device)
     initial = [p.detach().float().clone() for p in model.parameters()]
+    model = shard(model, group, precision, device.type)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     x, y = make_batch(cfg, world, device)
     losses = []
     for _ in range(cfg.steps):
         opt.zero_grad(set_to_none=True)
-        with precision.forward(reference=True):
+        with precision.forward(group):
             loss = lm_loss(model, x, y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return losses, initial, [p.detach().float() for p in model.parameters()]
+    return losses, initial, full_params(model)
 
 
 def full_params(model: nn.Module) -> list[torch.Tensor]:
@@ -301,7 +306,7 @@ def _config(args: argparse.Namespace, device: torch.device) -> StepConfig:
     return StepConfig(**sizes)
 
 
-def _device(choice: str) -> torch.device:
+def device_for(choice: str) -> torch.device:
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -317,21 +322,33 @@ def _device(choice: str) -> torch.device:
     return torch.device("cuda", local)
 
 
-def _emit(record: dict[str, Any]) -> None:
-    print(json.dumps({"schema": SCHEMA, **record}), flush=True)
+def singleton_groups(world: int) -> list[Any]:
+    """One group per rank holding that rank alone (`new_group` is collective: every rank
+    creates every group, in the same order)."""
+    return [dist.new_group([r]) for r in range(world)]
 
 
-def _step(
+def plan_for(args: argparse.Namespace, device: torch.device) -> tuple[RecipePlan, TeInfo, Any]:
+    """(plan, TE probe, compute capability); `--plan PATH:RECIPE` (tests) overrides the plan."""
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    te = probe_te() if (device.type == "cuda" or args.te_required or args.plan) else TeInfo(
+        False, error="not probed: no GPU")
+    if args.plan:
+        path, _, recipe = args.plan.partition(":")
+        return RecipePlan(path, recipe, args.te_recipe, "forced by --plan"), te, capability
+    return select_recipe(args.te_recipe, capability, te, cpu_dtype=args.cpu_dtype), te, capability
+
+
+def step(
     args: argparse.Namespace, fault: Fault | None, device: torch.device
 ) -> dict[str, Any] | None:
+    """Run the step on this rank; rank 0's result record (None on the other ranks)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if fault is not None:
         fault = dataclasses.replace(fault, rank=fault.rank % world)
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    te = probe_te() if (device.type == "cuda" or args.te_required) else TeInfo(
-        False, error="not probed: no GPU")
-    plan = select_recipe(args.te_recipe, capability, te, cpu_dtype=args.cpu_dtype)
+    plan, te, capability = plan_for(args, device)
     cfg = _config(args, device)
+    alone = singleton_groups(world)
     model, facts = train_sharded(cfg, plan, device, fault, hang_s=3 * args.pg_timeout_s)
     losses = torch.tensor(facts["local_losses"], dtype=torch.float64, device=device)
     dist.all_reduce(losses)
@@ -346,7 +363,7 @@ def _step(
     compared: dict[str, float] = {}
     ref_losses: list[float] = []
     if rank == 0:
-        ref_losses, initial, reference = train_reference(cfg, plan, device, world)
+        ref_losses, initial, reference = train_reference(cfg, plan, device, world, alone[0])
         compared = compare(gathered, losses, ref_losses, initial, reference)
     ranks: list[Any] = [None] * world
     dist.all_gather_object(ranks, facts)
@@ -362,7 +379,8 @@ def _step(
         "capability": list(capability) if capability else None,
         "model": {**dataclasses.asdict(cfg), "params": sum(p.numel() for p in gathered)},
         "losses": losses, "reference_losses": ref_losses, **compared,
-        "tolerance": {"loss_rel": tol.loss_rel, "update_rel": tol.update_rel},
+        "tolerance": {"loss_rel": tol.loss_rel, "update_rel": tol.update_rel,
+                      "basis": TOLERANCE_BASIS[plan.recipe]},
         "step_time_s": max(r["step_time_s"] for r in ranks),
         "peak_mem_mib": max(r["peak_mem_mib"] for r in ranks), "mem_kind": facts["mem_kind"],
         "fault": fault.describe() if fault else None,
@@ -374,47 +392,3 @@ def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda:{device.index} {torch.cuda.get_device_name(device)}"
     return "cpu"
-
-
-def run(
-    args: argparse.Namespace, fault: Fault | None, *, exit_fn: Callable[[int], Any] = os._exit
-) -> int:
-    """One rank's whole life: init, the step, the result line, barrier, destroy, exit.
-
-    Exit is `os._exit` after flushing (unless `--teardown normal`): after a barrier and
-    destroy_process_group, gloo/FSDP2 ranks still aborted in interpreter shutdown (`terminate
-    called without an active exception`, 2 of 28 runs here), so the rank skips the C++ static
-    destructors. On an exception this rank prints an error line and exits at once (no barrier:
-    a peer may be gone), leaving torchrun to stop the others.
-    """
-    start = time.perf_counter()
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        device = _device(args.device)
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        timeout = timedelta(seconds=args.pg_timeout_s)
-        if device.type == "cuda":
-            dist.init_process_group(backend, timeout=timeout, device_id=device)
-        else:
-            dist.init_process_group(backend, timeout=timeout)
-        result = _step(args, fault, device)
-        if result is not None:
-            _emit({**result, "worker_s": round(time.perf_counter() - start, 3)})
-        dist.barrier()
-        dist.destroy_process_group()
-        code = 0
-    except Exception as exc:
-        from harness.parsers.train_step import classify_failure
-
-        text = f"{type(exc).__name__}: {exc}"
-        failure = classify_failure(text)
-        _emit({"error": {"rank": rank, "kind": failure.kind, "message": failure.message,
-                         "exception": text[:2000]}})
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if args.teardown == "normal" and code == 0:
-        return code
-    exit_fn(code)
-    return code

@@ -1,0 +1,231 @@
+"""The worker's parts and its torchrun entry point (`python -m harness.worker --parts ...`).
+
+One launch per node, one process group (`group.init_group`), then each requested part in
+order. Every part prints a `start` and an `end` line (`{"schema": WORKER_SCHEMA, "part": ...}`)
+and its own result line (`{"torch_bench": ...}`, `{"schema": "gpu-preflight.train_step/v1",
+...}`, `{"schema": "gpu-preflight.compute/v1", ...}`). Each part runs under its own watchdog:
+past its timeout the rank prints `status: timeout` for that part and exits at once (the group
+cannot be trusted after a hang), so a hung part is named and every part before it is already
+reported; the launcher starts the parts that did not run in a fresh launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from harness.probes import train_step as ts
+
+__all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "main", "parser"]
+
+WORKER_SCHEMA = "gpu-preflight.worker/v1"
+#: Parts, in the order they run: compute first (each rank alone on its GPU), then the
+#: collectives, then the training step (the longest, and the one most likely to hang).
+PARTS = ("compute", "bandwidth", "train")
+#: Test hook: the named part sleeps at its start, as a hung part would (on every rank).
+HANG_ENV = "PREFLIGHT_WORKER_HANG"
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def _mark(part: str, event: str, rank: int, **extra: Any) -> None:
+    emit({"schema": WORKER_SCHEMA, "part": part, "event": event, "rank": rank, **extra})
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness.worker", description=__doc__)
+    p.add_argument("--parts", default="bandwidth,train",
+                   help=f"comma-separated parts to run, of {', '.join(PARTS)}")
+    p.add_argument("--part-timeout", action="append", default=[], metavar="PART=SECONDS",
+                   help="a part's own time limit (default 120 s)")
+    p.add_argument("--bw-sizes", default="1M,16M", help="all_reduce sizes (1M, 256M, 1G)")
+    p.add_argument("--bw-warmup", type=int, default=2)
+    p.add_argument("--bw-iters", type=int, default=5)
+    p.add_argument("--bw-dtype", default="float32")
+    p.add_argument("--bw-corrupt-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--compute-seconds", type=float, default=3.0,
+                   help="how long each GPU multiplies (long enough to see clocks drop)")
+    ts.add_step_arguments(p)
+    return p
+
+
+def part_timeouts(specs: Sequence[str], default: float = 120.0) -> dict[str, float]:
+    """`train=90` ... -> {part: seconds}, every part of PARTS given a value."""
+    out = dict.fromkeys(PARTS, default)
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not sep or name not in PARTS:
+            raise ValueError(f"--part-timeout {spec!r}: expected PART=SECONDS, PART in {PARTS}")
+        out[name] = float(value)
+    return out
+
+
+class _Watchdog:
+    """Ends this rank when a part overruns: prints the part's timeout line, then os._exit.
+    (A hung collective cannot be interrupted from Python; only leaving the process ends it.)"""
+
+    def __init__(self, part: str, rank: int, timeout_s: float, started: float,
+                 exit_fn: Callable[[int], Any] = os._exit) -> None:
+        self._timer = threading.Timer(timeout_s, self._fire, args=(part, rank, timeout_s,
+                                                                   started, exit_fn))
+        self._timer.daemon = True
+
+    @staticmethod
+    def _fire(part: str, rank: int, timeout_s: float, started: float,
+              exit_fn: Callable[[int], Any]) -> None:
+        _mark(part, "end", rank, status="timeout", timeout_s=timeout_s,
+              elapsed_s=round(time.perf_counter() - started, 3),
+              message=f"part {part!r} did not finish within {timeout_s:g} s on rank {rank}")
+        sys.stderr.flush()
+        exit_fn(3)
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
+    from harness.probes import torch_bench as tb
+
+    result = tb.allreduce_bench(
+        sizes_bytes=[tb.parse_size(s) for s in args.bw_sizes.split(",") if s.strip()],
+        warmup=args.bw_warmup, iters=args.bw_iters, timeout_s=args.pg_timeout_s,
+        device=device, corrupt_rank=args.bw_corrupt_rank, dtype=args.bw_dtype)
+    if rank == 0 or result.errors:
+        emit({tb.RESULT_KEY: result.to_dict()})
+    if result.errors:
+        return BROKEN  # a collective timed out or failed
+    return OK if result.ok else FAILED  # wrong data: measured, the group is intact
+
+
+def _train(args: argparse.Namespace, device: Any, rank: int) -> str:
+    from harness.probes import train_worker
+
+    fault = ts.parse_fault(args.fault)
+    result = train_worker.step(args, fault, device)
+    if result is not None:
+        emit({"schema": ts.SCHEMA, **result})
+    return OK
+
+
+def _compute(args: argparse.Namespace, device: Any, rank: int) -> str:
+    from harness.worker import compute
+
+    compute.run_part(device, seconds=args.compute_seconds, emit=emit)
+    return OK
+
+
+#: What a part's runner returns: it ran and its figures are good; it ran and measured a fault
+#: (the group is intact: the next part runs); the group may be broken (the rank leaves).
+OK, FAILED, BROKEN = "ok", "failed", "broken"
+
+RUNNERS: dict[str, Callable[[argparse.Namespace, Any, int], str]] = {
+    "compute": _compute, "bandwidth": _bandwidth, "train": _train,
+}
+
+
+def _failed(part: str, rank: int, exc: BaseException) -> None:
+    """A part raised: its own error line (the train step's schema for the step), then `end`."""
+    text = f"{type(exc).__name__}: {exc}"
+    if part == "train":
+        from harness.parsers.train_step import classify_failure
+
+        failure = classify_failure(text)
+        emit({"schema": ts.SCHEMA, "error": {"rank": rank, "kind": failure.kind,
+                                             "message": failure.message,
+                                             "exception": text[:2000]}})
+    traceback.print_exc()
+    _mark(part, "end", rank, status="error", message=text[:500])
+
+
+def run(args: argparse.Namespace, *, exit_fn: Callable[[int], Any] = os._exit) -> int:
+    """One rank's life: one init, every part under its watchdog, barrier, destroy, exit.
+
+    Exit is `os._exit` after flushing (unless `--teardown normal`): gloo/FSDP2 ranks sometimes
+    abort in interpreter shutdown after a clean destroy (engineering-notes.md). After a failed
+    part the rank leaves at once: no barrier (a peer may be gone)."""
+    launched = float(os.environ.get("PREFLIGHT_WORKER_T0", "0") or 0)
+    start = time.perf_counter()
+    rank = int(os.environ.get("RANK", "0"))
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        print(f"harness.worker: unknown parts {unknown}; known: {', '.join(PARTS)}",
+              file=sys.stderr)
+        return 2
+    limits = part_timeouts(args.part_timeout)
+    code = 0
+    try:
+        import torch  # noqa: F401  (its import is start-up time, measured below)
+
+        from harness.probes import train_worker
+        from harness.worker.group import init_group
+
+        imported = time.perf_counter()
+        device = train_worker.device_for(args.device)
+        init_group("nccl" if device.type == "cuda" else "gloo", timeout_s=args.pg_timeout_s,
+                   device=device if device.type == "cuda" else None)
+    except Exception as exc:
+        for part in parts:
+            _failed(part, rank, exc)
+        exit_fn(1)
+        return 1
+    _mark("worker", "ready", rank, wall=time.time(), launched=launched,
+          import_s=round(imported - start, 3), init_s=round(time.perf_counter() - imported, 3))
+    hang = os.environ.get(HANG_ENV, "")
+    for part in parts:
+        began = time.perf_counter()
+        _mark(part, "start", rank)
+        try:
+            with _Watchdog(part, rank, limits[part], began, exit_fn):
+                if part == hang:
+                    time.sleep(10 * limits[part])
+                outcome = RUNNERS[part](args, device, rank)
+        except Exception as exc:
+            _failed(part, rank, exc)
+            outcome = BROKEN
+        else:
+            _mark(part, "end", rank, status="ok" if outcome == OK else "error",
+                  elapsed_s=round(time.perf_counter() - began, 3))
+        if outcome != OK:
+            code = 1
+        if outcome == BROKEN:  # the group may be broken: a barrier could wait forever
+            break
+    if code == 0:
+        import torch.distributed as dist
+
+        try:
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if args.teardown == "normal" and code == 0:
+        return code
+    exit_fn(code)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        ts.parse_fault(args.fault)
+        part_timeouts(args.part_timeout)
+    except ValueError as exc:
+        print(f"harness.worker: {exc}", file=sys.stderr)
+        return 2
+    return run(args)

@@ -1,0 +1,3 @@
+"""Stand-in TransformerEngine (tests/fake_te/README.md)."""
+
+__version__ = "2.4.0+fake"

@@ -1,0 +1,205 @@
+"""The one distributed worker: its bounded waits (a fake NCCL Work modelled on both torch code
+paths), the FSDP2 import fallback, the compute part's logic on CPU tensors, and real 2-rank
+gloo launches: every part from one launch, a hung part named while the others still report,
+and the FP8 reference under a stand-in TE that performs TE's world-group amax all_reduce."""
+
+from __future__ import annotations
+
+import os
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from harness.worker import group
+from harness.worker.launch import PartSpec, parse_parts, run_train_step, run_worker
+
+FAKE_TE = str(Path(__file__).parent / "fake_te")
+
+
+class LegacyNcclWork:
+    """ProcessGroupNCCL's Work before torch 2.6: blocking wait is read when the group is
+    constructed; without it `wait(timeout)` only orders the streams and returns True at once
+    (pytorch/pytorch ProcessGroupNCCL.cpp @0007e752, synchronizeInternal)."""
+
+    def __init__(self, blocking: bool) -> None:
+        self.blocking = blocking
+
+    def wait(self, timeout=None):
+        if not self.blocking:
+            return True
+        time.sleep(min(timeout.total_seconds(), 0.05))
+        raise RuntimeError("Work ran for 50 milliseconds before timing out. "
+                           "timed out in blocking wait (NCCL_BLOCKING_WAIT=1).")
+
+
+def test_init_group_makes_a_legacy_nccl_wait_bounded(monkeypatch):
+    from harness.probes.torch_bench import _CollectiveError, _Waiter
+
+    for name in group.BLOCKING_WAIT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    made = {}
+
+    def fake_init(backend, **kwargs):  # the group reads the env at construction, as NCCL's
+        made["work"] = LegacyNcclWork(group.blocking_wait_on())
+        made["kwargs"] = kwargs
+
+    monkeypatch.setattr("torch.distributed.init_process_group", fake_init)
+    group.init_group("nccl", timeout_s=7, device="cuda:0")
+    assert made["kwargs"]["device_id"] == "cuda:0"
+    assert made["kwargs"]["timeout"].total_seconds() == 7
+    with pytest.raises(_CollectiveError, match="timed out in blocking wait"):
+        _Waiter(0.05).wait(made["work"], "timed all_reduce of 16 bytes")
+    assert os.environ["TORCH_NCCL_BLOCKING_WAIT"] == os.environ["NCCL_BLOCKING_WAIT"] == "1"
+
+
+def test_init_group_leaves_gloo_alone(monkeypatch):
+    for name in group.BLOCKING_WAIT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("torch.distributed.init_process_group", lambda backend, **kw: None)
+    group.init_group("gloo", timeout_s=5)
+    assert not group.blocking_wait_on()
+
+
+def test_fsdp_api_falls_back_to_the_composable_path():
+    old = types.SimpleNamespace(fully_shard="fs", MixedPrecisionPolicy="mp")
+
+    def torch_2_4(path):
+        if path == "torch.distributed.fsdp":
+            return types.SimpleNamespace()  # FSDP1 only: no fully_shard there
+        return old
+
+    assert group.fsdp_api(torch_2_4) == ("fs", "mp")
+
+    def nothing(path):
+        raise ImportError(f"No module named {path!r}")
+
+    with pytest.raises(ImportError, match=r"needs torch >= 2\.4"):
+        group.fsdp_api(nothing)
+
+
+def test_compute_window_lasts_its_seconds_and_takes_readings():
+    torch = pytest.importorskip("torch")
+    from harness.probes import gpu_compute as gc
+    from harness.worker.compute import run_one, timed_matmuls
+
+    a, b = (t.float() for t in gc._inputs(32, seed=0))
+    calls = []
+
+    def read():
+        calls.append(1)
+        return {"sm_clock_mhz": 1980 - len(calls), "power_w": 650.0, "event_reasons": 0}
+
+    tflops, chunks, digest, readings, timed = timed_matmuls(
+        torch.device("cpu"), a, b, seconds=0.05, chunk_iters=2, read=read)
+    assert timed >= 0.05 and len(chunks) == len(readings) == len(calls) >= 1
+    assert digest == gc.digest(a @ b) and tflops > 0
+    assert [r.sm_clock_mhz for r in readings] == [1980 - i for i in range(1, len(calls) + 1)]
+    one = run_one(torch.device("cpu"), seconds=0.01, n=16, chunk_iters=1, copy_bytes=1024,
+                  copy_iters=1)
+    assert one.released and one.readings and one.readings[0].sm_clock_mhz is None
+
+
+def test_parse_parts_names_the_part_that_was_running():
+    from harness.proc_result import ProcResult
+
+    def line(part, event, rank=0, **kw):
+        import json
+        return json.dumps({"schema": "gpu-preflight.worker/v1", "part": part, "event": event,
+                           "rank": rank, **kw})
+
+    text = "\n".join([line("bandwidth", "start"), line("bandwidth", "end", status="ok",
+                      elapsed_s=1.0), line("train", "start"), line("train", "start", 1)])
+    killed = ProcResult(("torchrun",), None, text, timed_out=True, timeout_s=9.0)
+    got = parse_parts(killed, ["bandwidth", "train", "compute"])
+    assert got["bandwidth"].status == "ok" and got["train"].status == "timeout"
+    assert "part 'train' was running" in got["train"].message and "compute" not in got
+
+
+# --- real launches: 2 gloo ranks under torchrun ------------------------------------------------
+
+ENV = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+
+
+@pytest.mark.timeout(600)
+def test_one_launch_reports_every_part_on_its_own():
+    run = run_worker(2, [PartSpec("compute", 60), PartSpec("bandwidth", 60),
+                         PartSpec("train", 120)],
+                     env=ENV, extra=["--device=cpu", "--pg-timeout-s=60", "--steps=3"])
+    assert len(run.launches) == 1, run.launches[-1].output[-3000:]
+    assert {n: p.status for n, p in run.parts.items()} == dict.fromkeys(
+        ("compute", "bandwidth", "train"), "ok")
+    out = run.launches[0].output
+    assert out.count('"torch_bench"') == 1 and out.count("gpu-preflight.compute/v1") == 1
+    assert run.parts["train"].startup_s is not None and run.parts["train"].startup_s > 0
+
+
+@pytest.mark.timeout(600)
+def test_hung_part_is_named_and_the_others_still_report():
+    run = run_worker(2, [PartSpec("bandwidth", 5), PartSpec("train", 120)],
+                     env={**ENV, "PREFLIGHT_WORKER_HANG": "bandwidth"},
+                     extra=["--device=cpu", "--pg-timeout-s=60", "--steps=2"])
+    bw, train = run.parts["bandwidth"], run.parts["train"]
+    assert bw.status == "timeout"
+    assert "part 'bandwidth' did not finish within 5 s" in bw.message
+    # the hang is not the next launch's: it started train alone, and train reported
+    assert train.status == "ok", train.output[-3000:]
+    assert len(run.launches) == 2 and "--parts train" in " ".join(run.launches[1].argv)
+
+
+@pytest.mark.timeout(600)
+def test_fp8_delayed_reference_does_not_deadlock_on_te_world_amax_reduction():
+    """The stand-in TE all_reduces amax over `fp8_group` (None: the world) on leaving
+    fp8_autocast. A reference on rank 0 alone under fp8_group=None issued a world all_reduce
+    no other rank joined (issue 18, finding 1); the reference now runs on a one-rank group."""
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(p for p in (FAKE_TE, ENV.get("PYTHONPATH"))
+                                               if p)}
+    run = run_train_step(2, timeout_s=120, env=env, device="cpu", pg_timeout_s=20,
+                         plan="te:fp8-delayed", steps=3)
+    assert run.output is not None and run.output.result is not None, run.proc.output[-3000:]
+    result = run.output.result
+    assert (result["path"], result["recipe"]) == ("te", "fp8-delayed")
+    assert result["te"]["version"] == "2.4.0+fake"
+    assert "fake-te: amax all_reduce over 2 ranks" in run.proc.output  # the sharded run's
+    assert result["update_rel_diff"] <= result["tolerance"]["update_rel"]
+    assert result["loss_max_rel_diff"] <= result["tolerance"]["loss_rel"]
+
+
+COUNTING_CONFTEST = '''
+import json
+from pathlib import Path
+
+import harness.fixtures.worker as fw
+
+_real = fw.run_worker
+
+
+def _counting(nproc, parts, **kw):
+    with Path("launches.jsonl").open("a") as f:
+        f.write(json.dumps([p.name for p in parts]) + "\\n")
+    return _real(nproc, parts, **kw)
+
+
+fw.run_worker = _counting
+'''
+
+
+@pytest.mark.timeout(900)
+def test_local_preflight_runs_bandwidth_and_step_in_one_launch(suite):
+    from tests.conftest import copy_check_file, run_checks
+
+    copy_check_file(suite, "test_bandwidth.py")
+    copy_check_file(suite, "test_training.py")
+    suite.makeconftest(COUNTING_CONFTEST)
+    (suite.path / "profiles.toml").write_text(  # the budget must not depend on the load
+        '[profiles."slow-cpu"]\nbase = "local-cpu"\ntrain_step_budget_s = 600.0\n')
+    _, by_id = run_checks(suite, "--preflight-profile", "slow-cpu",
+                          "--preflight-profile-file", "profiles.toml")
+    launches = (suite.path / "launches.jsonl").read_text().splitlines()
+    assert launches == ['["bandwidth", "train"]']
+    assert by_id["PF-BW-006"]["outcome"] == "pass", by_id["PF-BW-006"]["message"]
+    assert by_id["PF-TRAIN-001"]["outcome"] == by_id["PF-TRAIN-008"]["outcome"] == "pass"
+    startup = [m for m in by_id["PF-TRAIN-008"]["measurements"]
+               if m["what"].startswith("worker start-up")]
+    assert len(startup) == 1 and startup[0]["value"] > 0
