@@ -26,13 +26,11 @@ DEFAULT_LOG_GROUP = "/gpu-preflight/metrics"
 NODE_DIMENSIONS = ("Cluster", "InstanceType")
 
 
-def emf_events(report: Mapping[str, Any], env: Mapping[str, str], namespace: str,
+def emf_events(report: Mapping[str, Any], data: list[dict[str, Any]], namespace: str,
                now_ms: int | None = None) -> list[dict[str, Any]]:
-    """EMF events for one node: the node's figures, then one event per bandwidth check."""
-    from harness.publish import metric_data
-
+    """EMF events for one node from its PutMetricData rows (harness.publish.metric_data, whose
+    Host dimension becomes a property): the node's figures, then one event per bandwidth check."""
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
-    data = metric_data(report, env)  # the figures; their Host dimension becomes a property
     base = {d["Name"]: d["Value"] for d in data[0]["Dimensions"]} if data else {}
     properties = {"Host": base.get("Host", str(report.get("host", "?"))),
                   "Verdict": str(report.get("verdict") or "error"),
@@ -64,15 +62,14 @@ def _event(stamp: int, namespace: str, dims: Mapping[str, str], values: Mapping[
         **properties, **dims, **values}
 
 
-def put_emf(report: Mapping[str, Any], env: Mapping[str, str], namespace: str) -> dict[str, Any]:
-    """Send the events to the log group (created if missing), stream = host; returns what the
-    report's `uploads.cloudwatch` records. Raises on an AWS problem (publish makes it a warning)."""
-    from harness.publish import _client
-
-    events = emf_events(report, env, namespace)
+def put_emf(report: Mapping[str, Any], data: list[dict[str, Any]], env: Mapping[str, str],
+            namespace: str, client: Any) -> dict[str, Any]:
+    """Send the events to the log group (created if missing) with `client` (boto3 `logs`),
+    stream = host; returns what the report's `uploads.cloudwatch` records. Raises on an AWS
+    problem (publish makes it a warning)."""
+    events = emf_events(report, data, namespace)
     group = env.get(LOG_GROUP_ENV) or DEFAULT_LOG_GROUP
     stream = str(events[0]["Host"]).replace(":", "-").replace("*", "-") or "unknown"
-    client = _client("logs")
     for create, kwargs in ((client.create_log_group, {"logGroupName": group}),
                            (client.create_log_stream, {"logGroupName": group,
                                                        "logStreamName": stream})):

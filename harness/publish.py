@@ -173,7 +173,9 @@ def publish(
         try:
             from harness.emf import put_emf
 
-            uploads["cloudwatch"] = put_emf(report.to_dict(), env, namespace)
+            as_dict = report.to_dict()
+            uploads["cloudwatch"] = put_emf(as_dict, metric_data(as_dict, env), env, namespace,
+                                            _client("logs"))
         except Exception as exc:  # any AWS/network/import problem is a warning, never a crash
             uploads["cloudwatch"] = {"namespace": namespace, "ok": False, "format": "emf"}
             problem(f"putting CloudWatch EMF events for namespace {namespace}", exc)

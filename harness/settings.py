@@ -70,6 +70,25 @@ SETTINGS: tuple[Setting, ...] = (
     _s("ISOLATION_ROUNDS", int, 4, "pairwise rounds that name a bad node or link"),
     _s("EXIT_TIMEOUT_S", float, 30.0, "seconds node 0 waits for the others to take the verdict"),
     _s("CLUSTER_BW_BYTES", str, None, "message size of the cluster bandwidth gate (4M, 1G)"),
+    _s("METRICS_FILE", str, None, "also write Prometheus text here (node_exporter textfile "
+       "collector; docs/reports.md)"),
+    _s("CW_FORMAT", str, "emf", "emf: CloudWatch Embedded Metric Format log events; metrics: "
+       "PutMetricData with Host as a dimension (docs/reports.md)"),
+    _s("CW_LOG_GROUP", str, None, "the CloudWatch log group of the EMF events"),
+    _s("K8S_MARK", str, None, "label,condition,taint,hyperpod: mark this Kubernetes node with "
+       "the verdict (docs/container.md)"),
+    _s("NODE_NAME", str, None, "this pod's node (downward API spec.nodeName), for K8S_MARK"),
+    _s("K8S_API", str, None, "the Kubernetes API server URL instead of the in-cluster one"),
+    _s("TERMINATION_LOG", str, "/dev/termination-log", "where a failing run writes its "
+       "Kubernetes termination message"),
+    _s("OUTPUT_PATHS", str, None, "checkpoint/output paths (colon-separated) judged by "
+       "PF-HOST-002 beside SageMaker's (docs/host.md)"),
+    _s("REQUIRED_MOUNTS", str, None, "mount points (colon-separated) that must be present and "
+       "answer (PF-HOST-003)"),
+    _s("XID_WINDOW_H", float, 2.0, "hours of kernel log judged for recent XIDs (PF-GPU-019)"),
+    _s("JOB_START_EPOCH", float, None, "XIDs before this Unix time do not count (PF-GPU-019)"),
+    _s("WORKER_HANG", str, None, "tests: the torch worker part that hangs", public=False),
+    _s("WORKER_T0", float, None, "the worker launch's start time, for its parts", public=False),
     _s("DEADLINE", str, None, "the run's hard deadline, for its children", public=False),
     _s("PROC_TAG", str, None, "marks the processes a run started", public=False),
     _s("ORIG_PYTHONPATH", str, None, "PYTHONPATH before the harness added to it",

@@ -9,7 +9,7 @@ from pathlib import Path
 from test_publish import recorded, report_folder
 
 from harness.emf import emf_events
-from harness.publish import publish
+from harness.publish import metric_data, publish
 
 
 def _check_emf(event: dict) -> None:
@@ -23,7 +23,8 @@ def _check_emf(event: dict) -> None:
 
 
 def test_one_node_event_without_a_host_dimension():
-    events = emf_events(recorded("algo-3"), {"PREFLIGHT_CLUSTER": "prod"}, "GPUPreflight",
+    report = recorded("algo-3")
+    events = emf_events(report, metric_data(report, {"PREFLIGHT_CLUSTER": "prod"}), "GPUPreflight",
                         now_ms=1764547200000)
     head, *bandwidth = events
     for event in events:
