@@ -130,10 +130,11 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
 
 
 def test_sagemaker_unknown_instance_type_writes_failure(tmp_path, execs, monkeypatch):
-    opt_ml = _sagemaker(tmp_path, "ml.g5.48xlarge")
+    # A GPU family type with no profile and no GPU visible (with a GPU it would be derived).
+    opt_ml = _sagemaker(tmp_path, "ml.p9.48xlarge")
     assert cli.main(["run", "--", "python", "train.py"]) == cli.EXIT_USAGE
     reason = (opt_ml / "output" / "failure").read_text()
-    assert "unknown profile 'g5.48xlarge'" in reason and "p5.48xlarge" in reason
+    assert "unknown profile 'p9.48xlarge'" in reason and "p5.48xlarge" in reason
 
 
 def test_secrets_never_reach_any_output(tmp_path, execs, monkeypatch, capsys):
