@@ -91,11 +91,13 @@ def test_warn_only_execs_despite_failures(tmp_path, execs, monkeypatch):
 
 
 def test_unknown_profile_is_usage_error_listing_known(tmp_path, execs, capsys):
-    rc = cli.main(["run", "--profile", "g5.xlarge", "--report-dir", str(tmp_path / "r"), "--",
+    # g5.xlarge has a profile since issue 17; a name given with --profile that has none is a
+    # usage error (a typo must not run a derived profile).
+    rc = cli.main(["run", "--profile", "g5.xlarg", "--report-dir", str(tmp_path / "r"), "--",
                    "echo"])
     assert rc == cli.EXIT_USAGE and execs == []
     err = capsys.readouterr().err
-    assert "unknown profile 'g5.xlarge'; known profiles: local-cpu, p4d.24xlarge" in err
+    assert "unknown profile 'g5.xlarg'; known profiles: g5.12xlarge," in err
     assert _report(tmp_path / "r")["harness_errors"]
 
 
@@ -128,10 +130,11 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
 
 
 def test_sagemaker_unknown_instance_type_writes_failure(tmp_path, execs, monkeypatch):
-    opt_ml = _sagemaker(tmp_path, "ml.g5.48xlarge")
+    # A GPU family type with no profile and no GPU visible (with a GPU it would be derived).
+    opt_ml = _sagemaker(tmp_path, "ml.p9.48xlarge")
     assert cli.main(["run", "--", "python", "train.py"]) == cli.EXIT_USAGE
     reason = (opt_ml / "output" / "failure").read_text()
-    assert "unknown profile 'g5.48xlarge'" in reason and "p5.48xlarge" in reason
+    assert "unknown profile 'p9.48xlarge'" in reason and "p5.48xlarge" in reason
 
 
 def test_secrets_never_reach_any_output(tmp_path, execs, monkeypatch, capsys):
