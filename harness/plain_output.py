@@ -58,7 +58,7 @@ def print_plain_summary(report: Any, file: TextIO | None = None) -> None:
     for err in data.get("harness_errors") or []:
         print(f"ERROR harness: {_one_line(err)}", file=out)
     counts = data.get("counts") or {}
-    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no check ran"
     print(f"{str(data.get('verdict', 'error')).upper()} ({tally}) in "
           f"{float(data.get('duration_s') or 0):.1f} s: {data.get('host')} "
           f"{(data.get('profile') or {}).get('name', '?')} tier {data.get('tier')}",
