@@ -83,7 +83,7 @@ def test_minimal_request_has_no_spot_or_plan() -> None:
 
 
 def test_unknown_instance_type_gets_the_default_runtime() -> None:
-    assert spec(instance_type="ml.g6.48xlarge").max_runtime_s == 3 * 3600
+    assert spec(instance_type="ml.g4dn.12xlarge").max_runtime_s == 3 * 3600
     assert spec(max_runtime_s=600).max_runtime_s == 600
 
 
