@@ -203,3 +203,19 @@ def test_local_preflight_runs_bandwidth_and_step_in_one_launch(suite):
     startup = [m for m in by_id["PF-TRAIN-008"]["measurements"]
                if m["what"].startswith("worker start-up")]
     assert len(startup) == 1 and startup[0]["value"] > 0
+
+
+def test_records_glued_by_another_rank_on_one_line_are_still_read():
+    # Under PYTHONUNBUFFERED, print() wrote a record and its newline separately: another rank's
+    # line landed between them (seen under load: "no result line in its output").
+    import json as _json
+
+    from harness.probes.torch_bench import RESULT_KEY, result_from_output
+    from harness.worker.launch import WORKER_SCHEMA, schema_records
+
+    bench = {RESULT_KEY: {"backend": "gloo", "nranks": 2, "dtype": "float32", "rows": [],
+                          "data_ok": True, "errors": []}}
+    marker = {"schema": WORKER_SCHEMA, "part": "train", "event": "end", "rank": 1, "status": "ok"}
+    glued = _json.dumps(bench) + _json.dumps(marker) + "\n"
+    assert schema_records(glued) == [marker]
+    assert result_from_output(glued) is not None

@@ -268,13 +268,16 @@ def parse_size(text: str) -> int:
 
 def result_from_output(text: str) -> TorchBenchResult | None:
     """The result line printed by the torchrun entry point (the last one), or None."""
+    marker = '{"' + RESULT_KEY + '"'
     for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{") and f'"{RESULT_KEY}"' in line:
-            try:
-                return TorchBenchResult.from_dict(json.loads(line)[RESULT_KEY])
-            except (ValueError, TypeError, KeyError):
-                continue
+        at = line.find(marker)  # after a launcher prefix (`[rank0]: `), if any
+        if at < 0:
+            continue
+        try:
+            found, _ = json.JSONDecoder().raw_decode(line, at)
+            return TorchBenchResult.from_dict(found[RESULT_KEY])
+        except (ValueError, TypeError, KeyError):
+            continue
     return None
 
 

@@ -87,6 +87,9 @@ def torchrun_argv(nproc: int, parts: Sequence[PartSpec], *, python: str | None =
     return argv + list(extra)
 
 
+_DECODER = json.JSONDecoder()
+
+
 def schema_records(text: str, schema: str = WORKER_SCHEMA) -> list[dict[str, Any]]:
     """Every `{"schema": "<schema>", ...}` JSON line of a launch's output (a launcher prefix
     such as `[rank0]: ` before it is allowed)."""
@@ -95,8 +98,8 @@ def schema_records(text: str, schema: str = WORKER_SCHEMA) -> list[dict[str, Any
         at = line.find('{"schema": "' + schema + '"')
         if at < 0:
             continue
-        try:
-            record = json.loads(line[at:])
+        try:  # raw_decode: whatever follows the record on its line is not part of it
+            record, _ = _DECODER.raw_decode(line, at)
         except ValueError:
             continue
         if isinstance(record, dict):

@@ -34,7 +34,14 @@ HANG_ENV = "PREFLIGHT_WORKER_HANG"
 
 
 def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
+    """One JSON line in ONE write to fd 1. Every rank shares the launch's stdout pipe, and under
+    PYTHONUNBUFFERED `print` writes the text and its newline separately: another rank's line
+    could land between them and glue two records together (seen under load). A pipe write of
+    at most PIPE_BUF (4096) bytes is atomic; the records are well under it."""
+    sys.stdout.flush()
+    data = (json.dumps(record) + "\n").encode()
+    while data:
+        data = data[os.write(1, data):]
 
 
 def _mark(part: str, event: str, rank: int, **extra: Any) -> None:
