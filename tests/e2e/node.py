@@ -69,6 +69,10 @@ def make_sysroot(root: Path, num_efa: int = len(EFA_BUSES)) -> Path:
     (root / "proc/self/mounts").write_text("overlay / overlay rw,relatime 0 0\n"
                                            "shm /dev/shm tmpfs rw,nosuid,nodev 0 0\n")
     (root / "proc/uptime").write_text("86400.00 0.00\n")
+    # PF-HOST-005 reads every /proc/<pid>/stat: the container's init, sleeping (S).
+    (root / "proc/1").mkdir(parents=True, exist_ok=True)
+    (root / "proc/1/stat").write_text("1 (init) S 0 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 "
+                                      "100 0 0\n")
     (root / "proc/modules").write_text(
         (DATA / "host" / "composed_proc_modules_efa_gdr.txt").read_text())
     (root / "proc/self/limits").write_text(
@@ -113,6 +117,8 @@ class FakeNode:
                                f'"{FAKES / "fake_tool.py"}" {tool} "$@"\n')
             wrapper.chmod(0o755)
         self.sysroot = make_sysroot(self.root / "sysroot", self.num_efa)
+        # PF-HOST-002 judges TMPDIR (the node's root, below) under the sysroot, like every path.
+        (self.sysroot / str(self.root).lstrip("/")).mkdir(parents=True, exist_ok=True)
         self.profile_file = write_profile_file(self.root / "profile.toml",
                                                check_timeout_s=self.check_timeout_s,
                                                run_budget_s=self.run_budget_s)
