@@ -6,15 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.settings import setting
 from harness.topology import TopologyError
 
 __all__ = ["ClusterTimeouts"]
 
 
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+def _env_float(env: Mapping[str, str], name: str) -> float:
+    """`name` as a number, its default from the settings registry (harness.settings) when unset.
+    Read as float for every wait, the rounds included (`4.0` is accepted, as it always was)."""
     value = env.get(name, "").strip()
     if not value:
-        return default
+        return float(setting(name).default)  # type: ignore[arg-type]
     try:
         return float(value)
     except ValueError:
@@ -70,11 +73,11 @@ class ClusterTimeouts:
     @classmethod
     def from_env(cls, env: Mapping[str, str], local_s: float) -> ClusterTimeouts:
         return cls(
-            join_s=_env_float(env, "PREFLIGHT_JOIN_TIMEOUT_S", 300.0),
+            join_s=_env_float(env, "PREFLIGHT_JOIN_TIMEOUT_S"),
             local_s=local_s,
-            gather_s=_env_float(env, "PREFLIGHT_GATHER_TIMEOUT_S", 60.0),
-            collective_s=_env_float(env, "PREFLIGHT_COLLECTIVE_TIMEOUT_S", 60.0),
-            isolation_rounds=int(_env_float(env, "PREFLIGHT_ISOLATION_ROUNDS", 4)),
-            exit_s=_env_float(env, "PREFLIGHT_EXIT_TIMEOUT_S", 30.0),
+            gather_s=_env_float(env, "PREFLIGHT_GATHER_TIMEOUT_S"),
+            collective_s=_env_float(env, "PREFLIGHT_COLLECTIVE_TIMEOUT_S"),
+            isolation_rounds=int(_env_float(env, "PREFLIGHT_ISOLATION_ROUNDS")),
+            exit_s=_env_float(env, "PREFLIGHT_EXIT_TIMEOUT_S"),
         )
 
