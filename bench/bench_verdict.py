@@ -1,7 +1,8 @@
 """The cluster verdict's cost by cluster size (issue 14, item 8): `decide` on a gathered
 snapshot of N nodes, each publishing the facts and a few NCCL_*/FI_* variables, one node
-differing in one variable and one node failing its local checks (the work a real bad cluster
-gives the verdict). Every node computes it, so it must stay linear in N.
+differing in one variable, one node failing its local checks and one node slower than the rest
+in its published busbw (the work a real bad cluster gives the verdict, the straggler check's
+median/MAD included). Every node computes it, so it must stay linear in N.
 
 Prints the median time at N = 128 and N = 1024 and `ratio X` (time at 1024 / time at 128;
 linear is 8, the target is <= 12).
@@ -39,7 +40,9 @@ def snapshot(n: int) -> dict:
             if r == n // 3 else []
         nodes[str(r)] = {"rank": r, "host": f"node{r}", "verdict": "fail" if failed else "pass",
                          "failed": failed, "num_failed": len(failed), "harness_errors": [],
-                         "facts": dict(FACTS), "env": env}
+                         "facts": dict(FACTS), "env": env,
+                         "figures": {"node_busbw_gb_s": 400.0 if r == n // 5 else 480.0 + r % 7,
+                                     "step_time_s": 0.5 + (r % 3) / 100}}
     return {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
             "hosts": {str(r): f"node{r}" for r in range(n)}, "nodes": nodes, "missing": {}}
 

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from harness.results import Measurement, plain
+from harness.results import CheckResult, Measurement, plain
 from harness.tiers import TIERS
 
 __all__ = [
@@ -30,8 +30,11 @@ __all__ = [
     "fmt",
     "measure",
     "not_applicable",
+    "not_run",
     "plain",
     "registry",
+    "run_check",
+    "spec_of",
     "warn",
 ]
 
@@ -237,3 +240,56 @@ def warn(body: str, *, remedy: str | None = None) -> None:
 def not_applicable(reason: str) -> NoReturn:
     """Skip: the profile says this check does not apply (the only legitimate reason to skip)."""
     pytest.skip(f"not applicable to {current().profile}: {reason}")
+
+
+def not_run(reason: str) -> NoReturn:
+    """Skip: what this check judges was never measured because an earlier step failed or
+    did not run it (a cluster check after a failed gather). A skip is never a pass."""
+    pytest.skip(f"[{current().check_id}] not run: {reason}")
+
+
+def spec_of(fn: Callable[..., object]) -> CheckSpec:
+    """The @check spec of a check function (TypeError for a function that is no check)."""
+    spec = getattr(fn, "__preflight_check__", None)
+    if not isinstance(spec, CheckSpec):
+        raise TypeError(f"{getattr(fn, '__name__', fn)!r} is not a @check function")
+    return spec
+
+
+def run_check(fn: Callable[..., object], *args: object, profile: str, nodeid: str = "",
+              worker: str = "main") -> CheckResult:
+    """Run a @check function outside pytest, on facts handed to it (the cluster verdict judges
+    its snapshot this way): the same context, the same calls (`expect`, `fail`, `warn`,
+    `not_applicable`), the same outcomes as under the plugin, and the same typed record.
+    Deterministic: nothing here reads a clock or the environment (the verdict is a pure
+    function of its snapshot)."""
+    spec = spec_of(fn)
+    ctx = CheckContext(check_id=spec.id, profile=profile, remedy=spec.remedy)
+    token = _set_current(ctx)
+    try:
+        fn(*args)
+        outcome, message = "pass", ""
+    except CheckFailure as exc:
+        outcome, message = "fail", str(exc)
+    except ProbeError as exc:
+        outcome, message = "error", f"[{spec.id}] {exc}"
+    except pytest.skip.Exception as exc:
+        outcome, message = "skip", str(exc.msg)
+    except AssertionError as exc:
+        first = (str(exc).strip().splitlines() or ["assertion failed"])[0]
+        outcome, message = "fail", first if first.startswith(f"[{spec.id}]") else \
+            f"[{spec.id}] {first}"
+    except Exception as exc:  # a defect in the judge: an error (a failure), never a pass
+        outcome = "error"
+        message = f"[{spec.id}] harness error: {type(exc).__name__}: {str(exc).strip()[:2000]}"
+    finally:
+        _CURRENT.reset(token)
+    if outcome == "pass" and ctx.warnings:
+        outcome, message = "warn", "\n".join(ctx.warnings)
+    return CheckResult(
+        id=spec.id, nodeid=nodeid or f"{spec.module}::{spec.function}", title=spec.title,
+        tier=spec.tier, kind=spec.kind, outcome=outcome, message=message,
+        warnings=tuple(ctx.warnings),
+        measurements=tuple(Measurement.from_dict(m) for m in ctx.measurements),
+        remedy=spec.remedy, worker=worker,
+    )

@@ -1,0 +1,136 @@
+"""The snapshot the cluster verdict judges: what one node publishes (`node_summary`), and the
+view of the whole snapshot the cluster checks read (`ClusterView`), with the bad nodes they
+name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is gathered."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ENV_PREFIXES", "FACT_KEYS", "NODE_FIGURES", "BadNodes", "ClusterView",
+           "cluster_off", "node_figures", "node_summary"]
+
+#: Node facts that must be equal on every node (versions, GPU inventory).
+FACT_KEYS = ("driver", "cuda", "nccl", "ofi_nccl", "libfabric", "torch", "gpu_count",
+             "gpu_model")
+#: Environment prefixes whose variables must be equal on every node.
+ENV_PREFIXES = ("NCCL_", "FI_")
+#: Bounds on what one node publishes (the store holds N of these).
+MAX_FAILED, MAX_MESSAGE_CHARS = 20, 600
+#: The node-local figures a node publishes for the straggler check (PF-CLUSTER-006):
+#: name -> (the checks that measure it, the start of its measurement's `what`, whether only
+#: the judged measurement counts: the one with a threshold, not the rest of the sweep).
+NODE_FIGURES: dict[str, tuple[tuple[str, ...], str, bool]] = {
+    "node_busbw_gb_s": (("PF-BW-001", "PF-BW-006"), "all_reduce busbw at", True),
+    "step_time_s": (("PF-TRAIN-008",), "median step time", False),
+}
+
+
+def cluster_off(env: Mapping[str, str]) -> bool:
+    """PREFLIGHT_CLUSTER=off (0, false, no): node-local checks only, no cluster step."""
+    return env.get("PREFLIGHT_CLUSTER", "").strip().lower() in ("0", "off", "false", "no")
+
+
+def _get(record: Any, key: str) -> Any:
+    """A field of a check record, a dict (report.json's shape) or a typed CheckResult."""
+    return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
+
+
+def node_figures(checks: Iterable[Any]) -> dict[str, float | None]:
+    """This node's figures (NODE_FIGURES) from its check results; None where none was measured
+    or the value is not a finite number."""
+    out: dict[str, float | None] = dict.fromkeys(NODE_FIGURES)
+    for record in checks:
+        for name, (ids, what, judged) in NODE_FIGURES.items():
+            if out[name] is not None or _get(record, "id") not in ids:
+                continue
+            for m in _get(record, "measurements") or ():
+                value = _get(m, "value")
+                if not str(_get(m, "what") or "").startswith(what) or \
+                        (judged and _get(m, "op") is None):
+                    continue
+                if isinstance(value, int | float) and not isinstance(value, bool) and \
+                        math.isfinite(value):
+                    out[name] = float(value)
+                    break
+    return out
+
+
+def node_summary(report: Any, *, rank: int, facts: Mapping[str, Any],
+                 env: Mapping[str, str]) -> dict[str, Any]:
+    """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
+    and the figures the straggler check compares."""
+    failed = [{"id": c.get("id", "?"), "outcome": c.get("outcome", "error"),
+               "message": (c.get("message") or "")[:MAX_MESSAGE_CHARS]}
+              for c in report.failed[:MAX_FAILED]]
+    return {
+        "rank": rank,
+        "host": report.host,
+        "verdict": report.verdict,
+        "failed": failed,
+        "num_failed": len(report.failed),
+        "harness_errors": [e[:MAX_MESSAGE_CHARS] for e in report.harness_errors[:MAX_FAILED]],
+        "facts": {k: facts.get(k) for k in FACT_KEYS},
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
+        "figures": node_figures(report.checks),
+    }
+
+
+class BadNodes:
+    """Bad-node entries merged per rank (one node can fail several ways)."""
+
+    def __init__(self, hosts: Mapping[int, str]) -> None:
+        self.hosts = hosts
+        self.by_rank: dict[int, dict[str, Any]] = {}
+
+    def add(self, rank: int, reason: str, evidence: Any = None) -> None:
+        entry = self.by_rank.setdefault(rank, {"host": self.hosts.get(rank, f"rank {rank}"),
+                                               "rank": rank, "reason": [], "evidence": []})
+        entry["reason"].append(reason)
+        if evidence:
+            entry["evidence"].extend(evidence if isinstance(evidence, list) else [evidence])
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [{**e, "reason": "; ".join(e["reason"])} for _, e in sorted(self.by_rank.items())]
+
+
+@dataclass(slots=True)
+class ClusterView:
+    """A gathered snapshot as the cluster checks read it, and what they found (bad nodes,
+    links, suspects, stragglers) for the verdict to report. Built once per verdict."""
+
+    snap: Mapping[str, Any]
+    num_nodes: int
+    hosts: dict[int, str]
+    nodes: dict[int, Mapping[str, Any]]
+    missing: dict[int, Mapping[str, Any]]
+    bad: BadNodes
+    links: list[dict[str, Any]] = field(default_factory=list)
+    suspects: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, snap: Mapping[str, Any]) -> ClusterView:
+        hosts = {int(r): h for r, h in snap.get("hosts", {}).items()}
+        nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
+        hosts.update({r: s["host"] for r, s in nodes.items() if s.get("host")})
+        missing = {int(r): m for r, m in snap.get("missing", {}).items()}
+        return cls(snap=snap, num_nodes=int(snap["num_nodes"]), hosts=hosts, nodes=nodes,
+                   missing=missing, bad=BadNodes(hosts))
+
+    @property
+    def tier(self) -> str:
+        return str(self.snap.get("tier") or "preflight")
+
+    @property
+    def profile(self) -> str:
+        return str(self.snap.get("profile") or "?")
+
+    def host(self, rank: int) -> str:
+        return self.hosts.get(rank, f"rank {rank}")
+
+    def name(self, rank: int) -> str:
+        """`host (rank r)`, as every cluster message names a node."""
+        return f"{self.host(rank)} (rank {rank})"
