@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from conftest import run_check_file
 
+from conftest import run_check_file
 from harness.checking import (
     CheckSpec,
     ProbeError,
