@@ -275,6 +275,8 @@ def run_check(fn: Callable[..., object], *args: object, profile: str, nodeid: st
         outcome, message = "error", f"[{spec.id}] {exc}"
     except pytest.skip.Exception as exc:
         outcome, message = "skip", str(exc.msg)
+    except pytest.fail.Exception as exc:  # pytest.fail() in a check: a failure, as in a session
+        outcome, message = "fail", f"[{spec.id}] {exc.msg}"
     except AssertionError as exc:
         first = (str(exc).strip().splitlines() or ["assertion failed"])[0]
         outcome, message = "fail", first if first.startswith(f"[{spec.id}]") else \

@@ -98,6 +98,8 @@ def _judge(mode):
         raise ProbeError("tool hung")
     elif mode == "assert":
         assert mode == "other", "plain assert"
+    elif mode == "pytest.fail":
+        pytest.fail("said so")
 
 
 @pytest.mark.parametrize(("mode", "outcome", "message"), [
@@ -110,6 +112,7 @@ def _judge(mode):
     ("not run", "skip", "[PF-TEST-RUN-001] not run: nothing measured"),
     ("probe", "error", "[PF-TEST-RUN-001] tool hung"),
     ("assert", "fail", "[PF-TEST-RUN-001] plain assert"),
+    ("pytest.fail", "fail", "[PF-TEST-RUN-001] said so"),
 ])
 def test_run_check_gives_the_plugins_outcomes(mode, outcome, message):
     result = run_check(_judge, mode, profile="prof", worker="cluster")

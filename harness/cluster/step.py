@@ -117,7 +117,10 @@ class ClusterStep(CollectivePhases):
         log(f"verdict {verdict.verdict.upper()}"
              + (": bad nodes " + ", ".join(f"{b['host']} (rank {b['rank']})"
                                            for b in verdict.bad_nodes)
-                if verdict.bad_nodes else ""))
+                if verdict.bad_nodes else "")
+            + ("; stragglers " + ", ".join(f"{s['host']} (rank {s['rank']})"
+                                           for s in verdict.stragglers)
+               if verdict.stragglers else ""))
         return verdict
 
     def _run(self, report: Any) -> dict[str, Any]:
