@@ -190,3 +190,16 @@ def test_a_node_publishes_its_busbw_gate_and_step_time():
     assert node_figures([{"id": "PF-BW-001", "measurements": [
         {"what": "all_reduce busbw at 16 GiB", "value": "nan", "op": ">="}]}]) == {
         "node_busbw_gb_s": None, "step_time_s": None}
+
+
+def test_node_summary_publishes_the_figures_of_its_report():
+    from harness.cluster.snapshot import node_summary
+    from harness.report import Report
+
+    report = Report(host="node2", profile="local-cpu", profile_source="--profile",
+                    tier="preflight")
+    report.checks = [{"id": "PF-BW-006", "outcome": "pass", "message": "", "measurements": [
+        {"what": "all_reduce busbw at 16 MiB", "value": 1.25, "unit": "GB/s", "op": ">=",
+         "threshold": 0.05, "ok": True}]}]
+    summary = node_summary(report, rank=2, facts={}, env={})
+    assert summary["figures"] == {"node_busbw_gb_s": 1.25, "step_time_s": None}
