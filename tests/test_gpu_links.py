@@ -233,3 +233,36 @@ def test_not_applicable_without_gpus_or_a_pair(pytester: pytest.Pytester):
         assert skipped == ids, profile
         for k in ids:
             assert "not applicable" in _texts(results[k]), (k, results[k])
+
+
+def test_preflight_list_shows_the_new_checks(capsys: pytest.CaptureFixture[str]):
+    import json
+
+    from harness import cli
+
+    assert cli.main(["list", "--tier", "certify", "--json"]) == 0
+    listed = {c["id"]: c for c in json.loads(capsys.readouterr().out)}
+    assert listed["PF-LINK-001"]["tier"] == "certify"
+    for check_id in ("PF-LINK-002", "PF-LINK-003", "PF-CLOCK-001"):
+        assert listed[check_id]["tier"] == "preflight" and listed[check_id]["exclusive"]
+    assert cli.main(["list"]) == 0
+    assert "PF-LINK-001    certify" in capsys.readouterr().out
+    assert cli.main(["list", "--tier", "preflight"]) == 0  # the matrix is a certify check
+    out = capsys.readouterr().out
+    assert "PF-LINK-002" in out and "PF-LINK-001" not in out
+    assert cli.main(["explain", "PF-LINK-001"]) == 0
+    assert "remedy:" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_cuda_copies_on_real_gpus():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    for direction in ("h2d", "d2h"):
+        h = gpu_links.measure_host(0, direction, nbytes=64 * MIB, iters=3)
+        assert h.error is None and h.gb_s is not None and h.gb_s > 1.0, h
+    if torch.cuda.device_count() > 1:
+        p = gpu_links.measure_pair(0, 1, nbytes=64 * MIB, iters=3)
+        assert p.error is None and p.gb_s is not None and p.gb_s > 1.0, p
+        assert p.peer_access == torch.cuda.can_device_access_peer(0, 1)

@@ -62,6 +62,9 @@ def run_part(args: argparse.Namespace, device: Any, *,
                 p2p_iters=args.p2p_iters, host_sizes=_sizes(args.host_sizes),
                 host_iters=args.host_iters, budget_s=_budget_s(args)))
             record["uuids"] = _uuids(devices)
+            for d in devices:  # give the copies' buffers back before the next part
+                with torch.cuda.device(d):
+                    torch.cuda.empty_cache()
         else:
             record["copies"] = "not measured: no CUDA device"
         emit(record)
