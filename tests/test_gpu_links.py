@@ -266,3 +266,14 @@ def test_cuda_copies_on_real_gpus():
         p = gpu_links.measure_pair(0, 1, nbytes=64 * MIB, iters=3)
         assert p.error is None and p.gb_s is not None and p.gb_s > 1.0, p
         assert p.peer_access == torch.cuda.can_device_access_peer(0, 1)
+
+
+def test_clock_event_reasons_are_read_under_either_nvml_name():
+    import types
+
+    from harness.worker.compute import _event_reasons
+
+    old = types.SimpleNamespace(nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x8)
+    new = types.SimpleNamespace(nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x44,
+                                nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0)
+    assert _event_reasons(old, None) == 0x8 and _event_reasons(new, None) == 0x44
