@@ -84,10 +84,10 @@ def test_gpu_pair_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
                 op=">=" if floor else None, threshold=floor.value if floor else None, ok=ok,
                 size_bytes=p.size_bytes, gpu_index=names[p.src][0])
     fatal, found = [], []
-    for p, why in weak_pairs(gpu_links.pairs, floor.value if floor else None, relative):
-        text = f"{names[p.src][1]} -> {names[p.dst][1]}: {p.gb_s:.1f} GB/s {why}"
-        relative_weak = "median" in why
-        if relative_weak or (floor is not None and not floor.estimate):
+    for w in weak_pairs(gpu_links.pairs, floor.value if floor else None, relative):
+        p = w.pair
+        text = f"{names[p.src][1]} -> {names[p.dst][1]}: {p.gb_s:.1f} GB/s {w.why}"
+        if w.below_median or (floor is not None and not floor.estimate):
             fatal.append(text)
             found.append(names[p.src][0])
         else:

@@ -70,11 +70,14 @@ def _pairs(n: int = 4, value: float = 380.0, **slow: float) -> list[PairCopy]:
 def test_weak_pairs_below_the_floor_or_the_median():
     pairs = _pairs(p1_2=150.0, p3_0=300.0)
     weak = gpu_links.weak_pairs(pairs, 320.0, 0.5)
-    assert [(p.src, p.dst) for p, _ in weak] == [(1, 2), (3, 0)]
-    assert weak[0][1] == "< 320 GB/s floor and < 0.5 x the median pair (380.0 GB/s)"
-    assert weak[1][1] == "< 320 GB/s floor"
+    assert [(w.pair.src, w.pair.dst) for w in weak] == [(1, 2), (3, 0)]
+    assert weak[0].why == "< 320 GB/s floor and < 0.5 x the median pair (380.0 GB/s)"
+    assert weak[1].why == "< 320 GB/s floor"
+    assert (weak[0].below_median, weak[1].below_median, weak[1].below_floor) == (True, False,
+                                                                                 True)
     # Without a floor only the relative judgement remains; without either nothing is weak.
-    assert [(p.src, p.dst) for p, _ in gpu_links.weak_pairs(pairs, None, 0.5)] == [(1, 2)]
+    assert [(w.pair.src, w.pair.dst) for w in gpu_links.weak_pairs(pairs, None, 0.5)] == [
+        (1, 2)]
     assert gpu_links.weak_pairs(pairs, None, None) == []
 
 

@@ -8,12 +8,13 @@ a copy between two GPUs needs one CUDA context on each of them in the same proce
 access is enabled per context pair), so 8 ranks each copying to every peer would open 64
 contexts; and pairs measured one at a time (as nvbandwidth and CUDA's p2pBandwidthLatencyTest
 do) name a weak link, where 8 copies at once would share the NVSwitch planes and a slow host
-path. Copies go through `Tensor.copy_`: between devices PyTorch enqueues a
-`cudaMemcpyAsync(..., cudaMemcpyDeviceToDevice)` on the source device's current stream, with
-event barriers to the destination's current stream (pytorch/pytorch
-aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device), so events recorded on the source's
-current stream bracket the copies; a pinned host tensor copied with `non_blocking=True` is one
-`cudaMemcpyAsync` on the device's current stream."""
+path. Copies go through `Tensor.copy_`: a contiguous same-dtype copy between devices is one
+`CUDACachingAllocator::memcpyAsync` (cudaMemcpyAsync, or cudaMemcpyPeerAsync without P2P) on
+the source device's current stream, between event barriers with the destination's current
+stream (pytorch/pytorch aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device), so events
+recorded on the source's current stream bracket the copies; a pinned host tensor copied with
+`non_blocking=True` is one `cudaMemcpyAsync` on the CUDA device's current stream (same file,
+copy_kernel_cuda)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["HostCopy", "PairCopy", "copy_gb_s", "host_outliers", "matrix_lines",
+__all__ = ["HostCopy", "PairCopy", "WeakPair", "copy_gb_s", "host_outliers", "matrix_lines",
            "measure_host", "measure_links", "measure_pair", "missing_pairs", "weak_pairs"]
 
 MIB = 1024**2
@@ -74,22 +75,31 @@ def missing_pairs(pairs: Iterable[PairCopy], devices: Sequence[int]) -> list[tup
     return [(s, d) for s in devices for d in devices if s != d and (s, d) not in have]
 
 
+@dataclass(frozen=True, slots=True)
+class WeakPair:
+    pair: PairCopy
+    why: str
+    below_floor: bool
+    below_median: bool
+
+
 def weak_pairs(pairs: Iterable[PairCopy], floor: float | None,
-               relative: float | None) -> list[tuple[PairCopy, str]]:
-    """(pair, why) for every measured pair below `floor` GB/s, or below `relative` x the median
-    of all measured pairs (a weak link among equals; None: not judged that way)."""
+               relative: float | None) -> list[WeakPair]:
+    """Every measured pair below `floor` GB/s, or below `relative` x the median of all
+    measured pairs (a weak link among equals; None: not judged that way), with why."""
     measured = [p for p in pairs if p.gb_s is not None]
     median = statistics.median(p.gb_s for p in measured) if measured else None  # type: ignore[misc]
     out = []
     for p in sorted(measured, key=lambda p: (p.src, p.dst)):
         value = float(p.gb_s)  # type: ignore[arg-type]
-        why = []
-        if floor is not None and value < floor:
-            why.append(f"< {floor:g} GB/s floor")
-        if relative is not None and median and len(measured) > 2 and value < relative * median:
+        low = floor is not None and value < floor
+        weak = bool(relative is not None and median and len(measured) > 2
+                    and value < relative * median)
+        why = [f"< {floor:g} GB/s floor"] if low else []
+        if weak:
             why.append(f"< {relative:g} x the median pair ({median:.1f} GB/s)")
         if why:
-            out.append((p, " and ".join(why)))
+            out.append(WeakPair(p, " and ".join(why), low, weak))
     return out
 
 
