@@ -83,16 +83,19 @@ def test_gpu_pair_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
         measure(f"GPU {names[p.src][0]} -> GPU {names[p.dst][0]} peer copy", p.gb_s, "GB/s",
                 op=">=" if floor else None, threshold=floor.value if floor else None, ok=ok,
                 size_bytes=p.size_bytes, gpu_index=names[p.src][0])
-    fatal, found = [], []
+    fatal, found, estimated = [], [], []
     for w in weak_pairs(gpu_links.pairs, floor.value if floor else None, relative):
         p = w.pair
-        text = f"{names[p.src][1]} -> {names[p.dst][1]}: {p.gb_s:.1f} GB/s {w.why}"
         if w.below_median or (floor is not None and not floor.estimate):
-            fatal.append(text)
+            fatal.append(f"{names[p.src][1]} -> {names[p.dst][1]}: {p.gb_s:.1f} GB/s {w.why}")
             found.append(names[p.src][0])
-        else:
-            warn(f"{text} (an estimate, not a failure until measured: {floor.source})"  # type: ignore[union-attr]
-                 if floor else text)
+        else:  # below an estimated floor only
+            estimated.append(f"GPU {names[p.src][0]} -> GPU {names[p.dst][0]} {p.gb_s:.1f}")
+    if estimated and floor is not None:
+        more = f" and {len(estimated) - 8} more" if len(estimated) > 8 else ""
+        warn(f"{len(estimated)} GPU pair(s) below {floor.value:g} GB/s: "
+             f"{'; '.join(estimated[:8])}{more} GB/s (an estimate, not a failure until "
+             f"measured: {floor.source})")
     no_peer = [f"{names[p.src][1]} -> {names[p.dst][1]}: no peer access (copies bounce "
                "through host memory)" for p in gpu_links.pairs if p.peer_access is False]
     if profile.nvswitch:

@@ -292,3 +292,15 @@ def test_real_fixtures_without_cuda_error_on_a_gpu_profile(pytester: pytest.Pyte
     for check_id, result in results.items():
         assert result["outcome"] == "error", (check_id, result)
         assert "sees no CUDA device" in result["message"], (check_id, result["message"])
+
+
+def test_estimated_floors_and_c2c_hosts_warn_once_and_never_fail(pytester: pytest.Pytester):
+    # GB200's per-pair floor (630 GB/s) is an estimate: 56 pairs at 380 GB/s are one warning;
+    # its host link is NVLink-C2C: host copies are recorded, not judged against PCIe.
+    results = _run(pytester, "healthy", profile="p6e-gb200.36xlarge")
+    pairs, host = results["PF-LINK-001"], results["PF-LINK-002"]
+    assert pairs["outcome"] == "warn" and len(pairs["warnings"]) == 1, pairs
+    assert pairs["warnings"][0].startswith("[PF-LINK-001] 56 GPU pair(s) below 630 GB/s: GPU 0 ")
+    assert "and 48 more GB/s (an estimate" in pairs["warnings"][0]
+    assert host["outcome"] == "warn" and "NVLink-C2C" in " ".join(host["warnings"])
+    assert all(m.get("threshold") is None for m in host["measurements"] if "copy" in m["what"])
