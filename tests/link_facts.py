@@ -78,7 +78,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "slow_latency": _with(gpu_links=links(latency=latency(400.0))),
     "hw_slowdown": _with(compute_clocks=clocks(gpu4=_falling(0x8))),
     "power_capped_drop": _with(compute_clocks=clocks(gpu4=_falling(0x4, 1400))),
-    "no_readings": _with(compute_clocks=clocks(gpu1=[{"t_s": 0.1, "sm_clock_mhz": None}])),
+    "no_readings": _with(compute_clocks=clocks(gpu1=[{"t_s": 0.1, "sm_clock_mhz": None}],
+                                               gpu2=[{"t_s": 0.1, "sm_clock_mhz": 0}])),
     "no_reasons": _with(compute_clocks=clocks(gpu6=[
         {"t_s": 0.1 * i, "sm_clock_mhz": 1980, "power_w": 690.0} for i in range(10)])),
 }

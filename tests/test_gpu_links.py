@@ -202,7 +202,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "power_capped_drop": {"PF-CLOCK-001": ("warn", "SM clock fell 29.3% under load (1980 -> "
                                            "1400 MHz; SW Power Cap)")},
     "no_readings": {"PF-CLOCK-001": ("error", "clock readings not known, so throttling cannot "
-                                     "be ruled out: GPU 1")},
+                                     "be ruled out: GPU 1 (bus 00000000:64:00.0, serial "
+                                     "1654922000001): no SM clock read (1 readings); GPU 2")},
     "no_reasons": {"PF-CLOCK-001": ("error", "NVML gave no clock event reasons")},
 }
 
