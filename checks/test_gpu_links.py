@@ -113,7 +113,8 @@ def test_gpu_pair_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
     if missing:
         errors = {(p.src, p.dst): p.error for p in gpu_links.pairs if p.error}
         raise ProbeError(f"{len(missing)} GPU pair(s) have no figure: " + "; ".join(
-            f"{s} -> {d}: {errors.get((s, d)) or 'not reached within the part budget'}"
+            f"GPU {names[s][0]} -> GPU {names[d][0]}: "
+            f"{errors.get((s, d)) or 'not reached within the part budget'}"
             for s, d in missing[:8]))
 
 

@@ -190,7 +190,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
                                   "150.0 GB/s < 320 GB/s floor and < 0.5 x the median pair")},
     "weak_pair_renumbered": {"PF-LINK-001": ("fail", "GPU 5 (bus 00000000:A8:00.0, serial "
                                              "1654922000005) -> GPU 2 (bus")},
-    "pair_missing": {"PF-LINK-001": ("error", "1 GPU pair(s) have no figure: 0 -> 1: not "
+    "pair_missing": {"PF-LINK-001": ("error", "1 GPU pair(s) have no figure: GPU 0 -> GPU 1: not "
                                      "reached within the part budget")},
     "slow_host_estimate": {"PF-LINK-002": ("warn", "h2d: 20.0 GB/s < 28.8 GB/s (an estimate")},
     "broken_host": {"PF-LINK-002": ("fail", "h2d: 9.0 GB/s < 0.25 x 48 GB/s (Gen5 x16, NVML")},
