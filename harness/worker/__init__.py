@@ -7,4 +7,5 @@ process group, each part bounded by its own timeout and reported as its own JSON
 - `parts`: the parts and the torchrun entry point (`python -m harness.worker`).
 - `launch`: the launcher side (pytest process): the command, the run, one result per part.
 - `compute`: compute sanity on this rank's GPU (run by every rank at once).
+- `links`: small-message all_reduce latency, then host and peer copies on rank 0.
 """

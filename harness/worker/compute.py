@@ -105,7 +105,7 @@ def nvml_reader(device_index: int) -> Callable[[], dict[str, Any]] | None:
         for key, call in (
             ("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
             ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
-            ("event_reasons", lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+            ("event_reasons", lambda: _event_reasons(pynvml, handle)),
         ):
             try:
                 out[key] = call()
@@ -114,6 +114,14 @@ def nvml_reader(device_index: int) -> Callable[[], dict[str, Any]] | None:
         return out
 
     return read
+
+
+def _event_reasons(pynvml: Any, handle: Any) -> int:
+    """The clock event reason mask: `nvmlDeviceGetCurrentClocksEventReasons` (the current
+    name), else its older `...ClocksThrottleReasons` (as harness.probes.gpu reads it)."""
+    call = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(call(handle))
 
 
 def run_one(device: Any, *, seconds: float, n: int, chunk_iters: int, copy_bytes: int,

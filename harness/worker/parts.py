@@ -22,13 +22,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.probes import train_step as ts
+from harness.worker import links
 
 __all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "main", "parser"]
 
 WORKER_SCHEMA = "gpu-preflight.worker/v1"
-#: Parts, in the order they run: compute first (each rank alone on its GPU), then the
-#: collectives, then the training step (the longest, and the one most likely to hang).
-PARTS = ("compute", "bandwidth", "train")
+#: Parts, in the order they run: compute first (each rank alone on its GPU), the links (host
+#: and peer copies, small-message latency: harness.worker.links), then the collectives, then
+#: the training step (the longest, and the one most likely to hang).
+PARTS = ("compute", "links", "bandwidth", "train")
 #: Test hook: the named part sleeps at its start, as a hung part would (on every rank).
 HANG_ENV = "PREFLIGHT_WORKER_HANG"
 
@@ -62,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-seconds", type=float, default=3.0,
                    help="how long each GPU multiplies (long enough to see clocks drop)")
     ts.add_step_arguments(p)
+    links.add_arguments(p)
     return p
 
 
@@ -134,12 +137,16 @@ def _compute(args: argparse.Namespace, device: Any, rank: int) -> str:
     return OK
 
 
+def _links(args: argparse.Namespace, device: Any, rank: int) -> str:
+    return OK if links.run_part(args, device, emit=emit) else BROKEN
+
+
 #: What a part's runner returns: it ran and its figures are good; it ran and measured a fault
 #: (the group is intact: the next part runs); the group may be broken (the rank leaves).
 OK, FAILED, BROKEN = "ok", "failed", "broken"
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, Any, int], str]] = {
-    "compute": _compute, "bandwidth": _bandwidth, "train": _train,
+    "compute": _compute, "links": _links, "bandwidth": _bandwidth, "train": _train,
 }
 
 
