@@ -104,7 +104,7 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
                                     "bandwidth": snap.get("bandwidth"),
                                     "isolation": snap.get("isolation")}
     for rep in reports:
-        out.append(json.loads(json.dumps(rep.to_dict())))
+        out.append(rep.to_dict())
     return out
 
 
