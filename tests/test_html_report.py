@@ -283,7 +283,8 @@ def test_cli_report_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == cli.EXIT_FAILED  # a node failed
     printed = capsys.readouterr().out
     assert "FAIL: 1 bad of 4 nodes" in printed
-    assert "bad node algo-3 (fail): pairwise all_reduce" in printed
+    assert ("bad node algo-3 (own checks: fail; named by the cluster verdict and its own "
+            "checks): pairwise all_reduce") in printed
     assert Page(out.read_text()).all_text.count("algo-3") >= 4
     assert out.stat().st_mode & 0o777 == 0o644
 

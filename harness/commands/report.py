@@ -27,7 +27,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = sys.stderr if getattr(args, "json", False) else sys.stdout
     print(f"{summary.verdict.upper()}: {summary.line}", file=out)
     for node in summary.bad:
-        print(f"  bad node {node.host} ({node.verdict}): {'; '.join(node.why)}", file=out)
+        by = " and ".join({"cluster": "the cluster verdict", "node": "its own checks"}.get(b, b)
+                          for b in node.named_by)
+        print(f"  bad node {node.host} (own checks: {node.verdict}; named by {by}): "
+              f"{'; '.join(node.why)}", file=out)
     if args.html:
         print(f"html: {write_html(reports, Path(args.html))}", file=out)
     if getattr(args, "json", False):
