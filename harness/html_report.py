@@ -23,7 +23,7 @@ from harness.html_page import (
     warnings_section,
 )
 from harness.html_plots import bandwidth_section
-from harness.verdicts import is_cluster_check, natural_key, summarise
+from harness.verdicts import is_cluster_check, natural_key, summarise, typed_once
 
 __all__ = ["ReportSet", "ReportSourceError", "load_reports", "render_html", "write_html"]
 
@@ -141,6 +141,11 @@ def render_html(rs: ReportSet, generated_at: str | None = None) -> str:
     """The whole page as one string (every value escaped; no external resource): the verdict,
     the cluster-wide checks, the bad nodes and why, the matrix, bandwidth, isolation rounds."""
     generated_at = generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with typed_once():
+        return _render(rs, generated_at)
+
+
+def _render(rs: ReportSet, generated_at: str) -> str:
     reports = rs.reports
     summary = summarise(reports)
     bad = {n.host for n in summary.bad}
