@@ -32,6 +32,13 @@ class RoundView:
     """Confirmed bad in this round."""
 
 
+def _gb(value: object) -> str:
+    """`57.81 GB/s`; `no value` when the pair reported none (never a crash on a null)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "no value"
+    return f"{value:.4g} GB/s"
+
+
 def _passed(p: Mapping[str, Any], threshold: float) -> bool:
     value = p.get("busbw_gb_s")
     return not p.get("error") and isinstance(value, int | float) and value >= threshold
@@ -64,7 +71,7 @@ def _plot(view: RoundView, threshold: float, name: Any, bad: set[int],
         return float(v) if isinstance(v, int | float) and not p.get("error") else 0.0
 
     pairs = sorted(view.pairs, key=lambda p: (value(p), str(p.get("a"))))
-    top = max([value(p) for p in pairs] + [threshold, 1.0])
+    top = max([value(p) for p in pairs] + [threshold])
     frame = Frame(f"round {view.number}: {len(pairs)} pairs, {len(view.failed)} below "
                   f"{threshold:.4g} GB/s", top, f"isolation round {view.number}",
                   height=ROUND_HEIGHT)
@@ -126,7 +133,7 @@ def isolation_section(summary: RunSummary) -> str:
         failed = "<br>".join(
             esc(f"{name(p.get('a'))} – {name(p.get('b'))}: "
                 + (f"error: {p.get('error')}" if p.get("error")
-                   else f"{p.get('busbw_gb_s')} GB/s")) for p in view.failed[:40])
+                   else _gb(p.get("busbw_gb_s")))) for p in view.failed[:40])
         if len(view.failed) > 40:
             failed += f"<br>... and {len(view.failed) - 40} more"
         rows.append(f"<tr><th>{view.number}</th><td>{len(view.pairs)}</td>"

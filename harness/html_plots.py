@@ -68,7 +68,8 @@ class Frame:
         self.left, self.right = _L, _L + self.pw
         """The plot area's left and right edges (labels go right of `right`)."""
         self.bottom = bottom_value
-        self.top_value = max(top_value * 1.1, bottom_value + 1.0)
+        # 10% headroom; an empty or flat plot (every value 0) still gets an axis.
+        self.top_value = top_value * 1.1 if top_value > bottom_value else bottom_value + 1.0
         self.out = [f'<svg width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" role="img" '
                     f'aria-label="{esc(aria)}">',
                     f'<rect x="{_L}" y="{_T}" width="{self.pw}" height="{self.ph}" '
