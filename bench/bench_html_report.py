@@ -1,7 +1,10 @@
 """`preflight report --html` at cluster scale: render time and page size for N nodes built from
 the recorded 4-node reports (tests/data/reports), as medians, and the ratio to loading the JSON.
 
-No goal was set by the issue; the figures say whether a nightly 1000-node page stays cheap.
+A second table renders synthetic runs in the shape a real multi-node run leaves (the cluster
+verdict and the pairwise isolation rounds in every report: tests/synthetic_run.py), one node
+slow. No goal was set by the issue; the figures say whether a nightly 1000-node page stays
+cheap.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from harness.html_report import ReportSet, render_html  # noqa: E402
 
@@ -54,6 +58,14 @@ def main() -> None:
         size = len(render_html(rs).encode()) / 1024
         print(f"{n:>6} {render * 1000:>10.1f} {load * 1000:>14.1f} {render / load:>6.1f} "
               f"{size:>9.0f}")
+    import synthetic_run
+
+    print(f"\nsynthetic cluster runs (one slow node)\n{'nodes':>6} {'render ms':>10} "
+          f"{'page KiB':>9}")
+    for n in (4, 64, 256, 1024):
+        rs = ReportSet(source="bench", reports=synthetic_run.run(n, slow={n // 2: 0.3}))
+        render = median_s(lambda rs=rs: render_html(rs), runs)
+        print(f"{n:>6} {render * 1000:>10.1f} {len(render_html(rs).encode()) / 1024:>9.0f}")
 
 
 if __name__ == "__main__":

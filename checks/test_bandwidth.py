@@ -42,16 +42,17 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str, *,
     `estimate` (the floor's source): the floor has no public measured basis, so a value below
     it is a warning that says so, never a failure, until the real figure is measured."""
     busbw = run.busbw_at(size)
+    # The whole sweep goes into the report (the HTML report plots busbw by size per node),
+    # also when the gate row is missing: a run that died part-way shows how far it got.
+    for swept, value in sorted(run.busbw_by_size.items()):
+        if swept != size:
+            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept)
     if busbw is None:
         if run.problem:
             raise ProbeError(f"all_reduce over {run.where()}: {run.problem}")
         largest = _size(run.largest_size) if run.largest_size else "none"
         raise ProbeError(f"{run.source} printed no row at {_size(size)} (largest measured: "
                          f"{largest}); command: {run.command}")
-    # The whole sweep goes into the report (the HTML report plots busbw by size per node).
-    for swept, value in sorted(run.busbw_by_size.items()):
-        if swept != size:
-            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept)
     if run.nccl_log:
         remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
     what = f"all_reduce busbw at {_size(size)}"
@@ -228,13 +229,12 @@ def test_other_collectives_complete_and_exact(profile: Profile, request: pytest.
     if not profile.has_gpus:
         not_applicable(f"profile {profile.name} has no GPUs: nccl-tests does not run")
     runs = request.getfixturevalue("collective_runs")
-    gate = profile.bw_gate_size_bytes
     offenders = []
     for r in runs:
         if r.cannot_run:
             continue
-        if (busbw := r.busbw_at(gate)) is not None:
-            measure(f"{r.scope} busbw at {_size(gate)}", busbw, "GB/s", size_bytes=gate)
+        for size, busbw in sorted(r.busbw_by_size.items()):  # the whole sweep, for the plots
+            measure(f"{r.scope} busbw at {_size(size)}", busbw, "GB/s", size_bytes=size)
         if r.problem:
             offenders.append(f"{r.scope}: {r.problem}")
             measure(f"{r.scope} output tail", r.output_tail, ok=False)

@@ -123,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("source", help="a report folder tree (report.json per host), one "
                      "report.json, or an s3://bucket/prefix/ holding them")
     rep.add_argument("--html", default=None, help="write a self-contained HTML page here")
+    rep.add_argument("--json", action="store_true", help="print the same facts as JSON on "
+                     "stdout: the verdict, and every node's host, verdict, bad and why")
     lau = sub.add_parser("launch", help="start a SageMaker training job that certifies every node")
     lau.add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
     lau.add_argument("--instance-count", required=True, type=int)

@@ -1,6 +1,8 @@
 """Key figures read from `gpu-preflight.report/v1` dicts: busbw by message size, GPUs healthy,
 the bad-node list. Pure functions (no I/O) shared by the HTML report and the CloudWatch metrics.
 
+The bad-node list and the per-node verdicts live in harness.verdicts (re-exported here).
+
 Where bandwidth comes from, in order: each check's measurements whose unit is GB/s and whose
 `what` names busbw, at their `size_bytes` (harness.results.Measurement; a v1 report's sizes are
 recovered there), then a top-level `bandwidth` section holding nccl-tests rows
@@ -10,17 +12,19 @@ recovered there), then a top-level `bandwidth` section holding nccl-tests rows
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.results import CheckResult, Measurement, legacy_size, results
+from harness.results import Measurement, legacy_size
+from harness.verdicts import BadNode, bad_nodes, checks_of, natural_key
 
 __all__ = [
     "BadNode",
     "Curve",
     "bad_nodes",
     "bandwidth_curves",
+    "checks_of",
     "format_size",
     "gpus_healthy",
     "natural_key",
@@ -36,13 +40,6 @@ _GPU_COUNT_WHAT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detecte
 parse_size = legacy_size
 
 
-def checks_of(report: Mapping[str, Any]) -> list[CheckResult]:
-    """The report's check results as typed records; a report written before the typed fields
-    (no `results_schema`) is read as v1 (sizes and GPU indices recovered once, in results)."""
-    legacy = report.get("results_schema") is None
-    return results(report.get("checks") or [], legacy=legacy)
-
-
 def format_size(size: float) -> str:
     """`1 GiB`, `512 MiB`, `8 B`: the largest binary unit that keeps the number >= 1."""
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -50,11 +47,6 @@ def format_size(size: float) -> str:
             value = size / factor
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
     return f"{size:.0f} B"
-
-
-def natural_key(text: str) -> tuple[Any, ...]:
-    """Sort `algo-2` before `algo-10`."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
 @dataclass(slots=True)
@@ -68,6 +60,12 @@ class Curve:
     unsized: list[float] = field(default_factory=list)
     """busbw values recorded without a message size (a gate value)."""
     threshold_gb_s: float | None = None
+    gate_bytes: int | None = None
+    """The message size the floor was judged at (the measurement with a threshold)."""
+
+    def at(self, size: int | None) -> float | None:
+        """busbw at `size`; None when not measured there."""
+        return dict(self.points).get(size) if size is not None else None
 
     @property
     def peak(self) -> tuple[int | None, float] | None:
@@ -150,6 +148,7 @@ def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
             threshold = _number(m.threshold)
             if threshold is not None and m.op in (">=", ">"):
                 curve.threshold_gb_s = threshold
+                curve.gate_bytes = m.size_bytes
     for curve in curves.values():
         curve.points = sorted(dict(curve.points).items())
     result = list(curves.values())
@@ -187,53 +186,3 @@ def gpus_healthy(report: Mapping[str, Any], expected: int | None) -> int | None:
     if unknown:
         return None
     return max(seen - len({i for i in named if i < seen}), 0)
-
-
-@dataclass(frozen=True, slots=True)
-class BadNode:
-    """A node to drain or replace, and why (the cluster verdict's evidence, or its own checks)."""
-
-    host: str
-    reasons: tuple[str, ...]
-    source: str
-    """`cluster` (named by the multi-node verdict) or `node` (its own checks failed)."""
-
-
-def _cluster_entries(section: object) -> Iterable[tuple[str, str]]:
-    if not isinstance(section, Mapping):
-        return
-    for entry in section.get("bad_nodes") or []:
-        if isinstance(entry, str):
-            yield entry, ""
-        elif isinstance(entry, Mapping):
-            host = entry.get("host") or entry.get("node") or entry.get("name")
-            reason = entry.get("reason") or entry.get("evidence") or ""
-            if isinstance(reason, list | tuple):
-                reason = "; ".join(str(r) for r in reason)
-            if host:
-                yield str(host), str(reason)
-
-
-def bad_nodes(reports: Sequence[Mapping[str, Any]]) -> list[BadNode]:
-    """Nodes named by any report's `cluster.bad_nodes`, then nodes whose own verdict is not
-    pass (with their failed check IDs), sorted by host; a host appears once."""
-    found: dict[str, tuple[list[str], str]] = {}
-    for report in reports:
-        for host, reason in _cluster_entries(report.get("cluster")):
-            reasons, _ = found.setdefault(host, ([], "cluster"))
-            if reason and reason not in reasons:
-                reasons.append(reason)
-    for report in reports:
-        if report.get("verdict", "pass") == "pass":
-            continue
-        host = str(report.get("host", "?"))
-        failed = [str(c.get("id")) for c in report.get("checks") or []
-                  if c.get("outcome") in ("fail", "error")]
-        if failed and report.get("cluster") and all(i.startswith("PF-CLUSTER-") for i in failed):
-            continue  # failed only with the cluster, whose verdict names the bad nodes above
-        reason = (f"failed {', '.join(failed)}" if failed
-                  else f"verdict {report.get('verdict')} (harness error)")
-        reasons, _ = found.setdefault(host, ([], "node"))
-        reasons.append(reason)
-    return [BadNode(host=h, reasons=tuple(r), source=s)
-            for h, (r, s) in sorted(found.items(), key=lambda kv: natural_key(kv[0]))]

@@ -93,6 +93,9 @@ def test_hang_fails_completion_and_has_no_gate_row(tmp_path, monkeypatch):
     assert "         512           128     float     sum" in tail["value"]
     assert checks["PF-BW-001"]["outcome"] == "error"
     assert "row(s) printed before it was killed" in checks["PF-BW-001"]["message"]
+    # the rows it printed before the hang are kept (the report plots how far it got)
+    sizes = [m["size_bytes"] for m in checks["PF-BW-001"]["measurements"]]
+    assert sizes and all(isinstance(s, int) for s in sizes) and 2**30 not in sizes
 
 
 def test_garbage_output_is_an_error_not_a_pass(tmp_path, monkeypatch):
@@ -205,6 +208,11 @@ def test_certify_runs_the_other_collectives(tmp_path, monkeypatch):
     assert "alltoall" not in message.split("none allowed")[1]
     calls = (tmp_path / "calls.log").read_text()
     assert calls.count("-b 1M -e 4G") == 4  # certify sweep, all four binaries
+    # every size each collective measured is recorded (not only the gate size), for the plots
+    swept = [m for m in checks["PF-BW-007"]["measurements"] if m.get("size_bytes")]
+    by_scope = {w: sorted(m["size_bytes"] for m in swept if m["what"].startswith(w))
+                for w in ("all_gather", "alltoall")}
+    assert all(len(v) > 1 for v in by_scope.values()), by_scope
 
 
 def test_certify_without_the_other_binaries_is_an_error(tmp_path, monkeypatch):

@@ -130,7 +130,10 @@ def test_bad_nodes_union_of_cluster_and_own_verdict() -> None:
     assert [b.host for b in bad] == ["algo-3"]
     assert bad[0].source == "cluster"
     assert bad[0].reasons[0].startswith("pairwise all_reduce: algo-3 with algo-1 112.4 GB/s")
-    assert bad[0].reasons[1] == "failed PF-NET-003, PF-GPU-003, PF-BW-002"
+    assert [r.split(":")[0] for r in bad[0].reasons[1:]] == [
+        "PF-NET-003", "PF-GPU-003", "PF-BW-002"]  # its own failed checks, each with its reason
+    assert bad[0].reasons[3] == ("PF-BW-002: all_reduce busbw at 1 GiB (32 ranks, 4 nodes) "
+                                 "109.5 GB/s < 370.0 GB/s required for p5.48xlarge")
     for r in reports:
         r.pop("cluster")
     reports[0]["cluster"] = {"bad_nodes": ["algo-10"]}
@@ -176,13 +179,15 @@ def test_page_shows_every_node_check_and_failure() -> None:
     html = render_html(rs, generated_at="2026-11-28T03:00:00+00:00")
     page = Page(html)
     text = page.all_text
-    assert "FAIL: 3 of 4 nodes passed" in text
+    assert "FAIL: 1 bad of 4 nodes: algo-3" in text
     check_ids = sorted({c["id"] for h in HOSTS for c in recorded(h)["checks"]})
-    matrix = next(r for r in page.rows if r[:2] == ["host", "verdict"])
-    assert matrix[2:] == check_ids
-    for host in HOSTS:
-        row = next(r for r in page.rows if r[0] == host and len(r) == len(matrix))
-        outcomes = {c["id"]: c["outcome"] for c in recorded(host)["checks"]}
+    matrices = [r for r in page.rows if r[:2] == ["host", "own verdict"] and len(r) > 4]
+    assert len(matrices) == 2  # the bad nodes' rows, then the passing ones (folded)
+    assert matrices[0][2:] == check_ids
+    rows = [r for r in page.rows if r and r[0] in HOSTS and len(r) == len(matrices[0])]
+    assert [r[0] for r in rows] == ["algo-3", "algo-1", "algo-2", "algo-4"]  # bad node first
+    for row in rows:
+        outcomes = {c["id"]: c["outcome"] for c in recorded(row[0])["checks"]}
         marks = {"pass": "✓", "warn": "!", "skip": "–", "fail": "✗", "error": "E"}
         assert row[2:] == [marks[outcomes[c]] for c in check_ids]
     # the failures, each with its full message and its remedy
@@ -191,13 +196,14 @@ def test_page_shows_every_node_check_and_failure() -> None:
             assert f"{c['id']} {c['title']} — failed on 1 of 4 nodes: algo-3" in text
             assert c["message"] in text
             assert f"Remedy: {c['remedy']}" in text
-    # the bad-node list and the slow node flagged in the bandwidth table
-    assert next(r for r in page.rows if r[0] == "algo-3")[:2] == ["algo-3", "cluster verdict"]
+    # the bad-node list, and the slow node flagged in the bandwidth table (at the gate size)
+    assert next(r for r in page.rows if r[0] == "algo-3")[:3] == [
+        "algo-3", "fail", "cluster verdict, own checks"]
     assert "algo-3" in text.split("e.g. a Slurm exclude list):")[1]
     peaks = [r for r in page.rows if len(r) == 4 and r[-1].endswith("%")]
     assert len(peaks) == 8  # 4 nodes x 2 bandwidth checks
-    assert ["algo-3", "16 GiB", "489", "100%"] in peaks  # its NVLink is fine
-    assert [r for r in peaks if int(r[-1][:-1]) < 90] == [["algo-3", "16 GiB", "123.5", "26%"]]
+    assert ["algo-3", "1 GiB", "478", "100%"] in peaks  # its NVLink is fine
+    assert [r for r in peaks if int(r[-1][:-1]) < 90] == [["algo-3", "1 GiB", "109.5", "26%"]]
     # a warning is listed, and every value is escaped
     assert "NCCL_PROTO=simple is set" in text
     assert "<script" not in html
@@ -211,7 +217,7 @@ def test_page_plots_busbw_per_node() -> None:
     assert len(lines) == 8  # 4 nodes x 2 checks
     assert all(len(a["points"].split()) == 12 for a in lines)
     assert sum(a["stroke"] == "#d62728" for a in lines) == 2  # the bad node, in both plots
-    assert "required 370 GB/s" in page.all_text
+    assert "floor 370 GB/s @ 1 GiB" in page.all_text
     assert "16 GiB" in page.all_text and "8 MiB" in page.all_text
 
 
@@ -228,7 +234,7 @@ def test_page_is_self_contained() -> None:
 def test_page_escapes_hostile_text() -> None:
     report = recorded("algo-3")
     report["host"] = "<img src=x onerror=alert(1)>"
-    report["checks"][-3]["message"] = "</pre><script>alert(1)</script>"
+    report["checks"][-2]["message"] = "</pre><script>alert(1)</script>"  # PF-BW-002, failed
     html = render_html(ReportSet(source="x", reports=[report]))
     assert "<script>" not in html and "<img" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -243,26 +249,32 @@ def test_page_of_passing_nodes_without_bandwidth() -> None:
         r.pop("cluster")
         reports.append(r)
     text = Page(render_html(ReportSet(source="x", reports=reports))).all_text
-    assert "PASS: all 2 nodes passed" in text
-    assert "No check failed." in text
-    assert "None: no node failed and no cluster verdict named one." in text
+    assert "PASS: 0 bad of 2 nodes" in text
+    assert "No node-local check failed." in text
+    assert "None: every node passed its own checks and no cluster verdict named one." in text
     assert "No bandwidth was measured" in text
 
 
-def test_page_with_many_nodes_keeps_the_legend_short() -> None:
+def test_page_with_many_nodes_draws_the_spread_not_a_line_per_node() -> None:
     reports = []
     for i in range(40):
         r = copy.deepcopy(recorded("algo-1"))
         r["host"] = f"node-{i}"
+        r.pop("cluster")  # it names algo-3, not in this run
         reports.append(r)
     for r in reports[:10]:
         r["verdict"] = "fail"
         r["checks"][0].update(outcome="fail", message=f"[PF-ENV-001] broken on {r['host']}")
     page = Page(render_html(ReportSet(source="x", reports=reports)))
-    assert "… and 16 more" in page.all_text
+    assert "FAIL: 10 bad of 40 nodes" in page.all_text
     assert "every node's message (10)" in page.all_text
     assert all(f"broken on node-{i}" in page.all_text for i in range(10))
-    assert len([a for t, a in page.tags if t == "polyline"]) == 80
+    lines = [a for t, a in page.tags if t == "polyline"]
+    # per bandwidth check: the median, the 10 bad nodes' own lines, the sorted distribution
+    assert len(lines) == 2 * (1 + 10 + 1)
+    assert page.all_text.count("min-max of 40 nodes") == 2
+    assert "node-0 (bad)" in page.all_text and "node-39" not in page.all_text.split(
+        "Bus bandwidth")[1].split("busbw at")[0]  # a healthy node gets no legend entry
 
 
 def test_cli_report_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -270,8 +282,9 @@ def test_cli_report_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code = cli.main(["report", str(DATA), "--html", str(out)])
     assert code == cli.EXIT_FAILED  # a node failed
     printed = capsys.readouterr().out
-    assert "4 nodes, 1 failed" in printed
-    assert "bad node algo-3: pairwise all_reduce" in printed
+    assert "FAIL: 1 bad of 4 nodes" in printed
+    assert ("bad node algo-3 (own checks: fail; named by the cluster verdict and its own "
+            "checks): pairwise all_reduce") in printed
     assert Page(out.read_text()).all_text.count("algo-3") >= 4
     assert out.stat().st_mode & 0o777 == 0o644
 
@@ -294,7 +307,7 @@ def test_cli_report_from_s3(aws_env: dict[str, str], tmp_path: Path) -> None:
                      str(out)]) == cli.EXIT_FAILED
     text = Page(out.read_text()).all_text
     assert "s3://pf-html/certify/2026-11-28/job-7/algo-4/report.json" in text
-    assert "FAIL: 3 of 4 nodes passed" in text
+    assert "FAIL: 1 bad of 4 nodes" in text
 
 
 def test_cli_report_from_unreachable_s3(aws_env: dict[str, str], capsys: pytest.CaptureFixture[str],
