@@ -99,9 +99,10 @@ def test_nccl_mnnvl_domain(profile: Profile, fabric_evidence: FabricEvidence):
     "but not working' and the job fails at its first communicator.",
     remedy=REMEDY_IMEX,
 )
-def test_imex_service_ready(profile: Profile, gpu_fabric: list[FabricInfo], imex_status: ImexStatus):
-    domain_gpus(profile, gpu_fabric)
-    s = imex_status
+def test_imex_service_ready(profile: Profile, gpu_fabric: list[FabricInfo],
+                            request: pytest.FixtureRequest):
+    domain_gpus(profile, gpu_fabric)  # off a domain: not applicable before any tool runs
+    s: ImexStatus = request.getfixturevalue("imex_status")
     measure("IMEX daemon state", s.state or "unknown", op="==", threshold="READY",
             ok=s.state == "READY")
     measure("nodes in the IMEX nodes config", len(s.nodes), "nodes")
