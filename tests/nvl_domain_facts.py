@@ -85,4 +85,6 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "sharp_env_only": _scenario(HGX_LOG, gpu_fabric=HGX, node_count=TWO_NODES,
                                 environ={"SHARP_COLL_LOG_LEVEL": "3", "PATH": "/usr/bin"}),
     "sharp_off": _scenario(HGX_LOG, gpu_fabric=HGX, node_count=TWO_NODES),
+    "multi_bad_single_good": _scenario(GB200_LOG, multi_node_allreduce=_run(
+        "multi-node", GB200_BAD, num_nodes=2), single_node_allreduce=_run("single-node", GB200_LOG)),
 }

@@ -135,3 +135,19 @@ def test_sharp_not_configured_does_not_apply_and_half_configured_warns(pytester)
     assert got["PF-IB-004"][0] == "warn" and "SHARP_COLL_LOG_LEVEL" in got["PF-IB-004"][1]
     got = run(pytester, "test_ib_sharp.py", "sharp_used", "p5.48xlarge")
     assert got["PF-IB-004"][0] == "skip" and "fabric: efa" in got["PF-IB-004"][1]
+
+
+def test_the_multi_node_run_is_judged_before_this_nodes_own(pytester):
+    """fabric_evidence itself: on the leader the multi-node run's log (every rank) is judged."""
+    pytester.makeconftest(facts_conftest("tests.nvl_domain_facts", "multi_bad_single_good", [
+        "gpu_fabric", "imex_status", "multi_node_allreduce", "single_node_allreduce"]))
+    got = run_check_file(pytester, "test_nvl_domain.py", "p6e-gb200.36xlarge", "-k", "mnnvl")
+    assert got["PF-NVL-004"]["outcome"] == "fail", got
+
+
+def test_nccl_info_env_keeps_the_users_settings():
+    from harness.fixtures.bandwidth import nccl_info_env
+
+    assert nccl_info_env({"A": "1"}) == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                                         "A": "1"}
+    assert nccl_info_env({"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"

@@ -60,3 +60,23 @@ def test_missing_tool_and_unreadable_config(tmp_path, bin_dir):
     s = imex.query_imex(root)
     assert s.tool is None and s.state is None and "not on PATH" in (s.problem or "")
     assert "larger than" in (s.config_problem or "") and s.nodes == ()
+
+
+def test_imex_check_through_its_fixture_reads_the_sysroot_and_the_tool(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """PF-NVL-005 with the real imex_status fixture: the emulated tool on PATH answers, the nodes
+    config is read under --preflight-sysroot; only the NVML facts are canned (GB200 tray)."""
+    from tests.conftest import REPO, facts_conftest, run_check_file
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    bin_dir = empty_path(tmp_path, monkeypatch)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    root = _sysroot(tmp_path, "10.1.0.1\n10.1.0.2\n")
+    pytester.makeconftest(facts_conftest("tests.nvl_domain_facts", "gb200_healthy", ["gpu_fabric"]))
+    for body, outcome in (("echo READY", "pass"), ("echo UNAVAILABLE", "fail"),
+                          ("sleep 60", "error")):
+        make_tool(bin_dir, "nvidia-imex-ctl", body)
+        got = run_check_file(pytester, "test_nvl_domain.py", "p6e-gb200.36xlarge",
+                             f"--preflight-sysroot={root}", "-k", "imex")["PF-NVL-005"]
+        assert got["outcome"] == outcome, got
+    assert "did not finish within 15 s" in got["message"]
