@@ -6,7 +6,7 @@ fabric state completed with a zero cluster UUID, which is not a domain (NCCL src
 from __future__ import annotations
 
 from harness.checking import ProbeError, check, expect_none, measure, warn
-from harness.fixtures.fabric import IMEX_CHANNELS, domain_gpus, require_ib
+from harness.fixtures.fabric import IMEX_CHANNELS, domain_gpus, one_domain, require_ib
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import FabricInfo, RdmaDevice
 from harness.profiles import Profile
@@ -110,12 +110,7 @@ def test_nvlink_domain_registered(profile: Profile, gpu_fabric: list[FabricInfo]
             bad.append(f"GPU {f.index}: cluster UUID is zero (not part of a domain)")
     uuids = {f.cluster_uuid for f in gpus if f.in_domain}
     cliques = {f.clique_id for f in gpus if f.in_domain}
-    measure("cluster UUIDs", len(uuids), op="==", threshold=1, ok=len(uuids) == 1)
-    if len(uuids) > 1:
-        bad.append(f"GPUs report {len(uuids)} different cluster UUIDs")
-    if len(cliques) > 1:
-        bad.append(f"GPUs report {len(cliques)} different clique IDs: "
-                   f"{', '.join(str(c) for c in sorted(c for c in cliques if c is not None))}")
+    bad += one_domain(uuids, cliques, "GPUs")
     expect_none("GPUs outside the NVLink domain", bad)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.checking import ProbeError, check, expect_none, fail, measure, not_applicable, warn
-from harness.fixtures.fabric import domain_gpus
+from harness.fixtures.fabric import domain_gpus, one_domain
 from harness.fixtures.nvl_domain import NVLS_GATE_SIZE, FabricEvidence
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import FabricInfo
@@ -75,13 +75,7 @@ def test_nccl_mnnvl_domain(profile: Profile, fabric_evidence: FabricEvidence):
     hosts = {r.host for r in ranks if r.host}
     measure("ranks with an MNNVL line", len(ranks), "ranks")
     measure("hosts in the log", len(hosts), "hosts")
-    measure("cluster UUIDs", len(uuids), op="==", threshold=1, ok=len(uuids) == 1)
-    measure("clique IDs", len(cliques), op="==", threshold=1, ok=len(cliques) == 1)
-    if len(uuids) > 1:
-        bad.append(f"{len(uuids)} cluster UUIDs across the ranks: {', '.join(sorted(uuids))}")
-    if len(cliques) > 1:
-        bad.append(f"{len(cliques)} clique IDs across the ranks: "
-                   f"{', '.join(f'{c:#x}' for c in sorted(cliques))}")
+    bad += one_domain(uuids, cliques, "ranks")
     bad += [f"NCCL: {m}" for m in log.mnnvl_errors]
     expect_none("ranks outside one healthy NVLink domain", bad)
     multi = [(n, flag) for n, flag in log.comm_mnnvl if n > 1]
