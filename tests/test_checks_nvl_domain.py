@@ -151,3 +151,22 @@ def test_nccl_info_env_keeps_the_users_settings():
     assert nccl_info_env({"A": "1"}) == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
                                          "A": "1"}
     assert nccl_info_env({"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"
+
+
+def test_truncated_garbled_and_flooded_logs_never_raise():
+    import random
+
+    rng = random.Random(17)
+    texts = [p.read_text() for p in sorted(LOGS.glob("real_*")) if "collnet" in p.name
+             or "nvls" in p.name or "mnnvl" in p.name]
+    for text in texts:
+        for _ in range(40):
+            cut = rng.randrange(len(text))
+            mutated = text[:cut] + rng.choice(["", "\x00", "0x", "\n", "é" * 5, "9" * 400]) \
+                + text[cut + rng.randrange(30):]
+            parse_fabric_log(mutated)
+    flood = "x NCCL INFO MNNVL busId 0x" + "f" * 2_000_000 + " fabric UUID 1.2\n"
+    assert parse_fabric_log(flood).mnnvl == ()
+    many = "h:1:1 [0] NCCL WARN NVLS failure %d\n" * 1
+    log = parse_fabric_log("".join(many.replace("%d", str(i)) for i in range(5000)))
+    assert len(log.warnings) == 50  # MAX_KEPT distinct messages

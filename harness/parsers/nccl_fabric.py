@@ -41,6 +41,9 @@ __all__ = ["MnnvlRank", "NcclFabricLog", "parse_fabric_log"]
 
 #: Distinct messages kept per kind (every rank prints the same lines).
 MAX_KEPT = 50
+#: Characters around a line's keyword that its pattern is searched in (the longest real line
+#: read here, a `NET/IB : Using` list of 8 HCAs, is under 300 characters after the keyword).
+WINDOW = 400
 
 _PREFIX = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL (?:INFO|WARN)")
 _COMM = re.compile(r"comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes "
@@ -53,6 +56,7 @@ _COLLNET = re.compile(r"Coll(?:Net)? (?P<ch>\d+)(?:/\d+)? : (?P<rank>\d+) \[(?:s
 _COLLNET_PLUGIN = re.compile(r"Loaded collnet plugin (?P<name>.+?) \(v\d+\)")
 _SHARP_RANK = re.compile(r"SHARP rank (?P<rank>\d+)/(?P<size>\d+) initialized on (?P<dev>\S+)")
 _ENV = re.compile(r"NCCL INFO (?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?$")
+_FABRIC_WORDS = re.compile(r"NVLS|nvls|MNNVL|IMEX|CollNet|COLLNET|SHARP")
 _COLLNET_FAIL = ("Cannot initialize CollNet", "CollNet is not supported or fails to initialize",
                  "SHARP coll init error")
 
@@ -123,6 +127,14 @@ def _message(line: str, start: int) -> str:
     return line[start:].strip()[:300]
 
 
+def _around(line: str, key: str, before: int = 0, after: int = WINDOW) -> str:
+    """The part of `line` around `key` that a regex may look at: every pattern here is
+    searched in a bounded window, so a flooded line (megabytes of one word or digit run) costs
+    linear time, never the quadratic backtracking of an unanchored `[\\w.-]+` or `\\d+`."""
+    at = line.find(key)
+    return "" if at < 0 else line[max(0, at - before):at + len(key) + after]
+
+
 def parse_fabric_log(source: str | IO[str] | IO[bytes] | Input | Iterable[str]) -> NcclFabricLog:
     """The fabric facts of an NCCL log (text, a stream, or any iterable of lines)."""
     if isinstance(source, str | Input) or hasattr(source, "read"):
@@ -149,12 +161,12 @@ def parse_fabric_log(source: str | IO[str] | IO[bytes] | Input | Iterable[str]) 
     for line in lines:
         if "NCCL" not in line and "SHARP" not in line and "SHArP" not in line:
             continue
-        prefix = _PREFIX.search(line)
+        prefix = _PREFIX.search(_around(line, " NCCL ", before=WINDOW, after=6))
         host, pid = (prefix["host"], int(prefix["pid"])) if prefix else (None, None)
         if "MNNVL busId" in line:
-            for parsed in parse_mnnvl_lines(line):
+            for parsed in parse_mnnvl_lines(_around(line, "MNNVL busId")):
                 mnnvl.setdefault((host, pid, parsed.bus_id), MnnvlRank(host, pid, parsed))
-        elif " MNNVL " in line and (m := _COMM.search(line)):
+        elif " MNNVL " in line and (m := _COMM.search(_around(line, "comm 0x"))):
             comms.add((int(m["rank"]), int(m["nranks"]), int(m["nnodes"]), int(m["mnnvl"])))
         if "NCCL WARN" in line:
             at = line.index("NCCL WARN") + len("NCCL WARN")
@@ -163,29 +175,33 @@ def parse_fabric_log(source: str | IO[str] | IO[bytes] | Input | Iterable[str]) 
                 keep("mnnvl", text)
             if any(s in text for s in _COLLNET_FAIL):
                 keep("collnet", text)
-            if re.search(r"NVLS|nvls|MNNVL|IMEX|CollNet|COLLNET|SHARP", line):
+            if _FABRIC_WORDS.search(line):
                 keep("warn", text)
         if "NVLS" in line:
-            if (m := _NVLS_SUPPORT.search(line)):
+            if (m := _NVLS_SUPPORT.search(_around(line, "NVLS multicast support"))):
                 nvls[(host, str(pid), m["dev"])] = m["not"] is None
             elif "NVLS comm 0x" in line:
                 nvls_comms.add(line[line.index("NVLS comm 0x"):].split(" headRank")[0] + str(host))
-        if " coll channels," in line and (m := _CHANNELS.search(line)):
+        if " coll channels," in line and (m := _CHANNELS.search(
+                _around(line, " coll channels,", before=12, after=60))):
             if m["nvls"] is not None:
                 nvls_channels.add(int(m["nvls"]))
             if m["collnet"] is not None:
                 collnet_counts.add(int(m["collnet"]))
-        if "via COLLNET/" in line and (m := _COLLNET.search(line)):
+        if "via COLLNET/" in line and (m := _COLLNET.search(
+                _around(line, "via COLLNET/", before=WINDOW))):
             key = f"{host}:{m['rank']}:{m['ch']}:{m[0]}"
             collnet[key] = m["gdr"] is not None
             networks.setdefault(m["net"], None)
-        elif "Loaded collnet plugin" in line and (m := _COLLNET_PLUGIN.search(line)):
+        elif "Loaded collnet plugin" in line and (m := _COLLNET_PLUGIN.search(
+                _around(line, "Loaded collnet plugin"))):
             plugin = m["name"].strip()
-        elif "SHARP rank" in line and (m := _SHARP_RANK.search(line)):
+        elif "SHARP rank" in line and (m := _SHARP_RANK.search(_around(line, "SHARP rank"))):
             sharp.add(f"{host}:{pid}:{m['rank']}/{m['size']}")
         elif "ERROR" in line and ("SHArP" in line or "sharp_" in line):
             keep("sharp", _message(line, line.index("ERROR")))
-        if "set by environment to" in line and (m := _ENV.search(line)):
+        if "set by environment to" in line and (m := _ENV.search(
+                _around(line, "NCCL INFO NCCL_", after=WINDOW))):
             env.setdefault(m["name"], m["value"].strip())
     return NcclFabricLog(
         mnnvl=tuple(mnnvl.values()),
