@@ -5,8 +5,8 @@ fabric state completed with a zero cluster UUID, which is not a domain (NCCL src
 
 from __future__ import annotations
 
-from harness.checking import ProbeError, check, expect_none, measure, not_applicable, warn
-from harness.fixtures.fabric import IMEX_CHANNELS, require_ib
+from harness.checking import ProbeError, check, expect_none, measure, warn
+from harness.fixtures.fabric import IMEX_CHANNELS, domain_gpus, one_domain, require_ib
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import FabricInfo, RdmaDevice
 from harness.profiles import Profile
@@ -89,21 +89,6 @@ def test_ib_gdr_available(profile: Profile, gdr_peermem: str | None):
              "PF-NET-009 judges what NCCL actually used (/GDRDMA channels)")
 
 
-def _domain_gpus(profile: Profile, fabric: list[FabricInfo]) -> list[FabricInfo]:
-    """The GPUs to judge as a multi-node NVLink domain, or not applicable with the reason."""
-    if not fabric:
-        if profile.nvlink_domain:
-            raise ProbeError("NVML gave no fabric info for any GPU, so the NVLink domain of "
-                             f"{profile.name} is unproven")
-        not_applicable("NVML gave no fabric info and the profile has no multi-node NVLink domain")
-    if profile.nvlink_domain or any(f.in_domain for f in fabric):
-        return fabric
-    not_applicable("no multi-node NVLink domain: every GPU reports a zero cluster UUID or no "
-                   "completed fabric registration (an NVSwitch box such as p5 or HGX; NCCL "
-                   "enables MNNVL only with a non-zero cluster UUID), so clique and IMEX checks "
-                   "do not apply")
-
-
 @check(
     "PF-NVL-001",
     title="Every GPU is registered in one multi-node NVLink domain (same cluster UUID and clique)",
@@ -113,7 +98,7 @@ def _domain_gpus(profile: Profile, fabric: list[FabricInfo]) -> list[FabricInfo]
     remedy=REMEDY_DOMAIN,
 )
 def test_nvlink_domain_registered(profile: Profile, gpu_fabric: list[FabricInfo]):
-    gpus = _domain_gpus(profile, gpu_fabric)
+    gpus = domain_gpus(profile, gpu_fabric)
     bad = []
     for f in gpus:
         if f.errors:
@@ -125,12 +110,7 @@ def test_nvlink_domain_registered(profile: Profile, gpu_fabric: list[FabricInfo]
             bad.append(f"GPU {f.index}: cluster UUID is zero (not part of a domain)")
     uuids = {f.cluster_uuid for f in gpus if f.in_domain}
     cliques = {f.clique_id for f in gpus if f.in_domain}
-    measure("cluster UUIDs", len(uuids), op="==", threshold=1, ok=len(uuids) == 1)
-    if len(uuids) > 1:
-        bad.append(f"GPUs report {len(uuids)} different cluster UUIDs")
-    if len(cliques) > 1:
-        bad.append(f"GPUs report {len(cliques)} different clique IDs: "
-                   f"{', '.join(str(c) for c in sorted(c for c in cliques if c is not None))}")
+    bad += one_domain(uuids, cliques, "GPUs")
     expect_none("GPUs outside the NVLink domain", bad)
 
 
@@ -143,7 +123,7 @@ def test_nvlink_domain_registered(profile: Profile, gpu_fabric: list[FabricInfo]
     remedy=REMEDY_DOMAIN,
 )
 def test_nvlink_domain_health(profile: Profile, gpu_fabric: list[FabricInfo]):
-    gpus = _domain_gpus(profile, gpu_fabric)
+    gpus = domain_gpus(profile, gpu_fabric)
     unread = [f.index for f in gpus if f.health_mask is None]
     if len(unread) == len(gpus):
         raise ProbeError("no GPU reported a fabric health mask (nvmlDeviceGetGpuFabricInfoV)")
@@ -162,7 +142,7 @@ def test_nvlink_domain_health(profile: Profile, gpu_fabric: list[FabricInfo]):
     "the DRA driver's ComputeDomain, which mounts the channel into the pod",
 )
 def test_imex_channels(profile: Profile, gpu_fabric: list[FabricInfo], imex_channels: list[str]):
-    _domain_gpus(profile, gpu_fabric)
+    domain_gpus(profile, gpu_fabric)
     measure("IMEX channels", len(imex_channels), op=">=", threshold=1, ok=bool(imex_channels))
     if not imex_channels:
         # Idle nodes of a domain (no ComputeDomain yet) legitimately have none: DCGM's IMEX

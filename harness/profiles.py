@@ -57,6 +57,11 @@ class Profile:
     nvlink_domain: str | None = None
     """`ultraserver`: the GPUs share one NVLink domain with other nodes (GB200/GB300 NVL72,
     p6e): fabric cliqueId/clusterUuid and IMEX are judged; None: the domain is this node."""
+    nvls: bool = False
+    """NVLink SHARP (NVLS) all_reduce expected: NVSwitches and compute capability >= 9.0
+    (NVIDIA/nccl src/graph/search.cc builds NVLS graphs only then); judged by PF-NVL-006."""
+    nvls_busbw_gb_s_min: float | None = None
+    """NVLS all_reduce busbw floor at 1 GiB, GB/s (None: the NVLS figure is reported only)."""
     sku: str | None = None
     """The GPU SKU of profiles.toml [skus] whose thresholds this profile took."""
     gpus_from_machine: bool = False
