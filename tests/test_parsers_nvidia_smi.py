@@ -316,10 +316,11 @@ REAL = {
         1: dict(bus_id="00000000:55:00.0", ecc_enabled=True, ecc_uncorrected_volatile=2,
                 requires_reset=False),
     }, [(1, "2 uncorrected ECC errors since the driver loaded")]),
+    # `nvidia-smi -i 1 -q -d ROW_REMAPPER` on the prompt above it: the GPU is index 1.
     "real_q-rtx-pro-6000-row-remapper-pending.txt": ("nvidia-smi -q", None, None, 1, {
-        0: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
+        1: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
                 remapped_rows_failure=False, ecc_enabled=None),
-    }, [(0, "row remapping pending (applied at the next GPU reset)")]),
+    }, [(1, "row remapping pending (applied at the next GPU reset)")]),
     "real_q-410-v100-retired-pages-pending.txt": ("nvidia-smi -q", "410.48", None, 1, {
         0: dict(name="Tesla V100-PCIE-32GB", bus_id="00000000:18:00.0", ecc_enabled=True,
                 ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0,
@@ -431,7 +432,7 @@ def test_real_sample(name: str):
     inv = parse_nvidia_smi(_read(name))
     assert (inv.source, inv.driver_version, inv.cuda_version, len(inv.gpus)) == (
         source, driver, cuda, n)
-    assert [g.index for g in inv.gpus] == list(range(n))
+    assert [g.index for g in inv.gpus] == (sorted(gpus) if len(gpus) == n else list(range(n)))
     for index, expected in gpus.items():
         assert _facts(inv.by_index(index), expected) == expected, index
     found = [(p.gpu, p.what) for g in inv.gpus for p in health_problems(g, **GPU_PROFILE)]
