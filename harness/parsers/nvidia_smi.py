@@ -104,7 +104,9 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Any) -> dict[str, Any
                                  require_ecc=profile.has_gpus):
             problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
     gpus = [{k: getattr(g, k) for k in keys} for g in inventory.gpus]
-    if inventory.source in ("nvidia-smi -q", "nvidia-smi"):
+    if inventory.source in ("nvidia-smi -q", "nvidia-smi", "nvidia-smi csv"):
+        # (No --query-gpu column says whether a GPU needs a reset: only a `[GPU requires
+        # reset]` value or a lost GPU's line does.)
         for gpu, record in zip(inventory.gpus, gpus, strict=True):
             # Nothing printed about a reset (a `-q -d ECC` excerpt, the plain table, a 570 driver
             # on Volta saying `deprecated`): unknown, not "no reset needed".

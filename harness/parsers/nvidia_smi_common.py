@@ -65,6 +65,10 @@ _FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed
 #: `nvidia-smi -i 2 -q ...` / `--id=2`: the one GPU a command line selects.
 _SELECT = re.compile(r"\bnvidia-smi\b.*?\s(?:-i\s*|--id[= ])([0-9]{1,4})(?![0-9,:])")
 
+#: `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader`: the columns of rows
+#: printed without their header.
+_QUERY_NOHEADER = re.compile(r"\bnvidia-smi\b.*?--query-gpu[= ](\S+)(?=.*--format[= ]\S*noheader)")
+
 #: GPUs kept (a node has at most 16; a `-q -l` loop repeats the same ones, kept once each).
 MAX_GPUS = 1024
 #: Lines a key : value tree keeps per GPU, and section depth (real dumps: ~400 and 4).
@@ -90,6 +94,9 @@ class _Side:
     pending_index: int | None = None
     """The GPU index of the last `nvidia-smi -i N ...` command line seen (a prompt pasted above
     an output): the index of the next GPU section."""
+    noheader_columns: tuple[str, ...] = ()
+    """The columns of a `nvidia-smi --query-gpu=A,B --format=csv,noheader` command line seen
+    above the rows (which then have no header line)."""
     bus_index: dict[object, int] = dataclasses.field(default_factory=dict)
     """GPU sections (by pci_key) whose index a `-i N` command line above them gave."""
     reset_printed: set[int] = dataclasses.field(default_factory=set)
@@ -126,6 +133,9 @@ def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
                     seen = len(unwrapper.commands)
                     m = _SELECT.search(unwrapper.commands[-1])
                     side.pending_index = ascii_int(m[1]) if m else None
+                    q = _QUERY_NOHEADER.search(unwrapper.commands[-1])
+                    if q:
+                        side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
                 side.see(line)
             yield line
     if side is not None:

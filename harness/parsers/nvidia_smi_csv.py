@@ -4,6 +4,7 @@ that are samples of a `-l` time series (each GPU keeps its last), read into a Gp
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,6 +105,10 @@ def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> 
     rows = csv.reader(lines, skipinitialspace=True)
     try:
         first = next(rows, None) if columns is None else None
+        if columns is None and first is not None and side.noheader_columns and not any(
+                _column(c) in _CSV_FIELDS for c in first):
+            # `--format=csv,noheader` on the command line pasted above: that first row is data.
+            columns, rows = side.noheader_columns, itertools.chain([first], rows)
         header = tuple(_column(c) for c in (columns if columns is not None else first or ()))
         known = [c for c in header
                  if c in _CSV_FIELDS or _reason(c) or _is_mask(c) or c == "driver_version"]
