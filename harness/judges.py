@@ -24,12 +24,6 @@ __all__ = ["Floor", "Verdict", "busbw_floor", "cpu_floor", "efa_not_applicable",
            "net_floor", "net_gdr", "net_nic_count", "net_no_warnings", "net_not_socket",
            "net_provider", "ofi_plugin", "settle", "size_text"]
 
-#: What the comparison operators mean, and their negation for a message (harness.checking's).
-_OPS = {">=": (lambda a, b: a >= b, "<"), ">": (lambda a, b: a > b, "<="),
-        "<=": (lambda a, b: a <= b, ">"), "<": (lambda a, b: a < b, ">="),
-        "==": (lambda a, b: a == b, "!="), "!=": (lambda a, b: a != b, "==")}
-
-
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What one check concludes from the facts given (see the module's docstring)."""
@@ -75,6 +69,8 @@ def _expect(check_id: str, profile: Any, what: str, value: Any, op: str, thresho
             unit: str = "", *, remedy: str | None = None, detail: str | None = None,
             size_bytes: int | None = None) -> Verdict:
     """`value op threshold`, with harness.checking.expect's failure message."""
+    from harness.checking import _OPS  # the checks' own operators and their negations
+
     compare, negated = _OPS[op]
     ok = bool(compare(value, threshold))
     message = "" if ok else (f"{what} {_fmt(value, unit)} {negated} {_fmt(threshold, unit)} "
