@@ -550,3 +550,26 @@ def test_the_csv_query_reads_the_hosts_pcie_generation():
            "0, 00000000:53:00.0, 5, 6, 5\n")
     g = parse_smi_csv(csv).inventory.gpus[0]
     assert (g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_gen_host_max) == (5, 6, 5)
+
+
+def _section(bus: str) -> str:
+    return f"GPU {bus}\n    Product Name : NVIDIA H100 80GB HBM3\n"
+
+
+def test_a_command_line_selecting_a_gpu_gives_its_index():
+    # Each `nvidia-smi -i N -q` pasted above its output: N is that GPU's index.
+    text = ("$ nvidia-smi -i 3 -q\n" + _section("00000000:61:00.0")
+            + "$ nvidia-smi --id=5 -q\n" + _section("00000000:A1:00.0"))
+    assert [g.index for g in parse_nvidia_smi(text).gpus] == [3, 5]
+    # One section without its command line: file order, as without any.
+    text = "$ nvidia-smi -i 3 -q\n" + _section("00000000:61:00.0") + _section("00000000:A1:00.0")
+    assert [g.index for g in parse_nvidia_smi(text).gpus] == [0, 1]
+
+
+def test_noheader_rows_take_the_columns_of_the_command_above():
+    text = ("$ nvidia-smi --query-gpu=index,temperature.gpu --format=csv,noheader,nounits\n"
+            "0, 41\n1, 97\n")
+    assert [(g.index, g.temperature_c) for g in parse_nvidia_smi(text).gpus] == [
+        (0, 41.0), (1, 97.0)]
+    with pytest.raises(ParseError, match="no known --query-gpu column"):
+        parse_nvidia_smi("0, 41\n1, 97\n")  # no command, no header: not read as anything
