@@ -110,10 +110,12 @@ def busbw_floor(floor: Floor, profile: Profile, busbw: float | None, *, remedy: 
                    detail=detail, size_bytes=size)
 
 
-def nccl_tests_verdicts(profile: Profile, result: NcclTestsFacts) -> list[Verdict]:
+def nccl_tests_verdicts(profile: Profile | None, result: NcclTestsFacts) -> list[Verdict]:
     """The bandwidth gates' verdicts on one nccl-tests output read on its own (`inspect
     nccl-tests`): the single-node floor when its rank lines name one host, the network floor
     when they name several; unknown when they name none (which floor applies is not known)."""
+    if profile is None:
+        return []  # no profile (a library call): nothing to judge against
     intra, net = intra_node_floor(profile), net_floor(profile, result.num_nodes, "its rank lines")
     floors = [f for f in (intra, net) if isinstance(f, Floor)]
     if not floors:

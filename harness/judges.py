@@ -237,8 +237,11 @@ def net_no_warnings(profile: Profile, s: NetSummary, run_problem: str | None = N
                  remedy=s.errors[0].remedy if s.errors else None)
 
 
-def nccl_log_verdicts(profile: Profile, s: NetSummary) -> list[Verdict]:
-    """Every network check's verdict on one NCCL log read on its own (`inspect nccl-log`)."""
+def nccl_log_verdicts(profile: Profile | None, s: NetSummary) -> list[Verdict]:
+    """Every network check's verdict on one NCCL log read on its own (`inspect nccl-log`);
+    none without a profile (a library call: nothing to judge against)."""
+    if profile is None:
+        return []
     return [ofi_plugin(profile, s, looked=False), net_provider(profile, s),
             net_not_socket(profile, s), net_gdr(profile, s), net_nic_count(profile, s),
             net_no_warnings(profile, s)]

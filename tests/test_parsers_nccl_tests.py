@@ -179,7 +179,8 @@ def test_inspect_json_keys_exactly_as_documented():
                              profile=None)
     assert list(out) == ["collective", "nranks", "dtype", "redop", "rows", "avg_busbw_gb_s",
                          "largest", "num_wrong", "out_of_bounds", "completed", "errors",
-                         "commands_seen"]
+                         "commands_seen", "verdicts"]
+    assert out["verdicts"] == []  # no profile: nothing to judge against
     assert list(out["rows"][0]) == ["size_bytes", "count", "oop", "ip"]
     assert list(out["rows"][0]["oop"]) == ["time_us", "algbw_gb_s", "busbw_gb_s", "wrong"]
     assert out["largest"] == {"size_bytes": 8589934592, "busbw_gb_s": pytest.approx(338.085)}

@@ -204,7 +204,8 @@ def inspect_fi_info(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     from harness import judges
 
     info = parse_fi_info(as_input(stream))
-    out = {**info.to_json(), "verdicts": [judges.fi_info_lists_efa(profile, info).to_json()]}
+    verdicts = [] if profile is None else [judges.fi_info_lists_efa(profile, info).to_json()]
+    out = {**info.to_json(), "verdicts": verdicts}
     if info.omitted:
         out["notes"] = [f"{info.omitted} more distinct entries after the first {MAX_ENTRIES:,} "
                         "were not kept"]
