@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from harness import judges
 from harness.checking import (
     ProbeError,
     check,
-    expect,
     expect_none,
     measure,
     not_applicable,
     warn,
 )
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
+from harness.judges import settle
 from harness.profiles import Profile
 
 NEXT_NVLINK = (
@@ -29,18 +30,13 @@ NEXT_NETWORK = (
 NEXT_CPU = "the node is overloaded or its loopback is throttled: check `top` and cgroup CPU limits"
 
 
-def _size(n: int) -> str:
-    for unit, name in ((1024**3, "GiB"), (1024**2, "MiB"), (1024, "KiB")):
-        if n >= unit and n % unit == 0:
-            return f"{n // unit} {name}"
-    return f"{n} B"
+_size = judges.size_text
 
 
-def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str, *,
-          estimate: str | None = None) -> None:
-    """Judge busbw at `size` against `threshold`; a run with no row there is a probe error.
-    `estimate` (the floor's source): the floor has no public measured basis, so a value below
-    it is a warning that says so, never a failure, until the real figure is measured."""
+def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str) -> None:
+    """Judge busbw at the floor's size (harness.judges.busbw_floor, which `preflight inspect
+    nccl-tests` applies too); a run with no row there is a probe error naming the run."""
+    size = floor.size_bytes
     busbw = run.busbw_at(size)
     # The whole sweep goes into the report (the HTML report plots busbw by size per node),
     # also when the gate row is missing: a run that died part-way shows how far it got.
@@ -55,22 +51,7 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str, *,
                          f"{largest}); command: {run.command}")
     if run.nccl_log:
         remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
-    what = f"all_reduce busbw at {_size(size)}"
-    if estimate is not None:
-        ok = busbw >= threshold
-        measure(what, busbw, "GB/s", op=">=", threshold=threshold, ok=ok, size_bytes=size)
-        if not ok:
-            warn(f"{what} {busbw:g} GB/s is below the estimated floor {threshold:g} GB/s "
-                 f"({run.where()}); the floor is an estimate, not a failure until measured "
-                 f"(source: {estimate})", remedy=f"record this node's figure with "
-                 f"scripts/device-check and set the floor in a profile file; {remedy}")
-        return
-    expect(what, busbw, ">=", threshold, "GB/s", remedy=remedy, detail=run.where(),
-           size_bytes=size)
-
-
-def _estimate(profile: Profile, field: str) -> str | None:
-    return profile.sources.get(field, "estimate") if profile.is_estimate(field) else None
+    settle(judges.busbw_floor(floor, profile, busbw, remedy=remedy, detail=run.where()))
 
 
 @check(
@@ -82,18 +63,16 @@ def _estimate(profile: Profile, field: str) -> str | None:
     exclusive=True,
 )
 def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.FixtureRequest):
-    floor = profile.intra_node_floor
-    if floor is None:
-        not_applicable(profile.intra_node_na_reason)
-    field, threshold = floor
-    if field == "pcie_busbw_gb_s_min":
+    floor = judges.intra_node_floor(profile)
+    if isinstance(floor, str):
+        not_applicable(floor)
+    if floor.field == "pcie_busbw_gb_s_min":
         remedy = ("PCIe-only GPUs (no NVLink): check `nvidia-smi topo -m`, the PCIe link width "
                   "and generation (PF-GPU), ACS/IOMMU settings and NCCL_P2P_DISABLE")
     else:
         remedy = NEXT_NVLINK
     run = request.getfixturevalue("single_node_allreduce")
-    _gate(run, profile.intra_gate_size_bytes, threshold, remedy,
-          estimate=_estimate(profile, field))
+    _gate(run, floor, profile, remedy)
 
 
 @check(
@@ -107,16 +86,14 @@ def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.
 def test_multi_node_busbw_meets_network_floor(
     profile: Profile, node_count, request: pytest.FixtureRequest
 ):
-    if profile.net_busbw_gb_s_min is None:
-        not_applicable(f"profile {profile.name} has no multi-node bandwidth floor")
-    if node_count.num_nodes < 2:
-        not_applicable(f"single-node job (1 node, from {node_count.source}): no network gate")
+    floor = judges.net_floor(profile, node_count.num_nodes, node_count.source)
+    if isinstance(floor, str):
+        not_applicable(floor)
     run = request.getfixturevalue("multi_node_allreduce")
     if run is None:
         not_applicable(f"{node_count.num_nodes}-node job: the leader node launches the "
                        "multi-node test, this node takes part in it")
-    _gate(run, profile.bw_gate_size_bytes, profile.net_busbw_gb_s_min, NEXT_NETWORK,
-          estimate=_estimate(profile, "net_busbw_gb_s_min"))
+    _gate(run, floor, profile, NEXT_NETWORK)
 
 
 @check(
@@ -209,10 +186,11 @@ def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureReque
     exclusive=True,
 )
 def test_cpu_gloo_busbw_meets_floor(profile: Profile, request: pytest.FixtureRequest):
-    if profile.has_gpus or profile.cpu_busbw_gb_s_min is None:
-        not_applicable(f"profile {profile.name} has GPUs or no CPU bandwidth floor")
+    floor = judges.cpu_floor(profile, CPU_GATE_SIZE)
+    if isinstance(floor, str):
+        not_applicable(floor)
     run = request.getfixturevalue("cpu_allreduce")
-    _gate(run, CPU_GATE_SIZE, profile.cpu_busbw_gb_s_min, NEXT_CPU)
+    _gate(run, floor, profile, NEXT_CPU)
 
 
 @check(

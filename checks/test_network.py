@@ -3,19 +3,17 @@ log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUD
 
 from __future__ import annotations
 
-import re
-
+from harness import judges
 from harness.checking import (
-    ProbeError,
     check,
     expect,
     expect_none,
     fail,
     measure,
-    not_applicable,
     warn,
 )
-from harness.fixtures.network import NcclNetEvidence, require_efa, require_fabric
+from harness.fixtures.network import NcclNetEvidence, require_efa
+from harness.judges import settle
 from harness.parsers.fi_info import FiInfo
 from harness.probes.network import EfaDevices, OfiNcclLib
 from harness.profiles import Profile
@@ -30,11 +28,6 @@ REMEDY_PLUGIN = ("install aws-ofi-nccl (EFA installer >= 1.38 ships it in /opt/a
 #: Peer-memory modules that give the NIC GPU memory: NVIDIA's, the EFA installer's own for EFAv3
 #: (efa-nv-peermem package; openucx/ucx #10704), and Mellanox's older one.
 GDR_MODULES = frozenset({"nvidia_peermem", "efa_nv_peermem", "nv_peer_mem"})
-
-
-def _version_tuple(text: str) -> tuple[int, ...] | None:
-    m = re.match(r"v?(\d+(?:\.\d+)*)", text)
-    return tuple(int(x) for x in m[1].split(".")) if m else None
 
 
 @check(
@@ -80,13 +73,7 @@ def _unusable_detail(unusable: tuple[str, ...]) -> str | None:
     remedy=REMEDY_DEVICES + "; install the EFA software (libfabric from the EFA installer)",
 )
 def test_fi_info_lists_efa(profile: Profile, fi_info_efa: FiInfo):
-    require_efa(profile)
-    detail = (f"fi_info printed error {fi_info_efa.error_code}"
-              + (" (FI_ENODATA: no EFA device usable)" if fi_info_efa.error_code == -61 else "")
-              if fi_info_efa.error_code is not None
-              else "providers: " + (", ".join(fi_info_efa.providers) or "none"))
-    num = sum(1 for e in fi_info_efa.entries if e.provider.split(";")[0] == "efa")
-    expect("efa provider entries listed by `fi_info -p efa`", num, ">=", 1, detail=detail)
+    settle(judges.fi_info_lists_efa(profile, fi_info_efa))
 
 
 @check(
@@ -138,29 +125,7 @@ def test_memlock_unlimited(profile: Profile, memlock_kib: int | None):
 def test_ofi_plugin_loaded(
     profile: Profile, nccl_net_log: NcclNetEvidence, ofi_nccl_lib: OfiNcclLib | None
 ):
-    require_efa(profile)
-    s = nccl_net_log.summary
-    if s.plugin != "aws-ofi-nccl":
-        found = f"; library found at {ofi_nccl_lib.path}" if ofi_nccl_lib else "; no library found"
-        fail(f"NCCL did not load aws-ofi-nccl ({s.describe()}{found}), required for "
-             f"{profile.name}")
-    if s.plugin_failed:
-        fail(f"aws-ofi-nccl loaded but failed to initialise ({s.describe()}), required to work "
-             f"for {profile.name}", remedy=s.errors[0].remedy if s.errors else None)
-    version = s.plugin_version or (ofi_nccl_lib.version if ofi_nccl_lib else None)
-    if profile.min_ofi_nccl_version is None:
-        return
-    have = _version_tuple(version) if version else None
-    if have is None:
-        warn(f"aws-ofi-nccl version unknown (the log and the library do not say); "
-             f">= {profile.min_ofi_nccl_version} expected for {profile.name}")
-        return
-    want = _version_tuple(profile.min_ofi_nccl_version)
-    measure("aws-ofi-nccl version", version, op=">=", threshold=profile.min_ofi_nccl_version,
-            ok=have >= want)
-    if have < want:
-        fail(f"aws-ofi-nccl version {version} < {profile.min_ofi_nccl_version} required for "
-             f"{profile.name}", remedy="upgrade aws-ofi-nccl (a current EFA installer)")
+    settle(judges.ofi_plugin(profile, nccl_net_log.summary, ofi_nccl_lib))
 
 
 @check(
@@ -171,10 +136,7 @@ def test_ofi_plugin_loaded(
     exclusive=True,
 )
 def test_provider_is_efa(profile: Profile, nccl_net_log: NcclNetEvidence):
-    require_fabric(profile)
-    s = nccl_net_log.summary
-    expect("provider NCCL used", s.provider or "none", "==",
-           "efa" if profile.has_efa else "ib", detail=s.describe())
+    settle(judges.net_provider(profile, nccl_net_log.summary))
 
 
 @check(
@@ -186,16 +148,7 @@ def test_provider_is_efa(profile: Profile, nccl_net_log: NcclNetEvidence):
     exclusive=True,
 )
 def test_network_not_socket(profile: Profile, nccl_net_log: NcclNetEvidence):
-    require_fabric(profile)
-    s = nccl_net_log.summary
-    measure("network NCCL used", s.network or "none", op="!=", threshold="Socket",
-            ok=s.network is not None and not s.uses_socket)
-    if s.network is None:
-        fail(f"NCCL selected no network ({s.describe()}); {profile.fabric} required for "
-             f"{profile.name}")
-    if s.uses_socket:
-        fail(f"network NCCL used is {s.describe()}; {profile.fabric} required for "
-             f"{profile.name}", remedy=s.errors[0].remedy if s.errors else None)
+    settle(judges.net_not_socket(profile, nccl_net_log.summary))
 
 
 @check(
@@ -208,20 +161,7 @@ def test_network_not_socket(profile: Profile, nccl_net_log: NcclNetEvidence):
     exclusive=True,
 )
 def test_net_channels_use_gdr(profile: Profile, nccl_net_log: NcclNetEvidence):
-    require_fabric(profile)
-    if not profile.gdr_required:
-        not_applicable("the profile does not require GPUDirect RDMA")
-    s = nccl_net_log.summary
-    if s.gdr_negative:
-        line = next((e.line for e in s.errors if "GDR" in e.line), "GDR not available")
-        fail(f"GPUDirect RDMA unavailable, required for {profile.name}: the plugin said {line!r}")
-    if s.num_net_channels == 0:
-        raise ProbeError("the collective's NCCL log has no NET channel lines, so GPUDirect RDMA "
-                         f"is unproven ({s.describe()}); a single node uses the network only "
-                         "with PREFLIGHT_NCCL_FORCE_NET=1 (the default)")
-    expect("NET channels without GDRDMA", s.num_net_channels - s.num_gdr_channels, "==", 0,
-           detail=f"{s.num_gdr_channels}/{s.num_net_channels} NET/{s.network} channel lines "
-           "end in /GDRDMA")
+    settle(judges.net_gdr(profile, nccl_net_log.summary))
 
 
 @check(
@@ -233,15 +173,7 @@ def test_net_channels_use_gdr(profile: Profile, nccl_net_log: NcclNetEvidence):
     exclusive=True,
 )
 def test_ofi_nic_count(profile: Profile, nccl_net_log: NcclNetEvidence):
-    require_efa(profile)
-    s = nccl_net_log.summary
-    if not s.uses_libfabric:
-        fail(f"no EFA NIC carried NCCL traffic ({s.describe()}); {profile.num_efa_devices} EFA "
-             f"NICs required for {profile.name}")
-    if s.num_nics is None:
-        fail(f"the NCCL log states no NIC count ({s.describe()}); "
-             f"{profile.num_efa_devices} EFA NICs required for {profile.name}")
-    expect("NICs found by aws-ofi-nccl", s.num_nics, ">=", profile.num_efa_devices)
+    settle(judges.net_nic_count(profile, nccl_net_log.summary))
 
 
 @check(
@@ -253,13 +185,5 @@ def test_ofi_nic_count(profile: Profile, nccl_net_log: NcclNetEvidence):
     exclusive=True,
 )
 def test_nccl_log_has_no_warnings(profile: Profile, nccl_net_log: NcclNetEvidence):
-    require_fabric(profile)
-    s = nccl_net_log.summary
-    explained = {e.line for e in s.errors}
-    offenders = ([] if nccl_net_log.run_ok
-                 else [f"the collective failed: {nccl_net_log.run_problem}"])
-    offenders += [f"{e.line} ({e.cause})" for e in s.errors]
-    offenders += [w for w in s.warnings if w not in explained]
-    offenders += [t.line for t in s.timeouts]
-    expect_none("NCCL WARN lines and known failures", offenders,
-                remedy=s.errors[0].remedy if s.errors else None)
+    settle(judges.net_no_warnings(
+        profile, nccl_net_log.summary, None if nccl_net_log.run_ok else str(nccl_net_log.run_problem)))

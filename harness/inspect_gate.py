@@ -6,7 +6,10 @@ never a pass: a dcgmi run whose verdict is unknown (a table cut short) is a prob
 an nccl-tests sweep that did not finish. The judging is the checks' own where they have one:
 GPU health is harness.gpu.health_problems (the `problems` nvidia-smi's inspect lists), the env
 rules are harness.envrules.evaluate (the `harmful`/`required` inspect env lists), an Xid's action
-is harness.gpu.xid_action (kernel-log's `action`).
+is harness.gpu.xid_action (kernel-log's `action`), and the network and bandwidth checks'
+verdicts (harness.judges: provider, Socket fallback, GPUDirect, NIC count, WARN lines, busbw vs
+the floor) are the `verdicts` the fi-info, nccl-log and nccl-tests kinds list: a verdict that
+fails or is unknown is a problem.
 
 `--fail-on harmful` (env) fails only on the harmful rules: a CI step that lints a job's env file
 without the profile's required variables.
@@ -101,4 +104,8 @@ def problems(kind: str, result: dict[str, Any], fail_on: str = "problem") -> lis
     if fail_on == "harmful":
         return []
     judge = _BY_KIND.get(kind)
-    return judge(result) if judge is not None else [str(e) for e in result.get("errors", [])]
+    found = judge(result) if judge is not None else [str(e) for e in result.get("errors", [])]
+    # The checks' verdicts for the profile (harness.judges): what would fail or error the run.
+    found += [f"{v['check']} {v['status']}: {v['message']}" for v in result.get("verdicts", [])
+              if v.get("status") in ("fail", "unknown")]
+    return found

@@ -77,7 +77,7 @@ def _samples(kind: str) -> list[tuple[str, bytes]]:
     found = []
     for folder in SAMPLES[kind]:
         for path in sorted((DATA / folder).iterdir()):
-            if path.is_file() and path.suffix != ".md":
+            if path.is_file() and path.suffix != ".md" and not path.name.endswith(".expect.json"):
                 found.append((f"{folder}/{path.name}", path.read_bytes()))
     return found
 

@@ -75,6 +75,12 @@ def test_dcgm_keys(capsys):
         "warnings": ["skipped: EUD Test"],
         "categories_seen": ["Deployment", "Integration", "Hardware", "Stress"],
         "cut_at": None,
+        "fragment": False,
+        "tests_seen": ["Denylist", "NVML Library", "CUDA Main Library",
+                       "Permissions and OS Blocks", "Persistence Mode", "Environment Variables",
+                       "Page Retirement/Row Remap", "Graphics Processes", "Inforom", "PCIe",
+                       "GPU Memory", "Diagnostic", "Targeted Stress", "Targeted Power",
+                       "Memory Bandwidth", "EUD Test"],
         "notes": [],
     }
 

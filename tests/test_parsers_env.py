@@ -68,7 +68,7 @@ ENV_DATA = Path(__file__).parent / "data" / "env"
          '            "Cmd": [\n                "-x",\n',
          {"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "Q": 'a "b"'}),
         ('  args: ["-x", "NCCL_DEBUG=INFO"]\n  command:\n  - mpirun\n  - -x\n  - FI_PROVIDER=efa\n'
-         '  - ./a NCCL_X=1\n', {"FI_PROVIDER": "efa"}),
+         '  - ./a NCCL_X=1\n', {"FI_PROVIDER": "efa", "NCCL_DEBUG": "INFO"}),
         # YAML / Python dicts: compose lists and maps, recipe env_vars, estimator environment=
         ("services:\n  t:\n    environment:\n      - NCCL_DEBUG=INFO\n      - FI_PROVIDER=efa\n",
          {"NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa"}),

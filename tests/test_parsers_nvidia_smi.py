@@ -316,10 +316,11 @@ REAL = {
         1: dict(bus_id="00000000:55:00.0", ecc_enabled=True, ecc_uncorrected_volatile=2,
                 requires_reset=False),
     }, [(1, "2 uncorrected ECC errors since the driver loaded")]),
+    # `nvidia-smi -i 1 -q -d ROW_REMAPPER` on the prompt above it: the GPU is index 1.
     "real_q-rtx-pro-6000-row-remapper-pending.txt": ("nvidia-smi -q", None, None, 1, {
-        0: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
+        1: dict(bus_id="00000000:55:00.0", remapped_rows_pending=True,
                 remapped_rows_failure=False, ecc_enabled=None),
-    }, [(0, "row remapping pending (applied at the next GPU reset)")]),
+    }, [(1, "row remapping pending (applied at the next GPU reset)")]),
     "real_q-410-v100-retired-pages-pending.txt": ("nvidia-smi -q", "410.48", None, 1, {
         0: dict(name="Tesla V100-PCIE-32GB", bus_id="00000000:18:00.0", ecc_enabled=True,
                 ecc_uncorrected_volatile=0, ecc_uncorrected_aggregate=0,
@@ -431,7 +432,7 @@ def test_real_sample(name: str):
     inv = parse_nvidia_smi(_read(name))
     assert (inv.source, inv.driver_version, inv.cuda_version, len(inv.gpus)) == (
         source, driver, cuda, n)
-    assert [g.index for g in inv.gpus] == list(range(n))
+    assert [g.index for g in inv.gpus] == (sorted(gpus) if len(gpus) == n else list(range(n)))
     for index, expected in gpus.items():
         assert _facts(inv.by_index(index), expected) == expected, index
     found = [(p.gpu, p.what) for g in inv.gpus for p in health_problems(g, **GPU_PROFILE)]
@@ -549,3 +550,26 @@ def test_the_csv_query_reads_the_hosts_pcie_generation():
            "0, 00000000:53:00.0, 5, 6, 5\n")
     g = parse_smi_csv(csv).inventory.gpus[0]
     assert (g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_gen_host_max) == (5, 6, 5)
+
+
+def _section(bus: str) -> str:
+    return f"GPU {bus}\n    Product Name : NVIDIA H100 80GB HBM3\n"
+
+
+def test_a_command_line_selecting_a_gpu_gives_its_index():
+    # Each `nvidia-smi -i N -q` pasted above its output: N is that GPU's index.
+    text = ("$ nvidia-smi -i 3 -q\n" + _section("00000000:61:00.0")
+            + "$ nvidia-smi --id=5 -q\n" + _section("00000000:A1:00.0"))
+    assert [g.index for g in parse_nvidia_smi(text).gpus] == [3, 5]
+    # One section without its command line: file order, as without any.
+    text = "$ nvidia-smi -i 3 -q\n" + _section("00000000:61:00.0") + _section("00000000:A1:00.0")
+    assert [g.index for g in parse_nvidia_smi(text).gpus] == [0, 1]
+
+
+def test_noheader_rows_take_the_columns_of_the_command_above():
+    text = ("$ nvidia-smi --query-gpu=index,temperature.gpu --format=csv,noheader,nounits\n"
+            "0, 41\n1, 97\n")
+    assert [(g.index, g.temperature_c) for g in parse_nvidia_smi(text).gpus] == [
+        (0, 41.0), (1, 97.0)]
+    with pytest.raises(ParseError, match="no known --query-gpu column"):
+        parse_nvidia_smi("0, 41\n1, 97\n")  # no command, no header: not read as anything

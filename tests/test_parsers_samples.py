@@ -1,10 +1,14 @@
-"""Every real sample under tests/samples/ against its hand-read expectation (data, not code).
+"""Every sample with a hand-read expectation, under tests/samples/ and tests/data/, against it
+(data, not code), and the rule that every sample file has its source and its expectation.
 
-A sample is two files: `X` (real output, origin in tests/samples/SOURCES.md) and `X.expect.json`
-(`kind`, `source`, `expect` {key: value or matcher}, `expect_paths` {dotted.path: value}). A
-matcher is `{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or `{"count_min": n}`.
-Facts the parsers do not meet yet are listed in GAPS: strict xfails, so meeting one fails the
-test until it is taken off the list.
+A sample is two files: `X` (real output; its origin in a SOURCES.md / README.md of its folder
+or tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {key: value or
+matcher}, `expect_paths` {dotted.path: value}; `expect_new`: facts no key holds yet, not
+tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or
+`{"count_min": n}`. A fact the parsers do not meet yet is named in the sample's own `gaps`
+{fact or "*": what it would take}: a strict xfail, so meeting it fails the test until the gap is
+taken off. Files under tests/data whose expectation still lives in a test module are listed,
+with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
 """
 
 from __future__ import annotations
@@ -18,36 +22,33 @@ import pytest
 from harness.parsers import ParseError, inspect_kinds
 from harness.profiles import get_profile
 
-SAMPLES = Path(__file__).parent / "samples"
+TESTS = Path(__file__).parent
+SAMPLES = TESTS / "samples"
+DATA = TESTS / "data"
+ROOTS = (SAMPLES, DATA)
+#: A folder's notes, not samples.
+NOTES = ("SOURCES.md", "README.md")
+IN_CODE = DATA / "EXPECTATIONS_IN_CODE.json"
 
-#: (sample, fact) the parsers do not meet yet, and why.
-GAPS = {
-    ("real_fragment_dcgm4_diagnostic_test_object_trailing_comma.txt", "*"):
-        "one DCGM 4 `tests[]` element without its root object is not read yet",
-    ("real_mpijob_flow_sequence_command_x_env_t4_efa.yaml", "*"):
-        "env given only as mpirun `-x NAME=value` items of a YAML flow sequence",
-    ("real_mpirun_mpmd_usr_bin_env_assignments_nccl_ebpf.sh", "*"):
-        "env given through `/usr/bin/env NAME=value prog` in an MPMD command",
-    ("real_hyperpod_hma_event_json_nvrm_xid71_quoted.txt", "xid_events.0.time"):
-        "the event's `ts` is not taken as the Xid's time",
-    ("real_q-d-ECC-580-v100-sxm2-two-gpus-prompt.txt", "gpus.1.index"):
-        "`nvidia-smi -i 2` in the prompt above the second output is not used for its index",
-}
+
+def _expectations() -> list[Path]:
+    return sorted(p for root in ROOTS for p in root.rglob("*.expect.json"))
 
 
 def _cases() -> list[Any]:
     cases = []
-    for exp in sorted(SAMPLES.glob("*/*.expect.json")):
+    for exp in _expectations():
         spec = json.loads(exp.read_text(encoding="utf-8"))
         sample = exp.with_name(exp.name.removesuffix(".expect.json"))
+        gaps = spec.get("gaps") or {}
         facts = [*spec.get("expect", {}).items(),
                  *((f"path:{k}", v) for k, v in (spec.get("expect_paths") or {}).items())]
         for fact, want in facts:
             key = fact.removeprefix("path:")
-            gap = GAPS.get((sample.name, key)) or GAPS.get((sample.name, "*"))
+            gap = gaps.get(key) or gaps.get("*")
             marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
             cases.append(pytest.param(spec["kind"], sample, fact, want, marks=marks,
-                                      id=f"{sample.name}:{key}"))
+                                      id=f"{sample.parent.name}/{sample.name}:{key}"))
     return cases
 
 
@@ -101,10 +102,83 @@ def test_sample_fact(kind: str, sample: Path, fact: str, want: Any):
     assert _matches(want, got), f"{fact}: want {want!r}, got {got!r}"
 
 
-def test_every_sample_has_a_source():
-    listed = (SAMPLES / "SOURCES.md").read_text(encoding="utf-8")
-    for exp in SAMPLES.glob("*/*.expect.json"):
+def _files(root: Path) -> list[Path]:
+    """The sample files under `root`: not an expectation, not a folder's notes."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name not in NOTES
+                  and not p.name.endswith(".expect.json") and p != IN_CODE)
+
+
+def _notes(path: Path, root: Path) -> str:
+    """The SOURCES.md / README.md texts of the folders from `path`'s up to `root`."""
+    texts = []
+    folder = path.parent
+    while True:
+        texts += [(folder / n).read_text(encoding="utf-8") for n in NOTES if (folder / n).is_file()]
+        if folder == root:
+            return "\n".join(texts)
+        folder = folder.parent
+
+
+def _in_code() -> dict[str, str]:
+    """{file: the test module holding its expectation, or why no test reads the file}."""
+    listed = json.loads(IN_CODE.read_text(encoding="utf-8"))
+    return {**listed["files"], **listed["unread"]}
+
+
+def missing(root: Path, in_code: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(files no SOURCES.md / README.md above them names, files with no X.expect.json beside
+    them and not in `in_code`) under `root`."""
+    no_source, no_expectation = [], []
+    for path in _files(root):
+        rel = path.relative_to(root).as_posix()
+        notes = _notes(path, root)
+        if path.name not in notes and rel not in notes:
+            no_source.append(rel)
+        if not path.with_name(path.name + ".expect.json").is_file() and rel not in in_code:
+            no_expectation.append(rel)
+    return no_source, no_expectation
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=lambda p: p.name)
+def test_every_sample_file_has_a_source_and_an_expectation(root: Path):
+    no_source, no_expectation = missing(root, _in_code() if root == DATA else {})
+    assert not no_source, f"named in no SOURCES.md / README.md: {no_source}"
+    assert not no_expectation, f"no X.expect.json beside: {no_expectation}"
+
+
+def test_the_rule_catches_a_file_without_source_or_expectation(tmp_path: Path):
+    (tmp_path / "kind").mkdir()
+    (tmp_path / "kind" / "SOURCES.md").write_text("- `kind/listed.txt`: https://example.org\n")
+    (tmp_path / "kind" / "listed.txt").write_text("x\n")
+    (tmp_path / "kind" / "listed.txt.expect.json").write_text("{}")
+    (tmp_path / "kind" / "stray.txt").write_text("y\n")
+    assert missing(tmp_path, {}) == (["kind/stray.txt"], ["kind/stray.txt"])
+    assert missing(tmp_path, {"kind/stray.txt": "tests/x.py"}) == (["kind/stray.txt"], [])
+
+
+def test_expectations_in_code_only_shrink():
+    """EXPECTATIONS_IN_CODE.json names files that exist and have no expect.json yet; under
+    `files` each is read by the test module named, under `unread` by no test at all (a file a
+    test starts reading needs its expectation)."""
+    listed = json.loads(IN_CODE.read_text(encoding="utf-8"))
+    modules = {m: m.read_text(encoding="utf-8") for m in sorted(TESTS.rglob("*.py"))}
+    for rel in _in_code():
+        path = DATA / rel
+        assert path.is_file(), f"{rel}: listed, but gone"
+        assert not path.with_name(path.name + ".expect.json").is_file(), (
+            f"{rel} has its expect.json now: take it off {IN_CODE.name}")
+    for rel, where in listed["files"].items():
+        module = TESTS.parent / where
+        assert module in modules and Path(rel).name in modules[module], (rel, where)
+    for rel in listed["unread"]:
+        readers = [m.name for m, text in modules.items() if Path(rel).name in text]
+        assert not readers, f"{rel} is read by {readers}: give it its X.expect.json"
+
+
+def test_every_expectation_names_a_kind_a_source_and_its_sample():
+    kinds = inspect_kinds()
+    for exp in _expectations():
         spec = json.loads(exp.read_text(encoding="utf-8"))
-        name = exp.name.removesuffix(".expect.json")
-        assert spec["source"] and (exp.parent / name).is_file()
-        assert f"`{exp.parent.name}/{name}`" in listed, name
+        sample = exp.with_name(exp.name.removesuffix(".expect.json"))
+        assert spec["kind"] in kinds and spec["source"] and sample.is_file(), exp
+        assert spec.get("expect") or spec.get("expect_paths"), f"{exp}: nothing expected"

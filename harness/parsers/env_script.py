@@ -281,6 +281,13 @@ def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
     for j, word in enumerate(words):
         if word in FLAG_WORDS and j + 1 < len(words):
             found |= add(words[j + 1])
+        elif j and (word == "env" or word.endswith("/env")):
+            # `env NAME=value prog` as a launcher's program (`mpirun -np 1 /usr/bin/env A=1
+            # prog : -np 1 ...`, `srun env A=1 prog`): the assignments right after it.
+            for assignment in words[j + 1:]:
+                if not add(assignment):
+                    break
+                found = True
         elif word.startswith("--env="):
             found |= add(word.split("=", 1)[1])
         elif word.startswith("--export="):

@@ -200,9 +200,12 @@ def parse_fi_info(text: str | Input) -> FiInfo:
 
 def inspect_fi_info(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     """`preflight inspect fi-info FILE`: efa, efa_devices, providers, endpoint_types,
-    error_code."""
+    error_code, and `verdicts` (PF-NET-003's judgement for the profile, harness.judges)."""
+    from harness import judges
+
     info = parse_fi_info(as_input(stream))
-    out = info.to_json()
+    verdicts = [] if profile is None else [judges.fi_info_lists_efa(profile, info).to_json()]
+    out = {**info.to_json(), "verdicts": verdicts}
     if info.omitted:
         out["notes"] = [f"{info.omitted} more distinct entries after the first {MAX_ENTRIES:,} "
                         "were not kept"]

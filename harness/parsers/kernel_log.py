@@ -27,6 +27,13 @@ _XID = re.compile(
 )
 # Newer drivers say a GPU fell off the bus in a multi-line message without an Xid line:
 # `NVRM: The NVIDIA GPU 0000:b3:00.0` ... `NVRM: fallen off the bus and is not responding`.
+#: A pretty-printed JSON event's time on a line of its own (`"ts":"2024-08-21T18:35:35Z",`: a
+#: SageMaker HyperPod health-monitoring-agent event, docs.aws.amazon.com
+#: sagemaker-hyperpod-eks-resiliency-health-monitoring-agent), taken as the time of the untimed
+#: kernel message within the next JSON_TIME_LINES lines of the same event.
+_JSON_TIME = re.compile(r'^\s*"(?:ts|time|timestamp|@timestamp|eventTime)"\s*:\s*'
+                        r'"(?P<time>\d{4}-\d\d-\d\d[T ][0-9:.]+(?:Z|[+-]\d\d:?\d\d)?)"')
+JSON_TIME_LINES = 20
 _FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9A-Fa-f:.]+)\s*$")
 _FALLEN = re.compile(r"fallen off the bus")
 # The one-line forms, printed next to the Xid 79 line or (on a GPU lost at probe time, and by
@@ -168,6 +175,7 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
     first: Line | None = None
     fallen_pci: str | None = None
     fallen_at, fallen_time = 0, None
+    json_time, json_at = None, 0
 
     def lost(pci: str, when: str | None, at: int) -> None:
         key = pci_key(pci) or pci
@@ -185,6 +193,10 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
         else:
             tally.add(ln)
         line, when = ln.text, ln.time
+        if line[:1] in ' \t"' and '"' in line and (jt := _JSON_TIME.match(line)):
+            json_time, json_at = jt["time"], n  # an event's time, on its own line
+        elif when is None and json_time is not None and n - json_at <= JSON_TIME_LINES:
+            when = json_time  # the untimed message of that event (a pretty-printed JSON)
         if ln.kind == KERNEL and first is None:
             first = ln
         if ln.boot and len(boots) < MAX_EVENTS:

@@ -777,17 +777,26 @@ def inspect_nccl_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     source = as_input(stream)
     binary = source.binary()
     if binary is None:
-        return parse_nccl_log(source.lines()).to_json()
+        return _judged(parse_nccl_log(source.lines()), profile)
     scanner = _scan_streams(binary, _CHUNK_BYTES)
     cut = (f"{scanner.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were judged by "
            f"their first {MAX_LINE_BYTES:,}") if scanner.cut_lines else ""
     try:
-        out = scanner.summary().to_json()
+        out = _judged(scanner.summary(), profile)
     except ParseError as exc:
         raise ParseError(f"{exc} ({cut})" if cut else str(exc)) from None
     if cut:
         out["notes"] = [cut]
     return out
+
+
+def _judged(summary: NcclLogSummary, profile: Any) -> dict[str, Any]:
+    """The summary's keys, and `verdicts`: the network checks' own judgement of it for the
+    profile (harness.judges; PF-NET-006 to 011)."""
+    from harness import judges
+
+    return {**summary.to_json(),
+            "verdicts": [v.to_json() for v in judges.nccl_log_verdicts(profile, summary)]}
 
 
 INSPECT = {"nccl-log": inspect_nccl_log}

@@ -756,8 +756,13 @@ def inspect_nccl_tests(stream: TextIO | Input, *, profile: Any) -> dict[str, Any
     """`preflight inspect nccl-tests FILE`: keys collective, nranks, dtype, redop, rows
     [{size_bytes, count, oop {time_us, algbw_gb_s, busbw_gb_s, wrong}, ip {...}}],
     avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,
-    errors (failure lines, then busbw mismatches)."""
-    return parse_nccl_tests(as_input(stream)).to_dict()
+    errors (failure lines, then busbw mismatches), and `verdicts`: the bandwidth gates' own
+    judgement of the busbw for the profile (harness.judges; PF-BW-001/002)."""
+    from harness import judges
+
+    result = parse_nccl_tests(as_input(stream))
+    return {**result.to_dict(),
+            "verdicts": [v.to_json() for v in judges.nccl_tests_verdicts(profile, result)]}
 
 
 INSPECT = {"nccl-tests": inspect_nccl_tests}

@@ -1,0 +1,83 @@
+"""The records of a `dcgmi diag` run (harness.parsers.dcgm is the entry; its JSON and text
+readers are harness.parsers.dcgm_json and dcgm_text) and what they judge: passed, failed,
+warnings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
+           "skipped": "skip", "not run": "skip", "not_run": "skip"}
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmResult:
+    """One test's outcome on one GPU (gpu None: the test reports for the whole node)."""
+
+    test: str
+    gpu: int | None
+    status: str
+    """pass, fail, warn, skip (an unknown word is kept as it was, and counts as a failure)."""
+    message: str = ""
+    category: str = ""
+    """`Deployment` (software checks), `Hardware`, `Integration`, `Stress`; "" when unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmDiag:
+    """A whole diagnostic run."""
+
+    dcgm_version: str | None
+    driver_version: str | None
+    results: tuple[DcgmResult, ...]
+    errors: tuple[str, ...] = ()
+    """Node-level errors dcgmi reported instead of (or besides) test results."""
+    omitted: int = 0
+    """Test rows past MAX_RESULTS, not read (a flood): then a run without failures is unknown."""
+    cut_at: str | None = None
+    """A text table that ends in a category header with no row under it (`Integration`): the
+    paste or the run was cut there, so the categories after it are absent."""
+    fragment: bool = False
+    """Test objects pasted without the document around them (a DCGM 4 `tests[]` element): the
+    tests seen are judged, the run as a whole is not (`passed` is never true)."""
+
+    @property
+    def failed(self) -> list[DcgmResult]:
+        """Failed results, and results whose status is a word this parser does not know."""
+        return [r for r in self.results if r.status not in ("pass", "warn", "skip")]
+
+    @property
+    def passed(self) -> bool | None:
+        """False: a test failed or dcgmi reported an error; True: something ran and nothing
+        failed; None: no test ran (all skipped), or only the deployment (software) checks did
+        while every GPU test past them was skipped (DCGM skips plugins a SKU does not allow)."""
+        if self.failed or self.errors:
+            return False
+        if self.omitted or self.cut_at or self.fragment:
+            return None  # rows that were not read (or not printed) may hold a failure
+        ran = [r for r in self.results if r.status in ("pass", "warn")]
+        gpu_tests = [r for r in self.results if r.category.lower() != "deployment"]
+        if gpu_tests and not any(r.status in ("pass", "warn") for r in gpu_tests):
+            return None
+        return True if ran else None
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        for r in self.results:
+            if r.status == "warn" or (r.status not in ("pass", "fail", "skip")):
+                where = f" on GPU {r.gpu}" if r.gpu is not None else ""
+                out.append(f"{r.test}{where}: {r.status}" + (f": {r.message}" if r.message else ""))
+        skipped = sorted({r.test for r in self.results if r.status == "skip"})
+        if skipped:
+            out.append("skipped: " + ", ".join(skipped))
+        return out
+
+def _status(raw: object) -> str:
+    text = str(raw or "").strip().lower()
+    return _STATUS.get(text, text or "unknown")
+
+
+#: Bounds on what is kept (memory stays flat): a level-4 run on 8 GPUs has ~150 results.
+MAX_RESULTS = 20_000
+MAX_MESSAGES = 200

@@ -1,0 +1,195 @@
+"""The table `dcgmi diag -r N` prints without `-j` (DCGM 2.x to 4.x: per-GPU lines, wrapped
+messages, deployment `Error` rows, a table printed again, a paste cut at a category header),
+read into a DcgmDiag."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from harness.parsers import ParseError
+from harness.parsers.dcgm_records import (
+    _STATUS,
+    MAX_MESSAGES,
+    MAX_RESULTS,
+    DcgmDiag,
+    DcgmResult,
+    _status,
+)
+from harness.parsers.values import ascii_int
+
+# (The cell's closing `|` and trailing blanks are cut in Python: a lazy group before `\s*$`
+# rescanned a run of blanks from each of its characters.)
+_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*)$")
+_CATEGORY = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z]+(?: [A-Za-z]+)*)\s+-+\+")
+_OUTCOME = re.compile(r"^(?P<status>Pass|Fail|Warn|Skip|Not Run)\b(?:\s*-\s*(?P<who>.*))?$", re.I)
+_PER_GPU = re.compile(r"^GPU\s*(?P<gpu>[0-9]{1,9})\s*:\s*(?P<status>Pass|Fail|Warn|Skip|Not Run)\b", re.I)
+_MENTION = re.compile(r"\bGPU\s+([0-9]{1,9})\b")
+
+
+def _who(who: str | None) -> list[int | None]:
+    """`All`, `GPU: 1`, `GPUs: 0, 2, 3` -> GPU ids (None: every GPU / the node)."""
+    if not who or who.strip().lower() == "all":
+        return [None]
+    ids = re.findall(r"[0-9]+", who.split(":", 1)[-1])[:MAX_MESSAGES]
+    return [n for i in ids if (n := ascii_int(i)) is not None] or [None]
+
+
+class _Tests(list):  # type: ignore[type-arg]
+    """The text table's tests in order, each [name, [(gpu, status)], [message chunks],
+    category, plain]; a test identical to one already listed (the same table printed again) is
+    kept once, and at most MAX_RESULTS are kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[object] = set()
+        self.omitted = 0
+
+    def add(self, test: list[Any]) -> list[Any]:
+        """Start `test`; returns it (its continuation lines go to it, kept or not)."""
+        self._settle()
+        if len(self) >= MAX_RESULTS:
+            self.omitted += 1
+        else:
+            self.append(test)
+        return test
+
+    def _settle(self) -> None:
+        """The last test is complete once the next one starts: drop it if it is a repeat."""
+        if self:
+            name, outcomes, messages, category, plain = self[-1]
+            key = (name, tuple(outcomes), tuple(tuple(m) for m in messages), category, plain)
+            if key in self.seen:
+                self.pop()
+            elif len(self.seen) < MAX_RESULTS:
+                self.seen.add(key)
+
+    def finish(self) -> _Tests:
+        self._settle()
+        return self
+
+
+def _from_text(lines: Iterable[str]) -> DcgmDiag:
+    version = driver = None
+    errors: list[list[str]] = []
+    error_seen: set[str] = set()  # node-level errors already listed (a table printed again)
+    # Per test: [name, [(gpu, status)], [message chunks], category, plain (its row says only
+    # `Fail`, no `- GPU: 1` / `- All`)].
+    tests = _Tests()
+    current: list[Any] | None = None  # the test the next continuation lines belong to
+    category = ""
+    message: list[str] | None = None  # the Warning/Error being continued
+    in_category = False  # a test row came since the last category header
+    for line in lines:
+        stripped = line.strip()
+        if stripped[:1] not in ("|", "+"):
+            continue
+        header = _CATEGORY.match(stripped)
+        if header:
+            message, in_category, category = None, False, header["name"]
+            continue
+        m = _ROW.match(stripped)
+        if not m:
+            continue
+        # dcgmi writes a message in fixed-width chunks (45 characters in a 48-wide cell: one pad
+        # space before, two after), cutting mid-word; keep the chunk exactly so they rejoin.
+        cell = m["value"].rstrip()
+        close = cell.endswith("|")
+        if close:
+            cell = cell[:-1]
+        raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
+        name, value = m["name"].strip(), raw_value.strip()
+        if name in ("Diagnostic", "") and value == "Result":
+            continue
+        if name == "DCGM Version":
+            version = value
+        elif name == "Driver Version Detected":
+            driver = value
+        elif name in ("GPU Device IDs Detected",):
+            pass
+        elif name in ("Warning", "Error", "Info"):
+            # A new message; its wrapped continuation lines are appended to the same list.
+            message = [raw_value]
+            # dcgmi 3.x prints a deployment test's messages as `Error` rows under the test's own
+            # row (dcgmi/Diag.cpp, HelperDisplayDeploymentResult): they explain that test when
+            # it failed. Any other `Error` is a failure of its own (never lost on a passed test).
+            explains = in_category and current is not None and any(
+                s in ("fail", "warn") for _, s in current[1])
+            if (name == "Warning" and current is not None) or (name == "Error" and explains):
+                if len(current[2]) < MAX_MESSAGES:  # type: ignore[index]
+                    current[2].append(message)  # type: ignore[index]
+            elif name == "Error":
+                _settle_error(errors, error_seen)
+                if len(errors) < MAX_MESSAGES:
+                    errors.append(message)
+        elif name:
+            outcome = _OUTCOME.match(value)
+            if outcome is None and value and value.lower() not in _STATUS:
+                # Not a result row (a markdown table, a key/value line someone pasted).
+                message = None
+                continue
+            status = outcome["status"] if outcome else value
+            who = _who(outcome["who"] if outcome else None)
+            plain = not (outcome and outcome["who"])
+            # A row without a value states nothing (its per-GPU lines may follow); a test that
+            # never gets an outcome is not a result (random `|x|` text is not a failed test).
+            outcomes = [(g, _status(status)) for g in who] if value else []
+            current = tests.add([name, outcomes, [], category, plain])
+            message, in_category = None, True
+        else:  # continuation line
+            outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)
+            if current is not None and len(current[1]) >= MAX_MESSAGES:
+                pass  # more GPUs than any node has: the rest is not kept
+            elif per_gpu and current is not None:
+                current[1].append((ascii_int(per_gpu["gpu"]), _status(per_gpu["status"])))
+                message = None
+            elif outcome and current is not None and message is None:
+                current[1].extend((g, _status(outcome["status"])) for g in _who(outcome["who"]))
+            elif message is not None and len(message) < MAX_MESSAGES:
+                message.append(raw_value)
+    results: list[DcgmResult] = []
+    for name, outcomes, messages, test_category, plain in tests.finish():
+        texts = [_join(m) for m in messages]
+        per_gpu = {g for g, _ in outcomes if g is not None}
+        named = sorted({n for t in texts for g in _MENTION.findall(t)
+                        if (n := ascii_int(g)) is not None})
+        if plain and outcomes == [(None, "fail")] and named:
+            # A deployment test fails for the node but its messages name the GPUs concerned.
+            outcomes = [(g, "fail") for g in named]
+            per_gpu = set(named)
+        for gpu, status in outcomes:
+            # DCGM 4 prints the test's overall line, then one line per GPU: keep the overall
+            # outcome only where it says more than the GPUs do (an internal error).
+            if gpu is None and per_gpu and (
+                status != "fail" or any(s == "fail" for g, s in outcomes if g is not None)
+            ):
+                continue
+            mine = [t for t in texts if gpu is None or str(gpu) in _MENTION.findall(t)
+                    or not _MENTION.search(t)]
+            text = " ".join(mine) if status != "pass" else ""
+            results.append(DcgmResult(name, gpu, status, text, test_category))
+    _settle_error(errors, error_seen)
+    error_texts = [_join(e) for e in errors]
+    for err in error_texts:
+        gpus = [ascii_int(g) for g in _MENTION.findall(err)] or [None]
+        results.append(DcgmResult("Deployment", gpus[0], "fail", err, "Deployment"))
+    if not results:
+        raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
+    cut_at = category if category and not in_category else None
+    return DcgmDiag(version, driver, tuple(results), (), tests.omitted, cut_at)
+
+
+def _settle_error(errors: list[list[str]], seen: set[str]) -> None:
+    """The last error message is complete once the next starts: drop it if it is a repeat."""
+    if errors:
+        text = _join(errors[-1])
+        if text in seen:
+            errors.pop()
+        else:
+            seen.add(text)
+
+
+def _join(chunks: list[str]) -> str:
+    """dcgmi wraps long messages at a fixed width, mid-word: join the chunks as they were cut."""
+    return re.sub(r"\s+", " ", "".join(c.rstrip("\n") for c in chunks).strip())

@@ -1,0 +1,233 @@
+"""What every nvidia-smi format's reader shares: the values nvidia-smi prints for "none" and
+for a fault, the per-pass side notes (lost GPUs, nvidia-smi's own failure line, `Attached
+GPUs`), value cleaning, and the lost-GPU records (harness.parsers.nvidia_smi is the entry)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from harness.gpu import GpuInfo, pci_key
+from harness.parsers import ParseError
+from harness.parsers.reader import Input
+from harness.parsers.unwrap import Unwrapper
+from harness.parsers.values import ascii_int
+
+#: Values that mean "no value": nvidia-smi prints N/A for unsupported, brackets for failures,
+#: `ERR!` in the table for a reading that failed, `Not Found` for the CUDA version when no
+#: libcuda is visible, and (R575+) `Requested functionality has been deprecated`.
+_NO_VALUE = {"n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
+             "unknown error", "[insufficient permissions]", "[gpu is lost]", "", "none",
+             "err!", "not found", "requested functionality has been deprecated",
+             "[requested functionality has been deprecated]"}
+#: Values that mean the GPU itself is in a fault state.
+_RESET_VALUES = {"[gpu requires reset]", "[gpu is lost]"}
+#: Values that mean a reading failed (not "not supported"): kept as the GPU's query errors, so
+#: that a fact nvidia-smi could not read is known to be unknown.
+_ERROR_VALUES = {"[unknown error]", "[insufficient permissions]", "err!"}
+
+_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_GPU_HEADER = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
+_ANY_GPU_HEADER = re.compile(rf"^[ \t]*GPU\s+{_BUS}\s*$")
+_KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
+_NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?(?![0-9])")
+#: A GPU the driver cannot open is left out of every output format and named on a line of its own
+#: instead: `Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error` (R610),
+#: `... for GPU0000:CB:00.0: Unknown Error`, `... for gpu 0000:3B:00.0: GPU is lost. Reboot ...`;
+#: the reason may continue on the next line, or be missing.
+_LOST = re.compile(
+    r"Unable to determine the device handle for GPU\s*(?:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])|(?P<index>[0-9]+)(?::\s*(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
+    re.I,
+)
+#: `nvidia-smi -q` sections a fragment is recognised by when pasted without its GPU line
+#: (`ECC Errors`, `Retired Pages`, `Remapped Rows`, or grep's `SRAM Uncorrectable : 1` lines).
+FRAGMENT_SECTIONS = ("ecc mode", "ecc errors", "retired pages", "remapped rows",
+                     "gpu reset status")
+_FRAGMENT_KEYS = re.compile(
+    r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status)\s*$|"
+    r"(?:[SD]RAM (?:Unc|C)orrectable|Pending Page Blacklist|Double Bit ECC|Single Bit ECC)"
+    r"[\w -]*?\s+:)")
+#: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
+_ANNOTATION = re.compile(r"\s+(?:<=+|<-+|←|#\s).*$")
+_ATTACHED = re.compile(r"^\s*Attached GPUs\s*:\s*([0-9]+)|<attached_gpus>([0-9]+)<")
+#: What nvidia-smi prints instead of any output when it cannot read the GPUs at all.
+_FAILURE = re.compile(r"^\s*(Failed to initialize NVML: .*|NVIDIA-SMI has failed because .*"
+                      r"|No devices were found|Driver/library version mismatch.*)$")
+#: R610 marks the old version keys: `Driver Version : 610.57.04 [Deprecated; will be removed in
+#: CUDA 14.0. Use KMD Version instead]`.
+
+
+
+#: `nvidia-smi -i 2 -q ...` / `--id=2`: the one GPU a command line selects.
+_SELECT = re.compile(r"\bnvidia-smi\b.*?\s(?:-i\s*|--id[= ])([0-9]{1,4})(?![0-9,:])")
+
+#: `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader`: the columns of rows
+#: printed without their header.
+_QUERY_NOHEADER = re.compile(r"\bnvidia-smi\b.*?--query-gpu[= ](\S+)(?=.*--format[= ]\S*noheader)")
+
+#: GPUs kept (a node has at most 16; a `-q -l` loop repeats the same ones, kept once each).
+MAX_GPUS = 1024
+#: Lines a key : value tree keeps per GPU, and section depth (real dumps: ~400 and 4).
+MAX_KEYS = 10_000
+MAX_DEPTH = 16
+#: `Unable to determine the device handle` lines kept.
+MAX_LOST = 256
+
+
+@dataclass(slots=True)
+class _Side:
+    """What any format's pass notes besides its GPUs: lost GPUs, nvidia-smi's own failure line,
+    `Attached GPUs`."""
+
+    lost: dict[str, tuple[str | None, str | None, str]] = dataclasses.field(default_factory=dict)
+    failure: str | None = None
+    attached: int | None = None
+    omitted: int = 0  # GPUs past MAX_GPUS
+    commands: list[str] = dataclasses.field(default_factory=list)
+    fragment: bool = False
+    sections: dict[str, None] = dataclasses.field(default_factory=dict)
+    """The `-q` sections seen (lower case), for `sections_present` / `sections_absent`."""
+    pending_index: int | None = None
+    """The GPU index of the last `nvidia-smi -i N ...` command line seen (a prompt pasted above
+    an output): the index of the next GPU section."""
+    noheader_columns: tuple[str, ...] = ()
+    """The columns of a `nvidia-smi --query-gpu=A,B --format=csv,noheader` command line seen
+    above the rows (which then have no header line)."""
+    bus_index: dict[object, int] = dataclasses.field(default_factory=dict)
+    """GPU sections (by pci_key) whose index a `-i N` command line above them gave."""
+    reset_printed: set[int] = dataclasses.field(default_factory=set)
+    """GPUs whose output says whether they need a reset (a `GPU Reset Status` value that is not
+    `deprecated`, a `[GPU requires reset]` value, a pending row remap)."""
+
+    def see(self, line: str) -> None:
+        if "Unable to determine" in line and len(self.lost) < MAX_LOST:
+            for m in _LOST.finditer(line):
+                self.lost.setdefault(m.group(0).strip(), (m["index"], m["bus"] or m["bus2"],
+                                                           m.group(0).strip()))
+        if self.failure is None and (m := _FAILURE.match(line)):
+            self.failure = m[1].strip()
+        if self.attached is None and "ttached" in line and (m := _ATTACHED.search(line)):
+            self.attached = ascii_int(m.group(1) or m.group(2))
+
+    def not_read(self, what: str) -> ParseError:
+        """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
+        return ParseError(f"{what}; nvidia-smi says: {self.failure}" if self.failure else what)
+
+    def notes(self) -> list[str]:
+        return [f"{self.omitted} more GPUs after the first {MAX_GPUS} not kept"] if self.omitted else []
+
+
+def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
+    """The input's lines, unwrapped (harness.parsers.unwrap); each one shown to `side`, which
+    keeps the command lines seen."""
+    unwrapper = Unwrapper()
+    seen = 0
+    for batch in source.batches():
+        for line in unwrapper.lines(batch):
+            if side is not None:
+                if len(unwrapper.commands) != seen:
+                    seen = len(unwrapper.commands)
+                    m = _SELECT.search(unwrapper.commands[-1])
+                    side.pending_index = ascii_int(m[1]) if m else None
+                    q = _QUERY_NOHEADER.search(unwrapper.commands[-1])
+                    if q:
+                        side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+                side.see(line)
+            yield line
+    if side is not None:
+        side.commands = unwrapper.commands
+
+def _clean(value: str | None) -> str | None:
+    if value is None:
+        return None
+    v = value.strip()
+    if " " in v and ("<" in v or "←" in v or "#" in v):
+        v = _ANNOTATION.sub("", v)
+    return None if v.lower() in _NO_VALUE or v.lower() in _RESET_VALUES else v
+
+
+def _num(value: str | None) -> float | None:
+    v = _clean(value)
+    m = _NUMBER.match(v) if v else None
+    return float(m.group(0)) if m else None
+
+
+def _int(value: str | None) -> int | None:
+    n = _num(value)
+    return None if n is None else int(n)
+
+
+def _serial(value: str | None) -> str | None:
+    """A board serial; R580 prints `0` (not N/A) for GPUs without one (laptops, GeForce)."""
+    v = _clean(value)
+    return None if v == "0" else v
+
+
+def _version(value: str | None) -> str | None:
+    return _clean(_without_bracket_suffix(value)) if value else None
+
+
+def _without_bracket_suffix(value: str) -> str:
+    """`value` without a trailing `[...]` (R610's `[Deprecated; ...]`, a CSV header's `[MiB]`).
+    (In Python: the regex form searched from every `[` to the end, quadratic on `[[[[`.)"""
+    end = value.rstrip()
+    if end.endswith("]"):
+        start = end.rfind("[")
+        if start >= 0 and "]" not in end[start:-1]:
+            return end[:start].rstrip()
+    return value
+
+
+_YES = frozenset(("yes", "enabled", "active", "on", "true", "1"))
+_NO = frozenset(("no", "disabled", "not active", "inactive", "off", "false", "0"))
+
+
+def _yes(value: str | None) -> bool | None:
+    """True / False for a yes or no nvidia-smi prints; None for anything else (`Unknown
+    Error`, `N/A`): unknown, never a no."""
+    v = _clean(value)
+    if v is None:
+        return None
+    v = v.lower()
+    return True if v in _YES else False if v in _NO else None
+_CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
+                "hw_power_brake_slowdown": "HW Power Brake Slowdown",
+                "sw_thermal_slowdown": "SW Thermal Slowdown", "sw_power_cap": "SW Power Cap"}
+
+
+def _with_lost(gpus: list[GpuInfo], side: _Side, *, renumber: bool = False) -> tuple[GpuInfo, ...]:
+    """`gpus` plus one record per `Unable to determine the device handle for GPU...` line: that
+    GPU is lost (requires_reset, the line in query_errors). nvidia-smi numbers GPUs in PCI bus
+    order, so a lost GPU named only by its bus, and every GPU of a `-q` dump (`renumber`: its
+    sections carry no index) when one is lost, are numbered by bus order."""
+    lost: dict[tuple[str | None, str | None], GpuInfo] = {}
+    for raw_index, bus, line in side.lost.values():
+        known = next((g for g in gpus if bus and pci_key(g.bus_id) == pci_key(bus)), None)
+        if known is not None:  # listed anyway: keep its readings, mark it
+            gpus[gpus.index(known)] = dataclasses.replace(
+                known, requires_reset=True, query_errors=(*known.query_errors, line))
+            continue
+        index = ascii_int(raw_index)
+        lost.setdefault((raw_index, bus), GpuInfo(-1 if index is None else index, bus_id=bus,
+                                                  requires_reset=True, query_errors=(line,)))
+    if not lost:
+        return tuple(gpus)
+    every = [*gpus, *lost.values()]
+    if renumber and all(pci_key(g.bus_id) for g in every):
+        every.sort(key=lambda g: pci_key(g.bus_id))  # type: ignore[arg-type, return-value]
+        return tuple(dataclasses.replace(g, index=i) for i, g in enumerate(every))
+    taken = {g.index for g in every}
+    placed = []
+    for g in every:
+        if g.index < 0:
+            key = pci_key(g.bus_id)
+            index = sum(1 for o in gpus if key and pci_key(o.bus_id) and pci_key(o.bus_id) < key)
+            index = index if index not in taken else max(taken) + 1
+            taken.add(index)
+            g = dataclasses.replace(g, index=index)
+        placed.append(g)
+    return tuple(sorted(placed, key=lambda g: g.index))

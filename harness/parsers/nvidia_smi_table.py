@@ -1,0 +1,112 @@
+"""The plain `nvidia-smi` summary table (old and new layouts, Windows driver models, `ERR!`
+cells, a GPU printed again by `nvidia-smi -l`), read into a GpuInventory."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from harness.gpu import GpuInfo, GpuInventory
+from harness.parsers.nvidia_smi_common import (
+    _BUS,
+    MAX_GPUS,
+    _clean,
+    _lines,
+    _num,
+    _Side,
+    _with_lost,
+)
+from harness.parsers.reader import Input, as_input
+from harness.parsers.values import ascii_int
+
+_TABLE_VERSIONS = re.compile(
+    r"(?:Driver|KMD) Version:\s*(?P<driver>[0-9.]+)(?:.*?CUDA (?:UMD )?Version:\s*(?P<cuda>[0-9.]+))?"
+)
+# `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`;
+# on Windows the column is `Driver-Model` (`WDDM`, `TCC`, `MCDM`); a GPU that stopped answering
+# shows `ERR!` for its name.
+_TABLE_ROW1 = re.compile(
+    # (The name is words with single spaces between them: `.+?` before `\s+` rescanned a run of
+    # blanks from each of its characters.)
+    rf"^\|\s*(?P<index>[0-9]+)\s+(?P<name>\S+(?: \S+)*?)\s+(?P<pm>On|Off|WDDM|TCC|MCDM|N/A|ERR!)\s*\|\s*"
+    rf"(?P<bus>{_BUS})\s+\S+\s*\|\s*(?P<ecc>\S+)\s*\|\s*$"
+)
+# `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
+_TABLE_ROW2 = re.compile(
+    # (No `/` in a reading: `\S+\s*/` retried every `/` of a long word.)
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>[^\s/]+)\s*/\s*[^\s|]+\s*"
+    r"\|\s*[^\s/|]+\s*/\s*(?P<mem>[^\s|]+)\s*\|"
+)
+
+
+def _table_ecc(cell: str) -> tuple[bool | None, int | None]:
+    """The `Volatile Uncorr. ECC` cell: a count when ECC is on, `On` for a MIG-enabled GPU (the
+    counts are per MIG device), `Off` when it is off, `N/A` where the GPU has none, `ERR!` when
+    it could not be read."""
+    count = ascii_int(cell) if cell[:1] != "-" else None
+    if count is not None:
+        return True, count
+    return {"On": (True, None), "Off": (False, None)}.get(cell, (None, None))
+
+
+def parse_smi_table(text: str | Input) -> GpuInventory:
+    """Parse the plain `nvidia-smi` summary table. Reads `| NVIDIA-SMI 550.127.05  Driver
+    Version: 550.127.05  CUDA Version: 12.4 |` (R610: `KMD Version:`, `CUDA UMD Version:`) and
+    per GPU `|   0  NVIDIA A40   On  | 00000000:4F:00.0 Off |   0 |` then `|  0%   29C    P8
+    23W /  300W | ... |`. Names may be cut (`Tesla V100-PCIE...`); `ERR!` in a GPU's row means
+    the driver cannot read it, and a GPU the driver cannot open at all is named on an `Unable to
+    determine the device handle` line above the table (both are reported as requiring a reset).
+    A GPU printed again (`nvidia-smi -l`) keeps its latest rows."""
+    return _table(as_input(text), _Side())
+
+
+def _table(source: Input, side: _Side) -> GpuInventory:
+    versions: re.Match[str] | None = None
+    gpus: dict[int, GpuInfo] = {}
+    row1: re.Match[str] | None = None  # a GPU's first row, waiting for its second
+    row1_line = ""
+    for line in itertools.chain(_lines(source, side), [""]):
+        if versions is None and "Version:" in line:
+            versions = _TABLE_VERSIONS.search(line)
+        if row1 is not None:
+            _table_gpu(row1, row1_line, line, gpus, side)
+            row1 = None
+        stripped = line.strip()
+        m = _TABLE_ROW1.match(stripped) if stripped[:1] == "|" else None
+        if m:
+            row1, row1_line = m, line
+    if not gpus and not side.lost:
+        raise side.not_read("no GPU rows (`|   0  NVIDIA H100 ...  On  |   00000000:53:00.0 Off |`) "
+                            "in the nvidia-smi table")
+    return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
+                        versions["cuda"] if versions else None,
+                        _with_lost(sorted(gpus.values(), key=lambda g: g.index), side))
+
+
+def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuInfo],
+               side: _Side) -> None:
+    """Record the GPU of table row `m` (its second row is `next_line`)."""
+    index = ascii_int(m["index"])
+    if index is None:
+        return
+    if index not in gpus and len(gpus) >= MAX_GPUS:
+        side.omitted += 1
+        return
+    row2 = _TABLE_ROW2.match(next_line.strip())
+    err = "ERR!" in line or "ERR!" in next_line
+    memory_mib = _num(row2["mem"]) if row2 else None
+    perf = _clean(row2["perf"]) if row2 else None
+    ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
+    gpus[index] = GpuInfo(
+        index=index,
+        name=_clean(m["name"]),
+        bus_id=m["bus"],
+        memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+        ecc_enabled=ecc_enabled,
+        ecc_uncorrected_volatile=ecc_errors,
+        temperature_c=_num(row2["temp"]) if row2 else None,
+        power_draw_w=_num(row2["power"]) if row2 else None,
+        persistence_mode={"On": True, "Off": False}.get(m["pm"]),
+        performance_state=perf if perf and perf.startswith("P") else None,
+        requires_reset=err,
+    )

@@ -1,0 +1,138 @@
+"""`nvidia-smi -q -x` XML (its DTD never fetched; log lines before the document read for lost
+GPUs), read into a GpuInventory."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from harness.gpu import GpuInfo, GpuInventory
+from harness.parsers import ParseError
+from harness.parsers.nvidia_smi_common import (
+    _CSV_REASONS,
+    _ERROR_VALUES,
+    _RESET_VALUES,
+    MAX_GPUS,
+    _clean,
+    _int,
+    _lines,
+    _num,
+    _serial,
+    _Side,
+    _version,
+    _with_lost,
+    _yes,
+)
+from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
+
+
+def _xml_text(node: Any, path: str) -> str | None:
+    found = node.find(path)
+    return None if found is None or found.text is None else found.text.strip()
+
+
+def _xml_ecc(gpu: Any, scope: str) -> int | None:
+    """Uncorrected count of a scope in the new (`dram_uncorrectable`, `sram_uncorrectable*`)
+    or old (`double_bit/total`) XML layout."""
+    node = gpu.find(f"ecc_errors/{scope}")
+    if node is None:
+        return None
+    new = [_int(c.text) for c in node
+           if c.tag.startswith(("dram_uncorrectable", "sram_uncorrectable"))]
+    if new:
+        known = [n for n in new if n is not None]
+        return sum(known) if known else None
+    return _int(_xml_text(node, "double_bit/total") or _xml_text(node, "double_bit/device_memory"))
+
+
+def _xml_gpu(index: int, g: Any) -> GpuInfo:
+    t = lambda path: _xml_text(g, path)  # noqa: E731
+    link = "pci/pci_gpu_link_info"
+    reasons = []
+    for section, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
+                            ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+        for child in g.findall(f"{section}/*"):
+            name = _CSV_REASONS.get(child.tag.removeprefix(prefix))
+            if name and _yes(child.text):
+                reasons.append(name)
+    texts = [(e.text or "").strip().lower() for e in g.iter()]
+    memory_mib = _num(t("fb_memory_usage/total"))
+    return GpuInfo(
+        index=index,
+        name=_clean(t("product_name")),
+        uuid=_clean(t("uuid")),
+        serial=_serial(t("serial")),
+        bus_id=_clean(t("pci/pci_bus_id")) or g.get("id"),
+        memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
+        ecc_enabled=_yes(t("ecc_mode/current_ecc")),
+        ecc_uncorrected_volatile=_xml_ecc(g, "volatile"),
+        ecc_uncorrected_aggregate=_xml_ecc(g, "aggregate"),
+        remapped_rows_pending=_yes(t("remapped_rows/remapped_row_pending")),
+        remapped_rows_failure=_yes(t("remapped_rows/remapped_row_failure")),
+        retired_pages_pending=_yes(t("retired_pages/pending_retirement")
+                                   or t("retired_pages/pending_blacklist")),
+        retired_pages_dbe=_int(t("retired_pages/double_bit_retirement/retired_count")),
+        temperature_c=_num(t("temperature/gpu_temp")),
+        throttle_reasons=tuple(dict.fromkeys(reasons)),
+        power_draw_w=_num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw")
+                          or t("gpu_power_readings/instant_power_draw")),
+        persistence_mode=_yes(t("persistence_mode")),
+        performance_state=_clean(t("performance_state")),
+        pcie_gen_current=_int(t(f"{link}/pcie_gen/current_link_gen")),
+        pcie_gen_max=_int(t(f"{link}/pcie_gen/max_link_gen")),
+        pcie_gen_device_max=_int(t(f"{link}/pcie_gen/max_device_link_gen")),
+        pcie_gen_host_max=_int(t(f"{link}/pcie_gen/max_host_link_gen")),
+        pcie_width_current=_int(t(f"{link}/link_widths/current_link_width")),
+        pcie_width_max=_int(t(f"{link}/link_widths/max_link_width")),
+        fabric_state=_clean(t("fabric/state")),
+        fabric_status=_clean(t("fabric/status")),
+        recovery_action=_clean(t("gpu_recovery_action")),
+        requires_reset=(bool(_yes(t("gpu_reset_status/reset_required")))
+                        or bool(_yes(t("gpu_reset_status/drain_and_reset_recommended")))
+                        or any(v in _RESET_VALUES for v in texts)),
+        query_errors=tuple(f"{e.tag}: {(e.text or '').strip()}" for e in g.iter()
+                           if (e.text or "").strip().lower() in _ERROR_VALUES),
+    )
+
+
+def parse_smi_xml(text: str | Input) -> GpuInventory:
+    """Parse `nvidia-smi -q -x`. Reads `<nvidia_smi_log><driver_version>555.42.06</...>` and
+    `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched). A document larger
+    than MAX_DOCUMENT_CHARS (16 MiB; 8 GPUs print ~150 KB) is a ParseError."""
+    return _xml(as_input(text), _Side())
+
+
+def _xml(source: Input, side: _Side) -> GpuInventory:
+    import xml.etree.ElementTree as ET
+
+    # Log lines (a lost GPU's `Unable to determine the device handle ...`) may precede it.
+    body: list[str] = []
+    size = 0
+    for line in _lines(source):
+        if not body and "<?xml" not in line and "<nvidia_smi_log" not in line:
+            side.see(line)
+            continue
+        size += len(line) + 1
+        if size > MAX_DOCUMENT_CHARS:
+            raise ParseError(f"nvidia-smi XML larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not "
+                             "one `nvidia-smi -q -x` document")
+        body.append(line)
+    text = "\n".join(body)
+    start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0),
+                default=0)
+    text = re.sub(r"<!DOCTYPE[^>]*>", "", text[start:], count=1)
+    try:
+        root = ET.fromstring(text.strip())
+    except ET.ParseError as exc:
+        raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+    side.attached = _int(_xml_text(root, "attached_gpus"))
+    elements = root.findall("gpu")
+    side.omitted += max(len(elements) - MAX_GPUS, 0)
+    gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(elements[:MAX_GPUS])], side,
+                      renumber=True)
+    if not gpus and side.attached != 0:
+        raise ParseError("<nvidia_smi_log> without <gpu> elements")
+    return GpuInventory("nvidia-smi -q -x", _version(_xml_text(root, "driver_version")),
+                        _version(_xml_text(root, "cuda_version")), gpus, side.attached)
