@@ -65,7 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", default="auto",
                      help="parallel pytest-xdist workers for node-local checks: N or auto")
     run.add_argument("-v", "--verbose", action="store_true",
-                     help="show pytest's output and every measured value")
+                     help="as each check finishes, print every value it measured with its "
+                     "threshold, and why it did not pass or does not apply; the summary lists "
+                     "the checks that do not apply; pytest's own output (run with -v) is in "
+                     "REPORT_DIR/pytest-output.txt")
     run.add_argument("--s3-uri", default=None,
                      help="also upload the report folder to S3 URI/<date>/<job>/<host>/ "
                      "(default: $PREFLIGHT_S3_URI); a failed upload is only a warning")
@@ -177,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.cmd == "run" and sys.stdout.isatty():  # the live line starts with the checks
+        print("gpu-preflight: starting", flush=True)
     try:
         return _command(args.cmd)(args)
     except UsageError as exc:

@@ -158,6 +158,8 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
         else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
             print_plain_summary(report)
         print(f"report: {report_dir / 'report.json'}", flush=True)
+        if args.verbose:
+            print(f"pytest output: {report_dir / 'pytest-output.txt'}", flush=True)
         if report.usage_error:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
         if report.verdict != "pass" and failure_file is not None:
