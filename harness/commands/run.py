@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from harness import handoff
@@ -131,6 +132,17 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     for line in describe(suites, source_overrides(env, args.profile_file)):
         print(f"gpu-preflight: {line}", flush=True)
     finalizer.cfg = cfg
+    metrics_file = args.metrics_file or setting(env, "PREFLIGHT_METRICS_FILE")
+
+    def outputs(report: Report) -> None:
+        """The metrics file and the uploads, after a finished or an interrupted run."""
+        _write_metrics(metrics_file, report, env)
+        if s3_uri or namespace:
+            publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
+
+    finalizer.outputs = outputs
+    if s3_uri or namespace:  # a signal's uploads must not spend the exit bound importing boto3
+        threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
     cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
     finalizer.cluster = cluster
     try:
@@ -150,9 +162,7 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
         write_report(report, report_dir, env)
         for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
             redact_file(report_dir / name, env)
-        if s3_uri or namespace:
-            publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
-        _write_metrics(args.metrics_file or setting(env, "PREFLIGHT_METRICS_FILE"), report, env)
+        outputs(report)
         if sys.stdout.isatty():
             print_summary(report, verbose=args.verbose)
         else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
@@ -197,6 +207,12 @@ def _cluster_finish(cluster: ClusterStep, report: Report) -> str | None:
         report.exit_code = EXIT_HARNESS
         return None
     return verdict.text or None
+
+
+def _preload_aws() -> None:
+    with contextlib.suppress(Exception):  # a missing boto3 is said by publish() itself
+        import boto3  # noqa: F401
+        import botocore.config  # noqa: F401
 
 
 def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> None:
