@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
                      "/opt/ml/output/failure)")
     run.add_argument("--workers", default="auto",
                      help="parallel pytest-xdist workers for node-local checks: N or auto")
+    run.add_argument("--format", choices=("text", "json"), default="text",
+                     help="json: the run's outcome as one JSON object on stdout (verdict, exit "
+                     "code, counts, what needs attention, the report's path); the progress "
+                     "lines go to stderr")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="as each check finishes, print every value it measured with its "
                      "threshold, and why it did not pass or does not apply; the summary lists "
@@ -180,8 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    if args.cmd == "run" and sys.stdout.isatty():  # the live line starts with the checks
-        print("gpu-preflight: starting", flush=True)
+    if args.cmd == "run":  # on a terminal: a line at once; the live line starts with the checks
+        info = sys.stderr if args.format == "json" else sys.stdout
+        if info.isatty():
+            print("gpu-preflight: starting", file=info, flush=True)
     try:
         return _command(args.cmd)(args)
     except UsageError as exc:

@@ -92,3 +92,18 @@ def test_a_log_gets_plain_lines_and_verbose_shows_values_and_why(tmp_path: Path)
     skip = next(i for i, line in enumerate(lines) if "SKIP" in line and "PF-GPU-001" in line)
     assert "not applicable" in lines[skip + 1] or "no GPU" in lines[skip + 1], lines[skip:skip + 2]
     assert f"pytest output: {tmp_path / 'r' / 'node-a' / 'pytest-output.txt'}" in loud.stdout
+
+
+def test_format_json_puts_one_summary_object_on_stdout_and_the_rest_on_stderr(
+        tmp_path: Path) -> None:
+    import json
+
+    res = subprocess.run(_argv(tmp_path, "--format", "json"), env=_env(tmp_path), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=RUN_BOUND_S, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(res.stdout)  # the whole of stdout is the object
+    assert data["verdict"] == "pass" and data["exit_code"] == 0 and data["host"] == "node-a"
+    assert data["profile"] == "local-cpu" and data["counts"]["pass"] == 1
+    assert data["counts"]["skip"] == 1 and data["attention"] == []
+    assert data["report"] == str(tmp_path / "r" / "node-a" / "report.json")
+    assert "gpu-preflight: host node-a" in res.stderr and "PF-HOST-001" in res.stderr
