@@ -64,8 +64,15 @@ def _parser() -> argparse.ArgumentParser:
                      "/opt/ml/output/failure)")
     run.add_argument("--workers", default="auto",
                      help="parallel pytest-xdist workers for node-local checks: N or auto")
+    run.add_argument("--format", choices=("text", "json"), default="text",
+                     help="json: the run's outcome as one JSON object on stdout (verdict, exit "
+                     "code, counts, what needs attention, the report's path); the progress "
+                     "lines go to stderr")
     run.add_argument("-v", "--verbose", action="store_true",
-                     help="show pytest's output and every measured value")
+                     help="as each check finishes, print every value it measured with its "
+                     "threshold, and why it did not pass or does not apply; the summary lists "
+                     "the checks that do not apply; pytest's own output (run with -v) is in "
+                     "REPORT_DIR/pytest-output.txt")
     run.add_argument("--s3-uri", default=None,
                      help="also upload the report folder to S3 URI/<date>/<job>/<host>/ "
                      "(default: $PREFLIGHT_S3_URI); a failed upload is only a warning")
@@ -179,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.cmd == "run":  # on a terminal: a line at once; the live line starts with the checks
+        info = sys.stderr if args.format == "json" else sys.stdout
+        if info.isatty():
+            print("gpu-preflight: starting", file=info, flush=True)
     try:
         return _command(args.cmd)(args)
     except UsageError as exc:

@@ -1,7 +1,11 @@
 """What an interrupted `preflight run` leaves behind: report.json with verdict `interrupted` (the
 checks that finished, with their results, and those that did not), the failure file, and, on a
-multi-node job, its interrupted result for the peers. Written by the signal cleanup
-(harness.interrupt) once every process the run started is stopped."""
+multi-node job, its interrupted result for the peers; then, like a finished run, the metrics
+file and the S3/CloudWatch uploads the run was asked for (`outputs`), within what is left of the
+exit bound (harness.interrupt's timer ends the process at EXIT_WITHIN_S whatever they do; the
+local files are written first, and report.json is uploaded last, so a cut upload leaves no
+report.json in S3 rather than a stale one). Written by the signal cleanup once every process the
+run started is stopped."""
 
 from __future__ import annotations
 
@@ -110,6 +114,8 @@ class RunFinalizer:
         self.command = command_for_report(command, env)
         self.cfg: Any = None
         self.cluster: Any = None
+        #: The run's metrics file and uploads (harness.commands.run sets it once it knows them).
+        self.outputs: Callable[[Report], None] | None = None
         self.started_at, self.started_wall, self.started_mono = now_iso(), time.time(), time.monotonic()
         self.report: Report | None = None
 
@@ -134,3 +140,5 @@ class RunFinalizer:
               f"{self.report_dir / 'report.json'}", flush=True)
         if self.cluster is not None:  # the peers name this node now, not at their deadline
             self.cluster.abort(report)
+        if self.outputs is not None:  # last: they talk to the network (bounded by the exit timer)
+            self.outputs(report)

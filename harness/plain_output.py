@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-__all__ = ["group_failures", "print_plain_summary"]
+__all__ = ["group_failures", "print_plain_summary", "summary_data"]
 
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
 _ID_PREFIX = re.compile(r"^\[[A-Z0-9-]+\]\s*")
@@ -63,3 +63,26 @@ def print_plain_summary(report: Any, file: TextIO | None = None) -> None:
           f"{float(data.get('duration_s') or 0):.1f} s: {data.get('host')} "
           f"{(data.get('profile') or {}).get('name', '?')} tier {data.get('tier')}",
           file=out, flush=True)
+
+
+def summary_data(report: Mapping[str, Any], report_path: str) -> dict[str, Any]:
+    """`preflight run --format json`: the run's outcome as one JSON object on stdout (the
+    progress lines go to stderr), for scripts: verdict, exit code, counts, each check that needs
+    attention (grouped as in the plain summary), harness errors and where the report is."""
+    profile = report.get("profile") or {}
+    cluster = report.get("cluster") or {}
+    return {
+        "verdict": report.get("verdict", "error"),
+        "exit_code": report.get("exit_code"),
+        "host": report.get("host"),
+        "profile": profile.get("name") if isinstance(profile, Mapping) else profile,
+        "tier": report.get("tier"),
+        "duration_s": report.get("duration_s"),
+        "counts": report.get("counts") or {},
+        "attention": [{"outcome": outcome, "checks": ids, "gpus": gpus, "message": message}
+                      for outcome, ids, gpus, message in group_failures(report.get("checks") or [])],
+        "harness_errors": [_one_line(e) for e in report.get("harness_errors") or []],
+        "cluster": ({"verdict": cluster.get("verdict"), "text": cluster.get("text")}
+                    if isinstance(cluster, Mapping) and cluster else None),
+        "report": report_path,
+    }

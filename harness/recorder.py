@@ -29,7 +29,8 @@ class ResultsRecorder:
     """Registered by the plugin with --preflight-results.
 
     Events: `collected` (written by gw0 under xdist, else by the session: this phase's items,
-    the whole selection before the phase split, and the collection errors), `result` (one per
+    the whole selection before the phase split, and the collection errors), `started` (an item
+    began: the live progress line names what runs now), `result` (one per
     item at its teardown, by whichever worker ran it), `lost` (the xdist controller: an item
     whose worker crashed under it), `internal_error` (pytest's INTERNALERROR), `finished` (the
     controller: pytest's exit status). Each line is one O_APPEND write, so lines from several
@@ -75,6 +76,11 @@ class ResultsRecorder:
             "selected": [describe_item(i) for i in selected],
             "errors": self.errors, "time": time.time(),
         })
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        if not self.distributing:  # the worker that runs it (xdist's controller hears it too)
+            self.write({"event": "started", "phase": self.phase, "nodeid": nodeid,
+                        "time": time.time()})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.distributing:

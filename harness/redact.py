@@ -154,7 +154,7 @@ class Redactor:
         """A copy of `env` with credential values replaced and the others scrubbed of secrets."""
         return {k: (REDACTED if is_secret_name(k) else self.text(v)) for k, v in env.items()}
 
-    def obj(self, value: object) -> object:
+    def obj(self, value: object, _parent: object = None) -> object:
         """Redact every string inside a JSON-like structure (dicts, lists, strings): the value
         of a credential-named key, and the `value` beside a credential `name` (`{"name":
         "HF_TOKEN", "value": ...}`), whatever its length."""
@@ -164,13 +164,25 @@ class Redactor:
             name_key, paired = _paired_keys(value)
             return {
                 k: (REDACTED if k == paired or (k != name_key and isinstance(k, str)
-                                                and is_secret_name(k) and _is_scalar_value(v))
-                    else self.obj(v))
+                                                and is_secret_name(k) and _is_scalar_value(v)
+                                                and not _is_count(_parent, k, v))
+                    else self.obj(v, k))
                 for k, v in value.items()
             }
         if isinstance(value, list | tuple):
-            return [self.obj(v) for v in value]
+            return [self.obj(v, _parent) for v in value]
         return value
+
+
+#: A report's own tallies (`"counts": {"pass": 31, ...}`): `pass` is a credential's name in a
+#: config file, but a whole number under it in a `counts` mapping is a count of checks (every
+#: report.json had `"pass": "***REDACTED***"`).
+_COUNT_KEYS = frozenset({"pass"})
+
+
+def _is_count(parent: object, key: str, value: object) -> bool:
+    return (parent == "counts" and key in _COUNT_KEYS and isinstance(value, int)
+            and not isinstance(value, bool))
 
 
 def _is_secret_flag(name: str) -> bool:

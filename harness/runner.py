@@ -9,7 +9,6 @@ import os
 import shlex
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 from harness import proc
 from harness.deadline import run_deadline_env
 from harness.profiles import Profile
+from harness.progress import Progress
 from harness.report import Report, now_iso, report_environment
 from harness.selection import (
     Events,
@@ -35,8 +35,6 @@ __all__ = ["PROFILE_FILE", "Collection", "RunConfig", "checks_dir", "collect_che
 
 #: Seconds kept back from the budget to write reports after the checks are stopped.
 REPORT_RESERVE_S = 5.0
-#: Seconds without a finished check after which a heartbeat line says the run is alive.
-HEARTBEAT_S = 30.0
 #: The ini the check sessions use, so a pytest.ini/pyproject in the user's cwd cannot interfere.
 #: Package data: pyproject.toml ships it in the wheel; `missing_pieces` checks it is there.
 _INI = Path(__file__).with_name("checks.ini")
@@ -168,58 +166,6 @@ def _child_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
-class _Progress(threading.Thread):
-    """Tails the results file and prints each check as it finishes, and a heartbeat line when
-    a long check has kept the run quiet for HEARTBEAT_S."""
-
-    def __init__(self, path: Path, budget_s: float = 0.0, verbose: bool = False) -> None:
-        super().__init__(daemon=True)
-        self.verbose = verbose
-        self.path, self.stop, self.offset = path, threading.Event(), 0
-        self.budget_s, self.total, self.done = budget_s, 0, 0
-        self.began = self.last = time.monotonic()
-
-    def poll(self) -> None:
-        import json
-
-        from harness.summary import print_progress
-
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        for line in data[:end].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("event") == "collected":
-                self.total += len(record.get("checks", []))
-            elif record.get("event") == "result":
-                self.done += 1
-                self.last = time.monotonic()
-                if record.get("outcome") != "skip" or self.verbose:
-                    print_progress(record)
-
-    def heartbeat(self) -> None:
-        from harness.summary import print_heartbeat
-
-        now = time.monotonic()
-        if now - self.last >= HEARTBEAT_S:
-            self.last = now
-            print_heartbeat(self.done, self.total, now - self.began, self.budget_s)
-
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            self.poll()
-            self.heartbeat()
-        self.poll()
-
-
 def run_checks(cfg: RunConfig) -> Report:
     """Run every phase within the budget; always returns a Report (never raises for checks)."""
     start = time.monotonic()
@@ -243,7 +189,7 @@ def run_checks(cfg: RunConfig) -> Report:
         report.duration_s = time.monotonic() - start
         return report
     deadline = start + max(cfg.budget_s - REPORT_RESERVE_S, 1.0)
-    progress = _Progress(results, cfg.budget_s, cfg.verbose) if cfg.progress else None
+    progress = Progress(results, cfg.budget_s, cfg.verbose) if cfg.progress else None
     if progress:
         progress.start()
     timed_out = False

@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 from harness.report import Report
 
-__all__ = ["print_heartbeat", "print_progress", "print_summary"]
+__all__ = ["measured_lines", "print_heartbeat", "print_progress", "print_summary"]
 
 _STYLE = {"pass": "green", "warn": "yellow", "skip": "dim", "fail": "bold red", "error": "bold red"}
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
@@ -21,15 +21,38 @@ def _console(file: TextIO | None = None) -> Any:
     return Console(file=out, highlight=False, soft_wrap=not out.isatty())
 
 
-def print_progress(result: dict[str, Any], file: TextIO | None = None) -> None:
-    """One line as each check finishes (long runs show they are alive)."""
+def print_progress(result: dict[str, Any], file: TextIO | None = None, *, verbose: bool = False,
+                   console: Any = None) -> None:
+    """One line as each check finishes (long runs show they are alive). Verbose: below it every
+    value the check measured, with the threshold it was judged against, and, for a check that
+    did not pass or does not apply, its message (why)."""
     from rich.markup import escape
 
+    console = console or _console(file)
     outcome = result["outcome"]
-    _console(file).print(
+    console.print(
         f"  [{_STYLE[outcome]}]{_LABEL[outcome]:5}[/] {result['id']:11} "
         f"{escape(result['title'])} [dim]({result['duration_s']:.1f} s)[/]"
     )
+    if not verbose:
+        return
+    for line in measured_lines(result.get("measurements") or []):
+        console.print(f"        [dim]{escape(line)}[/]")
+    if outcome != "pass" and result.get("message"):
+        console.print(f"        [dim]{escape(' '.join(str(result['message']).split()))}[/]")
+
+
+def measured_lines(measurements: list[dict[str, Any]]) -> list[str]:
+    """Every measurement: `busbw at 1 GiB = 412.3 GB/s (>= 370.0 GB/s)`, `GPU 3 temperature = 41 C`
+    (no threshold: recorded, not judged)."""
+    from harness.checking import fmt
+    from harness.results import Measurement
+
+    lines = []
+    for m in map(Measurement.from_dict, measurements):
+        judged = f" ({m.op} {fmt(m.threshold, m.unit)})" if m.op else ""
+        lines.append(f"{m.what} = {fmt(m.value, m.unit)}{judged}")
+    return lines
 
 
 def print_heartbeat(done: int, total: int, elapsed_s: float, budget_s: float,

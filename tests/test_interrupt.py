@@ -30,8 +30,12 @@ SECRET = "hf_plantedSecretTokenValue0123456789abcd"
 HANGTOOL = """#!/bin/bash
 # a tool that ignores SIGTERM, detaches a child holding its stdout, and hangs
 echo $$ >> "$PIDS"
-trap '' TERM
-setsid bash -c 'trap "" TERM; echo $$ >> "$PIDS"; sleep 300; :' &
+if [ -n "$HANGTOOL_OBEYS_TERM" ]; then
+    setsid bash -c 'echo $$ >> "$PIDS"; sleep 300; :' &
+else
+    trap '' TERM
+    setsid bash -c 'trap "" TERM; echo $$ >> "$PIDS"; sleep 300; :' &
+fi
 echo "hangtool: working"
 sleep 300 & echo $! >> "$PIDS"
 wait; wait
@@ -318,3 +322,33 @@ def test_a_node_interrupted_during_its_checks_is_named_by_its_peer_at_once(world
     text = (world / f"failure{peer}").read_text()
     assert text.startswith("gpu-preflight FAILED on a 2-node cluster"), text
     assert f"bad nodes: node{hang}." in text and named in text
+
+
+def test_an_interrupted_run_still_writes_its_metrics_file_and_uploads_its_report(world, aws_env):
+    # Nightly certification is often stopped by its scheduler (Slurm's time limit, a spot
+    # reclaim): what had finished must reach the bucket and the textfile collector anyway.
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="pf-interrupted")
+    metrics = world / "textfile" / "preflight.prom"
+    # (the tools obey SIGTERM here: the uploads get the time a TERM-ignoring tool's grace takes)
+    p = _start_run(world, "--s3-uri", "s3://pf-interrupted/nightly", "--metrics-file",
+                   str(metrics), HANGTOOL_OBEYS_TERM="1",
+                   **{k: v for k, v in aws_env.items() if k.startswith("AWS_")})
+    _wait_for("the hanging tool", lambda: len(_pids(world)) >= 5, p, world)
+    rc, elapsed, _ = _signal_and_wait(p, signal.SIGTERM)
+    out = (world / "out.txt").read_text()
+    assert rc == 143, out[-3000:]
+    assert elapsed < EXIT_WITHIN_S
+    text = metrics.read_text()
+    assert 'preflight_verdict{' in text and 'verdict="interrupted"} 1.0' in text, text[:2000]
+    assert SECRET not in text
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(
+        Bucket="pf-interrupted", Prefix="nightly/").get("Contents", [])]
+    uploaded = [k for k in keys if k.endswith("/node-a/report.json")]
+    assert uploaded, (keys, out[-3000:])
+    body = boto3.client("s3").get_object(Bucket="pf-interrupted", Key=uploaded[0])["Body"].read()
+    report = json.loads(body)
+    assert report["verdict"] == "interrupted" and report["uploads"]["s3"]["ok"] is True
+    assert SECRET.encode() not in body
+    assert any(k.endswith("/node-a/junit.xml") for k in keys), keys

@@ -53,3 +53,21 @@ def test_progress_lines_are_not_wrapped_when_piped():
                     "duration_s": 1.0}, out)
     assert len(out.getvalue().splitlines()) == 1
     assert "t" * 200 in out.getvalue()
+
+
+def test_summary_data_groups_what_needs_attention():
+    from harness.plain_output import summary_data
+
+    checks = [_check("PF-GPU-005", "fail", f"GPU {i} temperature 95 C > 85 C") for i in (0, 3)]
+    checks += [_check("PF-ENV-001", "pass", ""), _check("PF-NET-001", "error", "fi_info: hung")]
+    data = summary_data({"checks": checks, "verdict": "fail", "exit_code": 1, "host": "n1",
+                         "profile": {"name": "p5.48xlarge"}, "tier": "preflight",
+                         "counts": {"pass": 1, "fail": 2, "error": 1}, "duration_s": 3.5,
+                         "harness_errors": ["one\ntwo"]}, "/r/n1/report.json")
+    assert data["attention"] == [
+        {"outcome": "fail", "checks": ["PF-GPU-005"], "gpus": ["0", "3"],
+         "message": "GPU N temperature 95 C > 85 C"},
+        {"outcome": "error", "checks": ["PF-NET-001"], "gpus": [], "message": "fi_info: hung"}]
+    assert data["verdict"] == "fail" and data["profile"] == "p5.48xlarge"
+    assert data["harness_errors"] == ["one two"] and data["cluster"] is None
+    assert data["report"] == "/r/n1/report.json"

@@ -203,3 +203,14 @@ def test_three_large_sagemaker_values_are_redacted_quickly():
            "SM_USER_ARGS": "0123456789abcdef" * 7_500, "HF_TOKEN": "hf_" + "x" * 34}
     out = Redactor(env).env(env)
     assert out["HF_TOKEN"] == REDACTED and out["SM_HPS"] == env["SM_HPS"]
+
+
+def test_a_reports_pass_count_is_not_a_password() -> None:
+    from harness.redact import Redactor
+
+    data = {"counts": {"pass": 31, "warn": 1, "fail": 0}, "config": {"pass": "hunter2hunter2"},
+            "PASS": "s3cr3tvalue", "pin": {"pass": 1234}}
+    out = Redactor({}).obj(data)
+    assert out["counts"] == {"pass": 31, "warn": 1, "fail": 0}
+    assert out["config"]["pass"] == REDACTED and out["PASS"] == REDACTED
+    assert out["pin"]["pass"] == REDACTED  # a numeric password outside a report's counts

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
+from harness import progress as progress_mod
 from harness.summary import print_heartbeat
 
 
@@ -23,7 +23,7 @@ def test_heartbeat_line() -> None:
 def test_progress_prints_results_then_heartbeats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(runner, "HEARTBEAT_S", 0.3)
+    monkeypatch.setattr(progress_mod, "HEARTBEAT_S", 0.3)
     results = tmp_path / "results.jsonl"
     records = [
         {"event": "collected", "checks": [{"id": "PF-BW-001"}, {"id": "PF-ENV-001"}]},
@@ -31,7 +31,7 @@ def test_progress_prints_results_then_heartbeats(
          "duration_s": 0.1},
     ]
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    progress = runner._Progress(results, budget_s=300.0)
+    progress = progress_mod.Progress(results, budget_s=300.0, live=False)
     progress.start()
     deadline = time.monotonic() + 10
     while progress.done < 1 and time.monotonic() < deadline:
@@ -40,6 +40,8 @@ def test_progress_prints_results_then_heartbeats(
     progress.stop.set()
     progress.join(timeout=5)
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "gpu-preflight: 2 checks selected, running (upper bound 300 s)"
+    lines = lines[1:]
     assert lines[0].split() == ["PASS", "PF-ENV-001", "env", "ok", "(0.1", "s)"]
     beats = [line for line in lines[1:] if "checks done" in line]
     assert beats, lines
@@ -79,3 +81,45 @@ def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
     assert "busbw at 16 MiB = 1.28 GB/s (>= 0.05)" in text
     assert "2 not applicable to local-cpu: PF-GPU-001..002 (-v shows why)" in text
     assert "FAIL (1 pass, 2 skip, 1 fail)" in text
+
+
+def _records(path: Path, *records: dict[str, object]) -> None:
+    with path.open("a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def test_status_line_says_what_runs_now(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    results.touch()
+    p = progress_mod.Progress(results, budget_s=300.0, out=io.StringIO(), live=False)
+    p.began = 100.0
+    assert p.status_text(now=101.0) == "gpu-preflight: collecting the checks · 1 s of at most 300 s"
+    _records(results,
+             {"event": "collected", "checks": [{"nodeid": f"t.py::test_{i}", "id": f"PF-X-00{i}"}
+                                               for i in range(1, 6)]},
+             *({"event": "started", "nodeid": f"t.py::test_{i}"} for i in range(1, 6)),
+             {"event": "result", "nodeid": "t.py::test_1", "id": "PF-X-001", "title": "one",
+              "outcome": "pass", "duration_s": 0.5})
+    p.poll()
+    for i, nodeid in enumerate(sorted(p.running)):
+        p.running[nodeid] = 90.0 + i  # started 12, 11, 10, 9 s before `now`
+    assert p.status_text(now=102.0) == (
+        "gpu-preflight: 1 of 5 checks done · running PF-X-002 (12 s), PF-X-003 (11 s), "
+        "PF-X-004 (10 s) and 1 more · 2 s of at most 300 s")
+
+
+def test_verbose_progress_shows_every_value_and_why() -> None:
+    from harness.summary import print_progress
+
+    record = {"outcome": "skip", "id": "PF-GPU-001", "title": "gpus", "duration_s": 0.0,
+              "message": "[PF-GPU-001] not applicable: profile local-cpu has no GPUs",
+              "measurements": [{"what": "GPUs seen", "value": 0, "unit": ""},
+                               {"what": "busbw at 16 MiB", "value": 1.28, "unit": "GB/s",
+                                "op": ">=", "threshold": 0.05}]}
+    quiet, loud = io.StringIO(), io.StringIO()
+    print_progress(record, quiet)
+    print_progress(record, loud, verbose=True)
+    assert len(quiet.getvalue().splitlines()) == 1
+    lines = [line.strip() for line in loud.getvalue().splitlines()]
+    assert lines[1:] == ["GPUs seen = 0", "busbw at 16 MiB = 1.28 GB/s (>= 0.05 GB/s)",
+                         "[PF-GPU-001] not applicable: profile local-cpu has no GPUs"]

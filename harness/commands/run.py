@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
+import threading
 from pathlib import Path
+from typing import TextIO
 
 from harness import handoff
 from harness.cluster import ClusterStep
@@ -20,7 +23,7 @@ from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker
 from harness.interrupt import RunGuard
 from harness.interrupted import RunFinalizer
 from harness.kube import apply as apply_kube
-from harness.plain_output import print_plain_summary
+from harness.plain_output import print_plain_summary, summary_data
 from harness.profiles import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file
 from harness.profiles_derive import resolve_detected
 from harness.publish import parse_s3_uri, publish
@@ -40,11 +43,16 @@ __all__ = ["cmd_run", "write_failure"]
 def cmd_run(args: argparse.Namespace) -> int:
     """The run under a RunGuard; returns the exit code (harness.cli's docstring)."""
     os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
+    json_out = None
+    if getattr(args, "format", "text") == "json":  # stdout holds the summary object alone:
+        json_out, sys.stdout = sys.stdout, sys.stderr  # every other line goes to stderr
     guard = RunGuard().install()
     try:
-        return _run(args, guard)
+        return _run(args, guard, json_out)
     finally:
         guard.close()
+        if json_out is not None:
+            sys.stdout = json_out
 
 
 def _default_report_dir(env: dict[str, str]) -> Path:
@@ -77,7 +85,7 @@ def _workers(value: str, profile: Profile) -> int:
     return n
 
 
-def _run(args: argparse.Namespace, guard: RunGuard) -> int:
+def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> int:
     env = dict(os.environ)
     command = list(args.command)
     if command and command[0] == "--":
@@ -131,6 +139,17 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
     for line in describe(suites, source_overrides(env, args.profile_file)):
         print(f"gpu-preflight: {line}", flush=True)
     finalizer.cfg = cfg
+    metrics_file = args.metrics_file or setting(env, "PREFLIGHT_METRICS_FILE")
+
+    def outputs(report: Report) -> None:
+        """The metrics file and the uploads, after a finished or an interrupted run."""
+        _write_metrics(metrics_file, report, env)
+        if s3_uri or namespace:
+            publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
+
+    finalizer.outputs = outputs
+    if s3_uri or namespace:  # a signal's uploads must not spend the exit bound importing boto3
+        threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
     cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
     finalizer.cluster = cluster
     try:
@@ -150,14 +169,8 @@ def _run(args: argparse.Namespace, guard: RunGuard) -> int:
         write_report(report, report_dir, env)
         for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
             redact_file(report_dir / name, env)
-        if s3_uri or namespace:
-            publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
-        _write_metrics(args.metrics_file or setting(env, "PREFLIGHT_METRICS_FILE"), report, env)
-        if sys.stdout.isatty():
-            print_summary(report, verbose=args.verbose)
-        else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
-            print_plain_summary(report)
-        print(f"report: {report_dir / 'report.json'}", flush=True)
+        outputs(report)
+        _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
         if report.usage_error:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
         if report.verdict != "pass" and failure_file is not None:
@@ -195,6 +208,30 @@ def _cluster_finish(cluster: ClusterStep, report: Report) -> str | None:
         report.exit_code = EXIT_HARNESS
         return None
     return verdict.text or None
+
+
+def _print_summary(report: Report, report_dir: Path, env: dict[str, str],
+                   json_out: TextIO | None, verbose: bool) -> None:
+    """The table on a terminal, plain lines in a log, or (`--format json`) one JSON object on
+    the real stdout, `json_out`."""
+    if json_out is not None:
+        data = summary_data(Redactor(env).obj(report.to_dict()),  # type: ignore[arg-type]
+                            str(report_dir / "report.json"))
+        print(json.dumps(data), file=json_out, flush=True)
+        return
+    if sys.stdout.isatty():
+        print_summary(report, verbose=verbose)
+    else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
+        print_plain_summary(report)
+    print(f"report: {report_dir / 'report.json'}", flush=True)
+    if verbose:
+        print(f"pytest output: {report_dir / 'pytest-output.txt'}", flush=True)
+
+
+def _preload_aws() -> None:
+    with contextlib.suppress(Exception):  # a missing boto3 is said by publish() itself
+        import boto3  # noqa: F401
+        import botocore.config  # noqa: F401
 
 
 def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> None:
