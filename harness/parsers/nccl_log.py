@@ -26,6 +26,8 @@ from harness.parsers.nccl_log_facts import (
     WatchdogTimeout,
 )
 from harness.parsers.nccl_log_lines import (
+    ANSI_BYTES,
+    DOCKER_LINE,
     LIBFABRIC_WARN,
     MAIN,
     OLD_PLUGIN,
@@ -37,7 +39,7 @@ from harness.parsers.nccl_log_lines import (
 )
 from harness.parsers.nccl_log_payloads import MAX_KEPT, MAX_NAMES, MAX_TEXT, PayloadFacts
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
-from harness.parsers.unwrap import Unwrapper
+from harness.parsers.unwrap import Unwrapper, docker_line
 
 __all__ = [
     "FAILURES",
@@ -77,12 +79,20 @@ class _Scanner:
         self.saw_nccl = False
         self.cut_lines = 0
         self.commands: list[str] | None = None  # read from the input's head, once
+        self.docker = False  # docker json-file records: decoded line by line (the slow path)
 
     def feed(self, chunk: bytes, end: int | None = None) -> None:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
         end = len(chunk) if end is None else end
         if self.commands is None:
             self.commands = _head_commands(chunk, end)
+            self.docker = DOCKER_LINE.search(chunk, 0, min(end, HEAD_BYTES)) is not None
+        if self.docker:
+            chunk = _docker_lines(chunk, end)
+            end = len(chunk)
+        if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
+            chunk = ANSI_BYTES.sub(b"", chunk[:end])
+            end = len(chunk)
         facts, seen = self.facts, self.seen
         found = MAIN.findall(chunk, 0, end)
         fresh = [p for p in dict.fromkeys(found) if p not in seen]
@@ -147,6 +157,17 @@ class _Scanner:
 
 #: Where command lines pasted above a log are looked for (the log's own lines follow them).
 HEAD_BYTES = 64 << 10
+
+
+def _docker_lines(chunk: bytes, end: int) -> bytes:
+    """chunk[:end] with each docker json-file record replaced by the line it holds (the NCCL
+    payload is JSON-escaped in it, and the record's tail would end the payload)."""
+    lines = bytes(chunk[:end]).split(b"\n")
+    for i, line in enumerate(lines):
+        if line.lstrip()[:7] == b'{"log":':
+            text = line.decode("utf-8", "replace")
+            lines[i] = docker_line(text).encode("utf-8", "replace")
+    return b"\n".join(lines)
 
 
 def _head_commands(chunk: bytes, end: int) -> list[str]:

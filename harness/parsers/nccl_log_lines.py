@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 __all__ = [
-    "DEV_INDEX", "GDR_DISABLED", "IB_DEVS", "LIBFABRIC_WARN", "LOADED", "LOADED_VERSION", "MAIN",
-    "NRANKS", "OFI_RULES", "OLD_PLUGIN", "OLD_PLUGIN_LITERAL", "PLUGIN_FAILED", "RETRY",
-    "SOCKET_DEVS", "USING_NETWORK", "VERSION", "WATCHDOG", "WATCHDOG_FIELDS", "line_of",
-    "payload_text", "segments_with",
+    "ANSI_BYTES", "DEV_INDEX", "DOCKER_LINE", "GDR_DISABLED", "IB_DEVS", "LIBFABRIC_WARN", "LOADED",
+    "LOADED_VERSION", "MAIN", "NRANKS", "OFI_RULES", "OLD_PLUGIN", "OLD_PLUGIN_LITERAL",
+    "PLUGIN_FAILED", "RETRY", "SOCKET_DEVS", "USING_NETWORK", "VERSION", "WATCHDOG",
+    "WATCHDOG_FIELDS", "line_of", "payload_text", "segments_with",
 ]
 
 # --- Scanning --------------------------------------------------------------------------------
@@ -30,6 +30,11 @@ __all__ = [
 # `[^\n]*` rather than `.*` (same match without DOTALL): sre runs it ~35% faster.
 MAIN = re.compile(
     rb"NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via NET/)|WARN|error|version|cpp:|SeqNum)[^\n]*")
+#: harness.parsers.unwrap.ANSI for bytes (the ESC forms: a chunk is searched for ESC by memchr
+#: first, so an uncoloured log pays nothing).
+ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]*\x07")
+#: A docker json-file record at a line's start (harness.parsers.unwrap.docker_line decodes it).
+DOCKER_LINE = re.compile(rb"(?m)^[ \t]*\{\"log\":")
 #: libfabric's own warnings (`libfabric:85:...:fi_getinfo_():1392<warn> fi_getinfo: provider efa
 #: output empty list`): one more pass over each chunk.
 LIBFABRIC_WARN = re.compile(rb"<warn> ([^\n]*)")
