@@ -5,7 +5,10 @@ prefixes (Open MPI, srun, none); a second log is what a 256-rank job prints (mos
 lines, mostly intra-node channel lines), so that a change that only suits the first shows.
 Reports medians of N runs (MB/s), the parser/grep throughput ratio by wall time and by CPU time
 (the goal is >= 0.25), and the parser's peak RSS for two file sizes (it must not grow with the
-file).
+file). Also, per log: the whole `preflight inspect nccl-log FILE --json` process against grep
+(interpreter start and imports included), and where the parser's CPU time goes (`stages`, ms of
+CPU per MB: reading the chunks alone, the `MAIN` scan alone, with the de-duplication and the
+libfabric `<warn>` pass, the whole parse; grep's own figure beside them).
 
     /work/venv/bin/python bench/bench_nccl_log.py [--mb 200] [--runs 3]
 """
@@ -123,6 +126,75 @@ print(json.dumps({{"s": time.perf_counter() - t, "cpu_s": time.process_time() - 
 """
 
 
+_STAGES = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from harness.parsers import nccl_log as n
+from harness.parsers.nccl_log_lines import LIBFABRIC_WARN, MAIN
+path, mb = {path!r}, {mb!r}
+
+def timed(feed):
+    scanner = n._Scanner()
+    scanner.feed = feed.__get__(scanner) if feed else scanner.feed
+    c = time.process_time()
+    with open(path, "rb") as fh:
+        n._feed_readinto(scanner, fh, n._CHUNK_BYTES)
+    return round((time.process_time() - c) * 1e3 / mb, 2)
+
+def read_only(self, chunk, end=None):
+    pass
+
+def scan_only(self, chunk, end=None):
+    MAIN.findall(chunk, 0, len(chunk) if end is None else end)
+
+def scan_dedupe_warn(self, chunk, end=None):
+    end = len(chunk) if end is None else end
+    fresh = [p for p in dict.fromkeys(MAIN.findall(chunk, 0, end)) if p not in self.seen]
+    self.seen.update(dict.fromkeys(fresh))
+    LIBFABRIC_WARN.findall(chunk, 0, end)
+
+print(json.dumps({{"read_ms_per_mb": timed(read_only), "main_scan_ms_per_mb": timed(scan_only),
+                   "scan_dedupe_warn_ms_per_mb": timed(scan_dedupe_warn),
+                   "whole_parse_ms_per_mb": timed(None)}}))
+"""
+
+
+def stages(path: Path) -> dict:
+    """CPU ms per MB of each stage of the parse, and of `grep -c NCCL` (see the docstring)."""
+    mb = path.stat().st_size / 1e6
+    res = proc.run([sys.executable, "-c", _STAGES.format(root=str(ROOT), path=str(path), mb=mb)],
+                   timeout_s=900)
+    if not res.ok:
+        raise SystemExit(f"stages run failed: {res.describe()}\n{res.stderr[-2000:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out["grep_ms_per_mb"] = round(statistics.median(grep_once(path)[1] for _ in range(3)) * 1e3 / mb, 2)
+    return out
+
+
+def inspect_process(path: Path, runs: int) -> dict:
+    """`preflight inspect nccl-log FILE --json` as a whole process against `grep -c NCCL`:
+    interleaved runs, medians of wall and CPU time."""
+    import resource
+
+    cmd = [sys.executable, "-m", "harness", "inspect", "nccl-log", str(path), "--json"]
+    walls, cpus, grep_walls, grep_cpus = [], [], [], []
+    for _ in range(runs):
+        wall, cpu = grep_once(path)
+        grep_walls.append(wall)
+        grep_cpus.append(cpu)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, check=False, timeout=900, cwd=ROOT)
+        walls.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if res.returncode != 0:
+            raise SystemExit(f"inspect failed: {res.stderr[-2000:]!r}")
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return {"inspect_s": round(statistics.median(walls), 2),
+            "ratio_to_grep": round(statistics.median(grep_walls) / statistics.median(walls), 3),
+            "ratio_by_cpu_time": round(statistics.median(grep_cpus) / statistics.median(cpus), 3)}
+
+
 def parse_once(path: Path) -> dict:
     """Parse in a fresh interpreter (so that peak RSS is this file's alone)."""
     code = _CHILD.format(root=str(ROOT), path=str(path))
@@ -188,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         fixture_lines = compare(big, args.runs)
         small_rss = parse_once(small)["rss_mb"]
         many_ranks = compare(many, args.runs)
+        for log, into in ((big, fixture_lines), (many, many_ranks)):
+            into["whole_process"] = inspect_process(log, args.runs)
+            into["stages"] = stages(log)
     report = {
         "goal_ratio": 0.25,
         "runs": args.runs,

@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program"]
+__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -55,7 +55,8 @@ _KUBECTL = re.compile(r"^\s*\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]+\] ")
 #: line and the line repeated: `| 2025-..-07:00ip-10-36-29-253:79:79 [0] NCCL INFO ... | ...`
 #: (aws-ofi-nccl issue #889; tests/data/nccl_log/real_cloudwatch_*.log).
 _CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text>[^|]*)")
-_ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+#: ANSI colour (SGR and other CSI) sequences and OSC titles.
+ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"^\s*>(?: |$)")
 _SSH = re.compile(r"^\s*Warning: Permanently added .* to the list of known hosts\.?\s*$")
@@ -90,6 +91,17 @@ def command_program(command: str) -> str | None:
             return name
         return None
     return None
+
+
+def docker_line(line: str) -> str:
+    """The line a docker json-file record `{"log":"...\\n","stream":...}` holds (JSON-decoded,
+    without its line end); `line` itself when it is not such a record."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return line
+    text = record.get("log") if isinstance(record, dict) else None
+    return text.rstrip("\r\n") if isinstance(text, str) else line
 
 
 #: First characters (after blanks) that can start a wrapper rule; others skip every rule.
@@ -128,7 +140,7 @@ class Unwrapper:
             self.commands[-1] = self.commands[-1].removesuffix("\\").rstrip() + " " + text
             return text if self.keep_commands else None
         if "\x1b" in line or "\ufffd[" in line:
-            line = _ANSI.sub("", line)
+            line = ANSI.sub("", line)
         if "\r" in line:
             line = line.replace("\r", "")
         for _ in range(6):  # wrappers nest: a timestamp, a rank tag, a quote marker...
@@ -189,12 +201,7 @@ class Unwrapper:
         return command if self.keep_commands else None
 
     def _docker(self, line: str) -> str | None:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return line
-        text = record.get("log") if isinstance(record, dict) else None
-        return text.rstrip("\r\n") if isinstance(text, str) else line
+        return docker_line(line)
 
     def _cloudwatch(self, line: str) -> str:
         m = _CLOUDWATCH.match(line)

@@ -1,0 +1,302 @@
+"""Interpreting the distinct payloads of an NCCL debug log (each one once, in any order: logs
+interleave ranks) into the facts of an NcclLogSummary: versions, plugin, network, provider, NICs,
+GDR, channel counts, aws-ofi-nccl's environment, warnings, known failures, watchdog timeouts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from harness.parsers.nccl_failures import FAILURES
+from harness.parsers.nccl_log_facts import (
+    FailureHit,
+    NcclLogSummary,
+    WatchdogTimeout,
+)
+from harness.parsers.nccl_log_lines import (
+    DEV_INDEX,
+    GDR_DISABLED,
+    IB_DEVS,
+    LOADED,
+    LOADED_VERSION,
+    NRANKS,
+    OFI_RULES,
+    PLUGIN_FAILED,
+    RETRY,
+    SOCKET_DEVS,
+    USING_NETWORK,
+    VERSION,
+    WATCHDOG,
+    WATCHDOG_FIELDS,
+)
+from harness.parsers.values import ascii_int
+
+__all__ = ["MAX_KEPT", "MAX_NAMES", "MAX_TEXT", "PayloadFacts"]
+
+_FAILURE_RES = tuple((re.compile(f.pattern), f) for f in FAILURES)
+
+#: Cap on warnings/errors/timeouts kept (distinct lines): memory stays flat on huge logs.
+MAX_KEPT = 200
+#: Cap on the distinct names kept of each kind (networks, versions, variables).
+MAX_NAMES = 64
+#: Characters of a line kept in a warning, error or timeout record.
+MAX_TEXT = 4096
+
+
+class PayloadFacts:
+    """Interprets distinct payloads (order-independent: logs interleave ranks)."""
+
+    def __init__(self, max_kept: int = 200) -> None:
+        self.max_kept = max_kept
+        """Cap on the warnings, errors, timeouts and variables kept (harness.parsers.nccl_log
+        passes its MAX_KEPT)."""
+        self.recognised = 0
+        self.versions: list[str] = []
+        self.plugin_loaded: str | None = None
+        self.plugin_failed = False
+        self.ofi_seen = False
+        self.ofi_version: str | None = None
+        self.networks: list[str] = []
+        self.provider: str | None = None
+        self.fabric: str | None = None
+        self.ofi_nics: int | None = None
+        self.ib_nics: int | None = None
+        self.socket_nics: int | None = None
+        self.fastsocket_nics: int | None = None
+        self.ib_warned: str | None = None
+        self.retries: tuple[int, str, str] = (0, "", "")
+        self.failed_plugins: list[str] = []
+        self.protocol: str | None = None
+        self.platform: str | None = None
+        self.libfabric: str | None = None
+        self.nogdr = False
+        self.gdr_disabled_nets: set[str] = set()
+        self.net_channels: Counter[str] = Counter()
+        self.gdr_channels = 0
+        self.nranks: int | None = None
+        self.env_added: dict[str, str] = {}
+        self.env_skipped: list[str] = []
+        self.warnings: dict[str, None] = {}
+        self.errors: dict[tuple[int, str], FailureHit] = {}
+        self.timeouts: dict[object, WatchdogTimeout] = {}
+
+    # Each method handles one kind of payload.
+    def version(self, v: str) -> None:
+        self.recognised += 1
+        if v not in self.versions and len(self.versions) < MAX_NAMES:
+            self.versions.append(v[:MAX_TEXT])
+
+    def info(self, text: str) -> None:
+        self.recognised += 1
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            self._ofi(text[8:])
+            return
+        # Each regex is tried only where its literal is (`in` is ~10x cheaper than a search):
+        # logs of many ranks are mostly distinct `comm 0x.. rank N` lines that match none.
+        if "Using network" in text and (m := USING_NETWORK.search(text)):
+            name = m[1].rstrip()[:MAX_TEXT]
+            if name and name not in self.networks and len(self.networks) < MAX_NAMES:
+                self.networks.append(name)
+        elif "Loaded " in text and (m := LOADED.search(text)):
+            self.plugin_loaded = LOADED_VERSION.sub("", m[1].rstrip())[:MAX_TEXT] or None
+        elif "Failed to init" in text and (m := PLUGIN_FAILED.search(text)):
+            if "ibfabric" in m[1] or "OFI" in m[1]:  # NCCL's own IB failing on EFA is normal
+                self.plugin_failed = True
+                self.fault(text)
+            if not m[1].startswith(("IB", "Socket")) and len(self.warnings) < self.max_kept:
+                self.warnings[text[:MAX_TEXT]] = None  # an external plugin NCCL did not use
+        elif "nranks " in text and (m := NRANKS.search(text)):
+            self.nranks = max(self.nranks or 0, ascii_int(m[1]) or 0) or None
+        elif "NCCL version " in text and (m := VERSION.search(text)):
+            self.version(m[1])
+        elif "NET/IB" in text and (m := IB_DEVS.search(text)):
+            self.ib_nics = max(self.ib_nics or 0, len(DEV_INDEX.findall(m[1])))
+        elif "Socket" in text and (m := SOCKET_DEVS.search(text)):
+            nics = len(DEV_INDEX.findall(m[2]))
+            if m[1] == "FastSocket":
+                self.fastsocket_nics = max(self.fastsocket_nics or 0, nics)
+            else:
+                self.socket_nics = max(self.socket_nics or 0, nics)
+        elif "socketPollConnect" in text and (m := RETRY.search(text)):
+            tries = ascii_int(m[2]) or 0
+            if tries > self.retries[0]:
+                self.retries = (tries, m[3], m[1])
+        elif ("GPU Direct RDMA Disabled" in text and (m := GDR_DISABLED.search(text))
+              and len(self.gdr_disabled_nets) < MAX_NAMES):
+            self.gdr_disabled_nets.add(m[1])
+
+    def _ofi(self, text: str) -> None:
+        for regex, kind in OFI_RULES:
+            m = regex.search(text)
+            if m is None:
+                continue
+            if kind == "version":
+                self.ofi_version = self.ofi_version or m[1]
+            elif kind == "provider":
+                self.provider, self.fabric = m[1], m[2] or self.fabric
+                if m[3] is not None and (nics := ascii_int(m[3])) is not None:
+                    self.ofi_nics = max(self.ofi_nics or 0, nics)
+            elif kind == "protocol":
+                self.protocol = m[1]
+            elif kind == "env":
+                if m[1] in self.env_added or len(self.env_added) < self.max_kept:
+                    self.env_added[m[1]] = m[2].strip('"')[:MAX_TEXT]  # 1.11: `to "simple"`
+            elif kind == "skip":
+                if m[1] not in self.env_skipped and len(self.env_skipped) < self.max_kept:
+                    self.env_skipped.append(m[1])
+            elif kind == "platform":
+                self.platform = m[1]
+            elif kind == "libfabric":
+                self.libfabric = m[1]
+            elif kind == "nogdr":
+                self.nogdr = True
+                self.fault("NET/OFI " + text)
+            elif kind == "failed":
+                self.plugin_failed = True
+            return
+        self.fault("NET/OFI " + text, info=True)
+
+    def warn(self, text: str, context: str | None = None) -> None:
+        self.recognised += 1
+        if len(self.warnings) < self.max_kept:
+            self.warnings[text[:MAX_TEXT]] = None
+        if text.startswith("NET/IB") and self.ib_warned is None:
+            self.ib_warned = text[:MAX_TEXT]  # only NCCL's IB transport prints these
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
+            # WARN lines: the same facts as at INFO level.
+            self._ofi(text[8:])
+        self.fault(text, context=context)
+
+    def fault(self, text: str, info: bool = False, context: str | None = None) -> None:
+        """Record `text` as an error when it (or its whole line, `context`) matches the
+        known-failure catalogue (an INFO line only by an entry that is not `warn_only`)."""
+        self.recognised += 1
+        for index, (regex, failure) in enumerate(_FAILURE_RES):
+            if info and failure.warn_only:
+                continue
+            if regex.search(context or text):
+                key = (index, text[:MAX_TEXT])
+                if key not in self.errors and len(self.errors) < self.max_kept:
+                    self.errors[key] = FailureHit(text[:MAX_TEXT], failure.cause, failure.remedy)
+                return
+
+    def timeout(self, text: str) -> None:
+        """A line holding `Watchdog caught collective operation timeout`; one record per rank and
+        collective (torch repeats it in the `watchdog thread terminated` line)."""
+        self.recognised += 1
+        m = WATCHDOG.search(text)
+        if m is None or len(self.timeouts) >= self.max_kept:
+            return
+        line = text[m.start():][:MAX_TEXT]
+        seq, op, timeout_ms, ran = (f.search(line) for f in WATCHDOG_FIELDS)
+        t = WatchdogTimeout(
+            rank=ascii_int(m[1]), seq_num=ascii_int(seq[1]) if seq else None,
+            op_type=op[1] if op else None,
+            timeout_ms=ascii_int(timeout_ms[1]) if timeout_ms else None,
+            ran_for_ms=ascii_int(ran[1]) if ran else None, line=line)
+        key = line if t.seq_num is None else (t.rank, t.seq_num, t.op_type, t.ran_for_ms)
+        self.timeouts.setdefault(key, t)
+
+    def channel(self, tail: str) -> None:
+        """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`
+        of one distinct channel line (a communicator created twice prints the same lines)."""
+        self.recognised += 1
+        name, sep, rest = tail.partition("/")
+        if not sep or not "0" <= rest[:1] <= "9":  # a truncated last line: `via NET/Libfab`
+            return
+        if name not in self.net_channels and len(self.net_channels) >= MAX_NAMES:
+            return
+        self.net_channels[name] += 1
+        if "/GDRDMA" in tail:
+            self.gdr_channels += 1
+
+    def _network(self) -> str | None:
+        if self.net_channels:
+            return self.net_channels.most_common(1)[0][0]
+        if "Socket" in self.networks:  # some rank fell back: the job runs at socket speed
+            return "Socket"
+        if self.networks:
+            return self.networks[0]
+        # No `Using network` (NCCL < 2.6, or a log cut short): NCCL initialises its own IB and
+        # Socket transports only when no plugin came before them, so their device lines name the
+        # network when no plugin was seen or the plugin failed.
+        if self.ofi_seen and not self.plugin_failed:
+            return None
+        if self.ib_nics:
+            return "IB"
+        if self.fastsocket_nics:
+            return "FastSocket"
+        if self.socket_nics:
+            return "Socket"
+        if self.ib_warned is not None:
+            return "IB"
+        return None
+
+    def _retry_warning(self) -> tuple[str, ...]:
+        tries, of, text = self.retries
+        return (f"{text} ({tries}/{of}): a peer was not listening (the latest try seen)",) if tries else ()
+
+    def _network_evidence(self, network: str | None) -> str | None:
+        """Why `network` is known when no `Using network` / channel line said it."""
+        if network is None or self.net_channels or network in self.networks:
+            return None
+        if network == "IB" and not self.ib_nics and self.ib_warned:
+            return f"NET/IB WARN: {self.ib_warned} (only NCCL's IB transport prints NET/IB)"
+        return f"the NET/{network} device line (`NET/{network} : Using ...`)"
+
+    def build(self) -> NcclLogSummary:
+        network = self._network()
+        libfabric_net = network is not None and ("ibfabric" in network or "OFI" in network)
+        plugin = None
+        if self.ofi_seen or (self.plugin_loaded and "ibfabric" in self.plugin_loaded):
+            plugin = "aws-ofi-nccl"
+        elif self.plugin_loaded:
+            plugin = self.plugin_loaded
+        provider = fabric = nics = None
+        if network is None and self.ofi_seen and not self.plugin_failed:
+            # No `Using network` line (a trimmed paste): the plugin's own selection is what it
+            # offers NCCL; the network stays unknown.
+            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
+        elif network is None:
+            provider = self.provider
+        elif libfabric_net:
+            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
+        elif network.lower() == "socket":
+            provider, nics = "socket", self.socket_nics
+        elif network == "FastSocket":
+            provider, nics = "fastsocket", self.fastsocket_nics
+        elif network.upper().startswith("IB"):
+            provider, nics = "ib", self.ib_nics
+        else:
+            provider = network.lower()
+        return NcclLogSummary(
+            nccl_version=self.versions[0] if self.versions else None,
+            plugin=plugin,
+            plugin_version=self.ofi_version if plugin == "aws-ofi-nccl" else None,
+            plugin_failed=self.plugin_failed,
+            network=network,
+            networks_seen=tuple(self.networks),
+            provider=provider,
+            fabric=fabric,
+            num_nics=nics,
+            protocol=self.protocol if libfabric_net or (network is None and self.ofi_seen)
+            else None,
+            platform=self.platform,
+            libfabric_version=self.libfabric,
+            gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
+            num_net_channels=sum(self.net_channels.values()),
+            num_gdr_channels=self.gdr_channels,
+            net_channels_by_network=dict(self.net_channels),
+            nranks=self.nranks,
+            env_added=dict(self.env_added),
+            env_skipped=tuple(self.env_skipped),
+            warnings=tuple(self.warnings) + self._retry_warning(),
+            network_evidence=self._network_evidence(network),
+            # Most specific cause first (catalogue order), then in the order seen.
+            errors=tuple(hit for _, hit in sorted(self.errors.items(), key=lambda kv: kv[0][0])),
+            timeouts=tuple(self.timeouts.values()),
+        )
