@@ -107,7 +107,7 @@ class PayloadFacts:
                 self.fault(text)
             if not m[1].startswith(("IB", "Socket")) and len(self.warnings) < self.max_kept:
                 self.warnings[text[:MAX_TEXT]] = None  # an external plugin NCCL did not use
-        elif "nranks " in text and (m := NRANKS.search(text)):
+        elif ("nranks " in text or "nRanks " in text) and (m := NRANKS.search(text)):
             self.nranks = max(self.nranks or 0, ascii_int(m[1]) or 0) or None
         elif "NCCL version " in text and (m := VERSION.search(text)):
             self.version(m[1])
