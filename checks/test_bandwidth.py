@@ -3,8 +3,6 @@ nccl-tests' out-of-bounds count, completion within the budget, and gloo on CPU-o
 
 from __future__ import annotations
 
-import pytest
-
 from harness.checking import (
     ProbeError,
     check,
@@ -16,6 +14,7 @@ from harness.checking import (
 )
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
 from harness.profiles import Profile
+from harness.topology import NodeCount
 
 NEXT_NVLINK = (
     "look at the NVLink checks (PF-GPU: active links, fabric manager), `nvidia-smi topo -m`, "
@@ -68,6 +67,14 @@ def _gate(run: BandwidthRun, size: int, threshold: float, remedy: str, *,
            size_bytes=size)
 
 
+def _measured(run: BandwidthRun | None, profile: Profile) -> BandwidthRun:
+    """The run a gate judges. Its fixture gives None only where the gate does not apply (and
+    the check said so first), so None here is the harness's own error, never a pass."""
+    if run is None:
+        raise ProbeError(f"no all_reduce measurement for profile {profile.name}")
+    return run
+
+
 def _estimate(profile: Profile, field: str) -> str | None:
     return profile.sources.get(field, "estimate") if profile.is_estimate(field) else None
 
@@ -80,7 +87,8 @@ def _estimate(profile: Profile, field: str) -> str | None:
     remedy=NEXT_NVLINK,
     exclusive=True,
 )
-def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.FixtureRequest):
+def test_single_node_busbw_meets_nvlink_floor(profile: Profile,
+                                              single_node_allreduce: BandwidthRun | None):
     floor = profile.intra_node_floor
     if floor is None:
         not_applicable(profile.intra_node_na_reason)
@@ -90,7 +98,7 @@ def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.
                   "and generation (PF-GPU), ACS/IOMMU settings and NCCL_P2P_DISABLE")
     else:
         remedy = NEXT_NVLINK
-    run = request.getfixturevalue("single_node_allreduce")
+    run = _measured(single_node_allreduce, profile)
     _gate(run, profile.intra_gate_size_bytes, threshold, remedy,
           estimate=_estimate(profile, field))
 
@@ -104,13 +112,13 @@ def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.
     exclusive=True,
 )
 def test_multi_node_busbw_meets_network_floor(
-    profile: Profile, node_count, request: pytest.FixtureRequest
+    profile: Profile, node_count: NodeCount, multi_node_allreduce: BandwidthRun | None
 ):
     if profile.net_busbw_gb_s_min is None:
         not_applicable(f"profile {profile.name} has no multi-node bandwidth floor")
     if node_count.num_nodes < 2:
         not_applicable(f"single-node job (1 node, from {node_count.source}): no network gate")
-    run = request.getfixturevalue("multi_node_allreduce")
+    run = multi_node_allreduce
     if run is None:
         not_applicable(f"{node_count.num_nodes}-node job: the leader node launches the "
                        "multi-node test, this node takes part in it")
@@ -127,8 +135,8 @@ def test_multi_node_busbw_meets_network_floor(
     "the GPU or node if the corruption repeats",
     exclusive=True,
 )
-def test_allreduce_results_exact(profile: Profile, request: pytest.FixtureRequest):
-    runs = request.getfixturevalue("bandwidth_runs")
+def test_allreduce_results_exact(profile: Profile, bandwidth_runs: list[BandwidthRun]):
+    runs = bandwidth_runs
     if not runs:
         not_applicable(f"profile {profile.name} measures no bandwidth")
     unchecked = [r for r in runs if r.num_wrong is None]
@@ -148,10 +156,10 @@ def test_allreduce_results_exact(profile: Profile, request: pytest.FixtureReques
     remedy="drain the node and run `preflight run --tier diagnose`; replace the GPU if it repeats",
     exclusive=True,
 )
-def test_nccl_tests_no_out_of_bounds(profile: Profile, request: pytest.FixtureRequest):
+def test_nccl_tests_no_out_of_bounds(profile: Profile, bandwidth_runs: list[BandwidthRun]):
     if not profile.has_gpus:
         not_applicable(f"profile {profile.name} has no GPUs: nccl-tests does not run")
-    runs = request.getfixturevalue("bandwidth_runs")
+    runs = bandwidth_runs
     nccl = [r for r in runs if r.source.startswith("nccl-tests")]
     if not nccl:
         if all(r.problem for r in runs):
@@ -177,8 +185,8 @@ def test_nccl_tests_no_out_of_bounds(profile: Profile, request: pytest.FixtureRe
     remedy="read the output tail in the report; rerun with NCCL_DEBUG=INFO",
     exclusive=True,
 )
-def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureRequest):
-    runs = request.getfixturevalue("bandwidth_runs")
+def test_bandwidth_runs_completed(profile: Profile, bandwidth_runs: list[BandwidthRun]):
+    runs = bandwidth_runs
     if not runs:
         not_applicable(f"profile {profile.name} measures no bandwidth")
     for r in runs:
@@ -207,10 +215,10 @@ def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureReque
     remedy=NEXT_CPU,
     exclusive=True,
 )
-def test_cpu_gloo_busbw_meets_floor(profile: Profile, request: pytest.FixtureRequest):
+def test_cpu_gloo_busbw_meets_floor(profile: Profile, cpu_allreduce: BandwidthRun | None):
     if profile.has_gpus or profile.cpu_busbw_gb_s_min is None:
         not_applicable(f"profile {profile.name} has GPUs or no CPU bandwidth floor")
-    run = request.getfixturevalue("cpu_allreduce")
+    run = _measured(cpu_allreduce, profile)
     _gate(run, CPU_GATE_SIZE, profile.cpu_busbw_gb_s_min, NEXT_CPU)
 
 
@@ -224,10 +232,11 @@ def test_cpu_gloo_busbw_meets_floor(profile: Profile, request: pytest.FixtureReq
     tier="certify",
     exclusive=True,
 )
-def test_other_collectives_complete_and_exact(profile: Profile, request: pytest.FixtureRequest):
+def test_other_collectives_complete_and_exact(profile: Profile,
+                                              collective_runs: list[BandwidthRun]):
     if not profile.has_gpus:
         not_applicable(f"profile {profile.name} has no GPUs: nccl-tests does not run")
-    runs = request.getfixturevalue("collective_runs")
+    runs = collective_runs
     gate = profile.bw_gate_size_bytes
     offenders = []
     for r in runs:
