@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.jsontypes import JSONMapping
 from harness.results import CheckResult, Measurement, legacy_size, results
 
 __all__ = [
@@ -36,7 +37,7 @@ _GPU_COUNT_WHAT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detecte
 parse_size = legacy_size
 
 
-def checks_of(report: Mapping[str, Any]) -> list[CheckResult]:
+def checks_of(report: JSONMapping) -> list[CheckResult]:
     """The report's check results as typed records; a report written before the typed fields
     (no `results_schema`) is read as v1 (sizes and GPU indices recovered once, in results)."""
     legacy = report.get("results_schema") is None
@@ -52,7 +53,7 @@ def format_size(size: float) -> str:
     return f"{size:.0f} B"
 
 
-def natural_key(text: str) -> tuple[Any, ...]:
+def natural_key(text: str) -> tuple[int | str, ...]:
     """Sort `algo-2` before `algo-10`."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
@@ -133,7 +134,7 @@ def _section_curves(section: object) -> Iterable[Curve]:
             yield curve
 
 
-def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
+def bandwidth_curves(report: JSONMapping) -> list[Curve]:
     """Every busbw curve in one report, from check measurements then the `bandwidth` section."""
     curves: dict[str, Curve] = {}
     for check in checks_of(report):
@@ -157,7 +158,7 @@ def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
     return result
 
 
-def gpus_healthy(report: Mapping[str, Any], expected: int | None) -> int | None:
+def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
     """GPUs on this node that no GPU check named as faulty; None when that cannot be told.
 
     `report["gpus"]["healthy"]` wins when present. Otherwise: the GPUs seen (a `GPU count`
@@ -214,7 +215,7 @@ def _cluster_entries(section: object) -> Iterable[tuple[str, str]]:
                 yield str(host), str(reason)
 
 
-def bad_nodes(reports: Sequence[Mapping[str, Any]]) -> list[BadNode]:
+def bad_nodes(reports: Sequence[JSONMapping]) -> list[BadNode]:
     """Nodes named by any report's `cluster.bad_nodes`, then nodes whose own verdict is not
     pass (with their failed check IDs), sorted by host; a host appears once."""
     found: dict[str, tuple[list[str], str]] = {}

@@ -8,7 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.runner import RunConfig
 
 from harness.interrupt import RunGuard, signal_name
 from harness.report import Report, load_results, now_iso, report_environment
@@ -40,7 +43,7 @@ def _checks(results_path: Path, since: float, why: str) -> list[dict[str, Any]]:
     return checks
 
 
-def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: Any = None,
+def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig | None = None,
                        env: Mapping[str, str], started_at: str, started_wall: float,
                        started_mono: float) -> Report:
     """The report of a run stopped by `guard.signum`; `cfg` (the RunConfig) is None when the

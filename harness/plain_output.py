@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from harness.report import Report
+
+from harness.jsontypes import JSONMapping
 
 __all__ = ["group_failures", "print_plain_summary"]
 
@@ -21,7 +26,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def group_failures(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[str], str]]:
+def group_failures(checks: Sequence[JSONMapping]) -> list[tuple[str, list[str], list[str], str]]:
     """(outcome, check IDs, GPU indices, message) per distinct cause, in first-seen order: the
     same message on many checks, or on many GPUs (`GPU 3` -> `GPU N`), is one line."""
     groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
@@ -46,7 +51,7 @@ def group_failures(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[
     return sorted(out, key=lambda g: order[g[0]])
 
 
-def print_plain_summary(report: Any, file: TextIO | None = None) -> None:
+def print_plain_summary(report: Report, file: TextIO | None = None) -> None:
     """The summary as plain lines (see the module docstring)."""
     from harness.summary import id_ranges
 

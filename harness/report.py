@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.jsontypes import JSONObject
 from harness.redact import Redactor
 
 __all__ = [
@@ -80,7 +81,7 @@ class Report:
         return counts
 
     @property
-    def failed(self) -> list[dict[str, Any]]:
+    def failed(self) -> list[JSONObject]:
         return [c for c in self.checks if c["outcome"] in ("fail", "error")]
 
     @property
@@ -94,7 +95,7 @@ class Report:
             return "error"
         return "fail" if self.failed or self.harness_errors else "pass"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "schema": REPORT_SCHEMA,
             "results_schema": RESULTS_SCHEMA,
@@ -131,7 +132,7 @@ def report_environment(env: Mapping[str, str]) -> dict[str, str]:
     return Redactor(env).env(dict(sorted(kept.items())))
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: object) -> None:
     """Write JSON so that a reader never sees half a file (temp file + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -163,7 +164,7 @@ def redact_file(path: Path, env: Mapping[str, str] | None = None) -> None:
         path.write_text(redacted, encoding="utf-8")
 
 
-def load_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[int]]:
+def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], list[int]]:
     """(collected checks, results by nodeid, pytest exit statuses) from a results JSONL file.
     A torn last line (the session was killed mid-write) is ignored."""
     collected: list[dict[str, Any]] = []

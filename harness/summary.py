@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.report import Report
 
 __all__ = ["print_heartbeat", "print_progress", "print_summary"]
@@ -21,7 +22,7 @@ def _console(file: TextIO | None = None) -> Any:
     return Console(file=out, highlight=False, soft_wrap=not out.isatty())
 
 
-def print_progress(result: dict[str, Any], file: TextIO | None = None) -> None:
+def print_progress(result: JSONObject, file: TextIO | None = None) -> None:
     """One line as each check finishes (long runs show they are alive)."""
     from rich.markup import escape
 
