@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from harness.jsontypes import JSONObject
 from harness.report import Report
+from harness.results import Measurement
 
 __all__ = ["print_heartbeat", "print_progress", "print_summary"]
 
@@ -64,12 +66,11 @@ def id_ranges(ids: list[str]) -> str:
     return ", ".join(parts + loose)
 
 
-def _judged(measurements: list[dict[str, Any]]) -> str:
+def _judged(measurements: Sequence[Measurement]) -> str:
     """The measurements a check was judged on: `busbw at 1 GiB = 412.3 GB/s (>= 370.0)`."""
     from harness.checking import fmt
-    from harness.results import Measurement
 
-    judged = [m for m in map(Measurement.from_dict, measurements) if m.op]
+    judged = [m for m in measurements if m.op]
     return "; ".join(f"{m.what} = {fmt(m.value, m.unit)} ({m.op} {fmt(m.threshold)})"
                      for m in judged[:3])
 
@@ -90,18 +91,18 @@ def print_summary(report: Report, file: TextIO | None = None, verbose: bool = Fa
     table.add_column("ID", no_wrap=True)
     table.add_column("Check")
     table.add_column("Detail", overflow="fold")
-    skipped = [c for c in report.checks if c["outcome"] == "skip"]
-    shown = report.checks if verbose else [c for c in report.checks if c["outcome"] != "skip"]
-    for c in sorted(shown, key=lambda c: (_ORDER.get(c["outcome"], 0), c["id"])):
-        outcome = c["outcome"]
-        detail = _judged(c.get("measurements") or []) if outcome == "pass" else c["message"]
-        table.add_row(f"[{_STYLE[outcome]}]{_LABEL[outcome]}[/]", c["id"], escape(c["title"]),
+    skipped = [c for c in report.checks if c.outcome == "skip"]
+    shown = report.checks if verbose else [c for c in report.checks if c.outcome != "skip"]
+    for c in sorted(shown, key=lambda c: (_ORDER.get(c.outcome, 0), c.id)):
+        outcome = c.outcome
+        detail = _judged(c.measurements) if outcome == "pass" else c.message
+        table.add_row(f"[{_STYLE[outcome]}]{_LABEL[outcome]}[/]", c.id, escape(c.title),
                       escape(detail))
     if shown:
         console.print(table)
     if skipped and not verbose:
         console.print(f"[dim]{len(skipped)} not applicable to {report.profile}: "
-                      f"{id_ranges([c['id'] for c in skipped])} (-v shows why)[/]")
+                      f"{id_ranges([c.id for c in skipped])} (-v shows why)[/]")
     for err in report.harness_errors:
         console.print(f"[bold red]harness error:[/] {escape(err)}")
     counts = report.counts()
