@@ -3,8 +3,6 @@ nccl-tests' out-of-bounds count, completion within the budget, and gloo on CPU-o
 
 from __future__ import annotations
 
-import pytest
-
 from harness import judges
 from harness.checking import (
     ProbeError,
@@ -17,6 +15,7 @@ from harness.checking import (
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
 from harness.judges import settle
 from harness.profiles import Profile
+from harness.topology import NodeCount
 
 NEXT_NVLINK = (
     "look at the NVLink checks (PF-GPU: active links, fabric manager), `nvidia-smi topo -m`, "
@@ -54,6 +53,14 @@ def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str)
     settle(judges.busbw_floor(floor, profile, busbw, remedy=remedy, detail=run.where()))
 
 
+def _measured(run: BandwidthRun | None, profile: Profile) -> BandwidthRun:
+    """The run a gate judges. Its fixture gives None only where the gate does not apply (and
+    the check said so first), so None here is the harness's own error, never a pass."""
+    if run is None:
+        raise ProbeError(f"no all_reduce measurement for profile {profile.name}")
+    return run
+
+
 @check(
     "PF-BW-001",
     title="Single-node all_reduce busbw at the floor's message size meets the NVLink (or PCIe) floor",
@@ -62,7 +69,8 @@ def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str)
     remedy=NEXT_NVLINK,
     exclusive=True,
 )
-def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.FixtureRequest):
+def test_single_node_busbw_meets_nvlink_floor(profile: Profile,
+                                              single_node_allreduce: BandwidthRun | None):
     floor = judges.intra_node_floor(profile)
     if isinstance(floor, str):
         not_applicable(floor)
@@ -71,8 +79,7 @@ def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.
                   "and generation (PF-GPU), ACS/IOMMU settings and NCCL_P2P_DISABLE")
     else:
         remedy = NEXT_NVLINK
-    run = request.getfixturevalue("single_node_allreduce")
-    _gate(run, floor, profile, remedy)
+    _gate(_measured(single_node_allreduce, profile), floor, profile, remedy)
 
 
 @check(
@@ -84,12 +91,12 @@ def test_single_node_busbw_meets_nvlink_floor(profile: Profile, request: pytest.
     exclusive=True,
 )
 def test_multi_node_busbw_meets_network_floor(
-    profile: Profile, node_count, request: pytest.FixtureRequest
+    profile: Profile, node_count: NodeCount, multi_node_allreduce: BandwidthRun | None
 ):
     floor = judges.net_floor(profile, node_count.num_nodes, node_count.source)
     if isinstance(floor, str):
         not_applicable(floor)
-    run = request.getfixturevalue("multi_node_allreduce")
+    run = multi_node_allreduce
     if run is None:
         not_applicable(f"{node_count.num_nodes}-node job: the leader node launches the "
                        "multi-node test, this node takes part in it")
@@ -105,8 +112,8 @@ def test_multi_node_busbw_meets_network_floor(
     "the GPU or node if the corruption repeats",
     exclusive=True,
 )
-def test_allreduce_results_exact(profile: Profile, request: pytest.FixtureRequest):
-    runs = request.getfixturevalue("bandwidth_runs")
+def test_allreduce_results_exact(profile: Profile, bandwidth_runs: list[BandwidthRun]):
+    runs = bandwidth_runs
     if not runs:
         not_applicable(f"profile {profile.name} measures no bandwidth")
     unchecked = [r for r in runs if r.num_wrong is None]
@@ -126,10 +133,10 @@ def test_allreduce_results_exact(profile: Profile, request: pytest.FixtureReques
     remedy="drain the node and run `preflight run --tier diagnose`; replace the GPU if it repeats",
     exclusive=True,
 )
-def test_nccl_tests_no_out_of_bounds(profile: Profile, request: pytest.FixtureRequest):
+def test_nccl_tests_no_out_of_bounds(profile: Profile, bandwidth_runs: list[BandwidthRun]):
     if not profile.has_gpus:
         not_applicable(f"profile {profile.name} has no GPUs: nccl-tests does not run")
-    runs = request.getfixturevalue("bandwidth_runs")
+    runs = bandwidth_runs
     nccl = [r for r in runs if r.source.startswith("nccl-tests")]
     if not nccl:
         if all(r.problem for r in runs):
@@ -155,8 +162,8 @@ def test_nccl_tests_no_out_of_bounds(profile: Profile, request: pytest.FixtureRe
     remedy="read the output tail in the report; rerun with NCCL_DEBUG=INFO",
     exclusive=True,
 )
-def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureRequest):
-    runs = request.getfixturevalue("bandwidth_runs")
+def test_bandwidth_runs_completed(profile: Profile, bandwidth_runs: list[BandwidthRun]):
+    runs = bandwidth_runs
     if not runs:
         not_applicable(f"profile {profile.name} measures no bandwidth")
     for r in runs:
@@ -185,12 +192,11 @@ def test_bandwidth_runs_completed(profile: Profile, request: pytest.FixtureReque
     remedy=NEXT_CPU,
     exclusive=True,
 )
-def test_cpu_gloo_busbw_meets_floor(profile: Profile, request: pytest.FixtureRequest):
+def test_cpu_gloo_busbw_meets_floor(profile: Profile, cpu_allreduce: BandwidthRun | None):
     floor = judges.cpu_floor(profile, CPU_GATE_SIZE)
     if isinstance(floor, str):
         not_applicable(floor)
-    run = request.getfixturevalue("cpu_allreduce")
-    _gate(run, floor, profile, NEXT_CPU)
+    _gate(_measured(cpu_allreduce, profile), floor, profile, NEXT_CPU)
 
 
 @check(
@@ -203,10 +209,11 @@ def test_cpu_gloo_busbw_meets_floor(profile: Profile, request: pytest.FixtureReq
     tier="certify",
     exclusive=True,
 )
-def test_other_collectives_complete_and_exact(profile: Profile, request: pytest.FixtureRequest):
+def test_other_collectives_complete_and_exact(profile: Profile,
+                                              collective_runs: list[BandwidthRun]):
     if not profile.has_gpus:
         not_applicable(f"profile {profile.name} has no GPUs: nccl-tests does not run")
-    runs = request.getfixturevalue("collective_runs")
+    runs = collective_runs
     offenders = []
     for r in runs:
         if r.cannot_run:

@@ -8,19 +8,20 @@ from pathlib import Path
 import pytest
 
 from harness.checking import ProbeError, check, expect_none, measure, warn
+from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.network import require_fabric
 from harness.probes import nic_counters
+from harness.probes.network import EfaDevices
 from harness.profiles import Profile
 
 REMEDY_LINK = ("check the cable/switch port of the device named (`ibstat`, `rdma link`), "
                "then reboot or drain the node if the link stays down")
 
 
-def _devices(profile: Profile, request: pytest.FixtureRequest) -> tuple[str, ...] | None:
-    """EFA profiles judge the EFA devices only (p6-b200 also lists non-EFA `ibp*` devices)."""
-    if profile.has_efa:
-        return tuple(request.getfixturevalue("efa_devices").sysfs)
-    return None
+def _devices(efa: EfaDevices | None) -> tuple[str, ...] | None:
+    """EFA profiles judge the EFA devices only (p6-b200 also lists non-EFA `ibp*` devices);
+    other profiles (None: no EFA expected) every RDMA device."""
+    return tuple(efa.sysfs) if efa is not None else None
 
 
 @check(
@@ -30,9 +31,10 @@ def _devices(profile: Profile, request: pytest.FixtureRequest) -> tuple[str, ...
     "the rest (or fails to connect), and the job runs slower without an error.",
     remedy=REMEDY_LINK,
 )
-def test_ports_active(profile: Profile, sysroot: Path, request: pytest.FixtureRequest):
+def test_ports_active(profile: Profile, sysroot: Path,
+                      efa_devices_if_expected: EfaDevices | None):
     require_fabric(profile)
-    snap = nic_counters.snapshot(sysroot, _devices(profile, request))
+    snap = nic_counters.snapshot(sysroot, _devices(efa_devices_if_expected))
     if snap.problem:
         raise ProbeError(snap.problem)
     ports = [n for n in snap.ports if not n.endswith("/-")]
@@ -53,9 +55,11 @@ def test_ports_active(profile: Profile, sysroot: Path, request: pytest.FixtureRe
     "port); a repeating failure needs the NIC or cable replaced",
     exclusive=True,
 )
-def test_counters_did_not_grow(profile: Profile, tier: str, request: pytest.FixtureRequest):
+def test_counters_did_not_grow(profile: Profile, tier: str,
+                               bandwidth_runs: list[BandwidthRun]):
+    # `bandwidth_runs`: the runs whose counter windows are judged happen before this check
+    # (here, if no check has run them yet).
     require_fabric(profile)
-    request.getfixturevalue("bandwidth_runs")  # runs them here, if no check has yet
     windows = dict(nic_counters.WINDOWS)
     if not windows:
         why = ("no bandwidth run was measured through nccl-tests on this node (not installed, "
@@ -101,7 +105,8 @@ LOOPBACK_WARN_GBPS = 20.0
     tier="certify",
     exclusive=True,
 )
-def test_device_loopback(profile: Profile, sysroot: Path, request: pytest.FixtureRequest):
+def test_device_loopback(profile: Profile, sysroot: Path,
+                         efa_devices_if_expected: EfaDevices | None):
     from harness.probes.loopback import loopback, tool_for
     from harness.proc import which
 
@@ -111,7 +116,7 @@ def test_device_loopback(profile: Profile, sysroot: Path, request: pytest.Fixtur
     if which(tool) is None:
         pytest.skip(f"{tool} is not installed: no per-device loopback (install fabtests / "
                     "perftest in the image)")
-    devices = _devices(profile, request)
+    devices = _devices(efa_devices_if_expected)
     if devices is None:
         snap = nic_counters.snapshot(sysroot)
         devices = tuple(sorted({n.split("/")[0] for n in snap.ports}))

@@ -8,10 +8,10 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
-
-from harness.checking import check, expect_none, measure, not_applicable, warn
+from harness.checking import check, expect_none, measure, warn
+from harness.fixtures.gpu import require_gpus
 from harness.gpu import MONITOR
+from harness.parsers.kernel_log import KernelLog, XidEvent
 from harness.profiles import Profile
 from harness.xid_window import summarize
 
@@ -37,7 +37,7 @@ def _float(value: str | None) -> float | None:
         return None
 
 
-def _label(event) -> str:
+def _label(event: XidEvent) -> str:
     who = f", {event.process}" if event.process else (f", pid {event.pid}" if event.pid else "")
     return f"GPU {event.pci}: Xid {event.xid}{who} ({event.message[:80]})"
 
@@ -53,10 +53,9 @@ def _label(event) -> str:
     "application named, replace the GPU if it recurs across applications",
 )
 def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str],
-                        request: pytest.FixtureRequest):
-    if not profile.has_gpus:
-        not_applicable("the profile expects no GPUs")
-    log = request.getfixturevalue("kernel_log")
+                        kernel_log: KernelLog):
+    require_gpus(profile)
+    log = kernel_log
     hours = _float(environ.get(WINDOW_ENV)) or DEFAULT_WINDOW_H
     boot = _boot_epoch(sysroot if sysroot != Path("/") else Path(os.sep))
     window = summarize(log.events, window_s=hours * 3600, now=datetime.now(UTC),

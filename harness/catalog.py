@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.suites import Suite
 
 __all__ = ["Catalog", "CatalogError", "catalog", "explain_lines", "find", "list_lines",
@@ -51,11 +52,11 @@ def catalog(extra: Sequence[str] = (), *, tier: str, keyword: str | None = None,
     return Catalog(suites, checks, found.problems)
 
 
-def list_records(checks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def list_records(checks: Sequence[JSONObject]) -> list[JSONObject]:
     return [{k: c.get(k) for k in LIST_KEYS} for c in checks]
 
 
-def list_lines(checks: Sequence[dict[str, Any]]) -> list[str]:
+def list_lines(checks: Sequence[JSONObject]) -> list[str]:
     """`ID  tier  suite  title`, one line per check, columns as wide as their longest value."""
     width = max([12, *(len(c["id"]) for c in checks)])
     suite_width = max([8, *(len(c["suite"]) for c in checks)])
@@ -63,13 +64,13 @@ def list_lines(checks: Sequence[dict[str, Any]]) -> list[str]:
             for c in checks]
 
 
-def find(checks: Sequence[dict[str, Any]], check_id: str) -> dict[str, Any] | None:
+def find(checks: Sequence[JSONObject], check_id: str) -> JSONObject | None:
     """The check with this ID (any case), or None."""
     wanted = check_id.strip().lower()
     return next((c for c in checks if c["id"].lower() == wanted), None)
 
 
-def explain_lines(spec: Mapping[str, Any], suites: Sequence[Suite]) -> list[str]:
+def explain_lines(spec: JSONMapping, suites: Sequence[Suite]) -> list[str]:
     """What `preflight explain` prints about one check."""
     where = next((f"{s.name} ({s.path})" for s in suites if s.name == spec["suite"]), spec["suite"])
     alone = " (runs alone: owns GPUs/network)" if spec["exclusive"] else ""

@@ -185,9 +185,9 @@ def measure(
 
 def expect(
     what: str,
-    value: Any,
+    value: object,
     op: str,
-    threshold: Any,
+    threshold: object,
     unit: str = "",
     *,
     remedy: str | None = None,

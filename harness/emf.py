@@ -17,7 +17,10 @@ import contextlib
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
+
+from harness.jsontypes import JSONMapping, JSONObject
 
 __all__ = ["LOG_GROUP_ENV", "emf_events", "put_emf"]
 
@@ -26,8 +29,8 @@ DEFAULT_LOG_GROUP = "/gpu-preflight/metrics"
 NODE_DIMENSIONS = ("Cluster", "InstanceType")
 
 
-def emf_events(report: Mapping[str, Any], data: list[dict[str, Any]], namespace: str,
-               now_ms: int | None = None) -> list[dict[str, Any]]:
+def emf_events(report: JSONMapping, data: list[JSONObject], namespace: str,
+               now_ms: int | None = None) -> list[JSONObject]:
     """EMF events for one node from its PutMetricData rows (harness.publish.metric_data, whose
     Host dimension becomes a property): the node's figures, then one event per bandwidth check."""
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
@@ -62,8 +65,20 @@ def _event(stamp: int, namespace: str, dims: Mapping[str, str], values: Mapping[
         **properties, **dims, **values}
 
 
-def put_emf(report: Mapping[str, Any], data: list[dict[str, Any]], env: Mapping[str, str],
-            namespace: str, client: Any) -> dict[str, Any]:
+class LogsClient(Protocol):
+    """What put_emf uses of a boto3 CloudWatch Logs client (`boto3.client("logs")`)."""
+
+    exceptions: ModuleType
+
+    def create_log_group(self, **kwargs: str) -> object: ...
+
+    def create_log_stream(self, **kwargs: str) -> object: ...
+
+    def put_log_events(self, **kwargs: object) -> object: ...
+
+
+def put_emf(report: JSONMapping, data: list[JSONObject], env: Mapping[str, str],
+            namespace: str, client: LogsClient) -> JSONObject:
     """Send the events to the log group (created if missing) with `client` (boto3 `logs`),
     stream = host; returns what the report's `uploads.cloudwatch` records. Raises on an AWS
     problem (publish makes it a warning)."""

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.jsontypes import JSONMapping
 from harness.results import Measurement, legacy_size
 from harness.verdicts import BadNode, bad_nodes, checks_of, natural_key
 
@@ -131,7 +132,7 @@ def _section_curves(section: object) -> Iterable[Curve]:
             yield curve
 
 
-def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
+def bandwidth_curves(report: JSONMapping) -> list[Curve]:
     """Every busbw curve in one report, from check measurements then the `bandwidth` section."""
     curves: dict[str, Curve] = {}
     for check in checks_of(report):
@@ -156,7 +157,7 @@ def bandwidth_curves(report: Mapping[str, Any]) -> list[Curve]:
     return result
 
 
-def gpus_healthy(report: Mapping[str, Any], expected: int | None) -> int | None:
+def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
     """GPUs on this node that no GPU check named as faulty; None when that cannot be told.
 
     `report["gpus"]["healthy"]` wins when present. Otherwise: the GPUs seen (a `GPU count`

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+
+from harness.jsontypes import JSONObject
 
 __all__ = [
     "ACTIONS",
@@ -208,7 +209,7 @@ class GpuInfo:
         return (bool(self.query_errors) and not self.requires_reset and self.name is None
                 and self.uuid is None and self.bus_id is None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         from dataclasses import asdict
 
         return asdict(self)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from harness.jsontypes import JSONObject
+
 __all__ = ["FAIL_ON", "problems"]
 
 #: What `--fail-on` accepts.
@@ -94,7 +96,7 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
-def problems(kind: str, result: dict[str, Any], fail_on: str = "problem") -> list[str]:
+def problems(kind: str, result: JSONObject, fail_on: str = "problem") -> list[str]:
     """What `result` (an `inspect KIND` result) shows wrong; `fail_on="harmful"` keeps only the
     env kind's harmful settings. A kind without judgement (topology) has none."""
     if fail_on not in FAIL_ON:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.runner import RunConfig
 
 from harness.interrupt import RunGuard, signal_name
 from harness.report import Report, load_results, now_iso, report_environment
-from harness.results import CheckResult
+from harness.results import CheckResult, results
 
 __all__ = ["RunFinalizer", "failure_text", "interrupted_report"]
 
@@ -44,7 +47,7 @@ def _checks(results_path: Path, since: float, why: str) -> list[dict[str, Any]]:
     return checks
 
 
-def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: Any = None,
+def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig | None = None,
                        env: Mapping[str, str], started_at: str, started_wall: float,
                        started_mono: float) -> Report:
     """The report of a run stopped by `guard.signum`; `cfg` (the RunConfig) is None when the
@@ -57,14 +60,14 @@ def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: Any = None
         profile_source=cfg.profile_source if cfg else "?", tier=tier,
         budget_s=cfg.budget_s if cfg else 0.0, warn_only=cfg.warn_only if cfg else False,
         environment=report_environment(env), started_at=started_at)
-    if cfg is not None:
-        report.checks = _checks(cfg.report_dir / "results.jsonl", started_wall, why)
-    ended = [c.pop("finished", True) for c in report.checks]
+    records = _checks(cfg.report_dir / "results.jsonl", started_wall, why) if cfg else []
+    ended = [r.pop("finished", True) for r in records]
+    report.checks = results(records)
     finished = [c for c, done in zip(report.checks, ended, strict=True) if done]
-    unfinished = [c["id"] for c, done in zip(report.checks, ended, strict=True) if not done]
+    unfinished = [c.id for c, done in zip(report.checks, ended, strict=True) if not done]
     report.interrupted = {
         "signal": name, "signum": signum, "exit_code": 128 + signum,
-        "finished": [{"id": c["id"], "outcome": c["outcome"]} for c in finished],
+        "finished": [{"id": c.id, "outcome": c.outcome} for c in finished],
         "not_finished": unfinished,
         "processes_stopped": guard.stopped, "unkillable": sorted(guard.unkillable),
     }
@@ -85,14 +88,13 @@ def failure_text(report: Report) -> str:
     finished, what had failed before the signal."""
     info = report.interrupted or {}
     done = info.get("finished", [])
-    failed = [c for c in report.checks if c["outcome"] in ("fail", "error")
-              and c["id"] not in info.get("not_finished", [])]
+    failed = [c for c in report.failed if c.id not in info.get("not_finished", [])]
     head = (f"gpu-preflight INTERRUPTED on {report.host} ({report.profile}, tier {report.tier}) "
             f"by {info.get('signal', '?')}: {len(done)} of {len(report.checks)} checks finished; "
             "the training command was not started.")
     if failed:
         head += " Failed before the signal: " + " | ".join(
-            " ".join((c.get("message") or c["id"]).split())[:200] for c in failed)
+            " ".join((c.message or c.id).split())[:200] for c in failed)
     if info.get("not_finished"):
         head += " Not finished: " + ", ".join(info["not_finished"])
     if len(head) > HEAD_CHARS:

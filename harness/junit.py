@@ -24,11 +24,11 @@ def write_junit_if_missing(report: Report, path: Path) -> bool:
         return False
     cases = []
     for c in report.checks:
-        case = ET.Element("testcase", classname="gpu-preflight", name=str(c["id"]),
-                          time=f"{float(c.get('duration_s') or 0):.3f}")
-        tag = _ELEMENT.get(str(c.get("outcome")))
+        case = ET.Element("testcase", classname="gpu-preflight", name=c.id,
+                          time=f"{c.duration_s:.3f}")
+        tag = _ELEMENT.get(c.outcome)
         if tag:
-            ET.SubElement(case, tag, message=str(c.get("message") or "")[:2000])
+            ET.SubElement(case, tag, message=c.message[:2000])
         cases.append(case)
     if report.harness_errors:
         case = ET.Element("testcase", classname="gpu-preflight", name="run", time="0")

@@ -19,11 +19,13 @@ import shlex
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from harness.jsontypes import JSONMapping, JSONObject
 
 __all__ = ["KubeTarget", "NodeMark", "kubectl_commands", "mark_node", "node_mark",
            "write_termination_log"]
@@ -76,7 +78,7 @@ class KubeTarget:
         return cls(f"https://{host}:{port}", token, str(ca) if ca.is_file() else None)
 
     def call(self, method: str, path: str, body: object = None,
-             content_type: str = "application/merge-patch+json") -> dict[str, Any]:
+             content_type: str = "application/merge-patch+json") -> JSONObject:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -89,7 +91,7 @@ class KubeTarget:
             return json.loads(resp.read() or b"{}")
 
 
-def node_mark(report: Mapping[str, Any], env: Mapping[str, str]) -> NodeMark | None:
+def node_mark(report: JSONMapping, env: Mapping[str, str]) -> NodeMark | None:
     """The mark for this run, or None when not asked for (or no node name)."""
     kinds = tuple(k.strip() for k in env.get("PREFLIGHT_K8S_MARK", "").split(",") if k.strip())
     node = env.get("PREFLIGHT_NODE_NAME", "")
@@ -189,8 +191,8 @@ def write_termination_log(text: str, path: Path = Path("/dev/termination-log")) 
     return True
 
 
-def apply(report: Mapping[str, Any], env: Mapping[str, str], failure_text: str | None,
-          say: Any = print) -> None:
+def apply(report: JSONMapping, env: Mapping[str, str], failure_text: str | None,
+          say: Callable[[str], object] = print) -> None:
     """The run's Kubernetes outputs, each problem said and never raised (called by the CLI)."""
     if failure_text and report.get("verdict") != "pass":
         write_termination_log(failure_text, Path(env.get("PREFLIGHT_TERMINATION_LOG",

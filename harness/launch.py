@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the sagemaker SDK is optional (gpu-preflight[sagemaker])
+    from sagemaker.train import ModelTrainer
 
 from harness import __version__
+from harness.jsontypes import JSONObject
 from harness.publish import parse_s3_uri
 from harness.tiers import TIERS
 
@@ -131,7 +135,7 @@ class LaunchSpec:
                 {"Key": "gpu-preflight:version", "Value": __version__}]
 
 
-def build_request(spec: LaunchSpec, job_name: str | None = None) -> dict[str, Any]:
+def build_request(spec: LaunchSpec, job_name: str | None = None) -> JSONObject:
     """The CreateTrainingJob request (boto3 shape), without talking to AWS.
 
     The job runs the image's own entrypoint: SageMaker passes `train`, and the entrypoint runs
@@ -165,7 +169,7 @@ def build_request(spec: LaunchSpec, job_name: str | None = None) -> dict[str, An
     return request
 
 
-def model_trainer(spec: LaunchSpec) -> Any:
+def model_trainer(spec: LaunchSpec) -> ModelTrainer:
     """The sagemaker SDK 3.x ModelTrainer for `spec` (ImportError when the SDK is missing)."""
     import warnings
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.jsontypes import JSONMapping
+
 __all__ = ["METRICS_FILE_ENV", "MetricRow", "check_rows", "render", "write_metrics_file"]
 
 METRICS_FILE_ENV = "PREFLIGHT_METRICS_FILE"
@@ -39,7 +41,7 @@ class MetricRow:
     measurements: tuple[Mapping[str, Any], ...]
 
 
-def check_rows(report: Mapping[str, Any]) -> list[MetricRow]:
+def check_rows(report: JSONMapping) -> list[MetricRow]:
     """The adapter from report.json's `checks` list (dicts) to MetricRow."""
     rows = []
     for c in report.get("checks") or []:
@@ -171,14 +173,14 @@ def _registry(report: Mapping[str, Any], now: float | None) -> Any:
     return registry
 
 
-def render(report: Mapping[str, Any], now: float | None = None) -> str:
+def render(report: JSONMapping, now: float | None = None) -> str:
     """The report as Prometheus text exposition format."""
     from prometheus_client import generate_latest
 
     return generate_latest(_registry(report, now)).decode("utf-8")
 
 
-def write_metrics_file(report: Mapping[str, Any], path: Path, now: float | None = None) -> Path:
+def write_metrics_file(report: JSONMapping, path: Path, now: float | None = None) -> Path:
     """Write the metrics atomically (temp file in the same folder, then rename)."""
     from prometheus_client import write_to_textfile
 

@@ -8,7 +8,12 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from harness.report import Report
+
+from harness.jsontypes import JSONMapping, JSONObject
 
 __all__ = ["group_failures", "print_plain_summary", "summary_data"]
 
@@ -21,7 +26,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def group_failures(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[str], str]]:
+def group_failures(checks: Sequence[JSONMapping]) -> list[tuple[str, list[str], list[str], str]]:
     """(outcome, check IDs, GPU indices, message) per distinct cause, in first-seen order: the
     same message on many checks, or on many GPUs (`GPU 3` -> `GPU N`), is one line."""
     groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
@@ -46,7 +51,7 @@ def group_failures(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[
     return sorted(out, key=lambda g: order[g[0]])
 
 
-def print_plain_summary(report: Any, file: TextIO | None = None) -> None:
+def print_plain_summary(report: Report, file: TextIO | None = None) -> None:
     """The summary as plain lines (see the module docstring)."""
     from harness.summary import id_ranges
 
@@ -65,7 +70,7 @@ def print_plain_summary(report: Any, file: TextIO | None = None) -> None:
           file=out, flush=True)
 
 
-def summary_data(report: Mapping[str, Any], report_path: str) -> dict[str, Any]:
+def summary_data(report: JSONMapping, report_path: str) -> JSONObject:
     """`preflight run --format json`: the run's outcome as one JSON object on stdout (the
     progress lines go to stderr), for scripts: verdict, exit code, counts, each check that needs
     attention (grouped as in the plain summary), harness errors and where the report is."""

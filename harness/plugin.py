@@ -15,8 +15,12 @@ import inspect
 import json
 import os
 import pkgutil
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.profiles import Profile
 
 import pytest
 
@@ -33,6 +37,7 @@ from harness.checking import (
 )
 from harness.deadline import TimeoutHooks
 from harness.interrupt import install_session_handlers
+from harness.jsontypes import JSONObject
 from harness.results import CheckResult, Measurement
 from harness.suites import BUILTIN_SUITE
 
@@ -154,7 +159,7 @@ def pytest_configure(config: pytest.Config) -> None:
         install_session_handlers()  # SIGTERM/SIGHUP end the session as Ctrl-C does
 
 
-def resolve_profile(config: pytest.Config) -> Any:
+def resolve_profile(config: pytest.Config) -> tuple[Profile, str]:
     """The session's Profile (resolved once); raises pytest.UsageError naming what is wrong."""
     if _profile_key in config.stash:
         return config.stash[_profile_key]
@@ -180,7 +185,7 @@ def resolve_profile(config: pytest.Config) -> Any:
 
 
 
-def _handed_profile(path: str) -> Any:
+def _handed_profile(path: str) -> tuple[Profile, str]:
     """(Profile, source) from the file the runner wrote: the run resolved the profile once."""
     from harness.profiles import Profile
 
@@ -241,7 +246,7 @@ def item_spec(item: pytest.Item) -> CheckSpec:
     return spec
 
 
-def describe_item(item: pytest.Item) -> dict[str, Any]:
+def describe_item(item: pytest.Item) -> JSONObject:
     """What the results file says about a selected item (list and explain show it)."""
     spec = item_spec(item)
     suite = _suite_of(item)
@@ -329,7 +334,7 @@ def _classify(spec: CheckSpec, call: pytest.CallInfo[None], rep: pytest.TestRepo
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Any:
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep: pytest.TestReport = yield
     state = item.stash.get(_phases_key, None)
     if not active(item.config) or state is None:

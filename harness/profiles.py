@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.jsontypes import JSONObject
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -205,12 +207,12 @@ class Profile:
                     "bandwidth is judged against PCIe figures by PF-BW-001)")
         return "the profile expects no NVLinks"
 
-    def derive(self, **changes: Any) -> Profile:
+    def derive(self, **changes: object) -> Profile:
         """A new profile from this one (`dataclasses.replace`), sources merged."""
         sources = {**self.sources, **changes.pop("sources", {})}
         return dataclasses.replace(self, sources=sources, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """Every field (report.json records the whole resolved profile)."""
         data = dataclasses.asdict(self)
         data["estimates"] = list(self.estimates)
@@ -270,7 +272,7 @@ def _sources_of(table: Mapping[str, Any], sources: Mapping[str, str]) -> dict[st
     return {k: _cite(str(v), sources) for k, v in (table.get("src") or {}).items()}
 
 
-def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, dict[str, Any]]]:
+def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSONObject]]:
     """(instance profiles by name, SKU tables by name) from the data file. SKU tables keep their
     matching keys and gain `profile`: the SKU's thresholds as a Profile (for derive)."""
     data = tomllib.loads(path.read_text())

@@ -12,7 +12,10 @@ import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.detect import Detection
 
 from harness.gpu import GpuInventory
 from harness.probes import fabric
@@ -45,7 +48,7 @@ class MachineFacts:
         return max(len(self.gpu_names), len(self.pci_device_ids))
 
 
-def machine_facts(sysroot: Path = Path("/"), nvml: Any | None = None,
+def machine_facts(sysroot: Path = Path("/"), nvml: object | None = None,
                   inventory: GpuInventory | None = None) -> MachineFacts:
     """Read the machine. `inventory`: an already-read GPU inventory (a test passes a parsed
     recorded output); else NVML, then nvidia-smi (harness.probes.gpu.inventory)."""
@@ -150,7 +153,7 @@ def _gpus_visible(sysroot: Path) -> bool:
 
 def resolve_profile(found_name: str | None, found_source: str,
                     profiles: Mapping[str, Profile] = BUILTIN_PROFILES, *,
-                    sysroot: Path = Path("/"), nvml: Any | None = None,
+                    sysroot: Path = Path("/"), nvml: object | None = None,
                     facts: MachineFacts | None = None) -> tuple[Profile, str]:
     """(profile, where it came from) for what detection found. A derived profile when asked
     for (`derived`), when no provider named a type on a GPU machine (`found_name` None), or when
@@ -173,8 +176,10 @@ def resolve_profile(found_name: str | None, found_source: str,
     return profile, found_source
 
 
-def resolve_detected(found: Any, profiles: Mapping[str, Profile] = BUILTIN_PROFILES, *,
-                     sysroot: Path = Path("/"), nvml: Any | None = None) -> tuple[Profile, str]:
+def resolve_detected(found: Detection | None,
+                     profiles: Mapping[str, Profile] = BUILTIN_PROFILES, *,
+                     sysroot: Path = Path("/"),
+                     nvml: object | None = None) -> tuple[Profile, str]:
     """resolve_profile for a harness.detect.Detection (None: GPUs and no type named)."""
     if found is None:
         return resolve_profile(None, "", profiles, sysroot=sysroot, nvml=nvml)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.figures import bandwidth_curves, gpus_healthy
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.report import Report, write_report
 
 __all__ = [
@@ -98,7 +99,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:500]
 
 
-def metric_data(report: Mapping[str, Any], env: Mapping[str, str]) -> list[dict[str, Any]]:
+def metric_data(report: JSONMapping, env: Mapping[str, str]) -> list[JSONObject]:
     """CloudWatch MetricData for one node: verdict, failed/warned checks, GPUs healthy, duration,
     and busbw at the largest measured size per bandwidth check (extra dimension `Check`)."""
     profile = report.get("profile") or {}
@@ -155,7 +156,7 @@ def publish(
     s3_uri: str | None = None,
     namespace: str | None = None,
     warn: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Put the metrics, upload the folder (report.json last, so that the uploaded copy records
     the uploads), record the outcome in `report.extra["uploads"]` and rewrite report.json.
     Never raises for an AWS problem; each one is a warning."""

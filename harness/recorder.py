@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from harness.jsontypes import JSONObject
 
 __all__ = ["MESSAGE_CHARS", "ResultsRecorder", "collect_error"]
 
@@ -46,7 +48,7 @@ class ResultsRecorder:
         self.distributing = False
         self.errors: list[dict[str, str]] = []
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: JSONObject) -> None:
         data = (json.dumps(record, default=str) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -58,7 +60,9 @@ class ResultsRecorder:
         self.distributing = session.config.pluginmanager.has_plugin("dsession")
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
         report: pytest.CollectReport = yield
         if report.failed and not self.distributing:
             self.errors.append(collect_error(report, getattr(collector, "path", None)))

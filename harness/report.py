@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.jsontypes import JSONObject
 from harness.redact import Redactor
+from harness.results import CheckResult
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -51,7 +53,8 @@ class Report:
     finished_at: str = ""
     duration_s: float = 0.0
     budget_s: float = 0.0
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    """Every check's result (report.json holds each as `CheckResult.to_dict()`)."""
     harness_errors: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     warn_only: bool = False
@@ -76,12 +79,12 @@ class Report:
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("pass", "warn", "skip", "fail", "error"), 0)
         for c in self.checks:
-            counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
+            counts[c.outcome] = counts.get(c.outcome, 0) + 1
         return counts
 
     @property
-    def failed(self) -> list[dict[str, Any]]:
-        return [c for c in self.checks if c["outcome"] in ("fail", "error")]
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.failed]
 
     @property
     def verdict(self) -> str:
@@ -94,7 +97,7 @@ class Report:
             return "error"
         return "fail" if self.failed or self.harness_errors else "pass"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "schema": REPORT_SCHEMA,
             "results_schema": RESULTS_SCHEMA,
@@ -110,7 +113,7 @@ class Report:
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "counts": self.counts(),
-            "checks": self.checks,
+            "checks": [c.to_dict() for c in self.checks],
             "harness_errors": self.harness_errors,
             "command": self.command,
             "warn_only": self.warn_only,
@@ -131,7 +134,7 @@ def report_environment(env: Mapping[str, str]) -> dict[str, str]:
     return Redactor(env).env(dict(sorted(kept.items())))
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: object) -> None:
     """Write JSON so that a reader never sees half a file (temp file + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -163,7 +166,7 @@ def redact_file(path: Path, env: Mapping[str, str] | None = None) -> None:
         path.write_text(redacted, encoding="utf-8")
 
 
-def load_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[int]]:
+def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], list[int]]:
     """(collected checks, results by nodeid, pytest exit statuses) from a results JSONL file.
     A torn last line (the session was killed mid-write) is ignored."""
     collected: list[dict[str, Any]] = []
@@ -193,13 +196,13 @@ def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS) -> str:
     which checks failed, with value and threshold: measured failures first (they carry the
     numbers), then probe errors; each message shortened to stay readable, and the checks that
     do not fit named by ID. The full messages follow."""
-    failed = sorted(report.failed, key=lambda c: (c["outcome"] != "fail", c["id"]))
+    failed = sorted(report.failed, key=lambda c: (c.outcome != "fail", c.id))
     head = f"gpu-preflight FAILED on {report.host} ({report.profile}, tier {report.tier}): "
     if failed:
         head += f"{len(failed)} of {len(report.checks)} checks failed. "
     elif report.harness_errors:
         head += "the harness could not complete its checks. "
-    messages = [(c["id"], c["message"] or f"[{c['id']}] {c['outcome']}") for c in failed]
+    messages = [(c.id, c.message or f"[{c.id}] {c.outcome}") for c in failed]
     messages += [("harness", f"harness: {e}") for e in report.harness_errors]
     parts: list[str] = []
     used = len(head)

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.jsontypes import JSONMapping, JSONObject, JSONValue
+
 __all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "plain", "results",
            "upgrade_v1"]
 
@@ -27,7 +29,7 @@ __all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "plain", 
 _PLAIN_DEPTH = 12
 
 
-def plain(value: object, _depth: int = 0) -> Any:
+def plain(value: object, _depth: int = 0) -> JSONValue:
     """`value` as plain data (None, bool, int, finite float, str, list, dict with str keys).
 
     Measurements and results cross pytest-xdist's worker channel (execnet serialises only the
@@ -114,14 +116,14 @@ class Measurement:
     node: str | None = None
     """The host the value belongs to, when it is not the report's own (cluster figures)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = {k: plain(getattr(self, k)) for k in _MEASUREMENT_KEYS}
         out.update({k: plain(getattr(self, k)) for k in _OPTIONAL_KEYS
                     if getattr(self, k) is not None})
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, legacy: bool = False) -> Measurement:
+    def from_dict(cls, data: JSONMapping, *, legacy: bool = False) -> Measurement:
         """From report.json; `legacy` (a v1 report): size and GPU read from `what` once."""
         what = str(data.get("what") or "")
         size, gpu = _int(data.get("size_bytes")), _int(data.get("gpu_index"))
@@ -164,7 +166,7 @@ class CheckResult:
         """The GPU indices this check named as faulty (failed measurements with a GPU)."""
         return {m.gpu_index for m in self.measurements if m.ok is False and m.gpu_index is not None}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """Plain data in report.json's shape (it crosses xdist's channel and ends in JSON)."""
         out: dict[str, Any] = {k: plain(v) for k, v in self.extra.items()
                                if k not in _RESULT_KEYS}
@@ -175,7 +177,7 @@ class CheckResult:
         return {**{k: head[k] for k in _RESULT_KEYS}, **out}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, legacy: bool = False) -> CheckResult:
+    def from_dict(cls, data: JSONMapping, *, legacy: bool = False) -> CheckResult:
         """From report.json or results.jsonl; `legacy` for a v1 report (see the module)."""
         measurements = tuple(Measurement.from_dict(m, legacy=legacy)
                              for m in data.get("measurements") or [] if isinstance(m, Mapping))
@@ -199,19 +201,19 @@ class CheckResult:
         )
 
     @classmethod
-    def no_result(cls, item: Mapping[str, Any], why: str, **extra: Any) -> CheckResult:
+    def no_result(cls, item: JSONMapping, why: str, **extra: JSONValue) -> CheckResult:
         """The error result of a selected check that reported nothing (`why` says why)."""
         record = {**item, **extra, "outcome": "error", "message": f"[{item['id']}] {why}",
                   "warnings": [], "measurements": [], "duration_s": 0.0}
         return cls.from_dict(record)
 
 
-def results(records: Iterable[Mapping[str, Any]], *, legacy: bool = False) -> list[CheckResult]:
+def results(records: Iterable[JSONMapping], *, legacy: bool = False) -> list[CheckResult]:
     """Typed results from report.json's `checks` (anything that is not a record is skipped)."""
     return [CheckResult.from_dict(r, legacy=legacy) for r in records if isinstance(r, Mapping)]
 
 
-def upgrade_v1(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def upgrade_v1(records: Iterable[JSONMapping]) -> list[JSONObject]:
     """A v1 report's `checks` in today's shape (sizes and GPU indices as fields)."""
     return [r.to_dict() for r in results(records, legacy=True)]
 

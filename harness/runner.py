@@ -20,6 +20,7 @@ from harness.deadline import run_deadline_env
 from harness.profiles import Profile
 from harness.progress import Progress
 from harness.report import Report, now_iso, report_environment
+from harness.results import results as typed_results
 from harness.selection import (
     Events,
     PhaseRun,
@@ -227,7 +228,7 @@ def run_checks(cfg: RunConfig) -> Report:
     unfinished = f"did not finish within the run budget ({cfg.budget_s:g} s)" if timed_out else None
     proof = account(load_events(results), runs, empty_message=_empty_selection(cfg, suites),
                     unfinished=unfinished)
-    report.checks = proof.checks
+    report.checks = typed_results(proof.checks)
     report.harness_errors.extend(proof.harness_errors)
     report.usage_error = proof.usage_error
     report.selection = {"tier": cfg.tier, "keyword": cfg.keyword,

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.report import Report
+from harness.results import Measurement
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["measured_lines", "print_heartbeat", "print_progress", "print_summary"]
 
@@ -21,8 +27,8 @@ def _console(file: TextIO | None = None) -> Any:
     return Console(file=out, highlight=False, soft_wrap=not out.isatty())
 
 
-def print_progress(result: dict[str, Any], file: TextIO | None = None, *, verbose: bool = False,
-                   console: Any = None) -> None:
+def print_progress(result: JSONObject, file: TextIO | None = None, *, verbose: bool = False,
+                   console: Console | None = None) -> None:
     """One line as each check finishes (long runs show they are alive). Verbose: below it every
     value the check measured, with the threshold it was judged against, and, for a check that
     did not pass or does not apply, its message (why)."""
@@ -42,11 +48,10 @@ def print_progress(result: dict[str, Any], file: TextIO | None = None, *, verbos
         console.print(f"        [dim]{escape(' '.join(str(result['message']).split()))}[/]")
 
 
-def measured_lines(measurements: list[dict[str, Any]]) -> list[str]:
+def measured_lines(measurements: Sequence[JSONObject]) -> list[str]:
     """Every measurement: `busbw at 1 GiB = 412.3 GB/s (>= 370.0 GB/s)`, `GPU 3 temperature = 41 C`
     (no threshold: recorded, not judged)."""
     from harness.checking import fmt
-    from harness.results import Measurement
 
     lines = []
     for m in map(Measurement.from_dict, measurements):
@@ -86,12 +91,11 @@ def id_ranges(ids: list[str]) -> str:
     return ", ".join(parts + loose)
 
 
-def _judged(measurements: list[dict[str, Any]]) -> str:
+def _judged(measurements: Sequence[Measurement]) -> str:
     """The measurements a check was judged on: `busbw at 1 GiB = 412.3 GB/s (>= 370.0)`."""
     from harness.checking import fmt
-    from harness.results import Measurement
 
-    judged = [m for m in map(Measurement.from_dict, measurements) if m.op]
+    judged = [m for m in measurements if m.op]
     return "; ".join(f"{m.what} = {fmt(m.value, m.unit)} ({m.op} {fmt(m.threshold)})"
                      for m in judged[:3])
 
@@ -112,18 +116,18 @@ def print_summary(report: Report, file: TextIO | None = None, verbose: bool = Fa
     table.add_column("ID", no_wrap=True)
     table.add_column("Check")
     table.add_column("Detail", overflow="fold")
-    skipped = [c for c in report.checks if c["outcome"] == "skip"]
-    shown = report.checks if verbose else [c for c in report.checks if c["outcome"] != "skip"]
-    for c in sorted(shown, key=lambda c: (_ORDER.get(c["outcome"], 0), c["id"])):
-        outcome = c["outcome"]
-        detail = _judged(c.get("measurements") or []) if outcome == "pass" else c["message"]
-        table.add_row(f"[{_STYLE[outcome]}]{_LABEL[outcome]}[/]", c["id"], escape(c["title"]),
+    skipped = [c for c in report.checks if c.outcome == "skip"]
+    shown = report.checks if verbose else [c for c in report.checks if c.outcome != "skip"]
+    for c in sorted(shown, key=lambda c: (_ORDER.get(c.outcome, 0), c.id)):
+        outcome = c.outcome
+        detail = _judged(c.measurements) if outcome == "pass" else c.message
+        table.add_row(f"[{_STYLE[outcome]}]{_LABEL[outcome]}[/]", c.id, escape(c.title),
                       escape(detail))
     if shown:
         console.print(table)
     if skipped and not verbose:
         console.print(f"[dim]{len(skipped)} not applicable to {report.profile}: "
-                      f"{id_ranges([c['id'] for c in skipped])} (-v shows why)[/]")
+                      f"{id_ranges([c.id for c in skipped])} (-v shows why)[/]")
     for err in report.harness_errors:
         console.print(f"[bold red]harness error:[/] {escape(err)}")
     counts = report.counts()

@@ -17,7 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.parsers.kernel_log import XidEvent
 
 __all__ = ["APPLICATION_XIDS", "XidWindow", "event_epoch", "is_application", "summarize"]
 
@@ -90,7 +93,7 @@ class XidWindow:
                       and len({e.process or e.pid for e in events}) >= min_processes)
 
 
-def summarize(events: Sequence[Any], *, window_s: float, now: datetime,
+def summarize(events: Sequence[XidEvent], *, window_s: float, now: datetime,
               boot_epoch: float | None, since_epoch: float | None = None) -> XidWindow:
     """The events of the last `window_s` seconds (not before `since_epoch`, e.g. the job's
     start, nor before the boot), split into application and hardware XIDs."""

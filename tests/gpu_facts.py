@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from harness.fixtures.reading import Reading
 from harness.gpu import GpuInfo, GpuInventory
 from harness.parsers.dcgm import DcgmDiag, DcgmResult
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
@@ -168,3 +169,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                            "temperature_c": None, "persistence_mode": None},
                                      gpu2={"recovery_action": "Node Reboot"})),
 }
+
+# The checks that name GPUs when they can, or warn on an unreadable kernel log, take the
+# readings: every scenario gives them too (`gpu_inventory`, `kernel_log` come from them).
+for _facts in SCENARIOS.values():
+    _facts["gpu_inventory_reading"] = Reading(_facts["gpu_inventory"])
+    _facts["kernel_log_reading"] = Reading(_facts["kernel_log"])

@@ -34,4 +34,5 @@ def _efa(names: tuple[str, ...]):
 
 #: PF-NET-012/013: two EFA devices in the fake sysroot; bandwidth_runs is stubbed (the test's
 #: conftest records the counter window itself).
-SCENARIOS["two_efa"] = {"efa_devices": _efa(("rdmap0s27", "rdmap1s27")), "bandwidth_runs": []}
+SCENARIOS["two_efa"] = {"efa_devices_if_expected": _efa(("rdmap0s27", "rdmap1s27")),
+                        "bandwidth_runs": []}

@@ -1,5 +1,5 @@
-"""GPU checks with canned facts: checks/test_gpu.py copied into a pytester directory, its fact
-fixtures overridden from tests/gpu_facts.py, run under the plugin with --preflight-profile."""
+"""GPU checks with canned facts: checks/test_gpu*.py copied into a pytester directory, their
+fact fixtures overridden from tests/gpu_facts.py, run under the plugin with --preflight-profile."""
 
 from __future__ import annotations
 
@@ -15,14 +15,23 @@ from tests.conftest import facts_conftest, run_check_file
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 
-GPU_FACTS = ["gpu_inventory", "nvlink_growth", "dcgm_diag", "kernel_log",
+GPU_FACTS = ["gpu_inventory_reading", "nvlink_growth", "dcgm_diag", "kernel_log_reading",
              "compute_sanity"]
+#: The GPU checks (checks/test_gpu.py and the modules split from it); gpu_common.py is imported.
+GPU_CHECK_FILES = ("test_gpu.py", "test_gpu_diag.py", "test_gpu_kernel_log.py",
+                   "test_gpu_nvlink.py")
+
+
+def copy_gpu_checks(pytester: pytest.Pytester) -> None:
+    for name in GPU_CHECK_FILES:
+        shutil.copy(ROOT / "checks" / name, pytester.path / name)
 
 
 def run_checks(pytester: pytest.Pytester, scenario: str,
                profile: str = "p5.48xlarge") -> dict[str, dict]:
     """Run the GPU checks on a canned scenario; {check ID: result record}."""
     pytester.makeconftest(facts_conftest("tests.gpu_facts", scenario, GPU_FACTS))
+    copy_gpu_checks(pytester)
     return run_check_file(pytester, "test_gpu.py", profile)
 
 
@@ -224,6 +233,7 @@ def test_sxids_are_not_judged_without_nvswitch(pytester: pytest.Pytester):
     (pytester.path / "p.toml").write_text(
         '[profiles."hgx-less"]\nbase = "p5.48xlarge"\nnvswitch = false\n')
     pytester.makeconftest(facts_conftest("tests.gpu_facts", "sxid", GPU_FACTS))
+    copy_gpu_checks(pytester)
     result = run_check_file(pytester, "test_gpu.py", "hgx-less", "--preflight-profile-file",
                             str(pytester.path / "p.toml"))["PF-GPU-018"]
     assert (result["outcome"], result["message"]) == (
@@ -263,7 +273,7 @@ def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):
 def _run_real_probes(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                      tools: dict[str, str], *args: str, env: dict[str, str] | None = None
                      ) -> dict[str, dict]:
-    """checks/test_gpu.py with the real probes, the emulated `tools` first on PATH."""
+    """checks/test_gpu*.py with the real probes, the emulated `tools` first on PATH."""
     import pynvml
 
     from tests.fake_tools import make_tool
@@ -281,7 +291,7 @@ def _run_real_probes(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, value)
-    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    copy_gpu_checks(pytester)
     results_path = pytester.path / "results.jsonl"
     pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5.48xlarge",
@@ -314,20 +324,21 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
 UNREADABLE_LOG = '''
 import pytest
 from harness.checking import ProbeError
+from harness.fixtures.reading import Reading
 from tests.gpu_facts import SCENARIOS
 
 FACTS = SCENARIOS["healthy"]
 
 
 @pytest.fixture(scope="session")
-def gpu_inventory():
-    return FACTS["gpu_inventory"]
+def gpu_inventory_reading():
+    return FACTS["gpu_inventory_reading"]
 
 
 @pytest.fixture(scope="session")
-def kernel_log():
-    raise ProbeError("cannot read the kernel log for XID errors: dmesg: read kernel buffer "
-                     "failed: Operation not permitted")
+def kernel_log_reading():
+    return Reading(error=ProbeError("cannot read the kernel log for XID errors: dmesg: read "
+                                    "kernel buffer failed: Operation not permitted"))
 '''
 
 
@@ -336,7 +347,7 @@ def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
     pytester: pytest.Pytester, tier: str, outcome: str
 ):
     pytester.makeconftest(UNREADABLE_LOG)
-    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    copy_gpu_checks(pytester)
     results = pytester.path / "results.jsonl"
     pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5.48xlarge", "--preflight-tier", tier,
@@ -353,17 +364,20 @@ def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
 
 
 DCGM_EXPLODES = '''
-import pytest
+from harness.probes import gpu
 
-@pytest.fixture(scope="session")
-def dcgm_diag():
+
+def _explode(*args, **kwargs):
     raise AssertionError("dcgmi must not run when the profile sets level 0")
+
+
+gpu.run_dcgm_diag = _explode
 '''
 
 
 def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
     pytester.makeconftest(DCGM_EXPLODES)
-    shutil.copy(ROOT / "checks" / "test_gpu.py", pytester.path / "test_gpu.py")
+    copy_gpu_checks(pytester)
     (pytester.path / "p.toml").write_text(
         '[profiles."p5-nodcgm"]\nbase = "p5.48xlarge"\ndcgm_level = { preflight = 0 }\n')
     results = pytester.path / "results.jsonl"
@@ -453,7 +467,7 @@ def test_a_kernel_log_file_that_is_not_one_is_never_no_xids(
 
 
 def test_explain_says_what_an_unreadable_kernel_log_gives():
-    import checks.test_gpu  # noqa: F401 - registers the checks
+    import checks.test_gpu_kernel_log  # noqa: F401 - registers the checks
     from harness.checking import registry
 
     for cid in ("PF-GPU-006", "PF-GPU-018"):
@@ -464,6 +478,7 @@ def test_explain_says_what_an_unreadable_kernel_log_gives():
 
 def test_unread_nvlink_counters_are_an_error_in_certify(pytester: pytest.Pytester):
     pytester.makeconftest(facts_conftest("tests.gpu_facts", "nvlink_unread", GPU_FACTS))
+    copy_gpu_checks(pytester)
     result = run_check_file(pytester, "test_gpu.py", "p5.48xlarge", "--preflight-tier",
                             "certify", "-k", "nvlink")["PF-GPU-010"]
     assert result["outcome"] == "error"

@@ -10,6 +10,7 @@ import pytest
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.verdict import consistency_outliers, decide, node_summary
 from harness.report import Report
+from harness.results import CheckResult
 
 FACTS = {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5", "ofi_nccl": "1.13.2",
          "libfabric": "1.22.0amzn4.0", "torch": "2.13.0", "gpu_count": 8,
@@ -139,8 +140,8 @@ def test_failure_text_head_fits_1024_chars_and_names_all_bad_nodes():
 def test_node_summary_from_a_report():
     report = Report(host="node7", profile="local-cpu", profile_source="--profile",
                     tier="preflight")
-    report.checks = [{"id": "PF-ENV-004", "outcome": "fail", "message": "m" * 2000},
-                     {"id": "PF-ENV-001", "outcome": "pass", "message": ""}]
+    report.checks = [CheckResult(id="PF-ENV-004", outcome="fail", message="m" * 2000),
+                     CheckResult(id="PF-ENV-001", outcome="pass")]
     s = node_summary(report, rank=7, facts=FACTS,
                      env={"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa", "HOME": "/root"})
     assert s["verdict"] == "fail" and s["host"] == "node7" and s["rank"] == 7

@@ -22,7 +22,7 @@ from harness.publish import (
     publish,
 )
 from harness.report import Report, write_report
-from harness.results import upgrade_v1
+from harness.results import results
 
 DATA = Path(__file__).parent / "data" / "reports"
 
@@ -37,7 +37,7 @@ def as_report(data: dict[str, Any]) -> Report:
                   profile_source=data["profile"]["source"], tier=data["tier"],
                   started_at=data["started_at"], finished_at=data["finished_at"],
                   duration_s=data["duration_s"], budget_s=data["budget_s"],
-                  checks=upgrade_v1(data["checks"]), exit_code=data["exit_code"])
+                  checks=results(data["checks"], legacy=True), exit_code=data["exit_code"])
 
 
 def report_folder(tmp_path: Path, host: str) -> tuple[Report, Path]:

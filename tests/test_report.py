@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 from harness.report import Report, failure_reason, load_results, write_report
+from harness.results import CheckResult
 
 
-def _check(i: int, outcome: str, message: str = "") -> dict:
-    return {"id": f"PF-GPU-{i:03d}", "nodeid": f"t::c{i}", "title": f"check {i}",
-            "outcome": outcome, "message": message, "measurements": []}
+def _check(i: int, outcome: str, message: str = "") -> CheckResult:
+    return CheckResult(id=f"PF-GPU-{i:03d}", nodeid=f"t::c{i}", title=f"check {i}",
+                       outcome=outcome, message=message)
 
 
 def test_failure_reason_first_1024_chars_stand_alone():

@@ -61,6 +61,7 @@ def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
     import io
 
     from harness.report import Report
+    from harness.results import results
     from harness.summary import print_summary
 
     checks = [
@@ -73,7 +74,7 @@ def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
          "message": "[PF-NET-005] memlock 8192 KiB < 16777216 KiB", "measurements": []},
     ]
     report = Report(host="h", profile="local-cpu", profile_source="s", tier="preflight",
-                    checks=checks)
+                    checks=results(checks))
     out = io.StringIO()
     print_summary(report, file=out)
     text = out.getvalue()

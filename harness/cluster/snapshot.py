@@ -62,8 +62,7 @@ def node_summary(report: Any, *, rank: int, facts: Mapping[str, Any],
                  env: Mapping[str, str]) -> dict[str, Any]:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
     and the figures the straggler check compares."""
-    failed = [{"id": c.get("id", "?"), "outcome": c.get("outcome", "error"),
-               "message": (c.get("message") or "")[:MAX_MESSAGE_CHARS]}
+    failed = [{"id": c.id, "outcome": c.outcome, "message": c.message[:MAX_MESSAGE_CHARS]}
               for c in report.failed[:MAX_FAILED]]
     return {
         "rank": rank,

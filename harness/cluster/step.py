@@ -22,6 +22,7 @@ from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import ClusterVerdict, decide, node_summary
+from harness.results import results as typed_results
 from harness.topology import Topology, TopologyError, detect_topology
 
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
@@ -103,7 +104,8 @@ class ClusterStep(CollectivePhases):
         snap = self._run(report)
         verdict = decide(snap)
         ids = {c["id"] for c in verdict.checks}
-        report.checks = [c for c in report.checks if c.get("id") not in ids] + verdict.checks
+        report.checks = [c for c in report.checks if c.id not in ids] + typed_results(
+            verdict.checks)
         report.extra["cluster"] = {
             **verdict.to_dict(),
             "num_nodes": self.topo.num_nodes, "node_rank": self.rank, "source": self.topo.source,

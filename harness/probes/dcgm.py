@@ -3,11 +3,14 @@ read whatever dcgmi's exit status (it exits non-zero when a test fails)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.checking import ProbeError
 from harness.parsers import ParseError
 from harness.probes import deadline as dl
+
+if TYPE_CHECKING:
+    from harness.parsers.dcgm import DcgmDiag
 
 __all__ = ["DCGM_TIMEOUT_S", "run_dcgm_diag"]
 
@@ -23,7 +26,7 @@ _STUCK = ("a `dcgmi diag` that does not finish means nv-hostengine or a GPU does
 
 
 def run_dcgm_diag(level: int, *, timeout_s: float | None = None, host: str | None = None,
-                  deadline: dl.Deadline | None = None) -> Any:
+                  deadline: dl.Deadline | None = None) -> DcgmDiag:
     """`dcgmi diag -r LEVEL -j [--host HOST]`, parsed (a DcgmDiag), within `timeout_s` (default:
     the level's DCGM_TIMEOUT_S) and the `deadline`. dcgmi exits non-zero when a test fails (226
     is DCGM_ST_NVVS_ERROR), so its output is read whatever the status; ProbeError when there is

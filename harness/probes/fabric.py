@@ -200,7 +200,7 @@ def _fabric_struct(nvml: Any) -> tuple[Any, str] | None:
     return (cls(), "nvmlDeviceGetGpuFabricInfo") if cls is not None else None
 
 
-def nvml_fabric(nvml: Any | None = None) -> list[FabricInfo]:
+def nvml_fabric(nvml: object | None = None) -> list[FabricInfo]:
     """Fabric info of every GPU; [] when NVML cannot start. A GPU whose query fails has the
     error in `errors` and None facts (unknown, never a pass)."""
     if nvml is None:

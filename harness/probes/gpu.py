@@ -162,7 +162,7 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     )
 
 
-def query_gpus(nvml: Any | None = None, *, nvlink: bool = True) -> GpuInventory:
+def query_gpus(nvml: object | None = None, *, nvlink: bool = True) -> GpuInventory:
     """Every GPU as NVML reports it (nvml: the pynvml module, or a stand-in with its API).
     Raises NvmlUnavailableError when NVML cannot start (no driver or library)."""
     nvml = session(nvml)
@@ -177,7 +177,7 @@ def query_gpus(nvml: Any | None = None, *, nvlink: bool = True) -> GpuInventory:
                         _cuda_version(r.get("nvmlSystemGetCudaDriverVersion")), gpus)
 
 
-def sample_nvlink_errors(nvml: Any | None = None) -> dict[int, GpuCounters]:
+def sample_nvlink_errors(nvml: object | None = None) -> dict[int, GpuCounters]:
     """Every GPU's NVLink error counters now, on its up links. GPUs without NVLink are left
     out; a GPU NVML gives no handle for counts as unread."""
     nvml = session(nvml)
@@ -197,7 +197,7 @@ def sample_nvlink_errors(nvml: Any | None = None) -> dict[int, GpuCounters]:
 
 
 def nvlink_error_growth(
-    nvml: Any | None = None, *, interval_s: float = 2.0, deadline: dl.Deadline | None = None
+    nvml: object | None = None, *, interval_s: float = 2.0, deadline: dl.Deadline | None = None
 ) -> NvlinkCounters:
     """How much each NVLink error counter grew over `interval_s`, and which could not be read.
     NvmlUnavailableError when NVML cannot start, did not answer within NVML_TIMEOUT_S (and the
@@ -235,7 +235,7 @@ _STUCK = ("A GPU source that does not answer means a stuck driver or a GPU that 
           "reboot the node.")
 
 
-def inventory(nvml: Any | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_S,
+def inventory(nvml: object | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_S,
               deadline: dl.Deadline | None = None) -> GpuInventory:
     """The node's GPUs: NVML, else `nvidia-smi -q -x`, else `-q`, else the `--query-gpu` CSV, all
     within `deadline`; ProbeError naming every source tried and why each failed (a hung one by

@@ -9,11 +9,14 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.checking import ProbeError
 from harness.parsers import ParseError
 from harness.probes import deadline as dl
+
+if TYPE_CHECKING:
+    from harness.parsers.kernel_log import KernelLog
 
 __all__ = ["KERNEL_LOG_ENV", "read_kernel_log"]
 
@@ -73,7 +76,7 @@ def read_kernel_log(
     timeout_s: float = TOOL_TIMEOUT_S,
     env: dict[str, str] | None = None,
     deadline: dl.Deadline | None = None,
-) -> Any:
+) -> KernelLog:
     """XID events since boot (or `since`, a journalctl time such as `-2h`): from `path` or
     $PREFLIGHT_KERNEL_LOG, else `journalctl -k`, else `dmesg`, each within `timeout_s` and the
     `deadline`. Returns a KernelLog whose `source` names what was read; ProbeError naming every

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.jsontypes import JSONMapping, JSONObject
+
 __all__ = [
     "DEFAULT_SIZES",
     "BenchRow",
@@ -77,11 +79,11 @@ class TorchBenchResult:
     def ok(self) -> bool:
         return self.data_ok and not self.errors and bool(self.rows)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TorchBenchResult:
+    def from_dict(cls, data: JSONMapping) -> TorchBenchResult:
         fields = dict(data)
         fields["rows"] = tuple(BenchRow(**r) for r in fields.get("rows", ()))
         fields["errors"] = tuple(fields.get("errors", ()))

@@ -12,6 +12,7 @@ import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from harness import proc
@@ -146,7 +147,7 @@ def select_recipe(
     return RecipePlan("te", fallback, requested, why)
 
 
-def probe_te(importer: Callable[[str], Any] | None = None) -> TeInfo:
+def probe_te(importer: Callable[[str], ModuleType] | None = None) -> TeInfo:
     """Import `transformer_engine.pytorch`; any exception (not only ImportError: a version
     mismatch is an AssertionError, a missing cuDNN a RuntimeError) becomes the error text."""
     if importer is None:

@@ -16,9 +16,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.probes.train_step import TrainStepRun
 
 from harness import proc
+from harness.jsontypes import JSONObject
 from harness.proc_result import ProcResult
 
 __all__ = ["PartOutcome", "PartSpec", "Startup", "WorkerRun", "parse_parts", "run_worker",
@@ -90,7 +94,7 @@ def torchrun_argv(nproc: int, parts: Sequence[PartSpec], *, python: str | None =
 _DECODER = json.JSONDecoder()
 
 
-def schema_records(text: str, schema: str = WORKER_SCHEMA) -> list[dict[str, Any]]:
+def schema_records(text: str, schema: str = WORKER_SCHEMA) -> list[JSONObject]:
     """Every `{"schema": "<schema>", ...}` JSON line of a launch's output (a launcher prefix
     such as `[rank0]: ` before it is allowed)."""
     out = []
@@ -172,7 +176,7 @@ def run_worker(
     return WorkerRun(nproc, outcomes, tuple(launches))
 
 
-def train_step_run(outcome: PartOutcome, nproc: int) -> Any:
+def train_step_run(outcome: PartOutcome, nproc: int) -> TrainStepRun:
     """The step's `TrainStepRun` (harness.probes.train_step) from its part of a launch."""
     from harness.parsers import ParseError
     from harness.parsers.train_step import parse_train_step
@@ -192,7 +196,7 @@ def train_step_run(outcome: PartOutcome, nproc: int) -> Any:
 
 def run_train_step(nproc: int, *, timeout_s: float, env: Mapping[str, str] | None = None,
                    device: str = "auto", pg_timeout_s: float | None = None,
-                   extra: Sequence[str] = (), **options: Any) -> Any:
+                   extra: Sequence[str] = (), **options: object) -> TrainStepRun:
     """The training step alone in one worker launch (`timeout_s`: the part's own limit);
     `options` are the step's command-line options (`fault="nan,rank=1"`, `te_recipe=...`)."""
     argv = [f"--device={device}", f"--pg-timeout-s={pg_timeout_s or max(5.0, timeout_s / 2):g}"]

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from harness.jsontypes import JSONObject
 from harness.probes import train_step as ts
 from harness.worker import links
 
@@ -35,7 +36,7 @@ PARTS = ("compute", "links", "bandwidth", "train")
 HANG_ENV = "PREFLIGHT_WORKER_HANG"
 
 
-def emit(record: dict[str, Any]) -> None:
+def emit(record: JSONObject) -> None:
     """One JSON line in ONE write to fd 1. Every rank shares the launch's stdout pipe, and under
     PYTHONUNBUFFERED `print` writes the text and its newline separately: another rank's line
     could land between them and glue two records together (seen under load). A pipe write of
@@ -164,7 +165,7 @@ def _failed(part: str, rank: int, exc: BaseException) -> None:
     _mark(part, "end", rank, status="error", message=text[:500])
 
 
-def run(args: argparse.Namespace, *, exit_fn: Callable[[int], Any] = os._exit) -> int:
+def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit) -> int:
     """One rank's life: one init, every part under its watchdog, barrier, destroy, exit.
 
     Exit is `os._exit` after flushing (unless `--teardown normal`): gloo/FSDP2 ranks sometimes
