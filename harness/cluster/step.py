@@ -20,6 +20,7 @@ from harness.cluster.node import FAULTS, gate_floor, gate_size, inject_fault, no
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import ClusterVerdict, decide, node_summary
+from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
 
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
@@ -46,7 +47,7 @@ class ClusterStep:
         self.t0 = time.monotonic()
         self.plane: ControlPlane | None = None
         self.join_error: str | None = None
-        self.fault = env.get("PREFLIGHT_SELFTEST_FAULT", "")
+        self.fault = get_str("PREFLIGHT_SELFTEST_FAULT", env) or ""
         self.watchdog: threading.Timer | None = None
         self.failure_file: Any = None
         self.clean = True
@@ -69,7 +70,7 @@ class ClusterStep:
         verdict, never raised) and arms the watchdog at the hard upper bound."""
         from harness.detect import sagemaker_resource_config
 
-        if env.get("PREFLIGHT_CLUSTER", "").strip().lower() in ("0", "off", "false", "no"):
+        if (get_str("PREFLIGHT_CLUSTER", env) or "").lower() in ("0", "off", "false", "no"):
             return None  # node-local checks only, on purpose
         topo = detect_topology(env, sagemaker_resource_config(env))
         if topo is None:
