@@ -118,3 +118,13 @@ def test_an_accessor_of_another_type_is_refused():
 def test_given_says_what_is_set_never_a_default():
     assert given("PREFLIGHT_SYSROOT", {}) is None
     assert given("PREFLIGHT_SYSROOT", {"PREFLIGHT_SYSROOT": " /x "}) == "/x"
+
+
+def test_a_malformed_variable_read_by_the_harness_names_itself():
+    """Read through the registry, a malformed node count is an error naming it (in the
+    topology's own error class), no longer ignored."""
+    from harness.topology import TopologyError, count_nodes
+
+    with pytest.raises(TopologyError, match=re.escape("PREFLIGHT_NUM_NODES='two' is not an integer")):
+        count_nodes({"PREFLIGHT_NUM_NODES": "two"})
+    assert count_nodes({"PREFLIGHT_NUM_NODES": "3"}).num_nodes == 3
