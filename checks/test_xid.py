@@ -13,6 +13,7 @@ from harness.fixtures.gpu import require_gpus
 from harness.gpu import MONITOR
 from harness.parsers.kernel_log import KernelLog, XidEvent
 from harness.profiles import Profile
+from harness.settings import get_float
 from harness.xid_window import summarize
 
 #: Hours of kernel log judged (Azure AzHC azure_gpu_xid.nhc: time_threshold default 2 h).
@@ -28,13 +29,6 @@ def _boot_epoch(sysroot: Path) -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return datetime.now(UTC).timestamp() - uptime
-
-
-def _float(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
 
 
 def _label(event: XidEvent) -> str:
@@ -56,10 +50,10 @@ def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str]
                         kernel_log: KernelLog):
     require_gpus(profile)
     log = kernel_log
-    hours = _float(environ.get(WINDOW_ENV)) or DEFAULT_WINDOW_H
+    hours = get_float(WINDOW_ENV, environ) or DEFAULT_WINDOW_H
     boot = _boot_epoch(sysroot if sysroot != Path("/") else Path(os.sep))
     window = summarize(log.events, window_s=hours * 3600, now=datetime.now(UTC),
-                       boot_epoch=boot, since_epoch=_float(environ.get(JOB_START_ENV)))
+                       boot_epoch=boot, since_epoch=get_float(JOB_START_ENV, environ))
     measure("XID window", round(window.hours, 2), "h")
     measure("hardware XIDs in the window", len(window.hardware), "events")
     measure("hardware XID rate", round(window.hardware_per_hour, 2), "per h")

@@ -14,6 +14,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.settings import get_path, get_str
+
 __all__ = [
     "Detection",
     "detect_instance_type",
@@ -39,8 +41,7 @@ class Detection:
 
 def opt_ml_dir(env: Mapping[str, str] | None = None) -> Path:
     """SageMaker's /opt/ml (PREFLIGHT_OPT_ML overrides it, for tests and unusual mounts)."""
-    env = os.environ if env is None else env
-    return Path(env.get("PREFLIGHT_OPT_ML", "/opt/ml"))
+    return get_path("PREFLIGHT_OPT_ML", env) or Path("/opt/ml")
 
 
 def sagemaker_resource_config(env: Mapping[str, str] | None = None) -> dict[str, object] | None:
@@ -56,8 +57,8 @@ def sagemaker_resource_config(env: Mapping[str, str] | None = None) -> dict[str,
 def hostname(env: Mapping[str, str] | None = None) -> str:
     """This node's name as the cluster knows it: SageMaker `current_host`, else the hostname."""
     env = os.environ if env is None else env
-    if env.get("PREFLIGHT_HOSTNAME"):
-        return env["PREFLIGHT_HOSTNAME"]
+    if name := get_str("PREFLIGHT_HOSTNAME", env):
+        return name
     config = sagemaker_resource_config(env)
     if config and isinstance(config.get("current_host"), str):
         return str(config["current_host"])
@@ -181,7 +182,7 @@ def detect_instance_type(
         return Detection(option, "--profile") if option and option != "auto" else None
 
     def from_env() -> Detection | None:
-        value = env.get("PREFLIGHT_PROFILE", "")
+        value = get_str("PREFLIGHT_PROFILE", env) or ""
         return Detection(value, "PREFLIGHT_PROFILE") if value and value != "auto" else None
 
     def from_sagemaker() -> Detection | None:

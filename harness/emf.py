@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from harness.jsontypes import JSONMapping, JSONObject
+from harness.settings import get_str
 
 __all__ = ["LOG_GROUP_ENV", "emf_events", "put_emf"]
 
@@ -83,7 +84,7 @@ def put_emf(report: JSONMapping, data: list[JSONObject], env: Mapping[str, str],
     stream = host; returns what the report's `uploads.cloudwatch` records. Raises on an AWS
     problem (publish makes it a warning)."""
     events = emf_events(report, data, namespace)
-    group = env.get(LOG_GROUP_ENV) or DEFAULT_LOG_GROUP
+    group = get_str(LOG_GROUP_ENV, env) or DEFAULT_LOG_GROUP
     stream = str(events[0]["Host"]).replace(":", "-").replace("*", "-") or "unknown"
     for create, kwargs in ((client.create_log_group, {"logGroupName": group}),
                            (client.create_log_stream, {"logGroupName": group,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jsontypes import JSONMapping, JSONObject
+from harness.settings import get_list, get_path, get_str
 
 __all__ = ["KubeTarget", "NodeMark", "kubectl_commands", "mark_node", "node_mark",
            "write_termination_log"]
@@ -68,8 +69,8 @@ class KubeTarget:
     def from_env(cls, env: Mapping[str, str], sa_dir: Path = SA_DIR) -> KubeTarget | None:
         token_file, ca = sa_dir / "token", sa_dir / "ca.crt"
         token = token_file.read_text().strip() if token_file.is_file() else None
-        if env.get("PREFLIGHT_K8S_API"):
-            return cls(env["PREFLIGHT_K8S_API"].rstrip("/"), token,
+        if api := get_str("PREFLIGHT_K8S_API", env):
+            return cls(api.rstrip("/"), token,
                        str(ca) if ca.is_file() else None)
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
         if not host or token is None:
@@ -93,8 +94,8 @@ class KubeTarget:
 
 def node_mark(report: JSONMapping, env: Mapping[str, str]) -> NodeMark | None:
     """The mark for this run, or None when not asked for (or no node name)."""
-    kinds = tuple(k.strip() for k in env.get("PREFLIGHT_K8S_MARK", "").split(",") if k.strip())
-    node = env.get("PREFLIGHT_NODE_NAME", "")
+    kinds = tuple(get_list("PREFLIGHT_K8S_MARK", env))
+    node = get_str("PREFLIGHT_NODE_NAME", env) or ""
     if not kinds or not node:
         return None
     if report.get("exit_code") not in (0, 1):  # usage/harness error, signal: not a node verdict
@@ -195,8 +196,7 @@ def apply(report: JSONMapping, env: Mapping[str, str], failure_text: str | None,
           say: Callable[[str], object] = print) -> None:
     """The run's Kubernetes outputs, each problem said and never raised (called by the CLI)."""
     if failure_text and report.get("verdict") != "pass":
-        write_termination_log(failure_text, Path(env.get("PREFLIGHT_TERMINATION_LOG",
-                                                         "/dev/termination-log")))
+        write_termination_log(failure_text, get_path("PREFLIGHT_TERMINATION_LOG", env))
     try:
         mark = node_mark(report, env)
     except ValueError as exc:

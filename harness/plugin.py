@@ -11,7 +11,6 @@ a --preflight-* option, `-p harness.plugin`, or a path into the built-in suite
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import pkgutil
@@ -37,7 +36,7 @@ from harness.checking import (
 )
 from harness.deadline import TimeoutHooks
 from harness.interrupt import install_session_handlers
-from harness.jsontypes import JSONObject
+from harness.items import item_spec, selection_key, suite_of, suites_key
 from harness.results import CheckResult, Measurement
 from harness.suites import BUILTIN_SUITE
 
@@ -72,12 +71,8 @@ MARKERS = {
 }
 
 _active_key = pytest.StashKey[bool]()
-_suites_key = pytest.StashKey[list[tuple[str, Path]]]()
 _profile_key = pytest.StashKey[Any]()
 _phases_key = pytest.StashKey[dict[str, Any]]()
-_spec_key = pytest.StashKey[CheckSpec]()
-#: The session's selection (tier, -k and -m applied) before the phase split.
-selection_key = pytest.StashKey[list[pytest.Item]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -146,7 +141,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if not sep:
             raise pytest.UsageError(f"--preflight-suite wants NAME=PATH, got {raw!r}")
         suites.append((name, Path(path).resolve()))
-    config.stash[_suites_key] = suites
+    config.stash[suites_key] = suites
     if config.pluginmanager.hasplugin("timeout"):  # each check's deadline, for harness.proc
         config.pluginmanager.register(TimeoutHooks(), "preflight-deadlines")
     path = config.getoption("preflight_results")
@@ -203,56 +198,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     profile, source = resolve_profile(config)
     tier = config.getoption("preflight_tier")
     lines = [f"gpu-preflight {__version__}: profile {profile.name} (from {source}), tier {tier}"]
-    lines += [f"gpu-preflight suite {name}: {path}" for name, path in config.stash[_suites_key]]
+    lines += [f"gpu-preflight suite {name}: {path}" for name, path in config.stash[suites_key]]
     return lines
-
-
-def _suite_of(item: pytest.Item) -> tuple[str, Path] | None:
-    path = Path(item.path).resolve()
-    for name, root in item.config.stash.get(_suites_key, []):
-        if path == root or root in path.parents:
-            return name, root
-    return None
-
-
-def _plain_id(item: pytest.Item) -> str:
-    """A plain test's check ID: its node id, the file relative to its suite's parent folder
-    (`site-checks/test_storage.py::test_fsx_mounted`), so it reads the same on every node."""
-    suite = _suite_of(item)
-    if suite is None:
-        return item.nodeid
-    rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    return f"{Path(item.path).resolve().relative_to(suite[1].parent).as_posix()}::{rest}"
-
-
-def item_spec(item: pytest.Item) -> CheckSpec:
-    """The item's @check metadata; for a plain pytest test, metadata made from the test itself
-    (ID from its node id, title from its docstring, tier and exclusive from its markers)."""
-    if _spec_key in item.stash:
-        return item.stash[_spec_key]
-    fn = getattr(item, "function", None)
-    spec = getattr(fn, "__preflight_check__", None)
-    if spec is None:
-        marked = [t for t in TIERS if item.get_closest_marker(t) is not None]
-        doc = inspect.getdoc(fn) if fn is not None else None
-        module = getattr(getattr(item, "module", None), "__name__", "")
-        spec = CheckSpec(
-            id=_plain_id(item), title=(doc or item.name).splitlines()[0], tier=marked[-1] if
-            marked else TIERS[0], why=doc or "", remedy="", kind="test",
-            exclusive=item.get_closest_marker("exclusive") is not None,
-            function=getattr(item, "originalname", item.name), module=module,
-        )
-    item.stash[_spec_key] = spec
-    return spec
-
-
-def describe_item(item: pytest.Item) -> JSONObject:
-    """What the results file says about a selected item (list and explain show it)."""
-    spec = item_spec(item)
-    suite = _suite_of(item)
-    return {"id": spec.id, "nodeid": item.nodeid, "title": spec.title, "tier": spec.tier,
-            "exclusive": spec.exclusive, "kind": spec.kind, "suite": suite[0] if suite else "",
-            "why": spec.why, "remedy": spec.remedy, "defined": f"{spec.module}.{spec.function}"}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -362,7 +309,7 @@ def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[st
                 outcome, message = o, m
     if outcome == "pass" and ctx.warnings:
         outcome, message = "warn", "\n".join(ctx.warnings)
-    suite = _suite_of(item)
+    suite = suite_of(item)
     # Built as the typed record, sent as plain data: it crosses xdist's channel, ends in JSON.
     return CheckResult(
         id=spec.id, nodeid=item.nodeid, title=spec.title, tier=spec.tier, kind=spec.kind,

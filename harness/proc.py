@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_OUTPUT_CAP", "KILL_GRACE_S", "ProcResult", "budget", "comman
 
 #: Seconds between SIGTERM and SIGKILL when a timed-out tool's tree is stopped, and the most
 #: a call then waits for the tree to die and the pipes to close.
-KILL_GRACE_S = 2.0
+KILL_GRACE_S = _deadline.KILL_GRACE_S
 #: Seconds kept back from a check's or the run's deadline: the SIGTERM grace, the SIGKILL wait,
 #: and a second for the check to turn the result into its message.
 STOP_RESERVE_S = 2 * KILL_GRACE_S + 1.0

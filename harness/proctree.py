@@ -43,6 +43,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from harness.settings import get_str
+
 __all__ = ["TAG_VAR", "ProcInfo", "Stopper", "become_subreaper", "call_members", "child_tag",
            "clear_subreaper", "descendants", "descendants_of_self", "is_subreaper", "now_ticks",
            "pipe_holders", "snapshot", "started_since"]
@@ -94,7 +96,7 @@ def is_subreaper() -> bool:
 def child_tag() -> str:
     """The tag for a new call: this process's own tags, then a new unique one."""
     mine = f"{os.getpid()}.{next(_counter)}.{secrets.token_hex(3)}"
-    inherited = os.environ.get(TAG_VAR, "")
+    inherited = get_str(TAG_VAR) or ""
     return f"{inherited},{mine}" if inherited else mine
 
 

@@ -8,7 +8,6 @@ path is read under a sysroot (PREFLIGHT_SYSROOT), so a fake machine is testable 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
 from harness.gpu import GpuInventory
 from harness.probes import fabric
 from harness.profiles import BUILTIN_PROFILES, SKUS, Profile, get_profile
+from harness.settings import get_path
 
 __all__ = ["DERIVED", "MachineFacts", "derive_profile", "machine_facts", "match_sku",
            "resolve_detected", "resolve_profile", "sysroot_from"]
@@ -187,6 +187,5 @@ def resolve_detected(found: Detection | None,
 
 
 def sysroot_from(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    return Path(env.get("PREFLIGHT_SYSROOT", "/"))
+    return get_path("PREFLIGHT_SYSROOT", env) or Path("/")
 

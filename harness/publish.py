@@ -13,6 +13,7 @@ from typing import Any
 from harness.figures import bandwidth_curves, gpus_healthy
 from harness.jsontypes import JSONMapping, JSONObject
 from harness.report import Report, write_report
+from harness.settings import get_str
 
 __all__ = [
     "CW_NAMESPACE_ENV",
@@ -70,15 +71,13 @@ def parse_s3_uri(uri: str) -> S3Location:
 def job_id(env: Mapping[str, str]) -> str:
     """The folder that groups one job's nodes: PREFLIGHT_JOB_ID, SageMaker's TRAINING_JOB_NAME,
     SLURM_JOB_ID, else `adhoc`."""
-    for name in (JOB_ENV, "TRAINING_JOB_NAME", "SLURM_JOB_ID"):
-        if env.get(name):
-            return env[name].replace("/", "-")
-    return "adhoc"
+    found = get_str(JOB_ENV, env) or env.get("TRAINING_JOB_NAME") or env.get("SLURM_JOB_ID")
+    return found.replace("/", "-") if found else "adhoc"
 
 
 def cluster_name(env: Mapping[str, str]) -> str:
     """The CloudWatch `Cluster` dimension: PREFLIGHT_CLUSTER, SLURM_CLUSTER_NAME, else `default`."""
-    return env.get(CLUSTER_ENV) or env.get("SLURM_CLUSTER_NAME") or "default"
+    return get_str(CLUSTER_ENV, env) or env.get("SLURM_CLUSTER_NAME") or "default"
 
 
 def _client(service: str) -> Any:
@@ -170,7 +169,7 @@ def publish(
         uploads["warnings"].append(text.removeprefix("preflight: warning: "))
         warn(text)
 
-    if namespace and env.get(CW_FORMAT_ENV, "emf") == "emf":  # harness.emf: no Host dimension
+    if namespace and get_str(CW_FORMAT_ENV, env) == "emf":  # harness.emf: no Host dimension
         try:
             from harness.emf import put_emf
 

@@ -71,7 +71,7 @@ class ResultsRecorder:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.distributing or self.worker_id not in (None, "gw0"):
             return
-        from harness.plugin import describe_item, selection_key
+        from harness.items import describe_item, selection_key
 
         selected = session.config.stash.get(selection_key, session.items)
         self.write({

@@ -5,10 +5,11 @@ report.json: nothing changes what is judged silently."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.settings import get_list, get_str, given
 
 __all__ = [
     "BUILTIN_SUITE",
@@ -70,13 +71,12 @@ def _checked(raw: str, source: str) -> Path:
 def resolve_suites(extra: Sequence[str] = (), env: Mapping[str, str] | None = None) -> list[Suite]:
     """The suites a run collects, first the built-in one (or its PREFLIGHT_SUITE replacement),
     then every extra one (PREFLIGHT_EXTRA_CHECKS, then each --extra-checks), each path once."""
-    env = os.environ if env is None else env
-    if env.get(SUITE_ENV):
-        path = _checked(env[SUITE_ENV], SUITE_ENV)
+    if replacement := get_str(SUITE_ENV, env):
+        path = _checked(replacement, SUITE_ENV)
         suites = [Suite(path.name, path, "replacement", SUITE_ENV)]
     else:
         suites = [Suite("built-in", BUILTIN_SUITE, "built-in", "installed package")]
-    wanted = [(p, EXTRA_CHECKS_ENV) for p in env.get(EXTRA_CHECKS_ENV, "").split(":") if p.strip()]
+    wanted = [(p, EXTRA_CHECKS_ENV) for p in get_list(EXTRA_CHECKS_ENV, env)]
     wanted += [(p, "--extra-checks") for p in extra]
     for raw, source in wanted:
         path = _checked(raw.strip(), source)
@@ -125,8 +125,8 @@ def source_overrides(env: Mapping[str, str], profile_file: str | None = None) ->
     if profile_file:
         found.append(Override("--profile-file", str(profile_file),
                               "profiles and thresholds read from this file"))
-    found += [Override(name, env[name], effect) for name, effect in OVERRIDES.items()
-              if env.get(name)]
+    found += [Override(name, value, effect) for name, effect in OVERRIDES.items()
+              if (value := given(name, env))]
     return found
 
 

@@ -66,6 +66,18 @@ def test_the_soonest_deadline_wins_and_scopes_nest(no_deadline, monkeypatch):
     assert deadline.current().what == "check X"
 
 
+def test_the_one_deadline_bounds_a_fallback_chain_step(no_deadline):
+    """The Deadline a scope (or the check, or the run) puts in force is the one a probe's chain
+    steps through: with under a second of it left, the step's tool is not started."""
+    from harness.probes import chain
+
+    with deadline.scope(0.5, "the scope's 0.5 s"):
+        res, note = chain.run(["sleep", "30"], deadline.current(), 30, tool="sleep-test")
+    assert res.returncode is None and note == ""
+    assert res.error == "not started: no time left of the scope's 0.5 s"
+    assert deadline.hung("sleep-test") is None  # not started: not hung
+
+
 @pytest.mark.parametrize("value", ["", "soon", "nan-ish later"])
 def test_a_garbled_run_deadline_is_ignored(no_deadline, monkeypatch, value):
     monkeypatch.setenv(deadline.DEADLINE_VAR, value)

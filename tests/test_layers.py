@@ -11,13 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "harness"
 
-#: Circles other branches of issue 14 are taking apart (the typed results: plugin/recorder;
-#: the one distributed worker: train_step/train_worker). This list only shrinks.
-KNOWN_CIRCLES: set[frozenset[str]] = {
-    frozenset({"harness.plugin", "harness.recorder"}),
-    frozenset({"harness.probes.train_step", "harness.probes.train_worker"}),
-}
-
 #: (importer prefix, imported prefixes it must never reach): the layers, top to bottom, are
 #: the CLI and its commands; the run (runner, plugin, report, cluster); the checks' fixtures;
 #: probes and parsers; topology, profiles and the small leaves.
@@ -50,13 +43,21 @@ def _imports(path: Path, known: dict[str, Path]) -> set[str]:
     """The harness modules `path` imports anywhere in it (functions, TYPE_CHECKING blocks
     too): `from harness.x import y` counts as harness.x.y when that is a module."""
     found: set[str] = set()
+    package = _module(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names
-                         if f"{node.module}.{a.name}" in known)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:  # `from .x import y`, `from .. import z`: relative to the package
+                base = package[:len(package) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            if not module:
+                continue
+            found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known)
     return {m for m in found if m in known}
 
 
@@ -118,7 +119,7 @@ def test_layers_import_only_downward():
     assert climbing == []
 
 
-def test_no_import_circles_beyond_the_known_ones():
+def test_no_import_circles():
     graph = _graph()
     # A package's face re-exports its submodules; an arrow from a submodule up to its own
     # package face is the package's inside, not a loop between modules.
@@ -126,7 +127,7 @@ def test_no_import_circles_beyond_the_known_ones():
                                                 and name.startswith(m + "."))}
              for name, imports in graph.items()}
     circles = _circles(inner)
-    assert sorted(sorted(c) for c in circles if c not in KNOWN_CIRCLES) == []
+    assert sorted(sorted(c) for c in circles) == []
 
 
 @pytest.mark.parametrize("bad", [
@@ -142,3 +143,23 @@ def test_the_graph_sees_imports_inside_functions():
     # harness.launch imports the profiles inside a function only.
     assert "harness.profiles" in graph["harness.launch"]
     assert "harness.topology" in graph["harness.probes.nccl_tests"]
+    # harness.recorder reads the item metadata inside a hook, from harness.items.
+    assert "harness.items" in graph["harness.recorder"]
+
+
+def test_the_graph_sees_relative_imports(tmp_path):
+    pkg = tmp_path / "harness" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    (tmp_path / "harness" / "top.py").write_text("")
+    (pkg / "__init__.py").write_text("from . import a\n")
+    (pkg / "a.py").write_text("def f():\n    from ..top import x\n    from .b import y\n")
+    (pkg / "b.py").write_text("")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path / "harness"
+    try:
+        known = _modules()
+        assert _imports(pkg / "a.py", known) == {"harness.top", "harness.sub.b"}
+        assert _imports(pkg / "__init__.py", known) == {"harness.sub", "harness.sub.a"}
+    finally:
+        ROOT = saved

@@ -14,9 +14,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from harness import deadline as dl
 from harness.checking import ProbeError
-from harness.probes import deadline as dl
-from harness.probes import gpu
+from harness.probes import chain, gpu
 from tests.fake_nvml import FakeNvml, h100_node
 from tests.fake_tools import empty_path, make_tool
 
@@ -336,7 +336,7 @@ def test_hung_tools_are_shared_through_the_results_file(tmp_path: Path):
     assert dl.hung("nvidia-smi") is None
     dl.share_hung(results)
     assert dl.hung("nvidia-smi") == "`nvidia-smi -q -x` gave no answer within 60 s"
-    res, _ = dl.run(["nvidia-smi", "-q"], None, 60)
+    res, _ = chain.run(["nvidia-smi", "-q"], None, 60)
     assert res.error == ("not started: nvidia-smi hung earlier in this run (`nvidia-smi -q "
                          "-x` gave no answer within 60 s)")
 

@@ -7,7 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.settings import SETTINGS, SettingError, public, value
+from harness.settings import (
+    SETTINGS,
+    SettingError,
+    get_bool,
+    get_float,
+    get_int,
+    get_list,
+    get_path,
+    get_str,
+    given,
+    parse,
+    public,
+    value,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"PREFLIGHT_[A-Z0-9_]*[A-Z0-9]")
@@ -35,7 +48,9 @@ def test_every_variable_the_code_names_is_registered():
 def test_names_are_unique_and_documented():
     names = [s.name for s in SETTINGS]
     assert len(names) == len(set(names))
-    assert all(s.doc and s.type in (str, int, float) for s in SETTINGS)
+    assert all(s.doc and s.type in (str, int, float, bool, Path, list) for s in SETTINGS)
+    # every default parses as its own type (a default the accessor would refuse is a bug)
+    assert all(parse(s, None) is None or isinstance(parse(s, None), s.type) for s in SETTINGS)
 
 
 def test_value_is_typed_and_defaults():
@@ -47,3 +62,69 @@ def test_value_is_typed_and_defaults():
         value({"PREFLIGHT_PORT": "x"}, "PREFLIGHT_PORT")
     with pytest.raises(KeyError):
         value({}, "PREFLIGHT_NOT_A_SETTING")
+
+
+def test_each_accessor_reads_its_type_from_the_mapping_or_the_environment(monkeypatch):
+    env = {"PREFLIGHT_NNODES": " 4 ", "PREFLIGHT_NCCL_FORCE_NET": "Off",
+           "PREFLIGHT_SYSROOT": "/fake", "PREFLIGHT_EXTRA_CHECKS": "/a: /b ::",
+           "PREFLIGHT_MPIRUN_ARGS": " --mca  btl tcp ", "PREFLIGHT_K8S_MARK": "label, taint,",
+           "PREFLIGHT_XID_WINDOW_H": "1e1", "PREFLIGHT_TIER": " certify "}
+    assert get_int("PREFLIGHT_NNODES", env) == 4
+    assert get_bool("PREFLIGHT_NCCL_FORCE_NET", env) is False
+    assert get_bool("PREFLIGHT_NCCL_FORCE_NET", {}) is True  # its default
+    assert get_path("PREFLIGHT_SYSROOT", env) == Path("/fake")
+    assert get_path("PREFLIGHT_SYSROOT", {}) == Path("/")
+    assert get_list("PREFLIGHT_EXTRA_CHECKS", env) == ["/a", "/b"]
+    assert get_list("PREFLIGHT_MPIRUN_ARGS", env) == ["--mca", "btl", "tcp"]
+    assert get_list("PREFLIGHT_K8S_MARK", env) == ["label", "taint"]
+    assert get_list("PREFLIGHT_K8S_MARK", {}) == []
+    assert get_float("PREFLIGHT_XID_WINDOW_H", env) == 10.0
+    assert get_float("PREFLIGHT_ISOLATION_ROUNDS", {"PREFLIGHT_ISOLATION_ROUNDS": "4.0"}) == 4.0
+    assert get_str("PREFLIGHT_TIER", env) == "certify"
+    assert get_str("PREFLIGHT_S3_URI", env) is None
+    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node7")
+    assert get_str("PREFLIGHT_HOSTNAME") == "node7"  # os.environ when no mapping is given
+
+
+@pytest.mark.parametrize(("name", "raw", "said"), [
+    ("PREFLIGHT_NNODES", "x", "PREFLIGHT_NNODES='x' is not an integer"),
+    ("PREFLIGHT_NNODES", "\u0663", "is not an integer"),  # an Arabic-Indic digit: int() takes it
+    ("PREFLIGHT_NNODES", "1" * 19, "is not an integer"),
+    ("PREFLIGHT_JOIN_TIMEOUT_S", "nan", "PREFLIGHT_JOIN_TIMEOUT_S='nan' is not a finite number"),
+    ("PREFLIGHT_JOIN_TIMEOUT_S", "inf", "is not a finite number"),
+    ("PREFLIGHT_JOIN_TIMEOUT_S", "1_0", "is not a finite number"),
+    ("PREFLIGHT_NCCL_FORCE_NET", "maybe", "PREFLIGHT_NCCL_FORCE_NET='maybe' is not one of"),
+])
+def test_a_malformed_value_is_an_error_naming_the_variable(name, raw, said):
+    with pytest.raises(SettingError, match=re.escape(said)):
+        parse(name, raw)
+
+
+def test_the_caller_names_the_error_class_its_callers_catch():
+    class TopologyLike(ValueError):
+        pass
+
+    with pytest.raises(TopologyLike, match="PREFLIGHT_PORT='x'"):
+        get_int("PREFLIGHT_PORT", {"PREFLIGHT_PORT": "x"}, error=TopologyLike)
+
+
+def test_an_accessor_of_another_type_is_refused():
+    with pytest.raises(TypeError, match="PREFLIGHT_TIER is registered as str"):
+        get_int("PREFLIGHT_TIER", {})
+    with pytest.raises(KeyError):
+        get_str("PREFLIGHT_NOT_A_SETTING", {})
+
+
+def test_given_says_what_is_set_never_a_default():
+    assert given("PREFLIGHT_SYSROOT", {}) is None
+    assert given("PREFLIGHT_SYSROOT", {"PREFLIGHT_SYSROOT": " /x "}) == "/x"
+
+
+def test_a_malformed_variable_read_by_the_harness_names_itself():
+    """Read through the registry, a malformed node count is an error naming it (in the
+    topology's own error class), no longer ignored."""
+    from harness.topology import TopologyError, count_nodes
+
+    with pytest.raises(TopologyError, match=re.escape("PREFLIGHT_NUM_NODES='two' is not an integer")):
+        count_nodes({"PREFLIGHT_NUM_NODES": "two"})
+    assert count_nodes({"PREFLIGHT_NUM_NODES": "3"}).num_nodes == 3

@@ -9,6 +9,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from harness.settings import get_float, get_str
+
 __all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
 
 #: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
@@ -58,10 +60,10 @@ def _s(value: Any) -> str:
 def gate_size(profile: Any, env: Mapping[str, str]) -> int:
     """Message size of the cluster gate: PREFLIGHT_CLUSTER_BW_BYTES, else the profile's gate
     size on GPU profiles and 4 MiB on CPU ones (gloo over TCP: a sanity check)."""
-    if env.get("PREFLIGHT_CLUSTER_BW_BYTES"):
+    if size := get_str("PREFLIGHT_CLUSTER_BW_BYTES", env):
         from harness.probes.torch_bench import parse_size
 
-        return parse_size(env["PREFLIGHT_CLUSTER_BW_BYTES"])
+        return parse_size(size)
     return int(profile.bw_gate_size_bytes) if profile.has_gpus else 4 * 1024**2
 
 
@@ -87,7 +89,7 @@ def inject_fault(fault: str) -> None:
     if fault == "slow":
         import torch.distributed as dist
 
-        delay = float(os.environ.get("PREFLIGHT_SELFTEST_SLOW_S", "0.25"))
+        delay = get_float("PREFLIGHT_SELFTEST_SLOW_S") or 0.0
         original = dist.all_reduce
 
         def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:

@@ -30,7 +30,9 @@ NODE_FIGURES: dict[str, tuple[tuple[str, ...], str, bool]] = {
 
 def cluster_off(env: Mapping[str, str]) -> bool:
     """PREFLIGHT_CLUSTER=off (0, false, no): node-local checks only, no cluster step."""
-    return env.get("PREFLIGHT_CLUSTER", "").strip().lower() in ("0", "off", "false", "no")
+    from harness.settings import get_str
+
+    return (get_str("PREFLIGHT_CLUSTER", env) or "").strip().lower() in ("0", "off", "false", "no")
 
 
 def _get(record: Any, key: str) -> Any:

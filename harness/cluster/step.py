@@ -23,6 +23,7 @@ from harness.cluster.snapshot import cluster_off
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import ClusterVerdict, decide, node_summary
 from harness.results import results as typed_results
+from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
 
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
@@ -41,7 +42,7 @@ class ClusterStep(CollectivePhases):
         self.t0 = time.monotonic()
         self.plane: ControlPlane | None = None
         self.join_error: str | None = None
-        self.fault = env.get("PREFLIGHT_SELFTEST_FAULT", "")
+        self.fault = get_str("PREFLIGHT_SELFTEST_FAULT", env) or ""
         self.watchdog: threading.Timer | None = None
         self.failure_file: Any = None
         self.clean = True

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.settings import setting
+from harness.settings import get_float
 from harness.topology import TopologyError
 
 __all__ = ["ClusterTimeouts"]
@@ -15,13 +15,7 @@ __all__ = ["ClusterTimeouts"]
 def _env_float(env: Mapping[str, str], name: str) -> float:
     """`name` as a number, its default from the settings registry (harness.settings) when unset.
     Read as float for every wait, the rounds included (`4.0` is accepted, as it always was)."""
-    value = env.get(name, "").strip()
-    if not value:
-        return float(setting(name).default)  # type: ignore[arg-type]
-    try:
-        return float(value)
-    except ValueError:
-        raise TopologyError(f"{name}={value!r} is not a number of seconds") from None
+    return get_float(name, env, error=TopologyError) or 0.0
 
 
 @dataclass(kw_only=True, slots=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from rich.console import Console
@@ -19,6 +18,7 @@ from harness.profiles import (
     threshold_rows,
 )
 from harness.profiles_derive import resolve_profile
+from harness.settings import get_path
 
 __all__ = ["cmd_profiles"]
 
@@ -27,7 +27,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
         if args.derive:
-            sysroot = Path(os.environ.get("PREFLIGHT_SYSROOT", "/"))
+            sysroot = get_path("PREFLIGHT_SYSROOT") or Path("/")
             chosen = [resolve_profile("derived", "--derive", profiles, sysroot=sysroot)[0]]
             args.name = chosen[0].name
         else:

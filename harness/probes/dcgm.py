@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness import deadline as dl
 from harness.checking import ProbeError
 from harness.parsers import ParseError
-from harness.probes import deadline as dl
+from harness.probes import chain
 
 if TYPE_CHECKING:
     from harness.parsers.dcgm import DcgmDiag
@@ -36,12 +37,12 @@ def run_dcgm_diag(level: int, *, timeout_s: float | None = None, host: str | Non
 
     cap = timeout_s if timeout_s is not None else DCGM_TIMEOUT_S.get(level, 1800.0)
     argv = ["dcgmi", "diag", "-r", str(level), "-j"] + (["--host", host] if host else [])
-    res, note = dl.run(argv, deadline, cap, tool="dcgmi")
+    res, note = chain.run(argv, deadline, cap, tool="dcgmi")
     if res.error is not None:
         hint = "" if res.error.startswith("not started") else f": {_INSTALL}"
         raise ProbeError(f"{res.describe()}{hint}")
     if res.timed_out:
-        raise ProbeError(f"{dl.describe(res, note)}; {_STUCK}")
+        raise ProbeError(f"{chain.describe(res, note)}; {_STUCK}")
     if res.incomplete:
         raise ProbeError(f"{res.describe()}; its result may be cut short, not read")
     try:

@@ -10,9 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness import deadline as dl
 from harness.checking import ProbeError
 from harness.gpu import GpuInfo, GpuInventory
-from harness.probes import deadline as dl
+from harness.probes import chain
 from harness.probes.dcgm import DCGM_TIMEOUT_S, run_dcgm_diag
 from harness.probes.kernel_log import KERNEL_LOG_ENV, read_kernel_log
 from harness.probes.nvidia_smi import SMI_TIMEOUT_S, smi_query, smi_query_csv, smi_query_xml
@@ -217,8 +218,8 @@ def _nvml_call(fn: Callable[[], Any], cap_s: float, deadline: dl.Deadline | None
     NVML's C code, which no timeout can interrupt, so it runs in a worker thread."""
     limit = deadline.limit(cap_s) if deadline is not None else cap_s
     try:
-        return dl.bounded(fn, limit, what, tool="nvml")
-    except dl.HungError as exc:
+        return chain.bounded(fn, limit, what, tool="nvml")
+    except chain.HungError as exc:
         note = deadline.note(limit, cap_s) if deadline is not None else ""
         raise NvmlUnavailableError(f"{exc}{note}: the NVIDIA driver may be stuck") from None
     except NvmlUnavailableError:
@@ -246,8 +247,8 @@ def inventory(nvml: object | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_
     except NvmlUnavailableError as nvml_exc:
         problems = [str(nvml_exc)]
     for fallback in (smi_query_xml, smi_query, smi_query_csv):
-        if deadline is not None and deadline.limit(smi_timeout_s) < dl.MIN_TRY_S:
-            problems.append(f"nvidia-smi not tried: no time left of {deadline.owner}")
+        if deadline is not None and deadline.limit(smi_timeout_s) < chain.MIN_TRY_S:
+            problems.append(f"nvidia-smi not tried: no time left of {deadline.what}")
             break
         try:
             return fallback(smi_timeout_s, deadline=deadline)

@@ -11,9 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import deadline as dl
 from harness.checking import ProbeError
 from harness.parsers import ParseError
-from harness.probes import deadline as dl
+from harness.probes import chain
+from harness.settings import get_str
 
 if TYPE_CHECKING:
     from harness.parsers.kernel_log import KernelLog
@@ -82,7 +84,7 @@ def read_kernel_log(
     `deadline`. Returns a KernelLog whose `source` names what was read; ProbeError naming every
     source tried when none gave a kernel log."""
     env = dict(os.environ) if env is None else env
-    path = path or env.get(KERNEL_LOG_ENV)
+    path = path or get_str(KERNEL_LOG_ENV, env)
     if path:
         return _from_file(str(path))
     # The tools run in this process's environment (`env` is the training command's), in the C
@@ -93,13 +95,13 @@ def read_kernel_log(
     tried = []
     for argv in (journal, ["dmesg"]):
         cmd = " ".join(argv)
-        res, note = dl.run(argv, deadline, timeout_s, env=tool_env)
+        res, note = chain.run(argv, deadline, timeout_s, env=tool_env)
         # journalctl succeeds with nothing to show when there is no journal, or when the user
         # may not read the system's messages: neither means "no XIDs".
         blind = next((why for marker, why in _JOURNAL_BLIND if marker in res.output), None)
         if not res.ok or blind or res.incomplete:
             # Cut output would read as a shorter log without the XIDs it lost.
-            tried.append(f"`{cmd}`: {blind}" if blind else dl.describe(res, note))
+            tried.append(f"`{cmd}`: {blind}" if blind else chain.describe(res, note))
             continue
         found = _read(res.stdout, cmd, since if argv is journal else None, deadline, tool_env)
         if isinstance(found, str):
@@ -120,7 +122,7 @@ def _read(text: str, cmd: str, since: str | None, deadline: dl.Deadline | None,
         # An empty window is a clean window only if the journal holds this boot's kernel
         # messages at all (else it is a journal without them: a container's own).
         probe = ["journalctl", "-k", "-b", "-n", "1", "-o", "short-iso", "--no-pager", "-q"]
-        res, _ = dl.run(probe, deadline, TOOL_TIMEOUT_S, env=env)
+        res, _ = chain.run(probe, deadline, TOOL_TIMEOUT_S, env=env)
         try:
             parse_kernel_log(res.stdout if res.ok else "")
         except ParseError:

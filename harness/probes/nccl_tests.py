@@ -13,6 +13,7 @@ from pathlib import Path
 from harness import proc
 from harness.parsers import ParseError
 from harness.parsers.nccl_tests import NOT_MPI, NcclTestsResult, parse_nccl_tests
+from harness.settings import get_list, get_str
 from harness.topology import count_nodes, sagemaker_hosts
 
 __all__ = [
@@ -164,19 +165,19 @@ def plan_launch(
     with a hostfile ($PREFLIGHT_HOSTFILE) or the SageMaker host list; `none` when nothing fits."""
     nodes = count_nodes(env, sm_config).num_nodes
     root = (os.geteuid() == 0) if as_root is None else as_root
-    found_mpirun = env.get("PREFLIGHT_MPIRUN") or which("mpirun")
+    found_mpirun = get_str("PREFLIGHT_MPIRUN", env) or which("mpirun")
     mpirun = found_mpirun or "mpirun"
-    mpi_args = tuple(env.get("PREFLIGHT_MPIRUN_ARGS", "").split())
+    mpi_args = tuple(get_list("PREFLIGHT_MPIRUN_ARGS", env))
     if nodes == 1:
-        if env.get("PREFLIGHT_NCCL_TESTS_LAUNCHER") == "mpirun":
+        if get_str("PREFLIGHT_NCCL_TESTS_LAUNCHER", env) == "mpirun":
             return LaunchPlan(launcher="single-mpirun", gpus_per_node=gpus_per_node, as_root=root,
                             mpirun=mpirun, launcher_args=mpi_args)
         return LaunchPlan(launcher="single", gpus_per_node=gpus_per_node)
     if env.get("SLURM_JOB_ID") and which("srun"):
         return LaunchPlan(launcher="srun", num_nodes=nodes, gpus_per_node=gpus_per_node,
                         srun=which("srun") or "srun",
-                        launcher_args=tuple(env.get("PREFLIGHT_SRUN_ARGS", "").split()))
-    hostfile = env.get("PREFLIGHT_HOSTFILE") or env.get("OMPI_MCA_orte_default_hostfile")
+                        launcher_args=tuple(get_list("PREFLIGHT_SRUN_ARGS", env)))
+    hostfile = get_str("PREFLIGHT_HOSTFILE", env) or env.get("OMPI_MCA_orte_default_hostfile")
     hosts = () if hostfile else tuple(sagemaker_hosts(env, sm_config))
     if found_mpirun and (hostfile or hosts):
         return LaunchPlan(launcher="mpirun", num_nodes=nodes, gpus_per_node=gpus_per_node,
@@ -189,7 +190,7 @@ def plan_launch(
 
 def find_binary(name: str, env: Mapping[str, str]) -> str | None:
     """`name` (or `name_mpi`) from $PREFLIGHT_NCCL_TESTS_DIR, PATH, then SEARCH_DIRS."""
-    dirs = [env["PREFLIGHT_NCCL_TESTS_DIR"]] if env.get("PREFLIGHT_NCCL_TESTS_DIR") else []
+    dirs = [d] if (d := get_str("PREFLIGHT_NCCL_TESTS_DIR", env)) else []
     for candidate in (name, f"{name}_mpi"):
         for directory in dirs:
             if (found := proc.which(candidate, path=directory)) is not None:

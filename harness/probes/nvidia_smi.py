@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness import deadline as dl
 from harness import proc
 from harness.checking import ProbeError
 from harness.gpu import GpuInventory
 from harness.parsers import ParseError
-from harness.probes import deadline as dl
+from harness.probes import chain
 
 __all__ = ["SMI_CSV_FIELDS", "SMI_TIMEOUT_S", "smi_query", "smi_query_csv", "smi_query_xml"]
 
@@ -22,7 +23,7 @@ SMI_TIMEOUT_S = 60.0
 
 def _smi(args: list[str], timeout_s: float, deadline: dl.Deadline | None,
          parse: Callable[[str], GpuInventory], what: str) -> GpuInventory:
-    res, note = dl.run(["nvidia-smi", *args], deadline, timeout_s)
+    res, note = chain.run(["nvidia-smi", *args], deadline, timeout_s)
     return _smi_reading(res, lambda: parse(res.stdout), what, note)
 
 
@@ -49,7 +50,7 @@ def _smi_reading(res: proc.ProcResult, parse: Callable[[], GpuInventory], what: 
     may exit non-zero then, and the lost GPU is the finding, not a reason to discard it. So is
     an answer with fewer GPUs than the `Attached GPUs` it states (its output was cut short)."""
     if res.timed_out or res.error is not None:
-        raise ProbeError(dl.describe(res, note))
+        raise ProbeError(chain.describe(res, note))
     if res.incomplete and res.returncode == 0:
         # Cut output would read as fewer GPUs (a false "GPU missing"), or as nothing.
         raise ProbeError(f"{res.describe()}: its answer cannot be trusted whole")

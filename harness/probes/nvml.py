@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from harness.probes import deadline as dl
+from harness import deadline as dl
 
 __all__ = ["NvmlUnavailableError", "Reader", "load", "session", "shutdown", "text"]
 

@@ -9,13 +9,13 @@ and imports neither.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from harness import proc
+from harness.settings import get_str
 
 __all__ = [
     "FAULT_KINDS",
@@ -292,7 +292,7 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teardown", choices=("hard", "normal"), default="hard",
                    help="after barrier and destroy: os._exit (hard) or a normal interpreter exit "
                    "(normal: only to measure the abort-at-exit rate, bench/)")
-    p.add_argument("--fault", default=os.environ.get(FAULT_ENV),
+    p.add_argument("--fault", default=get_str(FAULT_ENV),
                    help=f"inject a fault: {parse_fault.__doc__} (env {FAULT_ENV})")
     p.add_argument("--plan", default=None, help=argparse.SUPPRESS)  # tests: PATH:RECIPE
     for name, default in StepConfig.__dataclass_fields__.items():

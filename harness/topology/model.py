@@ -1,7 +1,7 @@
 """What a node's place in a multi-node job is (`Topology`), and the small readers every
 launcher provider shares: integers as launchers write them, the control-plane port, the
 single-node answer. The lowest layer of the topology: it imports nothing of the harness but
-the Slurm hostlist reader."""
+the Slurm hostlist reader and the settings registry."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from harness.settings import get_int, get_str
 from harness.topology.hostlist import HostlistError
 from harness.topology.hostlist import expand_hostlist as _expand_hostlist
 
@@ -115,7 +116,7 @@ SET_EXPLICITLY = ("set PREFLIGHT_NNODES, PREFLIGHT_NODE_RANK and PREFLIGHT_MASTE
 
 
 def control_port(env: Mapping[str, str], master_port_var: str = "MASTER_PORT") -> int:
-    explicit = env_int(env, "PREFLIGHT_PORT")
+    explicit = get_int("PREFLIGHT_PORT", env, error=TopologyError)
     if explicit is not None:
         return explicit
     master = env_int(env, master_port_var)
@@ -158,5 +159,5 @@ def is_loopback(addr: str) -> bool:
 
 
 def own_host(env: Mapping[str, str]) -> str:
-    return env.get("PREFLIGHT_HOSTNAME") or socket.gethostname()
+    return get_str("PREFLIGHT_HOSTNAME", env) or socket.gethostname()
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.settings import get_int
 from harness.topology.model import Topology, TopologyError
 from harness.topology.providers import detect_topology
 
@@ -56,7 +57,7 @@ def count_nodes(
 ) -> NodeCount:
     """Nodes in the job: $PREFLIGHT_NUM_NODES, the cluster topology, else Slurm, SageMaker
     hosts, torchrun/Open MPI sizes."""
-    if (n := _positive(env.get("PREFLIGHT_NUM_NODES"))) is not None:
+    if (n := _positive(get_int("PREFLIGHT_NUM_NODES", env, error=TopologyError))) is not None:
         return NodeCount(n, "PREFLIGHT_NUM_NODES")
     if (topo := _cluster(env, sm_config)) is not None:
         return NodeCount(topo.num_nodes, topo.source)

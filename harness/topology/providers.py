@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
+from harness.settings import get_int, get_str
 from harness.topology.model import (
     SET_EXPLICITLY,
     SINGLE,
@@ -27,16 +28,16 @@ Provider = Callable[[Mapping[str, str], Rc], Answer]
 
 def _explicit(env: Mapping[str, str], _rc: Rc) -> Answer:
     """PREFLIGHT_NNODES / PREFLIGHT_NODE_RANK / PREFLIGHT_MASTER_ADDR [/ PREFLIGHT_HOSTS]."""
-    n = env_int(env, "PREFLIGHT_NNODES")
+    n = get_int("PREFLIGHT_NNODES", env, error=TopologyError)
     if n is None:
         return None
-    rank = env_int(env, "PREFLIGHT_NODE_RANK")
-    addr = env.get("PREFLIGHT_MASTER_ADDR") or env.get("MASTER_ADDR")
+    rank = get_int("PREFLIGHT_NODE_RANK", env, error=TopologyError)
+    addr = get_str("PREFLIGHT_MASTER_ADDR", env) or env.get("MASTER_ADDR")
     if n > 1 and (rank is None or not addr):
         raise TopologyError("PREFLIGHT_NNODES is set: PREFLIGHT_NODE_RANK and "
                             "PREFLIGHT_MASTER_ADDR (or MASTER_ADDR) must be set too")
-    hosts = (tuple(expand_hostlist(env["PREFLIGHT_HOSTS"], "PREFLIGHT_HOSTS"))
-             if env.get("PREFLIGHT_HOSTS") else ())
+    listed = get_str("PREFLIGHT_HOSTS", env)
+    hosts = tuple(expand_hostlist(listed, "PREFLIGHT_HOSTS")) if listed else ()
     return make(env, n, rank or 0, addr or "", control_port(env), "PREFLIGHT_NNODES", hosts,
                  as_given=True)
 

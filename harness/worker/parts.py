@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.jsontypes import JSONObject
 from harness.probes import train_step as ts
+from harness.settings import get_float, get_str
 from harness.worker import links
 
 __all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "main", "parser"]
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit
     Exit is `os._exit` after flushing (unless `--teardown normal`): gloo/FSDP2 ranks sometimes
     abort in interpreter shutdown after a clean destroy (engineering-notes.md). After a failed
     part the rank leaves at once: no barrier (a peer may be gone)."""
-    launched = float(os.environ.get("PREFLIGHT_WORKER_T0", "0") or 0)
+    launched = get_float("PREFLIGHT_WORKER_T0") or 0.0
     start = time.perf_counter()
     rank = int(os.environ.get("RANK", "0"))
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit
         return 1
     _mark("worker", "ready", rank, wall=time.time(), launched=launched,
           import_s=round(imported - start, 3), init_s=round(time.perf_counter() - imported, 3))
-    hang = os.environ.get(HANG_ENV, "")
+    hang = get_str(HANG_ENV) or ""
     for part in parts:
         began = time.perf_counter()
         _mark(part, "start", rank)
