@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness.checking import TIERS, CheckSpec
+from harness.jsontypes import JSONObject
 
 __all__ = ["describe_item", "item_spec", "selection_key", "suite_of", "suites_key"]
 
@@ -62,7 +62,7 @@ def item_spec(item: pytest.Item) -> CheckSpec:
     return spec
 
 
-def describe_item(item: pytest.Item) -> dict[str, Any]:
+def describe_item(item: pytest.Item) -> JSONObject:
     """What the results file says about a selected item (list and explain show it)."""
     spec = item_spec(item)
     suite = suite_of(item)
