@@ -100,16 +100,6 @@ def test_fi_info_inspect_and_check_agree(name: str, profile: str):
 
 
 @dataclass
-class _Request:
-    """The one fixture a bandwidth gate asks for by name."""
-
-    run: BandwidthRun
-
-    def getfixturevalue(self, name: str) -> BandwidthRun:
-        return self.run
-
-
-@dataclass
 class _Nodes:
     num_nodes: int
     source: str = "its rank lines"
@@ -139,12 +129,12 @@ def test_nccl_tests_inspect_and_gates_agree(name: str, profile: str):
     if nodes == 1:
         check = _outcome("PF-BW-001", profile,
                          test_bandwidth.test_single_node_busbw_meets_nvlink_floor, prof,
-                         _Request(run))
+                         run)
         verdict = verdicts["PF-BW-001"]
     else:
         check = _outcome("PF-BW-002", profile,
                          test_bandwidth.test_multi_node_busbw_meets_network_floor, prof,
-                         _Nodes(nodes), _Request(run))
+                         _Nodes(nodes), run)
         verdict = verdicts["PF-BW-002"]
     assert verdict["status"] == check[0], (verdict, check)
     if check[0] != "unknown":  # (an unknown names the run it lacks a row of, in its words)
@@ -179,6 +169,6 @@ def test_busbw_under_the_floor_is_the_checks_verdict():
     parsed = parse_nccl_tests(text)
     check = _outcome("PF-BW-001", prof.name,
                      test_bandwidth.test_single_node_busbw_meets_nvlink_floor, prof,
-                     _Request(_run(parsed)))
+                     _run(parsed))
     assert verdict["status"] == check[0] != "pass"
     assert (verdict["value"], verdict["threshold"]) == (175.0, prof.intra_node_floor[1])
