@@ -14,10 +14,6 @@ _CLUSTER = ("harness/cluster/ is rewritten this round by another work package (c
             "as @check specs, issue 14 item 5): typed when that lands")
 _PARSERS = ("harness/parsers/ is split and rewritten this round by other work packages (issue "
             "14: nccl_log/nccl_tests, nvidia_smi/dcgm): typed when those land")
-_NVML = ("nvidia-ml-py has no type stubs: NVML handles and the values its calls return are the "
-         "library's ctypes objects, of no type this project can name")
-_TORCH = ("torch tensors, devices and process groups: torch is optional and imported lazily; "
-          "not yet typed (a TYPE_CHECKING import of torch is the way)")
 
 _PARALLEL = ("written this round in parallel with the typing work (issue 14 item 6; merged after "
              "it): reports and snapshots as JSON mappings (harness.jsontypes) next")
@@ -33,18 +29,11 @@ ALLOWED: dict[str, str] = {
                      "harness.parsers.topology", "harness.parsers.train_step"), _PARSERS),
     "harness.deadline": ("pytest-timeout's hook arguments (its private Settings); the module "
                          "is rewritten this round (one deadline object)"),
-    **dict.fromkeys(("harness.probes.nvml", "harness.probes.nvml_nvlink"), _NVML),
     **dict.fromkeys(("harness.cluster.checks", "harness.cluster.snapshot",
                      "harness.parsers.nccl_log_facts", "harness.parsers.nccl_tests_model"),
                     _CLUSTER + "; " + _PARALLEL),
-    **dict.fromkeys(("harness.fixtures.links", "harness.html_isolation", "harness.html_nodes",
-                     "harness.html_page", "harness.judgement", "harness.judges",
-                     "harness.verdicts"), _PARALLEL),
-    **dict.fromkeys(("harness.probes.gpu_clocks", "harness.probes.gpu_links",
-                     "harness.worker.links"), _TORCH + "; " + _PARALLEL),
-    **dict.fromkeys(("harness.probes.train_worker", "harness.probes.gpu_compute",
-                     "harness.probes.torch_bench", "harness.worker.compute",
-                     "harness.worker.group"), _TORCH),
+    **dict.fromkeys(("harness.html_isolation", "harness.html_nodes", "harness.html_page",
+                     "harness.judgement", "harness.judges", "harness.verdicts"), _PARALLEL),
 }
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from harness.gpu import BAD_THROTTLE_REASONS
+from harness.jsontypes import JSONMapping
 from harness.probes.gpu import _reasons as reason_names
 
 __all__ = ["ClockSummary", "summaries", "summarize"]
@@ -47,12 +47,12 @@ class ClockSummary:
         return self.peak_mhz is not None
 
 
-def _values(readings: Iterable[Mapping[str, Any]], key: str) -> list[float]:
+def _values(readings: Iterable[JSONMapping], key: str) -> list[float]:
     return [r[key] for r in readings if isinstance(r.get(key), int | float)
             and not isinstance(r.get(key), bool)]
 
 
-def summarize(rank: Mapping[str, Any]) -> ClockSummary:
+def summarize(rank: JSONMapping) -> ClockSummary:
     """The summary of one rank's compute record (`{"device", "uuid", "readings": [...]}`)."""
     readings = [r for r in rank.get("readings") or () if isinstance(r, Mapping)]
     clocks = _values(readings, "sm_clock_mhz")
@@ -75,7 +75,7 @@ def summarize(rank: Mapping[str, Any]) -> ClockSummary:
         reasons=tuple(sorted(names)), reasons_read=bool(masks))
 
 
-def summaries(record: Mapping[str, Any]) -> list[ClockSummary]:
+def summaries(record: JSONMapping) -> list[ClockSummary]:
     """Every rank's summary of a compute record (`{"schema": COMPUTE_SCHEMA, "ranks": [...]}`),
     by device."""
     ranks = [r for r in record.get("ranks") or () if isinstance(r, Mapping)]

@@ -10,7 +10,10 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is optional and imported inside the functions
+    import torch
 
 __all__ = [
     "ComputeResult",
@@ -63,7 +66,7 @@ def sdc_suspects(digests: Mapping[int, str]) -> dict[int, str]:
     return {gpu: d for gpu, d in sorted(digests.items()) if d != top}
 
 
-def digest(tensor: Any) -> str:
+def digest(tensor: torch.Tensor) -> str:
     """sha256 of a tensor's bytes (its exact bits, whatever the dtype)."""
     data = tensor.detach().contiguous().cpu()
     import torch
@@ -71,14 +74,14 @@ def digest(tensor: Any) -> str:
     return hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def _sync(device: Any) -> None:
+def _sync(device: torch.device) -> None:
     import torch
 
     if getattr(device, "type", str(device)).startswith("cuda"):
         torch.cuda.synchronize(device)
 
 
-def _inputs(n: int, seed: int) -> tuple[Any, Any]:
+def _inputs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -87,8 +90,8 @@ def _inputs(n: int, seed: int) -> tuple[Any, Any]:
     return a, b
 
 
-def run_matmul(device: Any, *, n: int = 8192, iters: int = 50, seed: int = 0,
-               inputs: tuple[Any, Any] | None = None) -> tuple[float, str]:
+def run_matmul(device: torch.device, *, n: int = 8192, iters: int = 50, seed: int = 0,
+               inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, str]:
     """(achieved TFLOP/s, digest of A @ B) for bf16 n x n inputs made on the CPU from `seed`, so
     every device multiplies the same bits."""
     import torch
@@ -109,7 +112,7 @@ def run_matmul(device: Any, *, n: int = 8192, iters: int = 50, seed: int = 0,
     return matmul_tflops(a.shape[0], seconds, iters), result
 
 
-def run_copy(device: Any, *, nbytes: int = 1 << 30, iters: int = 20) -> float:
+def run_copy(device: torch.device, *, nbytes: int = 1 << 30, iters: int = 20) -> float:
     """Device-to-device copy bandwidth of one device, GB/s."""
     import torch
 
@@ -137,7 +140,7 @@ class ComputeResult:
     uuids: dict[int, str] = field(default_factory=dict)
 
 
-def device_uuid(device: Any) -> str | None:
+def device_uuid(device: torch.device) -> str | None:
     """`GPU-5b3e...` of a CUDA device, or None (CPU, or a torch without `.uuid`)."""
     import torch
 
@@ -150,7 +153,7 @@ def device_uuid(device: Any) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
-def run_compute_sanity(devices: list[Any] | None = None, *, n: int = 8192, iters: int = 50,
+def run_compute_sanity(devices: list[torch.device] | None = None, *, n: int = 8192, iters: int = 50,
                        copy_bytes: int = 1 << 30, copy_iters: int = 20) -> ComputeResult:
     """Matmul and copy on every device (default: every CUDA device torch sees)."""
     import torch

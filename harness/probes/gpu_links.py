@@ -22,7 +22,8 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+
+from harness.jsontypes import JSONObject
 
 __all__ = ["HostCopy", "PairCopy", "WeakPair", "copy_gb_s", "host_outliers", "matrix_lines",
            "measure_host", "measure_links", "measure_pair", "missing_pairs", "weak_pairs"]
@@ -51,7 +52,7 @@ class PairCopy:
     memory (no P2P over NVLink or PCIe)."""
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -65,7 +66,7 @@ class HostCopy:
     gb_s: float | None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -135,7 +136,7 @@ def matrix_lines(pairs: Iterable[PairCopy], devices: Sequence[int]) -> list[str]
 
 # ------------------------------------------------------------------ CUDA (marked `gpu` in tests)
 
-def _timed(device: int, fn: Callable[[], Any], iters: int, warmup: int) -> float:
+def _timed(device: int, fn: Callable[[], object], iters: int, warmup: int) -> float:
     """Milliseconds of `iters` calls of `fn` on `device`'s current stream (CUDA events)."""
     import torch
 
@@ -191,7 +192,7 @@ def measure_links(
     host_iters: int, budget_s: float,
     pair: Callable[..., PairCopy] = measure_pair, host: Callable[..., HostCopy] = measure_host,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Host copies of every GPU (each size, both directions), then every ordered pair (when
     `p2p_bytes`), one at a time, until `budget_s` is spent; what was not reached is listed in
     `skipped` (never silently absent). `pair`/`host` are the measuring functions (fakes in
@@ -200,7 +201,7 @@ def measure_links(
     hosts: list[HostCopy] = []
     pairs: list[PairCopy] = []
     skipped: list[str] = []
-    jobs: list[tuple[str, Callable[[], Any]]] = []
+    jobs: list[tuple[str, Callable[[], None]]] = []
     for d in devices:
         for size in host_sizes:
             for direction in ("h2d", "d2h"):

@@ -13,19 +13,25 @@ import atexit
 import contextlib
 import os
 import threading
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeAlias
 
 from harness import deadline as dl
 
-__all__ = ["NvmlUnavailableError", "Reader", "load", "session", "shutdown", "text"]
+__all__ = ["NvmlHandle", "NvmlUnavailableError", "Reader", "load", "session", "shutdown", "text"]
+
+#: An opaque pynvml device handle (c_nvmlDevice_t, from nvmlDeviceGetHandleByIndex/ByUUID):
+#: only passed back to NVML calls. nvidia-ml-py has no type stubs, so no narrower type names it.
+NvmlHandle: TypeAlias = object
 
 
 class NvmlUnavailableError(RuntimeError):
     """NVML could not start (no driver, library missing, no permission); str() says why."""
 
 
-def load(nvml: Any | None) -> Any:
-    """`nvml`, or nvidia-ml-py's pynvml module when None."""
+def load(nvml: ModuleType | None) -> ModuleType:
+    """`nvml`, or nvidia-ml-py's pynvml module when None. (`nvml` is pynvml, or a test's
+    stand-in with the same attributes.)"""
     if nvml is not None:
         return nvml
     try:
@@ -35,18 +41,18 @@ def load(nvml: Any | None) -> Any:
     return pynvml
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     """A string NVML returned (older nvidia-ml-py returns bytes)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 # id(module) -> (module, pid that initialised it). The module is kept so that its id is not
 # reused by another object; the pid because a forked child must initialise NVML itself.
-_open: dict[int, tuple[Any, int]] = {}
+_open: dict[int, tuple[ModuleType, int]] = {}
 _lock = threading.Lock()
 
 
-def session(nvml: Any | None = None) -> Any:
+def session(nvml: ModuleType | None = None) -> ModuleType:
     """The NVML module, initialised in this process (nvmlInit once per process and module).
     NvmlUnavailableError when NVML cannot start; a failure is not remembered (the next call
     tries again)."""
@@ -90,7 +96,7 @@ class Reader:
     """Runs NVML queries for one GPU: a fact the GPU does not support becomes None, a lost GPU
     sets `lost`, any other NVML error is kept in `errors` (and the fact is None)."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: ModuleType) -> None:
         self.nvml = nvml
         self.errors: list[str] = []
         self.lost = False
@@ -100,7 +106,9 @@ class Reader:
         self._lost = {getattr(nvml, n, -1) for n in (
             "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")}
 
-    def get(self, name: str, *args: Any) -> Any:
+    def get(self, name: str, *args: object) -> object:
+        """`nvml.<name>(*args)`: what the call returned (an int, str, bytes, a ctypes struct),
+        None when it failed or the module has no such call."""
         fn = getattr(self.nvml, name, None)
         if fn is None:
             return None
@@ -114,7 +122,8 @@ class Reader:
                 self.errors.append(f"{name}: {exc}")
             return None
 
-    def fields(self, handle: Any, ids: list[int] | list[tuple[int, int]]) -> list[Any]:
+    def fields(self, handle: NvmlHandle,
+               ids: list[int] | list[tuple[int, int]]) -> list[int | float | None]:
         """nvmlDeviceGetFieldValues: one value per id (an int, or `(field, scopeId)`: the link
         for NVLink fields), None where that value's own nvmlReturn is not SUCCESS. nvml.h: the
         call "returns NVML_SUCCESS if any values in values were populated. Note that you must

@@ -18,9 +18,8 @@ modules/health/DcgmHealthWatch.cpp; docs/gpu.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from harness.probes.nvml import Reader
+from harness.probes.nvml import NvmlHandle, Reader
 
 __all__ = ["GpuCounters", "LinkStates", "NvlinkCounters", "error_growth", "link_states",
            "read_counters"]
@@ -57,7 +56,7 @@ class LinkStates:
     """`NVML field 165` or `nvmlDeviceGetNvLinkState`."""
 
 
-def link_states(r: Reader, handle: Any) -> LinkStates | None:
+def link_states(r: Reader, handle: NvmlHandle) -> LinkStates | None:
     """The state of every NVLink of the GPU; None when the GPU reports no NVLink."""
     (count,) = r.fields(handle, [_FI_LINK_COUNT])
     links = range(int(count) if count else getattr(r.nvml, "NVML_NVLINK_MAX_LINKS", _MAX_LINKS))
@@ -97,12 +96,12 @@ class GpuCounters:
     """Why nothing about the GPU's links could be read (NVML gave no handle for it)."""
 
 
-def _blackwell(r: Reader, handle: Any) -> bool | None:
+def _blackwell(r: Reader, handle: NvmlHandle) -> bool | None:
     cc = r.get("nvmlDeviceGetCudaComputeCapability", handle)
     return None if not cc else int(cc[0]) >= 10
 
 
-def _by_call(r: Reader, handle: Any, link: int) -> dict[str, int]:
+def _by_call(r: Reader, handle: NvmlHandle, link: int) -> dict[str, int]:
     counts = {}
     for name, const in _COUNTER_CALLS:
         value = r.get("nvmlDeviceGetNvLinkErrorCounter", handle, link, getattr(r.nvml, const, 0))
@@ -111,7 +110,7 @@ def _by_call(r: Reader, handle: Any, link: int) -> dict[str, int]:
     return counts
 
 
-def _by_fields(r: Reader, handle: Any, links: tuple[int, ...],
+def _by_fields(r: Reader, handle: NvmlHandle, links: tuple[int, ...],
                fields: tuple[tuple[str, int], ...]) -> dict[int, dict[str, int]]:
     ids = [(fid, link) for link in links for _, fid in fields]
     values = iter(r.fields(handle, ids))
@@ -127,7 +126,7 @@ def _fields_label(fields: tuple[tuple[str, int], ...]) -> str:
     return f"NVML fields {fields[0][1]}-{fields[-1][1]}"
 
 
-def read_counters(r: Reader, handle: Any, links: tuple[int, ...]) -> GpuCounters:
+def read_counters(r: Reader, handle: NvmlHandle, links: tuple[int, ...]) -> GpuCounters:
     """The error counters of `links`, by the GPU's architecture (see the module's doc); where
     the architecture is unknown, every way in turn until one reads something."""
     if not links:

@@ -9,9 +9,15 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.jsontypes import JSONMapping, JSONObject
+
+if TYPE_CHECKING:  # torch is optional and imported inside the functions
+    import torch
+    import torch.distributed as dist
+
+    from harness.proc_result import ProcResult
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -90,7 +96,7 @@ class TorchBenchResult:
         return cls(**fields)
 
 
-def _dtype(name: str) -> Any:
+def _dtype(name: str) -> torch.dtype:
     import torch
 
     value = getattr(torch, name, None)
@@ -99,7 +105,7 @@ def _dtype(name: str) -> Any:
     return value
 
 
-def _pattern(rank: int, count: int, dtype: Any, device: Any) -> Any:
+def _pattern(rank: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Rank r's input: (r + 1) * ((i % 13) + 1). Small integers, so float sums are exact, and
     position-dependent, so a chunk reduced at the wrong offset shows up."""
     import torch
@@ -109,7 +115,8 @@ def _pattern(rank: int, count: int, dtype: Any, device: Any) -> Any:
     return base.to(dtype).mul_(rank + 1)
 
 
-def _expected(nranks: int, count: int, dtype: Any, device: Any) -> Any:
+def _expected(nranks: int, count: int, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
     """The exact sum of every rank's pattern: n(n+1)/2 * ((i % 13) + 1)."""
     return _pattern(0, count, dtype, device).mul_(nranks * (nranks + 1) // 2)
 
@@ -124,7 +131,7 @@ class _Waiter:
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout_s
 
-    def wait(self, work: Any, what: str) -> None:
+    def wait(self, work: dist.Work, what: str) -> None:
         from datetime import timedelta
 
         left = max(self.deadline - time.monotonic(), 0.001)
@@ -143,13 +150,13 @@ class _CollectiveError(RuntimeError):
 
 def allreduce_bench(
     *,
-    group: Any = None,
+    group: dist.ProcessGroup | None = None,
     sizes_bytes: Sequence[int] = DEFAULT_SIZES,
     warmup: int = 2,
     iters: int = 5,
     check_data: bool = True,
     timeout_s: float = 60.0,
-    device: Any = None,
+    device: torch.device | str | None = None,
     corrupt_rank: int | None = None,
     dtype: str = "float32",
 ) -> TorchBenchResult:
@@ -239,7 +246,8 @@ def allreduce_bench(
 
 
 def _check_once(
-    group: Any, rank: int, nranks: int, count: int, dtype: Any, device: Any, *,
+    group: dist.ProcessGroup | None, rank: int, nranks: int, count: int, dtype: torch.dtype,
+    device: torch.device, *,
     corrupt: bool, waiter: _Waiter,
 ) -> int:
     """Reduce this rank's pattern once and count the elements that differ from the exact sum."""
@@ -286,10 +294,10 @@ def result_from_output(text: str) -> TorchBenchResult | None:
 def run_under_torchrun(
     nproc: int, sizes_bytes: Sequence[int], *, timeout_s: float, env: Mapping[str, str],
     warmup: int = 2, iters: int = 5, backend: str = "auto", corrupt_rank: int | None = None,
-) -> tuple[Any, TorchBenchResult | None]:
+) -> tuple[ProcResult | None, TorchBenchResult | None]:
     """The sweep alone, as the `bandwidth` part of one worker launch (harness.worker) of
-    `nproc` local ranks; (ProcResult, the result or None). The part gets `timeout_s`, each
-    collective a third of it."""
+    `nproc` local ranks; (the part's ProcResult, None when it has none; the result or None).
+    The part gets `timeout_s`, each collective a third of it."""
     from harness.worker.launch import PartSpec, run_worker
 
     device = {"nccl": "cuda", "gloo": "cpu"}.get(backend, "auto")

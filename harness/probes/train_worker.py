@@ -15,13 +15,15 @@ import socket
 import statistics
 import time
 from collections.abc import Iterator
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from harness.jsontypes import JSONObject
 from harness.probes.train_step import (
     GPU_SIZES,
     TOLERANCE_BASIS,
@@ -34,6 +36,9 @@ from harness.probes.train_step import (
     select_recipe,
 )
 from harness.worker.group import fsdp_api
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 __all__ = ["TinyLM", "device_for", "step"]
 
@@ -82,7 +87,7 @@ class TinyLM(nn.Module):
 class TeLM(nn.Module):
     """The same shape of model from TransformerEngine layers (TE's default [seq, batch, hidden])."""
 
-    def __init__(self, cfg: StepConfig, te: Any) -> None:
+    def __init__(self, cfg: StepConfig, te: ModuleType) -> None:
         super().__init__()
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.blocks = nn.ModuleList(
@@ -128,14 +133,14 @@ class Precision:
         self.low = plan.recipe != "fp32"
         self.fp8 = _te_recipe(plan) if plan.path == "te" else None
 
-    def mp_policy(self) -> Any:
+    def mp_policy(self) -> MixedPrecisionPolicy:
         _, policy = fsdp_api()
         if not self.low:
             return policy()
         return policy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
     @contextlib.contextmanager
-    def forward(self, group: Any) -> Iterator[None]:
+    def forward(self, group: dist.ProcessGroup | None) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             if self.fp8 is not None:
                 import transformer_engine.pytorch as te
@@ -186,7 +191,8 @@ def _inject_oom(rank: int) -> None:
     )
 
 
-def shard(model: nn.Module, group: Any, precision: Precision, device_type: str) -> nn.Module:
+def shard(model: nn.Module, group: dist.ProcessGroup, precision: Precision,
+          device_type: str) -> nn.Module:
     """FSDP2 over `group`: each block, then the root, under the precision's policy."""
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -200,7 +206,7 @@ def shard(model: nn.Module, group: Any, precision: Precision, device_type: str) 
 
 def train_sharded(
     cfg: StepConfig, plan: RecipePlan, device: torch.device, fault: Fault | None, hang_s: float
-) -> tuple[nn.Module, dict[str, Any]]:
+) -> tuple[nn.Module, JSONObject]:
     """FSDP2 over all ranks: each rank trains its slice of the global batch."""
     rank, world = dist.get_rank(), dist.get_world_size()
     precision = Precision(plan, device.type)
@@ -234,14 +240,15 @@ def train_sharded(
         _sync(device)
         times.append(time.perf_counter() - start)
     peak, mem_kind = _peak_mem_mib(device)
-    facts = {"local_losses": losses, "step_times_s": [round(t, 6) for t in times],
+    facts: JSONObject = {"local_losses": losses, "step_times_s": [round(t, 6) for t in times],
              "step_time_s": statistics.median(times[1:] or times), "peak_mem_mib": round(peak, 1),
              "mem_kind": mem_kind}
     return model, facts
 
 
 def train_reference(
-    cfg: StepConfig, plan: RecipePlan, device: torch.device, world: int, group: Any
+    cfg: StepConfig, plan: RecipePlan, device: torch.device, world: int,
+    group: dist.ProcessGroup,
 ) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor]]:
     """The same steps on the whole global batch, under FSDP2 on `group` (this rank alone: a
     one-rank "shard" is the whole model) with the same policy and recipe as the sharded run,
@@ -269,7 +276,7 @@ def full_params(model: nn.Module) -> list[torch.Tensor]:
     return [p.full_tensor().detach().float() for p in model.parameters()]
 
 
-def replica_facts(flat: torch.Tensor) -> dict[str, Any]:
+def replica_facts(flat: torch.Tensor) -> JSONObject:
     """This rank's checksum of the gathered parameters and its max |difference| from rank 0's."""
     positions = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
     checksum = f"{flat.double().sum().item():.17g}/{(flat.double() * positions).sum().item():.17g}"
@@ -322,13 +329,14 @@ def device_for(choice: str) -> torch.device:
     return torch.device("cuda", local)
 
 
-def singleton_groups(world: int) -> list[Any]:
+def singleton_groups(world: int) -> list[dist.ProcessGroup]:
     """One group per rank holding that rank alone (`new_group` is collective: every rank
     creates every group, in the same order)."""
     return [dist.new_group([r]) for r in range(world)]
 
 
-def plan_for(args: argparse.Namespace, device: torch.device) -> tuple[RecipePlan, TeInfo, Any]:
+def plan_for(args: argparse.Namespace,
+             device: torch.device) -> tuple[RecipePlan, TeInfo, tuple[int, int] | None]:
     """(plan, TE probe, compute capability); `--plan PATH:RECIPE` (tests) overrides the plan."""
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     te = probe_te() if (device.type == "cuda" or args.te_required or args.plan) else TeInfo(
@@ -341,7 +349,7 @@ def plan_for(args: argparse.Namespace, device: torch.device) -> tuple[RecipePlan
 
 def step(
     args: argparse.Namespace, fault: Fault | None, device: torch.device
-) -> dict[str, Any] | None:
+) -> JSONObject | None:
     """Run the step on this rank; rank 0's result record (None on the other ranks)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if fault is not None:

@@ -12,13 +12,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
+from harness.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.probes import gpu_compute as gc
 
-__all__ = ["COMPUTE_SCHEMA", "RankCompute", "Reading", "nvml_reader", "run_part", "timed_matmuls"]
+if TYPE_CHECKING:  # torch is optional and imported inside the functions
+    import torch
+
+    from harness.probes.nvml import NvmlHandle
+    from harness.worker.launch import PartOutcome
+
+__all__ = ["COMPUTE_SCHEMA", "RankCompute", "Reading", "ReadingValues", "WorkerParts",
+           "nvml_reader", "run_part", "timed_matmuls"]
 
 COMPUTE_SCHEMA = "gpu-preflight.compute/v1"
+
+#: One NVML sample's values by Reading field (`sm_clock_mhz`, `power_w`, `event_reasons`;
+#: None: not readable): what an `nvml_reader` function returns.
+ReadingValues: TypeAlias = dict[str, int | float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +60,13 @@ class RankCompute:
     released: bool = False
     """The tensors were freed and the allocator's cache emptied after the run."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
 def timed_matmuls(
-    device: Any, a: Any, b: Any, *, seconds: float, chunk_iters: int,
-    read: Callable[[], dict[str, Any]] | None = None,
+    device: torch.device, a: torch.Tensor, b: torch.Tensor, *, seconds: float, chunk_iters: int,
+    read: Callable[[], ReadingValues] | None = None,
 ) -> tuple[float, list[float], str, list[Reading], float]:
     """Multiply `a @ b` in chunks of `chunk_iters` until `seconds` have passed (at least one
     chunk); after each chunk, sync and take a reading. (TFLOP/s overall, per chunk, digest of
@@ -86,7 +99,7 @@ def timed_matmuls(
     return gc.matmul_tflops(n, timed, total_iters), per_chunk, first, readings, timed
 
 
-def nvml_reader(device_index: int) -> Callable[[], dict[str, Any]] | None:
+def nvml_reader(device_index: int) -> Callable[[], ReadingValues] | None:
     """A function reading SM clock, power and clock-event reasons of a GPU, or None when NVML
     cannot be used. The index is CUDA's; NVML's handle is looked up by the device's UUID."""
     try:
@@ -100,8 +113,8 @@ def nvml_reader(device_index: int) -> Callable[[], dict[str, Any]] | None:
     except Exception:
         return None
 
-    def read() -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def read() -> ReadingValues:
+        out: ReadingValues = {}
         for key, call in (
             ("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
             ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
@@ -116,7 +129,7 @@ def nvml_reader(device_index: int) -> Callable[[], dict[str, Any]] | None:
     return read
 
 
-def _event_reasons(pynvml: Any, handle: Any) -> int:
+def _event_reasons(pynvml: ModuleType, handle: NvmlHandle) -> int:
     """The clock event reason mask: `nvmlDeviceGetCurrentClocksEventReasons` (the current
     name), else its older `...ClocksThrottleReasons` (as harness.probes.gpu reads it)."""
     call = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
@@ -124,7 +137,7 @@ def _event_reasons(pynvml: Any, handle: Any) -> int:
     return int(call(handle))
 
 
-def run_one(device: Any, *, seconds: float, n: int, chunk_iters: int, copy_bytes: int,
+def run_one(device: torch.device, *, seconds: float, n: int, chunk_iters: int, copy_bytes: int,
             copy_iters: int) -> RankCompute:
     """This rank's matmul window and copy on `device`, then its memory released."""
     import torch
@@ -146,7 +159,8 @@ def run_one(device: Any, *, seconds: float, n: int, chunk_iters: int, copy_bytes
                        readings=readings, released=released)
 
 
-def run_part(device: Any, *, seconds: float, emit: Callable[[dict[str, Any]], None]) -> None:
+def run_part(device: torch.device, *, seconds: float,
+             emit: Callable[[JSONObject], None]) -> None:
     """Every rank at once; rank 0 emits `{"schema": COMPUTE_SCHEMA, "ranks": [...]}`."""
     import torch.distributed as dist
 
@@ -156,13 +170,13 @@ def run_part(device: Any, *, seconds: float, emit: Callable[[dict[str, Any]], No
     else:  # CPU: the same logic at a size a 2-core VM does in a blink
         mine = run_one(device, seconds=min(seconds, 0.2), n=64, chunk_iters=4,
                        copy_bytes=1 << 16, copy_iters=2)
-    ranks: list[Any] = [None] * dist.get_world_size()
+    ranks: list[JSONValue] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, mine.to_dict())
     if dist.get_rank() == 0:
         emit({"schema": COMPUTE_SCHEMA, "ranks": ranks})
 
 
-def compute_result(record: dict[str, Any]) -> gc.ComputeResult:
+def compute_result(record: JSONMapping) -> gc.ComputeResult:
     """The ComputeResult the PF-GPU compute checks judge, keyed by CUDA device index."""
     ranks = record["ranks"]
     return gc.ComputeResult(
@@ -173,7 +187,7 @@ def compute_result(record: dict[str, Any]) -> gc.ComputeResult:
     )
 
 
-def find_record(text: str, schema: str) -> dict[str, Any] | None:
+def find_record(text: str, schema: str) -> JSONObject | None:
     """The last `{"schema": <schema>, ...}` line of a worker's output, or None."""
     from harness.worker.launch import schema_records
 
@@ -181,7 +195,14 @@ def find_record(text: str, schema: str) -> dict[str, Any] | None:
     return records[-1] if records else None
 
 
-def from_worker(session: Any) -> gc.ComputeResult:
+class WorkerParts(Protocol):
+    """What `from_worker` needs of the session's worker (harness.fixtures.worker.WorkerSession,
+    named by this protocol: the fixtures layer imports this module)."""
+
+    def part(self, name: str) -> PartOutcome: ...
+
+
+def from_worker(session: WorkerParts) -> gc.ComputeResult:
     """The compute part of the session's worker (harness.fixtures.worker.WorkerSession) as a
     ComputeResult; RuntimeError naming why when the part gave none (or when torch sees no
     CUDA device: then the worker is not launched at all)."""

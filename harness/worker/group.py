@@ -14,9 +14,15 @@ thread on every supported torch, and the result line can still be printed.
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from datetime import timedelta
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is optional and imported inside the functions
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 __all__ = ["BLOCKING_WAIT_VARS", "blocking_wait_on", "fsdp_api", "init_group",
            "set_blocking_wait"]
@@ -41,8 +47,8 @@ def init_group(
     backend: str,
     *,
     timeout_s: float,
-    device: Any = None,
-    store: Any = None,
+    device: torch.device | None = None,
+    store: dist.Store | None = None,
     init_method: str | None = None,
     rank: int | None = None,
     world_size: int | None = None,
@@ -72,9 +78,12 @@ def init_group(
     dist.init_process_group(backend, **kwargs)
 
 
-def fsdp_api(import_module: Any = None) -> tuple[Any, Any]:
+def fsdp_api(
+    import_module: Callable[[str], ModuleType] | None = None,
+) -> tuple[Callable[..., torch.nn.Module], type[MixedPrecisionPolicy]]:
     """(fully_shard, MixedPrecisionPolicy): public in `torch.distributed.fsdp` from torch 2.6,
-    under `torch.distributed._composable.fsdp` from 2.4 (the path TE's own FSDP2 tests use)."""
+    under `torch.distributed._composable.fsdp` from 2.4 (the path TE's own FSDP2 tests use).
+    `import_module`: importlib.import_module (a test's stand-in)."""
     if import_module is None:
         import importlib
 

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+from harness.jsontypes import JSONObject
+
+if TYPE_CHECKING:  # torch is optional and imported inside the functions
+    import torch
 
 __all__ = ["LINKS_SCHEMA", "add_arguments", "run_part"]
 
@@ -36,8 +41,8 @@ def _sizes(text: str) -> list[int]:
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
-def run_part(args: argparse.Namespace, device: Any, *,
-             emit: Callable[[dict[str, Any]], None]) -> bool:
+def run_part(args: argparse.Namespace, device: torch.device, *,
+             emit: Callable[[JSONObject], None]) -> bool:
     """Every rank: the latency sweep; rank 0: the copies and the result line. False when the
     latency collective failed (the group may be broken)."""
     import torch
@@ -52,7 +57,7 @@ def run_part(args: argparse.Namespace, device: Any, *,
     if latency.errors:
         emit({"schema": LINKS_SCHEMA, "rank": dist.get_rank(), "latency": latency.to_dict()})
         return False
-    record: dict[str, Any] = {"schema": LINKS_SCHEMA, "nranks": dist.get_world_size(),
+    record: JSONObject = {"schema": LINKS_SCHEMA, "nranks": dist.get_world_size(),
                               "latency": latency.to_dict()}
     if dist.get_rank() == 0:
         if device.type == "cuda":
