@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.jsontypes import JSONObject
+from harness.jsontypes import JSONObject, JSONScalar
 
 if TYPE_CHECKING:
     from harness.profiles import Profile
@@ -30,9 +30,9 @@ class Verdict:
     """How a check records it: `expect` (what value op threshold), `none` (offenders, none
     allowed), `measure` (a measurement, then the message), "" (the message alone)."""
     what: str | None = None
-    value: object = None
+    value: JSONScalar = None
     op: str | None = None
-    threshold: object = None
+    threshold: JSONScalar = None
     unit: str = ""
     detail: str | None = None
     size_bytes: int | None = None
@@ -58,9 +58,9 @@ def _fmt(value: object, unit: str = "") -> str:
     return fmt(value, unit)
 
 
-def expect(check_id: str, profile: Profile, what: str, value: object, op: str, threshold: object,
-            unit: str = "", *, remedy: str | None = None, detail: str | None = None,
-            size_bytes: int | None = None) -> Verdict:
+def expect(check_id: str, profile: Profile, what: str, value: JSONScalar, op: str,
+           threshold: JSONScalar, unit: str = "", *, remedy: str | None = None,
+           detail: str | None = None, size_bytes: int | None = None) -> Verdict:
     """`value op threshold`, with harness.checking.expect's failure message."""
     from harness.checking import _OPS  # the checks' own operators and their negations
 
