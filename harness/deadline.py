@@ -33,9 +33,12 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from harness.settings import get_str
+
+if TYPE_CHECKING:
+    import pytest
 
 __all__ = ["DEADLINE_VAR", "HANG_MIN_S", "KILL_GRACE_S", "KILL_OVERHEAD_S", "Deadline",
            "TimeoutHooks", "current", "fit", "forget_hung", "hung", "mark_hung",
@@ -134,22 +137,30 @@ def fit(timeout_s: float, reserve_s: float) -> tuple[float, Deadline | None]:
     return (room, deadline) if room < timeout_s else (timeout_s, None)
 
 
+class _TimerSettings(Protocol):
+    """What these hooks read of pytest-timeout's `Settings` (a namedtuple of its plugin module,
+    pytest_timeout.py; it calls the hook only with a timeout > 0)."""
+
+    @property
+    def timeout(self) -> float: ...
+
+
 class TimeoutHooks:
     """Registered by the plugin where pytest-timeout runs (its hooks exist only then): learns each
     check's timeout when pytest-timeout arms it. Returns None, so pytest-timeout's own
     implementation (trylast, firstresult) still arms the timer."""
 
     @staticmethod
-    def _name(item: Any) -> str:
+    def _name(item: pytest.Item) -> str:
         spec = getattr(getattr(item, "function", None), "__preflight_check__", None)
         return f"check {spec.id}" if spec is not None else f"test {item.nodeid}"
 
-    def pytest_timeout_set_timer(self, item: Any, settings: Any) -> None:
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: _TimerSettings) -> None:
         seconds = float(settings.timeout)
         set_check_deadline(Deadline(time.monotonic() + seconds,
                                     f"{self._name(item)}'s {seconds:g} s pytest-timeout"))
 
-    def pytest_timeout_cancel_timer(self, item: Any) -> None:
+    def pytest_timeout_cancel_timer(self, item: object) -> None:
         set_check_deadline(None)
 
 

@@ -4,12 +4,12 @@ the bad node or link in red; and per round the suspects left and the nodes confi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from harness.html_page import esc
 from harness.html_plots import BAD, FLOOR, MAX_LABELS, SLOW, Frame
+from harness.jsontypes import JSONMapping
 from harness.verdicts import RunSummary
 
 __all__ = ["RoundView", "isolation_section", "round_views"]
@@ -24,8 +24,8 @@ class RoundView:
     """One round as drawn: its pairs, and who was suspect or confirmed bad after it."""
 
     number: int
-    pairs: tuple[Mapping[str, Any], ...]
-    failed: tuple[Mapping[str, Any], ...]
+    pairs: tuple[JSONMapping, ...]
+    failed: tuple[JSONMapping, ...]
     suspects: tuple[int, ...]
     """Failed a pair so far and neither cleared by a passing pair nor confirmed bad."""
     confirmed: tuple[int, ...]
@@ -39,12 +39,12 @@ def _gb(value: object) -> str:
     return f"{value:.4g} GB/s"
 
 
-def _passed(p: Mapping[str, Any], threshold: float) -> bool:
+def _passed(p: JSONMapping, threshold: float) -> bool:
     value = p.get("busbw_gb_s")
     return not p.get("error") and isinstance(value, int | float) and value >= threshold
 
 
-def round_views(iso: Mapping[str, Any]) -> list[RoundView]:
+def round_views(iso: JSONMapping) -> list[RoundView]:
     """The rounds with the suspects after each, rebuilt from the pairs the way isolate() judges
     them: a passing pair clears both nodes; a node confirmed bad stops being a suspect."""
     threshold = float(iso.get("threshold_gb_s") or 0.0)
@@ -64,9 +64,9 @@ def round_views(iso: Mapping[str, Any]) -> list[RoundView]:
     return out
 
 
-def _plot(view: RoundView, threshold: float, name: Any, bad: set[int],
+def _plot(view: RoundView, threshold: float, name: Callable[[object], str], bad: set[int],
           bad_links: set[tuple[int, int]]) -> str:
-    def value(p: Mapping[str, Any]) -> float:
+    def value(p: JSONMapping) -> float:
         v = p.get("busbw_gb_s")
         return float(v) if isinstance(v, int | float) and not p.get("error") else 0.0
 
@@ -115,7 +115,7 @@ def isolation_section(summary: RunSummary) -> str:
         return f'<h2 id="isolation">Pairwise isolation</h2><p>No rounds: {esc(why)}.</p>'
     hosts = summary.hosts_by_rank
 
-    def name(rank: Any) -> str:
+    def name(rank: object) -> str:
         return hosts.get(rank, f"rank {rank}") if isinstance(rank, int) else str(rank)
 
     threshold = float(iso.get("threshold_gb_s") or 0.0)

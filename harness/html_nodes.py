@@ -5,9 +5,10 @@ with why each is bad, and the node x check matrix with rows coloured by the node
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from harness.html_page import esc
+from harness.jsontypes import JSONMapping
+from harness.results import CheckResult
 from harness.verdicts import NodeVerdict, RunSummary, checks_of, is_cluster_check
 
 __all__ = ["bad_nodes_section", "cluster_band", "matrix_section"]
@@ -59,9 +60,9 @@ def bad_nodes_section(summary: RunSummary) -> str:
             f"<code>{esc(hosts)}</code></p>")
 
 
-def _worst(report: Mapping[str, Any]) -> dict[str, Any]:
+def _worst(report: JSONMapping) -> dict[str, CheckResult]:
     """The report's node-local checks by ID (several nodeids of one ID: the worst outcome)."""
-    out: dict[str, Any] = {}
+    out: dict[str, CheckResult] = {}
     for c in checks_of(report):
         if is_cluster_check(c.id):
             continue
@@ -71,7 +72,7 @@ def _worst(report: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _rows(nodes: Sequence[NodeVerdict], checks: Mapping[str, Mapping[str, Any]],
+def _rows(nodes: Sequence[NodeVerdict], checks: Mapping[str, Mapping[str, CheckResult]],
           ids: Sequence[str]) -> str:
     rows = []
     for n in nodes:
@@ -92,7 +93,7 @@ def _rows(nodes: Sequence[NodeVerdict], checks: Mapping[str, Mapping[str, Any]],
     return "".join(rows)
 
 
-def matrix_section(summary: RunSummary, reports: Sequence[Mapping[str, Any]]) -> str:
+def matrix_section(summary: RunSummary, reports: Sequence[JSONMapping]) -> str:
     """Node x node-local check; the bad nodes' rows first, the passing ones in a fold."""
     checks = {str(r.get("host")): _worst(r) for r in reports}
     ids = sorted({cid for per in checks.values() for cid in per})

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any
 
+from harness.jsontypes import JSONMapping
+from harness.results import CheckResult
 from harness.verdicts import RunSummary, checks_of, is_cluster_check
 
 __all__ = ["CSS", "esc", "failures_section", "header", "reports_section", "warnings_section"]
@@ -46,7 +47,7 @@ def esc(value: object) -> str:
     return escape(str(value), quote=True)
 
 
-def header(summary: RunSummary, reports: Sequence[Mapping[str, Any]], source: str,
+def header(summary: RunSummary, reports: Sequence[JSONMapping], source: str,
            generated_at: str) -> str:
     """The title, `FAIL: 1 bad of 4 nodes` with the bad hosts, and what the run was."""
     verdict = summary.verdict
@@ -70,9 +71,9 @@ def header(summary: RunSummary, reports: Sequence[Mapping[str, Any]], source: st
     return "\n".join(parts)
 
 
-def failures_section(reports: Sequence[Mapping[str, Any]]) -> str:
+def failures_section(reports: Sequence[JSONMapping]) -> str:
     """Each node-local check that failed, on which nodes, its message and remedy."""
-    by_check: dict[str, list[tuple[str, Any]]] = {}
+    by_check: dict[str, list[tuple[str, CheckResult]]] = {}
     for r in reports:
         seen: set[str] = set()
         for c in checks_of(r):
@@ -106,7 +107,7 @@ def failures_section(reports: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def warnings_section(reports: Sequence[Mapping[str, Any]], problems: Sequence[str]) -> str:
+def warnings_section(reports: Sequence[JSONMapping], problems: Sequence[str]) -> str:
     items = []
     for r in reports:
         for c in checks_of(r):
@@ -125,7 +126,7 @@ def warnings_section(reports: Sequence[Mapping[str, Any]], problems: Sequence[st
             f"<th>host</th><th>what</th><th>message</th></tr>{rows}</table></details>")
 
 
-def reports_section(reports: Sequence[Mapping[str, Any]]) -> str:
+def reports_section(reports: Sequence[JSONMapping]) -> str:
     """Where each node's report came from (folded: one row per node)."""
     rows = []
     for r in reports:

@@ -7,7 +7,9 @@ value op threshold`. A check applies one with `settle()`; `preflight inspect` li
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harness.jsontypes import JSONObject, JSONScalar
 
 if TYPE_CHECKING:
     from harness.profiles import Profile
@@ -28,9 +30,9 @@ class Verdict:
     """How a check records it: `expect` (what value op threshold), `none` (offenders, none
     allowed), `measure` (a measurement, then the message), "" (the message alone)."""
     what: str | None = None
-    value: Any = None
+    value: JSONScalar = None
     op: str | None = None
-    threshold: Any = None
+    threshold: JSONScalar = None
     unit: str = ""
     detail: str | None = None
     size_bytes: int | None = None
@@ -41,8 +43,8 @@ class Verdict:
         """A check failing or erroring on it (unknown is never a pass)."""
         return self.status in ("fail", "unknown")
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"check": self.check_id, "status": self.status,
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {"check": self.check_id, "status": self.status,
                                "message": self.message}
         if self.what is not None:
             out.update(what=self.what, value=self.value, op=self.op, threshold=self.threshold,
@@ -56,9 +58,9 @@ def _fmt(value: object, unit: str = "") -> str:
     return fmt(value, unit)
 
 
-def expect(check_id: str, profile: Profile, what: str, value: Any, op: str, threshold: Any,
-            unit: str = "", *, remedy: str | None = None, detail: str | None = None,
-            size_bytes: int | None = None) -> Verdict:
+def expect(check_id: str, profile: Profile, what: str, value: JSONScalar, op: str,
+           threshold: JSONScalar, unit: str = "", *, remedy: str | None = None,
+           detail: str | None = None, size_bytes: int | None = None) -> Verdict:
     """`value op threshold`, with harness.checking.expect's failure message."""
     from harness.checking import _OPS  # the checks' own operators and their negations
 

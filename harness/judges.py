@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness.bandwidth_judges import (
     Floor,
@@ -57,6 +57,15 @@ class _Failure(Protocol):
 class _Timeout(Protocol):
     @property
     def line(self) -> str: ...
+
+
+class OfiLib(Protocol):
+    """The aws-ofi-nccl library found on disk (harness.probes.network.OfiNcclLib)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def version(self) -> str | None: ...
 
 
 class NetSummary(Protocol):
@@ -128,7 +137,8 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m[1].split(".")) if m else None
 
 
-def ofi_plugin(profile: Profile, s: NetSummary, lib: Any = None, *, looked: bool = True) -> Verdict:
+def ofi_plugin(profile: Profile, s: NetSummary, lib: OfiLib | None = None, *,
+               looked: bool = True) -> Verdict:
     """PF-NET-006: NCCL loaded aws-ofi-nccl, initialised it, and its version is the profile's
     minimum or newer. `lib`: the library found on disk (its path and version), `looked`: False
     when nobody looked for one (a log read on its own)."""

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.results import CheckResult, results
 
 __all__ = [
@@ -34,13 +34,13 @@ WHY_CHARS = 240
 _WORST = {"error": 0, "fail": 1, "warn": 2, "skip": 3, "pass": 4}
 
 
-def natural_key(text: str) -> tuple[Any, ...]:
+def natural_key(text: str) -> tuple[int | str, ...]:
     """Sort `algo-2` before `algo-10`."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
 #: Inside `typed_once()`: report id -> (the report, its typed results).
-_MEMO: dict[int, tuple[Mapping[str, Any], list[CheckResult]]] | None = None
+_MEMO: dict[int, tuple[JSONMapping, list[CheckResult]]] | None = None
 
 
 @contextmanager
@@ -55,7 +55,7 @@ def typed_once() -> Iterator[None]:
         _MEMO = outer
 
 
-def checks_of(report: Mapping[str, Any]) -> list[CheckResult]:
+def checks_of(report: JSONMapping) -> list[CheckResult]:
     """The report's check results as typed records; a report written before the typed fields
     (no `results_schema`) is read as v1 (sizes and GPU indices recovered once, in results)."""
     if _MEMO is not None:
@@ -89,7 +89,7 @@ class NodeVerdict:
     failed: tuple[str, ...] = ()
     """IDs of its own checks that failed or errored."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"host": self.host, "verdict": self.verdict, "bad": self.bad,
                 "why": list(self.why), "named_by": list(self.named_by), "rank": self.rank,
                 "failed": list(self.failed)}
@@ -103,7 +103,7 @@ class RunSummary:
     nodes: tuple[NodeVerdict, ...]
     cluster_checks: tuple[CheckResult, ...] = ()
     """The PF-CLUSTER-* results (the same on every node: the worst seen of each)."""
-    cluster: Mapping[str, Any] = field(default_factory=dict)
+    cluster: JSONMapping = field(default_factory=dict)
     """The cluster section of the first report holding one (bandwidth, isolation, actions)."""
     hosts_by_rank: Mapping[int, str] = field(default_factory=dict)
 
@@ -116,7 +116,7 @@ class RunSummary:
         """`1 bad of 4 nodes`."""
         return f"{len(self.bad)} bad of {len(self.nodes)} nodes"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """`preflight report --json`: the same facts as the HTML page."""
         return {
             "schema": "gpu-preflight.run-summary/v1",
@@ -153,7 +153,7 @@ def _reason(c: CheckResult) -> str:
     return _short(f"{c.id}: {message or c.outcome}")
 
 
-def own_verdict(report: Mapping[str, Any]) -> tuple[str, list[CheckResult]]:
+def own_verdict(report: JSONMapping) -> tuple[str, list[CheckResult]]:
     """The node's verdict on its own checks (the cluster checks left out), and the failed ones.
     No own check result, a harness error or a usage error is never a pass."""
     own = [c for c in checks_of(report) if not is_cluster_check(c.id)]
@@ -201,7 +201,7 @@ def _pair_evidence(evidence: object) -> str:
     return ", ".join(said)
 
 
-def _ranks(reports: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+def _ranks(reports: Sequence[JSONMapping]) -> dict[int, str]:
     """rank -> host, from each report's `cluster.node_rank` and the cluster's named nodes."""
     out: dict[int, str] = {}
     for r in reports:
@@ -219,7 +219,7 @@ def _ranks(reports: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     return out
 
 
-def _cluster_checks(reports: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
+def _cluster_checks(reports: Sequence[JSONMapping]) -> list[CheckResult]:
     worst: dict[str, CheckResult] = {}
     for r in reports:
         for c in checks_of(r):
@@ -230,7 +230,7 @@ def _cluster_checks(reports: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
     return [worst[k] for k in sorted(worst, key=natural_key)]
 
 
-def summarise(reports: Sequence[Mapping[str, Any]]) -> RunSummary:
+def summarise(reports: Sequence[JSONMapping]) -> RunSummary:
     """Every node's verdict (bad nodes first, each group in natural host order) and the run's."""
     sections = [r["cluster"] for r in reports if isinstance(r.get("cluster"), Mapping)]
     ranks = _ranks(reports)
@@ -282,7 +282,7 @@ class BadNode:
     """`cluster` (named by the multi-node verdict) or `node` (its own checks failed)."""
 
 
-def bad_nodes(reports: Sequence[Mapping[str, Any]]) -> list[BadNode]:
+def bad_nodes(reports: Sequence[JSONMapping]) -> list[BadNode]:
     """The bad nodes of `summarise`, in natural host order (the Slurm exclude list's order)."""
     bad = sorted(summarise(reports).bad, key=lambda n: natural_key(n.host))
     return [BadNode(host=n.host, reasons=n.why, source=n.named_by[0]) for n in bad]

@@ -10,31 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "checks")
 
-_CLUSTER = ("harness/cluster/ is rewritten this round by another work package (cluster checks "
-            "as @check specs, issue 14 item 5): typed when that lands")
-_PARSERS = ("harness/parsers/ is split and rewritten this round by other work packages (issue "
-            "14: nccl_log/nccl_tests, nvidia_smi/dcgm): typed when those land")
-
-_PARALLEL = ("written this round in parallel with the typing work (issue 14 item 6; merged after "
-             "it): reports and snapshots as JSON mappings (harness.jsontypes) next")
-
 #: module -> why its public functions may still have Any. Each entry must still hold (the test
-#: fails on a stale one); a module not listed has none.
-ALLOWED: dict[str, str] = {
-    **dict.fromkeys(("harness.cluster.plane", "harness.cluster.verdict", "harness.cluster.node",
-                     "harness.cluster.step", "harness.cluster.isolate"), _CLUSTER),
-    **dict.fromkeys(("harness.parsers.nccl_tests", "harness.parsers.fi_info",
-                     "harness.parsers.nccl_log", "harness.parsers.dcgm", "harness.parsers.env",
-                     "harness.parsers.kernel_log", "harness.parsers.nvidia_smi",
-                     "harness.parsers.topology", "harness.parsers.train_step"), _PARSERS),
-    "harness.deadline": ("pytest-timeout's hook arguments (its private Settings); the module "
-                         "is rewritten this round (one deadline object)"),
-    **dict.fromkeys(("harness.cluster.checks", "harness.cluster.snapshot",
-                     "harness.parsers.nccl_log_facts", "harness.parsers.nccl_tests_model"),
-                    _CLUSTER + "; " + _PARALLEL),
-    **dict.fromkeys(("harness.html_isolation", "harness.html_nodes", "harness.html_page",
-                     "harness.judgement", "harness.judges", "harness.verdicts"), _PARALLEL),
-}
+#: fails on a stale one); a module not listed has none. Empty: every public signature is typed.
+ALLOWED: dict[str, str] = {}
 
 
 def _mentions_any(node: ast.expr | None) -> bool:

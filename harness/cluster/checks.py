@@ -15,6 +15,7 @@ from typing import Any
 from harness.checking import check, fail, measure, not_run
 from harness.cluster.snapshot import FACT_KEYS, ClusterView
 from harness.cluster.straggler import test_no_straggler_node
+from harness.jsontypes import JSONMapping, JSONObject
 
 __all__ = ["CLUSTER_CHECKS", "consistency_outliers"]
 
@@ -115,7 +116,7 @@ def test_nodes_are_consistent(cluster: ClusterView) -> None:
             + (f" (others: {_v(o['expected'])})" if o["majority"] else "") for o in outliers))
 
 
-def consistency_outliers(values_by_rank: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def consistency_outliers(values_by_rank: Mapping[int, JSONMapping]) -> list[JSONObject]:
     """Per key, ranks whose value differs from the majority's: {key, rank, value, majority,
     expected}. With no strict majority every rank is named (majority False, expected None)."""
     keys = sorted({k for v in values_by_rank.values() for k in v})

@@ -16,7 +16,8 @@ import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from harness.jsontypes import JSONObject
 
 __all__ = ["IsolationResult", "MeasurePairs", "PairResult", "isolate"]
 
@@ -37,7 +38,7 @@ class PairResult:
     def other(self, node: int) -> int:
         return self.b if node == self.a else self.a
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"a": self.a, "b": self.b, "busbw_gb_s": self.busbw_gb_s, "error": self.error}
 
 
@@ -63,7 +64,7 @@ class IsolationResult:
         """Every pair measurement that involved `node`, in round order."""
         return [r for rnd in self.rounds for r in rnd if node in (r.a, r.b)]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "num_rounds": len(self.rounds),
             "threshold_gb_s": self.threshold_gb_s,

@@ -7,9 +7,13 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.jsontypes import JSONObject
 from harness.settings import get_float, get_str
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
 
@@ -17,11 +21,11 @@ __all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
 FAULTS = ("slow", "hang", "crash", "fail-check", "absent")
 
 
-def node_facts(env: Mapping[str, str]) -> dict[str, Any]:
+def node_facts(env: Mapping[str, str]) -> JSONObject:
     """Versions and GPU inventory that must match across nodes (None where absent)."""
     from harness.probes import network
 
-    facts: dict[str, Any] = dict.fromkeys(("driver", "cuda", "nccl", "gpu_count", "gpu_model"))
+    facts: JSONObject = dict.fromkeys(("driver", "cuda", "nccl", "gpu_count", "gpu_model"))
     try:
         import torch
 
@@ -57,7 +61,7 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def gate_size(profile: Any, env: Mapping[str, str]) -> int:
+def gate_size(profile: Profile, env: Mapping[str, str]) -> int:
     """Message size of the cluster gate: PREFLIGHT_CLUSTER_BW_BYTES, else the profile's gate
     size on GPU profiles and 4 MiB on CPU ones (gloo over TCP: a sanity check)."""
     if size := get_str("PREFLIGHT_CLUSTER_BW_BYTES", env):
@@ -67,7 +71,7 @@ def gate_size(profile: Any, env: Mapping[str, str]) -> int:
     return int(profile.bw_gate_size_bytes) if profile.has_gpus else 4 * 1024**2
 
 
-def gate_floor(profile: Any) -> float | None:
+def gate_floor(profile: Profile) -> float | None:
     """The cluster gate's floor. GPU profiles: none here — one GPU per node over NCCL cannot
     be held to the 8-GPU multi-node floor (net_busbw_gb_s_min, nccl-tests on every GPU); the
     check then catches errors, hangs and wrong data, and isolation judges pairs relatively."""

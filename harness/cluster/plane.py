@@ -15,9 +15,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.jsontypes import JSONValue
 from harness.topology import Topology
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
 
 __all__ = ["ControlPlane", "PlaneError"]
 
@@ -66,7 +71,7 @@ class ControlPlane:
         return cls(topo, store, changed)
 
     # --- the store ---
-    def publish(self, key: str, value: Any, counter: str | None = None) -> None:
+    def publish(self, key: str, value: object, counter: str | None = None) -> None:
         try:
             self.store.set(key, json.dumps(value, default=str))
             if counter:
@@ -82,7 +87,7 @@ class ControlPlane:
                              f"{_short(exc)}") from exc
 
     def gather(self, keys: Mapping[int, str], counter: str, deadline: float,
-               enough: Callable[[int], bool] | None = None) -> tuple[dict[int, Any], list[int]]:
+               enough: Callable[[int], bool] | None = None) -> tuple[dict[int, JSONValue], list[int]]:
         """Wait until every key is set (by its counter), `enough(count)` says to stop early,
         or the deadline; (values, missing)."""
         want, pause = len(keys), 0.005
@@ -110,7 +115,7 @@ class ControlPlane:
         except Exception:
             return False
 
-    def wait_for(self, key: str, deadline: float) -> Any:
+    def wait_for(self, key: str, deadline: float) -> JSONValue:
         """The value of `key` once set; PlaneError at the deadline or when the master is gone."""
         # Polling, with back-off, rather than store.wait: c10d logs a warning per timed-out
         # wait, and a poll notices both the deadline and a master that went away.
@@ -129,7 +134,7 @@ class ControlPlane:
                              f"{_short(exc)}") from exc
 
     # --- collectives ---
-    def init_collectives(self, timeout_s: float, gpus: bool = False) -> Any:
+    def init_collectives(self, timeout_s: float, gpus: bool = False) -> torch.device:
         """The process group of all nodes over the same store (prefix `pg/`): gloo, plus NCCL
         for CUDA tensors when `gpus` and CUDA is usable. Returns the bench's device."""
         import torch
@@ -146,7 +151,8 @@ class ControlPlane:
         self.pg_ready = True
         return device
 
-    def pair_groups(self, pairs: Iterable[tuple[int, int]], timeout_s: float) -> Any:
+    def pair_groups(self, pairs: Iterable[tuple[int, int]], timeout_s: float
+                    ) -> ProcessGroup | None:
         """Create every pair's 2-rank gloo group (all nodes call this with the same pairs, in
         the same order: torch numbers groups by creation order); returns this node's group or
         None. Creating its own group connects to the peer, bounded by `timeout_s`."""

@@ -7,7 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from harness.jsontypes import JSONMapping, JSONObject, JSONValue
+
+if TYPE_CHECKING:
+    from harness.report import Report
+    from harness.results import CheckResult
 
 __all__ = ["ENV_PREFIXES", "FACT_KEYS", "NODE_FIGURES", "BadNodes", "ClusterView",
            "cluster_off", "node_figures", "node_summary"]
@@ -40,7 +46,7 @@ def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
 
 
-def node_figures(checks: Iterable[Any]) -> dict[str, float | None]:
+def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float | None]:
     """This node's figures (NODE_FIGURES) from its check results; None where none was measured
     or the value is not a finite number."""
     out: dict[str, float | None] = dict.fromkeys(NODE_FIGURES)
@@ -60,8 +66,8 @@ def node_figures(checks: Iterable[Any]) -> dict[str, float | None]:
     return out
 
 
-def node_summary(report: Any, *, rank: int, facts: Mapping[str, Any],
-                 env: Mapping[str, str]) -> dict[str, Any]:
+def node_summary(report: Report, *, rank: int, facts: JSONMapping,
+                 env: Mapping[str, str]) -> JSONObject:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
     and the figures the straggler check compares."""
     failed = [{"id": c.id, "outcome": c.outcome, "message": c.message[:MAX_MESSAGE_CHARS]}
@@ -86,14 +92,14 @@ class BadNodes:
         self.hosts = hosts
         self.by_rank: dict[int, dict[str, Any]] = {}
 
-    def add(self, rank: int, reason: str, evidence: Any = None) -> None:
+    def add(self, rank: int, reason: str, evidence: JSONValue = None) -> None:
         entry = self.by_rank.setdefault(rank, {"host": self.hosts.get(rank, f"rank {rank}"),
                                                "rank": rank, "reason": [], "evidence": []})
         entry["reason"].append(reason)
         if evidence:
             entry["evidence"].extend(evidence if isinstance(evidence, list) else [evidence])
 
-    def entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> list[JSONObject]:
         return [{**e, "reason": "; ".join(e["reason"])} for _, e in sorted(self.by_rank.items())]
 
 
@@ -102,18 +108,18 @@ class ClusterView:
     """A gathered snapshot as the cluster checks read it, and what they found (bad nodes,
     links, suspects, stragglers) for the verdict to report. Built once per verdict."""
 
-    snap: Mapping[str, Any]
+    snap: JSONMapping
     num_nodes: int
     hosts: dict[int, str]
-    nodes: dict[int, Mapping[str, Any]]
-    missing: dict[int, Mapping[str, Any]]
+    nodes: dict[int, JSONMapping]
+    missing: dict[int, JSONMapping]
     bad: BadNodes
-    links: list[dict[str, Any]] = field(default_factory=list)
-    suspects: list[dict[str, Any]] = field(default_factory=list)
-    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    links: list[JSONObject] = field(default_factory=list)
+    suspects: list[JSONObject] = field(default_factory=list)
+    stragglers: list[JSONObject] = field(default_factory=list)
 
     @classmethod
-    def of(cls, snap: Mapping[str, Any]) -> ClusterView:
+    def of(cls, snap: JSONMapping) -> ClusterView:
         hosts = {int(r): h for r, h in snap.get("hosts", {}).items()}
         nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
         hosts.update({r: s["host"] for r, s in nodes.items() if s.get("host")})

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cluster.collectives import CollectivePhases, log
 from harness.cluster.node import FAULTS, node_facts
@@ -26,6 +26,12 @@ from harness.results import results as typed_results
 from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from harness.profile_model import Profile
+    from harness.report import Report
+
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
 
 #: Exit status of a node whose own watchdog stopped it at the hard upper bound.
@@ -36,7 +42,7 @@ class ClusterStep(CollectivePhases):
     """One node's part in the cluster verdict. `start` before the local checks, `finish`
     after them, `close` before exiting or handing off."""
 
-    def __init__(self, topo: Topology, timeouts: ClusterTimeouts, *, profile: Any, tier: str,
+    def __init__(self, topo: Topology, timeouts: ClusterTimeouts, *, profile: Profile, tier: str,
                  env: Mapping[str, str]) -> None:
         self.topo, self.t, self.profile, self.tier, self.env = topo, timeouts, profile, tier, env
         self.t0 = time.monotonic()
@@ -44,15 +50,15 @@ class ClusterStep(CollectivePhases):
         self.join_error: str | None = None
         self.fault = get_str("PREFLIGHT_SELFTEST_FAULT", env) or ""
         self.watchdog: threading.Timer | None = None
-        self.failure_file: Any = None
+        self.failure_file: Path | None = None
         self.clean = True
         self.device: Any = None
         self.published = False
         """Whether this node's node-local result is in the store (`abort` publishes one if not)."""
 
     @classmethod
-    def start(cls, *, profile: Any, tier: str, local_budget_s: float,
-              env: Mapping[str, str], failure_file: Any = None) -> ClusterStep | None:
+    def start(cls, *, profile: Profile, tier: str, local_budget_s: float,
+              env: Mapping[str, str], failure_file: Path | None = None) -> ClusterStep | None:
         """None on a single-node job; else joins the control plane (errors are kept for the
         verdict, never raised) and arms the watchdog at the hard upper bound."""
         from harness.detect import sagemaker_resource_config
@@ -100,7 +106,7 @@ class ClusterStep(CollectivePhases):
         os._exit(EXIT_WATCHDOG)
 
     # --- the phases ---
-    def finish(self, report: Any) -> ClusterVerdict:
+    def finish(self, report: Report) -> ClusterVerdict:
         """Gather, judge, and record the cluster verdict in `report` (same on every node)."""
         snap = self._run(report)
         verdict = decide(snap)
@@ -189,7 +195,7 @@ class ClusterStep(CollectivePhases):
         except PlaneError:
             pass
 
-    def abort(self, report: Any) -> None:
+    def abort(self, report: Report) -> None:
         """A signal stopped this node before it published its node-local result: publish the
         interrupted one, so that the master names this node at once instead of waiting for it
         until the gather deadline (best effort: the signal cleanup bounds it). A node stopped

@@ -15,6 +15,7 @@ from typing import Any
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS, consistency_outliers
 from harness.cluster.snapshot import FACT_KEYS, ClusterView, node_summary
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.topology import compress_hostlist
 
 __all__ = [
@@ -33,21 +34,21 @@ class ClusterVerdict:
 
     verdict: str
     exit_code: int
-    checks: list[dict[str, Any]]
+    checks: list[JSONObject]
     """The cluster checks' results (CheckResult records, as report.json holds them)."""
-    bad_nodes: list[dict[str, Any]]
-    bad_links: list[dict[str, Any]] = field(default_factory=list)
-    suspects: list[dict[str, Any]] = field(default_factory=list)
-    actions: dict[str, Any] = field(default_factory=dict)
+    bad_nodes: list[JSONObject]
+    bad_links: list[JSONObject] = field(default_factory=list)
+    suspects: list[JSONObject] = field(default_factory=list)
+    actions: JSONObject = field(default_factory=dict)
     text: str = ""
-    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[JSONObject] = field(default_factory=list)
     """Nodes PF-CLUSTER-006 found slower than the rest (bad nodes too where it fails)."""
 
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"verdict": self.verdict, "exit_code": self.exit_code,
                 "bad_nodes": self.bad_nodes, "bad_links": self.bad_links,
                 "suspects": self.suspects, "stragglers": self.stragglers,
@@ -55,7 +56,7 @@ class ClusterVerdict:
                 "checks": [c["id"] + ": " + c["outcome"] for c in self.checks]}
 
 
-def decide(snap: Mapping[str, Any]) -> ClusterVerdict:
+def decide(snap: JSONMapping) -> ClusterVerdict:
     """The verdict from a gathered snapshot (see `harness.cluster.plane` for its keys)."""
     cluster = ClusterView.of(snap)
     checks = [run_check(judge, cluster, profile=cluster.profile, worker="cluster",

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.dcgm_json import _from_json
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult
 from harness.parsers.dcgm_text import _from_text
 from harness.parsers.reader import Input, as_input
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = ["INSPECT", "MAX_MESSAGES", "MAX_RESULTS", "DcgmDiag", "DcgmResult", "inspect_dcgm",
            "parse_dcgm_diag"]
@@ -76,7 +80,7 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
         raise
 
 
-def inspect_dcgm(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
     [{test, gpu, message}], warnings [str], categories_seen, cut_at, fragment (test objects
     without their document: `passed` stays null), tests_seen."""

@@ -9,8 +9,9 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env_script import (
     _ASSIGN,
@@ -34,6 +35,9 @@ from harness.parsers.env_yaml import (
 )
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import RANK_PREFIX
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = ["INSPECT", "EnvDump", "inspect_env", "parse_env_dump"]
 
@@ -255,7 +259,7 @@ def _walk_json(data: Any, in_env: bool = False, top: bool = True) -> Iterator[tu
 _OFI_NCCL_VERSION_VARS = ("AWS_OFI_NCCL_VERSION", "OFI_NCCL_VERSION")
 
 
-def inspect_env(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_env(stream: TextIO | Input, *, profile: Profile) -> JSONObject:
     """`preflight inspect env FILE`: the NCCL/FI/torch variables, redacted, and the rule findings
     for `profile` (keys: profile, format, num_variables, relevant, versions, harmful, required,
     outdated, recommended, malformed)."""
@@ -266,7 +270,7 @@ def inspect_env(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     env = dump.variables
     redactor = Redactor(env)
     prefixes = ("NCCL_", "FI_", "OFI_NCCL_", "TORCH_", "RDMAV_", "CUDA_", "LD_LIBRARY_PATH")
-    result: dict[str, Any] = {
+    result: JSONObject = {
         "profile": profile.name,
         "format": dump.format,
         "num_variables": len(env),

@@ -19,11 +19,15 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import Unwrapper
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = ["INSPECT", "FiInfo", "FiInfoEntry", "inspect_fi_info", "parse_fi_info"]
 
@@ -81,7 +85,7 @@ class FiInfo:
     def fabrics(self) -> list[str]:
         return list(dict.fromkeys(e.fabric for e in self.entries if e.fabric))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The `preflight inspect fi-info --json` record (keys documented in docs/network.md)."""
         return {
             "efa": self.efa,
@@ -198,7 +202,7 @@ def parse_fi_info(text: str | Input) -> FiInfo:
     return info
 
 
-def inspect_fi_info(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_fi_info(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect fi-info FILE`: efa, efa_devices, providers, endpoint_types,
     error_code, and `verdicts` (PF-NET-003's judgement for the profile, harness.judges)."""
     from harness import judges

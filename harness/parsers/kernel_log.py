@@ -6,14 +6,18 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.gpu import pci_key, xid_action
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
 
@@ -271,7 +275,7 @@ def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
                     "line)", xid_action(79), when, line)
 
 
-def inspect_kernel_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
     message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}]."""
     log = parse_kernel_log(as_input(stream))

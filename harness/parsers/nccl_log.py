@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
-from typing import IO, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_nranks
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
@@ -40,6 +41,9 @@ from harness.parsers.nccl_log_lines import (
 from harness.parsers.nccl_log_payloads import MAX_KEPT, MAX_NAMES, MAX_TEXT, PayloadFacts
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
 from harness.parsers.unwrap import Unwrapper, docker_line
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = [
     "FAILURES",
@@ -285,7 +289,7 @@ def _feed_readinto(scanner: _Scanner, fh: Any, chunk_bytes: int) -> None:
         scanner.feed(bytes(buf[:filled]))
 
 
-def inspect_nccl_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_nccl_log(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect nccl-log FILE`: the keys of NcclLogSummary.to_json()."""
     source = as_input(stream)
     binary = source.binary()
@@ -303,7 +307,7 @@ def inspect_nccl_log(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
     return out
 
 
-def _judged(summary: NcclLogSummary, profile: Any) -> dict[str, Any]:
+def _judged(summary: NcclLogSummary, profile: Profile | None) -> JSONObject:
     """The summary's keys, and `verdicts`: the network checks' own judgement of it for the
     profile (harness.judges; PF-NET-006 to 011)."""
     from harness import judges

@@ -11,7 +11,8 @@ Unknown is never a pass. harness.parsers.nccl_log builds it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from harness.jsontypes import JSONObject
 
 __all__ = ["SOCKET_NETWORKS", "FailureHit", "NcclLogSummary", "WatchdogTimeout"]
 
@@ -159,7 +160,7 @@ class NcclLogSummary:
             parts.append("no NET channel lines")
         return f"{head}: " + ", ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The `preflight inspect nccl-log --json` record (keys documented in docs/network.md)."""
         return {
             "nccl_version": self.nccl_version,

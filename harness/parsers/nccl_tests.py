@@ -14,8 +14,9 @@ harness.parsers.nccl_tests_table (the text table's lines), harness.parsers.nccl_
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
@@ -42,6 +43,9 @@ from harness.parsers.nccl_tests_table import (
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
 from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = [
     "BUS_FACTORS",
@@ -177,7 +181,7 @@ class _Runs:
         return self.chosen or self.first
 
 
-def inspect_nccl_tests(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_nccl_tests(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect nccl-tests FILE`: keys collective, nranks, dtype, redop, rows
     [{size_bytes, count, oop {time_us, algbw_gb_s, busbw_gb_s, wrong}, ip {...}}],
     avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+
+from harness.jsontypes import JSONObject
 
 __all__ = [
     "BUS_FACTORS",
@@ -58,7 +59,7 @@ class Measurement:
     """Old versions (`error` column): the largest deviation seen, not a count; judged by the
     footer's out-of-bounds count instead."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"time_us": self.time_us, "algbw_gb_s": self.algbw_gb_s,
                 "busbw_gb_s": self.busbw_gb_s, "wrong": self.wrong}
 
@@ -86,7 +87,7 @@ class Row:
         values = [m.wrong for m in (self.oop, self.ip) if m and m.wrong is not None]
         return sum(values) if values else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"size_bytes": self.size_bytes, "count": self.count, "oop": self.oop.to_dict(),
                 "ip": None if self.ip is None else self.ip.to_dict()}
 
@@ -148,7 +149,7 @@ class NcclTestsResult:
         found = [r for r in self.rows if r.size_bytes == size_bytes]
         return found[-1] if found else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The `preflight inspect nccl-tests --json` document."""
         largest = self.largest
         return {

@@ -8,9 +8,10 @@ nvidia_smi_common); this module picks the form, and judges for `preflight inspec
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness.gpu import GpuInventory, health_problems
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
     _ANY_GPU_HEADER,
@@ -24,6 +25,9 @@ from harness.parsers.nvidia_smi_query import _query, parse_smi_query
 from harness.parsers.nvidia_smi_table import _TABLE_ROW1, _table, parse_smi_table
 from harness.parsers.nvidia_smi_xml import _xml, parse_smi_xml
 from harness.parsers.reader import Input, as_input
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = [
     "INSPECT",
@@ -86,7 +90,7 @@ def _parse(source: Input, side: _Side) -> GpuInventory:
         raise
 
 
-def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObject:
     """`preflight inspect nvidia-smi FILE`: keys num_gpus, driver_version, cuda_version, gpus
     [{index, name, bus_id, uuid, serial, ecc_enabled, ecc_uncorrected_volatile,
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,

@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input, as_input
 from harness.topology import TopologyError, detect_topology
 
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
+
 __all__ = ["INSPECT", "inspect_topology"]
 
 
-def inspect_topology(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
+def inspect_topology(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """Keys: num_nodes, node_rank, local_rank, master_addr, port, source, hosts (null on a
     single node), error (the TopologyError message, else null)."""
     source = as_input(stream)
@@ -33,7 +37,7 @@ def inspect_topology(stream: TextIO | Input, *, profile: Any) -> dict[str, Any]:
         env = parse_env_dump(source).variables
         if not env:
             raise ParseError("no KEY=value lines and no JSON object (resourceconfig.json) found")
-    result: dict[str, Any] = dict.fromkeys(
+    result: JSONObject = dict.fromkeys(
         ("num_nodes", "node_rank", "local_rank", "master_addr", "port", "source", "hosts",
          "error"))
     try:

@@ -9,11 +9,15 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
 from harness.parsers.values import ascii_int
+
+if TYPE_CHECKING:
+    from harness.profile_model import Profile
 
 __all__ = ["INSPECT", "Failure", "TrainStepOutput", "classify_failure", "parse_train_step"]
 
@@ -254,7 +258,7 @@ def _chunks(source: Input) -> Iterator[str]:
         yield "\n".join(batch)
 
 
-def inspect_train_step(stream: TextIO | Input, *, profile: Any = None) -> dict[str, Any]:
+def inspect_train_step(stream: TextIO | Input, *, profile: Profile | None = None) -> JSONObject:
     """`preflight inspect train-step LOG`: keys `result` (rank 0's JSON or null), `failure`
     ({kind, message, rank} or null), `errors` (each rank's error line), `aborted_at_exit`."""
     out = parse_train_step(as_input(stream))
