@@ -23,6 +23,7 @@ from harness.cluster.checks import (
 )
 from harness.cluster.snapshot import ClusterView, cluster_off
 from harness.cluster.straggler import test_no_straggler_node
+from harness.settings import get_str
 from harness.topology import NodeCount, TopologyError, detect_topology
 
 __all__ = [
@@ -44,7 +45,7 @@ def cluster(node_count: NodeCount, environ: dict[str, str],
         not_applicable(f"single-node job (1 node, from {node_count.source}): no other node "
                        "to judge it with")
     if cluster_off(environ):
-        not_applicable(f"PREFLIGHT_CLUSTER={environ.get('PREFLIGHT_CLUSTER')}: node-local "
+        not_applicable(f"PREFLIGHT_CLUSTER={get_str('PREFLIGHT_CLUSTER', environ)}: node-local "
                        "checks only, no cluster verdict")
     try:
         topology = detect_topology(environ, sagemaker_config)

@@ -14,7 +14,7 @@ from typing import Any
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.verdict import FACT_KEYS, decide, node_summary
 from harness.report import Report
-from harness.results import CheckResult, Measurement
+from harness.results import CheckResult, Measurement, results
 
 GIB, MIB = 2**30, 2**20
 #: The certify sweep of PF-BW-001 (1 MiB to 16 GiB by 2x, as nccl-tests -b 1M -e 16G -f 2).
@@ -76,7 +76,8 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
         rep = Report(host=host, profile=PROFILE, profile_source="test", tier="certify",
                      started_at="2026-11-28T03:00:00+00:00",
                      finished_at="2026-11-28T03:09:00+00:00", duration_s=540.0)
-        rep.checks = node_checks(host, PEAK_GB_S * (0.97 + 0.02 * ((r * 7) % 3)), faults.get(r))
+        rep.checks = results(node_checks(host, PEAK_GB_S * (0.97 + 0.02 * ((r * 7) % 3)),
+                                         faults.get(r)))
         reports.append(rep)
     facts = {k: "same" for k in FACT_KEYS}
     snap: dict[str, Any] = {
@@ -99,7 +100,7 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
     if num_nodes > 1:
         verdict = decide(snap)
         for r, rep in enumerate(reports):
-            rep.checks = rep.checks + verdict.checks
+            rep.checks = rep.checks + results(verdict.checks)
             rep.extra["cluster"] = {**verdict.to_dict(), "num_nodes": num_nodes, "node_rank": r,
                                     "bandwidth": snap.get("bandwidth"),
                                     "isolation": snap.get("isolation")}

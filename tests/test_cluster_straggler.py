@@ -195,11 +195,13 @@ def test_a_node_publishes_its_busbw_gate_and_step_time():
 def test_node_summary_publishes_the_figures_of_its_report():
     from harness.cluster.snapshot import node_summary
     from harness.report import Report
+    from harness.results import results
 
     report = Report(host="node2", profile="local-cpu", profile_source="--profile",
                     tier="preflight")
-    report.checks = [{"id": "PF-BW-006", "outcome": "pass", "message": "", "measurements": [
+    report.checks = results([{"id": "PF-BW-006", "outcome": "pass", "message": "",
+                              "measurements": [
         {"what": "all_reduce busbw at 16 MiB", "value": 1.25, "unit": "GB/s", "op": ">=",
-         "threshold": 0.05, "ok": True}]}]
+         "threshold": 0.05, "ok": True}]}])
     summary = node_summary(report, rank=2, facts={}, env={})
     assert summary["figures"] == {"node_busbw_gb_s": 1.25, "step_time_s": None}
