@@ -71,6 +71,26 @@ def _result(run: TrainStepRun) -> dict[str, Any]:
     return run.output.result
 
 
+def _within_tolerance(result: dict[str, Any], what: str, value: float, key: str) -> None:
+    """Judge `value` against the recipe's tolerance. A tolerance from the error model, not yet
+    measured on a GPU (FP8/MXFP8: harness.probes.train_step.TOLERANCE_BASIS), cannot settle a
+    finite difference: above it is a warning with the reason until scripts/device-check has
+    measured the recipe; a non-finite difference fails whatever the basis."""
+    tolerance = result["tolerance"]
+    limit, basis = tolerance[key], str(tolerance.get("basis") or "")
+    if "unmeasured" in basis and isinstance(value, int | float) and math.isfinite(value):
+        ok = value <= limit
+        measure(what, value, op="<=", threshold=limit, ok=ok)
+        if not ok:
+            warn(f"{what} {value:.3g} is above the {result['recipe']} tolerance {limit:g}, an "
+                 f"estimate ({basis}): not a failure until measured",
+                 remedy="run scripts/device-check on a healthy node of this type to measure the "
+                 "recipe's tolerance; if the difference grows from run to run, treat it as a "
+                 "failure (drain the node, `dcgmi diag -r 3`)")
+        return
+    expect(what, value, "<=", limit, detail=f"{result['recipe']} tolerance")
+
+
 @check(
     "PF-TRAIN-001",
     title="Tiny FSDP training step completes on every rank and exits cleanly",
@@ -169,9 +189,8 @@ def test_train_loss_decreases(train_step: TrainStepRun):
 )
 def test_train_loss_matches_reference(train_step: TrainStepRun):
     result = _result(train_step)
-    expect("max relative loss difference from the unsharded reference",
-           result["loss_max_rel_diff"], "<=", result["tolerance"]["loss_rel"],
-           detail=f"{result['recipe']} tolerance")
+    _within_tolerance(result, "max relative loss difference from the unsharded reference",
+                      result["loss_max_rel_diff"], "loss_rel")
 
 
 @check(
@@ -185,9 +204,8 @@ def test_train_loss_matches_reference(train_step: TrainStepRun):
 def test_train_params_match_reference(train_step: TrainStepRun):
     result = _result(train_step)
     measure("max |param - reference|", result["param_max_abs_diff"])
-    expect("relative error of the parameter update vs the unsharded reference",
-           result["update_rel_diff"], "<=", result["tolerance"]["update_rel"],
-           detail=f"{result['recipe']} tolerance")
+    _within_tolerance(result, "relative error of the parameter update vs the unsharded reference",
+                      result["update_rel_diff"], "update_rel")
 
 
 @check(
