@@ -28,16 +28,19 @@ else:  # pragma: no cover
 
 #: The checks a fake GPU node cannot pass: they need torch with CUDA (the GPU matmul and HBM
 #: copy, the NCCL collective whose log the network checks read, the FSDP training step), and a
-#: CPU-only torch is all this machine has. -k of their function names (module test_training).
+#: CPU-only torch is all this machine has; the host-GPU copies, latency and clocks of the
+#: links and compute parts too. -k of their function names (module test_training).
 NEEDS_CUDA = ("test_training", "matmul", "hbm_copy", "ofi_plugin_loaded", "provider_is_efa",
               "network_not_socket", "net_channels_use_gdr", "ofi_nic_count",
-              "nccl_log_has_no_warnings")
+              "nccl_log_has_no_warnings", "host_gpu_copy_bandwidth", "small_message_latency",
+              "clocks_hold_under_load")
 WITHOUT_CUDA = " and ".join(f"not {name}" for name in NEEDS_CUDA)
 #: Run budget of the GPU-node runs that select most of the suite (two sessions, xdist workers on
 #: a loaded 2-core machine), s.
 GPU_RUN_BUDGET_S = 150.0
 CUDA_CHECKS = ("PF-GPU-013", "PF-GPU-014", "PF-GPU-015", *(f"PF-NET-{i:03d}" for i in range(6, 12)),
-               *(f"PF-TRAIN-{i:03d}" for i in range(1, 9)))
+               *(f"PF-TRAIN-{i:03d}" for i in range(1, 9)),
+               "PF-LINK-002", "PF-LINK-003", "PF-CLOCK-001")  # host copies, latency, clocks
 
 
 def _outside_env() -> dict[str, str]:
