@@ -142,7 +142,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--preflight-suite wants NAME=PATH, got {raw!r}")
         suites.append((name, Path(path).resolve()))
     config.stash[suites_key] = suites
-    if config.pluginmanager.hasplugin("timeout"):  # each check's deadline, for harness.proc
+    # pytest-timeout: "timeout" when autoloaded, its module's name when loaded with -p (the
+    # runner's sessions); each check's deadline, for harness.proc.
+    if any(config.pluginmanager.hasplugin(n) for n in ("timeout", "pytest_timeout")):
         config.pluginmanager.register(TimeoutHooks(), "preflight-deadlines")
     path = config.getoption("preflight_results")
     if path:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import proc
+from harness import proc, settings
 from harness.deadline import run_deadline_env
 from harness.profiles import Profile
 from harness.progress import Progress
@@ -85,11 +85,27 @@ class RunConfig:
         return list(self.suites) or resolve_suites(env=self.env)
 
 
+#: The pytest plugins every check session loads, by module: xdist (node-local checks in
+#: parallel) and pytest-timeout (--timeout), both required by the package.
+PLUGINS = ("xdist.plugin", "pytest_timeout")
+
+
+def _plugin_args(env: Mapping[str, str]) -> list[str]:
+    """`-p MODULE` for PLUGINS and the site's PREFLIGHT_PYTEST_PLUGINS (autoload is off)."""
+    names = [*PLUGINS, *(settings.get_list("PREFLIGHT_PYTEST_PLUGINS", env) or [])]
+    return [arg for name in dict.fromkeys(names) for arg in ("-p", name)]
+
+
 def _session_argv(suites: Sequence[Suite], *, tier: str, keyword: str | None,
-                  results: Path) -> list[str]:
+                  results: Path, env: Mapping[str, str]) -> list[str]:
     """The pytest argv every check session shares (suites, config, plugin, selection)."""
     argv = [sys.executable, "-m", "pytest", *(str(s.path) for s in suites),
             "-c", str(_INI), "--rootdir", str(suites[0].path.parent),
+            # Only the plugins the gate needs: an image's other pytest plugins (hypothesis,
+            # pytest-cov, a broken one) neither slow every session nor change what it does
+            # (PYTEST_DISABLE_PLUGIN_AUTOLOAD in _child_env; a site suite names its own in
+            # PREFLIGHT_PYTEST_PLUGINS).
+            *_plugin_args(env),
             "-p", "harness.plugin", "-p", "no:cacheprovider",
             # A site check file that does not import is a harness error naming it; the other
             # checks still run, so the report says everything it can.
@@ -120,7 +136,8 @@ def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
     the exclusive ones (collectives, bandwidth) alone. Each session selects the same checks
     and the plugin keeps its phase's share (--preflight-phase)."""
     base = [
-        *_session_argv(cfg.resolved_suites(), tier=cfg.tier, keyword=cfg.keyword, results=results),
+        *_session_argv(cfg.resolved_suites(), tier=cfg.tier, keyword=cfg.keyword, results=results,
+                       env=cfg.env),
         "--preflight-profile", cfg.profile.name,
         "--preflight-profile-json", str(cfg.report_dir / PROFILE_FILE),
         "--preflight-sysroot", str(cfg.sysroot),
@@ -154,6 +171,7 @@ def _importable(env: Mapping[str, str]) -> dict[str, str]:
     env = dict(env)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plugins come by name (_plugin_args)
     return env
 
 
@@ -310,11 +328,12 @@ def collect_checks(
     found = Collection(problems=missing_pieces(suites))
     if found.problems:
         return found
+    env = os.environ if env is None else env
     with tempfile.TemporaryDirectory(prefix="preflight-list-") as tmp:
         results = Path(tmp) / "results.jsonl"
-        argv = [*_session_argv(suites, tier=tier, keyword=keyword, results=results),
+        argv = [*_session_argv(suites, tier=tier, keyword=keyword, results=results, env=env),
                 "--collect-only", "-q", "--preflight-phase", "checks"]
-        res = proc.run(argv, timeout_s=timeout_s, env=_importable(env or os.environ), cwd=tmp)
+        res = proc.run(argv, timeout_s=timeout_s, env=_importable(env), cwd=tmp)
         events = load_events(results)
     said = error_lines(res.output[-_PHASE_OUTPUT_BYTES:])
     if res.error or res.timed_out:

@@ -73,6 +73,8 @@ SETTINGS: tuple[Setting, ...] = (
        "the NIC (docs/network.md)"),
     _s("EXTRA_CHECKS", list, None, "site check folders (colon-separated) beside the built-in suite",
        sep=":"),
+    _s("PYTEST_PLUGINS", list, None, "pytest plugins (modules, comma-separated) the check "
+       "sessions load beside xdist and pytest-timeout (others are not autoloaded)", sep=","),
     _s("SUITE", str, None, "replace the built-in suite with another check folder"),
     _s("SYSROOT", Path, "/", "read /sys, /proc and /dev under this root (tests, debugging)"),
     _s("OPT_ML", Path, "/opt/ml", "SageMaker's /opt/ml read from this folder"),

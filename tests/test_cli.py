@@ -445,3 +445,27 @@ def test_an_incomplete_install_is_a_harness_error_naming_the_file(tmp_path, exec
     assert _report(tmp_path / "r")["harness_errors"] == [
         f"gpu-preflight is incomplete: the check sessions' pytest configuration "
         f"{tmp_path / 'gone' / 'checks.ini'} is missing (reinstall the package)"]
+
+
+def test_the_images_pytest_plugins_are_not_loaded_unless_named(tmp_path, execs, monkeypatch):
+    """An installed pytest plugin that breaks on import (or only slows every session) does not
+    reach the check sessions; one named in PREFLIGHT_PYTEST_PLUGINS is loaded."""
+    site = tmp_path / "site"
+    dist = site / "broken_plugin-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nbroken = broken_plugin_xyz\n")
+    (site / "broken_plugin_xyz.py").write_text("raise RuntimeError('broken plugin imported')\n")
+    (site / "named_plugin_xyz.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['NAMED_PLUGIN_MARK']).write_text(str(os.getpid()))\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setenv("PREFLIGHT_PYTEST_PLUGINS", "named_plugin_xyz")
+    monkeypatch.setenv("NAMED_PLUGIN_MARK", str(tmp_path / "named-loaded"))
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-ENV-001", "--",
+                   "echo", "ok"])
+    report = _report(tmp_path / "r")
+    assert (rc, report["verdict"], report["harness_errors"]) == (cli.EXIT_OK, "pass", [])
+    assert [c["id"] for c in report["checks"]] == ["PF-ENV-001"]
+    assert (tmp_path / "named-loaded").is_file()
