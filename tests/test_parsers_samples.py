@@ -3,9 +3,10 @@
 
 A sample is two files: `X` (real output; its origin in a SOURCES.md / README.md of its folder
 or tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {key: value or
-matcher}, `expect_paths` {dotted.path: value}; `expect_new`: facts no key holds yet, not
-tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or
-`{"count_min": n}`. A fact the parsers do not meet yet is named in the sample's own `gaps`
+matcher}, `expect_paths` {dotted.path: value}, the value `"<absent>"` meaning no such key;
+`profile`: the profile the kind judges against, `local-cpu` unless named; `expect_new`: facts
+no key holds yet, not tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`,
+`{"count": n}` or `{"count_min": n}`. A fact the parsers do not meet yet is named in the sample's own `gaps`
 {fact or "*": what it would take}: a strict xfail, so meeting it fails the test until the gap is
 taken off. Files under tests/data whose expectation still lives in a test module are listed,
 with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
@@ -47,7 +48,8 @@ def _cases() -> list[Any]:
             key = fact.removeprefix("path:")
             gap = gaps.get(key) or gaps.get("*")
             marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
-            cases.append(pytest.param(spec["kind"], sample, fact, want, marks=marks,
+            cases.append(pytest.param(spec["kind"], sample, fact, want, spec.get("profile"),
+                                      marks=marks,
                                       id=f"{sample.parent.name}/{sample.name}:{key}"))
     return cases
 
@@ -55,11 +57,12 @@ def _cases() -> list[Any]:
 _RESULTS: dict[Path, dict[str, Any] | None] = {}
 
 
-def _inspect(kind: str, sample: Path) -> dict[str, Any] | None:
+def _inspect(kind: str, sample: Path, profile: str | None = None) -> dict[str, Any] | None:
     if sample not in _RESULTS:
         with sample.open(encoding="utf-8", errors="replace", newline="") as fh:
             try:
-                _RESULTS[sample] = inspect_kinds()[kind](fh, profile=get_profile("local-cpu"))
+                _RESULTS[sample] = inspect_kinds()[kind](
+                    fh, profile=get_profile(profile or "local-cpu"))
             except ParseError:
                 _RESULTS[sample] = None
     return _RESULTS[sample]
@@ -93,9 +96,9 @@ def _matches(want: Any, got: Any) -> bool:
     return bool(want == got)
 
 
-@pytest.mark.parametrize(("kind", "sample", "fact", "want"), _cases())
-def test_sample_fact(kind: str, sample: Path, fact: str, want: Any):
-    result = _inspect(kind, sample)
+@pytest.mark.parametrize(("kind", "sample", "fact", "want", "profile"), _cases())
+def test_sample_fact(kind: str, sample: Path, fact: str, want: Any, profile: str | None):
+    result = _inspect(kind, sample, profile)
     assert result is not None, f"{sample.name}: nothing recognised"
     got = _get(result, fact.removeprefix("path:")) if fact.startswith("path:") else result.get(
         fact, "<absent>")
