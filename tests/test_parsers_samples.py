@@ -6,10 +6,11 @@ or tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {ke
 matcher}, `expect_paths` {dotted.path: value}, the value `"<absent>"` meaning no such key;
 `profile`: the profile the kind judges against, `local-cpu` unless named; `expect_new`: facts
 no key holds yet, not tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`,
-`{"count": n}` or `{"count_min": n}`. A fact the parsers do not meet yet is named in the sample's own `gaps`
-{fact or "*": what it would take}: a strict xfail, so meeting it fails the test until the gap is
-taken off. Files under tests/data whose expectation still lives in a test module are listed,
-with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
+`{"count": n}` or `{"count_min": n}` (of a list), or `{"contains": s}` (of a text). A fact the
+parsers do not meet yet is named in the sample's own `gaps` {fact or "*": what it would take}:
+a strict xfail, so meeting it fails the test until the gap is taken off. Files under tests/data
+whose expectation still lives in a test module are listed, with that module, in
+tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def _matches(want: Any, got: Any) -> bool:
     if isinstance(want, dict) and len(want) == 1:
         (op, arg), = want.items()
         texts = [json.dumps(i).lower() for i in got] if isinstance(got, list) else None
+        if op == "contains":
+            return isinstance(got, str) and arg in got
         if op == "any_contains":
             return texts is not None and any(arg.lower() in t for t in texts)
         if op == "none_contains":
