@@ -2,15 +2,17 @@
 (data, not code), and the rule that every sample file has its source and its expectation.
 
 A sample is two files: `X` (real output; its origin in a SOURCES.md / README.md of its folder
-or tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {key: value or
-matcher}, `expect_paths` {dotted.path: value}, the value `"<absent>"` meaning no such key;
-`profile`: the profile the kind judges against, `local-cpu` unless named; `expect_new`: facts
-no key holds yet, not tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`,
-`{"count": n}` or `{"count_min": n}` (of a list), or `{"contains": s}` (of a text). A fact the
-parsers do not meet yet is named in the sample's own `gaps` {fact or "*": what it would take}:
-a strict xfail, so meeting it fails the test until the gap is taken off. Files under tests/data
-whose expectation still lives in a test module are listed, with that module, in
-tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
+or tests/samples/SOURCES.md) and `X.expect.json` (`kind`: a `preflight inspect` kind, or for
+files no inspect kind reads one of tests/sample_readers.py PROBE_READERS (a probe's parser);
+`source`; `expect` {key: value or matcher}; `expect_paths` {dotted.path: value}, the value
+`"<absent>"` meaning no such key; `profile`: the profile the kind judges against, `local-cpu`
+unless named; `expect_new`: facts no key holds yet, not tested). A matcher is
+`{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or `{"count_min": n}` (of a
+list), or `{"contains": s}` (of a text). A fact the parsers do not meet yet is named in the
+sample's own `gaps` {fact or "*": what it would take}: a strict xfail, so meeting it fails the
+test until the gap is taken off. Files under tests/data whose expectation still lives in a test
+module are listed, with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only
+shrinks).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 
 from harness.parsers import ParseError, inspect_kinds
 from harness.profiles import get_profile
+from tests.sample_readers import PROBE_READERS
 
 TESTS = Path(__file__).parent
 SAMPLES = TESTS / "samples"
@@ -59,6 +62,11 @@ _RESULTS: dict[Path, dict[str, Any] | None] = {}
 
 
 def _inspect(kind: str, sample: Path, profile: str | None = None) -> dict[str, Any] | None:
+    if sample not in _RESULTS and kind in PROBE_READERS:
+        try:
+            _RESULTS[sample] = PROBE_READERS[kind](sample)
+        except (ValueError, OSError):
+            _RESULTS[sample] = None
     if sample not in _RESULTS:
         with sample.open(encoding="utf-8", errors="replace", newline="") as fh:
             try:
@@ -182,7 +190,7 @@ def test_expectations_in_code_only_shrink():
 
 
 def test_every_expectation_names_a_kind_a_source_and_its_sample():
-    kinds = inspect_kinds()
+    kinds = {*inspect_kinds(), *PROBE_READERS}
     for exp in _expectations():
         spec = json.loads(exp.read_text(encoding="utf-8"))
         sample = exp.with_name(exp.name.removesuffix(".expect.json"))
