@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.parsers import ParseError
 from harness.parsers.host import mount_kind, parse_chronyc_tracking, parse_mounts, parse_timedatectl
+from harness.parsers.rdma_bench import parse_fabtests, parse_perftest
 from harness.probes import network
 
 
@@ -73,6 +75,24 @@ def _plugin_strings(sample: Path) -> dict[str, Any]:
                                  lambda root: network.find_ofi_nccl({}, root)))
 
 
+def _fabtests(sample: Path) -> dict[str, Any]:
+    try:
+        table = parse_fabtests(sample.read_text(encoding="utf-8"))
+    except ParseError as exc:
+        return {"error": str(exc)}
+    return {**dataclasses.asdict(table), "peak_gbit_per_s": table.peak_gbit_per_s(),
+            "latency_us": table.latency_us(), "error": None}
+
+
+def _perftest(sample: Path) -> dict[str, Any]:
+    try:
+        result = parse_perftest(sample.read_text(encoding="utf-8"))
+    except ParseError as exc:
+        return {"error": str(exc)}
+    return {**dataclasses.asdict(result), "avg_gbit_per_s": result.avg_gbit_per_s(),
+            "error": None}
+
+
 #: kind -> reader(sample path) -> result dict.
 PROBE_READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "host-chronyc-tracking": _chronyc,  # harness.parsers.host.parse_chronyc_tracking
@@ -82,4 +102,6 @@ PROBE_READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "host-proc-modules": _modules,  # harness.probes.network.loaded_modules
     "efa-installed-packages": _installed_packages,  # harness.probes.network.find_ofi_nccl
     "ofi-nccl-plugin-strings": _plugin_strings,  # harness.probes.network.find_ofi_nccl
+    "fabtests": _fabtests,  # harness.parsers.rdma_bench.parse_fabtests ({"error"}: ParseError)
+    "perftest": _perftest,  # harness.parsers.rdma_bench.parse_perftest ({"error"}: ParseError)
 }
