@@ -75,22 +75,18 @@ def _plugin_strings(sample: Path) -> dict[str, Any]:
                                  lambda root: network.find_ofi_nccl({}, root)))
 
 
-def _fabtests(sample: Path) -> dict[str, Any]:
-    try:
-        table = parse_fabtests(sample.read_text(encoding="utf-8"))
-    except ParseError as exc:
-        return {"error": str(exc)}
-    return {**dataclasses.asdict(table), "peak_gbit_per_s": table.peak_gbit_per_s(),
-            "latency_us": table.latency_us(), "error": None}
+def _bench(parse: Callable[[str], Any], *derived: str) -> Callable[[Path], dict[str, Any]]:
+    """A reader of `parse`'s result: its fields, its `derived` methods' values, and `error`
+    (the ParseError's message, the only key when it raised)."""
+    def read(sample: Path) -> dict[str, Any]:
+        try:
+            result = parse(sample.read_text(encoding="utf-8"))
+        except ParseError as exc:
+            return {"error": str(exc)}
+        return {**dataclasses.asdict(result), **{d: getattr(result, d)() for d in derived},
+                "error": None}
 
-
-def _perftest(sample: Path) -> dict[str, Any]:
-    try:
-        result = parse_perftest(sample.read_text(encoding="utf-8"))
-    except ParseError as exc:
-        return {"error": str(exc)}
-    return {**dataclasses.asdict(result), "avg_gbit_per_s": result.avg_gbit_per_s(),
-            "error": None}
+    return read
 
 
 #: kind -> reader(sample path) -> result dict.
@@ -102,6 +98,6 @@ PROBE_READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "host-proc-modules": _modules,  # harness.probes.network.loaded_modules
     "efa-installed-packages": _installed_packages,  # harness.probes.network.find_ofi_nccl
     "ofi-nccl-plugin-strings": _plugin_strings,  # harness.probes.network.find_ofi_nccl
-    "fabtests": _fabtests,  # harness.parsers.rdma_bench.parse_fabtests ({"error"}: ParseError)
-    "perftest": _perftest,  # harness.parsers.rdma_bench.parse_perftest ({"error"}: ParseError)
+    "fabtests": _bench(parse_fabtests, "peak_gbit_per_s", "latency_us"),
+    "perftest": _bench(parse_perftest, "avg_gbit_per_s"),  # harness.parsers.rdma_bench
 }
