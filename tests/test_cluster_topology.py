@@ -215,24 +215,17 @@ def _env_file(name: str) -> dict[str, str]:
     return parse_env_dump((DATA / name).read_text()).variables
 
 
-# Real launcher environments and resource configs (tests/data/topology/SOURCES.md), read by hand:
-# (env file, resourceconfig file, variables added on top, expected tuple or error text).
+# Real launcher environments and resource configs (tests/data/topology/SOURCES.md) combined
+# (an env with its resourceconfig.json, or variables a dump filtered out added on top), read by
+# hand: (env file, resourceconfig file, variables added on top, expected tuple or error text).
+# What each file alone gives is in its X.expect.json (tests/test_parsers_samples.py).
 REAL = [
-    # The sbatch script runs on gnode10 only: rank 0 "of 4" would wait for 3 nodes forever.
-    ("real_slurm_sbatch_batch_script_4nodes.env", None, {},
-     "this is the sbatch batch script, which runs on the first of the job's 4 nodes"),
     # mpirun rank 2 of 4, two per node (rank 2 is the second host's first process).
-    ("real_ompi_rank2_of_4_second_node.env", None, {},
-     "Open MPI job of 2 nodes (OMPI_COMM_WORLD_SIZE=4, OMPI_COMM_WORLD_LOCAL_SIZE=2), but "
-     "MASTER_ADDR is unset"),
     ("real_ompi_rank2_of_4_second_node.env", None, {"MASTER_ADDR": "node-a"},
      (1, 2, "node-a", DEFAULT_PORT, "Open MPI (OMPI_COMM_WORLD_*)", (), 0)),
     ("real_ompi_rank3_of_4_local1.env", None, {"MASTER_ADDR": "node-a"},
      (1, 2, "node-a", DEFAULT_PORT, "Open MPI (OMPI_COMM_WORLD_*)", (), 1)),
-    # SageMaker toolkit variables only (no resourceconfig.json readable), then with the file.
-    ("real_sagemaker_containers_readme_2hosts.env", None, {},
-     (0, 2, "algo-1", DEFAULT_PORT, "SageMaker SM_HOSTS/SM_CURRENT_HOST", ("algo-1", "algo-2"),
-      0)),
+    # SageMaker toolkit variables with the resourceconfig.json.
     ("real_sagemaker_containers_readme_2hosts.env",
      "real_sagemaker_containers_readme_resourceconfig.json", {},
      (0, 2, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json", ("algo-1", "algo-2"), 0)),
@@ -247,16 +240,6 @@ REAL = [
      {"OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
       "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"},
      "SM_CURRENT_HOST cannot be trusted under SageMaker's mpirun"),
-    # srun -N 2 -n 4 (HP-MPI's `mpirun -srun`): two tasks per node, the second of each node.
-    ("real_slurm_srun_N2_n4_node1_task1.env", None, {},
-     (0, 2, "node1", DEFAULT_PORT, "Slurm", ("node1", "node2"), 1)),
-    ("real_slurm_srun_N2_n4_node2_task3.env", None, {},
-     (1, 2, "node1", DEFAULT_PORT, "Slurm", ("node1", "node2"), 1)),
-    # `salloc -N 2 -n 4 mpirun` (Open MPI 1.4.3): a rank on node1 sees the 1-node srun step
-    # that started its orted; a rank on node2 (mpirun's own node) sees only the allocation.
-    ("real_slurm_openmpi143_salloc_node1_rank3.env", None, {}, None),
-    ("real_slurm_openmpi143_salloc_node2_rank1.env", None, {},
-     "SLURM_JOB_NUM_NODES/SLURM_NNODES=2 but SLURM_NODEID and SLURM_STEP_ID are unset"),
     # The same processes with the Open MPI variables that the dumps filtered out ("I'm 3 of 4 on
     # node1", "I'm 1 of 4 on node2"; ranks 0-1 ran on node2): Open MPI's view wins over Slurm's.
     ("real_slurm_openmpi143_salloc_node1_rank3.env", None,
@@ -267,9 +250,6 @@ REAL = [
      {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
       "OMPI_COMM_WORLD_LOCAL_RANK": "1", "MASTER_ADDR": "node2"},
      (0, 2, "node2", DEFAULT_PORT, "Open MPI (OMPI_COMM_WORLD_*)", (), 1)),
-    # Heterogeneous cluster: every host of every instance group takes part.
-    (None, "real_sagemaker_hetero_data_group_resourceconfig.json", {},
-     (0, 2, "algo-1", DEFAULT_PORT, "SageMaker resourceconfig.json", ("algo-1", "algo-2"), 0)),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Host readiness (issue 16): the parsers on recorded real outputs, the probes on fake sysroots
+"""Host readiness (issue 16): the parsers on crafted and broken outputs (what each recorded real
+output under tests/data/host gives is in its X.expect.json), the probes on fake sysroots
 and on a statvfs child that hangs or prints garbage, and checks/test_host.py end to end."""
 
 from __future__ import annotations
@@ -21,52 +22,18 @@ from harness.probes import host
 from tests.conftest import facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "host"
-
-
-def _read(name: str) -> str:
-    return (DATA / name).read_text()
-
-
-def test_mounts_real_rows_and_kinds():
-    efs = parse_mounts(_read("real_mounts_efs_nfs4_mtab.txt"))
-    assert [(m.point, m.fstype, mount_kind(m)) for m in efs] == [
-        ("/home/ec2-user/dockerserver", "nfs4", "EFS")]
-    tls = parse_mounts(_read("real_mounts_efs_utils_tls_stunnel.txt"))
-    assert [(m.device, mount_kind(m), m.network) for m in tls] == [("127.0.0.1:/", "EFS", True)]
-    generic = [m for m in parse_mounts(_read("real_mounts_generic_nfs4.txt")) if m.network]
-    assert [(m.point, mount_kind(m)) for m in generic] == [("/opt/IOT", "NFS")]
-    azure = parse_mounts(_read("real_mounts_azure_files_nfs4_nconnect.txt"))
-    assert [mount_kind(m) for m in azure if m.network] == ["NFS"]
-
-
 def test_mounts_octal_escapes_and_lustre():
     rows = parse_mounts("fs-1.fsx.us-east-1.amazonaws.com@tcp:/abc /fsx\\040data lustre "
                         "rw,noatime,flock 0 0\nshort line\n")
     assert [(m.point, mount_kind(m)) for m in rows] == [("/fsx data", "FSx for Lustre")]
 
 
-def test_chronyc_tracking_fast_and_slow():
-    fast = parse_chronyc_tracking(_read("real_clock_chronyc_tracking_scale_network_121.txt"))
-    assert (fast.offset_s, fast.stratum, fast.synchronized) == (0.000260112, 3, True)
-    slow = parse_chronyc_tracking(_read("real_clock_chronyc_tracking_rockstor_2098_slow.txt"))
-    assert slow.offset_s == -0.000052616
+def test_chronyc_tracking_unsynchronised_and_errors():
     unsynced = parse_chronyc_tracking("Reference ID    : 00000000 ()\nStratum : 0\n"
                                       "Leap status     : Not synchronised\n")
     assert (unsynced.synchronized, unsynced.offset_s) == (False, None)
     with pytest.raises(ValueError):
         parse_chronyc_tracking("506 Cannot talk to daemon\n")
-
-
-@pytest.mark.parametrize(("name", "synced"), [
-    ("real_clock_timedatectl_systemd_v235_format_dietpi_1661.txt", True),
-    ("real_clock_timedatectl_unsynced_ntp_inactive_bigtreetech_188.txt", False),
-    ("real_clock_timedatectl_synced_ntp_active_xen_api_6743.txt", True),
-    ("real_clock_timedatectl_chrony_NTP_service_NA_nixpkgs_48917.txt", True),
-    ("real_clock_timedatectl_old_format_pre_v235_deis_2563.txt", True),
-])
-def test_timedatectl_all_formats(name: str, synced: bool):
-    assert parse_timedatectl(_read(name)) is synced
 
 
 def test_timedatectl_without_dbus_is_unknown():

@@ -1,4 +1,5 @@
-"""Kernel-log XID parser over recorded logs (tests/data/kernel_log, see SOURCES.md)."""
+"""Kernel-log XID parser: behaviour on crafted lines and on recorded logs cut or noised. What each
+recorded log (tests/data/kernel_log) says is in its X.expect.json (tests/test_parsers_samples.py)."""
 
 from __future__ import annotations
 
@@ -11,122 +12,6 @@ from harness.parsers import ParseError
 from harness.parsers.kernel_log import parse_kernel_log
 
 DATA = Path(__file__).parent / "data" / "kernel_log"
-
-
-@pytest.mark.parametrize(("name", "events"), [
-    ("dmesg-old-xid32.txt", [(32, "0000:01:00", None, None, MONITOR, "1399.140323"),
-                             (32, "0000:01:00", None, None, MONITOR, "1399.140655")]),
-    ("syslog-xid13-31-pid-name.txt", [
-        (13, "0000:af:00", 108743, "python", MONITOR, "Jun 10 03:09:55"),
-        (31, "0000:af:00", 108743, "python", MONITOR, "Jun 10 03:09:55"),
-        (31, "0000:01:00", 80798, "llama-server", MONITOR, "May 15 08:57:36")]),
-    ("journal-xid13-unknown-pid-truncated.txt", [
-        (13, "0000:08:00", None, None, MONITOR, None)] * 2),
-    ("journal-short-iso-p5-faults-constructed.txt", [
-        (48, "0000:53:00", 41233, "python", RESET, "2024-10-01T09:14:40+0000"),
-        (63, "0000:53:00", None, None, MONITOR, "2024-10-01T09:14:40+0000"),
-        (79, "0000:64:00", 41240, "python", REBOOT, "2024-10-01T09:20:02+0000"),
-        (94, "0000:75:00", 41251, "python", MONITOR, "2024-10-01T09:20:05+0000")]),
-    ("dmesg-fallen-off-bus-no-xid.txt", [(79, "0000:b3:00.0", None, None, REBOOT, "1843.308145")]),
-    ("real_dmesg-T-xid13-109-31-pt_main_thread.txt", [
-        (13, "0000:cb:00", None, None, MONITOR, "Fri Aug 30 11:43:09 2024")] * 3 + [
-        (109, "0000:cb:00", 1797828, "pt_main_thread", RESET, "Fri Aug 30 11:43:14 2024"),
-        (31, "0000:cb:00", 626486, "pt_main_thread", MONITOR, "Sat Aug 31 07:06:03 2024"),
-        (109, "0000:cb:00", 1158578, "pt_main_thread", RESET, "Sat Aug 31 08:53:21 2024")]),
-    # syslog lines that also carry the kernel's uptime; each line of the message is prefixed.
-    ("real_syslog-kernel-uptime-fallen-off-bus-multiline.txt", [
-        (79, "0000:5d:00.0", None, None, REBOOT, "Jan  3 07:39:45")]),
-    # The driver prints `NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.` next to the Xid 79
-    # line: one event, not two.
-    ("real_dmesg-xid79-with-gpu-fallen-line.txt", [
-        (79, "0000:5d:00", None, None, REBOOT, "4254.197860")]),
-    ("real_journal-xid79-fallen-line-xid44.txt", [
-        (79, "0000:01:00", None, None, REBOOT, "Nov 07 18:17:15"),
-        (44, "0000:01:00", 12348, "tf_cnn_benchmar", MONITOR, "Nov 07 18:17:15")]),
-    # Old drivers: `NVRM: GPU at 0000:01:00.0 has fallen off the bus.` alone (printed twice).
-    ("real_dmesg-old-gpu-at-fallen-off-bus-no-xid.txt", [
-        (79, "0000:01:00.0", None, None, REBOOT, "49.261458")]),
-    # `dmesg -H` deltas (`[  +0.000033]`) are not times; PCI domain 0002.
-    ("real_dmesg-reltime-fallen-off-bus-domain-0002.txt", [
-        (79, "0002:21:00.0", None, None, REBOOT, None)]),
-    ("real_dmesg-xid79-nvswitch-sxid-20034.txt", [
-        (79, "0000:91:00", None, None, REBOOT, "6781741.548779")]),
-    # Blackwell DBE: 48 without and with pid, 171 (its DRAM detail), 63, and 154 naming the
-    # action the driver wants (Drain and Reset).
-    ("real_journal-xid48-171-63-154-drain-and-reset.txt", [
-        (48, "0000:55:00", None, None, RESET, "Aug 10 15:36:05"),
-        (171, "0000:55:00", None, None, MONITOR, "Aug 10 15:36:05"),
-        (48, "0000:55:00", 2187734, "python", RESET, "Aug 10 15:36:05"),
-        (63, "0000:55:00", 2187734, "python", MONITOR, "Aug 10 15:36:05"),
-        (154, "0000:55:00", None, None, RESET, "Aug 10 15:36:05")]),
-    ("real_dmesg-T-xid119-gsp-timeout-xe9680.txt", [
-        (119, "0000:9b:00", 2024380, "nvidia-smi", RESET, "Sun Feb 23 16:24:18 2025"),
-        (119, "0000:9b:00", 2024380, "nvidia-smi", RESET, "Sun Feb 23 16:24:24 2025"),
-        (119, "0000:9b:00", 2024380, "nvidia-smi", RESET, "Sun Feb 23 16:24:30 2025"),
-        (119, "0000:9b:00", 1263500, "cache_mgr_main", RESET, "Sun Feb 23 16:27:12 2025"),
-        (119, "0000:9b:00", 1240590, "gpud", RESET, "Sun Feb 23 16:30:13 2025")]),
-    # GB200 (PCI domains 0008/0009/0018/0019): fatal NVLink5 Xid 149, then 154s.
-    ("real_kmsg-gb200-nvlink5-xid149-154.txt", [
-        (149, "0009:01:00", None, None, RESET, "171167.620236"),
-        (154, "0009:01:00", None, None, RESET, "171167.621162"),
-        (149, "0008:01:00", None, None, RESET, "171167.630899"),
-        (154, "0019:01:00", None, None, RESET, "171167.897562"),
-        (149, "0009:01:00", None, None, RESET, "171167.969026"),
-        (149, "0009:01:00", None, None, RESET, "171168.109293"),
-        (149, "0008:01:00", None, None, RESET, "171168.409446"),
-        (154, "0018:01:00", None, None, RESET, "171168.537473"),
-        (154, "0008:01:00", None, None, RESET, "171168.601459")]),
-    ("real_kmsg-nvlink5-nonfatal-xid144-145.txt", [
-        (144, "0000:01:00", None, None, MONITOR, None),
-        (145, "0018:01:00", None, None, MONITOR, None),
-        (149, "0019:01:00", None, None, RESET, None)]),
-    ("real_dmesg-T-xid43-31-94-contained-h100.txt", [
-        (43, "0000:00:05", 1045242, "pt_main_thread", MONITOR, "Wed Jul 31 23:14:18 2024"),
-        (43, "0000:00:05", 1084984, "pt_main_thread", MONITOR, "Wed Jul 31 23:15:26 2024"),
-        (31, "0000:00:07", 2512125, "python3.10", MONITOR, "Mon Aug  5 03:54:13 2024"),
-        (94, "0000:00:08", None, None, MONITOR, "Fri Aug  9 13:32:56 2024")]),
-    # A MIG GPU's Xid names its instance inside the parentheses; 95 says RST: Yes.
-    ("nvidia-doc_xid94-95-mig-and-rst-flags.txt", [
-        (94, "0000:01:00", 7194, None, MONITOR, None),
-        (94, "0000:01:00", 7062, None, MONITOR, None),
-        (95, "0000:01:00", 7062, None, REBOOT, None),
-        (95, "0000:37:00", 5171, None, REBOOT, None)]),
-    # talosctl dmesg: `host: kern: warning: [ISO]: ...`; 8x A100 SXM4 with NVSwitch, vLLM.
-    ("real_talos-xid62-45-74-154-nvswitch-a100.txt", [
-        (62, "0000:48:00", None, None, RESET, "2026-04-22T21:25:20.505406921Z"),
-        (45, "0000:48:00", 22884, "VLLM::Worker", MONITOR, "2026-04-22T21:26:20.599488292Z"),
-        (45, "0000:48:00", 22884, "VLLM::Worker", MONITOR, "2026-04-22T21:26:20.599595837Z"),
-        (74, "0000:48:00", 22884, "VLLM::Worker_TP", RESET, "2026-04-22T21:26:20.599716692Z"),
-        (154, "0000:48:00", None, None, RESET, "2026-04-22T21:26:20.695845708Z")]),
-    # `kernel: ` prefix only; GB200 Xid 45s caused by NVLink5 Xids whose lines (and severity)
-    # were not kept: watched.
-    ("real_kernel-prefix-xid45-caused-by-145-149.txt", [
-        (45, "0000:dc:00", 1818990, "python3", MONITOR, None),
-        (45, "0000:ed:00", 1818992, "python3", MONITOR, None),
-        (45, "0000:ba:00", 1818989, "python3", MONITOR, None),
-        (45, "0000:97:00", 1818987, "python3", MONITOR, None),
-        (45, "0000:dc:00", 1818990, "python3", MONITOR, None),
-        (45, "0000:ba:00", 1818989, "python3", MONITOR, None),
-        (45, "0000:ed:00", 1818992, "python3", MONITOR, None)]),
-    ("real_kmsg-xid79-154-node-reboot-required.txt", [
-        (79, "0000:04:00", None, None, REBOOT, None),
-        (154, "0000:04:00", None, None, REBOOT, None)]),
-])
-def test_xid_events(name: str, events: list):
-    log = parse_kernel_log((DATA / name).read_text())
-    assert [(e.xid, e.pci, e.pid, e.process, e.action, e.time) for e in log.events] == events
-
-
-def test_nvswitch_sxid_lines():
-    log = parse_kernel_log((DATA / "real_dmesg-xid79-nvswitch-sxid-20034.txt").read_text())
-    # Only the first line of each SXid (Fatal / Non-fatal) is an event; `Severity ...` and
-    # `Data {...}` lines are its details.
-    assert [(e.sxid, e.switch, e.pci, e.fatal, e.message, e.time) for e in log.sxid_events] == [
-        (20034, 1, "0000:06:00.0", True, "Link 48 LTSSM Fault Up", "6781753.400584"),
-        (20034, 0, "0000:05:00.0", True, "Link 63 LTSSM Fault Up", "6781753.404587"),
-        (20034, 2, "0000:07:00.0", True, "Link 37 LTSSM Fault Up", "6781753.407899"),
-        (20034, 0, "0000:05:00.0", True, "Link 62 LTSSM Fault Up", "6781753.408138"),
-    ]
 
 
 @pytest.mark.parametrize(("line", "pci", "time"), [
@@ -161,13 +46,6 @@ def test_fallen_line_before_its_xid_line_is_one_event():
                                                             (79, "0000:86:00.0", None)]
 
 
-def test_messages():
-    log = parse_kernel_log((DATA / "journal-short-iso-p5-faults-constructed.txt").read_text())
-    assert log.events[2].message == "GPU has fallen off the bus."
-    old = parse_kernel_log((DATA / "dmesg-old-xid32.txt").read_text())
-    assert old.events[0].message == "Channel ID 00000009 intr 00800000"
-
-
 def test_the_issue_line_without_prefix():
     line = "NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has fallen off the bus."
     (e,) = parse_kernel_log(line).events
@@ -193,15 +71,6 @@ def test_dmesg_time_formats(line: str, time: str):
 ])
 def test_clean_logs_in_every_time_format_are_kernel_logs(text: str):
     assert parse_kernel_log(text).num_lines == 1
-
-
-@pytest.mark.parametrize(("name", "num_lines"), [
-    ("real_dev-kmsg-clean-nvswitch.txt", 6),
-    ("real_dmesg-decode-iso-clean-nccl-segfault.txt", 2),
-])
-def test_clean_real_logs_in_other_forms_are_kernel_logs(name: str, num_lines: int):
-    log = parse_kernel_log((DATA / name).read_text())
-    assert (log.events, log.num_lines) == ((), num_lines)
 
 
 @pytest.mark.parametrize(("line", "time"), [
@@ -288,12 +157,6 @@ REAL_CLEAN = sorted(p.name for p in DATA.glob("*.txt"))
 
 
 @pytest.mark.parametrize("name", REAL_CLEAN)
-def test_every_recorded_log_is_recognised(name: str):
-    """No real log, healthy or not, is refused as 'not a kernel log'."""
-    assert parse_kernel_log((DATA / name).read_text()).num_lines > 0
-
-
-@pytest.mark.parametrize("name", REAL_CLEAN)
 def test_a_truncated_real_log_is_still_a_kernel_log(name: str):
     text = (DATA / name).read_text()
     assert parse_kernel_log(text[: len(text) * 2 // 3]).num_lines > 0  # cut mid-line
@@ -361,33 +224,6 @@ def test_line_kinds(line: str, kind: str):
     from harness.parsers.kernel_log_format import classify
 
     assert classify(line).kind == kind
-
-
-@pytest.mark.parametrize(("name", "first_time", "from_boot"), [
-    ("real_dmesg-T-clean-boot-banner-kvm.txt", "Thu Jul 18 16:03:50 2024", True),
-    ("real_journal-short-iso-clean-no-boot-calico.txt", "2025-01-17T17:10:43+0000", False),
-    ("real_dmesg-xid79-nvswitch-sxid-20034.txt", "6781741.548768", False),  # wrapped ring buffer
-    ("journal-json-xid79-constructed.txt", "2024-10-01T09:00:00+00:00", True),
-    ("real_kmsg-xid79-154-node-reboot-required.txt", None, None),  # no times: unknown
-])
-def test_what_the_log_covers(name: str, first_time: str | None, from_boot: bool | None):
-    log = parse_kernel_log((DATA / name).read_text())
-    assert (log.first_time, log.from_boot) == (first_time, from_boot)
-
-
-def test_window_wording():
-    log = parse_kernel_log((DATA / "real_journal-short-iso-clean-no-boot-calico.txt").read_text())
-    assert log.window == ("since 2025-01-17T17:10:43+0000 only (the log does not reach back to "
-                          "the boot: ring buffer wrapped or journal rotated; older XIDs are not "
-                          "seen)")
-    boot = parse_kernel_log((DATA / "real_dmesg-T-clean-boot-banner-kvm.txt").read_text())
-    assert boot.window == "since boot"
-
-
-def test_journal_json_records():
-    log = parse_kernel_log((DATA / "journal-json-xid79-constructed.txt").read_text())
-    assert [(e.xid, e.pci, e.pid, e.time, e.message) for e in log.events] == [
-        (79, "0000:64:00", 41240, "2024-10-01T09:20:02+00:00", "GPU has fallen off the bus.")]
 
 
 def test_a_file_with_several_boots_is_judged_on_the_last():

@@ -2,13 +2,17 @@
 (data, not code), and the rule that every sample file has its source and its expectation.
 
 A sample is two files: `X` (real output; its origin in a SOURCES.md / README.md of its folder
-or tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {key: value or
-matcher}, `expect_paths` {dotted.path: value}; `expect_new`: facts no key holds yet, not
-tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or
-`{"count_min": n}`. A fact the parsers do not meet yet is named in the sample's own `gaps`
-{fact or "*": what it would take}: a strict xfail, so meeting it fails the test until the gap is
-taken off. Files under tests/data whose expectation still lives in a test module are listed,
-with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
+or tests/samples/SOURCES.md) and `X.expect.json` (`kind`: a `preflight inspect` kind, or for
+files no inspect kind reads one of tests/sample_readers.py PROBE_READERS (a probe's parser);
+`source`; `expect` {key: value or matcher}; `expect_paths` {dotted.path: value}, the value
+`"<absent>"` meaning no such key; `profile`: the profile the kind judges against, `local-cpu`
+unless named; `expect_new`: facts no key holds yet, not tested). A matcher is
+`{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or `{"count_min": n}` (of a
+list), or `{"contains": s}` (of a text). A fact the parsers do not meet yet is named in the
+sample's own `gaps` {fact or "*": what it would take}: a strict xfail, so meeting it fails the
+test until the gap is taken off. Files under tests/data whose expectation still lives in a test
+module are listed, with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only
+shrinks).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pytest
 
 from harness.parsers import ParseError, inspect_kinds
 from harness.profiles import get_profile
+from tests.sample_readers import PROBE_READERS
 
 TESTS = Path(__file__).parent
 SAMPLES = TESTS / "samples"
@@ -36,6 +41,8 @@ def _expectations() -> list[Path]:
 
 
 def _cases() -> list[Any]:
+    """One case per sample for the facts it meets (one inspect, one pytest item: the suite's
+    time), and one strict-xfail case per fact named in its `gaps`."""
     cases = []
     for exp in _expectations():
         spec = json.loads(exp.read_text(encoding="utf-8"))
@@ -43,23 +50,35 @@ def _cases() -> list[Any]:
         gaps = spec.get("gaps") or {}
         facts = [*spec.get("expect", {}).items(),
                  *((f"path:{k}", v) for k, v in (spec.get("expect_paths") or {}).items())]
+        name, met = f"{sample.parent.name}/{sample.name}", []
         for fact, want in facts:
             key = fact.removeprefix("path:")
             gap = gaps.get(key) or gaps.get("*")
-            marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
-            cases.append(pytest.param(spec["kind"], sample, fact, want, marks=marks,
-                                      id=f"{sample.parent.name}/{sample.name}:{key}"))
+            if gap:
+                cases.append(pytest.param(spec["kind"], sample, [(fact, want)], spec.get("profile"),
+                                          marks=[pytest.mark.xfail(reason=gap, strict=True)],
+                                          id=f"{name}:{key}"))
+            else:
+                met.append((fact, want))
+        if met:
+            cases.append(pytest.param(spec["kind"], sample, met, spec.get("profile"), id=name))
     return cases
 
 
 _RESULTS: dict[Path, dict[str, Any] | None] = {}
 
 
-def _inspect(kind: str, sample: Path) -> dict[str, Any] | None:
+def _inspect(kind: str, sample: Path, profile: str | None = None) -> dict[str, Any] | None:
+    if sample not in _RESULTS and kind in PROBE_READERS:
+        try:
+            _RESULTS[sample] = PROBE_READERS[kind](sample)
+        except (ValueError, OSError):
+            _RESULTS[sample] = None
     if sample not in _RESULTS:
         with sample.open(encoding="utf-8", errors="replace", newline="") as fh:
             try:
-                _RESULTS[sample] = inspect_kinds()[kind](fh, profile=get_profile("local-cpu"))
+                _RESULTS[sample] = inspect_kinds()[kind](
+                    fh, profile=get_profile(profile or "local-cpu"))
             except ParseError:
                 _RESULTS[sample] = None
     return _RESULTS[sample]
@@ -80,6 +99,8 @@ def _matches(want: Any, got: Any) -> bool:
     if isinstance(want, dict) and len(want) == 1:
         (op, arg), = want.items()
         texts = [json.dumps(i).lower() for i in got] if isinstance(got, list) else None
+        if op == "contains":
+            return isinstance(got, str) and arg in got
         if op == "any_contains":
             return texts is not None and any(arg.lower() in t for t in texts)
         if op == "none_contains":
@@ -93,13 +114,17 @@ def _matches(want: Any, got: Any) -> bool:
     return bool(want == got)
 
 
-@pytest.mark.parametrize(("kind", "sample", "fact", "want"), _cases())
-def test_sample_fact(kind: str, sample: Path, fact: str, want: Any):
-    result = _inspect(kind, sample)
+@pytest.mark.parametrize(("kind", "sample", "facts", "profile"), _cases())
+def test_sample_facts(kind: str, sample: Path, facts: list[tuple[str, Any]], profile: str | None):
+    result = _inspect(kind, sample, profile)
     assert result is not None, f"{sample.name}: nothing recognised"
-    got = _get(result, fact.removeprefix("path:")) if fact.startswith("path:") else result.get(
-        fact, "<absent>")
-    assert _matches(want, got), f"{fact}: want {want!r}, got {got!r}"
+    wrong = []
+    for fact, want in facts:
+        got = (_get(result, fact.removeprefix("path:")) if fact.startswith("path:")
+               else result.get(fact, "<absent>"))
+        if not _matches(want, got):
+            wrong.append(f"{fact}: want {want!r}, got {got!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 def _files(root: Path) -> list[Path]:
@@ -176,7 +201,7 @@ def test_expectations_in_code_only_shrink():
 
 
 def test_every_expectation_names_a_kind_a_source_and_its_sample():
-    kinds = inspect_kinds()
+    kinds = {*inspect_kinds(), *PROBE_READERS}
     for exp in _expectations():
         spec = json.loads(exp.read_text(encoding="utf-8"))
         sample = exp.with_name(exp.name.removesuffix(".expect.json"))

@@ -277,14 +277,17 @@ def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
 
 def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
-    message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}]."""
+    message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}], num_lines (kernel
+    lines read), first_time, from_boot (null: cannot tell) and window (what the log covers)."""
     log = parse_kernel_log(as_input(stream))
     out = {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
                            "process": e.process, "time": e.time, "message": e.message,
                            "action": e.action}
                           for e in log.events],
            "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
-                            "time": e.time, "message": e.message} for e in log.sxid_events]}
+                            "time": e.time, "message": e.message} for e in log.sxid_events],
+           "num_lines": log.num_lines, "first_time": log.first_time, "from_boot": log.from_boot,
+           "window": log.window}
     if log.omitted:
         out["notes"] = [f"{log.omitted:,} more events repeated a GPU, code and action already "
                         f"listed after the first {MAX_EVENTS:,}: not listed"]
