@@ -8,43 +8,26 @@ import pytest
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm import parse_dcgm_diag
+from tests import expect_parsed
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 
 
-# The outcome, failures and messages of each file are in its X.expect.json (test_parsers_samples.py);
-# here only what `inspect dcgm` does not show: the driver version and the passing results.
-@pytest.mark.parametrize(("name", "driver"), [
-    ("dcgm4-gb10-r1-software-fail.json", "580.82.09"),
-    ("dcgmi-text-3.3.9-targeted-power-fail.txt", "570.195.03"),
-    ("dcgmi-text-4.2.3-pcie-fail.txt", "570.148.08"),
-    # Old NVVS: `"version" : "440.37"` is the driver's version, not DCGM's.
-    ("real_nvvs-2.x-runtime-error.json", "440.37"),
-    ("dcgm4-r3-diagnostic-pass-excerpt.json", None),
-])
-def test_driver_version(name: str, driver: str | None):
-    assert parse_dcgm_diag((DATA / name).read_text()).driver_version == driver
-
-
-@pytest.mark.parametrize(("name", "test", "want"), [
-    # `Pass - GPU: 1`: the singular `GPU:` on a pass, after Info rows with no test above them.
-    ("real_dcgmi-text-3.3.1-gpu-memory-fail-gpu0-busy.txt", "GPU Memory", [(1, "pass"), (0, "fail")]),
-    # DCGM 3 JSON: per-GPU `gpu_ids`, and a `Warn` status.
-    ("dcgm3-r2-memory-fail-constructed.json", "GPU Memory",
-     [(0, "pass"), (1, "pass"), (2, "fail"), (3, "warn")]),
-    # "gpu_ids": "0,1,2,3" is one node-level deployment result.
-    ("dcgm3-r2-memory-fail-constructed.json", "Denylist", [(None, "pass")]),
-    ("dcgmi-text-3.3.9-targeted-power-fail.txt", "Targeted Power",
-     [(0, "pass"), (2, "pass"), (3, "pass"), (1, "fail")]),
-    # DCGM 4 text: `GPU0: Pass` lines under the test.
-    ("dcgmi-text-4.2.3-pcie-fail.txt", "memory", [(0, "pass"), (1, "pass"), (2, "pass"), (3, "pass")]),
-    ("dcgmi-text-gpu-memory-fail-gpu0.txt", "GPU Memory",
-     [(1, "pass"), (2, "pass"), (3, "pass"), (4, "pass"), (5, "pass"), (6, "pass"), (7, "pass"),
-      (0, "fail")]),
-])
-def test_per_gpu_results(name: str, test: str, want: list):
+# Each file's outcome, failures and messages as `inspect dcgm` shows them are in its X.expect.json
+# (tests/test_parsers_samples.py); `expect_parsed` holds what inspect does not show.
+@pytest.mark.parametrize(("name", "want"), expect_parsed.cases(DATA))
+def test_parsed_facts(name: str, want: dict):
+    """`expect_parsed`: {driver_version, gpu_results: {test: [[gpu, status], ...]}} (an old
+    NVVS's `"version" : "440.37"` is the driver's version, not DCGM's)."""
     diag = parse_dcgm_diag((DATA / name).read_text())
-    assert [(r.gpu, r.status) for r in diag.results if r.test == test] == want
+    if "driver_version" in want:
+        assert diag.driver_version == want["driver_version"]
+    for test, results in want.get("gpu_results", {}).items():
+        assert [[r.gpu, r.status] for r in diag.results if r.test == test] == results, test
+
+
+def test_parsed_facts_are_read():
+    assert len(expect_parsed.cases(DATA)) >= 8
 
 
 def test_hostengine_not_running_is_a_parse_error():

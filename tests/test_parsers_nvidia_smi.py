@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from harness.parsers.nvidia_smi import (
     parse_smi_table,
     parse_smi_xml,
 )
+from tests import expect_parsed
 
 DATA = Path(__file__).parent / "data" / "nvidia_smi"
 
@@ -23,24 +23,16 @@ def _read(name: str) -> str:
     return (DATA / name).read_bytes().decode()
 
 
-def _parsed() -> list:
-    """The samples' `expect_parsed`: what the parser reads that `inspect nvidia-smi` does not show
-    (the rest of each file's expectation is in its X.expect.json, see test_parsers_samples.py)."""
-    specs = {p.name.removesuffix(".expect.json"): json.loads(p.read_text(encoding="utf-8"))
-             for p in sorted(DATA.glob("*.expect.json"))}
-    return [pytest.param(name, spec["expect_parsed"], id=name)
-            for name, spec in specs.items() if "expect_parsed" in spec]
-
-
 def _field(g, key: str):
     if key == "pcie":
         return [g.pcie_gen_current, g.pcie_gen_max, g.pcie_gen_device_max, g.pcie_width_current,
                 g.pcie_width_max]
-    value = getattr(g, key)
-    return list(value) if isinstance(value, tuple) else value
+    return expect_parsed.as_json(getattr(g, key))
 
 
-@pytest.mark.parametrize(("name", "want"), _parsed())
+# Each file's GPUs as `inspect nvidia-smi` shows them, its driver, CUDA and problems are in its
+# X.expect.json (tests/test_parsers_samples.py); `expect_parsed` holds what inspect does not show.
+@pytest.mark.parametrize(("name", "want"), expect_parsed.cases(DATA))
 def test_parsed_facts(name: str, want: dict):
     """`expect_parsed`: {source, num_samples (CSV), gpus: {index: {GpuInfo field: value}}};
     `pcie` is [gen current, gen max, gen device max, width current, width max]."""
@@ -54,7 +46,7 @@ def test_parsed_facts(name: str, want: dict):
 
 
 def test_parsed_facts_are_read():
-    assert len(_parsed()) >= 30
+    assert len(expect_parsed.cases(DATA)) >= 30
 
 
 def test_idle_l4_at_x8_is_not_a_pcie_problem():

@@ -1,14 +1,16 @@
 """Every sample with a hand-read expectation, under tests/samples/ and tests/data/, against it
 (data, not code), and the rule that every sample file has its source and its expectation.
 
-A sample is two files: `X` (real output; its origin in a SOURCES.md / README.md of its folder
-or tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {key: value or
-matcher}, `expect_paths` {dotted.path: value}; `expect_new`: facts no key holds yet, not
-tested). A matcher is `{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or
-`{"count_min": n}`. A fact the parsers do not meet yet is named in the sample's own `gaps`
-{fact or "*": what it would take}: a strict xfail, so meeting it fails the test until the gap is
-taken off. Files under tests/data whose expectation still lives in a test module are listed,
-with that module, in tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
+A sample is two files: `X` (real output; its origin in a SOURCES.md / README.md of its folder or
+tests/samples/SOURCES.md) and `X.expect.json` (`kind`, `source`, `expect` {key: value or
+matcher}, `expect_paths` {dotted.path: value}; `expect_new`: facts no key holds yet, not tested;
+`expect_parsed`: facts the parser reads but `inspect` does not show, judged by the parser's own
+test module through tests/expect_parsed.py). A matcher is `{"any_contains": s}`,
+`{"none_contains": s}`, `{"count": n}` or `{"count_min": n}`. A fact the parsers do not meet yet
+is named in the sample's own `gaps` {fact or "*": what it would take}: a strict xfail, so
+meeting it fails the test until the gap is taken off. Files under tests/data whose expectation
+still lives in a test module are listed, with that module, in
+tests/data/EXPECTATIONS_IN_CODE.json (the list only shrinks).
 """
 
 from __future__ import annotations
