@@ -8,58 +8,26 @@ import pytest
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm import parse_dcgm_diag
+from tests import expect_parsed
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 
 
-@pytest.mark.parametrize(("name", "passed", "version", "driver", "failed"), [
-    ("dcgm4-gb10-r1-software-fail.json", False, "4.2.3", "580.82.09", [("software", 0)]),
-    ("dcgm4-r3-diagnostic-pass-excerpt.json", True, "4.1.1", None, []),
-    ("dcgm3-t400-r3-skips.json", None, None, None, []),
-    ("dcgm3-r2-memory-fail-constructed.json", False, "3.3.9", None, [("GPU Memory", 2)]),
-    ("dcgmi-text-3.3.9-targeted-power-fail.txt", False, "3.3.9", "570.195.03",
-     [("Targeted Power", 1)]),
-    ("dcgmi-text-4.2.3-pcie-fail.txt", False, "4.2.3", "570.148.08", [("pcie", None)]),
-    ("dcgmi-text-deployment-error.txt", False, None, None, [("Deployment", 3)]),
-    ("dcgmi-text-gpu-memory-fail-gpu0.txt", False, None, None, [("GPU Memory", 0)]),
-    ("real_dcgmi-text-2.4.6-pcie-fail-all-nvlink-down-cut.txt", False, None, None, [("PCIe", None)]),
-    ("real_dcgmi-text-3.3.1-gpu-memory-fail-gpu0-busy.txt", False, None, None, [("GPU Memory", 0)]),
-    ("real_dcgm-json-r3-t4-single-gpu-pass.json", True, None, None, []),
-    # Old NVVS: `"version" : "440.37"` is the driver's version, not DCGM's.
-    ("real_nvvs-2.x-runtime-error.json", False, None, "440.37", []),
-])
-def test_diag_outcomes(name, passed, version, driver, failed):
+# Each file's outcome, failures and messages as `inspect dcgm` shows them are in its X.expect.json
+# (tests/test_parsers_samples.py); `expect_parsed` holds what inspect does not show.
+@pytest.mark.parametrize(("name", "want"), expect_parsed.cases(DATA))
+def test_parsed_facts(name: str, want: dict):
+    """`expect_parsed`: {driver_version, gpu_results: {test: [[gpu, status], ...]}} (an old
+    NVVS's `"version" : "440.37"` is the driver's version, not DCGM's)."""
     diag = parse_dcgm_diag((DATA / name).read_text())
-    assert (diag.passed, diag.dcgm_version, diag.driver_version) == (passed, version, driver)
-    assert [(r.test, r.gpu) for r in diag.failed] == failed
+    if "driver_version" in want:
+        assert diag.driver_version == want["driver_version"]
+    for test, results in want.get("gpu_results", {}).items():
+        assert [[r.gpu, r.status] for r in diag.results if r.test == test] == results, test
 
 
-def test_text_fail_all_is_a_node_result_with_the_cut_warning_joined():
-    diag = parse_dcgm_diag((DATA / "real_dcgmi-text-2.4.6-pcie-fail-all-nvlink-down-cut.txt")
-                           .read_text())
-    (r,) = diag.results
-    assert (r.test, r.gpu, r.status) == ("PCIe", None, "fail")
-    assert r.message.startswith("GPU 0GPU 0's NvLink link 0 is currently down Run a field "
-                                "diagnostic on the GPU., GPU 0GPU 0's NvLink link 1 is currently")
-    assert r.message.endswith("link 4 is currently down Run a field diagnostic on the GPU.,")
-
-
-def test_text_pass_with_singular_gpu_and_info_rows_before_the_test():
-    diag = parse_dcgm_diag((DATA / "real_dcgmi-text-3.3.1-gpu-memory-fail-gpu0-busy.txt")
-                           .read_text())
-    assert [(r.test, r.gpu, r.status) for r in diag.results] == [
-        ("GPU Memory", 1, "pass"), ("GPU Memory", 0, "fail")]
-    assert diag.failed[0].message == (
-        "GPU 0 Error using CUDA API cuCtxCreate Check DCGM and system logs for errors. Reset "
-        "GPU. Restart DCGM. Rerun diagnostics. Unable to create CUDA context: 'CUDA-capable "
-        "device(s) is/are busy or unavailable'.")
-
-
-def test_nvvs_runtime_error_is_never_a_pass():
-    diag = parse_dcgm_diag((DATA / "real_nvvs-2.x-runtime-error.json").read_text())
-    assert diag.passed is False and diag.results == ()
-    assert diag.errors == ("Unable to get the driver version: Host engine connection "
-                           "invalid/disconnected. Couldn't succeed despite 0 retries.",)
+def test_parsed_facts_are_read():
+    assert len(expect_parsed.cases(DATA)) >= 8
 
 
 def test_hostengine_not_running_is_a_parse_error():
@@ -67,28 +35,6 @@ def test_hostengine_not_running_is_a_parse_error():
     with pytest.raises(ParseError, match="dcgmi reported an error and no results: Error: unable "
                        "to establish a connection to the specified host: localhost"):
         parse_dcgm_diag(text)
-
-
-def test_v4_warning_objects_become_the_message():
-    diag = parse_dcgm_diag((DATA / "dcgm4-gb10-r1-software-fail.json").read_text())
-    assert diag.failed[0].message.startswith("Persistence Mode: Persistence mode for GPU 0 is "
-                                             "disabled.")
-
-
-def test_v3_per_gpu_results_and_warn_status():
-    diag = parse_dcgm_diag((DATA / "dcgm3-r2-memory-fail-constructed.json").read_text())
-    memory = [(r.gpu, r.status) for r in diag.results if r.test == "GPU Memory"]
-    assert memory == [(0, "pass"), (1, "pass"), (2, "fail"), (3, "warn")]
-    # "gpu_ids": "0,1,2,3" is one node-level deployment result.
-    assert [(r.test, r.gpu) for r in diag.results[:2]] == [("Denylist", None),
-                                                           ("Page Retirement/Row Remap", None)]
-    assert diag.warnings == ["GPU Memory on GPU 3: warn: GPU 3 has 1 pending retired page"]
-
-
-def test_all_skipped_is_neither_pass_nor_fail():
-    diag = parse_dcgm_diag((DATA / "dcgm3-t400-r3-skips.json").read_text())
-    assert diag.passed is None
-    assert diag.warnings == ["skipped: Diagnostic, GPU Memory, PCIe"]
 
 
 def test_only_the_deployment_checks_ran_is_not_a_pass():
@@ -119,30 +65,6 @@ def test_unknown_status_is_a_failure():
     diag = parse_dcgm_diag(doc)
     assert diag.passed is False
     assert [(r.test, r.gpu, r.status) for r in diag.failed] == [("memory", 1, "error")]
-
-
-def test_text_table_rejoins_wrapped_warnings():
-    diag = parse_dcgm_diag((DATA / "dcgmi-text-3.3.9-targeted-power-fail.txt").read_text())
-    assert diag.failed[0].message == (
-        "GPU 1 Max power of 224.1 did not reach desired power minimum target_power_min_ratio "
-        "of 224.2 for GPU 1 Verify that the clock speeds and GPU utilization are high.")
-    assert ("Targeted Power", 0, "pass") in [(r.test, r.gpu, r.status) for r in diag.results]
-    assert diag.warnings == ["skipped: EUD Test"]
-
-
-def test_text_table_v4_per_gpu_lines():
-    diag = parse_dcgm_diag((DATA / "dcgmi-text-4.2.3-pcie-fail.txt").read_text())
-    memory = [(r.gpu, r.status) for r in diag.results if r.test == "memory"]
-    assert memory == [(0, "pass"), (1, "pass"), (2, "pass"), (3, "pass")]
-    assert diag.failed[0].message.startswith(
-        "There was an internal error during the test: 'A child process (152) exited with "
-        "non-zero status 1'")
-
-
-def test_text_table_wrapped_message_cut_mid_table():
-    diag = parse_dcgm_diag((DATA / "dcgmi-text-gpu-memory-fail-gpu0.txt").read_text())
-    assert diag.failed[0].message.endswith("fans, and any other components.")
-    assert sorted(r.gpu for r in diag.results if r.status == "pass") == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_text_error_rows_explain_the_deployment_test_above_them():

@@ -6,7 +6,9 @@ or tests/samples/SOURCES.md) and `X.expect.json` (`kind`: a `preflight inspect` 
 files no inspect kind reads one of tests/sample_readers.py PROBE_READERS (a probe's parser);
 `source`; `expect` {key: value or matcher}; `expect_paths` {dotted.path: value}, the value
 `"<absent>"` meaning no such key; `profile`: the profile the kind judges against, `local-cpu`
-unless named; `expect_new`: facts no key holds yet, not tested). A matcher is
+unless named; `expect_new`: facts no key holds yet, not tested; `expect_parsed`: facts the
+parser reads but `inspect` does not show, judged by the parser's own test module through
+tests/expect_parsed.py). A matcher is
 `{"any_contains": s}`, `{"none_contains": s}`, `{"count": n}` or `{"count_min": n}` (of a
 list), or `{"contains": s}` (of a text). A fact the parsers do not meet yet is named in the
 sample's own `gaps` {fact or "*": what it would take}: a strict xfail, so meeting it fails the

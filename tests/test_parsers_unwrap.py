@@ -66,7 +66,11 @@ def test_tool_lines_that_look_like_prompts_stay():
     u = Unwrapper()
     for line in ("# nThread 1 nGpus 8 minBytes 8", "#  Rank  0 Group  0 Pid 1 on h device 0",
                  "    Product Name                          : NVIDIA H100",
-                 "provider: efa", "NVRM: Xid (PCI:0000:52:00): 63, pid=1896"):
+                 "provider: efa", "NVRM: Xid (PCI:0000:52:00): 63, pid=1896",
+                 # Open MPI's own messages name the launcher first: output, not commands.
+                 "mpirun detected that one or more processes exited with non-zero status, thus "
+                 "causing", "mpiexec noticed that process rank 3 with PID 0 on node n1 exited on "
+                 "signal 9 (Killed).", "mpirun has exited due to process rank 0 with PID 1 on"):
         assert u.unwrap(line) == line
     assert u.commands == []
 

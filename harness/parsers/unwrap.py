@@ -78,15 +78,26 @@ KNOWN_PROGRAMS = frozenset((
 ))
 
 
+#: Open MPI's own messages start with the launcher's name and a verb (`mpirun detected that one
+#: or more processes exited with non-zero status, thus causing`, `mpirun noticed that process
+#: rank 0 ... exited on signal 9`, `mpirun has exited due to process rank ...`, as quoted in
+#: tests/data/nccl_tests/crash_mid_table_host_prefixed.txt and the Open MPI users' list): output,
+#: not a command line.
+_LAUNCHER_SAYS = frozenset(("detected", "noticed", "has", "was", "could", "does", "did", "is"))
+
+
 def command_program(command: str) -> str | None:
     """The program a command line runs (leading `NAME=value` assignments skipped, path cut), when
     it is a known one or an nccl-tests binary (`*_perf`, `*_perf_mpi`); else None."""
-    for word in command.split(None, 32)[:32]:  # a tool line's first words decide
+    words = command.split(None, 32)[:32]  # a tool line's first words decide
+    for i, word in enumerate(words):
         if _ASSIGN.match(word):
             continue
         name = word.rsplit("/", 1)[-1]
         if name.startswith("!"):  # a notebook cell: `!nvidia-smi -q`
             name = name[1:]
+        if name in ("mpirun", "mpiexec") and words[i + 1:i + 2] and words[i + 1] in _LAUNCHER_SAYS:
+            return None
         if name in KNOWN_PROGRAMS or name.endswith(("_perf", "_perf_mpi")):
             return name
         return None
