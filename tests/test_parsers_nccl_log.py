@@ -78,13 +78,6 @@ def test_the_network_used_wins_over_the_plugin_loaded():
     assert (s.network, s.provider, s.num_nics, s.fabric) == ("IB", "ib", 2, None)
 
 
-def test_gdr_not_supported_does_not_claim_the_instance_requires_gdr():
-    # g7e (aws-ofi-nccl 1.18): the plugin only says GDR is not supported; whether the instance
-    # type needs it is the profile's call (PF-NET-009), not the log's.
-    (hit,) = _json("real_g7e_ofi_1.18_sendrecv_no_gdr.log")["errors"]
-    assert "requires it" not in hit["cause"] and "Simple protocol" in hit["cause"]
-
-
 def test_gdr_disabled_on_a_nic_of_another_network_is_no_evidence():
     text = ("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
             "h:1:1 [0] NCCL INFO Using network Libfabric\n")
