@@ -20,6 +20,7 @@ shrinks).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -208,4 +209,26 @@ def test_every_expectation_names_a_kind_a_source_and_its_sample():
         spec = json.loads(exp.read_text(encoding="utf-8"))
         sample = exp.with_name(exp.name.removesuffix(".expect.json"))
         assert spec["kind"] in kinds and spec["source"] and sample.is_file(), exp
-        assert spec.get("expect") or spec.get("expect_paths"), f"{exp}: nothing expected"
+        facts = spec.get("expect") or spec.get("expect_paths")
+        assert facts or spec.get("rejects"), f"{exp}: nothing expected"
+        assert not (facts and spec.get("rejects")), f"{exp}: facts of a rejected input"
+
+
+def _rejections() -> list[Any]:
+    cases = []
+    for exp in _expectations():
+        spec = json.loads(exp.read_text(encoding="utf-8"))
+        if spec.get("rejects"):
+            sample = exp.with_name(exp.name.removesuffix(".expect.json"))
+            cases.append(pytest.param(spec["kind"], sample, spec["rejects"],
+                                      id=f"{sample.parent.name}/{sample.name}"))
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "sample", "message"), _rejections())
+def test_sample_rejected(kind: str, sample: Path, message: str):
+    """A sample whose X.expect.json has `rejects` (a text, instead of `expect`) is no output of
+    its kind: inspect refuses it with a ParseError saying that text (the CLI then exits 2)."""
+    with (sample.open(encoding="utf-8", errors="replace", newline="") as fh,
+          pytest.raises(ParseError, match=re.escape(message))):
+        inspect_kinds()[kind](fh, profile=get_profile("local-cpu"))
