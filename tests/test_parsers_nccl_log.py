@@ -25,7 +25,8 @@ def test_json_has_exactly_the_documented_keys():
     assert list(_json("composed_ofi_1.16_efa_direct_p5_srun.log")) == [
         "nccl_version", "plugin", "plugin_version", "network", "provider", "fabric", "num_nics",
         "protocol", "gdr", "gdr_evidence", "network_evidence", "libfabric_version", "platform",
-        "num_net_channels", "num_gdr_channels", "nranks", "env_added",
+        "num_net_channels", "num_gdr_channels", "num_collnet_channels",
+        "num_collnet_gdr_channels", "nranks", "env_added",
         "warnings", "errors", "timeouts", "commands_seen",
     ]
 
@@ -285,3 +286,23 @@ def test_certain_facts_are_derived(log: str, network: str, gdr: bool | None):
     s = parse_nccl_log(log)
     assert (s.network, s.gdr) == (network, gdr)
     assert (s.gdr_evidence is None) == (gdr is None)
+
+
+@pytest.mark.parametrize(("lines", "gdr", "counts"), [
+    # NCCL >= 2.12 (src/transport/coll_net.cc): `CollNet %02d/%1d : %d [send] via COLLNET/...`.
+    (["CollNet 00/0 : 0 [send] via COLLNET/SHARP/1/GDRDMA",
+      "CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA(PCI)"], True, (2, 2)),
+    # Before 2.12 (`CollNet %02d : %d`) and the first CollNet releases (`Coll %02d : %d`).
+    (["CollNet 00 : 1 [send] via COLLNET/SHARP/0/GDRDMA", "Coll 01 : 1 [receive] via COLLNET/SHARP/0"],
+     False, (2, 1)),
+    (["CollNet 00/0 : 0 [send] via COLLNET/SHA"], None, (0, 0)),  # a line cut short
+])
+def test_collnet_connection_lines_are_gdr_evidence(lines: list[str], gdr: bool | None,
+                                                    counts: tuple[int, int]):
+    log = "".join(f"h:1:1 [0] NCCL INFO {line}\n" for line in lines)
+    s = parse_nccl_log("h:1:1 [0] NCCL INFO Using network IB\n" + log)
+    assert (s.gdr, (s.num_collnet_channels, s.num_collnet_gdr_channels)) == (gdr, counts)
+    assert s.num_net_channels == 0 and s.network == "IB"  # CollNet lines are not NET channels
+    # One NET channel line without GDRDMA makes it False whatever CollNet says.
+    plain = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0\n"
+    assert parse_nccl_log(plain + log).gdr is False

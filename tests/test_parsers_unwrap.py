@@ -96,6 +96,17 @@ def test_indentation_is_kept_under_a_timestamp():
      "all_reduce", 16),
     ("srun -n 16 ./build/all_gather_perf -g 1", "all_gather", 16),
     ("mpirun -np 4 ./build/reduce_scatter_perf -t 2 -g 1", "reduce_scatter", 8),
+    # Open MPI without -np: one process per slot of -H (`host:N`; a bare host is 1 slot).
+    ("mpirun -H host1:8,host2:8 ./all_reduce_perf -g 1", "all_reduce", 16),
+    ("mpirun --host a,b,c ./all_reduce_perf -g 2", "all_reduce", 6),
+    ("mpirun -host $pod0:4 -H $pod1:4 ./all_reduce_perf_mpi -g 1", "all_reduce", 8),
+    ("mpirun --host=a:2,b:2 ./all_reduce_perf -g 1", "all_reduce", 4),
+    ("mpirun -np 2 -H host1:8,host2:8 ./all_reduce_perf -g 1", "all_reduce", 2),  # -np wins
+    ("mpirun -H host1:8,host2:8 -npernode 2 ./all_reduce_perf -g 1", "all_reduce", 4),
+    ("mpirun --hostfile hosts -H a:8 ./all_reduce_perf -g 1", "all_reduce", None),  # in a file
+    ("mpirun -hostfile hosts ./all_reduce_perf -g 1", "all_reduce", None),
+    ("mpirun -H $HOSTS ./all_reduce_perf -g 1", "all_reduce", None),  # may be a list
+    ("mpirun -H a:x ./all_reduce_perf -g 1", "all_reduce", None),
     ("kubectl logs -f launcher", None, None),
 ])
 def test_commands_give_collective_and_rank_count(command, collective, nranks):

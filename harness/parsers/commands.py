@@ -4,8 +4,11 @@
 and, with the launcher's own options (`mpirun -np 2`, `srun --nodes=2 --ntasks-per-node=8`), the
 number of ranks, when the banner and the rank lines were not pasted. Options are read as the
 tools define them: nccl-tests `-g/--ngpus` GPUs per process (nccl-tests src/common.cu, `-g,
---ngpus <GPUs per thread>`, with `-t/--nthreads`); Open MPI `-np/-n/--np` processes; Slurm
-`-n/--ntasks`, or `-N/--nodes` x `--ntasks-per-node`.
+--ngpus <GPUs per thread>`, with `-t/--nthreads`); Open MPI `-np/-n/--np` processes, else one per
+slot of `-H/-host/--host host1:8,host2:8` (mpirun(1), Open MPI 4.1: without -np "Open MPI will
+automatically execute a copy of the program on each process slot"; a host's slots are its `:N`
+suffix, "N defaults to 1 if not provided"), or `-npernode/-N` per host; a hostfile cannot be read
+from the paste: unknown; Slurm `-n/--ntasks`, or `-N/--nodes` x `--ntasks-per-node`.
 """
 
 from __future__ import annotations
@@ -52,6 +55,42 @@ def _option(words: list[str], names: tuple[str, ...]) -> int | None:
     return None
 
 
+_HOST_OPTIONS = ("-H", "-host", "--host")
+#: Options whose processes cannot be counted from the command line (the slots are in a file, or a
+#: mapping policy places them): with them and without -np the rank count is unknown.
+_UNCOUNTABLE = ("-hostfile", "--hostfile", "-machinefile", "--machinefile", "--default-hostfile",
+                "--map-by", "-map-by")
+
+
+def _mpirun_procs(words: list[str]) -> int | None:
+    """Open MPI processes: -np (it wins); else -npernode x the distinct hosts of the -H lists,
+    or the sum of their slots (several -H options add up; `host` alone is 1 slot, so `-H a,a`
+    is 2); None when a hostfile or a mapping policy decides, or a host entry cannot be read (a
+    bare `$HOSTS` may expand to a list)."""
+    procs = _option(words, ("-np", "-n", "--np", "-c", "--n"))
+    if procs is not None:
+        return procs
+    if any(w == name or w.startswith(name + "=") for w in words for name in _UNCOUNTABLE):
+        return None
+    entries = [e for i, w in enumerate(words[:-1]) if w in _HOST_OPTIONS
+               for e in words[i + 1].split(",")]
+    entries += [e for w in words if w.startswith("--host=") for e in w[7:].split(",")]
+    if not entries:
+        return None
+    slots = 0
+    for entry in entries:
+        host, sep, count = entry.partition(":")
+        n = ascii_int(count) if sep else 1
+        if not host or n is None or n < 1 or (not sep and "$" in host):
+            return None
+        slots += n
+    per_node = _option(words, ("-npernode", "--npernode", "-N"))
+    if per_node is not None:
+        hosts = {e.partition(":")[0] for e in entries}
+        return per_node * len(hosts) if per_node > 0 else None
+    return slots
+
+
 def command_nranks(commands: Iterable[str]) -> int | None:
     """Ranks an nccl-tests command launches: processes (mpirun/srun options; 1 without a
     launcher) x threads (`-t`) x GPUs per thread (`-g`); None when no command runs nccl-tests."""
@@ -65,7 +104,7 @@ def command_nranks(commands: Iterable[str]) -> int | None:
         threads = _option(test, ("-t", "--nthreads")) or 1
         programs = {w.rsplit("/", 1)[-1] for w in launcher}
         if programs & {"mpirun", "mpiexec"}:
-            procs = _option(launcher, ("-np", "-n", "--np"))
+            procs = _mpirun_procs(launcher)
         elif "srun" in programs:
             procs = _option(launcher, ("-n", "--ntasks"))
             if procs is None:

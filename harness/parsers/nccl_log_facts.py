@@ -3,7 +3,8 @@
 Each fact is true, false or unknown (None), and a true or false rests on a line of the log:
 `gdr` (with `gdr_evidence`) is certainly False on a socket network (Socket, FastSocket: through
 the host's TCP stack) or where the plugin or NCCL said GPUDirect RDMA is unavailable, True only
-when every NET channel line has GDRDMA, and None without NET channel lines or such evidence;
+when every NET channel and CollNet connection line has GDRDMA, and None without such lines or
+evidence;
 `network` may rest on a device line or a NET/IB warning (`network_evidence` says which).
 Unknown is never a pass. harness.parsers.nccl_log builds it.
 """
@@ -71,6 +72,10 @@ class NcclLogSummary:
     """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
     more than SEEN_CAP distinct lines reset the memory of what was seen)."""
     num_gdr_channels: int = 0
+    num_collnet_channels: int = 0
+    """Distinct CollNet (SHARP) connection lines, `CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/
+    GDRDMA` (GDR evidence; not NET channels)."""
+    num_collnet_gdr_channels: int = 0
     net_channels_by_network: dict[str, int] = field(default_factory=dict)
     nranks: int | None = None
     env_added: dict[str, str] = field(default_factory=dict)
@@ -86,14 +91,16 @@ class NcclLogSummary:
 
     @property
     def gdr(self) -> bool | None:
-        """True: every NET channel line has GDRDMA; False: one lacks it, the plugin said GDR
-        is unavailable, or the network is a socket one (Socket, FastSocket: through the host's
-        TCP stack, never GPUDirect); None: no NET channel lines and no explicit evidence."""
+        """True: every NET channel and CollNet connection line has GDRDMA; False: one lacks
+        it, the plugin said GDR is unavailable, or the network is a socket one (Socket,
+        FastSocket: through the host's TCP stack, never GPUDirect); None: no such lines and no
+        explicit evidence."""
         if self.gdr_negative or self._socket_for_certain:
             return False
-        if self.num_net_channels == 0:
+        if self.num_net_channels + self.num_collnet_channels == 0:
             return None
-        return self.num_gdr_channels == self.num_net_channels
+        return (self.num_gdr_channels == self.num_net_channels
+                and self.num_collnet_gdr_channels == self.num_collnet_channels)
 
     @property
     def _socket_for_certain(self) -> bool:
@@ -110,9 +117,11 @@ class NcclLogSummary:
             return f"NET/{self.network} carries data through the host's TCP stack: no GPUDirect RDMA"
         if self.gdr_negative:
             return "the plugin or NCCL said GPUDirect RDMA is unavailable"
-        if self.num_net_channels:
-            return f"GDRDMA on {self.num_gdr_channels}/{self.num_net_channels} NET channel lines"
-        return None
+        lines = [f"GDRDMA on {gdr}/{n} {what} lines" for gdr, n, what in (
+            (self.num_gdr_channels, self.num_net_channels, "NET channel"),
+            (self.num_collnet_gdr_channels, self.num_collnet_channels, "CollNet connection"))
+            if n]
+        return ", ".join(lines) or None
 
     @property
     def uses_socket(self) -> bool:
@@ -158,6 +167,9 @@ class NcclLogSummary:
             parts.append("GDR not available")
         else:
             parts.append("no NET channel lines")
+        if self.num_collnet_channels:
+            parts.append(f"GDRDMA on {self.num_collnet_gdr_channels}/{self.num_collnet_channels} "
+                         "CollNet connections")
         return f"{head}: " + ", ".join(parts)
 
     def to_json(self) -> JSONObject:
@@ -178,6 +190,8 @@ class NcclLogSummary:
             "platform": self.platform,
             "num_net_channels": self.num_net_channels,
             "num_gdr_channels": self.num_gdr_channels,
+            "num_collnet_channels": self.num_collnet_channels,
+            "num_collnet_gdr_channels": self.num_collnet_gdr_channels,
             "nranks": self.nranks,
             "env_added": dict(self.env_added),
             "warnings": list(self.warnings),

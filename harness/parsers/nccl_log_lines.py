@@ -23,13 +23,15 @@ __all__ = [
 # Candidate lines: WARN, the INFO payloads whose first letter can start a fact (NET/..., NCCL
 # version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize,
 # socketPollConnect retries),
-# Channel/Ring lines that go `via NET/` (not the P2P/SHM ones: many, and distinct per rank),
+# Channel/Ring lines that go `via NET/` (not the P2P/SHM ones: many, and distinct per rank) and
+# CollNet connection lines that go `via COLLNET/` (harness.parsers.nccl_log_payloads.COLLNET),
 # torch's `NCCL error`, and PyTorch's watchdog lines (ProcessGroupNCCL.cpp / WorkNCCL(SeqNum).
 # A cheap first-letter filter beats a full alternation in sre; Python sorts out the rest, once
 # per distinct line. Finding the NET channel lines in this pass costs less than a second pass.
 # `[^\n]*` rather than `.*` (same match without DOTALL): sre runs it ~35% faster.
 MAIN = re.compile(
-    rb"NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via NET/)|WARN|error|version|cpp:|SeqNum)[^\n]*")
+    rb"NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)"
+    rb"[^\n]*")
 #: harness.parsers.unwrap.ANSI for bytes (the ESC forms: a chunk is searched for ESC by memchr
 #: first, so an uncoloured log pays nothing).
 ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]*\x07")

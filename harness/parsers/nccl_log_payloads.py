@@ -32,7 +32,7 @@ from harness.parsers.nccl_log_lines import (
 )
 from harness.parsers.values import ascii_int
 
-__all__ = ["MAX_KEPT", "MAX_NAMES", "MAX_TEXT", "PayloadFacts"]
+__all__ = ["COLLNET", "MAX_KEPT", "MAX_NAMES", "MAX_TEXT", "PayloadFacts"]
 
 _FAILURE_RES = tuple((re.compile(f.pattern), f) for f in FAILURES)
 
@@ -40,6 +40,12 @@ _FAILURE_RES = tuple((re.compile(f.pattern), f) for f in FAILURES)
 MAX_KEPT = 200
 #: Cap on the distinct names kept of each kind (networks, versions, variables).
 MAX_NAMES = 64
+#: A CollNet (SHARP) connection line, NVIDIA/nccl src/transport/coll_net.cc sendSetup/recvSetup:
+#: `CollNet %02d/%1d : %d [send] via COLLNET/%s/%d%s%s` (name, NIC, `/GDRDMA` when GPUDirect
+#: RDMA is used, `(PCI)`); before NCCL 2.12 `CollNet %02d : %d [receive] via COLLNET/...`, and
+#: `Coll %02d : ...` in the first CollNet releases. It reaches PayloadFacts.info (it holds no
+#: `via NET/`); the text after this literal is read.
+COLLNET = "via COLLNET/"
 #: Characters of a line kept in a warning, error or timeout record.
 MAX_TEXT = 4096
 
@@ -74,6 +80,8 @@ class PayloadFacts:
         self.gdr_disabled_nets: set[str] = set()
         self.net_channels: Counter[str] = Counter()
         self.gdr_channels = 0
+        self.collnet_channels = 0
+        self.collnet_gdr_channels = 0
         self.nranks: int | None = None
         self.env_added: dict[str, str] = {}
         self.env_skipped: list[str] = []
@@ -126,6 +134,8 @@ class PayloadFacts:
         elif ("GPU Direct RDMA Disabled" in text and (m := GDR_DISABLED.search(text))
               and len(self.gdr_disabled_nets) < MAX_NAMES):
             self.gdr_disabled_nets.add(m[1])
+        elif COLLNET in text:
+            self.collnet_channel(text.partition(COLLNET)[2])
 
     def _ofi(self, text: str) -> None:
         for regex, kind in OFI_RULES:
@@ -214,6 +224,17 @@ class PayloadFacts:
         if "/GDRDMA" in tail:
             self.gdr_channels += 1
 
+    def collnet_channel(self, tail: str) -> None:
+        """`SHARP/1/GDRDMA`, `SHARP/0`: the text after `via COLLNET/` of one distinct CollNet
+        connection line (its GDR evidence; the NET channel counts and the network stay
+        apart: CollNet goes through its own plugin)."""
+        name, sep, rest = tail.partition("/")
+        if not name or not sep or not "0" <= rest[:1] <= "9":  # a truncated last line
+            return
+        self.collnet_channels += 1
+        if "/GDRDMA" in rest:
+            self.collnet_gdr_channels += 1
+
     def _network(self) -> str | None:
         if self.net_channels:
             return self.net_channels.most_common(1)[0][0]
@@ -290,6 +311,8 @@ class PayloadFacts:
             gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
             num_net_channels=sum(self.net_channels.values()),
             num_gdr_channels=self.gdr_channels,
+            num_collnet_channels=self.collnet_channels,
+            num_collnet_gdr_channels=self.collnet_gdr_channels,
             net_channels_by_network=dict(self.net_channels),
             nranks=self.nranks,
             env_added=dict(self.env_added),

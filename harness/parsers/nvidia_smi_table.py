@@ -37,6 +37,9 @@ _TABLE_ROW2 = re.compile(
     r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>[^\s/]+)\s*/\s*[^\s|]+\s*"
     r"\|\s*[^\s/|]+\s*/\s*(?P<mem>[^\s|]+)\s*\|"
 )
+#: An author's note after a table line's closing `|` (`|  # ← RTX 5070 が認識されている`, a
+#: WSL write-up in tests/samples/nvidia-smi): not part of the row.
+_TABLE_NOTE = re.compile(r"\|[ \t]+(?:#|<=+|<-+|←)[^|]*$")
 
 
 def _table_ecc(cell: str) -> tuple[bool | None, int | None]:
@@ -72,6 +75,8 @@ def _table(source: Input, side: _Side) -> GpuInventory:
             _table_gpu(row1, row1_line, line, gpus, side)
             row1 = None
         stripped = line.strip()
+        if stripped[:1] == "|" and not stripped.endswith("|"):
+            stripped = _TABLE_NOTE.sub("|", stripped)
         m = _TABLE_ROW1.match(stripped) if stripped[:1] == "|" else None
         if m:
             row1, row1_line = m, line
