@@ -73,6 +73,14 @@ def test_the_network_used_wins_over_the_plugin_loaded():
     assert (s.network, s.provider, s.num_nics, s.fabric) == ("IB", "ib", 2, None)
 
 
+def test_an_ofi_line_with_two_facts_gives_both():
+    # aws-ofi-nccl 1.4-1.11 print the platform and the variable it sets on one line.
+    s = parse_nccl_log("h:1:1 [0] NCCL INFO NET/OFI Running on p4d.24xlarge platform, Setting "
+                       "NCCL_TOPO_FILE environment variable to /opt/x/p4d-24xl-topo.xml\n")
+    assert (s.platform, s.env_added) == (
+        "p4d.24xlarge", {"NCCL_TOPO_FILE": "/opt/x/p4d-24xl-topo.xml"})
+
+
 def test_gdr_disabled_on_a_nic_of_another_network_is_no_evidence():
     text = ("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
             "h:1:1 [0] NCCL INFO Using network Libfabric\n")

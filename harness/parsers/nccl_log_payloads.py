@@ -138,10 +138,14 @@ class PayloadFacts:
             self.collnet_channel(text.partition(COLLNET)[2])
 
     def _ofi(self, text: str) -> None:
+        """Every rule that matches is read: one line can hold two facts (`Running on p4d.24xlarge
+        platform, Setting NCCL_TOPO_FILE environment variable to ...`, aws-ofi-nccl 1.4-1.11)."""
+        matched = False
         for regex, kind in OFI_RULES:
             m = regex.search(text)
             if m is None:
                 continue
+            matched = True
             if kind == "version":
                 self.ofi_version = self.ofi_version or m[1]
             elif kind == "provider":
@@ -165,8 +169,8 @@ class PayloadFacts:
                 self.fault("NET/OFI " + text)
             elif kind == "failed":
                 self.plugin_failed = True
-            return
-        self.fault("NET/OFI " + text, info=True)
+        if not matched:
+            self.fault("NET/OFI " + text, info=True)
 
     def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
