@@ -287,6 +287,11 @@ def test_pasted_command_gives_the_rank_count_when_the_log_does_not():
      "FastSocket", False),
     # NCCL's own socket device line alone: the socket transport initialised, not proof of use.
     ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n", "Socket", None),
+    # ... with no plugin and no IB device (NCCL 2.4, no `Using network`): the only transport left.
+    ("NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).\nNCCL INFO NET/IB : No device "
+     "found.\nNCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n", "Socket", False),
+    ("NCCL INFO NET/IB : No device found.\nNCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n",
+     "Socket", None),  # a plugin may have been loaded on a line not pasted
     ("h:1:1 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer "
      "10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)\n", "IB", None),
 ])

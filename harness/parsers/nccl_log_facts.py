@@ -68,6 +68,11 @@ class NcclLogSummary:
     gdr_negative: bool = False
     """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`), or NCCL did
     for a NIC of the network used (`NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`)."""
+    socket_only: bool = False
+    """NCCL said it has no external NET plugin and no IB device, so its socket transport is the
+    only one left (certain without a `Using network` line)."""
+    plugin_dlerror: str | None = None
+    """Why NCCL could not load an external NET plugin (`NET/Plugin : dlerror=...`), as it said."""
     num_net_channels: int = 0
     """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
     more than SEEN_CAP distinct lines reset the memory of what was seen)."""
@@ -105,10 +110,11 @@ class NcclLogSummary:
     @property
     def _socket_for_certain(self) -> bool:
         """The network is a socket one, and NCCL said it used it (`Using network`, channel
-        lines) or it is an external socket plugin (loaded plugins come first). NCCL's own
-        `NET/Socket : Using` device line alone does not say the traffic went there."""
+        lines) or it is an external socket plugin (loaded plugins come first), or no plugin and
+        no IB device leave it alone (`socket_only`). NCCL's own `NET/Socket : Using` device line
+        alone does not say the traffic went there."""
         return self.network in SOCKET_NETWORKS and (
-            self.network == "FastSocket" or self.network_evidence is None)
+            self.network == "FastSocket" or self.network_evidence is None or self.socket_only)
 
     @property
     def gdr_evidence(self) -> str | None:
