@@ -281,6 +281,20 @@ def test_pasted_command_gives_the_rank_count_when_the_log_does_not():
     assert parse_nccl_log(log.splitlines()[1]).nranks is None
 
 
+def test_the_reason_the_plugin_did_not_load_is_quoted():
+    """awslabs/awsome-distributed-ai#292: the plugin's libfabric is too old for it."""
+    why = ("libfabric.so.1: version `FABRIC_1.7' not found (required by "
+           "/env/lib/libnccl-net.so)")
+    line = f"h:1:1 [0] NCCL INFO NET/Plugin : dlerror={why} No plugin found (libnccl-net.so), "
+    s = parse_nccl_log(line + "using internal implementation\n")
+    assert s.plugin_dlerror == why and why in s.describe()
+    sockets = parse_nccl_log("h:1:1 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : "
+                             "libnccl-net.so: cannot open shared object file: No such file or "
+                             "directory : when loading libnccl-net.so\n"
+                             "h:1:1 [0] NCCL INFO Using network Socket\n")
+    assert "dlerror: libnccl-net.so: cannot open shared object file" in sockets.describe()
+
+
 @pytest.mark.parametrize(("log", "network", "gdr"), [
     ("h:1:1 [0] NCCL INFO Using network Socket\n", "Socket", False),
     ("NCCL INFO NET/FastSocket : Using [0]ibs108:10.0.19.12<0> [1]ibs109:10.0.19.13<0>\n",

@@ -138,11 +138,17 @@ class NcclLogSummary:
         """NCCL used aws-ofi-nccl (`Libfabric`, `AWS Libfabric`, `OFI`)."""
         return self.network is not None and ("ibfabric" in self.network or "OFI" in self.network)
 
+    @property
+    def _not_loaded(self) -> str:
+        return f"the NET plugin did not load (dlerror: {self.plugin_dlerror})"
+
     def describe(self) -> str:
         """One line for a failure message: `NET/Socket: aws-ofi-nccl did not load (...)`."""
         if self.network is None:
             if self.errors:
                 return f"no network selected: {self.errors[0].cause}"
+            if self.plugin_dlerror:
+                return f"no network selected; {self._not_loaded}"
             if self.provider:
                 return (f"no `Using network` line; {self.plugin or 'the NET plugin'} selected "
                         f"provider {self.provider}")
@@ -156,6 +162,8 @@ class NcclLogSummary:
                     why += f" ({self.errors[0].cause})"
             elif self.plugin == "aws-ofi-nccl":
                 why = "aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?)"
+            elif self.plugin_dlerror:
+                why = self._not_loaded
             else:
                 why = "aws-ofi-nccl did not load (check LD_LIBRARY_PATH, the plugin library)"
             return f"{head}: {why}; traffic goes over TCP sockets"
