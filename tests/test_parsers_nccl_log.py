@@ -281,6 +281,23 @@ def test_pasted_command_gives_the_rank_count_when_the_log_does_not():
     assert parse_nccl_log(log.splitlines()[1]).nranks is None
 
 
+def test_a_watchdog_record_wrapped_mid_line_is_joined():
+    """huggingface/open-r1#620: a console copy hard-wrapped the record at a column."""
+    head = ("[rank2]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank 2] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=4, OpTy")
+    tail = ("pe=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 "
+            "milliseconds before timing out.")
+    data = f"{head}\n{tail}\nh:1:1 [0] NCCL INFO Using network Socket\n".encode()
+    for chunk_bytes in (len(head) // 2, len(head) + 1, 1 << 20):  # the tail in the next chunk too
+        (t,) = parse_nccl_log_stream(io.BytesIO(data), chunk_bytes=chunk_bytes).timeouts
+        assert (t.rank, t.seq_num, t.op_type, t.timeout_ms, t.ran_for_ms) == (
+            2, 4, "BROADCAST", 1800000, 1800010), chunk_bytes
+    # A record cut short, with no continuation after it, keeps what it has.
+    for text in (head, f"{head}\nh:1:1 [0] NCCL INFO Using network Socket"):
+        (t,) = parse_nccl_log(text).timeouts
+        assert (t.rank, t.seq_num, t.op_type, t.timeout_ms) == (2, 4, None, None)
+
+
 def test_the_reason_the_plugin_did_not_load_is_quoted():
     """awslabs/awsome-distributed-ai#292: the plugin's libfabric is too old for it."""
     why = ("libfabric.so.1: version `FABRIC_1.7' not found (required by "

@@ -28,6 +28,7 @@ from harness.parsers.nccl_log_lines import (
     USING_NETWORK,
     VERSION,
     WATCHDOG,
+    WATCHDOG_END,
     WATCHDOG_FIELDS,
 )
 from harness.parsers.values import ascii_int
@@ -106,6 +107,9 @@ class PayloadFacts:
         self.warnings: dict[str, None] = {}
         self.errors: dict[tuple[int, str], FailureHit] = {}
         self.timeouts: dict[object, WatchdogTimeout] = {}
+        self.wrapped: str | None = None
+        """A watchdog record without its end on the last line of a chunk: the next chunk's
+        first line may hold the rest (harness.parsers.nccl_log passes it to `wrapped_tail`)."""
 
     # Each method handles one kind of payload.
     def version(self, v: str) -> None:
@@ -228,10 +232,18 @@ class PayloadFacts:
                     self.errors[key] = FailureHit(text[:MAX_TEXT], failure.cause, failure.remedy)
                 return
 
-    def timeout(self, text: str) -> None:
+    def timeout(self, text: str, after: str | None = "") -> None:
         """A line holding `Watchdog caught collective operation timeout`; one record per rank and
-        collective (torch repeats it in the `watchdog thread terminated` line)."""
+        collective (torch repeats it in the `watchdog thread terminated` line). `after`: the next
+        line, joined to a record hard-wrapped mid-line (it lacks WATCHDOG_END, the next line has
+        it); None where the next line is in the next chunk (the record waits for it)."""
         self.recognised += 1
+        if WATCHDOG_END not in text and "Watchdog caught" in text:
+            if after is None:
+                self.wrapped = text
+                return
+            if WATCHDOG_END in after and "Watchdog caught" not in after:
+                text += after  # hard-wrapped at a column: `NumelIn=112, Numel` + `Out=112, ...`
         m = WATCHDOG.search(text)
         if m is None or len(self.timeouts) >= self.max_kept:
             return
@@ -244,6 +256,12 @@ class PayloadFacts:
             ran_for_ms=ascii_int(ran[1]) if ran else None, line=line)
         key = line if t.seq_num is None else (t.rank, t.seq_num, t.op_type, t.ran_for_ms)
         self.timeouts.setdefault(key, t)
+
+    def wrapped_tail(self, line: str | None) -> None:
+        """The line after a record left `wrapped` (None: the input ended)."""
+        text, self.wrapped = self.wrapped, None
+        if text is not None:
+            self.timeout(text, line or "")
 
     def channel(self, tail: str) -> None:
         """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`
@@ -313,6 +331,7 @@ class PayloadFacts:
         return f"the NET/{network} device line (`NET/{network} : Using ...`)"
 
     def build(self) -> NcclLogSummary:
+        self.wrapped_tail(None)
         network = self._network()
         libfabric_net = network is not None and ("ibfabric" in network or "OFI" in network)
         plugin = None
