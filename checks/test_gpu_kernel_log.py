@@ -93,9 +93,12 @@ def test_no_fatal_sxid(profile: Profile, tier: str, kernel_log_reading: Reading[
         fatal = [e for e in events if e.fatal]
         shown = (fatal or events)[-1]
         times = f" x{len(events)}" if len(events) > 1 else ""
+        # fatal None: read from its detail lines alone (unknown: a warning, never a pass).
+        severity = ("Fatal" if fatal else "severity unknown"
+                    if any(e.fatal is None for e in events) else "Non-fatal")
         found.append((f"NVSwitch {switch} (bus {pci})",
-                      f"SXid {sxid}{times} ({'Fatal' if fatal else 'Non-fatal'}, "
-                      f"{shown.message[:100]})", REBOOT if fatal else MONITOR))
+                      f"SXid {sxid}{times} ({severity}, {shown.message[:100]})",
+                      REBOOT if fatal else MONITOR))
     _measure_log(log, "NVSwitch SXid events", len(sxid_events))
     judge(f"fatal NVSwitch SXid errors (kernel log: {log.source or 'given'}, {log.window})",
            found)

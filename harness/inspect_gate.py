@@ -74,7 +74,7 @@ def _kernel_log(result: dict[str, Any]) -> list[str]:
     found = [f"Xid {e.get('xid')} on {e.get('pci')}: {e.get('action')}"
              for e in result.get("xid_events", [])]
     found += [f"SXid {e.get('sxid')} on {e.get('switch') or e.get('pci')}"
-              for e in result.get("sxid_events", []) if e.get("fatal")]
+              for e in result.get("sxid_events", []) if e.get("fatal") is not False]  # unknown too
     return found
 
 

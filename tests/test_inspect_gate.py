@@ -48,6 +48,10 @@ def test_unknown_is_a_problem():
     assert problems("dcgm", {"passed": None, "failed_tests": []})
     assert problems("nccl-tests", {"errors": [], "completed": False})
     assert not problems("dcgm", {"passed": True, "failed_tests": []})
+    # An SXid read from its detail lines alone, of unknown severity; a non-fatal one is not.
+    sxid = {"sxid": 24007, "switch": 1, "fatal": None}
+    assert problems("kernel-log", {"sxid_events": [sxid]}) == ["SXid 24007 on 1"]
+    assert problems("kernel-log", {"sxid_events": [{**sxid, "fatal": False}]}) == []
 
 
 def test_unknown_fail_on_value_is_refused():

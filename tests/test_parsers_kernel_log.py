@@ -194,6 +194,26 @@ def test_one_kernel_line_in_garbage_is_not_a_kernel_log():
         parse_kernel_log(text)
 
 
+SXID = "nvidia-nvswitch1: SXid (PCI:0000:aa:00.0): 24007, "
+
+
+@pytest.mark.parametrize(("lines", "fatal"), [
+    ([SXID + "Severity 1 Engine instance 12 Sub-engine instance 00", SXID + "Data {0x1, 0x0}"],
+     True),
+    ([SXID + "Severity 0 Engine instance 12 Sub-engine instance 00"], False),
+    ([SXID + "Data {0x1, 0x0}", SXID + "Data {0x0, 0x0}"], None),
+])
+def test_an_sxid_without_its_first_line_is_read_from_its_details(lines: list[str],
+                                                                   fatal: bool | None):
+    log = parse_kernel_log("".join(f"[ 10.0] {line}\n" for line in lines))
+    assert [(e.sxid, e.switch, e.fatal) for e in log.sxid_events] == [(24007, 1, fatal)]
+    assert "first line (Fatal or Non-fatal) is not in the log" in log.sxid_events[0].message
+    # With its first line, the detail lines add nothing.
+    whole = parse_kernel_log(f"[ 9.0] {SXID}Fatal, Link 48 LTSSM Fault Up\n"
+                             + "".join(f"[ 10.0] {line}\n" for line in lines))
+    assert [(e.fatal, e.message) for e in whole.sxid_events] == [(True, "Link 48 LTSSM Fault Up")]
+
+
 def test_a_log_with_some_noise_is_still_a_kernel_log():
     real = (DATA / "real_dmesg-xid79-nvswitch-sxid-20034.txt").read_text().splitlines()
     noisy = "\n".join(line if i % 3 else f"{line}\n@@@ noise {i}" for i, line in enumerate(real))

@@ -73,6 +73,14 @@ def test_the_network_used_wins_over_the_plugin_loaded():
     assert (s.network, s.provider, s.num_nics, s.fabric) == ("IB", "ib", 2, None)
 
 
+def test_an_ofi_line_with_two_facts_gives_both():
+    # aws-ofi-nccl 1.4-1.11 print the platform and the variable it sets on one line.
+    s = parse_nccl_log("h:1:1 [0] NCCL INFO NET/OFI Running on p4d.24xlarge platform, Setting "
+                       "NCCL_TOPO_FILE environment variable to /opt/x/p4d-24xl-topo.xml\n")
+    assert (s.platform, s.env_added) == (
+        "p4d.24xlarge", {"NCCL_TOPO_FILE": "/opt/x/p4d-24xl-topo.xml"})
+
+
 def test_gdr_disabled_on_a_nic_of_another_network_is_no_evidence():
     text = ("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
             "h:1:1 [0] NCCL INFO Using network Libfabric\n")
@@ -273,12 +281,48 @@ def test_pasted_command_gives_the_rank_count_when_the_log_does_not():
     assert parse_nccl_log(log.splitlines()[1]).nranks is None
 
 
+def test_a_watchdog_record_wrapped_mid_line_is_joined():
+    """huggingface/open-r1#620: a console copy hard-wrapped the record at a column."""
+    head = ("[rank2]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank 2] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=4, OpTy")
+    tail = ("pe=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 "
+            "milliseconds before timing out.")
+    data = f"{head}\n{tail}\nh:1:1 [0] NCCL INFO Using network Socket\n".encode()
+    for chunk_bytes in (len(head) // 2, len(head) + 1, 1 << 20):  # the tail in the next chunk too
+        (t,) = parse_nccl_log_stream(io.BytesIO(data), chunk_bytes=chunk_bytes).timeouts
+        assert (t.rank, t.seq_num, t.op_type, t.timeout_ms, t.ran_for_ms) == (
+            2, 4, "BROADCAST", 1800000, 1800010), chunk_bytes
+    # A record cut short, with no continuation after it, keeps what it has.
+    for text in (head, f"{head}\nh:1:1 [0] NCCL INFO Using network Socket"):
+        (t,) = parse_nccl_log(text).timeouts
+        assert (t.rank, t.seq_num, t.op_type, t.timeout_ms) == (2, 4, None, None)
+
+
+def test_the_reason_the_plugin_did_not_load_is_quoted():
+    """awslabs/awsome-distributed-ai#292: the plugin's libfabric is too old for it."""
+    why = ("libfabric.so.1: version `FABRIC_1.7' not found (required by "
+           "/env/lib/libnccl-net.so)")
+    line = f"h:1:1 [0] NCCL INFO NET/Plugin : dlerror={why} No plugin found (libnccl-net.so), "
+    s = parse_nccl_log(line + "using internal implementation\n")
+    assert s.plugin_dlerror == why and why in s.describe()
+    sockets = parse_nccl_log("h:1:1 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : "
+                             "libnccl-net.so: cannot open shared object file: No such file or "
+                             "directory : when loading libnccl-net.so\n"
+                             "h:1:1 [0] NCCL INFO Using network Socket\n")
+    assert "dlerror: libnccl-net.so: cannot open shared object file" in sockets.describe()
+
+
 @pytest.mark.parametrize(("log", "network", "gdr"), [
     ("h:1:1 [0] NCCL INFO Using network Socket\n", "Socket", False),
     ("NCCL INFO NET/FastSocket : Using [0]ibs108:10.0.19.12<0> [1]ibs109:10.0.19.13<0>\n",
      "FastSocket", False),
     # NCCL's own socket device line alone: the socket transport initialised, not proof of use.
     ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n", "Socket", None),
+    # ... with no plugin and no IB device (NCCL 2.4, no `Using network`): the only transport left.
+    ("NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).\nNCCL INFO NET/IB : No device "
+     "found.\nNCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n", "Socket", False),
+    ("NCCL INFO NET/IB : No device found.\nNCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n",
+     "Socket", None),  # a plugin may have been loaded on a line not pasted
     ("h:1:1 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer "
      "10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)\n", "IB", None),
 ])

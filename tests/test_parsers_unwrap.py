@@ -55,6 +55,8 @@ def test_wrapping_only_lines_are_dropped(line: str):
      "OMPI_X=1 srun --nodes=2 all_reduce_perf_mpi -g 1"),
     ("fi_info -p efa", "fi_info -p efa"),
     ("!nvidia-smi -q", "!nvidia-smi -q"),
+    ("$./build/libfabric/bin/fi_info --fabric efa", "./build/libfabric/bin/fi_info --fabric efa"),
+    ("# which fi_info", "which fi_info"),
 ])
 def test_command_lines_are_context_not_output(line: str, command: str):
     u = Unwrapper()
@@ -73,6 +75,15 @@ def test_tool_lines_that_look_like_prompts_stay():
                  "signal 9 (Killed).", "mpirun has exited due to process rank 0 with PID 1 on"):
         assert u.unwrap(line) == line
     assert u.commands == []
+
+
+def test_what_which_prints_is_output():
+    u = Unwrapper()
+    lines = ["# which fi_info", "/opt/amazon/efa/bin/fi_info", "# fi_info -p efa",
+             "which is how it goes", "provider: efa"]
+    assert list(u.lines(lines)) == ["/opt/amazon/efa/bin/fi_info", "which is how it goes",
+                                    "provider: efa"]
+    assert u.commands == ["which fi_info", "fi_info -p efa"]
 
 
 def test_continued_command_is_one_command():

@@ -99,7 +99,7 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
             line = line[2:] if prompted else line
         elif continued and line.lstrip().startswith("#"):
             continue  # Docker drops comment lines inside a continued instruction
-        new_quote = new_quote or "'" in line or '"' in line
+        new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
         room = size + len(line) < MAX_VALUE_CHARS and joined < _MAX_CONTINUED_LINES
         continued = line.endswith("\\") and not line.endswith("\\\\") and room
         if continued:
@@ -140,9 +140,16 @@ _ESCAPED_IN_DOUBLE = re.compile(r"\\([\"\\])")
 
 def _shell_words(text: str) -> list[str]:
     """Shell words, with `;`, `&&`, `||`, `|` and `&` as words of their own; ValueError for an
-    unclosed quote or a trailing backslash (as shlex)."""
+    unclosed quote, `$(` or a trailing backslash (as shlex). A `$(...)` command substitution
+    is kept as written, its own quotes included (see _substitutions)."""
     if _PLAIN_WORDS.fullmatch(text):  # nothing for the shell to interpret: split at blanks
         return [w for w in _BLANKS.split(text) if w]
+    if "$(" in text and "\x00" not in text and (spans := _substitutions(text)):
+        # Each `$(...)` stands in as a placeholder no rule reads, and comes back in its word.
+        held = [text[a:b] for a, b in spans]
+        for i, (a, b) in reversed(list(enumerate(spans))):
+            text = f"{text[:a]}\x00{i}\x00{text[b:]}"
+        return [_HELD.sub(lambda m: held[int(m[1])], w) for w in _shell_words(text)]
     words = []
     pos = 0
     while pos < len(text):
@@ -155,6 +162,63 @@ def _shell_words(text: str) -> list[str]:
         elif m["word"] is not None:
             words.append("".join(_unquote(p) for p in _PART.findall(m["word"])))
     return words
+
+
+_HELD = re.compile("\x00([0-9]+)\x00")
+
+
+def _substitutions(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each outermost `$(...)` of `text` outside single quotes. Bash reads a
+    command substitution as a new quoting context, inside double quotes too (bash manual, Command
+    Substitution: `"$(python3 -c 'print("x")')"` is one word), where shlex ends the word at the
+    first inner `"`. ValueError when one is not closed (its command goes on in the next line)."""
+    spans = []
+    i, quote = 0, ""
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+        elif quote == "'":
+            quote = "" if ch == "'" else quote
+            i += 1
+        elif text.startswith("$(", i):
+            end = _substitution_end(text, i + 2)
+            spans.append((i, end))
+            i = end
+        elif ch == quote:
+            quote, i = "", i + 1
+        elif not quote and ch in "\"'":
+            quote, i = ch, i + 1
+        else:
+            i += 1
+    return spans
+
+
+def _substitution_end(text: str, i: int) -> int:
+    """The index after the `)` that closes the `$(` before text[i] (quotes, escapes and
+    parentheses inside it balanced)."""
+    depth, quote = 1, ""
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+            elif quote == '"' and text.startswith("$(", i):
+                i = _substitution_end(text, i + 2)
+                continue
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if not depth:
+                return i + 1
+        i += 1
+    raise ValueError("No closing parenthesis")
 
 
 def _unquote(piece: str) -> str:

@@ -52,6 +52,17 @@ _SXID = re.compile(
     r"nvidia-nvswitch(?P<switch>[0-9]+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>[0-9]+), "
     r"(?P<severity>Fatal|Non-fatal),\s*(?P<msg>.*)$"
 )
+#: The detail lines that follow (NVIDIA/open-gpu-kernel-modules src/common/nvswitch/kernel/
+#: error_nvswitch.c _nvswitch_dump_error_entry): `..: 24007, Severity 1 Engine instance 12 Sub-engine
+#: instance 00`, `..: 24007, Data {0x...}`. The severity is NVSWITCH_ERROR_SEVERITY_TYPE
+#: (src/common/nvswitch/interface/ctrl_dev_nvswitch.h): 0 NONFATAL, 1 FATAL.
+_SXID_DETAIL = re.compile(
+    r"nvidia-nvswitch(?P<switch>[0-9]+): SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<sxid>[0-9]+), "
+    r"(?P<msg>(?:Severity (?P<severity>[0-9]+) |Data ).*)$"
+)
+_SEVERITY_FATAL = {"0": False, "1": True}
+#: Said of an SXid read from its detail lines alone.
+NO_FIRST_LINE = "the SXid's first line (Fatal or Non-fatal) is not in the log"
 #: A log whose first line is this many seconds after boot or less reaches back to the boot.
 BOOT_WINDOW_S = 5.0
 
@@ -74,14 +85,16 @@ class XidEvent:
 
 @dataclass(frozen=True, slots=True)
 class SxidEvent:
-    """One NVSwitch SXid line (its first line: the one that says Fatal or Non-fatal)."""
+    """One NVSwitch SXid line: its first line (the one that says Fatal or Non-fatal), or where
+    that line is not in the log, its first detail line (the `Severity N` one gives `fatal`)."""
 
     sxid: int
     switch: int
     """N of `nvidia-nvswitchN`."""
     pci: str
     """The NVSwitch's PCI address (not a GPU's)."""
-    fatal: bool
+    fatal: bool | None
+    """None: read from its detail lines alone, without a `Severity` line (unknown)."""
     message: str
     time: str | None = None
     line: int = 0
@@ -180,6 +193,7 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
     fallen_pci: str | None = None
     fallen_at, fallen_time = 0, None
     json_time, json_at = None, 0
+    headed: dict[tuple[int, str, int], bool] = {}  # (switch, pci, SXid): its first line was read
 
     def lost(pci: str, when: str | None, at: int) -> None:
         key = pci_key(pci) or pci
@@ -209,13 +223,8 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
             if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
                 lost(fallen_pci, fallen_time, fallen_at)
                 fallen_pci = None
-            elif "SXid" in line:
-                sx = _SXID.search(line)
-                sxid, switch = (ascii_int(sx["sxid"]), ascii_int(sx["switch"])) if sx else (None, None)
-                if sx and sxid is not None and switch is not None:
-                    sxids.add(SxidEvent(sxid, switch, sx["pci"], sx["severity"] == "Fatal",
-                                        sx["msg"].strip(), when, n),
-                              (switch, sx["pci"], sxid, sx["severity"]))
+            elif "SXid" in line and (sx := _sxid(line, when, n, headed)) is not None:
+                sxids.add(*sx)
             continue
         m = _XID.search(line)
         xid = ascii_int(m["xid"]) if m else None
@@ -257,6 +266,30 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
                      first_time=first.time if first else None,
                      from_boot=_from_boot(first, boots), boots=tuple(boots),
                      omitted=events.omitted + sxids.omitted)
+
+
+def _sxid(line: str, when: str | None, n: int, headed: dict[tuple[int, str, int], bool]
+          ) -> tuple[SxidEvent, tuple[Any, ...]] | None:
+    """The event (and its kind) an SXid line starts: its first line, or a detail line of an SXid
+    whose first line is not in the log (once per switch and SXid); None for another detail line."""
+    sx = _SXID.search(line)
+    detail = None if sx else _SXID_DETAIL.search(line)
+    m = sx or detail
+    sxid, switch = (ascii_int(m["sxid"]), ascii_int(m["switch"])) if m else (None, None)
+    if m is None or sxid is None or switch is None:
+        return None
+    key = (switch, m["pci"], sxid)
+    if sx is not None:
+        if len(headed) < MAX_KINDS:
+            headed[key] = True
+        return (SxidEvent(sxid, switch, sx["pci"], sx["severity"] == "Fatal", sx["msg"].strip(),
+                          when, n), (*key, sx["severity"]))
+    if key in headed or len(headed) >= MAX_KINDS:
+        return None
+    headed[key] = False
+    fatal = _SEVERITY_FATAL.get(m["severity"]) if m["severity"] else None
+    return (SxidEvent(sxid, switch, m["pci"], fatal, f"{m['msg'].strip()} ({NO_FIRST_LINE})",
+                      when, n), (*key, fatal))
 
 
 def _from_boot(first: Line | None, boots: list[tuple[int, str | None]]) -> bool | None:

@@ -34,6 +34,8 @@ from harness.parsers.nccl_log_lines import (
     OLD_PLUGIN,
     OLD_PLUGIN_LITERAL,
     VERSION,
+    first_line,
+    line_after,
     line_of,
     payload_text,
     segments_with,
@@ -98,6 +100,8 @@ class _Scanner:
             chunk = ANSI_BYTES.sub(b"", chunk[:end])
             end = len(chunk)
         facts, seen = self.facts, self.seen
+        if facts.wrapped is not None:  # a watchdog record wrapped across the chunk boundary
+            facts.wrapped_tail(first_line(chunk, end))
         found = MAIN.findall(chunk, 0, end)
         fresh = [p for p in dict.fromkeys(found) if p not in seen]
         size = sum(map(len, fresh))
@@ -120,11 +124,12 @@ class _Scanner:
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
             elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
-                facts.timeout(text)
+                facts.timeout(text, line_after(chunk, raw, end))
                 if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
-                facts.timeout(line_of(chunk, raw, end, b"Watchdog caught"))
+                facts.timeout(line_of(chunk, raw, end, b"Watchdog caught"),
+                              line_after(chunk, raw, end))
                 if "NCCL error" in text:
                     facts.fault(text)
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`

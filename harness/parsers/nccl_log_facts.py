@@ -68,6 +68,11 @@ class NcclLogSummary:
     gdr_negative: bool = False
     """The plugin said GDR is unavailable (`GDR disabled ...`, `GDR not supported`), or NCCL did
     for a NIC of the network used (`NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`)."""
+    socket_only: bool = False
+    """NCCL said it has no external NET plugin and no IB device, so its socket transport is the
+    only one left (certain without a `Using network` line)."""
+    plugin_dlerror: str | None = None
+    """Why NCCL could not load an external NET plugin (`NET/Plugin : dlerror=...`), as it said."""
     num_net_channels: int = 0
     """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
     more than SEEN_CAP distinct lines reset the memory of what was seen)."""
@@ -105,10 +110,11 @@ class NcclLogSummary:
     @property
     def _socket_for_certain(self) -> bool:
         """The network is a socket one, and NCCL said it used it (`Using network`, channel
-        lines) or it is an external socket plugin (loaded plugins come first). NCCL's own
-        `NET/Socket : Using` device line alone does not say the traffic went there."""
+        lines) or it is an external socket plugin (loaded plugins come first), or no plugin and
+        no IB device leave it alone (`socket_only`). NCCL's own `NET/Socket : Using` device line
+        alone does not say the traffic went there."""
         return self.network in SOCKET_NETWORKS and (
-            self.network == "FastSocket" or self.network_evidence is None)
+            self.network == "FastSocket" or self.network_evidence is None or self.socket_only)
 
     @property
     def gdr_evidence(self) -> str | None:
@@ -132,11 +138,17 @@ class NcclLogSummary:
         """NCCL used aws-ofi-nccl (`Libfabric`, `AWS Libfabric`, `OFI`)."""
         return self.network is not None and ("ibfabric" in self.network or "OFI" in self.network)
 
+    @property
+    def _not_loaded(self) -> str:
+        return f"the NET plugin did not load (dlerror: {self.plugin_dlerror})"
+
     def describe(self) -> str:
         """One line for a failure message: `NET/Socket: aws-ofi-nccl did not load (...)`."""
         if self.network is None:
             if self.errors:
                 return f"no network selected: {self.errors[0].cause}"
+            if self.plugin_dlerror:
+                return f"no network selected; {self._not_loaded}"
             if self.provider:
                 return (f"no `Using network` line; {self.plugin or 'the NET plugin'} selected "
                         f"provider {self.provider}")
@@ -150,6 +162,8 @@ class NcclLogSummary:
                     why += f" ({self.errors[0].cause})"
             elif self.plugin == "aws-ofi-nccl":
                 why = "aws-ofi-nccl loaded but NCCL used sockets (NCCL_NET=Socket?)"
+            elif self.plugin_dlerror:
+                why = self._not_loaded
             else:
                 why = "aws-ofi-nccl did not load (check LD_LIBRARY_PATH, the plugin library)"
             return f"{head}: {why}; traffic goes over TCP sockets"

@@ -11,7 +11,8 @@ __all__ = [
     "ANSI_BYTES", "DEV_INDEX", "DOCKER_LINE", "GDR_DISABLED", "IB_DEVS", "LIBFABRIC_WARN", "LOADED",
     "LOADED_VERSION", "MAIN", "NRANKS", "OFI_RULES", "OLD_PLUGIN", "OLD_PLUGIN_LITERAL",
     "PLUGIN_FAILED", "RETRY", "SOCKET_DEVS", "USING_NETWORK", "VERSION", "WATCHDOG",
-    "WATCHDOG_FIELDS", "line_of", "payload_text", "segments_with",
+    "WATCHDOG_END", "WATCHDOG_FIELDS", "first_line", "line_after", "line_of", "payload_text",
+    "segments_with",
 ]
 
 # --- Scanning --------------------------------------------------------------------------------
@@ -62,6 +63,22 @@ def line_of(chunk: bytes, raw: bytes, end: int, anchor: bytes) -> str:
     return line[cut:].decode("utf-8", "replace").strip()
 
 
+def line_after(chunk: bytes, raw: bytes, end: int) -> str | None:
+    """The line after the one that ends in `raw` (its first occurrence in chunk[:end]); None when
+    that line is the chunk's last (the next one, if any, starts the next chunk)."""
+    nl = chunk.find(b"\n", chunk.find(raw, 0, end) + len(raw), end)
+    if nl < 0 or nl + 1 >= end:
+        return None
+    stop = chunk.find(b"\n", nl + 1, end)
+    return bytes(chunk[nl + 1:end if stop < 0 else stop]).decode("utf-8", "replace").strip()
+
+
+def first_line(chunk: bytes, end: int) -> str:
+    """The first line of chunk[:end]."""
+    stop = chunk.find(b"\n", 0, end)
+    return bytes(chunk[:end if stop < 0 else stop]).decode("utf-8", "replace").strip()
+
+
 def segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
     """The `|`-separated segments of the lines of chunk[:end] that contain `literal`."""
     found = []
@@ -110,6 +127,9 @@ GDR_DISABLED = re.compile(r"NET/(.+?) ?: GPU Direct RDMA Disabled for HCA")
 #: Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception:
 #: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.
 WATCHDOG = re.compile(r"(?:\[(?:PG [^\]]*)?Rank ([0-9]+)\] )?Watchdog caught collective operation timeout")
+#: A watchdog record's last words: a record without them was hard-wrapped (a console copy,
+#: tests/data/nccl_log/real_watchdog_wrapped_lines.log) when the next line holds them.
+WATCHDOG_END = "before timing out"
 WATCHDOG_FIELDS = (
     re.compile(r"SeqNum=([0-9]+)"),
     re.compile(r"OpType=(\w+)"),

@@ -28,6 +28,7 @@ from harness.parsers.nccl_log_lines import (
     USING_NETWORK,
     VERSION,
     WATCHDOG,
+    WATCHDOG_END,
     WATCHDOG_FIELDS,
 )
 from harness.parsers.values import ascii_int
@@ -48,6 +49,21 @@ MAX_NAMES = 64
 COLLNET = "via COLLNET/"
 #: Characters of a line kept in a warning, error or timeout record.
 MAX_TEXT = 4096
+#: A `NET/Plugin` line saying NCCL loaded no external NET plugin (NVIDIA/nccl src/net.cc 2.4-2.18
+#: `No plugin found (%s), using internal implementation`, with `dlerror=%s ` before it since 2.12;
+#: src/plugin/net.cc 2.19+ `Could not find: %s. Using internal network plugin.` and
+#: `Plugin load returned %d : %s : when loading %s`).
+NO_PLUGIN = ("No plugin found", "Could not find:", "Using internal network plugin",
+             "Plugin load returned")
+#: Why dlopen failed, in those lines: a missing file, or a plugin whose own dependency is missing
+#: (`libfabric.so.1: version `FABRIC_1.7' not found (required by .../libnccl-net.so)`).
+DLERROR = re.compile(r"dlerror=(.+?) No plugin found|Plugin load returned [0-9]+ : (.+?)"
+                     r"(?: : when loading|\.?$)")
+#: Lines saying NCCL's own IB transport has no device (src/transport/net_ib.cc ncclIbInit
+#: `NET/IB : No device found.`; 2.19+ src/misc/ibvwrap.cc `Failed to open libibverbs.so[.1]`;
+#: src/misc/param.cc `NCCL_IB_DISABLE set by environment to 1.`).
+IB_ABSENT = ("NET/IB : No device found", "Failed to open libibverbs",
+             "NCCL_IB_DISABLE set by environment to 1")
 
 
 class PayloadFacts:
@@ -71,6 +87,9 @@ class PayloadFacts:
         self.socket_nics: int | None = None
         self.fastsocket_nics: int | None = None
         self.ib_warned: str | None = None
+        self.no_plugin = False
+        self.plugin_dlerror: str | None = None
+        self.ib_absent = False
         self.retries: tuple[int, str, str] = (0, "", "")
         self.failed_plugins: list[str] = []
         self.protocol: str | None = None
@@ -88,6 +107,9 @@ class PayloadFacts:
         self.warnings: dict[str, None] = {}
         self.errors: dict[tuple[int, str], FailureHit] = {}
         self.timeouts: dict[object, WatchdogTimeout] = {}
+        self.wrapped: str | None = None
+        """A watchdog record without its end on the last line of a chunk: the next chunk's
+        first line may hold the rest (harness.parsers.nccl_log passes it to `wrapped_tail`)."""
 
     # Each method handles one kind of payload.
     def version(self, v: str) -> None:
@@ -136,12 +158,28 @@ class PayloadFacts:
             self.gdr_disabled_nets.add(m[1])
         elif COLLNET in text:
             self.collnet_channel(text.partition(COLLNET)[2])
+        elif text.startswith("NET/Plugin"):
+            self.plugin_line(text)
+        elif text.startswith(IB_ABSENT):
+            self.ib_absent = True
+
+    def plugin_line(self, text: str) -> None:
+        """A `NET/Plugin` line: NCCL loaded no external NET plugin, and why dlopen failed."""
+        if not any(s in text for s in NO_PLUGIN):
+            return
+        self.no_plugin = True
+        if self.plugin_dlerror is None and (m := DLERROR.search(text)):
+            self.plugin_dlerror = (m[1] or m[2]).strip()[:MAX_TEXT]
 
     def _ofi(self, text: str) -> None:
+        """Every rule that matches is read: one line can hold two facts (`Running on p4d.24xlarge
+        platform, Setting NCCL_TOPO_FILE environment variable to ...`, aws-ofi-nccl 1.4-1.11)."""
+        matched = False
         for regex, kind in OFI_RULES:
             m = regex.search(text)
             if m is None:
                 continue
+            matched = True
             if kind == "version":
                 self.ofi_version = self.ofi_version or m[1]
             elif kind == "provider":
@@ -165,8 +203,8 @@ class PayloadFacts:
                 self.fault("NET/OFI " + text)
             elif kind == "failed":
                 self.plugin_failed = True
-            return
-        self.fault("NET/OFI " + text, info=True)
+        if not matched:
+            self.fault("NET/OFI " + text, info=True)
 
     def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
@@ -194,10 +232,18 @@ class PayloadFacts:
                     self.errors[key] = FailureHit(text[:MAX_TEXT], failure.cause, failure.remedy)
                 return
 
-    def timeout(self, text: str) -> None:
+    def timeout(self, text: str, after: str | None = "") -> None:
         """A line holding `Watchdog caught collective operation timeout`; one record per rank and
-        collective (torch repeats it in the `watchdog thread terminated` line)."""
+        collective (torch repeats it in the `watchdog thread terminated` line). `after`: the next
+        line, joined to a record hard-wrapped mid-line (it lacks WATCHDOG_END, the next line has
+        it); None where the next line is in the next chunk (the record waits for it)."""
         self.recognised += 1
+        if WATCHDOG_END not in text and "Watchdog caught" in text:
+            if after is None:
+                self.wrapped = text
+                return
+            if WATCHDOG_END in after and "Watchdog caught" not in after:
+                text += after  # hard-wrapped at a column: `NumelIn=112, Numel` + `Out=112, ...`
         m = WATCHDOG.search(text)
         if m is None or len(self.timeouts) >= self.max_kept:
             return
@@ -210,6 +256,12 @@ class PayloadFacts:
             ran_for_ms=ascii_int(ran[1]) if ran else None, line=line)
         key = line if t.seq_num is None else (t.rank, t.seq_num, t.op_type, t.ran_for_ms)
         self.timeouts.setdefault(key, t)
+
+    def wrapped_tail(self, line: str | None) -> None:
+        """The line after a record left `wrapped` (None: the input ended)."""
+        text, self.wrapped = self.wrapped, None
+        if text is not None:
+            self.timeout(text, line or "")
 
     def channel(self, tail: str) -> None:
         """`Libfabric/0/GDRDMA`, `IB/1(8)/GDRDMA/Shared`, `Socket/0`: the text after `via NET/`
@@ -261,15 +313,25 @@ class PayloadFacts:
         tries, of, text = self.retries
         return (f"{text} ({tries}/{of}): a peer was not listening (the latest try seen)",) if tries else ()
 
+    def _socket_only(self, network: str | None) -> bool:
+        """No external plugin and no IB device: NCCL's socket transport is the only one left
+        (NCCL < 2.6 prints no `Using network` line)."""
+        return (network == "Socket" and self.no_plugin and self.ib_absent and not self.ib_nics
+                and not self.ofi_seen and self.plugin_loaded is None)
+
     def _network_evidence(self, network: str | None) -> str | None:
         """Why `network` is known when no `Using network` / channel line said it."""
         if network is None or self.net_channels or network in self.networks:
             return None
+        if self._socket_only(network):
+            return ("no NET plugin (`NET/Plugin : No plugin found`) and no IB device "
+                    "(`NET/IB : No device found`): the socket transport is the only one left")
         if network == "IB" and not self.ib_nics and self.ib_warned:
             return f"NET/IB WARN: {self.ib_warned} (only NCCL's IB transport prints NET/IB)"
         return f"the NET/{network} device line (`NET/{network} : Using ...`)"
 
     def build(self) -> NcclLogSummary:
+        self.wrapped_tail(None)
         network = self._network()
         libfabric_net = network is not None and ("ibfabric" in network or "OFI" in network)
         plugin = None
@@ -309,6 +371,8 @@ class PayloadFacts:
             platform=self.platform,
             libfabric_version=self.libfabric,
             gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
+            socket_only=self._socket_only(network),
+            plugin_dlerror=self.plugin_dlerror,
             num_net_channels=sum(self.net_channels.values()),
             num_gdr_channels=self.gdr_channels,
             num_collnet_channels=self.collnet_channels,

@@ -17,9 +17,9 @@ docs/parsers.md):
 - docker json-file `{"log":"...","stream":"stdout",...}` (JSON-decoded, not stripped);
 - ANSI colour sequences (also their mojibake, ESC read as U+FFFD), CR left inside a line;
 - markdown fences, `> ` quote markers, inline-code backticks around a command;
-- shell prompts (`user@host:dir# cmd`, `$ cmd`, `➜ $ cmd`, a root `# cmd` naming a known
-  program), `+ cmd` xtrace lines, bare command lines of a known program, ssh `Warning:
-  Permanently added ...` lines.
+- shell prompts (`user@host:dir# cmd`, `$ cmd`, `$./path/cmd`, `➜ $ cmd`, a root `# cmd`
+  naming a known program, or `which`: the paths it prints are output), `+ cmd` xtrace lines,
+  bare command lines of a known program, ssh `Warning: Permanently added ...` lines.
 
 Leading blanks are kept (nvidia-smi -q nests by indentation); blanks before a wrapper go with
 it. Kernel-log stamps (syslog, journal, dmesg, kmsg) are not removed here: the kernel-log
@@ -66,6 +66,11 @@ _PROMPT = re.compile(
     r"^\s*(?:\([\w.-]+\)\s*)?(?:[\w.-]+@[\w.-]+(?::\S*| \S+)?\s*(?:➜\s*)?[#$%]|➜\s*\S*\s*\$|[$%])"
     r"\s+(?P<cmd>\S.*)$")
 _ROOT_PROMPT = re.compile(r"^\s*[#+]\s+(?P<cmd>\S.*)$")
+#: A `$` prompt glued to the path of the program it runs: `$./build/libfabric/bin/fi_info -v`
+#: (tests/data/fi_info/real_verbose_efa_libfabric_2.0.txt); a `$NAME` variable is not one.
+_GLUED_PROMPT = re.compile(r"^\s*\$(?P<cmd>(?:\.{1,2}|~)?/\S.*)$")
+#: The one-word lines a `which` command prints: the paths it found.
+_PATH_WORD = re.compile(r"^\s*/\S*\s*$")
 _BACKTICKS = re.compile(r"^\s*`(?P<cmd>[^`]+)`\s*$")
 _HOST = re.compile(r"^\s*(?P<host>[A-Za-z][\w.-]*):\s")
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*$")
@@ -76,6 +81,9 @@ KNOWN_PROGRAMS = frozenset((
     "cat", "tail", "head", "ibv_devinfo", "ibstat", "fi_pingpong", "sbatch", "salloc",
     "deepspeed", "accelerate", "horovodrun", "oc", "tee", "time", "numactl",
 ))
+#: Programs taken as a command only after a shell prompt: as a line's first word they are also
+#: English (`which is ...`).
+PROMPTED_PROGRAMS = frozenset(("which",))
 
 
 #: Open MPI's own messages start with the launcher's name and a verb (`mpirun detected that one
@@ -86,9 +94,10 @@ KNOWN_PROGRAMS = frozenset((
 _LAUNCHER_SAYS = frozenset(("detected", "noticed", "has", "was", "could", "does", "did", "is"))
 
 
-def command_program(command: str) -> str | None:
+def command_program(command: str, prompted: bool = False) -> str | None:
     """The program a command line runs (leading `NAME=value` assignments skipped, path cut), when
-    it is a known one or an nccl-tests binary (`*_perf`, `*_perf_mpi`); else None."""
+    it is a known one or an nccl-tests binary (`*_perf`, `*_perf_mpi`), or after a prompt
+    (`prompted`) one of PROMPTED_PROGRAMS; else None."""
     words = command.split(None, 32)[:32]  # a tool line's first words decide
     for i, word in enumerate(words):
         if _ASSIGN.match(word):
@@ -98,7 +107,8 @@ def command_program(command: str) -> str | None:
             name = name[1:]
         if name in ("mpirun", "mpiexec") and words[i + 1:i + 2] and words[i + 1] in _LAUNCHER_SAYS:
             return None
-        if name in KNOWN_PROGRAMS or name.endswith(("_perf", "_perf_mpi")):
+        if (name in KNOWN_PROGRAMS or name.endswith(("_perf", "_perf_mpi"))
+                or (prompted and name in PROMPTED_PROGRAMS)):
             return name
         return None
     return None
@@ -141,10 +151,16 @@ class Unwrapper:
     """The last command line ended in `\\`: the next line continues it."""
     rank: str | None = None
     """The rank of the last line unwrapped (None when it had no rank prefix)."""
+    which_output: bool = False
+    """The last command was `which`: the path lines after it are its output, not commands."""
 
     def unwrap(self, line: str) -> str | None:
         """The tool's line inside `line`, or None when `line` is only wrapping."""
         self.rank = None
+        if self.which_output:
+            if _PATH_WORD.match(line):
+                return line
+            self.which_output = False
         if self.continued:  # the rest of a command continued with `\`
             text = line.strip()
             self.continued = text.endswith("\\")
@@ -195,8 +211,11 @@ class Unwrapper:
         if head == "`" and (m := _BACKTICKS.match(line)) is not None:
             return self._command(m["cmd"], line)
         if head in "#+" and (m := _ROOT_PROMPT.match(line)) is not None:
-            return self._command(m["cmd"], line) if command_program(m["cmd"]) else line
-        if (m := _PROMPT.match(line)) is not None and command_program(m["cmd"]):
+            return self._command(m["cmd"], line) if command_program(m["cmd"], True) else line
+        if (m := _PROMPT.match(line)) is not None and command_program(m["cmd"], True):
+            return self._command(m["cmd"], line)
+        if head == "$" and (m := _GLUED_PROMPT.match(line)) is not None and command_program(
+                m["cmd"]):
             return self._command(m["cmd"], line)
         if command_program(line):
             return self._command(line.strip(), line)
@@ -209,6 +228,7 @@ class Unwrapper:
         if len(self.commands) < MAX_COMMANDS:
             self.commands.append(command.strip())
             self.continued = command.rstrip().endswith("\\")
+        self.which_output = command_program(command, True) == "which"
         return command if self.keep_commands else None
 
     def _docker(self, line: str) -> str | None:
