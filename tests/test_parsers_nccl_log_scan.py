@@ -1,0 +1,43 @@
+"""What keeps `preflight inspect nccl-log` fast without changing its results: the command
+imports only the parser of its kind (start-up is part of its time on every log); bench/
+bench_nccl_log.py measures the throughput."""
+
+from __future__ import annotations
+
+import importlib
+
+from harness import parsers
+from harness.parsers import inspect_kind, inspect_kinds, nccl_log
+
+
+def test_inspect_kind_imports_only_its_parser(monkeypatch):
+    imported: list[str] = []
+    real = importlib.import_module
+
+    def recording(name: str, package: str | None = None):
+        imported.append(name)
+        return real(name, package)
+
+    monkeypatch.setattr(parsers.importlib, "import_module", recording)
+    fn = inspect_kind("nccl-log")
+    assert fn is not None and fn.__wrapped__ is nccl_log.inspect_nccl_log
+    assert imported == ["harness.parsers.nccl_log"]
+
+
+def test_inspect_kind_finds_every_kind_and_none_for_an_unknown_one():
+    kinds = inspect_kinds()
+    for kind, fn in kinds.items():
+        found = inspect_kind(kind)
+        assert found is not None and found.__wrapped__ is fn.__wrapped__, kind
+    for unknown in ("nope", "nccl_log", "../x", ""):
+        assert inspect_kind(unknown) is None, unknown
+
+
+def test_a_kind_outside_its_namesake_module_is_still_found(monkeypatch):
+    """The module named after a kind is a shortcut: a kind defined elsewhere is found too."""
+    def moved(stream, *, profile):
+        return {}
+
+    real = parsers.inspect_kinds
+    monkeypatch.setattr(parsers, "inspect_kinds", lambda: {**real(), "fancy-log": moved})
+    assert inspect_kind("fancy-log") is moved
