@@ -5,10 +5,13 @@ prefixes (Open MPI, srun, none); a second log is what a 256-rank job prints (mos
 lines, mostly intra-node channel lines), so that a change that only suits the first shows.
 Reports medians of N runs (MB/s), the parser/grep throughput ratio by wall time and by CPU time
 (the goal is >= 0.25), and the parser's peak RSS for two file sizes (it must not grow with the
-file). Also, per log: the whole `preflight inspect nccl-log FILE --json` process against grep
-(interpreter start and imports included), and where the parser's CPU time goes (`stages`, ms of
-CPU per MB: reading the chunks alone, the `MAIN` scan alone, with the de-duplication and the
-libfabric `<warn>` pass, the whole parse; grep's own figure beside them).
+file). Files of 64 MB or more are scanned by worker processes (harness.parsers.nccl_log_pool):
+CPU time counts theirs too, and `serial` / `whole_process_serial` give the figures of the one-
+process scan beside them. Also, per log: the whole `preflight inspect nccl-log FILE --json`
+process against grep (interpreter start and imports included), and where the one-process
+parse's CPU time goes (`stages`, ms of CPU per MB: reading the chunks alone, the `MAIN` scan
+alone, with the de-duplication and the libfabric `<warn>` pass, the whole parse; grep's own
+figure beside them).
 
     /work/venv/bin/python bench/bench_nccl_log.py [--mb 200] [--runs 3]
 """
@@ -116,12 +119,19 @@ def write_many_ranks_log(path: Path, size_mb: float, ranks: int = 256, comms: in
 _CHILD = """
 import resource, sys, time, json
 sys.path.insert(0, {root!r})
+from harness.parsers import nccl_log_pool
 from harness.parsers.nccl_log import parse_nccl_log_stream
-t, c = time.perf_counter(), time.process_time()
+if {serial!r}:
+    nccl_log_pool.PARALLEL_MIN_BYTES = 1 << 62
+def cpu():
+    return sum(getattr(resource.getrusage(who), f) for who in
+               (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+t, c = time.perf_counter(), cpu()
 with open({path!r}, "rb") as fh:
     s = parse_nccl_log_stream(fh)
-print(json.dumps({{"s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+print(json.dumps({{"s": time.perf_counter() - t, "cpu_s": cpu() - c,
                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   "workers_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                    "net": s.num_net_channels, "network": s.network}}))
 """
 
@@ -171,7 +181,7 @@ def stages(path: Path) -> dict:
     return out
 
 
-def inspect_process(path: Path, runs: int) -> dict:
+def inspect_process(path: Path, runs: int, serial: bool = False) -> dict:
     """`preflight inspect nccl-log FILE --json` as a whole process against `grep -c NCCL`:
     interleaved runs, medians of wall and CPU time. The modules run byte-compiled, as pip installs
     them: this environment sets PYTHONDONTWRITEBYTECODE (every process would compile the sources
@@ -181,6 +191,10 @@ def inspect_process(path: Path, runs: int) -> dict:
     import resource
 
     cmd = [sys.executable, "-m", "harness", "inspect", "nccl-log", str(path), "--json"]
+    if serial:  # the pool kept off: one process, as on a one-CPU machine
+        cmd[1:3] = ["-c", "import sys; from harness.parsers import nccl_log_pool as p; "
+                    "p.PARALLEL_MIN_BYTES = 1 << 62; from harness.cli import entrypoint; "
+                    "sys.argv[0] = 'preflight'; entrypoint()"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(path.parent / "pycache")
     subprocess.run(cmd, capture_output=True, check=False, timeout=900, cwd=ROOT, env=env)
@@ -202,9 +216,11 @@ def inspect_process(path: Path, runs: int) -> dict:
             "ratio_by_cpu_time": round(statistics.median(grep_cpus) / statistics.median(cpus), 3)}
 
 
-def parse_once(path: Path) -> dict:
-    """Parse in a fresh interpreter (so that peak RSS is this file's alone)."""
-    code = _CHILD.format(root=str(ROOT), path=str(path))
+def parse_once(path: Path, serial: bool = False) -> dict:
+    """Parse in a fresh interpreter (so that peak RSS is this file's alone); CPU time includes
+    the worker processes' (harness.parsers.nccl_log_pool: files of 64 MB or more), unless
+    `serial` keeps the parse in one process."""
+    code = _CHILD.format(root=str(ROOT), path=str(path), serial=serial)
     res = proc.run([sys.executable, "-c", code], timeout_s=600)
     if not res.ok:
         raise SystemExit(f"parser run failed: {res.describe()}\n{res.stderr[-2000:]}")
@@ -227,14 +243,14 @@ def grep_once(path: Path) -> tuple[float, float]:
     return elapsed, cpu
 
 
-def compare(path: Path, runs: int) -> dict:
+def compare(path: Path, runs: int, serial: bool = False) -> dict:
     """Parser vs `grep -c NCCL` on one file, interleaved runs, medians."""
     grep_s, grep_cpu, parse_s, parse_cpu, rss = [], [], [], [], []
     for _ in range(runs):  # interleaved, so both see the same machine load
         wall, cpu = grep_once(path)
         grep_s.append(wall)
         grep_cpu.append(cpu)
-        result = parse_once(path)
+        result = parse_once(path, serial)
         parse_s.append(result["s"])
         parse_cpu.append(result["cpu_s"])
         rss.append(result["rss_mb"])
@@ -268,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         small_rss = parse_once(small)["rss_mb"]
         many_ranks = compare(many, args.runs)
         for log, into in ((big, fixture_lines), (many, many_ranks)):
+            into["serial"] = {k: v for k, v in compare(log, args.runs, serial=True).items()
+                              if "ratio" in k or "rss" in k}
             into["whole_process"] = inspect_process(log, args.runs)
+            into["whole_process_serial"] = inspect_process(log, args.runs, serial=True)
             into["stages"] = stages(log)
     report = {
         "goal_ratio": 0.25,

@@ -73,6 +73,63 @@ SEEN_BYTES = 64 << 20
 MAX_LINE_BYTES = MAX_LINE_CHARS
 
 
+@dataclasses.dataclass(slots=True)
+class ChunkScan:
+    """What one chunk holds, found from the chunk alone (so that worker processes can find it:
+    harness.parsers.nccl_log_pool); _Scanner.apply interprets it, chunks in input order."""
+
+    found: list[bytes]
+    """The distinct `MAIN` payloads, first seen first."""
+    warns: list[bytes]
+    """The distinct libfabric `<warn>` payloads."""
+    old_plugin: list[bytes]
+    """aws-ofi-nccl's own logger's segments, in a chunk without `MAIN` payloads."""
+    nccl_info: bool
+    """`NCCL INFO` is in the chunk (looked for only where asked, or where nothing was found)."""
+    chunk: bytes | None = None
+    end: int = 0
+    lines: dict[bytes, str] | None = None
+    """line_of's answers, where the chunk is not kept (a worker's scan)."""
+
+    def line_of(self, raw: bytes, anchor: bytes) -> str:
+        if self.lines is not None:
+            return self.lines[raw]
+        assert self.chunk is not None
+        return line_of(self.chunk, raw, self.end, anchor)
+
+
+#: The payloads whose whole line the interpretation reads (ChunkScan.line_of), and its anchor.
+LINE_ANCHORS = {b"NCCL WARN Cuda failure": b"NCCL WARN", b"NCCL(SeqNum=": b"Watchdog caught"}
+
+
+def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
+               keep_chunk: bool = True) -> ChunkScan:
+    """Scan `chunk[:end]` (ending at a line boundary): docker records decoded, colours dropped,
+    the candidate payloads found and de-duplicated at C speed. `nccl_info` None: look for `NCCL
+    INFO` where nothing else was found (all that the parse's verdict needs). Without
+    `keep_chunk`, the answers line_of will be asked are computed now."""
+    if docker:
+        chunk = _docker_lines(chunk, end)
+        end = len(chunk)
+    if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
+        chunk = ANSI_BYTES.sub(b"", chunk[:end])
+        end = len(chunk)
+    found = list(dict.fromkeys(MAIN.findall(chunk, 0, end)))
+    warns = list(dict.fromkeys(LIBFABRIC_WARN.findall(chunk, 0, end)))
+    old: list[bytes] = []
+    if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
+        old = list(dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)))
+    if nccl_info is None:
+        nccl_info = not found and not warns
+    scan = ChunkScan(found, warns, old, nccl_info and chunk.find(b"NCCL INFO", 0, end) >= 0)
+    if keep_chunk:
+        scan.chunk, scan.end = chunk, end
+    else:
+        scan.lines = {raw: line_of(chunk, raw, end, anchor) for raw in found
+                      for prefix, anchor in LINE_ANCHORS.items() if raw.startswith(prefix)}
+    return scan
+
+
 class _Scanner:
     """Interprets each chunk as it comes: only payloads not seen before reach Python code."""
 
@@ -89,17 +146,19 @@ class _Scanner:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
         end = len(chunk) if end is None else end
         if self.commands is None:
-            self.commands = _head_commands(chunk, end)
-            self.docker = DOCKER_LINE.search(chunk, 0, min(end, HEAD_BYTES)) is not None
-        if self.docker:
-            chunk = _docker_lines(chunk, end)
-            end = len(chunk)
-        if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
-            chunk = ANSI_BYTES.sub(b"", chunk[:end])
-            end = len(chunk)
+            self.head(chunk, end)
+        self.apply(scan_chunk(chunk, end, self.docker,
+                              not self.saw_nccl and not self.facts.recognised))
+
+    def head(self, chunk: bytes, end: int) -> None:
+        """Read what the input's first chunk says about all of it (commands, docker records)."""
+        self.commands = _head_commands(chunk, end)
+        self.docker = DOCKER_LINE.search(chunk, 0, min(end, HEAD_BYTES)) is not None
+
+    def apply(self, scan: ChunkScan) -> None:
+        """Interpret one chunk's scan (chunks in input order): payloads not seen before."""
         facts, seen = self.facts, self.seen
-        found = MAIN.findall(chunk, 0, end)
-        fresh = [p for p in dict.fromkeys(found) if p not in seen]
+        fresh = [p for p in scan.found if p not in seen]
         size = sum(map(len, fresh))
         if len(seen) + len(fresh) > SEEN_CAP or self.seen_bytes + size > SEEN_BYTES:
             seen.clear()  # pathological logs (addresses in every WARN)
@@ -114,7 +173,7 @@ class _Scanner:
                 else:
                     facts.info(text[10:])
             elif text.startswith("NCCL WARN Cuda failure"):  # `transport/nvls.cc:158 NCCL WARN`
-                facts.warn(text[10:], context=line_of(chunk, raw, end, b"NCCL WARN"))
+                facts.warn(text[10:], context=scan.line_of(raw, b"NCCL WARN"))
             elif text.startswith("NCCL WARN "):
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
@@ -124,25 +183,23 @@ class _Scanner:
                 if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
-                facts.timeout(line_of(chunk, raw, end, b"Watchdog caught"))
+                facts.timeout(scan.line_of(raw, b"Watchdog caught"))
                 if "NCCL error" in text:
                     facts.fault(text)
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 facts.fault(text)
                 if m := VERSION.search(text):
                     facts.version(m[1].rstrip(","))
-        for raw in dict.fromkeys(LIBFABRIC_WARN.findall(chunk, 0, end)):
+        for raw in scan.warns:
             key = b"<warn> " + raw  # (a `MAIN` payload starts with NCCL: no clash)
             if key not in seen:  # every rank prints it: judged once
                 seen[key] = None
                 self.seen_bytes += len(key)
                 facts.fault(payload_text(raw))
-        if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
-            for raw in dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)):
-                if m := OLD_PLUGIN.search(payload_text(raw)):
-                    (facts.warn if m[1] == "WARN" else facts.info)(m[2])
-        if not self.saw_nccl and not facts.recognised:
-            self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
+        for raw in scan.old_plugin:
+            if m := OLD_PLUGIN.search(payload_text(raw)):
+                (facts.warn if m[1] == "WARN" else facts.info)(m[2])
+        self.saw_nccl = self.saw_nccl or scan.nccl_info
 
     def summary(self) -> NcclLogSummary:
         commands = tuple(self.commands or ())
@@ -222,7 +279,10 @@ def _scan_streams(streams: IO[bytes] | Iterable[IO[bytes]], chunk_bytes: int) ->
     scanner = _Scanner()
     for fh in [streams] if hasattr(streams, "read") else streams:  # type: ignore[union-attr]
         if hasattr(fh, "readinto"):
-            _feed_readinto(scanner, fh, chunk_bytes)
+            from harness.parsers.nccl_log_pool import scan_file
+
+            if not scan_file(scanner, fh, chunk_bytes):  # a large file: worker processes
+                _feed_readinto(scanner, fh, chunk_bytes)
             continue
         rest = b""
         skipping = False  # inside a line longer than MAX_LINE_BYTES, after its first part
