@@ -102,6 +102,35 @@ class ChunkScan:
 LINE_ANCHORS = {b"NCCL WARN Cuda failure": b"NCCL WARN", b"NCCL(SeqNum=": b"Watchdog caught"}
 
 
+def _libfabric_warnings(chunk: bytes, end: int) -> list[bytes]:
+    """LIBFABRIC_WARN.findall(chunk, 0, end). Where `<` is rare (no Open MPI `<stdout>` tags)
+    each is looked at in turn, found by memchr (bytes.find of one byte: ~20x faster than the
+    regex's scan for `<warn> `); where they come closer than _MEMCHR_SPAN bytes apart, over
+    _MEMCHR_TRIES of them, the regex takes the rest of the chunk."""
+    found: list[bytes] = []
+    pos = chunk.find(b"<", 0, end)
+    base, tries = pos, 0
+    while pos >= 0:
+        if chunk.startswith(b"<warn> ", pos, end):
+            stop = chunk.find(b"\n", pos, end)
+            stop = end if stop < 0 else stop
+            found.append(bytes(chunk[pos + 7:stop]))
+            pos = stop
+        pos = chunk.find(b"<", pos + 1, end)
+        tries += 1
+        if tries == _MEMCHR_TRIES and pos >= 0:
+            if pos - base < _MEMCHR_TRIES * _MEMCHR_SPAN:
+                return found + LIBFABRIC_WARN.findall(chunk, pos, end)
+            base, tries = pos, 0
+    return found
+
+
+#: A `<` looked at costs about what the regex's scan of _MEMCHR_SPAN bytes costs (3.11, a
+#: loaded 2-core VM: ~0.3 us and ~0.5 ns a byte); the choice is made every _MEMCHR_TRIES.
+_MEMCHR_SPAN = 600
+_MEMCHR_TRIES = 64
+
+
 def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
                keep_chunk: bool = True) -> ChunkScan:
     """Scan `chunk[:end]` (ending at a line boundary): docker records decoded, colours dropped,
@@ -115,7 +144,7 @@ def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
         chunk = ANSI_BYTES.sub(b"", chunk[:end])
         end = len(chunk)
     found = list(dict.fromkeys(MAIN.findall(chunk, 0, end)))
-    warns = list(dict.fromkeys(LIBFABRIC_WARN.findall(chunk, 0, end)))
+    warns = list(dict.fromkeys(_libfabric_warnings(chunk, end)))
     old: list[bytes] = []
     if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
         old = list(dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)))
