@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness import parsers
-from harness.parsers import inspect_kind, inspect_kinds, nccl_log
+from harness.parsers import inspect_kind, inspect_kinds, nccl_log, nccl_log_chunk
 from harness.parsers.nccl_log_lines import LIBFABRIC_WARN
 
 
@@ -50,10 +50,10 @@ def test_a_kind_outside_its_namesake_module_is_still_found(monkeypatch):
 @given(st.lists(st.sampled_from([b"<warn> ", b"<warn>", b"<stdout>:", b"<", b"x", b" ", b"\n",
                                  b"fi_getinfo: provider efa output empty list"]), max_size=300),
        st.integers(0, 400))
-@example([b"<stdout>:"] * nccl_log._MEMCHR_TRIES + [b"<warn> ", b"x", b"\n"] * 2, 10**6)
+@example([b"<stdout>:"] * nccl_log_chunk._MEMCHR_TRIES + [b"<warn> ", b"x", b"\n"] * 2, 10**6)
 def test_libfabric_warnings_are_the_regexs(parts, cut):
     """The memchr search finds what LIBFABRIC_WARN.findall finds, where the regex takes over
     too (the example: a warning is the first `<` past the tries)."""
     chunk = bytearray(b"".join(parts))
     end = min(cut, len(chunk))
-    assert nccl_log._libfabric_warnings(chunk, end) == LIBFABRIC_WARN.findall(chunk, 0, end)
+    assert nccl_log_chunk._libfabric_warnings(chunk, end) == LIBFABRIC_WARN.findall(chunk, 0, end)

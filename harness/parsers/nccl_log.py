@@ -5,9 +5,11 @@ Reads lines like `ip-10-0-0-1:79:2500 [0] NCCL INFO NET/OFI Selected provider is
 efa-direct (found 32 nics)` under any wrapper (Open MPI `[1,0]<stdout>:`, srun `0: `, timestamps,
 CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of the log.
 
-The pieces: harness.parsers.nccl_log_lines (the line grammar), harness.parsers.nccl_log_payloads
-(what each distinct payload says), harness.parsers.nccl_log_facts (the summary and its
-three-valued facts); this module reads the bytes and is what callers import.
+The pieces: harness.parsers.nccl_log_lines (the line grammar), harness.parsers.nccl_log_chunk
+(one chunk's scan, at C speed), harness.parsers.nccl_log_payloads (what each distinct payload
+says), harness.parsers.nccl_log_facts (the summary and its three-valued facts),
+harness.parsers.nccl_log_pool (a large file's chunks scanned by worker processes); this module
+reads the bytes, interprets the scans in order and is what callers import.
 """
 
 from __future__ import annotations
@@ -20,27 +22,17 @@ from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_nranks
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
+from harness.parsers.nccl_log_chunk import HEAD_BYTES, ChunkScan, scan_chunk
 from harness.parsers.nccl_log_facts import (
     SOCKET_NETWORKS,
     FailureHit,
     NcclLogSummary,
     WatchdogTimeout,
 )
-from harness.parsers.nccl_log_lines import (
-    ANSI_BYTES,
-    DOCKER_LINE,
-    LIBFABRIC_WARN,
-    MAIN,
-    OLD_PLUGIN,
-    OLD_PLUGIN_LITERAL,
-    VERSION,
-    line_of,
-    payload_text,
-    segments_with,
-)
+from harness.parsers.nccl_log_lines import DOCKER_LINE, OLD_PLUGIN, VERSION, payload_text
 from harness.parsers.nccl_log_payloads import MAX_KEPT, MAX_NAMES, MAX_TEXT, PayloadFacts
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
-from harness.parsers.unwrap import Unwrapper, docker_line
+from harness.parsers.unwrap import Unwrapper
 
 if TYPE_CHECKING:
     from harness.profile_model import Profile
@@ -71,92 +63,6 @@ SEEN_CAP = 100_000
 SEEN_BYTES = 64 << 20
 #: A line longer than this is judged by its first MAX_LINE_BYTES (the rest is read and dropped).
 MAX_LINE_BYTES = MAX_LINE_CHARS
-
-
-@dataclasses.dataclass(slots=True)
-class ChunkScan:
-    """What one chunk holds, found from the chunk alone (so that worker processes can find it:
-    harness.parsers.nccl_log_pool); _Scanner.apply interprets it, chunks in input order."""
-
-    found: list[bytes]
-    """The distinct `MAIN` payloads, first seen first."""
-    warns: list[bytes]
-    """The distinct libfabric `<warn>` payloads."""
-    old_plugin: list[bytes]
-    """aws-ofi-nccl's own logger's segments, in a chunk without `MAIN` payloads."""
-    nccl_info: bool
-    """`NCCL INFO` is in the chunk (looked for only where asked, or where nothing was found)."""
-    chunk: bytes | None = None
-    end: int = 0
-    lines: dict[bytes, str] | None = None
-    """line_of's answers, where the chunk is not kept (a worker's scan)."""
-
-    def line_of(self, raw: bytes, anchor: bytes) -> str:
-        if self.lines is not None:
-            return self.lines[raw]
-        assert self.chunk is not None
-        return line_of(self.chunk, raw, self.end, anchor)
-
-
-#: The payloads whose whole line the interpretation reads (ChunkScan.line_of), and its anchor.
-LINE_ANCHORS = {b"NCCL WARN Cuda failure": b"NCCL WARN", b"NCCL(SeqNum=": b"Watchdog caught"}
-
-
-def _libfabric_warnings(chunk: bytes, end: int) -> list[bytes]:
-    """LIBFABRIC_WARN.findall(chunk, 0, end). Where `<` is rare (no Open MPI `<stdout>` tags)
-    each is looked at in turn, found by memchr (bytes.find of one byte: ~20x faster than the
-    regex's scan for `<warn> `); where they come closer than _MEMCHR_SPAN bytes apart, over
-    _MEMCHR_TRIES of them, the regex takes the rest of the chunk."""
-    found: list[bytes] = []
-    pos = chunk.find(b"<", 0, end)
-    base, tries = pos, 0
-    while pos >= 0:
-        if chunk.startswith(b"<warn> ", pos, end):
-            stop = chunk.find(b"\n", pos, end)
-            stop = end if stop < 0 else stop
-            found.append(bytes(chunk[pos + 7:stop]))
-            pos = stop
-        pos = chunk.find(b"<", pos + 1, end)
-        tries += 1
-        if tries == _MEMCHR_TRIES and pos >= 0:
-            if pos - base < _MEMCHR_TRIES * _MEMCHR_SPAN:
-                return found + LIBFABRIC_WARN.findall(chunk, pos, end)
-            base, tries = pos, 0
-    return found
-
-
-#: A `<` looked at costs about what the regex's scan of _MEMCHR_SPAN bytes costs (3.11, a
-#: loaded 2-core VM: ~0.3 us and ~0.5 ns a byte); the choice is made every _MEMCHR_TRIES.
-_MEMCHR_SPAN = 600
-_MEMCHR_TRIES = 64
-
-
-def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
-               keep_chunk: bool = True) -> ChunkScan:
-    """Scan `chunk[:end]` (ending at a line boundary): docker records decoded, colours dropped,
-    the candidate payloads found and de-duplicated at C speed. `nccl_info` None: look for `NCCL
-    INFO` where nothing else was found (all that the parse's verdict needs). Without
-    `keep_chunk`, the answers line_of will be asked are computed now."""
-    if docker:
-        chunk = _docker_lines(chunk, end)
-        end = len(chunk)
-    if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
-        chunk = ANSI_BYTES.sub(b"", chunk[:end])
-        end = len(chunk)
-    found = list(dict.fromkeys(MAIN.findall(chunk, 0, end)))
-    warns = list(dict.fromkeys(_libfabric_warnings(chunk, end)))
-    old: list[bytes] = []
-    if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
-        old = list(dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)))
-    if nccl_info is None:
-        nccl_info = not found and not warns
-    scan = ChunkScan(found, warns, old, nccl_info and chunk.find(b"NCCL INFO", 0, end) >= 0)
-    if keep_chunk:
-        scan.chunk, scan.end = chunk, end
-    else:
-        scan.lines = {raw: line_of(chunk, raw, end, anchor) for raw in found
-                      for prefix, anchor in LINE_ANCHORS.items() if raw.startswith(prefix)}
-    return scan
 
 
 class _Scanner:
@@ -243,21 +149,6 @@ class _Scanner:
         return dataclasses.replace(
             summary, commands=commands,
             nranks=summary.nranks if summary.nranks is not None else launched)
-
-
-#: Where command lines pasted above a log are looked for (the log's own lines follow them).
-HEAD_BYTES = 64 << 10
-
-
-def _docker_lines(chunk: bytes, end: int) -> bytes:
-    """chunk[:end] with each docker json-file record replaced by the line it holds (the NCCL
-    payload is JSON-escaped in it, and the record's tail would end the payload)."""
-    lines = bytes(chunk[:end]).split(b"\n")
-    for i, line in enumerate(lines):
-        if line.lstrip()[:7] == b'{"log":':
-            text = line.decode("utf-8", "replace")
-            lines[i] = docker_line(text).encode("utf-8", "replace")
-    return b"\n".join(lines)
 
 
 def _head_commands(chunk: bytes, end: int) -> list[str]:

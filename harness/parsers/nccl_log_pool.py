@@ -23,13 +23,14 @@ import os
 import signal
 import stat
 from collections import deque
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
+
+from harness.parsers.nccl_log_chunk import HEAD_BYTES, ChunkScan, scan_chunk
+from harness.parsers.nccl_log_payloads import PayloadFacts
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
     from multiprocessing.context import BaseContext
-
-    from harness.parsers.nccl_log import ChunkScan, _Scanner
 
 __all__ = ["MAX_WORKERS", "MIN_CPUS", "PARALLEL_MIN_BYTES", "chunk_cuts", "scan_file"]
 
@@ -45,6 +46,19 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 _fd = -1
 _docker = False
+
+
+class _Scanner(Protocol):
+    """What is scanned into: harness.parsers.nccl_log._Scanner."""
+
+    commands: list[str] | None
+    docker: bool
+    saw_nccl: bool
+    facts: PayloadFacts
+
+    def head(self, chunk: bytes, end: int) -> None: ...
+
+    def apply(self, scan: ChunkScan) -> None: ...
 
 
 def chunk_cuts(fd: int, start: int, stop: int, chunk_bytes: int) -> list[int] | None:
@@ -95,8 +109,6 @@ def scan_file(scanner: _Scanner, fh: IO[bytes], chunk_bytes: int, *,
     if cuts is None:
         return False
     if scanner.commands is None:
-        from harness.parsers.nccl_log import HEAD_BYTES
-
         head = os.pread(fd, min(cuts[1] - start, HEAD_BYTES), start)
         scanner.head(head, len(head))
     ranges = list(itertools.pairwise(cuts))
@@ -142,8 +154,6 @@ def _scan_in_pool(scanner: _Scanner, context: BaseContext, fd: int, ranges: list
 
 
 def _scan_here(scanner: _Scanner, fd: int, begin: int, end: int) -> ChunkScan:
-    from harness.parsers.nccl_log import scan_chunk
-
     data = os.pread(fd, end - begin, begin)
     return scan_chunk(data, len(data), scanner.docker,
                       not scanner.saw_nccl and not scanner.facts.recognised)
@@ -169,8 +179,6 @@ def _worker_init(fd: int, docker: bool, parent: int) -> None:
 
 
 def _scan_range(span: tuple[int, int]) -> ChunkScan:
-    from harness.parsers.nccl_log import scan_chunk
-
     begin, end = span
     data = os.pread(_fd, end - begin, begin)
     return scan_chunk(data, len(data), _docker, None, keep_chunk=False)
