@@ -129,6 +129,7 @@ def test_the_workers_die_with_a_killed_parent(big_log, tmp_path):
             nccl_log_pool.scan_file(nccl_log._Scanner(), fh, {CHUNK}, min_bytes=0, workers=2)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent.parent)
+    workers: list[int] = []
     try:
         deadline = time.monotonic() + 60
         while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
@@ -144,6 +145,9 @@ def test_the_workers_die_with_a_killed_parent(big_log, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+        for pid in workers:  # a failed run leaves nothing behind
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
