@@ -162,3 +162,18 @@ def test_the_pool_needs_min_cpus(big_log, monkeypatch, cpus, parallel):
     monkeypatch.setattr(nccl_log_pool.os, "sched_getaffinity", lambda pid: set(range(cpus)))
     with big_log.open("rb") as fh:
         assert nccl_log_pool.scan_file(nccl_log._Scanner(), fh, CHUNK, min_bytes=0) is parallel
+
+
+def test_another_thread_keeps_the_scan_serial(big_log):
+    """A fork copies only the calling thread (a lock another holds would stay held)."""
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not _parallel(big_log)[1]
+    finally:
+        stop.set()
+        other.join()
+    assert _parallel(big_log)[1]

@@ -7,9 +7,10 @@ line boundary before each multiple of the chunk size, as harness.parsers.nccl_lo
 cuts them), and returns their ChunkScan; the parent interprets the scans in file order, so the
 summary is the serial one. scan_file returns False (the caller reads serially) for: an input
 under PARALLEL_MIN_BYTES, fewer than MIN_CPUS usable CPUs, a stream that is not a regular file,
-no `fork` start method or no prctl (not Linux), or a chunk without a line boundary (a line
-longer than a chunk: the serial reader's own handling). A pool that cannot start or breaks
-leaves the rest to this process.
+no `fork` start method or no prctl (not Linux), other threads in this process (a fork copies
+only the calling one: a lock another holds would stay held in the workers), or a chunk without
+a line boundary (a line longer than a chunk: the serial reader's own handling). A pool that
+cannot start or breaks leaves the rest to this process.
 
 No worker outlives the parse: each asks the kernel for SIGKILL when its parent dies
 (PR_SET_PDEATHSIG: a parent killed by SIGTERM or SIGKILL takes them along), ignores SIGINT (the
@@ -22,6 +23,7 @@ import itertools
 import os
 import signal
 import stat
+import threading
 from collections import deque
 from typing import IO, TYPE_CHECKING, Protocol
 
@@ -98,6 +100,8 @@ def scan_file(scanner: _Scanner, fh: IO[bytes], chunk_bytes: int, *,
     cpus = len(os.sched_getaffinity(0))
     count = (min(MAX_WORKERS, cpus) if cpus >= MIN_CPUS else 1) if workers is None else workers
     if not regular or stop - start < min_bytes or count < 2 or _prctl() is None:
+        return False
+    if threading.active_count() > 1:  # fork copies one thread: another's locks stay held
         return False
     import multiprocessing
 
