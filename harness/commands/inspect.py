@@ -7,8 +7,7 @@ import json
 import sys
 
 from harness.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from harness.inspect_gate import problems
-from harness.parsers import ParseError, inspect_kinds
+from harness.parsers import ParseError, inspect_kind, inspect_kinds
 from harness.profiles import ProfileError, get_profile
 from harness.redact import Redactor
 
@@ -16,9 +15,10 @@ __all__ = ["cmd_inspect", "print_plain"]
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    kinds = inspect_kinds()
-    if args.kind not in kinds:
-        raise UsageError(f"unknown kind {args.kind!r}; known kinds: {', '.join(sorted(kinds))}")
+    inspect = inspect_kind(args.kind)  # only its parser is imported (start-up is on every log)
+    if inspect is None:
+        known = ", ".join(sorted(inspect_kinds()))
+        raise UsageError(f"unknown kind {args.kind!r}; known kinds: {known}")
     try:
         profile = get_profile(args.profile)
     except ProfileError as exc:
@@ -31,7 +31,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
     try:
         with stream:
-            result = kinds[args.kind](stream, profile=profile)
+            result = inspect(stream, profile=profile)
     except ParseError as exc:
         error = {"error": str(exc), "kind": args.kind, "file": args.file}
         print(json.dumps(error, indent=2) if args.json else f"preflight inspect: {exc}",
@@ -43,6 +43,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         print_plain(result)
     if args.fail_on:
+        from harness.inspect_gate import problems
+
         found = problems(args.kind, result, args.fail_on)
         for line in found[:20]:
             print(f"preflight inspect: {args.fail_on}: {line}", file=sys.stderr)

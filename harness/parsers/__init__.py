@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["InspectFn", "ParseError", "inspect_kinds"]
+__all__ = ["InspectFn", "ParseError", "inspect_kind", "inspect_kinds"]
 
 InspectFn = Callable[..., dict[str, Any]]
 
@@ -26,8 +25,28 @@ class ParseError(ValueError):
     """The input did not contain what the parser reads; str() says what was missing."""
 
 
+def inspect_kind(kind: str) -> InspectFn | None:
+    """The `preflight inspect` function of one kind, None for an unknown kind. The module named
+    after the kind (`nccl-log`: nccl_log) is tried first, so that a command imports only the
+    parser it runs (interpreter start-up is part of `inspect`'s time on a log); every module
+    when that one does not define the kind."""
+    name = kind.replace("-", "_")
+    if name.isidentifier():
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+        else:
+            if kind in getattr(module, "INSPECT", {}):
+                return _with_notes(module.INSPECT[kind])
+    return inspect_kinds().get(kind)
+
+
 def inspect_kinds() -> dict[str, InspectFn]:
     """Every `preflight inspect` kind, from the INSPECT tables of the parser modules."""
+    import pkgutil
+
     kinds: dict[str, InspectFn] = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")

@@ -5,9 +5,10 @@ Reads lines like `ip-10-0-0-1:79:2500 [0] NCCL INFO NET/OFI Selected provider is
 efa-direct (found 32 nics)` under any wrapper (Open MPI `[1,0]<stdout>:`, srun `0: `, timestamps,
 CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of the log.
 
-The pieces: harness.parsers.nccl_log_lines (the line grammar), harness.parsers.nccl_log_payloads
-(what each distinct payload says), harness.parsers.nccl_log_facts (the summary and its
-three-valued facts); this module reads the bytes and is what callers import.
+The pieces: harness.parsers.nccl_log_lines (the line grammar), harness.parsers.nccl_log_chunk
+(one chunk's scan, at C speed), harness.parsers.nccl_log_payloads (what each distinct payload
+says), harness.parsers.nccl_log_facts (the summary and its three-valued facts); this module
+reads the bytes, interprets the scans in order and is what callers import.
 """
 
 from __future__ import annotations
@@ -20,29 +21,17 @@ from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_nranks
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
+from harness.parsers.nccl_log_chunk import HEAD_BYTES, ChunkScan, scan_chunk
 from harness.parsers.nccl_log_facts import (
     SOCKET_NETWORKS,
     FailureHit,
     NcclLogSummary,
     WatchdogTimeout,
 )
-from harness.parsers.nccl_log_lines import (
-    ANSI_BYTES,
-    DOCKER_LINE,
-    LIBFABRIC_WARN,
-    MAIN,
-    OLD_PLUGIN,
-    OLD_PLUGIN_LITERAL,
-    VERSION,
-    first_line,
-    line_after,
-    line_of,
-    payload_text,
-    segments_with,
-)
+from harness.parsers.nccl_log_lines import DOCKER_LINE, OLD_PLUGIN, VERSION, payload_text
 from harness.parsers.nccl_log_payloads import MAX_KEPT, MAX_NAMES, MAX_TEXT, PayloadFacts
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
-from harness.parsers.unwrap import Unwrapper, docker_line
+from harness.parsers.unwrap import Unwrapper
 
 if TYPE_CHECKING:
     from harness.profile_model import Profile
@@ -91,19 +80,21 @@ class _Scanner:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
         end = len(chunk) if end is None else end
         if self.commands is None:
-            self.commands = _head_commands(chunk, end)
-            self.docker = DOCKER_LINE.search(chunk, 0, min(end, HEAD_BYTES)) is not None
-        if self.docker:
-            chunk = _docker_lines(chunk, end)
-            end = len(chunk)
-        if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
-            chunk = ANSI_BYTES.sub(b"", chunk[:end])
-            end = len(chunk)
+            self.head(chunk, end)
+        self.apply(scan_chunk(chunk, end, self.docker,
+                              not self.saw_nccl and not self.facts.recognised))
+
+    def head(self, chunk: bytes, end: int) -> None:
+        """Read what the input's first chunk says about all of it (commands, docker records)."""
+        self.commands = _head_commands(chunk, end)
+        self.docker = DOCKER_LINE.search(chunk, 0, min(end, HEAD_BYTES)) is not None
+
+    def apply(self, scan: ChunkScan) -> None:
+        """Interpret one chunk's scan (chunks in input order): payloads not seen before."""
         facts, seen = self.facts, self.seen
         if facts.wrapped is not None:  # a watchdog record wrapped across the chunk boundary
-            facts.wrapped_tail(first_line(chunk, end))
-        found = MAIN.findall(chunk, 0, end)
-        fresh = [p for p in dict.fromkeys(found) if p not in seen]
+            facts.wrapped_tail(scan.first_line())
+        fresh = [p for p in scan.found if p not in seen]
         size = sum(map(len, fresh))
         if len(seen) + len(fresh) > SEEN_CAP or self.seen_bytes + size > SEEN_BYTES:
             seen.clear()  # pathological logs (addresses in every WARN)
@@ -118,36 +109,33 @@ class _Scanner:
                 else:
                     facts.info(text[10:])
             elif text.startswith("NCCL WARN Cuda failure"):  # `transport/nvls.cc:158 NCCL WARN`
-                facts.warn(text[10:], context=line_of(chunk, raw, end, b"NCCL WARN"))
+                facts.warn(text[10:], context=scan.line_of(raw, b"NCCL WARN"))
             elif text.startswith("NCCL WARN "):
                 facts.warn(text[10:])
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
             elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
-                facts.timeout(text, line_after(chunk, raw, end))
+                facts.timeout(text, scan.line_after(raw))
                 if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
-                facts.timeout(line_of(chunk, raw, end, b"Watchdog caught"),
-                              line_after(chunk, raw, end))
+                facts.timeout(scan.line_of(raw, b"Watchdog caught"), scan.line_after(raw))
                 if "NCCL error" in text:
                     facts.fault(text)
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 facts.fault(text)
                 if m := VERSION.search(text):
                     facts.version(m[1].rstrip(","))
-        for raw in dict.fromkeys(LIBFABRIC_WARN.findall(chunk, 0, end)):
+        for raw in scan.warns:
             key = b"<warn> " + raw  # (a `MAIN` payload starts with NCCL: no clash)
             if key not in seen:  # every rank prints it: judged once
                 seen[key] = None
                 self.seen_bytes += len(key)
                 facts.fault(payload_text(raw))
-        if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
-            for raw in dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)):
-                if m := OLD_PLUGIN.search(payload_text(raw)):
-                    (facts.warn if m[1] == "WARN" else facts.info)(m[2])
-        if not self.saw_nccl and not facts.recognised:
-            self.saw_nccl = chunk.find(b"NCCL INFO", 0, end) >= 0
+        for raw in scan.old_plugin:
+            if m := OLD_PLUGIN.search(payload_text(raw)):
+                (facts.warn if m[1] == "WARN" else facts.info)(m[2])
+        self.saw_nccl = self.saw_nccl or scan.nccl_info
 
     def summary(self) -> NcclLogSummary:
         commands = tuple(self.commands or ())
@@ -162,21 +150,6 @@ class _Scanner:
         return dataclasses.replace(
             summary, commands=commands,
             nranks=summary.nranks if summary.nranks is not None else launched)
-
-
-#: Where command lines pasted above a log are looked for (the log's own lines follow them).
-HEAD_BYTES = 64 << 10
-
-
-def _docker_lines(chunk: bytes, end: int) -> bytes:
-    """chunk[:end] with each docker json-file record replaced by the line it holds (the NCCL
-    payload is JSON-escaped in it, and the record's tail would end the payload)."""
-    lines = bytes(chunk[:end]).split(b"\n")
-    for i, line in enumerate(lines):
-        if line.lstrip()[:7] == b'{"log":':
-            text = line.decode("utf-8", "replace")
-            lines[i] = docker_line(text).encode("utf-8", "replace")
-    return b"\n".join(lines)
 
 
 def _head_commands(chunk: bytes, end: int) -> list[str]:

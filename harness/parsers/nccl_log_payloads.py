@@ -5,6 +5,7 @@ GDR, channel counts, aws-ofi-nccl's environment, warnings, known failures, watch
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 
@@ -34,6 +35,9 @@ from harness.parsers.nccl_log_lines import (
 from harness.parsers.values import ascii_int
 
 __all__ = ["COLLNET", "MAX_KEPT", "MAX_NAMES", "MAX_TEXT", "PayloadFacts"]
+
+#: Every rank prints its own `comm 0x.. rank N nRanks 256` line: the count is read once.
+_rank_count = functools.lru_cache(maxsize=256)(ascii_int)
 
 _FAILURE_RES = tuple((re.compile(f.pattern), f) for f in FAILURES)
 
@@ -138,7 +142,7 @@ class PayloadFacts:
             if not m[1].startswith(("IB", "Socket")) and len(self.warnings) < self.max_kept:
                 self.warnings[text[:MAX_TEXT]] = None  # an external plugin NCCL did not use
         elif ("nranks " in text or "nRanks " in text) and (m := NRANKS.search(text)):
-            self.nranks = max(self.nranks or 0, ascii_int(m[1]) or 0) or None
+            self.nranks = max(self.nranks or 0, _rank_count(m[1]) or 0) or None
         elif "NCCL version " in text and (m := VERSION.search(text)):
             self.version(m[1])
         elif "NET/IB" in text and (m := IB_DEVS.search(text)):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import codecs
 import io
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -109,6 +108,8 @@ class Input:
             return
         # A pipe: what was read is spooled to a temporary file; later passes replay it first.
         if self._spool is None:
+            import tempfile  # here: ~10 ms of CPU that `inspect FILE` need not pay
+
             self._spool = tempfile.TemporaryFile(  # noqa: SIM115 (lives as long as the Input)
                 "w+", encoding="utf-8", errors="surrogatepass", newline="")
             self._source = self._decoded()

@@ -1,0 +1,115 @@
+"""One chunk of an NCCL debug log scanned at C speed (harness.parsers.nccl_log interprets what
+is found): docker json-file records decoded, colours dropped, the candidate payloads found and
+de-duplicated, libfabric's own warnings, aws-ofi-nccl's old logger. A chunk's scan depends on
+the chunk alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.parsers.nccl_log_lines import (
+    ANSI_BYTES,
+    LIBFABRIC_WARN,
+    MAIN,
+    OLD_PLUGIN_LITERAL,
+    first_line,
+    line_after,
+    line_of,
+    segments_with,
+)
+from harness.parsers.unwrap import docker_line
+
+__all__ = ["HEAD_BYTES", "ChunkScan", "scan_chunk"]
+
+#: Where command lines pasted above a log are looked for (the log's own lines follow them).
+HEAD_BYTES = 64 << 10
+
+
+def _docker_lines(chunk: bytes, end: int) -> bytes:
+    """chunk[:end] with each docker json-file record replaced by the line it holds (the NCCL
+    payload is JSON-escaped in it, and the record's tail would end the payload)."""
+    lines = bytes(chunk[:end]).split(b"\n")
+    for i, line in enumerate(lines):
+        if line.lstrip()[:7] == b'{"log":':
+            text = line.decode("utf-8", "replace")
+            lines[i] = docker_line(text).encode("utf-8", "replace")
+    return b"\n".join(lines)
+
+
+@dataclasses.dataclass(slots=True)
+class ChunkScan:
+    """What one chunk holds, found from the chunk alone; _Scanner.apply interprets it, chunks in
+    input order (and asks the chunk for the whole line of a few rare payloads)."""
+
+    found: list[bytes]
+    """The distinct `MAIN` payloads, first seen first."""
+    warns: list[bytes]
+    """The distinct libfabric `<warn>` payloads."""
+    old_plugin: list[bytes]
+    """aws-ofi-nccl's own logger's segments, in a chunk without `MAIN` payloads."""
+    nccl_info: bool
+    """`NCCL INFO` is in the chunk (looked for only where asked, or where nothing was found)."""
+    chunk: bytes
+    end: int
+
+    def line_of(self, raw: bytes, anchor: bytes) -> str:
+        """harness.parsers.nccl_log_lines.line_of in this chunk."""
+        return line_of(self.chunk, raw, self.end, anchor)
+
+    def line_after(self, raw: bytes) -> str | None:
+        """The line after the one that ends in `raw` (None: it starts the next chunk)."""
+        return line_after(self.chunk, raw, self.end)
+
+    def first_line(self) -> str:
+        return first_line(self.chunk, self.end)
+
+
+def _libfabric_warnings(chunk: bytes, end: int) -> list[bytes]:
+    """LIBFABRIC_WARN.findall(chunk, 0, end). Where `<` is rare (no Open MPI `<stdout>` tags)
+    each is looked at in turn, found by memchr (bytes.find of one byte: ~20x faster than the
+    regex's scan for `<warn> `); where they come closer than _MEMCHR_SPAN bytes apart, over
+    _MEMCHR_TRIES of them, the regex takes the rest of the chunk."""
+    found: list[bytes] = []
+    pos = chunk.find(b"<", 0, end)
+    base, tries = pos, 0
+    while pos >= 0:
+        if chunk.startswith(b"<warn> ", pos, end):
+            stop = chunk.find(b"\n", pos, end)
+            stop = end if stop < 0 else stop
+            found.append(bytes(chunk[pos + 7:stop]))
+            pos = stop
+        pos = chunk.find(b"<", pos + 1, end)
+        tries += 1
+        if tries == _MEMCHR_TRIES and pos >= 0:
+            if pos - base < _MEMCHR_TRIES * _MEMCHR_SPAN:
+                return found + LIBFABRIC_WARN.findall(chunk, pos, end)
+            base, tries = pos, 0
+    return found
+
+
+#: A `<` looked at costs about what the regex's scan of _MEMCHR_SPAN bytes costs (3.11, a
+#: loaded 2-core VM: ~0.3 us and ~0.5 ns a byte); the choice is made every _MEMCHR_TRIES.
+_MEMCHR_SPAN = 600
+_MEMCHR_TRIES = 64
+
+
+def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None) -> ChunkScan:
+    """Scan `chunk[:end]` (ending at a line boundary): docker records decoded, colours dropped,
+    the candidate payloads found and de-duplicated at C speed. `nccl_info` None: look for `NCCL
+    INFO` where nothing else was found (all that the parse's verdict needs)."""
+    if docker:
+        chunk = _docker_lines(chunk, end)
+        end = len(chunk)
+    if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
+        chunk = ANSI_BYTES.sub(b"", chunk[:end])
+        end = len(chunk)
+    found = list(dict.fromkeys(MAIN.findall(chunk, 0, end)))
+    warns = list(dict.fromkeys(_libfabric_warnings(chunk, end)))
+    old: list[bytes] = []
+    if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
+        old = list(dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)))
+    if nccl_info is None:
+        nccl_info = not found and not warns
+    return ChunkScan(found, warns, old, nccl_info and chunk.find(b"NCCL INFO", 0, end) >= 0,
+                     chunk, end)
