@@ -61,12 +61,23 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def check_session(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """pytester.runpytest_subprocess as harness.runner starts a check session: the plugins it
+    names (xdist, pytest-timeout) loaded by name, no other installed plugin autoloaded (this
+    venv's hypothesis plugin alone costs ~1.8 s per session)."""
+    from harness.runner import PLUGINS
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+        return pytester.runpytest_subprocess(*(a for n in PLUGINS for a in ("-p", n)), *args)
+
+
 def run_checks(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
     """Run a pytester session through the plugin; returns (result, results by check ID)."""
     results = pytester.path / "results.jsonl"
     results.unlink(missing_ok=True)
-    res = pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
-                                        f"--preflight-results={results}", *args)
+    res = check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
+                        f"--preflight-results={results}", *args)
     by_id: dict[str, Any] = {}
     if results.exists():
         for line in results.read_text().splitlines():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import facts_conftest, run_check_file
+from tests.conftest import check_session, facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -293,7 +293,7 @@ def _run_real_probes(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pyt
         monkeypatch.setenv(key, value)
     copy_gpu_checks(pytester)
     results_path = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+    check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5.48xlarge",
                                   "--preflight-results", str(results_path), *args)
     return {r["id"]: r for r in map(json.loads, results_path.read_text().splitlines())
@@ -349,7 +349,7 @@ def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
     pytester.makeconftest(UNREADABLE_LOG)
     copy_gpu_checks(pytester)
     results = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+    check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5.48xlarge", "--preflight-tier", tier,
                                   "--preflight-results", str(results), "-k", "xid")
     records = [json.loads(line) for line in results.read_text().splitlines()]
@@ -381,7 +381,7 @@ def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
     (pytester.path / "p.toml").write_text(
         '[profiles."p5-nodcgm"]\nbase = "p5.48xlarge"\ndcgm_level = { preflight = 0 }\n')
     results = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+    check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5-nodcgm",
                                   "--preflight-profile-file", str(pytester.path / "p.toml"),
                                   "--preflight-results", str(results), "-k", "dcgm")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.probes.network import cuda_device_count
-from tests.conftest import facts_conftest, run_check_file
+from tests.conftest import check_session, facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -272,7 +272,7 @@ def test_collective_fixture_runs_the_probe_and_parses_its_log(
     pytester.makeconftest(FIXTURE_CONFTEST.format(log=path, rc=rc))
     shutil.copy(ROOT / "checks" / "test_network.py", pytester.path / "test_network.py")
     results_file = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider",
+    check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5.48xlarge", "-k", "ofi or provider "
                                   "or socket or gdr or nic or warnings",
                                   "--preflight-results", str(results_file),

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_checks
+from tests.conftest import check_session, run_checks
 
 CHECKS = '''
 import pytest
@@ -145,7 +145,7 @@ def test_markers_are_registered_with_docs(suite):
 def test_xdist_results_written_once_by_the_controller(suite):
     suite.makepyfile(test_checks=CHECKS)
     results = suite.path / "results.jsonl"
-    suite.runpytest_subprocess("-p", "harness.plugin", f"--preflight-results={results}",
+    check_session(suite, "-p", "harness.plugin", f"--preflight-results={results}",
                                "-n", "2", "--preflight-profile", "p5.48xlarge")
     records = [json.loads(line) for line in results.read_text().splitlines()]
     ids = [r["id"] for r in records if r["event"] == "result"]
