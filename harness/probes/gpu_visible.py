@@ -51,7 +51,8 @@ def _inventory_says_none(inventory: GpuInventory | None, error: BaseException | 
     from harness.probes.gpu import GpusUnreadableError  # its NVML and tool chain: only here
 
     if inventory is not None:
-        return None if inventory.gpus else f"{inventory.source} found 0 GPUs"
+        source = "NVML" if inventory.source == "nvml" else inventory.source
+        return None if inventory.gpus else f"{source} found 0 GPUs"
     if (isinstance(error, GpusUnreadableError) and not error.stuck
             and isinstance(error.nvml_error, NvmlStartError)):
         return f"NVML could not start ({error.nvml_error.reason})"
