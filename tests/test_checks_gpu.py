@@ -304,7 +304,8 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """No overrides: the real probes run. Without NVML, nvidia-smi, dcgmi or CUDA every GPU
-    check is an error with its reason (never a skip, never a crash)."""
+    check is an error with its reason (never a skip, never a crash); with no GPU device node
+    either, the compute part is not launched and says why."""
     log = tmp_path / "kern.log"
     log.write_text("[    0.000000] Linux version 6.8.0\n")
     results = _run_real_probes(pytester, tmp_path, monkeypatch, {},
@@ -318,7 +319,8 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
         "[PF-GPU-001] cannot read the GPUs: NVML could not start: NVML Shared Library Not Found")
     assert errors["PF-GPU-012"].startswith(
         "[PF-GPU-012] `dcgmi diag -r 1 -j` could not run: command not found")
-    assert errors["PF-GPU-013"].startswith("[PF-GPU-013] compute sanity could not run: torch ")
+    assert errors["PF-GPU-013"].startswith("[PF-GPU-013] compute sanity could not run: no "
+                                           "NVIDIA GPU is visible in this container: no /dev/")
 
 
 UNREADABLE_LOG = '''

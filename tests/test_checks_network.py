@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.probes.network import cuda_device_count
+from harness.fixtures.reading import Reading
+from harness.probes import gpu
+from harness.probes.gpu_visible import no_gpu_cause
 from tests.conftest import check_session, facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,11 +197,10 @@ def test_local_cpu_skips_every_network_check_with_the_reason(pytester: pytest.Py
 def test_real_probes_on_a_machine_without_efa_fail_or_error_clearly(pytester: pytest.Pytester):
     if shutil.which("fi_info") or Path("/sys/class/infiniband").exists():
         pytest.skip("this machine has EFA software or devices: the messages differ")
-    try:  # asked in a child: importing torch here would weigh on every xdist worker
-        if cuda_device_count() > 0:
-            pytest.skip("this machine has a GPU: the collective would run")
-    except RuntimeError:
-        pytest.skip("torch is not importable here")
+    inventory = Reading.of(gpu.inventory)
+    no_gpu = no_gpu_cause(Path("/"), inventory.value, inventory.error)
+    if no_gpu is None:
+        pytest.skip("this machine may have a GPU: the collective would run")
     results = run_checks(pytester, None)
     assert {k: r["outcome"] for k, r in results.items()}["PF-NET-003"] == "error"
     assert results["PF-NET-001"]["message"].startswith(
@@ -209,10 +210,9 @@ def test_real_probes_on_a_machine_without_efa_fail_or_error_clearly(pytester: py
         "command not found")
     for check_id in NET_IDS[5:]:
         assert results[check_id]["outcome"] == "error", check_id
+        # No GPU device node and no NVML: no rank is launched, the cause is named.
         assert results[check_id]["message"] == (
-            f"[{check_id}] the NCCL collective cannot start: torch sees no CUDA device "
-            "(torch.cuda.device_count() == 0; CPU-only torch, or no GPU visible to this "
-            "container)")
+            f"[{check_id}] the NCCL collective cannot start: {no_gpu}")
 
 
 FIXTURE_CONFTEST = '''
@@ -244,6 +244,11 @@ def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
 
 network.cuda_device_count = fake_cuda_device_count
 network.run_collective = fake_run_collective
+
+
+@pytest.fixture(scope="session")
+def no_gpu_visible():
+    return None  # the faked torch sees 8 GPUs
 
 
 @pytest.fixture(scope="session")

@@ -127,6 +127,13 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
     reason = (opt_ml / "output" / "failure").read_text()
     assert reason.startswith("gpu-preflight FAILED on algo-2 (p5.48xlarge, tier preflight)")
     assert "FI_PROVIDER=tcp" in reason[:1024]
+    # No /dev/nvidia* and no NVML on this machine: no CUDA rank is launched, each says why.
+    checks = {c["id"]: c for c in report["checks"]}
+    for check_id, outcome in (("PF-TRAIN-001", "fail"), ("PF-NET-006", "error"),
+                              ("PF-BW-001", "error")):
+        assert checks[check_id]["outcome"] == outcome, checks[check_id]
+        assert ("no NVIDIA GPU is visible in this container: no /dev/nvidia[0-9]* device node"
+                in checks[check_id]["message"]), checks[check_id]["message"]
 
 
 def test_sagemaker_unknown_instance_type_writes_failure(tmp_path, execs, monkeypatch):

@@ -284,15 +284,17 @@ def test_clock_event_reasons_are_read_under_either_nvml_name():
 
 
 def test_real_fixtures_without_cuda_error_on_a_gpu_profile(pytester: pytest.Pytester):
-    """No canned facts: on this CPU-only machine a GPU profile's link and clock checks are
-    errors naming why (torch sees no CUDA device), never a pass or a skip."""
+    """No canned facts: on this machine without GPUs (no /dev/nvidia*, no NVML) a GPU profile's
+    link and clock checks are errors naming why (no GPU is visible; the worker is not
+    launched), never a pass or a skip."""
     copy_check_file(pytester, "test_gpu_links.py")
     copy_check_file(pytester, "test_gpu_clocks.py")
     results = run_checks(pytester, "--preflight-profile", "p5.48xlarge")[1]
     assert set(results) == {"PF-LINK-002", "PF-LINK-003", "PF-CLOCK-001"}
     for check_id, result in results.items():
         assert result["outcome"] == "error", (check_id, result)
-        assert "sees no CUDA device" in result["message"], (check_id, result["message"])
+        assert "part cannot run: no NVIDIA GPU is visible in this container: no /dev/nvidia" in (
+            result["message"]), (check_id, result["message"])
 
 
 def test_estimated_floors_and_c2c_hosts_warn_once_and_never_fail(pytester: pytest.Pytester):

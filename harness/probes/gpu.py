@@ -31,6 +31,7 @@ __all__ = [
     "KERNEL_LOG_ENV",
     "NVML_TIMEOUT_S",
     "SMI_TIMEOUT_S",
+    "GpusUnreadableError",
     "NvlinkCounters",
     "NvmlUnavailableError",
     "inventory",
@@ -236,16 +237,27 @@ _STUCK = ("A GPU source that does not answer means a stuck driver or a GPU that 
           "reboot the node.")
 
 
+class GpusUnreadableError(ProbeError):
+    """No GPU source answered. `nvml_error`: why NVML did not (an NvmlStartError when nvmlInit
+    itself failed); `stuck`: a source hung (a driver is there but does not answer)."""
+
+    def __init__(self, message: str, nvml_error: NvmlUnavailableError, stuck: bool) -> None:
+        super().__init__(message)
+        self.nvml_error = nvml_error
+        self.stuck = stuck
+
+
 def inventory(nvml: object | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_S,
               deadline: dl.Deadline | None = None) -> GpuInventory:
     """The node's GPUs: NVML, else `nvidia-smi -q -x`, else `-q`, else the `--query-gpu` CSV, all
     within `deadline`; ProbeError naming every source tried and why each failed (a hung one by
-    its command, the time it had and its last line)."""
+    its command, the time it had and its last line): a GpusUnreadableError."""
     try:
         return _nvml_call(lambda: query_gpus(nvml), NVML_TIMEOUT_S, deadline,
                           "NVML (nvmlInit and the device queries)")
-    except NvmlUnavailableError as nvml_exc:
-        problems = [str(nvml_exc)]
+    except NvmlUnavailableError as exc:
+        nvml_exc = exc
+        problems = [str(exc)]
     for fallback in (smi_query_xml, smi_query, smi_query_csv):
         if deadline is not None and deadline.limit(smi_timeout_s) < chain.MIN_TRY_S:
             problems.append(f"nvidia-smi not tried: no time left of {deadline.what}")
@@ -258,5 +270,5 @@ def inventory(nvml: object | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_
                 # No nvidia-smi at all, or a stuck one: every other query would say the same.
                 break
     stuck = dl.hung("nvml") or dl.hung("nvidia-smi")
-    raise ProbeError("cannot read the GPUs: " + "; ".join(problems) + ". "
-                     + (_STUCK if stuck else _NOT_VISIBLE))
+    raise GpusUnreadableError("cannot read the GPUs: " + "; ".join(problems) + ". "
+                              + (_STUCK if stuck else _NOT_VISIBLE), nvml_exc, stuck)

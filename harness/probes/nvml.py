@@ -18,7 +18,8 @@ from typing import Any, TypeAlias
 
 from harness import deadline as dl
 
-__all__ = ["NvmlHandle", "NvmlUnavailableError", "Reader", "load", "session", "shutdown", "text"]
+__all__ = ["NvmlHandle", "NvmlStartError", "NvmlUnavailableError", "Reader", "load", "session",
+           "shutdown", "text"]
 
 #: An opaque pynvml device handle (c_nvmlDevice_t, from nvmlDeviceGetHandleByIndex/ByUUID):
 #: only passed back to NVML calls. nvidia-ml-py has no type stubs, so no narrower type names it.
@@ -27,6 +28,14 @@ NvmlHandle: TypeAlias = object
 
 class NvmlUnavailableError(RuntimeError):
     """NVML could not start (no driver, library missing, no permission); str() says why."""
+
+
+class NvmlStartError(NvmlUnavailableError):
+    """nvmlInit itself failed (not a hang, not a later query): `reason` is NVML's error."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"NVML could not start: {reason}")
+        self.reason = reason
 
 
 def load(nvml: ModuleType | None) -> ModuleType:
@@ -64,7 +73,7 @@ def session(nvml: ModuleType | None = None) -> ModuleType:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
-        raise NvmlUnavailableError(f"NVML could not start: {exc} ({type(exc).__name__})") from exc
+        raise NvmlStartError(f"{exc} ({type(exc).__name__})") from exc
     with _lock:
         entry = _open.get(id(nvml))
         if entry is not None and entry[1] == os.getpid():

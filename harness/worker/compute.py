@@ -199,13 +199,18 @@ class WorkerParts(Protocol):
     """What `from_worker` needs of the session's worker (harness.fixtures.worker.WorkerSession,
     named by this protocol: the fixtures layer imports this module)."""
 
+    no_gpu: str | None
+    """Why it is certain that no GPU is visible (then nothing is launched), else None."""
+
     def part(self, name: str) -> PartOutcome: ...
 
 
 def from_worker(session: WorkerParts) -> gc.ComputeResult:
     """The compute part of the session's worker (harness.fixtures.worker.WorkerSession) as a
     ComputeResult; RuntimeError naming why when the part gave none (or when torch sees no
-    CUDA device: then the worker is not launched at all)."""
+    CUDA device, or no GPU is visible: then the worker is not launched at all)."""
+    if session.no_gpu is not None:
+        raise RuntimeError(session.no_gpu)
     import torch
 
     if not torch.cuda.is_available():

@@ -59,7 +59,8 @@ class PartSpec:
 @dataclass(frozen=True, slots=True)
 class PartOutcome:
     """One part: `ok`, `error` (it ended with an error), `timeout` (its watchdog fired, or the
-    launch was killed while it ran), `crashed` (the launch ended while it ran), `not-run`."""
+    launch was killed while it ran), `crashed` (the launch ended while it ran), `not-run`,
+    `no-gpu` (not launched: no GPU is visible on a GPU profile; `message` says why)."""
 
     name: str
     status: str
@@ -179,11 +180,14 @@ def run_worker(
 def train_step_run(outcome: PartOutcome, nproc: int) -> TrainStepRun:
     """The step's `TrainStepRun` (harness.probes.train_step) from its part of a launch."""
     from harness.parsers import ParseError
-    from harness.parsers.train_step import parse_train_step
+    from harness.parsers.train_step import Failure, TrainStepOutput, parse_train_step
     from harness.probes.train_step import TrainStepRun
 
     result = outcome.proc if outcome.proc is not None else ProcResult(
         argv=(), returncode=None, error=outcome.message)
+    if outcome.status == "no-gpu":  # never launched: the cause is the step's failure
+        return TrainStepRun(result, TrainStepOutput(None, failure=Failure(
+            "no_gpu", outcome.message)), None, nproc)
     unfinished = None if outcome.status in ("ok", "error") else (
         outcome.message or f"part 'train' {outcome.status}")
     try:
