@@ -69,14 +69,13 @@ def line_after(chunk: bytes, raw: bytes, end: int) -> str | None:
     nl = chunk.find(b"\n", chunk.find(raw, 0, end) + len(raw), end)
     if nl < 0 or nl + 1 >= end:
         return None
-    stop = chunk.find(b"\n", nl + 1, end)
-    return bytes(chunk[nl + 1:end if stop < 0 else stop]).decode("utf-8", "replace").strip()
+    return first_line(chunk, end, nl + 1)
 
 
-def first_line(chunk: bytes, end: int) -> str:
-    """The first line of chunk[:end]."""
-    stop = chunk.find(b"\n", 0, end)
-    return bytes(chunk[:end if stop < 0 else stop]).decode("utf-8", "replace").strip()
+def first_line(chunk: bytes, end: int, start: int = 0) -> str:
+    """The first line of chunk[start:end], as text."""
+    stop = chunk.find(b"\n", start, end)
+    return bytes(chunk[start:end if stop < 0 else stop]).decode("utf-8", "replace").strip()
 
 
 def segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
