@@ -10,15 +10,8 @@ import json
 import pytest
 
 from harness.parsers.nccl_log import parse_nccl_log, parse_nccl_log_stream
+from tests.test_parsers_nccl_log import PAYLOADS
 
-PAYLOADS = [
-    "NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v9)",
-    "NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.16.3",
-    "NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 32 nics)",
-    "NCCL INFO Using network Libfabric",
-    "NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/Libfabric/0/GDRDMA",
-    "NCCL INFO Channel 01/0 : 8[0] -> 0[0] [receive] via NET/Libfabric/1/GDRDMA",
-]
 WANT = ("1.16.3", "Libfabric", "efa", "efa-direct", 32, True, 2)
 
 
