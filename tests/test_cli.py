@@ -476,3 +476,11 @@ def test_the_images_pytest_plugins_are_not_loaded_unless_named(tmp_path, execs, 
     assert (rc, report["verdict"], report["harness_errors"]) == (cli.EXIT_OK, "pass", [])
     assert [c["id"] for c in report["checks"]] == ["PF-ENV-001"]
     assert (tmp_path / "named-loaded").is_file()
+
+
+def test_a_named_pytest_plugin_that_is_not_installed_stops_the_run(tmp_path, execs, monkeypatch,
+                                                                   capsys):
+    monkeypatch.setenv("PREFLIGHT_PYTEST_PLUGINS", "no_such_plugin_xyz")
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
+    assert rc != cli.EXIT_OK and execs == []
+    assert "no_such_plugin_xyz" in capsys.readouterr().err
