@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -54,6 +55,8 @@ def test_wheel_holds_every_file_the_runner_and_plugin_read(wheel: Path) -> None:
         declared = zf.read(entry_points).decode()
     assert [f for f in _package_files() if f not in names] == []
     assert "harness/checks.ini" in names  # the runner passes it with -c
+    if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):  # optional: where it can be
+        assert _built_scan(wheel), "the NCCL log scan in C was not built"
     assert "preflight = harness.cli:entrypoint" in declared
     assert "[pytest11]\nharness.plugin = harness.plugin" in declared
 
@@ -81,12 +84,23 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_installed_wheel_runs_and_lists_like_the_checkout(venv: Path, tmp_path: Path) -> None:
+def _built_scan(wheel: Path) -> list[str]:
+    """The NCCL log scan's compiled module in the wheel (optional: built where a compiler is)."""
+    with zipfile.ZipFile(wheel) as zf:
+        return [n for n in zf.namelist() if n.startswith("harness/parsers/_nccl_scan.")
+                and n.endswith((".so", ".pyd"))]
+
+
+def test_installed_wheel_runs_and_lists_like_the_checkout(wheel: Path, venv: Path,
+                                                          tmp_path: Path) -> None:
     env = _env(tmp_path)
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import harness, checks; print(harness.__file__, checks.__file__)"],
+                            "import harness, checks; print(harness.__file__, checks.__file__)\n"
+                            "from harness.parsers import nccl_log_chunk as c\n"
+                            "print(getattr(c._nccl_scan, '__file__', ''))"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert all(p.startswith(str(venv)) for p in where.stdout.split()), where.stdout
+    assert len(where.stdout.split()) == (3 if _built_scan(wheel) else 2), where.stdout  # it loads
 
     run = subprocess.run([str(venv / "bin" / "preflight"), "run", "--report-dir", "r", "--",
                           "echo", "handed-off"], cwd=tmp_path, env=env, capture_output=True,

@@ -28,7 +28,7 @@ from harness.parsers.nccl_log_facts import (
     NcclLogSummary,
     WatchdogTimeout,
 )
-from harness.parsers.nccl_log_lines import DOCKER_LINE, OLD_PLUGIN, VERSION, payload_text
+from harness.parsers.nccl_log_lines import DOCKER_LINE, OLD_PLUGIN, RANK_LINE, VERSION, payload_text
 from harness.parsers.nccl_log_payloads import MAX_KEPT, MAX_NAMES, MAX_TEXT, PayloadFacts
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
 from harness.parsers.unwrap import Unwrapper
@@ -82,7 +82,7 @@ class _Scanner:
         if self.commands is None:
             self.head(chunk, end)
         self.apply(scan_chunk(chunk, end, self.docker,
-                              not self.saw_nccl and not self.facts.recognised))
+                              not self.saw_nccl and not self.facts.recognised, self.seen))
 
     def head(self, chunk: bytes, end: int) -> None:
         """Read what the input's first chunk says about all of it (commands, docker records)."""
@@ -94,7 +94,15 @@ class _Scanner:
         facts, seen = self.facts, self.seen
         if facts.wrapped is not None:  # a watchdog record wrapped across the chunk boundary
             facts.wrapped_tail(scan.first_line())
-        fresh = [p for p in scan.found if p not in seen]
+        fresh, ranks = [], []  # (scan.found: not in seen)
+        rank_line = RANK_LINE.match
+        for raw in scan.found:  # rank-count lines: distinct on every rank, so never remembered
+            if (m := rank_line(raw)) is None:
+                fresh.append(raw)
+            else:
+                ranks.append(m[1])
+        if ranks:
+            facts.rank_counts(ranks)
         size = sum(map(len, fresh))
         if len(seen) + len(fresh) > SEEN_CAP or self.seen_bytes + size > SEEN_BYTES:
             seen.clear()  # pathological logs (addresses in every WARN)

@@ -2,6 +2,11 @@
 is found): docker json-file records decoded, colours dropped, the candidate payloads found and
 de-duplicated, libfabric's own warnings, aws-ofi-nccl's old logger. A chunk's scan depends on
 the chunk alone.
+
+The candidate payloads and libfabric's warnings are found by harness/parsers/_nccl_scan.c
+where the wheel was built with it (a C compiler at install time; the build is optional), and by
+the `MAIN` / `LIBFABRIC_WARN` regexes otherwise: the same lists either way
+(tests/test_nccl_scan.py), 3-5x faster in C (bench/README.md).
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from harness.parsers.nccl_log_lines import (
     segments_with,
 )
 from harness.parsers.unwrap import docker_line
+
+try:
+    from harness.parsers import _nccl_scan
+except ImportError:  # built without a C compiler: the regexes give the same lists
+    _nccl_scan = None
 
 __all__ = ["HEAD_BYTES", "ChunkScan", "scan_chunk"]
 
@@ -43,7 +53,7 @@ class ChunkScan:
     input order (and asks the chunk for the whole line of a few rare payloads)."""
 
     found: list[bytes]
-    """The distinct `MAIN` payloads, first seen first."""
+    """The distinct `MAIN` payloads not seen in earlier chunks, first seen first."""
     warns: list[bytes]
     """The distinct libfabric `<warn>` payloads."""
     old_plugin: list[bytes]
@@ -94,22 +104,29 @@ _MEMCHR_SPAN = 600
 _MEMCHR_TRIES = 64
 
 
-def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None) -> ChunkScan:
+def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
+               seen: dict[bytes, None]) -> ChunkScan:
     """Scan `chunk[:end]` (ending at a line boundary): docker records decoded, colours dropped,
-    the candidate payloads found and de-duplicated at C speed. `nccl_info` None: look for `NCCL
-    INFO` where nothing else was found (all that the parse's verdict needs)."""
+    the candidate payloads found and de-duplicated at C speed, less those in `seen` (the
+    payloads of earlier chunks). `nccl_info` None: look for `NCCL INFO` where nothing else was
+    found (all that the parse's verdict needs)."""
     if docker:
         chunk = _docker_lines(chunk, end)
         end = len(chunk)
     if chunk.find(b"\x1b", 0, end) >= 0:  # colours: a reset code would end the payload
         chunk = ANSI_BYTES.sub(b"", chunk[:end])
         end = len(chunk)
-    found = list(dict.fromkeys(MAIN.findall(chunk, 0, end)))
-    warns = list(dict.fromkeys(_libfabric_warnings(chunk, end)))
+    if _nccl_scan is not None:
+        found, in_chunk = _nccl_scan.candidates(chunk, end, seen)
+        warns = _nccl_scan.tails(chunk, end, b"<warn> ")
+    else:
+        every = dict.fromkeys(MAIN.findall(chunk, 0, end))
+        found, in_chunk = [p for p in every if p not in seen], len(every)
+        warns = list(dict.fromkeys(_libfabric_warnings(chunk, end)))
     old: list[bytes] = []
-    if not found and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
+    if not in_chunk and chunk.find(OLD_PLUGIN_LITERAL, 0, end) >= 0:
         old = list(dict.fromkeys(segments_with(chunk, OLD_PLUGIN_LITERAL, end)))
     if nccl_info is None:
-        nccl_info = not found and not warns
+        nccl_info = not in_chunk and not warns
     return ChunkScan(found, warns, old, nccl_info and chunk.find(b"NCCL INFO", 0, end) >= 0,
                      chunk, end)

@@ -10,7 +10,7 @@ import re
 __all__ = [
     "ANSI_BYTES", "DEV_INDEX", "DOCKER_LINE", "GDR_DISABLED", "IB_DEVS", "LIBFABRIC_WARN", "LOADED",
     "LOADED_VERSION", "MAIN", "NRANKS", "OFI_RULES", "OLD_PLUGIN", "OLD_PLUGIN_LITERAL",
-    "PLUGIN_FAILED", "RETRY", "SOCKET_DEVS", "USING_NETWORK", "VERSION", "WATCHDOG",
+    "PLUGIN_FAILED", "RANK_LINE", "RETRY", "SOCKET_DEVS", "USING_NETWORK", "VERSION", "WATCHDOG",
     "WATCHDOG_END", "WATCHDOG_FIELDS", "first_line", "line_after", "line_of", "payload_text",
     "segments_with",
 ]
@@ -113,6 +113,15 @@ PLUGIN_FAILED = re.compile(r"Failed to initialize NET plugin (.+)$")
 USING_NETWORK = re.compile(r"Using network (.+)$")
 #: `Init COMPLETE ... nranks 8` and, since NCCL 2.19, `comm 0x... rank 0 nRanks 8 nNodes 4 ...`.
 NRANKS = re.compile(r"n[rR]anks ([0-9]+)")
+#: A payload that says only a rank count: `comm 0x.. rank N nRanks N nNodes N ...` (NCCL 2.19+,
+#: init.cc), `ncclCommInitRank(Config) comm 0x.. rank N nranks N cudaDev N ... - Init COMPLETE`.
+#: Every rank prints its own (distinct: most of a many-rank log's payloads), so harness.parsers.
+#: nccl_log reads these by one anchored match of the bytes (the rest of the line is NCCL's own
+#: `name value` fields; a line with a `|` takes the general path, which cuts it there);
+#: PayloadFacts.info reads the same count from them and from every other shape.
+RANK_LINE = re.compile(
+    rb"NCCL INFO (?:ncclCommInitRank(?:Config)? )?comm 0x[0-9a-f]+ rank [0-9]+ n[rR]anks ([0-9]+)"
+    rb"(?:[ \r][^|]*)?\Z")
 VERSION = re.compile(r"NCCL version ([0-9][^\s|]*)")
 IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")
 SOCKET_DEVS = re.compile(r"NET/(Socket|FastSocket) ?: Using (.*?)(?:;|$)")

@@ -116,6 +116,13 @@ class PayloadFacts:
         first line may hold the rest (harness.parsers.nccl_log passes it to `wrapped_tail`)."""
 
     # Each method handles one kind of payload.
+    def rank_counts(self, counts: list[bytes]) -> None:
+        """Payloads that say only a rank count (harness.parsers.nccl_log_lines.RANK_LINE)."""
+        self.recognised += len(counts)
+        n = max(map(int, counts))  # ASCII digits (RANK_LINE): never a ValueError
+        if n > (self.nranks or 0):
+            self.nranks = n
+
     def version(self, v: str) -> None:
         self.recognised += 1
         if v not in self.versions and len(self.versions) < MAX_NAMES:
