@@ -4,19 +4,23 @@ each instance type derived from its base; users override or add profiles with a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.jsontypes import JSONObject
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from harness.profile_model import GIB, Profile, ProfileError
+
+
+def _toml() -> Any:
+    """tomllib (tomli before 3.11), imported where a file is read: not on every command."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib
 
 __all__ = [  # Profile, ProfileError and GIB live in harness.profile_model (the record)
     "BUILTIN_PROFILES",
@@ -84,7 +88,7 @@ def _sources_of(table: Mapping[str, Any], sources: Mapping[str, str]) -> dict[st
 def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSONObject]]:
     """(instance profiles by name, SKU tables by name) from the data file. SKU tables keep their
     matching keys and gain `profile`: the SKU's thresholds as a Profile (for derive)."""
-    data = tomllib.loads(path.read_text())
+    data = _toml().loads(path.read_text())
     sources: dict[str, str] = data.get("sources", {})
     skus: dict[str, dict[str, Any]] = {}
     for name, table in data.get("skus", {}).items():
@@ -122,11 +126,41 @@ def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSO
     for name in tables:
         build(name)
     public = {n: p for n, p in built.items() if not n.startswith("_")}
+    if LOCAL_CPU.name in public:
+        raise ProfileError(f"{path.name}: [profiles.{LOCAL_CPU.name!r}] is built in (harness/profiles.py)")
     return {LOCAL_CPU.name: LOCAL_CPU, **public}, skus
 
 
-_BUILTIN, SKUS = load_data()
-BUILTIN_PROFILES: Mapping[str, Profile] = _BUILTIN
+@functools.cache
+def _loaded() -> tuple[dict[str, Profile], dict[str, JSONObject]]:
+    return load_data()
+
+
+class _Builtin(Mapping[str, Any]):
+    """One of load_data()'s mappings, read on first use: `preflight inspect` on the default
+    profile never reads the file (start-up is part of every command; the TOML costs ~30 ms)."""
+
+    def __init__(self, part: int) -> None:
+        self._part = part
+
+    def __getitem__(self, key: str) -> Any:
+        if self._part == 0 and key == LOCAL_CPU.name:
+            return LOCAL_CPU
+        return _loaded()[self._part][key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_loaded()[self._part])
+
+    def __len__(self) -> int:
+        return len(_loaded()[self._part])
+
+    def __repr__(self) -> str:
+        return repr(_loaded()[self._part])
+
+
+BUILTIN_PROFILES: Mapping[str, Profile] = _Builtin(0)
+#: The [skus] tables by name (load_data).
+SKUS: Mapping[str, JSONObject] = _Builtin(1)
 
 
 def load_profile_file(
@@ -146,6 +180,7 @@ def load_profile_file(
         num_gpus = 4
     """
     path = Path(path)
+    tomllib = _toml()
     try:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
