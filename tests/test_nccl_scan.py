@@ -148,6 +148,7 @@ RANK_SHAPES = [
     # Not the shortcut's (the general path reads them):
     b"NCCL INFO comm 0xa rank 0 nranks 12 | 2024-05-01 | NCCL INFO comm 0xb rank 1 nranks 99",
     b"NCCL INFO comm 0xa rank 0 nranks 12x",
+    b"NCCL INFO comm 0xa rank 0 nranks " + b"9" * 5000,  # no rank count (and past int()'s limit)
     b"NCCL INFO comm 0xZ rank 0 nranks 12",
     b"NCCL INFO Init timings - ncclCommInitRankConfig: rank 0 nranks 16 total 0.51",
 ]

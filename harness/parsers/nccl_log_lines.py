@@ -118,9 +118,10 @@ NRANKS = re.compile(r"n[rR]anks ([0-9]+)")
 #: Every rank prints its own (distinct: most of a many-rank log's payloads), so harness.parsers.
 #: nccl_log reads these by one anchored match of the bytes (the rest of the line is NCCL's own
 #: `name value` fields; a line with a `|` takes the general path, which cuts it there);
-#: PayloadFacts.info reads the same count from them and from every other shape.
+#: PayloadFacts.info reads the same count from them and from every other shape (and a count of
+#: more than 9 digits, which is no rank count).
 RANK_LINE = re.compile(
-    rb"NCCL INFO (?:ncclCommInitRank(?:Config)? )?comm 0x[0-9a-f]+ rank [0-9]+ n[rR]anks ([0-9]+)"
+    rb"NCCL INFO (?:ncclCommInitRank(?:Config)? )?comm 0x[0-9a-f]+ rank [0-9]+ n[rR]anks ([0-9]{1,9})"
     rb"(?:[ \r][^|]*)?\Z")
 VERSION = re.compile(r"NCCL version ([0-9][^\s|]*)")
 IB_DEVS = re.compile(r"NET/IB ?: Using (.*?)(?:;|$)")

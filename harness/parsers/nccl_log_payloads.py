@@ -119,7 +119,7 @@ class PayloadFacts:
     def rank_counts(self, counts: list[bytes]) -> None:
         """Payloads that say only a rank count (harness.parsers.nccl_log_lines.RANK_LINE)."""
         self.recognised += len(counts)
-        n = max(map(int, counts))  # ASCII digits (RANK_LINE): never a ValueError
+        n = max(map(int, counts))  # 1-9 ASCII digits (RANK_LINE): never a ValueError
         if n > (self.nranks or 0):
             self.nranks = n
 
