@@ -13,6 +13,7 @@ import pytest
 
 from harness import detect
 from harness.probes import network
+from tests.sample_trees import sysroot_files
 
 HOST = Path(__file__).parent / "data" / "host"
 NO_IMDS = {"AWS_EC2_METADATA_DISABLED": "true"}
@@ -38,8 +39,14 @@ def _write(path: Path, text: str | bytes) -> None:
 
 # --- DMI -------------------------------------------------------------------------------------
 
-NITRO = {"sys_vendor": "Amazon EC2\n", "bios_vendor": "Amazon EC2\n",  # ohai #1082 (c5)
-         "board_asset_tag": "i-0af01c0123456789a\n"}                     # AWS docs
+def _dmi_values(*samples: str) -> dict[str, str]:
+    """The DMI attributes the samples show (each has its X.expect.json, kind host-dmi)."""
+    return {Path(rel).name: f"{value}\n" for name in samples
+            for rel, value in sysroot_files((HOST / name).read_text()).items()}
+
+
+# c5 (ohai #1082) vendor strings and the asset tag of the AWS docs
+NITRO = _dmi_values("real_dmi_c5_nitro_ohai.txt", "real_dmi_board_asset_tag_aws_docs.txt")
 
 
 def _dmi_tree(root: Path, values: dict[str, str], directory: str = "sys/devices/virtual/dmi/id") -> Path:
@@ -108,11 +115,9 @@ def test_sagemaker_wins_over_dmi_and_sm_env_is_used_without_the_json(tmp_path: P
         "p5.48xlarge", "SM_CURRENT_INSTANCE_TYPE")
 
 
-def test_xen_ec2_is_recognised_from_the_bios_version(tmp_path: Path):
-    root = _dmi_tree(tmp_path, {"sys_vendor": "Xen\n", "bios_version": "4.2.amazon\n"},
-                     "sys/class/dmi/id")
-    assert detect._on_ec2(root)
-    assert not detect._on_ec2(_dmi_tree(tmp_path / "qemu", {"sys_vendor": "QEMU\n"}))
+def test_qemu_is_not_ec2(tmp_path: Path):
+    """Xen's `4.2.amazon` BIOS and Nitro's vendor strings: their samples' X.expect.json."""
+    assert not detect._on_ec2(_dmi_tree(tmp_path, {"sys_vendor": "QEMU\n"}))
 
 
 # --- EFA devices -----------------------------------------------------------------------------
@@ -130,14 +135,6 @@ def _efa_tree(root: Path, pairs: list[tuple[str, str]], passed: int | None = Non
         if passed is None or i < passed:
             _write(root / "dev/infiniband" / node, "")
     return root
-
-
-def test_efa_devices_of_the_eks_p5_listing(tmp_path: Path):
-    pairs = _eks_p5_pairs()
-    assert len(pairs) == 14
-    found = network.efa_devices(_efa_tree(tmp_path, pairs))
-    assert found.sysfs == tuple(sorted(d for d, _ in pairs))
-    assert found.uverbs == tuple(sorted(n for _, n in pairs))
 
 
 def test_efa_devices_of_a_p4de(tmp_path: Path):
@@ -171,18 +168,15 @@ def test_uverbs_node_that_cannot_be_opened_is_not_usable(tmp_path: Path):
 def test_p6_b200_ibp_devices_and_their_uverbs_are_not_efa(tmp_path: Path):
     """p6-b200 lists 2 `ibp*` devices beside the 8 EFA `rdmap*` ones; an old EFA device plugin
     passed the ibp nodes to pods as EFA: they must not make up the uverbs count."""
-    text = (HOST / "real_p6_b200_infiniband_ibp_and_rdmap.txt").read_text()
-    ibp = re.findall(r"`(ibp\w+)`", text)
-    efa = re.findall(r"`(rdmap\d+s\d+)`", text)
-    assert (ibp, efa) == (["ibp115s0f0", "ibp116s0f0"], ["rdmap79s0", "rdmap80s0"])
+    names = [Path(rel).name for rel in sysroot_files(
+        (HOST / "real_p6_b200_infiniband_ibp_and_rdmap.txt").read_text())]
+    ibp, efa = names[:2], names[2:]  # which are EFA: the sample's X.expect.json
     root = _efa_tree(tmp_path, [(efa[0], "uverbs2"), (efa[1], "uverbs3")], passed=1)
     for i, dev in enumerate(ibp):
         (root / "sys/class/infiniband" / dev / "ports/1").mkdir(parents=True)
         _write(root / "sys/class/infiniband_verbs" / f"uverbs{i}" / "ibdev", dev + "\n")
         _write(root / "dev/infiniband" / f"uverbs{i}", "")
-    found = network.efa_devices(root)
-    assert found.sysfs == ("rdmap79s0", "rdmap80s0")
-    assert found.uverbs == ("uverbs2",)
+    assert network.efa_devices(root).uverbs == ("uverbs2",)
 
 
 def test_uverbs_of_a_mellanox_device_are_not_efa(tmp_path: Path):
@@ -193,14 +187,6 @@ def test_uverbs_of_a_mellanox_device_are_not_efa(tmp_path: Path):
     _write(root / "dev/infiniband/uverbs0", "")
     found = network.efa_devices(root)
     assert (found.sysfs, found.uverbs) == (("rdmap79s0",), ())
-
-
-def test_efa_0_kernel_name_with_unknown_link_layer(tmp_path: Path):
-    """amzn-drivers #114 / rdma-core #884: `efa_0`, link_layer `Unknown`, vendor 0x1d0f."""
-    _write(tmp_path / "sys/class/infiniband/efa_0/ports/1/link_layer", "Unknown\n")
-    _write(tmp_path / "sys/class/infiniband/efa_0/device/vendor", "0x1d0f\n")
-    _write(tmp_path / "dev/infiniband/uverbs0", "")
-    assert network.efa_devices(tmp_path) == network.EfaDevices(("efa_0",), ("uverbs0",))
 
 
 def test_driver_link_decides_when_the_vendor_file_is_missing(tmp_path: Path):
@@ -279,16 +265,6 @@ def test_installer_ld_so_conf_entry(tmp_path: Path):
     lib = tmp_path / conf_dir.lstrip("/") / "libnccl-net.so"
     _write(lib, b"\x7fELF\x00" + _strings_line("real_ld_so_conf_100_ofinccl_1.17.1.txt"))
     assert network.find_ofi_nccl({}, tmp_path) == network.OfiNcclLib(str(lib), "1.17.1", "library")
-
-
-def test_efa_installer_ubuntu_multiarch_layout(tmp_path: Path):
-    """awsome-distributed-ai #936: the plugin and its links only in lib/x86_64-linux-gnu."""
-    d = tmp_path / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
-    _write(d / "libnccl-net-ofi.so", _lib("1.16.3"))
-    for link in ("libnccl-net.so", "libnccl-ofi-tuner.so", "libnccl-tuner-ofi.so"):
-        (d / link).symlink_to("libnccl-net-ofi.so")
-    found = network.find_ofi_nccl({}, tmp_path)
-    assert found == network.OfiNcclLib(str(d / "libnccl-net-ofi.so"), "1.16.3", "library")
 
 
 def test_ngc_image_with_hpcx_plugins_first_on_the_path(tmp_path: Path):

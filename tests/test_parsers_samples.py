@@ -187,7 +187,7 @@ def test_the_rule_catches_a_file_without_source_or_expectation(tmp_path: Path):
 def test_expectations_in_code_only_shrink():
     """EXPECTATIONS_IN_CODE.json names files that exist and have no expect.json yet; under
     `files` each is read by the test module named, under `unread` by no test at all (a file a
-    test starts reading needs its expectation)."""
+    test starts reading needs its expectation); `why` says why no X.expect.json holds it."""
     listed = json.loads(IN_CODE.read_text(encoding="utf-8"))
     modules = {m: m.read_text(encoding="utf-8") for m in sorted(TESTS.rglob("*.py"))}
     for rel in _in_code():
@@ -195,6 +195,7 @@ def test_expectations_in_code_only_shrink():
         assert path.is_file(), f"{rel}: listed, but gone"
         assert not path.with_name(path.name + ".expect.json").is_file(), (
             f"{rel} has its expect.json now: take it off {IN_CODE.name}")
+    assert set(listed["why"]) == set(_in_code()), "each listed file, and only those, has its `why`"
     for rel, where in listed["files"].items():
         module = TESTS.parent / where
         assert module in modules and Path(rel).name in modules[module], (rel, where)

@@ -95,6 +95,21 @@ def test_continued_command_is_one_command():
                           "./build/all_reduce_perf -g 1"]
 
 
+@pytest.mark.parametrize("wrap", [lambda s: f"[pod/w-0/main] {s}", lambda s: f"3: {s}",
+                                  lambda s: f"\x1b[32m{s}\x1b[0m",
+                                  lambda s: '{"log":"' + s.replace("\\", "\\\\") + '\\n"}'],
+                         ids=["kubectl", "srun", "ansi", "docker"])
+def test_which_output_and_continued_commands_read_under_a_wrapper(wrap):
+    """What `which` prints and a command's `\\` continuation are read inside the wrappers a
+    launcher or shipper puts on every line (the continuation keeps none of them)."""
+    u = Unwrapper()
+    lines = ["$ which fi_info", "/opt/amazon/efa/bin/fi_info", "$ mpirun -np 2 \\",
+             "   -x NCCL_DEBUG=INFO ./all_reduce_perf -g 1", "# nThread 1"]
+    assert list(u.lines(wrap(line) for line in lines)) == ["/opt/amazon/efa/bin/fi_info",
+                                                           "# nThread 1"]
+    assert u.commands == ["which fi_info", "mpirun -np 2 -x NCCL_DEBUG=INFO ./all_reduce_perf -g 1"]
+
+
 def test_indentation_is_kept_under_a_timestamp():
     assert Unwrapper().unwrap("2024-06-25T18:45:27Z         Pending : Yes") == "        Pending : Yes"
 

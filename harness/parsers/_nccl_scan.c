@@ -5,9 +5,10 @@
  * Why by hand: one sre pass over a chunk stops at every `NCCL` (every line of a log) and costs
  * 3-4x what `grep -c NCCL` costs for the whole job; google-re2 and hyperscan were measured
  * slower or no faster through their Python bindings (a Python object or callback per match,
- * bench/README.md). This scan finds `NCCL` with memmem (glibc: vectorised), tests the few bytes
- * after it with memcmp, takes the line's end with memchr, and makes a bytes object only for a
- * payload it has not seen in this chunk (a hash of the line's bytes first).
+ * bench/README.md). This scan finds the `N` of `NCCL` with memchr (glibc: vectorised; memmem
+ * was slower here), tests the few bytes after it with memcmp, takes the line's end with memchr,
+ * and makes a bytes object only for a payload it has not seen in this chunk (a hash of the
+ * line's bytes first) and drops the ones the caller has seen.
  *
  * The grammar is MAIN's, and only MAIN's (harness/parsers/nccl_log_lines.py):
  *   NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)[^\n]*

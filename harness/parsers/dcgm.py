@@ -13,6 +13,7 @@ from harness.parsers.dcgm_json import _from_json
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult
 from harness.parsers.dcgm_text import _from_text
 from harness.parsers.reader import Input, as_input
+from harness.parsers.unwrap import inside_transport
 
 if TYPE_CHECKING:
     from harness.profile_model import Profile
@@ -26,7 +27,7 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     diagnostic for group.` before it is skipped) or the text table
     (`| GPU Memory | Pass - GPUs: 1, 2 |`, `|  | Fail - GPU: 0 |`, `| Warning | GPU 0 ... |`).
     Input past MAX_DOCUMENT_CHARS (16 MiB) is read as a table, streamed."""
-    source = as_input(text)
+    source = inside_transport(as_input(text))  # `srun -l dcgmi diag -j`, `kubectl logs --prefix`
     doc = source.document() if _looks_json(source) else None
     if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
         return _table_or_error(source.lines())

@@ -52,6 +52,9 @@ _STAMP = (r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
           r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z][A-Za-z0-9+-]{1,5})?"
           r"|\d{9,10}\.\d{6})")
 _SYSLOG = re.compile(rf"^\s*(?P<time>{_STAMP}) (?:\S*[^\s:] )?(?P<ident>[^\s:\[]+)(?:\[\d+\])?: ")
+# A log shipper's RFC 3339 stamp before a line that has its own (`kubectl logs --timestamps` of
+# a pod printing dmesg: `2025-06-01T12:00:00.123456789Z [ 1399.140323] NVRM: Xid ...`).
+_SHIPPER_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
 # ` kernel: ` near the start: syslog lines with a localised or unusual stamp, `host kernel:`.
 _KERNEL_TAG = re.compile(r"(?:^|\s)kernel: ")
 # Untimestamped text only the kernel writes: the NVIDIA driver (`NVRM: `), the NVSwitch
@@ -131,6 +134,12 @@ def classify(line: str) -> Line:
         found = _journal_json(line)
         if found is not None:
             return found
+    if line[0].isdigit() and (st := _SHIPPER_STAMP.match(line)) is not None:
+        inner = classify(line[st.end():])
+        if inner.time is not None:  # the line's own stamp is the event's time, not the shipper's
+            return inner
+        if inner.kind == KERNEL:  # a kernel line without its own stamp: the shipper's is its time
+            return inner._replace(time=st[0].rstrip())
     m = _DMESG.match(line)
     if m:
         up = m["uptime"]

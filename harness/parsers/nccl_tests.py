@@ -69,7 +69,8 @@ def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> Ncc
     Raises ParseError when the input holds neither a table row, a footer, nor a failure line.
     """
     source = as_input(text)
-    if source.head(4096).lstrip()[:1] == "{":
+    head = source.head(4096).lstrip()
+    if head[:1] == "{" and not head.startswith('{"log":'):  # (docker json-file records: lines)
         doc = source.document()
         if doc is None:
             raise ParseError(f"JSON input larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not an "
@@ -164,7 +165,10 @@ class _Runs:
                 self._close()
                 self.current = TableState()
                 self.count += 1
-            feed_line(self.current, raw, line)
+            # Failure lines are kept as the tool printed them: its `host: ` prefix (which node
+            # failed), not the launcher's or log shipper's wrappers around it.
+            host = self.unwrapper.host
+            feed_line(self.current, f"{host}: {line}" if host else line, line)
 
     def _close(self) -> None:
         state = self.current

@@ -221,27 +221,32 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
 def clean_line(raw: str, unwrapper: Unwrapper) -> str:
     if "NCCL " in raw and _NCCL_LOG.search(raw):
         return ""
-    if "[" in raw[:64] and _RANK_TAG_START.match(raw):
-        # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style): nccl-tests
-        # prints a row in three writes, so the tags sit inside the row too (`-1[0]  1626.5`).
-        raw = _RANK_TAG.sub(" ", raw)
+    if "[" in raw[:160]:
+        inner = unwrapper.transported(raw) or ""  # (under a log shipper's wrappers too)
+        if _RANK_TAG_START.match(inner):
+            # A launcher that tags every write() with `[rank]` (MPICH/Intel MPI hydra style):
+            # nccl-tests prints a row in three writes, so the tags sit inside the row too
+            # (`-1[0]  1626.5`).
+            raw = _RANK_TAG.sub(" ", inner)
     return unwrapper.unwrap(raw) or ""
 
 
 _ERROR_LITERALS = ("ailure", "imeout", "Invalid number", "# error")
 
 
-def feed_line(state: TableState, raw: str, line: str) -> None:
+def feed_line(state: TableState, printed: str, line: str) -> None:
+    """One line into `state`: `line` unwrapped, `printed` as the tool printed it (its own `host: `
+    prefix kept; failure lines are kept so)."""
     stripped = line.strip()
     if not stripped:
         return
-    if any(literal in raw for literal in _ERROR_LITERALS):
+    if any(literal in printed for literal in _ERROR_LITERALS):
         for rx in _ERROR_LINES:
-            m = rx.search(raw)
+            m = rx.search(printed)
             if m:
                 state.num_errors += 1
                 if len(state.errors) < MAX_ERRORS:
-                    state.errors.append(raw.strip()[:500])
+                    state.errors.append(printed.strip()[:500])
                 return
     if "Collective test" in stripped:
         if (m := STARTING.search(stripped)) is not None:

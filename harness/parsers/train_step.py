@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
+from harness.parsers.unwrap import inside_transport
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ def parse_train_step(text: str | Input) -> TrainStepOutput:
     errors: list[dict[str, Any]] = []
     found: dict[int, Failure] = {}  # classifier index -> its finding
     aborted = False
-    for chunk in _chunks(as_input(text)):
+    for chunk in _chunks(inside_transport(as_input(text))):  # a job log's wrappers off
         for record in _json_lines(chunk):
             if "error" not in record:
                 result = record

@@ -30,12 +30,16 @@ no wrapper costs one dict lookup and one `lstrip`.
 
 from __future__ import annotations
 
+import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line"]
+from harness.parsers.reader import Input
+
+__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line",
+           "inside_transport"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -125,6 +129,31 @@ def docker_line(line: str) -> str:
     return text.rstrip("\r\n") if isinstance(text, str) else line
 
 
+def _plain(line: str) -> str:
+    """`line` without ANSI colour sequences and CRs."""
+    if "\x1b" in line or "\ufffd[" in line:
+        line = ANSI.sub("", line)
+    return line.replace("\r", "") if "\r" in line else line
+
+
+def _peel(line: str, starts: frozenset[str],
+          strip: Callable[[str, str], str | None]) -> str | None:
+    """`line` with `strip` (one wrapper off, `line` itself when none, None when only wrapping)
+    applied while its first non-blank character can start a wrapper: wrappers nest (a
+    timestamp, a rank tag, a quote marker...), up to six deep."""
+    for _ in range(6):
+        head = line.lstrip()[:1]
+        if not head or head not in starts:
+            return line
+        stripped = strip(line, head)
+        if stripped is None or stripped is line:
+            return stripped
+        line = stripped
+    return line
+
+
+#: First characters (after blanks) that can start a transport wrapper (Unwrapper.transported).
+_TRANSPORT_STARTS = frozenset("{[0123456789TSMFWtsmfw|")
 #: First characters (after blanks) that can start a wrapper rule; others skip every rule.
 _STARTS = frozenset("[0123456789{|`>~$%#+(\x1b\ufffdWTSMFtsmfw…._/!" + "➜"
                     + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -151,38 +180,40 @@ class Unwrapper:
     """The last command line ended in `\\`: the next line continues it."""
     rank: str | None = None
     """The rank of the last line unwrapped (None when it had no rank prefix)."""
+    host: str | None = None
+    """The `host: ` prefix of the last line unwrapped (host_prefix only; None without one)."""
     which_output: bool = False
     """The last command was `which`: the path lines after it are its output, not commands."""
 
     def unwrap(self, line: str) -> str | None:
         """The tool's line inside `line`, or None when `line` is only wrapping."""
-        self.rank = None
-        if self.which_output:
-            if _PATH_WORD.match(line):
-                return line
-            self.which_output = False
-        if self.continued:  # the rest of a command continued with `\`
-            text = line.strip()
-            self.continued = text.endswith("\\")
-            self.commands[-1] = self.commands[-1].removesuffix("\\").rstrip() + " " + text
-            return text if self.keep_commands else None
-        if "\x1b" in line or "\ufffd[" in line:
-            line = ANSI.sub("", line)
-        if "\r" in line:
-            line = line.replace("\r", "")
-        for _ in range(6):  # wrappers nest: a timestamp, a rank tag, a quote marker...
-            head = line.lstrip()[:1]
-            if not head or head not in _STARTS:
-                return line
-            stripped = self._strip_once(line, head)
-            if stripped is None or stripped is line:
-                return stripped
-            line = stripped
-        return line
+        self.rank = self.host = None
+        line = _plain(line)
+        if self.which_output or self.continued:  # read inside the line's transport wrappers
+            inner = self.transported(line)
+            if inner is None:
+                return None
+            if self.which_output:
+                if _PATH_WORD.match(inner):
+                    return inner
+                self.which_output = False
+            if self.continued:  # the rest of a command continued with `\`
+                text = inner.strip()
+                self.continued = text.endswith("\\")
+                self.commands[-1] = self.commands[-1].removesuffix("\\").rstrip() + " " + text
+                return text if self.keep_commands else None
+        return _peel(line, _STARTS, self._strip_once)
 
-    def _strip_once(self, line: str, head: str) -> str | None:
-        """`line` without its outermost wrapper; `line` itself when it has none; None when it
-        is only wrapping."""
+    def transported(self, line: str) -> str | None:
+        """`line` inside the wrappers a launcher or log shipper puts around every line (docker
+        records, rank tags, kubectl prefixes, timestamps, CloudWatch columns), the rules of a
+        paste (prompts, quotes, fences) not applied: what a continued command or a `which`
+        prints looks the same under them. Colours and CRs are removed first."""
+        return _peel(_plain(line), _TRANSPORT_STARTS, self._strip_transport)
+
+    def _strip_transport(self, line: str, head: str) -> str | None:
+        """`line` without its outermost transport wrapper (see transported); `line` itself
+        when it has none; None when it is only wrapping."""
         if head == "{" and line.lstrip().startswith('{"log":'):
             return self._docker(line)
         if head in "[0123456789TSMFWtsmfw":
@@ -199,6 +230,15 @@ class Unwrapper:
                 return None
         if head == "|" and self.timestamps:
             return self._cloudwatch(line)
+        return line
+
+    def _strip_once(self, line: str, head: str) -> str | None:
+        """`line` without its outermost wrapper; `line` itself when it has none; None when it
+        is only wrapping."""
+        if head in _TRANSPORT_STARTS:
+            stripped = self._strip_transport(line, head)
+            if stripped is not line or (head == "|" and self.timestamps):
+                return stripped
         if head in "`~" and _FENCE.match(line):
             return None
         if head == ">" and (m := _QUOTE.match(line)) is not None:
@@ -221,6 +261,7 @@ class Unwrapper:
             return self._command(line.strip(), line)
         if self.host_prefix and (m := _HOST.match(line)) is not None:
             self._origin(self.hosts, m["host"])
+            self.host = m["host"]
             return line[m.end():]
         return line
 
@@ -262,3 +303,44 @@ class Unwrapper:
                 "ranks_seen": self.ranks_sorted()[:64],
                 "hosts_seen": list(self.hosts)[:64],
                 "elided": self.elided > 0}
+
+
+class _LineStream(io.TextIOBase):
+    """A text stream over an iterator of lines (each without its line end)."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        super().__init__()
+        self._lines = lines
+        self._buffer = ""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        want = -1 if size is None else size
+        parts = [self._buffer]
+        have = len(self._buffer)
+        while want < 0 or have < want:
+            line = next(self._lines, None)
+            if line is None:
+                break
+            parts.append(line + "\n")
+            have += len(line) + 1
+        text = "".join(parts)
+        cut = len(text) if want < 0 else want
+        self._buffer = text[cut:]
+        return text[:cut]
+
+
+def inside_transport(source: Input) -> Input:
+    """`source` read inside the wrappers a launcher or log shipper puts around every line (srun
+    `--label`, Open MPI `--tag-output`, `kubectl logs --prefix` / `--timestamps`, docker
+    json-file records, CloudWatch copies, colours; Unwrapper.transported), for the parsers that
+    read a tool's lines as it printed them (DCGM's JSON and tables, the training step's output);
+    `source` itself when the first lines carry none of them."""
+    unwrapper = Unwrapper()
+    head = source.head(8192).splitlines()[:64]
+    if all(unwrapper.transported(line) == line for line in head):
+        return source
+    lines = (unwrapper.transported(line) for line in source.lines())
+    return Input(_LineStream(line for line in lines if line is not None), max_line=source.max_line)

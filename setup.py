@@ -1,0 +1,12 @@
+"""The one build step pyproject.toml cannot declare stably: the optional C extension that scans
+NCCL logs (harness/parsers/_nccl_scan.c; setuptools' `ext-modules` table in pyproject.toml is
+still experimental). Everything else about the package is in pyproject.toml.
+
+`optional=True`: where no C compiler (or no Python headers) is, the wheel is built without it
+and harness.parsers.nccl_log_chunk scans with the regexes it is tested against (same results,
+slower on large logs)."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("harness.parsers._nccl_scan", ["harness/parsers/_nccl_scan.c"],
+                             optional=True)])

@@ -1,0 +1,111 @@
+"""Every recorded sample of a log kind, under each wrapper a launcher or log shipper puts around
+every line, reads as the bare sample does: the readers generalise by kind of wrapper, not by the
+samples that happened to come wrapped. A wrapper adds only what it says (the rank or pod it
+names, a shipper's time on a line that had none).
+
+Not wrapped, each for its reason: nccl-tests `-J` documents (a file nccl-tests writes, never
+its stdout), and a console copy hard-wrapped mid-record (its continuation lines were cut by the
+terminal, after any wrapper: they carry none)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.parsers import ParseError, inspect_kind
+from harness.profiles import get_profile
+
+DATA = Path(__file__).parent / "data"
+KINDS = ("nccl-log", "nccl-tests", "fi-info", "nvidia-smi", "dcgm", "kernel-log", "train-step")
+STAMP = "2025-06-01T12:00:00.123456789Z"
+
+
+def _docker(line: str) -> str:
+    # docker's json-file driver (daemon/logger/jsonfilelog): one record per line.
+    return json.dumps({"log": line + "\n", "stream": "stdout", "time": STAMP}, separators=(",", ":"))
+
+
+WRAPPERS: dict[str, Callable[[str], str]] = {
+    "docker-json-file": _docker,
+    "kubectl-prefix": lambda line: f"[pod/trainer-worker-3/pytorch] {line}",
+    "kubectl-timestamps": lambda line: f"{STAMP} {line}",
+    "srun-label": lambda line: f"3: {line}",
+    "mpirun-tag-output": lambda line: f"[1,3]<stdout>:{line}",
+    "ansi-colour": lambda line: f"\x1b[32m{line}\x1b[0m",
+    "crlf": lambda line: line + "\r",
+}
+#: What a wrapper names, where the kind's result shows it.
+ADDED = {"kubectl-prefix": {"hosts_seen": ["trainer-worker-3"]},
+         "srun-label": {"ranks_seen": ["3"]}, "mpirun-tag-output": {"ranks_seen": ["3"]}}
+NOT_WRAPPED = {"json_constructed.json": "an nccl-tests -J file",
+               "json_cut_short_constructed.json": "an nccl-tests -J file",
+               "real_json_v3_2.19.7_t4_per_iter_one_device_entry.json": "an nccl-tests -J file",
+               "real_json_v3_died_at_devices_no_results.json": "an nccl-tests -J file",
+               "real_watchdog_wrapped_lines.log": "hard-wrapped by a console after any wrapper"}
+
+
+def _samples() -> list[Any]:
+    found = []
+    for exp in sorted(DATA.rglob("*.expect.json")):
+        spec = json.loads(exp.read_text(encoding="utf-8"))
+        sample = exp.with_name(exp.name.removesuffix(".expect.json"))
+        if spec.get("kind") in KINDS and "rejects" not in spec and sample.name not in NOT_WRAPPED:
+            found.append((spec["kind"], sample, spec.get("profile", "local-cpu")))
+    return found
+
+
+SAMPLES = _samples()
+
+
+def _inspect(kind: str, text: str, profile: str) -> dict[str, Any]:
+    fn = inspect_kind(kind)
+    assert fn is not None
+    try:
+        result = fn(io.StringIO(text), profile=get_profile(profile))
+    except ParseError as exc:
+        return {"error": str(exc)}
+    result.pop("notes", None)
+    return result
+
+
+def _shipper_times(bare: Any, wrapped: Any) -> Any:
+    """`wrapped` with the shipper's stamp taken off where the bare line had no time of its own
+    (kernel-log: the stamp is then the event's time), so that the rest is compared."""
+    if isinstance(bare, dict) and isinstance(wrapped, dict):
+        return {k: (None if v == STAMP and bare.get(k) is None else _shipper_times(bare.get(k), v))
+                for k, v in wrapped.items()}
+    if isinstance(bare, list) and isinstance(wrapped, list) and len(bare) == len(wrapped):
+        return [_shipper_times(b, w) for b, w in zip(bare, wrapped, strict=True)]
+    return wrapped
+
+
+def test_the_samples_are_there():
+    kinds = {kind for kind, _, _ in SAMPLES}
+    assert kinds == set(KINDS) and len(SAMPLES) > 150
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_wrapped_sample_reads_as_the_bare_one(kind: str, wrapper: str):
+    wrap, wrong = WRAPPERS[wrapper], []
+    for _, sample, profile in [s for s in SAMPLES if s[0] == kind]:
+        text = sample.read_text(encoding="utf-8", errors="replace")
+        bare = _inspect(kind, text, profile)
+        got = _inspect(kind, "".join(wrap(line) + "\n" for line in text.splitlines()), profile)
+        for key, value in ADDED.get(wrapper, {}).items():
+            if key in bare:
+                assert got.get(key) == value, (sample.name, key)
+                got[key] = bare[key]
+        if kind == "kernel-log" and wrapper == "kubectl-timestamps":
+            got = _shipper_times(bare, got)
+            for key in ("from_boot", "window"):  # judged from the times, some now known
+                got[key] = bare.get(key)
+        if got != bare:
+            wrong.append(f"{sample.name}: " + ", ".join(
+                k for k in bare if got.get(k) != bare[k]) if "error" not in got else got["error"])
+    assert not wrong, wrong
