@@ -233,6 +233,10 @@ def test_a_log_with_some_noise_is_still_a_kernel_log():
     ("Tue 2024-10-01 09:14:40 UTC host kernel: x", "kernel"),  # short-full
     ("1727773680.123456 host kernel: x", "kernel"),  # short-unix
     ("Oct 01 09:14:40 host systemd[1]: Started x.", "log"),  # syslog, another program
+    # journalctl --no-hostname: `kernel` is the ident, even before a `NVRM: ` / `ACPI: ` text
+    ("Mar 21 21:42:01 kernel: NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out", "kernel"),
+    ("Mar 21 21:42:01 kernel: ACPI: x", "kernel"),
+    ("Mar 21 21:42:01 systemd[1]: Started x.", "log"),
     ("IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready", "log"),  # dmesg -t, weak
     ("pcieport 0000:00:01.0: AER: Corrected error received", "kernel"),  # dev_printk, no time
     ("-- Boot 3f2a9c1e4b5d4e6f8a7b6c5d4e3f2a1b --", "neutral"),

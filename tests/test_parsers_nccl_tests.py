@@ -98,7 +98,9 @@ def test_min_bw_failed_footer():
 
 
 @pytest.mark.parametrize("text", ["", "hello world\n", "Segmentation fault (core dumped)\n",
-                                  "{\"not\": \"nccl-tests\"}", "\x00\x01garbage 12 34\n"])
+                                  "{\"not\": \"nccl-tests\"}", "\x00\x01garbage 12 34\n",
+                                  # a row-less document is read only with nccl-tests' own key
+                                  "{\"version\": 3, \"config\": {\"ngpus\": 2}}"])
 def test_garbage_is_a_parse_error(text):
     with pytest.raises(ParseError):
         parse_nccl_tests(text)

@@ -44,6 +44,8 @@ ADDED = {"kubectl-prefix": {"hosts_seen": ["trainer-worker-3"]},
          "srun-label": {"ranks_seen": ["3"]}, "mpirun-tag-output": {"ranks_seen": ["3"]}}
 NOT_WRAPPED = {"json_constructed.json": "an nccl-tests -J file",
                "json_cut_short_constructed.json": "an nccl-tests -J file",
+               "real_json_v3_2.19.7_t4_per_iter_one_device_entry.json": "an nccl-tests -J file",
+               "real_json_v3_died_at_devices_no_results.json": "an nccl-tests -J file",
                "real_watchdog_wrapped_lines.log": "hard-wrapped by a console after any wrapper"}
 
 

@@ -44,12 +44,14 @@ _KMSG = re.compile(r"^(?P<pri>\d+),\d+,(?P<usec>\d+),[-+c][^;]*;")
 _TALOS = re.compile(rf"^\S+: {_FACILITY}:\s*{_LEVEL}: \[(?P<time>\d{{4}}-[^\]]*)\]")
 # journalctl -o short / short-precise / short-iso / short-iso-precise / short-full / short-unix
 # (systemd src/shared/logs-show.c, output_timestamp_realtime) and syslog files (rsyslog's
-# traditional and RFC 3339 formats): `STAMP [HOST ]IDENT[PID]: message`.
+# traditional and RFC 3339 formats): `STAMP [HOST ]IDENT[PID]: message`. A host never ends in
+# `:`, so `journalctl --no-hostname` (`Mar 21 21:42:01 kernel: NVRM: ...`, ublue-os/bazzite#4449)
+# reads `kernel` as the ident, not as a host before an ident `NVRM`.
 _STAMP = (r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
           r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
           r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z][A-Za-z0-9+-]{1,5})?"
           r"|\d{9,10}\.\d{6})")
-_SYSLOG = re.compile(rf"^\s*(?P<time>{_STAMP}) (?:\S+ )?(?P<ident>[^\s:\[]+)(?:\[\d+\])?: ")
+_SYSLOG = re.compile(rf"^\s*(?P<time>{_STAMP}) (?:\S*[^\s:] )?(?P<ident>[^\s:\[]+)(?:\[\d+\])?: ")
 # A log shipper's RFC 3339 stamp before a line that has its own (`kubectl logs --timestamps` of
 # a pod printing dmesg: `2025-06-01T12:00:00.123456789Z [ 1399.140323] NVRM: Xid ...`).
 _SHIPPER_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")

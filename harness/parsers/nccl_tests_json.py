@@ -76,7 +76,11 @@ def _json_results(text: str) -> tuple[dict[str, Any], bool]:
 def parse_json(text: str, collective: str | None) -> NcclTestsResult:
     doc, whole = _json_results(text)
     results = doc.get("results") if isinstance(doc.get("results"), list) else []
-    if not results and "average_bus_bandwidth" not in doc:
+    # A run that dies before its first row (e.g. at `# Using devices`) still leaves a whole
+    # document: `version`, `args`, `env`, `nccl_version`, `config` and no `results` (nccl-tests
+    # 2.19.7, edcadet10/gpu-systems-lab results/published/t4-a48afa5/attempts/v3).
+    rowless = whole and not results and "nccl_version" in doc and isinstance(doc.get("config"), dict)
+    if not results and "average_bus_bandwidth" not in doc and not rowless:
         raise ParseError("JSON input is not an nccl-tests -J document (no `results` list)")
     rows = []
     for obj in results[:MAX_ROWS]:
@@ -118,7 +122,9 @@ def parse_json(text: str, collective: str | None) -> NcclTestsResult:
         devices=tuple(str(d.get("device_info")) for d in devices[:1] if isinstance(d, dict)),
         min_bw_failed=isinstance(avg, dict) and avg.get("okay") is False,
         source_format="json",
-        warnings=() if whole else ("JSON document cut short: rows salvaged",),
+        warnings=(("JSON document cut short: rows salvaged",) if not whole else
+                  ("-J document without results: the run stopped before its first row",) if rowless
+                  else ()),
     )
 
 
