@@ -101,6 +101,10 @@ OFI_RULES = (
     (re.compile(r"Setting (NCCL_\w+) to (\S+)"), "env"),
     (re.compile(r"Skipping adding (\w+) to environment"), "skip"),
     (re.compile(r"Running on (\S+) platform"), "platform"),
+    # aws-ofi-nccl 1.16 on a platform without its tuner, and no `Running on` line (g6e):
+    # `NCCL_OFI_TUNER is not available for platform : g6e.48xlarge, Fall back to NCCL's tuner`
+    # (tests/data/nccl_log/real_nccl_2.27.3_ofi_1.16.2_g6e_efa_4_nics_no_gdr_4_pods.log).
+    (re.compile(r"is not available for platform : ([\w.-]+)"), "platform"),
     (re.compile(r"Using Libfabric version (\S+)"), "libfabric"),
     (re.compile(r"GDR disabled on GDR-supported|GDR not supported"), "nogdr"),
     (re.compile(r"aws-ofi-nccl initialization failed"), "failed"),
