@@ -4,13 +4,15 @@ The issue's log is the recorded lines of tests/data/nccl_log/ repeated under rot
 prefixes (Open MPI, srun, none); a second log is what a 256-rank job prints (mostly distinct
 lines, mostly intra-node channel lines), so that a change that only suits the first shows.
 Reports medians of N runs (MB/s), the parser/grep throughput ratio by wall time and by CPU time
-(the goal is >= 0.25), and the parser's peak RSS for two file sizes (it must not grow with the
-file). Also, per log: the whole `preflight inspect nccl-log FILE --json` process against grep
-(interpreter start and imports included), and where the parser's CPU time goes (`stages`, ms of
-CPU per MB: reading the chunks alone, the `MAIN` scan alone, with the de-duplication and the
-libfabric `<warn>` pass, the whole parse; grep's own figure beside them).
+(the goal is >= 0.25), the CPU ratio without the C scan (harness/parsers/_nccl_scan.c), and the
+parser's peak RSS for two file sizes (it must not grow with the file). Also, per log: the whole
+`preflight inspect nccl-log FILE --json` process against grep (interpreter start and imports
+included, through the `preflight` console script), and where the parser's CPU time goes
+(`stages`, ms of CPU per MB: reading the chunks alone, the `MAIN` regex's scan alone (the path
+without the C scan), a chunk's whole scan (the C scan where built: `scanner`), the whole parse;
+grep's own figure beside them).
 
-    /work/venv/bin/python bench/bench_nccl_log.py [--mb 200] [--runs 3]
+    .venv/bin/python bench/bench_nccl_log.py [--mb 200] [--runs 3]
 """
 
 from __future__ import annotations
@@ -116,7 +118,10 @@ def write_many_ranks_log(path: Path, size_mb: float, ranks: int = 256, comms: in
 _CHILD = """
 import resource, sys, time, json
 sys.path.insert(0, {root!r})
+from harness.parsers import nccl_log_chunk
 from harness.parsers.nccl_log import parse_nccl_log_stream
+if {regex!r}:
+    nccl_log_chunk._nccl_scan = None  # the path of a wheel built without a C compiler
 t, c = time.perf_counter(), time.process_time()
 with open({path!r}, "rb") as fh:
     s = parse_nccl_log_stream(fh)
@@ -129,33 +134,31 @@ print(json.dumps({{"s": time.perf_counter() - t, "cpu_s": time.process_time() - 
 _STAGES = """
 import json, sys, time
 sys.path.insert(0, {root!r})
-from harness.parsers import nccl_log as n
-from harness.parsers.nccl_log_lines import LIBFABRIC_WARN, MAIN
+from harness.parsers import nccl_log as n, nccl_log_chunk as c
+from harness.parsers.nccl_log_lines import MAIN
 path, mb = {path!r}, {mb!r}
 
 def timed(feed):
     scanner = n._Scanner()
     scanner.feed = feed.__get__(scanner) if feed else scanner.feed
-    c = time.process_time()
+    t = time.process_time()
     with open(path, "rb") as fh:
         n._feed_readinto(scanner, fh, n._CHUNK_BYTES)
-    return round((time.process_time() - c) * 1e3 / mb, 2)
+    return round((time.process_time() - t) * 1e3 / mb, 2)
 
 def read_only(self, chunk, end=None):
     pass
 
-def scan_only(self, chunk, end=None):
+def regex_scan(self, chunk, end=None):
     MAIN.findall(chunk, 0, len(chunk) if end is None else end)
 
-def scan_dedupe_warn(self, chunk, end=None):
-    end = len(chunk) if end is None else end
-    fresh = [p for p in dict.fromkeys(MAIN.findall(chunk, 0, end)) if p not in self.seen]
-    self.seen.update(dict.fromkeys(fresh))
-    LIBFABRIC_WARN.findall(chunk, 0, end)
+def chunk_scan(self, chunk, end=None):
+    scan = c.scan_chunk(chunk, len(chunk) if end is None else end, False, False, self.seen)
+    self.seen.update(dict.fromkeys(scan.found))
 
-print(json.dumps({{"read_ms_per_mb": timed(read_only), "main_scan_ms_per_mb": timed(scan_only),
-                   "scan_dedupe_warn_ms_per_mb": timed(scan_dedupe_warn),
-                   "whole_parse_ms_per_mb": timed(None)}}))
+print(json.dumps({{"scanner": "C" if c._nccl_scan else "regex",
+                   "read_ms_per_mb": timed(read_only), "regex_main_scan_ms_per_mb": timed(regex_scan),
+                   "chunk_scan_ms_per_mb": timed(chunk_scan), "whole_parse_ms_per_mb": timed(None)}}))
 """
 
 
@@ -180,7 +183,9 @@ def inspect_process(path: Path, runs: int) -> dict:
     import os
     import resource
 
-    cmd = [sys.executable, "-m", "harness", "inspect", "nccl-log", str(path), "--json"]
+    script = Path(sys.executable).with_name("preflight")  # as users run it (no runpy)
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "harness"]
+    cmd += ["inspect", "nccl-log", str(path), "--json"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(path.parent / "pycache")
     subprocess.run(cmd, capture_output=True, check=False, timeout=900, cwd=ROOT, env=env)
@@ -202,9 +207,10 @@ def inspect_process(path: Path, runs: int) -> dict:
             "ratio_by_cpu_time": round(statistics.median(grep_cpus) / statistics.median(cpus), 3)}
 
 
-def parse_once(path: Path) -> dict:
-    """Parse in a fresh interpreter (so that peak RSS is this file's alone)."""
-    code = _CHILD.format(root=str(ROOT), path=str(path))
+def parse_once(path: Path, regex: bool = False) -> dict:
+    """Parse in a fresh interpreter (so that peak RSS is this file's alone); `regex`: without
+    the C scan."""
+    code = _CHILD.format(root=str(ROOT), path=str(path), regex=regex)
     res = proc.run([sys.executable, "-c", code], timeout_s=600)
     if not res.ok:
         raise SystemExit(f"parser run failed: {res.describe()}\n{res.stderr[-2000:]}")
@@ -229,7 +235,7 @@ def grep_once(path: Path) -> tuple[float, float]:
 
 def compare(path: Path, runs: int) -> dict:
     """Parser vs `grep -c NCCL` on one file, interleaved runs, medians."""
-    grep_s, grep_cpu, parse_s, parse_cpu, rss = [], [], [], [], []
+    grep_s, grep_cpu, parse_s, parse_cpu, rss, regex_cpu = [], [], [], [], [], []
     for _ in range(runs):  # interleaved, so both see the same machine load
         wall, cpu = grep_once(path)
         grep_s.append(wall)
@@ -238,6 +244,7 @@ def compare(path: Path, runs: int) -> dict:
         parse_s.append(result["s"])
         parse_cpu.append(result["cpu_s"])
         rss.append(result["rss_mb"])
+        regex_cpu.append(parse_once(path, regex=True)["cpu_s"])
     mb = path.stat().st_size / 1e6
     grep_mb_s = mb / statistics.median(grep_s)
     parse_mb_s = mb / statistics.median(parse_s)
@@ -249,6 +256,9 @@ def compare(path: Path, runs: int) -> dict:
         # CPU time is steadier than wall time on a shared machine.
         "ratio_by_cpu_time": round(statistics.median(grep_cpu) / statistics.median(parse_cpu), 3),
         "peak_rss_mb": round(statistics.median(rss), 1),
+        # Without the C scan (a wheel built without a compiler), same runs.
+        "regex_ratio_by_cpu_time": round(statistics.median(grep_cpu) / statistics.median(regex_cpu),
+                                         3),
         "network_seen": result["network"],
         "net_channels": result["net"],
     }
