@@ -29,7 +29,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent
 #: Never copied into the build: caches and the outputs of an earlier build.
 SKIP_DIRS = {"__pycache__", "build", "dist", ".git", ".venv"}
-SKIP_SUFFIXES = (".pyc", ".egg-info")
+SKIP_SUFFIXES = (".pyc", ".egg-info", ".so")  # .so: a build of harness/parsers/_nccl_scan.c
 
 
 def source_files(src: Path) -> list[Path]:
