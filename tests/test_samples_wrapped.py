@@ -1,7 +1,8 @@
 """Every recorded sample of a log kind, under each wrapper a launcher or log shipper puts around
 every line, reads as the bare sample does: the readers generalise by kind of wrapper, not by the
 samples that happened to come wrapped. A wrapper adds only what it says (the rank or pod it
-names, a shipper's time on a line that had none).
+names; under a shipper's stamp, a line shaped `host kernel: ...` is a journal line of that
+time, as `journalctl -o short-iso` prints it).
 
 Not wrapped, each for its reason: nccl-tests `-J` documents (a file nccl-tests writes, never
 its stdout), and a console copy hard-wrapped mid-record (its continuation lines were cut by the
@@ -20,7 +21,7 @@ import pytest
 from harness.parsers import ParseError, inspect_kind
 from harness.profiles import get_profile
 
-DATA = Path(__file__).parent / "data"
+ROOTS = (Path(__file__).parent / "data", Path(__file__).parent / "samples")
 KINDS = ("nccl-log", "nccl-tests", "fi-info", "nvidia-smi", "dcgm", "kernel-log", "train-step")
 STAMP = "2025-06-01T12:00:00.123456789Z"
 
@@ -51,7 +52,7 @@ NOT_WRAPPED = {"json_constructed.json": "an nccl-tests -J file",
 
 def _samples() -> list[Any]:
     found = []
-    for exp in sorted(DATA.rglob("*.expect.json")):
+    for exp in sorted(p for root in ROOTS for p in root.rglob("*.expect.json")):
         spec = json.loads(exp.read_text(encoding="utf-8"))
         sample = exp.with_name(exp.name.removesuffix(".expect.json"))
         if spec.get("kind") in KINDS and "rejects" not in spec and sample.name not in NOT_WRAPPED:

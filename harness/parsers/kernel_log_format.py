@@ -134,12 +134,12 @@ def classify(line: str) -> Line:
         found = _journal_json(line)
         if found is not None:
             return found
+    shipped = None  # the line under a shipper's stamp (kubectl --timestamps), without one of its own
     if line[0].isdigit() and (st := _SHIPPER_STAMP.match(line)) is not None:
         inner = classify(line[st.end():])
         if inner.time is not None:  # the line's own stamp is the event's time, not the shipper's
             return inner
-        if inner.kind == KERNEL:  # a kernel line without its own stamp: the shipper's is its time
-            return inner._replace(time=st[0].rstrip())
+        shipped = inner
     m = _DMESG.match(line)
     if m:
         up = m["uptime"]
@@ -155,6 +155,11 @@ def classify(line: str) -> Line:
     if _JOURNAL_NOTICE.match(line):
         return Line(NEUTRAL, line, boot=bool(_BOOT_MARKER.match(line)))
     sm = _SYSLOG.match(line)
+    if shipped is not None and (not sm or (shipped.kind == KERNEL and sm["ident"] != "kernel")):
+        # Not a journal/syslog line of its own (`STAMP host ident: ...`): the stamp is the
+        # shipper's, the line's time unknown (the shipper's says when it was shipped; an event's
+        # own time quoted nearby, as in a HyperPod event's JSON, must win).
+        return shipped
     if sm:
         kernel = sm["ident"] == "kernel"
         return _tuple(Line, (KERNEL if kernel else LOG, line, sm["time"], None,
