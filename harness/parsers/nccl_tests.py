@@ -41,7 +41,7 @@ from harness.parsers.nccl_tests_table import (
     table_mismatches,
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
-from harness.parsers.unwrap import Unwrapper
+from harness.parsers.unwrap import Unwrapper, is_docker_record
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> Ncc
     """
     source = as_input(text)
     head = source.head(4096).lstrip()
-    if head[:1] == "{" and not head.startswith('{"log":'):  # (docker json-file records: lines)
+    if head[:1] == "{" and not is_docker_record(head):  # docker json-file records are lines
         doc = source.document()
         if doc is None:
             raise ParseError(f"JSON input larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not an "

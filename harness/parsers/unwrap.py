@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from harness.parsers.reader import Input
 
 __all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line",
-           "inside_transport"]
+           "inside_transport", "is_docker_record"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -129,6 +129,11 @@ def docker_line(line: str) -> str:
     return text.rstrip("\r\n") if isinstance(text, str) else line
 
 
+def is_docker_record(line: str) -> bool:
+    """`line` starts a docker json-file record (`{"log":...`): a line of output, JSON-wrapped."""
+    return line.lstrip().startswith('{"log":')
+
+
 def _plain(line: str) -> str:
     """`line` without ANSI colour sequences and CRs."""
     if "\x1b" in line or "\ufffd[" in line:
@@ -214,7 +219,7 @@ class Unwrapper:
     def _strip_transport(self, line: str, head: str) -> str | None:
         """`line` without its outermost transport wrapper (see transported); `line` itself
         when it has none; None when it is only wrapping."""
-        if head == "{" and line.lstrip().startswith('{"log":'):
+        if head == "{" and is_docker_record(line):
             return self._docker(line)
         if head in "[0123456789TSMFWtsmfw":
             if (m := RANK_PREFIX.match(line)) is not None:
