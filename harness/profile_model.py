@@ -75,6 +75,10 @@ class Profile:
     """`efa`, `ib`, or None (no inter-node fabric expected)."""
     num_efa_devices: int = 0
     """EFA devices per node. Source: domain-facts.md, Instances (p5: 32, p5en: 16, p6-b200: 8)."""
+    num_ib_devices: int = 0
+    """InfiniBand/RoCE HCAs per node (PF-IB-001 fails with fewer in /sys/class/infiniband); 0:
+    at least one, the count is not known (no built-in profile has an IB fabric: a profile file
+    states its site's count)."""
     efa_gbps: int = 0
     """EFA bandwidth per node, Gbit/s. Source: domain-facts.md, Instances."""
     gdr_required: bool = False
