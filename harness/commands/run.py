@@ -24,7 +24,13 @@ from harness.interrupt import RunGuard
 from harness.interrupted import RunFinalizer
 from harness.kube import apply as apply_kube
 from harness.plain_output import print_plain_summary, summary_data
-from harness.profiles import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file
+from harness.profiles import (
+    BUILTIN_PROFILES,
+    Profile,
+    ProfileError,
+    load_profile_file,
+    weakened_line,
+)
 from harness.profiles_derive import resolve_detected
 from harness.publish import parse_s3_uri, publish
 from harness.redact import Redactor
@@ -136,6 +142,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
     if profile.origin == "derived":
         print(f"gpu-preflight: {profile.description}", flush=True)
+    if line := weakened_line(profile):
+        print(f"gpu-preflight: {line}", flush=True)
     for line in describe(suites, source_overrides(env, args.profile_file)):
         print(f"gpu-preflight: {line}", flush=True)
     finalizer.cfg = cfg
