@@ -167,6 +167,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
                         profile_detail=profile.to_dict())
         report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
     report.command = command_for_report(command, env)
+    if cluster is None:  # multi-node: the cluster verdict decides (another node may judge)
+        report.refuse_if_nothing_judged()
     report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
     failure_text = None
@@ -186,7 +188,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
         _kubernetes(report, failure_text, env)
     if cluster is not None:
         cluster.close()
-    if report.verdict == "pass" or args.warn_only:
+    if report.verdict == "pass" or (args.warn_only and not report.usage_error):
         if report.verdict != "pass":
             print("preflight: --warn-only: handing off despite the failures above", flush=True)
         if command:
