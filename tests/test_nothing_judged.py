@@ -8,27 +8,11 @@ tests/e2e/test_e2e_judged.py."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from harness import cli, handoff
-
-
-@pytest.fixture
-def execs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
-    """A neutral environment (as tests/test_cli.py's); the hand-off recorded, not performed."""
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
-    monkeypatch.chdir(tmp_path)
-    calls: list[list[str]] = []
-    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
-    return calls
+from harness import cli
 
 
 def _report(tmp_path: Path) -> dict:
@@ -37,14 +21,14 @@ def _report(tmp_path: Path) -> dict:
 
 @pytest.mark.parametrize("warn_only", [False, True])
 def test_every_check_skipped_is_a_usage_error_never_a_hand_off(
-        tmp_path: Path, execs: list[list[str]], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path, run_handoffs: list[list[str]], capsys: pytest.CaptureFixture[str],
         warn_only: bool):
     """local-cpu has no GPU: PF-GPU-001 does not apply, so `-k PF-GPU-001` judges nothing."""
     failure = tmp_path / "failure"
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU-001",
                    "--failure-file", str(failure), *(["--warn-only"] if warn_only else []),
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == cli.EXIT_USAGE and run_handoffs == []
     out, err = capsys.readouterr()
     said = ("every selected check was skipped, nothing was judged (profile local-cpu; tier "
             "preflight; -k 'PF-GPU-001'; suites built-in (")
@@ -62,23 +46,23 @@ def test_every_check_skipped_is_a_usage_error_never_a_hand_off(
 
 
 def test_the_issues_case_a_p5_file_without_gpus_and_one_gpu_check(
-        tmp_path: Path, execs: list[list[str]]):
+        tmp_path: Path, run_handoffs: list[list[str]]):
     """`num_gpus = 0` for p5.48xlarge (said why, so the file is accepted) and `-k PF-GPU-001`
     printed "PASS (1 skip)" and exec'd."""
     path = tmp_path / "site.toml"
     path.write_text('[profiles."p5.48xlarge"]\nnum_gpus = 0\nweakened_because = "a test"\n')
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--profile-file", str(path),
                    "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU-001", "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == cli.EXIT_USAGE and run_handoffs == []
     assert "(profile p5.48xlarge; tier preflight; -k 'PF-GPU-001'" in _report(tmp_path)[
         "usage_error"]
 
 
 def test_one_judged_check_among_skips_is_a_run_like_any_other(
-        tmp_path: Path, execs: list[list[str]]):
+        tmp_path: Path, run_handoffs: list[list[str]]):
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU-001 or PF-ENV-001",
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_OK and execs == [["echo", "ok"]]
+    assert rc == cli.EXIT_OK and run_handoffs == [["echo", "ok"]]
     report = _report(tmp_path)
     assert report["verdict"] == "pass" and report["selection"]["judged"] == 1
     assert report["selection"]["nothing_judged"] is None

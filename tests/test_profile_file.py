@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from harness import cli, handoff
+from harness import cli
 from harness.profile_check import CHOICES, UNSETTABLE, check_value
 from harness.profiles import BUILTIN_PROFILES, ProfileError, load_profile_file
 
@@ -164,21 +163,6 @@ def test_te_recipes_are_the_train_steps():
 
 # --- the run: a usage error with a report, never a traceback, never a hand-off ---------------
 
-@pytest.fixture
-def run_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
-    """A neutral environment (as tests/test_cli.py's) and the hand-off recorded."""
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
-    monkeypatch.chdir(tmp_path)
-    calls: list[list[str]] = []
-    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
-    return calls
-
-
 @pytest.mark.parametrize(("content", "said"), [
     (P5.encode() + b"num_gpus = 0\n", "weakens p5.48xlarge (built-in): num_gpus 8 -> 0"),
     (P5.encode() + b"# \xff\xfe\n", "line 2: not UTF-8 (byte 0xff"),
@@ -187,7 +171,7 @@ def run_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
      "check_timeout_s.preflight = 'ten' must be a number"),
 ])
 def test_run_with_a_bad_profile_file_is_a_usage_error_with_a_report(
-        tmp_path: Path, run_env: list[list[str]], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path, run_handoffs: list[list[str]], capsys: pytest.CaptureFixture[str],
         content: bytes, said: str):
     path = tmp_path / "site.toml"
     path.write_bytes(content)
@@ -195,7 +179,7 @@ def test_run_with_a_bad_profile_file_is_a_usage_error_with_a_report(
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--profile-file", str(path),
                    "--report-dir", str(tmp_path / "r"), "--failure-file", str(failure), "--",
                    "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and run_env == []
+    assert rc == cli.EXIT_USAGE and run_handoffs == []
     err = capsys.readouterr().err
     assert f"preflight: error: profile file {path}" in err and said in err
     assert "Traceback" not in err
@@ -206,7 +190,7 @@ def test_run_with_a_bad_profile_file_is_a_usage_error_with_a_report(
 
 
 def test_a_weakened_profile_says_so_in_the_header_and_the_report(
-        tmp_path: Path, run_env: list[list[str]], capsys: pytest.CaptureFixture[str]):
+        tmp_path: Path, run_handoffs: list[list[str]], capsys: pytest.CaptureFixture[str]):
     path = tmp_path / "site.toml"
     path.write_text('[profiles."local-cpu"]\ncpu_busbw_gb_s_min = 0\nweakened_because = "the '
                     'gloo figure of this VM is noise"\n')
