@@ -34,7 +34,8 @@ ACTION_REMEDY = {
 UNREADABLE_LOG = ("a kernel log that cannot be read (no journal, dmesg_restrict without "
                   "CAP_SYSLOG, an empty answer, output that is not a kernel log, a saved file "
                   "older than the boot) is a warning in the preflight tier and an error in "
-                  "certify and diagnose.")
+                  "certify and diagnose. A log read but cut (its last line without a newline, "
+                  "output over the cap) is an error in every tier.")
 
 
 def remedy_for(actions: list[str]) -> str:

@@ -26,20 +26,24 @@ def _hcas(devices: list[RdmaDevice]) -> list[RdmaDevice]:
 
 @check(
     "PF-IB-001",
-    title="Every InfiniBand/RoCE HCA port is ACTIVE with its physical link up",
+    title="The profile's InfiniBand/RoCE HCAs are there, every port ACTIVE with its link up",
     why="A port that is DOWN, INIT (no subnet manager) or Polling (no link partner) removes its "
-    "rail: NCCL either skips the HCA (less bandwidth) or hangs connecting through it.",
+    "rail: NCCL either skips the HCA (less bandwidth) or hangs connecting through it; so does "
+    "an HCA missing from the node (`num_ib_devices` of the profile, when it states one).",
     remedy=REMEDY_PORT,
 )
 def test_ib_ports_active(profile: Profile, rdma_devices: list[RdmaDevice]):
     require_ib(profile)
     hcas = _hcas(rdma_devices)
-    measure("InfiniBand/RoCE HCAs in /sys/class/infiniband", len(hcas), op=">=", threshold=1,
-            ok=bool(hcas))
+    need = max(1, profile.num_ib_devices)
+    measure("InfiniBand/RoCE HCAs in /sys/class/infiniband", len(hcas), op=">=", threshold=need,
+            ok=len(hcas) >= need)
     if not hcas:
         raise ProbeError("no InfiniBand/RoCE device in /sys/class/infiniband: is the HCA passed "
                          "to the container (/sys/class/infiniband, /dev/infiniband)?")
-    bad = []
+    bad = [] if len(hcas) >= need else [
+        f"{len(hcas)} HCAs ({', '.join(d.name for d in hcas)}), {need} required for "
+        f"{profile.name}"]
     for d in hcas:
         if not d.ports:
             bad.append(f"{d.name}: no port readable")
@@ -47,7 +51,7 @@ def test_ib_ports_active(profile: Profile, rdma_devices: list[RdmaDevice]):
             if p.state != "ACTIVE" or (p.phys_state is not None and p.phys_state != "LinkUp"):
                 bad.append(f"{d.name} port {p.number}: state {p.state or 'unreadable'}, physical "
                            f"state {p.phys_state or 'unreadable'}")
-    expect_none("HCA ports not ACTIVE/LinkUp", bad)
+    expect_none("HCAs missing or ports not ACTIVE/LinkUp", bad)
 
 
 @check(

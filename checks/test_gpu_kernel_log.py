@@ -9,6 +9,7 @@ from harness.fixtures.gpu import require_gpus
 from harness.fixtures.reading import Reading
 from harness.gpu import MONITOR, REBOOT, GpuInventory, gpu_label, worst_action
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
+from harness.probes.kernel_log import IncompleteLogError
 from harness.profiles import Profile
 
 
@@ -49,11 +50,12 @@ def _kernel_log(reading: Reading[KernelLog], tier: str, what: str) -> KernelLog 
     """The kernel log; None when it cannot be read in the preflight tier. Many
     training containers may read neither the journal nor dmesg (dmesg_restrict, no
     CAP_SYSLOG): failing every job for that would make the preflight unusable there, so the
-    preflight tier warns; certify and diagnose, run where the log is readable, error."""
+    preflight tier warns; certify and diagnose, run where the log is readable, error. A log
+    that was read but is cut (IncompleteLogError) errors in every tier."""
     try:
         return reading.get()
     except ProbeError as exc:
-        if tier != "preflight":
+        if tier != "preflight" or isinstance(exc, IncompleteLogError):
             raise
         warn(f"{what} not judged: {exc}", remedy="mount the host journal or set "
              "PREFLIGHT_KERNEL_LOG to a copy of the kernel log; `--tier certify` treats this as "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from harness import judges
 from harness.checking import (
+    ProbeError,
     check,
     expect,
     expect_none,
@@ -39,6 +40,9 @@ GDR_MODULES = frozenset({"nvidia_peermem", "efa_nv_peermem", "nv_peer_mem"})
 )
 def test_efa_device_count_matches(profile: Profile, efa_devices: EfaDevices):
     require_efa(profile)
+    if efa_devices.sysfs_problem:
+        raise ProbeError(f"EFA device count unread: {efa_devices.sysfs_problem}; "
+                         f"{profile.num_efa_devices} required for {profile.name}")
     expect("EFA devices in /sys/class/infiniband", len(efa_devices.sysfs), "==",
            profile.num_efa_devices, detail=", ".join(efa_devices.sysfs) or "none")
 
@@ -52,6 +56,9 @@ def test_efa_device_count_matches(profile: Profile, efa_devices: EfaDevices):
 )
 def test_efa_uverbs_visible(profile: Profile, efa_devices: EfaDevices):
     require_efa(profile)
+    if efa_devices.uverbs_problem:
+        raise ProbeError(f"EFA device nodes unread: {efa_devices.uverbs_problem}; "
+                         f"{profile.num_efa_devices} required for {profile.name}")
     expect("EFA device nodes /dev/infiniband/uverbs*", len(efa_devices.uverbs), ">=",
            profile.num_efa_devices,
            detail=_unusable_detail(efa_devices.unusable))
@@ -67,9 +74,12 @@ def _unusable_detail(unusable: tuple[str, ...]) -> str | None:
 
 @check(
     "PF-NET-003",
-    title="`fi_info -p efa` lists the EFA provider",
-    why="aws-ofi-nccl reaches EFA through libfabric's efa provider; if fi_info cannot list it, "
-    "neither can the plugin.",
+    title="`fi_info -p efa` lists the EFA provider on every EFA device of the instance type",
+    why="aws-ofi-nccl reaches EFA through libfabric's efa provider; a device fi_info cannot "
+    "list (not passed to the container, down, its driver failed) the plugin cannot use either: "
+    "its share of the inter-node bandwidth is gone though NCCL still runs. sysfs is not "
+    "namespaced (PF-NET-001 counts the host's devices): fi_info counts what this container can "
+    "open.",
     remedy=REMEDY_DEVICES + "; install the EFA software (libfabric from the EFA installer)",
 )
 def test_fi_info_lists_efa(profile: Profile, fi_info_efa: FiInfo):

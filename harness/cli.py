@@ -3,8 +3,10 @@
 Exit codes (stable; automation keys on them):
   0  every check passed (or warned); the training command was exec'd, if one was given
   1  one or more checks failed or errored (a probe could not produce its fact)
-  2  bad usage: unknown option, unknown profile, unreadable profile file, unknown check ID,
-     a -k that is malformed or selects no check, a missing --extra-checks folder
+  2  bad usage: unknown option, unknown profile, a profile file that does not validate
+     (unreadable, not UTF-8, invalid TOML, a bad value, a weakening without weakened_because),
+     unknown check ID, a -k that is malformed or selects no check, a run whose selected
+     checks were all skipped (nothing judged), a missing --extra-checks folder
   3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
 127 the checks passed but the training command could not be exec'd
 128+N  stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP): everything the run started

@@ -116,20 +116,39 @@ class FiInfoFacts(Protocol):
     def providers(self) -> Sequence[str]: ...
     @property
     def entries(self) -> Sequence[_Entry]: ...
+    @property
+    def efa_devices(self) -> Sequence[str]: ...
+    @property
+    def omitted(self) -> int: ...
 
 # ---- network (checks/test_network.py) ----
 
 def fi_info_lists_efa(profile: Profile, info: FiInfoFacts) -> Verdict:
-    """PF-NET-003: `fi_info -p efa` lists at least one efa provider entry."""
+    """PF-NET-003: `fi_info -p efa` lists the efa provider on as many EFA devices (distinct
+    domains) as the profile's `num_efa_devices`. Entries without a domain leave the count
+    unread (unknown), as does a listing cut short of the count (entries not kept)."""
+    cid = "PF-NET-003"
     if (why := efa_not_applicable(profile)) is not None:
-        return na("PF-NET-003", why)
-    detail = (f"fi_info printed error {info.error_code}"
-              + (" (FI_ENODATA: no EFA device usable)" if info.error_code == -61 else "")
-              if info.error_code is not None
-              else "providers: " + (", ".join(info.providers) or "none"))
-    num = sum(1 for e in info.entries if e.provider.split(";")[0] == "efa")
-    return expect("PF-NET-003", profile, "efa provider entries listed by `fi_info -p efa`", num,
-                   ">=", 1, detail=detail)
+        return na(cid, why)
+    what = "EFA devices listed by `fi_info -p efa`"
+    if info.error_code is not None:
+        return expect(cid, profile, what, 0, ">=", profile.num_efa_devices,
+                      detail=f"fi_info printed error {info.error_code}"
+                      + (" (FI_ENODATA: no EFA device usable)" if info.error_code == -61 else ""))
+    entries = sum(1 for e in info.entries if e.provider.split(";")[0] == "efa")
+    devices = info.efa_devices
+    if entries and not devices:
+        return Verdict(cid, "unknown", f"fi_info listed {entries} efa provider entries but no "
+                       f"domain names: the EFA device count is unread; "
+                       f"{profile.num_efa_devices} required for {profile.name}")
+    if len(devices) < profile.num_efa_devices and info.omitted:
+        return Verdict(cid, "unknown", f"fi_info listed {len(devices)} EFA devices in the "
+                       f"entries kept, {info.omitted} more entries were not kept: the count is "
+                       f"unread; {profile.num_efa_devices} required for {profile.name}")
+    detail = (", ".join(devices[:4]) + (f" and {len(devices) - 4} more" if len(devices) > 4
+                                         else "")) if devices else \
+        "providers: " + (", ".join(info.providers) or "none")
+    return expect(cid, profile, what, len(devices), ">=", profile.num_efa_devices, detail=detail)
 
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:

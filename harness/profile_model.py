@@ -75,6 +75,10 @@ class Profile:
     """`efa`, `ib`, or None (no inter-node fabric expected)."""
     num_efa_devices: int = 0
     """EFA devices per node. Source: domain-facts.md, Instances (p5: 32, p5en: 16, p6-b200: 8)."""
+    num_ib_devices: int = 0
+    """InfiniBand/RoCE HCAs per node (PF-IB-001 fails with fewer in /sys/class/infiniband); 0:
+    at least one, the count is not known (no built-in profile has an IB fabric: a profile file
+    states its site's count)."""
     efa_gbps: int = 0
     """EFA bandwidth per node, Gbit/s. Source: domain-facts.md, Instances."""
     gdr_required: bool = False
@@ -144,6 +148,12 @@ class Profile:
     until `scripts/device-check` measures the real figure."""
     origin: str = "built-in"
     """`built-in` (profiles.toml), `derived` (from this machine), or `profile file PATH`."""
+    weakened_because: str | None = None
+    """Why a profile file turns off hardware facts of the profile it derives from (a half node
+    on purpose): without it such a file is refused (harness.profile_check)."""
+    weakened: tuple[str, ...] = ()
+    """What the profile file turned off, one line each (`num_gpus 8 -> 4`): worked out by the
+    loader, shown in the run header, `preflight profiles` and report.json."""
     derived_from: dict[str, Any] = field(default_factory=dict)
     """What a derived profile was built from: GPU model, count, memory, PCI IDs, NVLink, NICs."""
 
@@ -202,4 +212,5 @@ class Profile:
         """Every field (report.json records the whole resolved profile)."""
         data = dataclasses.asdict(self)
         data["estimates"] = list(self.estimates)
+        data["weakened"] = list(self.weakened)
         return data

@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.jsontypes import JSONObject
 from harness.profile_model import GIB, Profile, ProfileError
-
-
-def _toml() -> Any:
-    """tomllib (tomli before 3.11), imported where a file is read: not on every command."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    return tomllib
 
 __all__ = [  # Profile, ProfileError and GIB live in harness.profile_model (the record)
     "BUILTIN_PROFILES",
@@ -30,6 +20,7 @@ __all__ = [  # Profile, ProfileError and GIB live in harness.profile_model (the 
     "get_profile",
     "load_profile_file",
     "threshold_rows",
+    "weakened_line",
 ]
 
 LOCAL_CPU = Profile(
@@ -88,7 +79,9 @@ def _sources_of(table: Mapping[str, Any], sources: Mapping[str, str]) -> dict[st
 def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSONObject]]:
     """(instance profiles by name, SKU tables by name) from the data file. SKU tables keep their
     matching keys and gain `profile`: the SKU's thresholds as a Profile (for derive)."""
-    data = _toml().loads(path.read_text())
+    from harness.profile_check import read_toml
+
+    data = read_toml(path)
     sources: dict[str, str] = data.get("sources", {})
     skus: dict[str, dict[str, Any]] = {}
     for name, table in data.get("skus", {}).items():
@@ -166,7 +159,9 @@ SKUS: Mapping[str, JSONObject] = _Builtin(1)
 def load_profile_file(
     path: str | Path, base: Mapping[str, Profile] = BUILTIN_PROFILES
 ) -> dict[str, Profile]:
-    """Profiles from a TOML file, merged over `base`.
+    """Profiles from a TOML file, merged over `base`, every value validated
+    (harness.profile_check: types, units, ranges; a weakening without `weakened_because` is
+    refused). ProfileError names the file, the table (or the line) and the value.
 
     Each `[profiles."NAME"]` table overrides an existing profile field by field, or adds a new
     one; `base = "p5.48xlarge"` derives it from another profile (default: the same name, else
@@ -178,58 +173,76 @@ def load_profile_file(
         [profiles."p5-half"]
         base = "p5.48xlarge"
         num_gpus = 4
+        weakened_because = "half a p5 per job by design (4 GPUs passed to each container)"
     """
+    from harness.profile_check import read_toml
+
     path = Path(path)
-    tomllib = _toml()
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile file {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"profile file {path} is not valid TOML: {exc}") from exc
-    tables = data.get("profiles")
+    tables = read_toml(path).get("profiles")
     if not isinstance(tables, dict) or not tables:
         raise ProfileError(f'profile file {path} has no [profiles."NAME"] tables')
-    fields = _field_types()
     result = dict(base)
+    problems: list[str] = []
     for name, table in tables.items():
-        where = f'{path}: [profiles."{name}"]'
-        if not isinstance(table, dict):
-            raise ProfileError(f"{where} must be a table")
-        table = dict(table)
-        base_name = table.pop("base", name if name in result else "local-cpu")
-        if base_name not in result:
-            raise ProfileError(f"{where}: base {base_name!r} is not a known profile")
-        changes: dict[str, Any] = {"name": name}
-        for key, value in table.items():
-            if key == "estimates" and isinstance(value, list):
-                value = tuple(value)
-            if key not in fields or key == "name":
-                known = ", ".join(sorted(k for k in fields if k != "name"))
-                raise ProfileError(f"{where}: unknown field {key!r} (known: {known})")
-            current = getattr(result[base_name], key)
-            if isinstance(current, dict) and isinstance(value, dict):
-                value = {**current, **value}
-            elif current is not None and not _same_kind(current, value):
-                raise ProfileError(
-                    f"{where}: {key} = {value!r} should be {type(current).__name__}"
-                )
-            changes[key] = value
-        changes["origin"] = f"profile file {path}"
-        changes.setdefault("sources", {})
-        changes["sources"] = {
-            **changes["sources"], **{k: f"profile file {path}" for k in table if k != "sources"}
-        }
-        result[name] = result[base_name].derive(**changes)
+        try:
+            result[name] = _file_profile(path, name, table, result)
+        except ProfileError as exc:  # every problem of the file at once, not one per run
+            problems.append(str(exc))
+    if len(problems) == 1:
+        raise ProfileError(problems[0])
+    if problems:
+        raise ProfileError(f"profile file {path}: {len(problems)} problems: " + " | ".join(
+            p.removeprefix(f"profile file {path}: ") for p in problems))
     return result
 
 
-def _same_kind(current: object, value: object) -> bool:
-    if isinstance(current, bool) or isinstance(value, bool):
-        return isinstance(current, bool) and isinstance(value, bool)
-    if isinstance(current, float | int) and isinstance(value, float | int):
-        return True
-    return isinstance(value, type(current))
+def _file_profile(path: Path, name: str, table: object, known: Mapping[str, Profile]) -> Profile:
+    """One `[profiles."NAME"]` table of a profile file as a Profile derived from its base;
+    ProfileError listing every bad value of the table, or what it weakens without saying why."""
+    from harness.profile_check import REASON_FIELD, UNSETTABLE, check_value, weakenings
+
+    where = f'profile file {path}: [profiles."{name}"]'
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where} must be a table")
+    table = dict(table)
+    base_name = table.pop("base", name if name in known else "local-cpu")
+    if not isinstance(base_name, str) or base_name not in known:
+        raise ProfileError(f"{where}: base {base_name!r} is not a known profile")
+    parent = known[base_name]
+    fields = _field_types()
+    changes: dict[str, Any] = {}
+    bad: list[str] = []
+    for key, value in table.items():
+        try:
+            if key not in fields or key in UNSETTABLE:
+                settable = ", ".join(sorted(k for k in fields if k not in UNSETTABLE))
+                raise ProfileError(f"unknown field {key!r} (known: {settable})")
+            value = check_value(key, value)
+            if key == "sku" and value not in SKUS:
+                raise ProfileError(f"sku = {value!r} is not a GPU SKU of the built-in data "
+                                   f"({', '.join(sorted(SKUS))})")
+        except ProfileError as exc:
+            bad.append(str(exc))
+            continue
+        current = getattr(parent, key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            value = {**current, **value}
+        elif key == "fabric" and value == "":
+            value = None
+        changes[key] = value
+    if bad:
+        raise ProfileError(f"{where}: " + "; ".join(bad))
+    weakened = weakenings(parent, changes)
+    if weakened and REASON_FIELD not in table:
+        raise ProfileError(
+            f"{where} weakens {base_name} ({parent.origin}): {'; '.join(weakened)}. A node "
+            "missing that hardware would pass. Remove those values, or say why in "
+            f'{REASON_FIELD} = "..." in that table (a half node on purpose: docs/profiles.md)')
+    changes.update(name=name, origin=f"profile file {path}",
+                   weakened=(*parent.weakened, *weakened))
+    changes["sources"] = {**changes.get("sources", {}),
+                          **{k: f"profile file {path}" for k in table if k != "sources"}}
+    return parent.derive(**changes)
 
 
 def get_profile(name: str, profiles: Mapping[str, Profile] = BUILTIN_PROFILES) -> Profile:
@@ -249,8 +262,19 @@ def threshold_rows(profile: Profile) -> list[tuple[str, str, str]]:
         if f.name in ("name", "description", "sources"):
             continue
         value = getattr(profile, f.name)
-        shown = "-" if value is None else str(value)
+        shown = ("-" if value is None else ", ".join(value) or "-" if isinstance(value, tuple)
+                 else str(value))
         if profile.is_estimate(f.name):
             shown += " (estimate: a warning until measured)"
         rows.append((f.name, shown, profile.sources.get(f.name, "")))
     return rows
+
+
+def weakened_line(profile: Profile) -> str | None:
+    """What a profile file turned off and why, for the run header and `preflight profiles`;
+    None when nothing was."""
+    if not profile.weakened:
+        return None
+    return (f"profile {profile.name} ({profile.origin}) is weaker than the hardware it derives "
+            f"from, on purpose: {'; '.join(profile.weakened)} (weakened_because: "
+            f"{profile.weakened_because})")

@@ -97,6 +97,16 @@ class Report:
             return "error"
         return "fail" if self.failed or self.harness_errors else "pass"
 
+    def refuse_if_nothing_judged(self) -> None:
+        """A run whose every selected check was skipped judged nothing: make it the usage
+        error the runner worded (`selection.nothing_judged`), as an empty selection is. The
+        caller decides where that holds: a single node; on a multi-node job the cluster
+        verdict does, since another node may judge what this one skipped."""
+        message = self.selection.get("nothing_judged")
+        if message and not self.usage_error:
+            self.usage_error = str(message)
+            self.harness_errors.insert(0, self.usage_error)
+
     def to_dict(self) -> JSONObject:
         return {
             "schema": REPORT_SCHEMA,

@@ -257,6 +257,7 @@ def run_checks(cfg: RunConfig) -> Report:
             f"the checks did not finish within the {cfg.budget_s:g} s budget of tier {cfg.tier}; "
             "unfinished checks are reported as errors (see pytest-output.txt)"
         )
+    report.selection["nothing_judged"] = _nothing_judged(cfg, suites, report)
     report.finished_at = now_iso()
     report.duration_s = time.monotonic() - start
     return report
@@ -298,16 +299,48 @@ def list_command(tier: str | None, keyword: str | None, suites: Sequence[Suite])
     return shlex.join(argv)
 
 
-def _empty_selection(cfg: RunConfig, suites: Sequence[Suite]) -> str:
+def _selection_words(cfg: RunConfig, suites: Sequence[Suite]) -> str:
+    """`profile p5.48xlarge; tier preflight; -k 'PF-GPU-001'; suites built-in (...)`."""
     parts = [f"profile {cfg.profile.name}", f"tier {cfg.tier}"]
     if cfg.keyword:
         parts.append(f"-k {cfg.keyword!r}")
     if cfg.extra_pytest_args:
         parts.append(f"pytest arguments {shlex.join(cfg.extra_pytest_args)!r}")
     parts.append("suites " + ", ".join(s.describe() for s in suites))
-    return (f"no check selected ({'; '.join(parts)}): a run that checks nothing proves nothing. "
-            f"`{list_command(cfg.tier, cfg.keyword, suites)}` shows what this selection matches, "
+    return "; ".join(parts)
+
+
+def _list_hint(cfg: RunConfig, suites: Sequence[Suite]) -> str:
+    return (f"`{list_command(cfg.tier, cfg.keyword, suites)}` shows what this selection matches, "
             "`preflight list` every check")
+
+
+def _empty_selection(cfg: RunConfig, suites: Sequence[Suite]) -> str:
+    return (f"no check selected ({_selection_words(cfg, suites)}): a run that checks nothing "
+            f"proves nothing. {_list_hint(cfg, suites)}")
+
+
+#: Skip reasons quoted in the nothing-judged message.
+_SKIPS_SHOWN = 3
+
+
+def _nothing_judged(cfg: RunConfig, suites: Sequence[Suite], report: Report) -> str | None:
+    """The usage error of a run whose every selected check reported and was skipped (not
+    applicable to the profile, or not run): nothing was judged, so nothing was proven. None
+    when something was judged, or the run already failed to account for its selection. On a
+    multi-node job a node's skips may be judged by another node (the leader's multi-node
+    test): the cluster verdict decides there (harness.cluster.verdict)."""
+    sel = report.selection
+    if (report.usage_error or report.harness_errors or not report.checks
+            or sel.get("missing") or sel.get("duplicates")
+            or any(c.outcome != "skip" for c in report.checks)):
+        return None
+    why = "; ".join(f"{c.id}: {c.message}" for c in report.checks[:_SKIPS_SHOWN])
+    more = (f" and {len(report.checks) - _SKIPS_SHOWN} more"
+            if len(report.checks) > _SKIPS_SHOWN else "")
+    return (f"every selected check was skipped, nothing was judged "
+            f"({_selection_words(cfg, suites)}): {len(report.checks)} skipped ({why}{more}). "
+            f"A run that judges nothing proves nothing. {_list_hint(cfg, suites)}")
 
 
 @dataclass(slots=True)

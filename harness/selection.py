@@ -225,6 +225,7 @@ def account(
         out.harness_errors.insert(0, out.usage_error)
     out.selection = {
         "selected": len(selected), "reported": len(selected) - len(missing) - len(duplicates),
+        "judged": sum(1 for c in out.checks if c.get("outcome") != "skip"),
         "missing": missing, "duplicates": duplicates,
         "unexpected": sorted({r["id"] for r in unexpected}),
         "per_phase": {run.name: sum(1 for p in ran_in.values() if p == run.name) for run in runs},

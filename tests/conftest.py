@@ -21,6 +21,25 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
+@pytest.fixture
+def run_handoffs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
+    """`preflight run` in this process on a neutral environment (no NCCL_, FI_, PREFLIGHT_ or
+    SM_ variable, no instance metadata, host `node-a`, cwd tmp_path); the hand-off is recorded
+    in the list returned, not performed."""
+    from harness import handoff
+
+    for name in list(os.environ):
+        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "node-a")
+    monkeypatch.chdir(tmp_path)
+    calls: list[list[str]] = []
+    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
+    return calls
+
+
 def copy_check_file(pytester: pytest.Pytester, name: str) -> Path:
     """Copy checks/<name> into the pytester dir (so its fixtures can be overridden there)."""
     dest = pytester.path / name

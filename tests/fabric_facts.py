@@ -21,6 +21,8 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "port_polling": {"rdma_devices": [*HCAS[:7], replace(HCAS[7], ports=(replace(
         NDR, state="DOWN", phys_state="Polling", rate_gbps=10.0, rate="10 Gb/sec (4X SDR)"),))],
         "gdr_peermem": None, "gpu_fabric": HGX, "imex_channels": []},
+    "half_the_hcas": {"rdma_devices": HCAS[:4], "gdr_peermem": "peermem (/sys/module/"
+                      "nvidia_peermem/version)", "gpu_fabric": HGX, "imex_channels": []},
     "slow_rail": {"rdma_devices": [*HCAS[:7], replace(HCAS[7], ports=(replace(
         NDR, rate_gbps=200.0, rate="200 Gb/sec (2X NDR)"),))],
         "gdr_peermem": None, "gpu_fabric": HGX, "imex_channels": []},

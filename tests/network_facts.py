@@ -68,4 +68,17 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "uverbs_not_openable": {**HEALTHY, "efa_devices": EfaDevices(
         P5_DEVICES, (), tuple(f"uverbs{i}: Operation not permitted" for i in range(32)))},
     "nv_peer_mem_legacy": {**HEALTHY, "kernel_modules": frozenset({"efa", "nvidia", "nv_peer_mem"})},
+    # Half the NICs: sysfs (the host's, not namespaced) shows all 32, fi_info only the 16 this
+    # container was given (issue 25 item 4; PF-NET-010 would notice only with a GPU)
+    "fi_info_half_the_devices": {**HEALTHY, "fi_info_efa": parse_fi_info(
+        (DATA / "fi_info" / "composed_p5_efa_16_of_32.txt").read_text())},
+    # The counts unread: no sysfs in the container, /dev/infiniband not listable; fi_info
+    # entries without a domain line name no device
+    "counts_unread": {
+        **HEALTHY,
+        "efa_devices": EfaDevices((), (), sysfs_problem="/sys/class is not there (sysfs not "
+                                  "mounted)", uverbs_problem="cannot list /dev/infiniband: "
+                                  "Permission denied"),
+        "fi_info_efa": parse_fi_info("provider: efa\n    fabric: efa\n    type: FI_EP_RDM\n"),
+    },
 }

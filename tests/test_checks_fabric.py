@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from checks.test_fabric import REMEDY_PORT
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import gdr_support, pci_gpus, rdma_devices
 from tests.conftest import facts_conftest, run_check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTS = ["rdma_devices", "gdr_peermem", "gpu_fabric", "imex_channels"]
-IB_PROFILE = '[profiles."hgx-ib"]\nbase = "p5.48xlarge"\nfabric = "ib"\nnum_efa_devices = 0\n'
+IB_PROFILE = ('[profiles."hgx-ib"]\nbase = "p5.48xlarge"\nfabric = "ib"\nnum_efa_devices = 0\n'
+              'num_ib_devices = 8\nweakened_because = "an HGX H100 on InfiniBand, not a p5: no EFA"\n')
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +44,14 @@ def test_polling_port_and_slow_rail_fail_naming_the_hca(pytester):
     assert got["PF-IB-001"][0] == "fail"
     assert "mlx5_7 port 1: state DOWN, physical state Polling" in got["PF-IB-001"][1]
     assert got["PF-IB-003"][0] == "warn"  # no peermem: DMA-BUF only
+
+
+def test_half_the_hcas_fail_on_the_profiles_count(pytester):
+    """4 of the profile's 8 HCAs, every port up: the count fails (issue 25 item 4)."""
+    got = run(pytester, "half_the_hcas", "hgx-ib")
+    assert got["PF-IB-001"] == ("fail", "[PF-IB-001] HCAs missing or ports not ACTIVE/LinkUp: "
+                                "1 found, none allowed for hgx-ib: 4 HCAs (mlx5_0, mlx5_1, "
+                                "mlx5_2, mlx5_3), 8 required for hgx-ib; " + REMEDY_PORT)
 
 
 def test_slow_rail_fails(pytester):

@@ -231,7 +231,8 @@ def test_non_fatal_sxids_are_warnings(pytester: pytest.Pytester):
 
 def test_sxids_are_not_judged_without_nvswitch(pytester: pytest.Pytester):
     (pytester.path / "p.toml").write_text(
-        '[profiles."hgx-less"]\nbase = "p5.48xlarge"\nnvswitch = false\n')
+        '[profiles."hgx-less"]\nbase = "p5.48xlarge"\nnvswitch = false\n'
+        'weakened_because = "a test profile without NVSwitch"\n')
     pytester.makeconftest(facts_conftest("tests.gpu_facts", "sxid", GPU_FACTS))
     copy_gpu_checks(pytester)
     result = run_check_file(pytester, "test_gpu.py", "hgx-less", "--preflight-profile-file",
@@ -381,7 +382,8 @@ def test_dcgm_level_zero_is_not_applicable(pytester: pytest.Pytester):
     pytester.makeconftest(DCGM_EXPLODES)
     copy_gpu_checks(pytester)
     (pytester.path / "p.toml").write_text(
-        '[profiles."p5-nodcgm"]\nbase = "p5.48xlarge"\ndcgm_level = { preflight = 0 }\n')
+        '[profiles."p5-nodcgm"]\nbase = "p5.48xlarge"\ndcgm_level = { preflight = 0 }\n'
+        'weakened_because = "DCGM off in this test"\n')
     results = pytester.path / "results.jsonl"
     check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
                                   "--preflight-profile", "p5-nodcgm",

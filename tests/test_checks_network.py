@@ -61,10 +61,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "container_without_devices": {
         "PF-NET-002": ("fail", f"[PF-NET-002] EFA device nodes /dev/infiniband/uverbs* 0 < 32 "
                                f"{P5}; {R_DEVICES}"),
-        "PF-NET-003": ("fail", f"[PF-NET-003] efa provider entries listed by `fi_info -p efa` "
-                               f"0 < 1 {P5} (fi_info printed error -61 (FI_ENODATA: no EFA "
-                               f"device usable)); {R_DEVICES}; install the EFA software "
-                               "(libfabric from the EFA installer)"),
+        "PF-NET-003": ("fail", f"[PF-NET-003] EFA devices listed by `fi_info -p efa` 0 < 32 "
+                               f"{P5} (fi_info printed error -61 (FI_ENODATA: no EFA device "
+                               f"usable)); {R_DEVICES}; install the EFA software (libfabric "
+                               "from the EFA installer)"),
         "PF-NET-006": ("fail", f"[PF-NET-006] aws-ofi-nccl loaded but failed to initialise "
                                f"({FALLBACK}), required to work for p5.48xlarge; "
                                f"{R_NO_EFA_PROVIDER}"),
@@ -156,6 +156,20 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "PF-NET-005": ("fail", f"[PF-NET-005] locked-memory limit (ulimit -l) 65536 KiB < "
                                f"16777216 KiB {P5}; run the container with `--ulimit "
                                "memlock=-1:-1` (unlimited)"),
+    },
+    "fi_info_half_the_devices": {
+        "PF-NET-003": ("fail", f"[PF-NET-003] EFA devices listed by `fi_info -p efa` 16 < 32 "
+                               f"{P5} (rdmap79s27, rdmap80s27, rdmap81s27, rdmap82s27 and 12 "
+                               f"more); {R_DEVICES}; install the EFA software (libfabric from "
+                               "the EFA installer)"),
+    },
+    "counts_unread": {
+        "PF-NET-001": ("error", "[PF-NET-001] EFA device count unread: /sys/class is not there "
+                                f"(sysfs not mounted); 32 {P5}"),
+        "PF-NET-002": ("error", "[PF-NET-002] EFA device nodes unread: cannot list "
+                                f"/dev/infiniband: Permission denied; 32 {P5}"),
+        "PF-NET-003": ("error", "[PF-NET-003] fi_info listed 1 efa provider entries but no "
+                                f"domain names: the EFA device count is unread; 32 {P5}"),
     },
     "peermem_missing": {
         "PF-NET-004": ("warn", "[PF-NET-004] kernel module nvidia_peermem is not loaded: "

@@ -195,3 +195,54 @@ def test_a_node_verdict_that_is_not_pass_never_passes(summary):
     assert [b["host"] for b in v.bad_nodes] == ["node1"]
     assert v.bad_nodes[0]["reason"].startswith(
         f"node-local verdict {summary.get('verdict') or 'missing'}")
+
+
+IDLE = ("every selected check was skipped, nothing was judged (profile local-cpu; tier "
+        "preflight; -k 'PF-GPU-001'; ...)")
+
+
+def test_a_cluster_where_no_node_judged_anything_is_a_usage_error_on_every_node():
+    """Issue 25 item 7: every node's selection all skipped, none a cluster check: exit 2 on
+    every node, the same text, no cluster check run on nothing."""
+    snap = _snap()
+    for node in snap["nodes"].values():
+        node["nothing_judged"] = IDLE
+    v = decide(snap)
+    assert (v.verdict, v.exit_code, v.checks, v.bad_nodes) == ("error", 2, [], [])
+    assert v.usage_error == f"on every node, {IDLE}"
+    assert v.text == ("gpu-preflight could not judge anything on a 4-node cluster (p5.48xlarge, "
+                      f"tier preflight): on every node, {IDLE}\n")
+    assert decide(json.loads(json.dumps(snap))).to_dict() == v.to_dict()
+
+
+def test_one_node_that_judged_is_enough():
+    """The leader runs the multi-node test the others only take part in: their skips are its
+    judgement, so the cluster judges as usual."""
+    snap = _snap()
+    for rank in ("1", "2", "3"):
+        snap["nodes"][rank]["nothing_judged"] = IDLE
+    v = decide(snap)
+    assert v.passed and v.usage_error == ""
+
+
+def test_a_missing_node_is_named_not_taken_for_nothing_judged():
+    snap = _snap(n=3, nodes={str(r): {**_summary(r), "nothing_judged": IDLE} for r in (0, 1)},
+                 missing={"2": {"host": "node2", "reason": "never joined"}})
+    v = decide(snap)
+    assert v.verdict == "fail" and v.exit_code == 1 and v.usage_error == ""
+    assert [b["host"] for b in v.bad_nodes] == ["node2"]
+
+
+def test_node_summary_says_nothing_judged_unless_a_cluster_check_was_selected():
+    from harness.cluster.verdict import CLUSTER_IDS
+
+    report = Report(host="node1", profile="local-cpu", profile_source="--profile",
+                    tier="preflight")
+    report.checks = [CheckResult(id="PF-GPU-001", outcome="skip", message="not applicable")]
+    report.selection = {"nothing_judged": IDLE}
+    assert node_summary(report, rank=1, facts=FACTS, env={},
+                        cluster_ids=CLUSTER_IDS)["nothing_judged"] == IDLE
+    report.checks.append(CheckResult(id="PF-CLUSTER-004", outcome="skip",
+                                     message="judged by the cluster step"))
+    assert node_summary(report, rank=1, facts=FACTS, env={},
+                        cluster_ids=CLUSTER_IDS)["nothing_judged"] is None

@@ -27,6 +27,13 @@ def test_every_entry_is_kept():
     assert len(parse_fi_info((DATA / "composed_p5_efa_direct_32.txt").read_text()).entries) == 96
 
 
+def test_a_domain_cut_after_its_dash_is_its_device_not_one_more():
+    """PF-NET-003 counts devices: the listing cut mid-domain (`rdmap164s27-`) still names 32."""
+    text = (DATA / "composed_p5_efa_direct_32.txt").read_text()
+    cut = text[: text.index("rdmap164s27-dgrm") + len("rdmap164s27-")]
+    assert len(parse_fi_info(cut).efa_devices) == 32
+
+
 @pytest.mark.parametrize("text", ["", "usage: fi_info [OPTIONS]\n", "-61abc\n", "\x00\x01"])
 def test_garbage_raises(text: str):
     with pytest.raises(ParseError, match="nothing recognised as fi_info output"):

@@ -104,7 +104,24 @@ def test_efa_devices_from_a_fake_tree(tmp_path: Path):
 
 
 def test_efa_devices_absent(tmp_path: Path):
+    """sysfs mounted without /sys/class/infiniband: no RDMA device registered, a count of 0."""
+    (tmp_path / "sys/class/net").mkdir(parents=True)
     assert network.efa_devices(tmp_path) == network.EfaDevices((), ())
+
+
+def test_efa_devices_unread_is_never_zero(tmp_path: Path):
+    """No sysfs at all, or a directory that cannot be listed: the count is unread (issue 25)."""
+    found = network.efa_devices(tmp_path)
+    assert found.sysfs == () and found.sysfs_problem == (
+        f"{tmp_path / 'sys/class'} is not there (sysfs not mounted)")
+    assert found.uverbs_problem is None  # /dev/infiniband is absent: no device node, a fact
+    (tmp_path / "sys/class/infiniband").mkdir(parents=True)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/infiniband").write_text("")  # there, but no directory to list
+    found = network.efa_devices(tmp_path)
+    assert found.sysfs_problem is None
+    assert found.uverbs_problem == (f"cannot list {tmp_path / 'dev/infiniband'}: Not a "
+                                    "directory")
 
 
 def test_loaded_modules(tmp_path: Path):

@@ -58,6 +58,7 @@ def test_profile_file_overrides_and_adds(tmp_path):
         '[profiles."p5.48xlarge"]\nnet_busbw_gb_s_min = 400\n'
         'run_budget_s = { preflight = 60.0 }\n\n'
         '[profiles."p5-half"]\nbase = "p5.48xlarge"\nnum_gpus = 4\n'
+        'weakened_because = "half a p5 per job"\n'
     )
     profiles = load_profile_file(f)
     assert profiles["p5.48xlarge"].net_busbw_gb_s_min == 400
@@ -66,18 +67,20 @@ def test_profile_file_overrides_and_adds(tmp_path):
     assert profiles["p5.48xlarge"].sources["net_busbw_gb_s_min"] == f"profile file {f}"
     half = profiles["p5-half"]
     assert (half.num_gpus, half.num_efa_devices, half.gpu_model) == (4, 32, "H100")
+    assert (half.weakened, half.weakened_because) == (("num_gpus 8 -> 4",), "half a p5 per job")
+    assert profiles["p5.48xlarge"].weakened == ()  # a raised floor weakens nothing
     assert BUILTIN_PROFILES["p5.48xlarge"].net_busbw_gb_s_min == 370.0  # built-ins untouched
 
 
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("not toml [", "is not valid TOML"),
+        ("not toml [", "bad.toml, line 1: not valid TOML"),
         ("[other]\nx = 1\n", 'has no [profiles."NAME"] tables'),
         ('[profiles."p5.48xlarge"]\nnum_gpu = 4\n', "unknown field 'num_gpu' (known:"),
-        ('[profiles."p5.48xlarge"]\nnum_gpus = "eight"\n', "num_gpus = 'eight' should be int"),
+        ('[profiles."p5.48xlarge"]\nnum_gpus = "eight"\n', "num_gpus = 'eight' must be an integer"),
         ('[profiles."x"]\nbase = "p99"\n', "base 'p99' is not a known profile"),
-        ('[profiles."p5.48xlarge"]\ngdr_required = 1\n', "gdr_required = 1 should be bool"),
+        ('[profiles."p5.48xlarge"]\ngdr_required = 1\n', "gdr_required = 1 must be true or false"),
     ],
 )
 def test_profile_file_errors_name_the_problem(tmp_path, text, error):

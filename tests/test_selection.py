@@ -49,8 +49,8 @@ def test_every_selected_check_reported_once_is_proven(tmp_path):
                                 _result(2)], OK)
     assert [c["id"] for c in proof.checks] == ["PF-T-001", "PF-T-002"]
     assert proof.harness_errors == [] and proof.usage_error == ""
-    assert proof.selection == {"selected": 2, "reported": 2, "missing": [], "duplicates": [],
-                               "unexpected": [], "per_phase": {"checks": 2}}
+    assert proof.selection == {"selected": 2, "reported": 2, "judged": 2, "missing": [],
+                               "duplicates": [], "unexpected": [], "per_phase": {"checks": 2}}
 
 
 def test_empty_selection_is_the_usage_error_whatever_pytest_said(tmp_path):
@@ -165,3 +165,14 @@ def test_malformed_keywords(expr, error):
         check_keyword(expr)
     assert str(info.value).startswith(error)
     assert "-k PF-ENV-001" in str(info.value)
+
+
+def test_judged_counts_the_results_that_are_no_skip(tmp_path):
+    """A skip judged nothing: `judged` is what the runner's nothing-judged rule reads."""
+    proof = _account(tmp_path, [_collected("checks", [_item(1), _item(2)]), _result(1, "skip"),
+                                _result(2, "skip")], OK)
+    assert (proof.selection["reported"], proof.selection["judged"]) == (2, 0)
+    assert proof.usage_error == ""  # the runner words it, naming the profile and the skips
+    proof = _account(tmp_path, [_collected("checks", [_item(1), _item(2)]), _result(1, "skip"),
+                                _result(2, "fail")], OK)
+    assert proof.selection["judged"] == 1

@@ -25,6 +25,8 @@ FACT_KEYS = ("driver", "cuda", "nccl", "ofi_nccl", "libfabric", "torch", "gpu_co
 ENV_PREFIXES = ("NCCL_", "FI_")
 #: Bounds on what one node publishes (the store holds N of these).
 MAX_FAILED, MAX_MESSAGE_CHARS = 20, 600
+#: Bound of a node's `nothing_judged` message (it quotes a few skip reasons).
+MAX_IDLE_CHARS = 2000
 #: The node-local figures a node publishes for the straggler check (PF-CLUSTER-006):
 #: name -> (the checks that measure it, the start of its measurement's `what`, whether only
 #: the judged measurement counts: the one with a threshold, not the rest of the sweep).
@@ -67,11 +69,16 @@ def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float
 
 
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
-                 env: Mapping[str, str]) -> JSONObject:
+                 env: Mapping[str, str], cluster_ids: Iterable[str] = ()) -> JSONObject:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
-    and the figures the straggler check compares."""
+    the figures the straggler check compares, and `nothing_judged`: why its selection judged
+    nothing (every check skipped, none of them a cluster check: `cluster_ids`, which the
+    cluster step judges), else None."""
     failed = [{"id": c.id, "outcome": c.outcome, "message": c.message[:MAX_MESSAGE_CHARS]}
               for c in report.failed[:MAX_FAILED]]
+    idle = report.selection.get("nothing_judged") if report.selection else None
+    if idle and set(cluster_ids) & {c.id for c in report.checks}:
+        idle = None
     return {
         "rank": rank,
         "host": report.host,
@@ -82,6 +89,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "facts": {k: facts.get(k) for k in FACT_KEYS},
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
         "figures": node_figures(report.checks),
+        "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
     }
 
 

@@ -21,7 +21,7 @@ from harness.cluster.node import FAULTS, node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.cluster.verdict import ClusterVerdict, decide, node_summary
+from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary
 from harness.results import results as typed_results
 from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
@@ -121,6 +121,9 @@ class ClusterStep(CollectivePhases):
             "bandwidth": snap.get("bandwidth"), "isolation": snap.get("isolation"),
             "duration_s": round(time.monotonic() - self.t0, 3),
         }
+        if verdict.usage_error and not report.usage_error:  # nothing judged on any node
+            report.usage_error = verdict.usage_error
+            report.harness_errors.insert(0, verdict.usage_error)
         report.exit_code = verdict.exit_code
         self.clean = verdict.passed
         log(f"verdict {verdict.verdict.upper()}"
@@ -137,7 +140,7 @@ class ClusterStep(CollectivePhases):
         if plane is None:
             return self._lost_master("join", self.join_error or "not joined")
         summary = node_summary(report, rank=self.rank, facts=node_facts(self.env),
-                               env=self.env)
+                               env=self.env, cluster_ids=CLUSTER_IDS)
         log(f"local verdict {report.verdict}; publishing it and gathering every node's")
         local_deadline = self.t0 + self.t.join_s + self.t.local_s + self.t.gather_s
         try:

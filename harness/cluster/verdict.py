@@ -20,6 +20,7 @@ from harness.topology import compress_hostlist
 
 __all__ = [
     "CLUSTER_CHECKS",
+    "CLUSTER_IDS",
     "FACT_KEYS",
     "ClusterVerdict",
     "consistency_outliers",
@@ -43,6 +44,9 @@ class ClusterVerdict:
     text: str = ""
     stragglers: list[JSONObject] = field(default_factory=list)
     """Nodes PF-CLUSTER-006 found slower than the rest (bad nodes too where it fails)."""
+    usage_error: str = ""
+    """Set when no node judged anything (every selected check skipped on every node): the
+    run ends as an empty selection does, exit 2 on every node."""
 
     @property
     def passed(self) -> bool:
@@ -53,12 +57,25 @@ class ClusterVerdict:
                 "bad_nodes": self.bad_nodes, "bad_links": self.bad_links,
                 "suspects": self.suspects, "stragglers": self.stragglers,
                 "actions": self.actions,
-                "checks": [c["id"] + ": " + c["outcome"] for c in self.checks]}
+                "checks": [c["id"] + ": " + c["outcome"] for c in self.checks],
+                "usage_error": self.usage_error or None}
+
+
+#: The IDs of the cluster checks: a node's selection holding one is judged by the cluster step.
+CLUSTER_IDS = frozenset(spec_of(judge).id for judge in CLUSTER_CHECKS)
+#: The exit status of a usage error (harness.commands.EXIT_USAGE: cluster/ does not import the
+#: commands).
+EXIT_USAGE = 2
 
 
 def decide(snap: JSONMapping) -> ClusterVerdict:
     """The verdict from a gathered snapshot (see `harness.cluster.plane` for its keys)."""
     cluster = ClusterView.of(snap)
+    if (idle := _nothing_judged(cluster)) is not None:
+        text = (f"gpu-preflight could not judge anything on a {cluster.num_nodes}-node cluster "
+                f"({cluster.profile}, tier {cluster.tier}): {idle}\n")
+        return ClusterVerdict(verdict="error", exit_code=EXIT_USAGE, checks=[], bad_nodes=[],
+                              text=text, usage_error=idle)
     checks = [run_check(judge, cluster, profile=cluster.profile, worker="cluster",
                         nodeid=f"cluster::{spec_of(judge).id}").to_dict()
               for judge in CLUSTER_CHECKS]
@@ -72,6 +89,18 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
                           checks=checks, bad_nodes=bad_nodes, bad_links=cluster.links,
                           suspects=cluster.suspects, actions=actions, text=text,
                           stragglers=cluster.stragglers)
+
+
+def _nothing_judged(cluster: ClusterView) -> str | None:
+    """Why the whole cluster judged nothing: every node reported, and on every node each
+    selected check was skipped (a node's skip may be another node's judgement: the leader runs
+    the multi-node test the others take part in). None when any node judged anything."""
+    if cluster.missing or len(cluster.nodes) < cluster.num_nodes:
+        return None
+    said = [cluster.nodes[r].get("nothing_judged") for r in sorted(cluster.nodes)]
+    if not said or not all(said):
+        return None
+    return f"on every node, {said[0]}"
 
 
 def _actions(bad_nodes: Sequence[Mapping[str, Any]], snap: Mapping[str, Any]) -> dict[str, Any]:

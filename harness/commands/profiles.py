@@ -16,6 +16,7 @@ from harness.profiles import (
     get_profile,
     load_profile_file,
     threshold_rows,
+    weakened_line,
 )
 from harness.profiles_derive import resolve_profile
 from harness.settings import get_path
@@ -48,6 +49,9 @@ def cmd_profiles(args: argparse.Namespace) -> int:
                           str(p.num_efa_devices), "yes" if p.gdr_required else "no",
                           _num(p.nvlink_busbw_gb_s_min), _num(p.net_busbw_gb_s_min), p.description)
         console.print(table)
+        for p in chosen:
+            if line := weakened_line(p):
+                console.print(line)
         console.print("`preflight profiles NAME` shows every threshold with its source.")
         return EXIT_OK
     p = chosen[0]
@@ -57,6 +61,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     for row in threshold_rows(p):
         table.add_row(*row)
     console.print(table)
+    if line := weakened_line(p):
+        console.print(line)
     return EXIT_OK
 
 

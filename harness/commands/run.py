@@ -24,7 +24,13 @@ from harness.interrupt import RunGuard
 from harness.interrupted import RunFinalizer
 from harness.kube import apply as apply_kube
 from harness.plain_output import print_plain_summary, summary_data
-from harness.profiles import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file
+from harness.profiles import (
+    BUILTIN_PROFILES,
+    Profile,
+    ProfileError,
+    load_profile_file,
+    weakened_line,
+)
 from harness.profiles_derive import resolve_detected
 from harness.publish import parse_s3_uri, publish
 from harness.redact import Redactor
@@ -136,6 +142,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
           f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
     if profile.origin == "derived":
         print(f"gpu-preflight: {profile.description}", flush=True)
+    if line := weakened_line(profile):
+        print(f"gpu-preflight: {line}", flush=True)
     for line in describe(suites, source_overrides(env, args.profile_file)):
         print(f"gpu-preflight: {line}", flush=True)
     finalizer.cfg = cfg
@@ -159,6 +167,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
                         profile_detail=profile.to_dict())
         report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
     report.command = command_for_report(command, env)
+    if cluster is None:  # multi-node: the cluster verdict decides (another node may judge)
+        report.refuse_if_nothing_judged()
     report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
     failure_text = None
@@ -178,7 +188,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
         _kubernetes(report, failure_text, env)
     if cluster is not None:
         cluster.close()
-    if report.verdict == "pass" or args.warn_only:
+    if report.verdict == "pass" or (args.warn_only and not report.usage_error):
         if report.verdict != "pass":
             print("preflight: --warn-only: handing off despite the failures above", flush=True)
         if command:

@@ -69,9 +69,10 @@ class FiInfo:
 
     @property
     def efa_devices(self) -> list[str]:
-        """EFA device names from the domains (`rdmap16s27-rdm` -> `rdmap16s27`, `efa_0-dgrm`)."""
+        """EFA device names from the domains (`rdmap16s27-rdm` -> `rdmap16s27`, `efa_0-dgrm`;
+        a domain cut after its `-` counts as its device, never as one more)."""
         names = (
-            re.sub(r"-(rdm|dgrm|rxd|rxm)$", "", e.domain)
+            re.sub(r"-[a-z]*$", "", e.domain)
             for e in self.entries
             if e.domain and e.provider.split(";")[0] == "efa"
         )

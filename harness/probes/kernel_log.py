@@ -1,6 +1,9 @@
 """The kernel log the XID checks read: a saved file ($PREFLIGHT_KERNEL_LOG), else `journalctl -k`,
 else `dmesg`. A source counts only when what it printed is positively a kernel log
-(harness.parsers.kernel_log_format): an empty answer, a refusal or garbage is never "no XIDs"."""
+(harness.parsers.kernel_log_format): an empty answer, a refusal or garbage is never "no XIDs";
+and only when the source says it is complete: the tool exited 0, nothing of its output was
+cut, and its last line ends with a newline (a file too). A log cut mid-line is not a shorter
+clean log: the lines it lost may hold the XIDs (IncompleteLogError)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from harness.settings import get_str
 if TYPE_CHECKING:
     from harness.parsers.kernel_log import KernelLog
 
-__all__ = ["KERNEL_LOG_ENV", "read_kernel_log"]
+__all__ = ["KERNEL_LOG_ENV", "IncompleteLogError", "read_kernel_log"]
 
 #: Environment variable naming a saved kernel log to read instead of journalctl / dmesg.
 KERNEL_LOG_ENV = "PREFLIGHT_KERNEL_LOG"
@@ -34,6 +37,22 @@ _JOURNAL_BLIND = (
      "this user may not read the system journal (needs group adm or systemd-journal)"),
 )
 _NO_ENTRIES = "-- No entries --"
+
+
+class IncompleteLogError(ProbeError):
+    """A source gave a kernel log that is not complete (cut mid-line) and none gave a complete
+    one: an error in every tier, where a log that cannot be read at all only warns in the
+    preflight tier (checks/test_gpu_kernel_log.py)."""
+
+
+def _cut(text: str, what: str) -> str | None:
+    """Why `text` is not a complete log (its last line has no newline: the writer or the
+    reader stopped mid-line); None when it ends as a complete log ends, or is empty."""
+    if not text or text.endswith("\n"):
+        return None
+    last = text.rsplit("\n", 1)[-1]
+    return (f"{what} ends mid-line (its last line {last[-80:]!r} has no newline): the log is "
+            "incomplete (cut), and the lines it lost may hold XIDs")
 
 
 def _boot_time(proc_root: Path = Path("/proc")) -> float | None:
@@ -68,6 +87,8 @@ def _from_file(path: str) -> Any:
         log = parse_kernel_log(text).last_boot()
     except ParseError as exc:
         raise ProbeError(f"{where} is not a kernel log: {exc}") from None
+    if (cut := _cut(text, where)) is not None:
+        raise IncompleteLogError(cut)
     return dataclasses.replace(log, source=f"{where} (a file, last written {_iso(mtime)})")
 
 
@@ -92,7 +113,7 @@ def read_kernel_log(
     tool_env = {**os.environ, "LC_ALL": "C"}
     journal = ["journalctl", "-k", "-o", "short-iso", "--no-pager"]
     journal += ["--since", since] if since else ["-b"]
-    tried = []
+    tried, cut = [], False
     for argv in (journal, ["dmesg"]):
         cmd = " ".join(argv)
         res, note = chain.run(argv, deadline, timeout_s, env=tool_env)
@@ -102,15 +123,21 @@ def read_kernel_log(
         if not res.ok or blind or res.incomplete:
             # Cut output would read as a shorter log without the XIDs it lost.
             tried.append(f"`{cmd}`: {blind}" if blind else chain.describe(res, note))
+            cut = cut or (res.ok and res.incomplete)
             continue
         found = _read(res.stdout, cmd, since if argv is journal else None, deadline, tool_env)
         if isinstance(found, str):
             tried.append(found)
             continue
+        if (why := _cut(res.stdout, f"`{cmd}` exited 0 but its output")) is not None:
+            tried.append(why)  # a kernel log, but cut: the next source may have all of it
+            cut = True
+            continue
         return found
-    raise ProbeError("cannot read the kernel log for XID errors: " + "; ".join(tried)
-                     + f". Give the container CAP_SYSLOG or set {KERNEL_LOG_ENV}=FILE to a copy "
-                     "of the host's kernel log")
+    error = IncompleteLogError if cut else ProbeError
+    raise error("cannot read the kernel log for XID errors: " + "; ".join(tried)
+                + f". Give the container CAP_SYSLOG or set {KERNEL_LOG_ENV}=FILE to a copy "
+                "of the host's kernel log")
 
 
 def _read(text: str, cmd: str, since: str | None, deadline: dl.Deadline | None,

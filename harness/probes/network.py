@@ -209,6 +209,11 @@ class EfaDevices:
     """EFA nodes present but not openable here, with the reason (`uverbs3: Operation not
     permitted`): the device cgroup denies them when /dev/infiniband is a hostPath/bind mount
     without the devices being passed (EKS device plugin, docker --device)."""
+    sysfs_problem: str | None = None
+    """Why `sysfs` could not be read (sysfs not mounted, the directory not listable): the
+    count is then unread, not zero."""
+    uverbs_problem: str | None = None
+    """Why /dev/infiniband could not be listed: `uverbs` is then unread, not empty."""
 
 
 #: PCI vendor of EFA devices (Amazon): sysfs `device/vendor`. ENA shares it but is no RDMA device.
@@ -228,27 +233,40 @@ def _is_efa(entry: Path) -> bool:
     return entry.name.startswith(("efa_", "rdmap"))
 
 
+def _listing(directory: Path) -> tuple[list[Path], str | None]:
+    """The entries of a directory; none when it does not exist (no such device registered: a
+    fact), or ([], why) when it exists but cannot be listed (unread: never "no device")."""
+    try:
+        return sorted(directory.iterdir()), None
+    except FileNotFoundError:
+        return [], None
+    except OSError as exc:
+        return [], f"cannot list {directory}: {exc.strerror or exc}"
+
+
 def efa_devices(sysroot: Path = Path("/")) -> EfaDevices:
-    """EFA devices under <sysroot>/sys/class/infiniband and <sysroot>/dev/infiniband/uverbs*."""
-    try:
-        sysfs = sorted(e.name for e in (sysroot / "sys/class/infiniband").iterdir() if _is_efa(e))
-    except OSError:
-        sysfs = []
-    try:
-        nodes = sorted(e.name for e in (sysroot / "dev/infiniband").iterdir()
-                       if e.name.startswith("uverbs"))
-    except OSError:
-        nodes = []
+    """EFA devices under <sysroot>/sys/class/infiniband and <sysroot>/dev/infiniband/uverbs*.
+    No /sys/class/infiniband is no RDMA device; no /sys/class at all (sysfs not mounted) or a
+    directory that cannot be listed leaves that count unread (`sysfs_problem`,
+    `uverbs_problem`)."""
+    if (sysroot / "sys/class").is_dir():
+        entries, sysfs_problem = _listing(sysroot / "sys/class/infiniband")
+    else:
+        entries, sysfs_problem = [], f"{sysroot / 'sys/class'} is not there (sysfs not mounted)"
+    sysfs = [e.name for e in entries if _is_efa(e)]
+    entries, uverbs_problem = _listing(sysroot / "dev/infiniband")
+    nodes = [e.name for e in entries if e.name.startswith("uverbs")]
     uverbs, unusable = [], []
     for node in nodes:
         if _uverbs_device(sysroot, node) not in (None, *sysfs):
             continue
-        problem = _open_problem(sysroot / "dev/infiniband" / node)
-        if problem:
-            unusable.append(f"{node}: {problem}")
+        why = _open_problem(sysroot / "dev/infiniband" / node)
+        if why:
+            unusable.append(f"{node}: {why}")
         else:
             uverbs.append(node)
-    return EfaDevices(tuple(sysfs), tuple(uverbs), tuple(unusable))
+    return EfaDevices(tuple(sysfs), tuple(uverbs), tuple(unusable), sysfs_problem,
+                      uverbs_problem)
 
 
 def _open_problem(node: Path) -> str | None:

@@ -32,13 +32,15 @@ P5_ENV = {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "eth
 
 def write_profile_file(path: Path, profile: str = "p5.48xlarge",
                        check_timeout_s: float = CHECK_TIMEOUT_S,
-                       run_budget_s: float = RUN_BUDGET_S) -> Path:
-    """`--profile-file` giving `profile` short deadlines in every tier (README "Profiles")."""
+                       run_budget_s: float = RUN_BUDGET_S, extra: bytes = b"") -> Path:
+    """`--profile-file` giving `profile` short deadlines in every tier (README "Profiles"),
+    then `extra`: more lines of that table, as bytes (a test may write bytes that are not
+    UTF-8)."""
     tiers = ", ".join(f"{t} = {{v}}" for t in ("preflight", "certify", "diagnose"))
-    path.write_text(
+    path.write_bytes((
         f'[profiles."{profile}"]\n'
         f"check_timeout_s = {{{tiers.format(v=check_timeout_s)}}}\n"
-        f"run_budget_s = {{{tiers.format(v=run_budget_s)}}}\n")
+        f"run_budget_s = {{{tiers.format(v=run_budget_s)}}}\n").encode() + extra)
     return path
 
 
@@ -100,6 +102,8 @@ class FakeNode:
     extra_env: dict[str, str] = field(default_factory=dict)
     check_timeout_s: float = CHECK_TIMEOUT_S
     run_budget_s: float = RUN_BUDGET_S
+    profile_extra: bytes = b""
+    """More lines of the profile file's table (write_profile_file `extra`)."""
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     """In the environment of every process the run starts: what finds leftovers."""
 
@@ -121,7 +125,8 @@ class FakeNode:
         (self.sysroot / str(self.root).lstrip("/")).mkdir(parents=True, exist_ok=True)
         self.profile_file = write_profile_file(self.root / "profile.toml",
                                                check_timeout_s=self.check_timeout_s,
-                                               run_budget_s=self.run_budget_s)
+                                               run_budget_s=self.run_budget_s,
+                                               extra=self.profile_extra)
         self.config = self.root / "fake-config.json"
         self.config.write_text(json.dumps({"faults": self.faults, **self.variant}))
 

@@ -81,10 +81,10 @@ FAULTS = {
     "setsid": (r"detached|holding|left running|still running|descendant|child|pipe|truncat|"
                r"incomplete|ends without"),
 }
-#: Cells whose fault leaves no trace in what the tool printed: a line log (dmesg, journalctl)
-#: or a listing (fi_info) cut after a whole record reads as a shorter healthy one. They may
-#: pass; they must still end in time with nothing left running.
-UNDETECTABLE = {("fi_info", "truncated"), ("dmesg", "truncated"), ("journalctl", "truncated")}
+#: Cells whose fault leaves no trace in what the tool printed: a listing (fi_info) cut after
+#: every device was named once reads as a healthy one. They may pass; they must still end in
+#: time with nothing left running. (A kernel log cut mid-line is an incomplete log: issue 25.)
+UNDETECTABLE = {("fi_info", "truncated")}
 
 CELLS = [pytest.param(tool, fault, id=f"{tool.name}-{fault}")
          for tool in TOOLS for fault in ("none", *FAULTS)]

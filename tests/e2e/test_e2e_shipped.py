@@ -222,6 +222,10 @@ VARIANTS = {
     "wrong-allreduce-data": ({"variant": {"wrong": 3}}, "PF-BW-003", r"wrong"),
     "no-efa-provider": ({"variant": {"outputs": {"fi_info": "fi_info/real_error_61.txt"}}},
                         "PF-NET-003", r"-61"),
+    # sysfs (the host's) shows all 32, fi_info the 16 this container was given: no GPU needed
+    # to see half the NICs missing (issue 25 item 4)
+    "16-of-32-efa-in-fi_info": ({"variant": {"outputs": {
+        "fi_info": "fi_info/composed_p5_efa_16_of_32.txt"}}}, "PF-NET-003", r"\b16 < 32\b"),
 }
 
 
