@@ -4,7 +4,8 @@ Exit codes (stable; automation keys on them):
   0  every check passed (or warned); the training command was exec'd, if one was given
   1  one or more checks failed or errored (a probe could not produce its fact)
   2  bad usage: unknown option, unknown profile, unreadable profile file, unknown check ID,
-     a -k that is malformed or selects no check, a missing --extra-checks folder
+     a -k that is malformed or selects no check, a missing --extra-checks folder, a
+     PREFLIGHT_* value its rule refuses, a report folder another run is using
   3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
 127 the checks passed but the training command could not be exec'd
 128+N  stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP): everything the run started
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from harness import __version__
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError
+from harness.settings import SettingError
 from harness.tiers import TIERS
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
@@ -192,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("gpu-preflight: starting", file=info, flush=True)
     try:
         return _command(args.cmd)(args)
-    except UsageError as exc:
+    except (UsageError, SettingError) as exc:  # SettingError: a PREFLIGHT_* value it read
         print(f"preflight: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
