@@ -102,17 +102,14 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
     if command and command[0] == "--":
         command = command[1:]
     usable = {k: v for k, v in env.items() if k not in bad}  # where the early report goes
-    host = hostname(usable)
-    failure_file = _failure_path(args.failure_file, usable)
-    if not re.fullmatch(HOST_NAME, host):  # SageMaker's current_host, the kernel's hostname
-        message = (f"this node's name {host!r} cannot name its report folder (not a host name); "
-                   "set PREFLIGHT_HOSTNAME")
-        if failure_file is not None:
-            write_failure(failure_file, f"gpu-preflight could not start: {message}", env)
-        raise UsageError(message)
-    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(usable)
-    report_dir = report_dir / host
+    host, report_dir, failure_file = _place(args, usable, env)
     tier = args.tier or setting(usable, "PREFLIGHT_TIER") or "preflight"
+    s3_uri = args.s3_uri or setting(usable, "PREFLIGHT_S3_URI")
+    if s3_uri:  # a mistyped option: said before anything is written
+        try:
+            parse_s3_uri(s3_uri)
+        except ValueError as exc:
+            raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
     held += _lock(report_dir, host, failure_file, env)
     finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
                              failure_file=failure_file, env=env, command=command,
@@ -131,13 +128,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
         message = "; ".join(bad.values())
         _write_early_failure(message, host, tier, report_dir, failure_file, env)
         raise UsageError(message)
-    s3_uri = args.s3_uri or setting(env, "PREFLIGHT_S3_URI")
     namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
-    if s3_uri:
-        try:
-            parse_s3_uri(s3_uri)
-        except ValueError as exc:
-            raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
@@ -220,6 +211,23 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
             return guard.exec_gate(lambda: handoff.exec_command(command))
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
+
+
+def _place(args: argparse.Namespace, usable: dict[str, str], env: dict[str, str]
+           ) -> tuple[str, Path, Path | None]:
+    """This node's name, its report folder (REPORT_DIR/NAME) and the failure file. A name that
+    cannot name a folder inside REPORT_DIR (SageMaker's current_host, the kernel's hostname:
+    PREFLIGHT_HOSTNAME's rule already refused its own) is a usage error."""
+    host = hostname(usable)
+    failure_file = _failure_path(args.failure_file, usable)
+    if not re.fullmatch(HOST_NAME, host):
+        message = (f"this node's name {host!r} cannot name its report folder (not a host name); "
+                   "set PREFLIGHT_HOSTNAME")
+        if failure_file is not None:
+            write_failure(failure_file, f"gpu-preflight could not start: {message}", env)
+        raise UsageError(message)
+    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(usable)
+    return host, report_dir / host, failure_file
 
 
 def _lock(report_dir: Path, host: str, failure_file: Path | None,
