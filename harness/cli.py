@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                      help=EXTRA_HELP)
     run.add_argument("--warn-only", action="store_true",
                      help="report failures but exec the command anyway (exit status of the "
-                     "command)")
+                     "command); without a command, the exit status is the checks' (1 on a "
+                     "failure)")
     run.add_argument("--failure-file", default=None,
                      help="write the failure reason here (default under SageMaker: "
                      "/opt/ml/output/failure)")
