@@ -6,7 +6,8 @@ Exit codes (stable; automation keys on them):
   2  bad usage: unknown option, unknown profile, a profile file that does not validate
      (unreadable, not UTF-8, invalid TOML, a bad value, a weakening without weakened_because),
      unknown check ID, a -k that is malformed or selects no check, a run whose selected
-     checks were all skipped (nothing judged), a missing --extra-checks folder
+     checks were all skipped (nothing judged), a missing --extra-checks folder, a
+     PREFLIGHT_* value its rule refuses, a report folder another run is using
   3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
 127 the checks passed but the training command could not be exec'd
 128+N  stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP): everything the run started
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from harness import __version__
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError
+from harness.settings import SettingError
 from harness.tiers import TIERS
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
@@ -60,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                      help=EXTRA_HELP)
     run.add_argument("--warn-only", action="store_true",
                      help="report failures but exec the command anyway (exit status of the "
-                     "command)")
+                     "command); without a command, the exit status is the checks' (1 on a "
+                     "failure)")
     run.add_argument("--failure-file", default=None,
                      help="write the failure reason here (default under SageMaker: "
                      "/opt/ml/output/failure)")
@@ -194,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("gpu-preflight: starting", file=info, flush=True)
     try:
         return _command(args.cmd)(args)
-    except UsageError as exc:
+    except (UsageError, SettingError) as exc:  # SettingError: a PREFLIGHT_* value it read
         print(f"preflight: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jsontypes import JSONMapping, JSONObject
-from harness.settings import get_list, get_path, get_str
+from harness.settings import get_list, get_path, get_str, setting
 
 __all__ = ["KubeTarget", "NodeMark", "kubectl_commands", "mark_node", "node_mark",
            "write_termination_log"]
@@ -42,7 +42,8 @@ HYPERPOD_REPLACE = "UnschedulablePendingReplacement"
 #: The kubelet reads at most 4096 bytes of the termination message (Pod API terminationMessagePath).
 TERMINATION_LOG_BYTES = 4096
 TIMEOUT_S = 10
-KINDS = ("label", "condition", "taint", "hyperpod")
+#: What PREFLIGHT_K8S_MARK may name (its registry rule refuses anything else).
+KINDS = setting("PREFLIGHT_K8S_MARK").rule.choices
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +101,6 @@ def node_mark(report: JSONMapping, env: Mapping[str, str]) -> NodeMark | None:
         return None
     if report.get("exit_code") not in (0, 1):  # usage/harness error, signal: not a node verdict
         return None
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown:
-        raise ValueError(f"PREFLIGHT_K8S_MARK: unknown {', '.join(unknown)} "
-                         f"(known: {', '.join(KINDS)})")
     verdict = str(report.get("verdict") or "error")
     failed_ids = [str(c.get("id")) for c in report.get("checks") or []
                   if isinstance(c, Mapping) and c.get("outcome") in ("fail", "error")]

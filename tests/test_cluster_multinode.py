@@ -76,6 +76,20 @@ def test_crashing_node_is_named(tmp_path):
     assert not bad.executed
 
 
+def test_crashing_master_is_named_for_one_reason_by_every_node(tmp_path):
+    """The master (node rank 0, which serves the store) crashes in the cluster all_reduce:
+    each survivor notices it in its own way (a broken pipe publishing its own key, a reset
+    connection, a wait that found nothing), but all name the master for the same reason, so
+    the cluster has one verdict on why; what each saw stays in its own report."""
+    res = _selftest(tmp_path, {0: "crash"})
+    _check_failed_cluster(res, 0, bad_exit=17)
+    reports = [json.loads((tmp_path / f"node{r}" / "report.json").read_text()) for r in (1, 2, 3)]
+    reasons = {b["reason"] for r in reports for b in r["cluster"]["bad_nodes"]}
+    assert len(reasons) == 1, reasons
+    assert reasons.pop().startswith("the control-plane master node0 (node rank 0, 127.0.0.1:")
+    assert all(r["cluster"]["master_lost"]["phase"] == "the cluster all_reduce" for r in reports)
+
+
 def test_hanging_node_is_named_and_survivors_do_not_hang(tmp_path):
     res = _selftest(tmp_path, {2: "hang"})
     bad = _check_failed_cluster(res, 2)
@@ -124,6 +138,11 @@ def test_parse_injections_lists():
     assert parse_injections(["crash=1,3", "slow=0"], 4) == {1: "crash", 3: "crash", 0: "slow"}
 
 
+def report_master_lost(folder):
+    """Where and how this node lost the master: its own view, kept out of the verdict."""
+    return json.loads((folder / "report.json").read_text())["cluster"]["master_lost"]
+
+
 def _free_port():
     import socket
 
@@ -159,7 +178,8 @@ def test_run_names_an_unreachable_master_and_does_not_hand_off(node1_env, tmp_pa
     text = (tmp_path / "failure").read_text()
     assert text.startswith("gpu-preflight FAILED on a 2-node cluster (local-cpu, tier "
                            "preflight): bad nodes: node0.")
-    assert "control-plane master stopped answering during join" in text
+    assert "the control-plane master node0 (node rank 0, 127.0.0.1:" in text
+    assert report_master_lost(tmp_path / "node1")["phase"] == "join"
     report = json.loads((tmp_path / "node1" / "report.json").read_text())
     assert report["cluster"]["bad_nodes"][0]["host"] == "node0"
     assert report["verdict"] == "fail" and report["exit_code"] == 1

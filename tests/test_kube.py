@@ -4,6 +4,7 @@ taint requests, the kubectl fallback, /dev/termination-log."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -122,7 +123,7 @@ def test_usage_or_harness_error_marks_nothing(exit_code):
 
 def test_not_asked_or_unknown_kind():
     assert kube.node_mark(FAILED, {"PREFLIGHT_NODE_NAME": "n1"}) is None
-    with pytest.raises(ValueError, match="unknown drain"):
+    with pytest.raises(ValueError, match=re.escape("not one of label, condition, taint, hyperpod ('drain')")):
         kube.node_mark(FAILED, {**ENV, "PREFLIGHT_K8S_MARK": "label,drain"})
 
 

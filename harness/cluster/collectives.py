@@ -41,6 +41,7 @@ class CollectivePhases:
     fault: str
     device: Any
     clean: bool
+    master_lost: dict[str, str] | None
 
     @property
     def rank(self) -> int:
@@ -56,11 +57,17 @@ class CollectivePhases:
                 "hosts": {str(r): h for r, h in enumerate(self.topo.hosts)}}
 
     def _lost_master(self, phase: str, why: str) -> dict[str, Any]:
-        """What a node decides alone when the master is gone: the master is the bad node."""
+        """What a node decides alone when the master is gone: the master is the bad node, for
+        one reason on every node. Where and how this node noticed (the phase it was in, its
+        socket's error) differs from node to node, so it stays out of the verdict: it is
+        logged and kept in this node's report (`cluster.master_lost`)."""
         host = self.topo.hosts[0] if self.topo.hosts else self.topo.master_addr
-        return {**self._base(), "missing": {"0": {
-            "host": host,
-            "reason": f"the control-plane master stopped answering during {phase} ({why})"}}}
+        self.master_lost = {"phase": phase, "error": why}
+        log(f"lost the control-plane master during {phase}: {why}")
+        return {**self._base(), "missing": {"0": {"host": host, "reason": (
+            f"the control-plane master {host} (node rank 0, {self.topo.master_addr}:"
+            f"{self.topo.port}) was lost: it crashed, was stopped, hangs or cannot be reached, "
+            "and no node can take the cluster verdict without it")}}}
 
     def _collectives(self, snap: dict[str, Any]) -> dict[str, Any]:
         """Cluster all_reduce, then (if it fails, or in certify) isolation; master decides."""

@@ -54,6 +54,8 @@ class ClusterStep(CollectivePhases):
         self.clean = True
         self.device: Any = None
         self.published = False
+        self.master_lost: dict[str, str] | None = None
+        """Where and how this node lost the master (its own view; not in the verdict)."""
         """Whether this node's node-local result is in the store (`abort` publishes one if not)."""
 
     @classmethod
@@ -124,6 +126,8 @@ class ClusterStep(CollectivePhases):
         if verdict.usage_error and not report.usage_error:  # nothing judged on any node
             report.usage_error = verdict.usage_error
             report.harness_errors.insert(0, verdict.usage_error)
+        if self.master_lost is not None:
+            report.extra["cluster"]["master_lost"] = self.master_lost
         report.exit_code = verdict.exit_code
         self.clean = verdict.passed
         log(f"verdict {verdict.verdict.upper()}"

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -35,27 +36,34 @@ from harness.profiles_derive import resolve_detected
 from harness.publish import parse_s3_uri, publish
 from harness.redact import Redactor
 from harness.report import Report, command_for_report, failure_reason, now_iso, redact_file, write_report
+from harness.report_lock import ReportLock, ReportLockBusy
 from harness.runner import RunConfig, run_checks
 from harness.selection import SelectionError, check_keyword
+from harness.settings import HOST_NAME
+from harness.settings import problems as setting_problems
 from harness.settings import text as setting
 from harness.suites import SuiteError, describe, resolve_suites, source_overrides
 from harness.summary import print_summary
-from harness.tiers import TIERS
 from harness.topology import TopologyError
 
 __all__ = ["cmd_run", "write_failure"]
 
+#: Seconds the report folder's lock outlasts the run's hard upper bound (the report, uploads).
+LOCK_MARGIN_S = 120.0
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The run under a RunGuard; returns the exit code (harness.cli's docstring)."""
-    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     json_out = None
     if getattr(args, "format", "text") == "json":  # stdout holds the summary object alone:
         json_out, sys.stdout = sys.stdout, sys.stderr  # every other line goes to stderr
     guard = RunGuard().install()
+    held: list[ReportLock] = []
     try:
-        return _run(args, guard, json_out)
+        return _run(args, guard, json_out, held)
     finally:
+        for lock in held:
+            lock.release()
         guard.close()
         if json_out is not None:
             sys.stdout = json_out
@@ -91,29 +99,42 @@ def _workers(value: str, profile: Profile) -> int:
     return n
 
 
-def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> int:
+def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
+         held: list[ReportLock]) -> int:
+    bad = setting_problems(os.environ)  # every PREFLIGHT_* value, typed and in range, or exit 2
+    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     env = dict(os.environ)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    host = hostname(env)
-    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(env)
-    report_dir = report_dir / host
-    failure_file = _failure_path(args.failure_file, env)
-    tier = args.tier or setting(env, "PREFLIGHT_TIER") or "preflight"
-    finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
-                             failure_file=failure_file, env=env, command=command,
-                             write_failure=write_failure)
-    guard.set_finalizer(finalizer)
-    if tier not in TIERS:
-        raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
-    s3_uri = args.s3_uri or setting(env, "PREFLIGHT_S3_URI")
-    namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
-    if s3_uri:
+    usable = {k: v for k, v in env.items() if k not in bad}  # where the early report goes
+    host, report_dir, failure_file = _place(args, usable, env)
+    tier = args.tier or setting(usable, "PREFLIGHT_TIER") or "preflight"
+    s3_uri = args.s3_uri or setting(usable, "PREFLIGHT_S3_URI")
+    if s3_uri:  # a mistyped option: said before anything is written
         try:
             parse_s3_uri(s3_uri)
         except ValueError as exc:
             raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
+    held += _lock(report_dir, host, failure_file, env)
+    finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
+                             failure_file=failure_file, env=env, command=command,
+                             write_failure=write_failure)
+
+    def finalize(signum: int) -> None:
+        """The interrupted report, then the folder is free (harness.interrupt's cleaner)."""
+        try:
+            finalizer(signum)
+        finally:
+            for lock in held:
+                lock.release()
+
+    guard.set_finalizer(finalize)
+    if bad:
+        message = "; ".join(bad.values())
+        _write_early_failure(message, host, tier, report_dir, failure_file, env)
+        raise UsageError(message)
+    namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
@@ -160,6 +181,9 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
         threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
     cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
     finalizer.cluster = cluster
+    for lock in held:
+        lock.extend((cluster.t.hard_bound_s if cluster is not None else cfg.budget_s)
+                    + LOCK_MARGIN_S)
     try:
         report = run_checks(cfg)
     except Exception as exc:  # the harness itself broke: still leave a report behind
@@ -189,12 +213,53 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
     if cluster is not None:
         cluster.close()
     if report.verdict == "pass" or (args.warn_only and not report.usage_error):
-        if report.verdict != "pass":
+        if report.verdict != "pass" and command:  # without one, nothing is handed off
             print("preflight: --warn-only: handing off despite the failures above", flush=True)
         if command:
+            for lock in held:
+                lock.release()  # the trainer does not hold the report folder
             return guard.exec_gate(lambda: handoff.exec_command(command))
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
+
+
+def _place(args: argparse.Namespace, usable: dict[str, str], env: dict[str, str]
+           ) -> tuple[str, Path, Path | None]:
+    """This node's name, its report folder (REPORT_DIR/NAME) and the failure file. A name that
+    cannot name a folder inside REPORT_DIR (SageMaker's current_host, the kernel's hostname:
+    PREFLIGHT_HOSTNAME's rule already refused its own) is a usage error."""
+    host = hostname(usable)
+    failure_file = _failure_path(args.failure_file, usable)
+    if not re.fullmatch(HOST_NAME, host):
+        message = (f"this node's name {host!r} cannot name its report folder (not a host name); "
+                   "set PREFLIGHT_HOSTNAME")
+        if failure_file is not None:
+            write_failure(failure_file, f"gpu-preflight could not start: {message}", env)
+        raise UsageError(message)
+    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(usable)
+    return host, report_dir / host, failure_file
+
+
+def _lock(report_dir: Path, host: str, failure_file: Path | None,
+          env: dict[str, str]) -> list[ReportLock]:
+    """This run's hold on its report folder (harness.report_lock): another run's folder is a
+    usage error naming that run (exit 2), written to the failure file, not to its report. A
+    folder that cannot be written is not locked: the report's own write says so."""
+    try:
+        lock = ReportLock.acquire(report_dir, host=host)
+    except ReportLockBusy as exc:
+        if failure_file is not None:
+            write_failure(failure_file, f"gpu-preflight could not start on {host}: {exc}", env)
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        print(f"preflight: warning: cannot lock the report folder {report_dir}: "
+              f"{exc.strerror or exc}", file=sys.stderr, flush=True)
+        return []
+    if stale := lock.took_over:
+        print(f"gpu-preflight: the report folder's lock of pid {stale.get('pid', '?')} on "
+              f"{stale.get('machine', '?')} (started {stale.get('started_at', '?')}) was stale: "
+              "that run is gone; taken over", flush=True)
+    return [lock]
 
 
 def _cluster_start(cfg: RunConfig, failure_file: Path | None) -> ClusterStep | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["InspectFn", "ParseError", "inspect_kind", "inspect_kinds"]
+__all__ = ["InspectFn", "ParseError", "inspect_kind", "inspect_kinds", "not_text"]
 
 InspectFn = Callable[..., dict[str, Any]]
 
@@ -54,6 +55,24 @@ def inspect_kinds() -> dict[str, InspectFn]:
     return kinds
 
 
+#: Characters of the input's head that `not_text` judges.
+TEXT_SAMPLE_CHARS = 65536
+#: Characters that text does not hold: C0 controls but tab, line ends, ESC (ANSI colours) and
+#: NUL (/proc/PID/environ's separator), DEL, and U+FFFD (a byte that was not UTF-8).
+_NOT_TEXT = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
+
+
+def not_text(head: str) -> str | None:
+    """Why `head` is not text any kind reads (binary data: random bytes, a core file, a
+    compressed log), else None: more than 2 and more than 1% of its characters are controls or
+    invalid UTF-8. Every kind refuses such input before its parser looks for its lines."""
+    bad = len(_NOT_TEXT.findall(head))
+    if bad > 2 and bad * 100 > len(head):
+        return (f"not text: {bad} of the first {len(head):,} characters are control characters "
+                "or invalid UTF-8 (binary data, a compressed file, or not UTF-8)")
+    return None
+
+
 def _with_notes(fn: InspectFn) -> InspectFn:
     """`fn` reading through one Input, its result with `notes` (the reader's, then the
     parser's), and a ParseError that says what the reader cut, with secrets redacted."""
@@ -64,6 +83,8 @@ def _with_notes(fn: InspectFn) -> InspectFn:
     def inspect(stream: Any, *, profile: Any) -> dict[str, Any]:
         source = as_input(stream)
         try:
+            if problem := not_text(source.head(TEXT_SAMPLE_CHARS)):
+                raise ParseError(problem)
             result = fn(source, profile=profile)
         except ParseError as exc:
             # It may quote the input (a CSV row, a JSON error): redacted like the results are.

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 __all__ = ["INSPECT", "EnvDump", "inspect_env", "parse_env_dump"]
 
 _OTHER_ASSIGN = re.compile(r"^\S+=")  # exported bash functions: BASH_FUNC_f%%=() {
+#: How environment variables are named: upper case, digits and `_` (POSIX), or all lower case
+#: (`http_proxy`), not mixed (`A6UtsEIbX1MAjA`, a base64 line's `==` end).
+_CONVENTIONAL = re.compile(r"[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_]*")
 # Wrappers in front of each line: `srun -l` (`0: `), mpirun --tag-output (`[1,0]<stdout>:`), from
 # the one unwrapper (the env parser keeps one rank's copy of a tagged dump).
 _RANK_PREFIX = RANK_PREFIX
@@ -92,8 +95,15 @@ def parse_env_dump(text: str | Input) -> EnvDump:
     source = as_input(text)
     shape = _shape(source)
     if shape.nul:
+        # /proc/PID/environ: every entry is NAME=value (a value's newlines are inside it), so an
+        # entry that is not continues nothing; binary data has NULs too, and a chance `A=...`
+        # between two of them does not make it an environment.
         entries = (e for e in source.lines(sep="\0") if e.strip())
-        return _finish(_parse_lines(entries, glue=True), "environ")
+        variables, skipped = _parse_lines(entries, glue=False)
+        if skipped > len(variables):
+            raise ParseError(f"not an environment: {skipped} of {skipped + len(variables)} "
+                             "NUL-separated entries are not NAME=value (binary data?)")
+        return _finish((variables, skipped), "environ")
     if shape.first in ("[", "{"):
         doc = source.document()
         data = None
@@ -180,6 +190,12 @@ def _finish(parsed: tuple[Variables, int], fmt: str) -> EnvDump:
     variables, skipped = parsed
     if not variables:
         raise ParseError("no environment variable assignments (NAME=value) found in the input")
+    if fmt in ("environ", "env", "script") and not any(map(_CONVENTIONAL.fullmatch, variables)):
+        # Text with a chance `Word=` in it (random text, a base64 block's last line) is not an
+        # environment: a real one names at least one variable the way variables are named.
+        names = ", ".join(list(variables)[:3])
+        raise ParseError(f"not an environment: none of the {len(variables)} name(s) read "
+                         f"({names[:120]}) is named as variables are (NCCL_DEBUG, http_proxy)")
     return EnvDump(dict(variables), skipped, fmt, variables.dropped)
 
 

@@ -20,7 +20,8 @@ __all__ = ["INSPECT", "inspect_topology"]
 
 def inspect_topology(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """Keys: num_nodes, node_rank, local_rank, master_addr, port, source, hosts (null on a
-    single node), error (the TopologyError message, else null)."""
+    single node, which `notes` then says), error (the TopologyError message, else null).
+    ParseError when the input is neither an environment nor a resourceconfig.json."""
     source = as_input(stream)
     env: dict[str, str] = {}
     resourceconfig: dict[str, object] | None = None
@@ -32,6 +33,9 @@ def inspect_topology(stream: TextIO | Input, *, profile: Profile | None) -> JSON
         except (ValueError, RecursionError):
             data = None
     if isinstance(data, dict):
+        if not {"current_host", "hosts"} & data.keys():
+            raise ParseError("a JSON object without current_host or hosts: not a SageMaker "
+                             "resourceconfig.json (keys: " + ", ".join(list(data)[:8]) + ")")
         resourceconfig = data
     else:
         env = parse_env_dump(source).variables
@@ -49,6 +53,11 @@ def inspect_topology(stream: TextIO | Input, *, profile: Profile | None) -> JSON
         result.update(num_nodes=topo.num_nodes, node_rank=topo.node_rank,
                       local_rank=topo.local_rank, master_addr=topo.master_addr, port=topo.port,
                       source=topo.source, hosts=list(topo.hosts))
+    else:  # read, and nothing multi-node in it: say so, rather than leave every key null
+        result["notes"] = [f"no multi-node launcher in the {len(env)} variable(s) read "
+                           "(Slurm, torchrun, Open MPI, SageMaker, PREFLIGHT_NNODES): a "
+                           "single-node job" if resourceconfig is None else
+                           "the resourceconfig.json names a single host: a single-node job"]
     return result
 
 
