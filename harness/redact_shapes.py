@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["AUTH_SCHEMES", "REDACTED", "SHAPES", "Shape", "credential_end"]
+__all__ = ["AUTH_SCHEMES", "REDACTED", "SHAPES", "Shape", "credential_end", "shortened_tokens"]
 
 REDACTED = "***REDACTED***"
 
@@ -37,49 +37,72 @@ def _base64_credential(token: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """One secret format: `literals` (one must be in the text: a fast skip), the pattern, and
-    an optional test of a match (a shape too plain to tell from words by its pattern alone)."""
+    """One secret format: `hint` (a literal, or literals sharing a first character, that the
+    text must hold: a fast skip, one scan), the pattern, and an optional test of a match (a
+    shape too plain to tell from words by its pattern alone)."""
 
     name: str
-    literals: tuple[str, ...]
+    hint: re.Pattern[str]
     pattern: re.Pattern[str]
     accept: Callable[[str], bool] | None = None
 
 
+def _hint(*literals: str) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, literals)))
+
+
 _AWS_PREFIXES = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", "ABIA", "ACCA")
+
+
+def _token(lead: str, rest: str, before: str = "A-Za-z0-9_-") -> re.Pattern[str]:
+    """`lead` (a literal) then `rest`, where no character of `before` precedes `lead`. The
+    pattern starts with the literal (re then finds it as fast as str.find); the check of the
+    character before it is a lookbehind after it (`\\b` or a lookbehind first would make re
+    try the pattern at every position)."""
+    lead = re.escape(lead)
+    return re.compile(rf"{lead}(?<=(?<![{before}]){lead}){rest}")
+
+
+#: The prefixes of the token shapes below, for a token shortened to its two ends.
+_TOKEN_PREFIXES = re.compile(
+    r"hf_|gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt|cbt|ft|imt|oas|soat|agent)-|sk-"
+    r"|xox[abeoprs]-|AKIA|ASIA|eyJ|AIza|npm_|pypi-")
 
 SHAPES: tuple[Shape, ...] = (
     # AWS access key ids: AKIA (long-term), ASIA (temporary, STS), and the other unique-id kinds.
-    Shape("aws-key-id", _AWS_PREFIXES,
-          re.compile(rf"(?<![A-Za-z0-9])(?:{'|'.join(_AWS_PREFIXES)})[0-9A-Z]{{16}}{_END}")),
-    Shape("hugging-face", ("hf_",), re.compile(rf"{_START}hf_[A-Za-z0-9]{{30,}}")),
-    Shape("github", ("gh",), re.compile(rf"{_START}gh[pousr]_[A-Za-z0-9]{{36,}}")),
-    Shape("github-fine-grained", ("github_pat_",),
-          re.compile(rf"{_START}github_pat_[A-Za-z0-9_]{{22,}}")),
+    Shape("aws-key-id", re.compile(f"A(?:{'|'.join(p[1:] for p in _AWS_PREFIXES)})"),
+          _token("A", rf"(?:{'|'.join(p[1:] for p in _AWS_PREFIXES)})[0-9A-Z]{{16}}{_END}",
+                 before="A-Za-z0-9")),
+    Shape("hugging-face", _hint("hf_"), _token("hf_", r"[A-Za-z0-9]{30,}")),
+    Shape("github", _hint("gh"), _token("gh", r"[pousr]_[A-Za-z0-9]{36,}")),
+    Shape("github-fine-grained", _hint("github_pat_"),
+          _token("github_pat_", r"[A-Za-z0-9_]{22,}")),
     # GitLab: personal/project/group (glpat-), deploy (gldt-), runner (glrt-), pipeline trigger
     # (glptt-), CI job (glcbt-), feed (glft-), incoming mail (glimt-), OAuth secret (gloas-).
-    Shape("gitlab", ("gl",), re.compile(
-        rf"{_START}gl(?:pat|dt|rt|ptt|cbt|ft|imt|oas|soat|agent)-[A-Za-z0-9_-]{{20,}}")),
-    Shape("slack", ("xox",), re.compile(rf"{_START}xox[abeoprs]-[A-Za-z0-9-]{{10,}}")),
+    Shape("gitlab", _hint("gl"), _token(
+        "gl", r"(?:pat|dt|rt|ptt|cbt|ft|imt|oas|soat|agent)-[A-Za-z0-9_-]{20,}")),
+    Shape("slack", _hint("xox"), _token("xox", r"[abeoprs]-[A-Za-z0-9-]{10,}")),
     # OpenAI (`sk-`, `sk-proj-`, `sk-svcacct-`) and Anthropic (`sk-ant-api03-`) keys; a
     # hyphenated word after `sk-` has no digits and upper case in it.
-    Shape("openai-anthropic", ("sk-",),
-          re.compile(rf"{_START}sk-[A-Za-z0-9_-]{{20,}}"), lambda t: _mixed(t[3:])),
-    Shape("google-api", ("AIza",), re.compile(rf"{_START}AIza[0-9A-Za-z_-]{{35}}")),
-    Shape("stripe", ("_live_",), re.compile(rf"{_START}(?:sk|rk)_live_[0-9A-Za-z]{{16,}}")),
-    Shape("pypi", ("pypi-",), re.compile(rf"{_START}pypi-AgE[A-Za-z0-9_-]{{50,}}")),
-    Shape("npm", ("npm_",), re.compile(rf"{_START}npm_[A-Za-z0-9]{{36}}")),
+    Shape("openai-anthropic", _hint("sk-"), _token("sk-", r"[A-Za-z0-9_-]{20,}"),
+          lambda t: _mixed(t[3:])),
+    Shape("google-api", _hint("AIza"), _token("AIza", r"[0-9A-Za-z_-]{35}")),
+    Shape("stripe", _hint("_live_"), re.compile(rf"{_START}(?:sk|rk)_live_[0-9A-Za-z]{{16,}}")),
+    Shape("pypi", _hint("pypi-"), _token("pypi-", r"AgE[A-Za-z0-9_-]{50,}")),
+    Shape("npm", _hint("npm_"), _token("npm_", r"[A-Za-z0-9]{36}")),
     # A JWT (JWS compact form): base64url JSON header (`{"` is `eyJ`), payload, signature.
-    Shape("jwt", ("eyJ",), re.compile(
-        rf"{_START}eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]*")),
-    Shape("bearer", ("earer",), re.compile(r"\b[Bb]earer\s+[A-Za-z0-9._~+/=-]{8,}")),
-    Shape("basic", ("asic",), re.compile(r"\b[Bb]asic[ \t]+[A-Za-z0-9+/]{8,}={0,2}(?![\w+/=])"),
+    Shape("jwt", _hint("eyJ"), _token(
+        "eyJ", r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")),
+    Shape("bearer", _hint("earer"),
+          re.compile(r"[Bb]earer(?<=\b[Bb]earer)\s+[A-Za-z0-9._~+/=-]{8,}")),
+    Shape("basic", _hint("asic"),
+          re.compile(r"[Bb]asic(?<=\b[Bb]asic)[ \t]+[A-Za-z0-9+/]{8,}={0,2}(?![\w+/=])"),
           _base64_credential),
     # A PEM private key (RSA, EC, OPENSSH, ENCRYPTED, PGP ... BLOCK): up to its END line (the
     # scan stops at the next BEGIN/END, so it is linear however many headers there are), or,
     # cut short, the base64 lines after its header (real newlines or the `\n` escapes of a
     # JSON or env value). Certificates and public keys are not secrets: they stay.
-    Shape("private-key", ("-----BEGIN ",), re.compile(
+    Shape("private-key", _hint("-----BEGIN "), re.compile(
         r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:"
         r"(?:(?!-----(?:BEGIN|END) )[\s\S]){0,65536}?-----END [A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
         r"|(?:(?:\\r)?(?:\\n)|\r?\n)?(?:[A-Za-z0-9+/=]{1,1024}(?:(?:\\r)?\\n|\r?\n)?)*)")),
@@ -119,3 +142,34 @@ def credential_end(text: str, start: int, *, any_scheme: bool) -> tuple[int, int
     if found is None or found.end() == found.start():
         return None
     return (found.start() if known else start), found.end()
+
+
+#: A token's characters before a shortening `...` (a run of them ends at `=`, so that the
+#: prefix of `x=hf_ab...` is found), and after it.
+_HEAD_RUN = re.compile(r"[A-Za-z0-9_-]+")
+_TAIL_RUN = re.compile(r"[A-Za-z0-9_+/=-]*")
+#: The longest head of a shortened token looked at.
+_HEAD_CHARS = 128
+
+
+def shortened_tokens(text: str) -> str:
+    """A token shape shortened to its ends by pytest's assertion message or reprlib
+    (`'ghp_abcdefgh...uvwxyz01'`), or cut (`hf_abc...`): from each `...`, the run of token
+    characters before it (read reversed: one slice per `...`) starting with a token prefix."""
+    parts, done, pos = [], 0, 0
+    while (dots := text.find("...", pos)) >= 0:
+        pos = dots + 3
+        lo = max(done, dots - _HEAD_CHARS)
+        run = _HEAD_RUN.match(text[lo:dots][::-1])
+        if run is None:
+            continue
+        start = dots - run.end()
+        prefix = _TOKEN_PREFIXES.match(text, start, dots)
+        if prefix is None or dots - prefix.end() < 2:
+            continue
+        end = _TAIL_RUN.match(text, pos).end()  # type: ignore[union-attr]
+        parts += [text[done:start], REDACTED]
+        done = pos = end
+    if not parts:
+        return text
+    return "".join([*parts, text[done:]])

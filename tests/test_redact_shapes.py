@@ -113,6 +113,28 @@ def test_a_known_value_is_found_in_its_escaped_forms(value: str, written: str) -
     assert r.text(f"saw {written} here") == f"saw {R} here"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("assert 'hf_CANARYenv...efghijklmnopq' == 'x'", f"assert '{R}' == 'x'"),  # pytest's form
+     ("assert 'canary env ...h spaces' == 'x'", f"assert '{R}' == 'x'"),
+     ("'canary env pass...' and 'canary ...x' and 'a...b' and 'canary'",
+      f"'{R}' and '{R}x' and 'a...b' and 'canary'")],  # a head alone, cut: redacted too
+)
+def test_a_known_value_shortened_or_cut(text: str, expected: str) -> None:
+    r = Redactor({"HF_TOKEN": "hf_CANARYenv0123456789abcdefghijklmnopq",
+                  "DB_PASSWORD": "canary env pass with spaces"})
+    assert r.text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("assert 'ghp_abcdefghijkl...uvwxyz0123' == 'x'", f"assert '{R}' == 'x'"),
+     ("'AKIAIOSF...EXAMPLE'", f"'{R}'"), ("see the docs... later", "see the docs... later")],
+)
+def test_a_token_shortened_to_its_ends_by_its_shape(text: str, expected: str) -> None:
+    assert Redactor({}).text(text) == expected
+
+
 def test_argv_redacts_whole_assigned_values() -> None:
     argv = ["train.py", "--password=a b", "DB_PASSWORD=x y", "--lr=1", "--hf-token", "a b"]
     assert Redactor({}).argv(argv) == ["train.py", f"--password={R}", f"DB_PASSWORD={R}",
@@ -135,10 +157,13 @@ def test_redacting_twice_changes_nothing_and_is_remembered() -> None:
      "password: x\n" * 25_000, "Authorization: Basic " * 12_000,
      "Authorization: Digest " + "a=b, " * 60_000, "eyJ" * 80_000, "eyJaaaaaaaaa." * 20_000,
      "sk-" * 80_000, "ASIA" * 60_000, '--password "' * 20_000, "Basic AAAAAAAA" * 20_000,
-     "  db_password = " + "x " * 120_000],
+     "  db_password = " + "x " * 120_000, "hf_CANARYenv...mnopq " * 20_000,
+     "hf_CANA" * 40_000 + "..." * 10_000, "hf_ab..." * 30_000, "." * 250_000,
+     ("a" * 127 + "...") * 2_000, "Bearer " * 30_000, "A" * 250_000],
     ids=["open-quotes", "escaped-quotes", "entity-quotes", "config-lines", "basic-headers",
          "digest-params", "jwt-heads", "jwt-dots", "sk", "asia", "flag-quotes", "basic-b64",
-         "config-long"],
+         "config-long", "shortened-values", "value-heads", "shortened-shapes", "dots",
+         "runs-and-dots", "bearers", "capital-a"],
 )
 def test_new_patterns_stay_linear(text: str) -> None:
     assert isinstance(Redactor({}).text(text), str)
