@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.jsontypes import JSONMapping, JSONObject, JSONValue
+from harness.redact import Redactor
 
 if TYPE_CHECKING:
     from harness.report import Report
@@ -69,10 +70,12 @@ def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
                  env: Mapping[str, str]) -> JSONObject:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
-    and the figures the straggler check compares."""
+    and the figures the straggler check compares; redacted against this node's secrets (the
+    peers' reports and failure files quote it, and they do not know them)."""
+    report = report.redacted(env)
     failed = [{"id": c.id, "outcome": c.outcome, "message": c.message[:MAX_MESSAGE_CHARS]}
               for c in report.failed[:MAX_FAILED]]
-    return {
+    return Redactor.of(env).obj({  # type: ignore[return-value]
         "rank": rank,
         "host": report.host,
         "verdict": report.verdict,
@@ -82,7 +85,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "facts": {k: facts.get(k) for k in FACT_KEYS},
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
         "figures": node_figures(report.checks),
-    }
+    })
 
 
 class BadNodes:
