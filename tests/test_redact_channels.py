@@ -170,12 +170,21 @@ def _kubernetes(report: Report, tmp: Path, env: dict[str, str]) -> str:
             + json.dumps(server.requests))
 
 
+def _peers(report: Report, tmp: Path, env: dict[str, str]) -> str:
+    """What this node publishes to the others of a multi-node job (its NCCL/FI variables too)."""
+    from harness.cluster.snapshot import node_summary
+
+    env = {**env, "NCCL_DEBUG_FILE": CANARIES[8].text, "FI_PROVIDER": CANARIES[14].secret}
+    return json.dumps(node_summary(report, rank=0, facts={}, env=env))
+
+
 CHANNELS = {"report.json": _report_json, "failure file": _failure_file,
             "interrupted failure file": _interrupted_failure_file,
             "plain summary (stdout in a log)": _plain_summary,
             "terminal table": _terminal_table, "--format json": _json_summary,
             "junit.xml written from the report": _junit, "metrics file": _metrics,
-            "Kubernetes messages and termination log": _kubernetes}
+            "Kubernetes messages and termination log": _kubernetes,
+            "the control plane (what the peers quote)": _peers}
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
