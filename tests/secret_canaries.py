@@ -88,11 +88,12 @@ SURVIVORS: tuple[str, ...] = (
 
 def _forms(secret: str) -> set[str]:
     """How a secret may appear in an output: as it is, escaped for JSON or XML, URL-encoded,
-    and its middle (a cut message keeps part of it)."""
+    and a long one's first, middle or last 12 characters (a cut message keeps part of it;
+    pytest's assertion message keeps a long string's two ends)."""
     forms = {secret, json.dumps(secret)[1:-1], html.escape(secret),
              urllib.parse.quote(secret, safe="")}
     if len(secret) >= 24:
-        forms.add(secret[len(secret) // 4: len(secret) // 4 + 12])
+        forms |= {secret[:12], secret[len(secret) // 4: len(secret) // 4 + 12], secret[-12:]}
     return forms
 
 
