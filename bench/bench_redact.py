@@ -75,6 +75,13 @@ def log_text(rng: random.Random, size: int) -> str:
         f"SM_HPS={hex_json(rng, 2000)}",
         "".join(rng.choices("abcdefghijklmnopqrstuvwxyz0123456789.-", k=4000)),
         'File "/opt/ml/code/train.py", line 12, in <module>',
+        # the shapes issue 26 added: headers of every scheme, escaped JSON, config lines,
+        # temporary AWS ids, JWTs, provider keys, pytest's shortened strings
+        "curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZA==' -H 'X-Api-Key: abc' https://h/x",
+        'E       {\\"password\\": \\"two words\\"} Authorization: Digest username="u", response="r"',
+        "  api_key: two words  # from vault",
+        "aws_access_key_id=ASIAIOSFODNN7EXAMPLE token=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln",
+        "assert 'hf_abcdefghijkl...uvwxyz0123' == 'x'; sk-proj-Ab3dEfGh1jKlMn0pQrStUvWx; Loading...",
     ]
     out, n = [], 0
     while n < size:

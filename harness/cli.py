@@ -197,8 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("gpu-preflight: starting", file=info, flush=True)
     try:
         return _command(args.cmd)(args)
-    except (UsageError, SettingError) as exc:  # SettingError: a PREFLIGHT_* value it read
-        print(f"preflight: error: {exc}", file=sys.stderr)
+    except (UsageError, SettingError) as exc:  # it may quote a value the user gave: redacted
+        from harness.redact import redact_text
+
+        print(f"preflight: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

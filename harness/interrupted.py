@@ -83,9 +83,10 @@ def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig 
     return report
 
 
-def failure_text(report: Report) -> str:
-    """The failure file's text: its first HEAD_CHARS say, alone, who stopped the run, what had
-    finished, what had failed before the signal."""
+def failure_text(report: Report, env: Mapping[str, str] | None = None) -> str:
+    """The failure file's text, from the redacted report: its first HEAD_CHARS say, alone, who
+    stopped the run, what had finished, what had failed before the signal."""
+    report = report.redacted(env)
     info = report.interrupted or {}
     done = info.get("finished", [])
     failed = [c for c in report.failed if c.id not in info.get("not_finished", [])]
@@ -123,21 +124,21 @@ class RunFinalizer:
 
     def __call__(self, signum: int) -> None:
         from harness.junit import write_junit_if_missing
-        from harness.report import redact_file, write_report
+        from harness.report import redact_outputs, write_report
 
         report = interrupted_report(
             self.guard, host=self.host, tier=self.tier, cfg=self.cfg, env=self.env,
             started_at=self.started_at, started_wall=self.started_wall,
             started_mono=self.started_mono)
         report.command = self.command
+        report = report.redacted(self.env)  # every output below renders the redacted record
         self.report = report
         write_report(report, self.report_dir, self.env)
         # The check session may not have written its junit.xml (stopped before or during it).
-        write_junit_if_missing(report, self.report_dir / "junit.xml")
+        write_junit_if_missing(report, self.report_dir / "junit.xml", self.env)
         if self.failure_file is not None:
-            self.write_failure(self.failure_file, failure_text(report), self.env)
-        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
-            redact_file(self.report_dir / name, self.env)  # before anything that may block
+            self.write_failure(self.failure_file, failure_text(report, self.env), self.env)
+        redact_outputs(self.report_dir, self.env)  # before anything that may block
         print(f"{self.guard.what}: INTERRUPTED by {signal_name(signum)}; report: "
               f"{self.report_dir / 'report.json'}", flush=True)
         if self.cluster is not None:  # the peers name this node now, not at their deadline

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.report import Report
@@ -16,12 +17,14 @@ __all__ = ["write_junit_if_missing"]
 _ELEMENT = {"fail": "failure", "error": "error", "skip": "skipped"}
 
 
-def write_junit_if_missing(report: Report, path: Path) -> bool:
-    """Write `path` from `report` unless a junit.xml is already there; True when written. The
-    checks that finished are testcases with their outcome; an unfinished run adds one error
-    testcase saying why (the report's harness errors)."""
+def write_junit_if_missing(report: Report, path: Path,
+                           env: Mapping[str, str] | None = None) -> bool:
+    """Write `path` from the redacted `report` unless a junit.xml is already there; True when
+    written. The checks that finished are testcases with their outcome; an unfinished run adds
+    one error testcase saying why (the report's harness errors)."""
     if path.exists():
         return False
+    report = report.redacted(env)
     cases = []
     for c in report.checks:
         case = ET.Element("testcase", classname="gpu-preflight", name=c.id,

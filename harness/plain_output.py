@@ -51,12 +51,18 @@ def group_failures(checks: Sequence[JSONMapping]) -> list[tuple[str, list[str], 
     return sorted(out, key=lambda g: order[g[0]])
 
 
-def print_plain_summary(report: Report, file: TextIO | None = None) -> None:
-    """The summary as plain lines (see the module docstring)."""
+def print_plain_summary(report: Report | JSONMapping, file: TextIO | None = None,
+                        env: Mapping[str, str] | None = None) -> None:
+    """The summary as plain lines (see the module docstring), from the redacted report (or
+    report.json's data, redacted the same way)."""
+    from harness.redact import Redactor
     from harness.summary import id_ranges
 
     out = file or sys.stdout
-    data = report.to_dict() if hasattr(report, "to_dict") else report
+    if isinstance(report, Mapping):
+        data: JSONMapping = Redactor.of(env).obj(report)  # type: ignore[assignment]
+    else:
+        data = report.redacted(env).to_dict()
     for outcome, ids, gpus, message in group_failures(data.get("checks") or []):
         on = f" on GPUs {','.join(gpus)}" if gpus else ""
         print(f"{_LABEL[outcome]} {id_ranges(ids)}{on}: {message or outcome}", file=out)

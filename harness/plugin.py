@@ -37,6 +37,7 @@ from harness.checking import (
 from harness.deadline import TimeoutHooks
 from harness.interrupt import install_session_handlers
 from harness.items import item_spec, selection_key, suite_of, suites_key
+from harness.redact import Redactor
 from harness.results import CheckResult, Measurement
 from harness.suites import BUILTIN_SUITE
 
@@ -73,6 +74,7 @@ MARKERS = {
 _active_key = pytest.StashKey[bool]()
 _profile_key = pytest.StashKey[Any]()
 _phases_key = pytest.StashKey[dict[str, Any]]()
+_redactor_key = pytest.StashKey[Redactor]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -131,6 +133,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _requested(config):
         return
     config.stash[_active_key] = True
+    # One Redactor for the session (the run's environment is this process's): the results
+    # are redacted as they are made; in a run's session also pytest's reports and results.jsonl.
+    redactor = config.stash[_redactor_key] = Redactor.of()
     for marker, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {doc}")
     for module in FIXTURE_MODULES:
@@ -149,9 +154,12 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("preflight_results")
     if path:
         from harness.recorder import ResultsRecorder
+        from harness.session_redaction import SessionRedaction
 
+        config.pluginmanager.register(SessionRedaction(redactor), "preflight-redaction")
         worker = getattr(config, "workerinput", {}).get("workerid")
-        recorder = ResultsRecorder(Path(path), worker, config.getoption("preflight_phase") or "checks")
+        recorder = ResultsRecorder(Path(path), worker, config.getoption("preflight_phase") or "checks",
+                                   redact=redactor.obj)
         config.pluginmanager.register(recorder, "preflight-results")
         install_session_handlers()  # SIGTERM/SIGHUP end the session as Ctrl-C does
 
@@ -295,7 +303,8 @@ def pytest_runtest_makereport(
     if rep.when == "teardown":
         _set_current(None)
         # JSON text: junit.xml shows it as is (a dict would be its Python repr there).
-        rep.user_properties.append(("preflight_result", json.dumps(_final(spec, item, state), default=str)))
+        record = item.config.stash[_redactor_key].obj(_final(spec, item, state))  # as it is made
+        rep.user_properties.append(("preflight_result", json.dumps(record, default=str)))
     return rep
 
 

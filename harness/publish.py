@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.figures import bandwidth_curves, gpus_healthy
 from harness.jsontypes import JSONMapping, JSONObject
+from harness.redact import Redactor
 from harness.report import Report, write_report
 from harness.settings import get_str
 
@@ -164,8 +165,9 @@ def publish(
     uploads: dict[str, Any] = {"s3": None, "cloudwatch": None, "warnings": []}
 
     def problem(what: str, exc: BaseException) -> None:
-        text = (f"preflight: warning: {what} failed: {_describe(exc)}; the local report "
-                f"{local} is intact and the verdict ({report.verdict}) is unchanged")
+        text = Redactor.of(env).text(
+            f"preflight: warning: {what} failed: {_describe(exc)}; the local report "
+            f"{local} is intact and the verdict ({report.verdict}) is unchanged")
         uploads["warnings"].append(text.removeprefix("preflight: warning: "))
         warn(text)
 
@@ -173,7 +175,7 @@ def publish(
         try:
             from harness.emf import put_emf
 
-            as_dict = report.to_dict()
+            as_dict = report.redacted(env).to_dict()
             uploads["cloudwatch"] = put_emf(as_dict, metric_data(as_dict, env), env, namespace,
                                             _client("logs"))
         except Exception as exc:  # any AWS/network/import problem is a warning, never a crash
@@ -181,7 +183,7 @@ def publish(
             problem(f"putting CloudWatch EMF events for namespace {namespace}", exc)
     elif namespace:  # PREFLIGHT_CW_FORMAT=metrics: PutMetricData, Host as a dimension
         try:
-            data = metric_data(report.to_dict(), env)
+            data = metric_data(report.redacted(env).to_dict(), env)
             _put_metrics(namespace, data)
             uploads["cloudwatch"] = {
                 "namespace": namespace, "ok": True,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import pytest
@@ -40,16 +40,19 @@ class ResultsRecorder:
     which the runner reports as an error.
     """
 
-    def __init__(self, path: Path, worker_id: str | None, phase: str = "checks") -> None:
+    def __init__(self, path: Path, worker_id: str | None, phase: str = "checks",
+                 redact: Callable[[object], object] = lambda record: record) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.redact = redact
+        """Applied to every event before it is written (harness.redact.Redactor.obj)."""
         self.worker_id = worker_id
         self.phase = phase
         self.distributing = False
         self.errors: list[dict[str, str]] = []
 
     def write(self, record: JSONObject) -> None:
-        data = (json.dumps(record, default=str) + "\n").encode()
+        data = (json.dumps(self.redact(record), default=str) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, data)

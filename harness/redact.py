@@ -1,90 +1,31 @@
-"""Keep secrets out of every output: env values of credential-like names, and secret-shaped text."""
+"""Keep secrets out of every output: env values of credential-like names, values beside
+credential-like names and keys (`NAME=value`, JSON/YAML/INI, `Authorization:` headers, flags,
+URL userinfo), and secret-shaped text (harness.redact_shapes). Nothing else is changed."""
 
 from __future__ import annotations
 
 import functools
+import html
+import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+import urllib.parse
+from collections.abc import Iterable, Mapping
+
+from harness.redact_pairs import is_secret_flag, is_secret_name, redact_pairs
+from harness.redact_shapes import REDACTED, SHAPES, Shape, shortened_tokens
 
 __all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_env", "redact_text"]
 
-REDACTED = "***REDACTED***"
-
-# Parts of variable names that mark credentials (matched on the upper-cased name, as words or
-# substrings: HF_TOKEN, WANDB_API_KEY, AWS_SESSION_TOKEN, DB_PASSWORD, GITHUB_PAT ...).
-_SECRET_NAME = re.compile(
-    r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|ACCOUNT_?KEY"
-    r"|CONNECTION_?STRING"
-    r"|AUTH|COOKIE|SESSION_?KEY|SIGNATURE|(^|_)PAT($|_)|(^|_)PWD($|_)|(^|_)PASS($|_)|(^|_)KEY($|_)"
-)
-# Secret-shaped values, whatever variable or log line holds them. Every pattern starts at a
-# literal (or a word boundary before one) and has no nested or adjacent unbounded repetition, so
-# each runs in time linear in the text (bench/bench_redact.py).
-_SECRET_VALUES = [
-    # (literals one of which the text must hold, pattern): the literal test is a fast skip.
-    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
-     re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b")),  # AWS key ids
-    (("hf_",), re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),  # Hugging Face tokens
-    (("gh",), re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b")),  # GitHub tokens
-    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}")),  # GitHub fine-grained
-    (("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),  # GitLab tokens
-    (("earer",), re.compile(r"\b[Bb]earer\s+[A-Za-z0-9._~+/=-]{8,}")),  # Authorization headers
-    (("xox",), re.compile(r"\bxox[abpors]-[A-Za-z0-9-]{10,}\b")),  # Slack tokens
-    # A PEM private key: up to its END line (the scan stops at the next BEGIN/END, so it is
-    # linear however many headers there are), or, cut short, the base64 lines after its header
-    # (real newlines or the `\n` escapes of a JSON or env value).
-    (("-----BEGIN ",),
-     re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:"
-                r"(?:(?!-----(?:BEGIN|END) )[\s\S]){0,65536}?-----END [A-Z ]{0,40}PRIVATE KEY-----"
-                r"|(?:(?:\\r)?(?:\\n)|\r?\n)?(?:[A-Za-z0-9+/=]{1,1024}(?:(?:\\r)?\\n|\r?\n)?)*)")),
-]
 # user:password@ in URLs (proxies, MLflow, git remotes). Found from the `://` (a letter, digit
 # or + . - before it: the end of a scheme), not from every letter that could start a scheme:
 # that form retried a long run of letters at each of its characters (quadratic).
 _URL_CREDENTIALS = re.compile(r"(?<=[a-zA-Z0-9+.-])://(?P<user>[^:/@\s]*):[^@/\s]+@")
-# NAME=value or "NAME": "value" pairs inside free text, for credential-like names: a quoted value
-# is taken up to its closing quote (spaces included), a bare one up to a space or separator.
-_ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[\"']?\s*[=:]\s*)"
-    r"(?=(?P<value>[^\s,;]))"
-)
-# Dockerfile's legacy `ENV NAME value` and csh's `setenv NAME value`.
-_SPACED_ASSIGNMENT = re.compile(
-    r"(?<![\w-])(?:ENV|setenv)[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[ \t]+)"
-    r"(?=(?P<value>[^\s=]))"
-)
 # A token as the whole userinfo: `https://<token>@github.com/...` (HyperPod recipes' git.repo_url).
 _URL_TOKEN_USER = re.compile(r"(?<=[a-zA-Z0-9+.-])://(?P<user>[^:/@\s]+)@")
 #: A userinfo-only URL user this long is a token, not an account name like `git`.
 MIN_URL_TOKEN_LEN = 16
-_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-# `--flag value` / `"--flag", "value"` (command lines, SM_USER_ARGS) for credential-like flags.
-_FLAG_VALUE = re.compile(
-    r"(?P<flag>(?<![\w-])--?(?P<name>[A-Za-z][\w-]*))(?P<sep>[\"']?\s*,\s*[\"']|\s+)(?=(?P<value>[^\s\"',;\]-]))"
-)
-# Kubernetes / ECS name-value pairs: `- name: HF_TOKEN` + `value: "..."`, `{"name": .., "value": ..}`.
-_NAME_VALUE = re.compile(
-    r"(?P<head>(?<![\w-])[\"']?name[\"']?\s*[:=]\s*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_]*)[\"']?\s*(?:,\s*)?"
-    r"[\"']?value[\"']?\s*[:=]\s*[\"']?)(?=(?P<value>[^\s\"',}]))"
-)
-# Names that look secret but are not (they name a secret's location, not its value).
-_NOT_SECRET = frozenset({"AWS_ACCESS_KEY_ID_FILE", "SSH_AUTH_SOCK", "TOKENIZERS_PARALLELISM"})
-# The shell's working directories (exactly these names: a `pwd:` key in a config file is a
-# password): redacting them hid every path under the working directory, /opt/ml/code on
-# SageMaker. MYSQL_PWD, DB_PWD stay secrets.
-_SHELL_DIRS = frozenset({"PWD", "OLDPWD"})
-# Each pattern above matches a name and what separates it from its value, and only looks at the
-# value's first character: the value itself is measured (below) only for a credential's name, so
-# that no search runs over the same long value again and again (`a=a=a=...`), and the search
-# goes on inside a value that is not a secret (`CMD="python t.py HF_TOKEN=x"`).
-_QUOTED_OR = r"\"[^\"\n]*\"?|'[^'\n]*'?|"
-_VALUE_OF = {
-    _ASSIGNMENT: re.compile(_QUOTED_OR + r"[^\s\"',;]+"),
-    _SPACED_ASSIGNMENT: re.compile(_QUOTED_OR + r"\S+"),
-    _FLAG_VALUE: re.compile(r"[^\s\"',;\]]+"),
-    _NAME_VALUE: re.compile(r"[^\s\"',}]+"),
-}
+
 #: Keys of a JSON/YAML object that name a variable whose value sits beside them:
 #: `{"name": "HF_TOKEN", "value": ...}` (Kubernetes, ECS), `{"Key": ..., "Value": ...}`.
 _PAIR_KEYS = (("name", "value"), ("key", "value"))
@@ -92,15 +33,17 @@ _PAIR_KEYS = (("name", "value"), ("key", "value"))
 #: Known secret values shorter than this are not searched for in free text (would redact "1",
 #: "true" everywhere); next to their variable's name they are redacted whatever their length.
 MIN_SECRET_LEN = 6
+#: Texts up to this long are remembered with their redaction (a report repeats its titles,
+#: remedies and messages in every output): each is redacted once per Redactor, in a memory of
+#: at most _MEMO_TOTAL characters (then forgotten and started again).
+_MEMO_CHARS = 65536
+_MEMO_TOTAL = 8_000_000
 
 
-@functools.lru_cache(maxsize=4096)  # text repeats its names (`"name":`, `value:`) thousands of times
-def is_secret_name(name: str) -> bool:
-    """True when an environment variable's name says its value is a credential."""
-    if name in _SHELL_DIRS or name.upper() in _NOT_SECRET:
-        return False
-    upper = _CAMEL_HUMP.sub("_", name).upper()  # wandbKey -> WANDB_KEY (Helm/recipe values)
-    return bool(_SECRET_NAME.search(upper))
+def _forms(value: str) -> set[str]:
+    """A secret as it may be written: itself, JSON-escaped, XML-escaped, percent-encoded."""
+    return {value, json.dumps(value)[1:-1], html.escape(value),
+            urllib.parse.quote(value, safe="")}
 
 
 class Redactor:
@@ -108,19 +51,44 @@ class Redactor:
 
     def __init__(self, env: Mapping[str, str] | None = None, extra_values: Iterable[str] = ()):
         env = os.environ if env is None else env
-        values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_SECRET_LEN}
-        values.update(v for v in extra_values if len(v) >= MIN_SECRET_LEN)
+        values = _known_values(env, extra_values)
         # Longest first, so a secret that contains another is replaced whole.
         self._values = sorted(values, key=len, reverse=True)
+        self._memo: dict[str, str] = {}
+        self._memo_chars = 0
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | None = None) -> Redactor:
+        """The Redactor for `env`'s secrets, shared by every caller with the same secrets (its
+        memory of redacted texts too)."""
+        env = os.environ if env is None else env
+        return _shared(tuple(sorted(_known_values(env, ()))))
 
     def text(self, text: str) -> str:
         """`text` with every secret replaced by REDACTED."""
+        if len(text) > _MEMO_CHARS:
+            return self._redact(text)
+        done = self._memo.get(text)
+        if done is None:
+            if self._memo_chars > _MEMO_TOTAL:
+                self._memo.clear()
+                self._memo_chars = 0
+            done = self._memo[text] = self._redact(text)
+            self._memo.setdefault(done, done)  # redacting a redacted text changes nothing
+            self._memo_chars += len(text) + len(done)
+        return done
+
+    def _redact(self, text: str) -> str:
         for value in self._values:
             if value in text:
                 text = text.replace(value, REDACTED)
-        for literals, pattern in _SECRET_VALUES:
-            if any(literal in text for literal in literals):
-                text = pattern.sub(REDACTED, text)
+        if "..." in text:
+            text = shortened_tokens(text)
+            if self._values:
+                text = self._shortened(text)
+        for shape in SHAPES:
+            if shape.hint.search(text):
+                text = _sub_shape(shape, text)
         if "://" in text:
             text = _URL_CREDENTIALS.sub(lambda m: f"://{m['user']}:{REDACTED}@", text)
             text = _URL_TOKEN_USER.sub(
@@ -129,24 +97,46 @@ class Redactor:
                 else m.group(0),
                 text,
             )
-        if "name" in text:
-            text = _redact_values(_NAME_VALUE, text, _is_secret_flag)
-        if "-" in text:
-            text = _redact_values(_FLAG_VALUE, text, _is_secret_flag)
-        if "=" in text or ":" in text:
-            text = _redact_values(_ASSIGNMENT, text, is_secret_name)
-        if "ENV" in text or "setenv" in text:
-            text = _redact_values(_SPACED_ASSIGNMENT, text, is_secret_name)
+        return redact_pairs(text)
+
+    def _shortened(self, text: str) -> str:
+        """A known value shortened to its two ends (`'hf_CANARYenv...efghijklmnopq'`: pytest's
+        assertion message, reprlib; or cut, a head alone): from a start of the value
+        (MIN_SECRET_LEN characters or more) to `...` and the longest end of it (4 characters or
+        more) that follows. Found from the value's start: a few finds and one rebuild of the
+        text per value."""
+        for value in self._values:
+            if len(value) < 2 * MIN_SECRET_LEN:
+                continue
+            head, pos, done, parts = value[:MIN_SECRET_LEN], 0, 0, []
+            while (start := text.find(head, pos)) >= 0:
+                pos = start + 1
+                dots = text.find("...", start, start + len(value))
+                if dots < 0 or not value.startswith(text[start:dots]):
+                    continue
+                kept = next((n for n in range(len(value) - 1, 3, -1)
+                             if text.startswith(value[-n:], dots + 3)), 0)
+                parts += [text[done:start], REDACTED]  # its head alone is part of it too
+                done = pos = dots + 3 + kept
+            if parts:
+                text = "".join([*parts, text[done:]])
         return text
 
     def argv(self, argv: Iterable[str]) -> list[str]:
-        """A command line with secrets redacted, including the word after `--token`-like flags."""
+        """A command line with secrets redacted: the word after a `--token`-like flag, and the
+        whole value of `--token=...` and `TOKEN=...` words (spaces and all: it is one word)."""
         out: list[str] = []
         flag = ""
         for arg in argv:
-            secret_flag = flag.startswith("-") and "=" not in flag and _is_secret_flag(
+            secret_flag = flag.startswith("-") and "=" not in flag and is_secret_flag(
                 flag.lstrip("-"))
-            out.append(REDACTED if secret_flag and not arg.startswith("-") else self.text(arg))
+            assigned = _ARG_ASSIGNMENT.match(arg)
+            if secret_flag and not arg.startswith("-"):
+                out.append(REDACTED)
+            elif assigned and is_secret_flag(assigned["name"]) and assigned["value"]:
+                out.append(f"{assigned['head']}{REDACTED}")
+            else:
+                out.append(self.text(arg))
             flag = arg
         return out
 
@@ -174,6 +164,27 @@ class Redactor:
         return value
 
 
+_ARG_ASSIGNMENT = re.compile(r"(?P<head>-{0,2}(?P<name>[A-Za-z_][\w.-]*)=)(?P<value>.*)", re.S)
+
+
+def _known_values(env: Mapping[str, str], extra: Iterable[str]) -> set[str]:
+    raw = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_SECRET_LEN}
+    raw.update(v for v in extra if len(v) >= MIN_SECRET_LEN)
+    return {form for v in raw for form in _forms(v)}
+
+
+@functools.lru_cache(maxsize=8)
+def _shared(values: tuple[str, ...]) -> Redactor:
+    return Redactor({}, extra_values=values)
+
+
+def _sub_shape(shape: Shape, text: str) -> str:
+    accept = shape.accept
+    if accept is None:
+        return shape.pattern.sub(REDACTED, text)
+    return shape.pattern.sub(lambda m: REDACTED if accept(m.group(0)) else m.group(0), text)
+
+
 #: A report's own tallies (`"counts": {"pass": 31, ...}`): `pass` is a credential's name in a
 #: config file, but a whole number under it in a `counts` mapping is a count of checks (every
 #: report.json had `"pass": "***REDACTED***"`).
@@ -183,37 +194,6 @@ _COUNT_KEYS = frozenset({"pass"})
 def _is_count(parent: object, key: str, value: object) -> bool:
     return (parent == "counts" and key in _COUNT_KEYS and isinstance(value, int)
             and not isinstance(value, bool))
-
-
-def _is_secret_flag(name: str) -> bool:
-    return is_secret_name(name.replace("-", "_"))
-
-
-def _redact_values(pattern: re.Pattern[str], text: str, secret: Callable[[str], bool]) -> str:
-    """Replace the `value` group of each `pattern` match whose `name` is a secret's. The value is
-    matched in a lookahead, so the search goes on inside it (`CMD="... HF_TOKEN=x"`); a quoted
-    value keeps its quotes."""
-    out: list[str] = []
-    pos = 0
-    for m in pattern.finditer(text):
-        start = m.start("value")
-        if start < pos or not secret(m["name"]):
-            continue
-        found = _VALUE_OF[pattern].match(text, start)
-        if found is None:
-            continue
-        value, end = found.group(0), found.end()
-        quote = value[0] if value[0] in "\"'" else ""
-        closed = bool(quote) and len(value) > 1 and value.endswith(quote)
-        inner = value[len(quote):len(value) - closed]
-        if not inner or inner == REDACTED:
-            continue
-        out += [text[pos:start], quote, REDACTED, quote if closed else ""]
-        pos = end
-    if not out:
-        return text
-    out.append(text[pos:])
-    return "".join(out)
 
 
 def _paired_keys(obj: Mapping[object, object]) -> tuple[object, object]:
@@ -239,9 +219,9 @@ def _is_scalar_value(value: object) -> bool:
 
 def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     """Shortcut: redact `text` against `env` (default: this process's environment)."""
-    return Redactor(env).text(text)
+    return Redactor.of(env).text(text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Shortcut: redact an environment mapping against itself."""
-    return Redactor(env).env(env)
+    return Redactor.of(env).env(env)

@@ -1,8 +1,14 @@
 """The versioned JSON report, the failure reason (SageMaker's /opt/ml/output/failure) and the
-redaction of every file the run leaves behind."""
+redaction of every file the run leaves behind.
+
+Secrets: the report is the run's one record, and every output (report.json, the summary on
+stdout, the failure file, junit, metrics, uploads, Kubernetes) renders `Report.redacted()`,
+never the raw record; the check sessions redact their results as they make them
+(harness.session_redaction), and `redact_outputs` sweeps what pytest itself wrote."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -22,6 +28,7 @@ __all__ = [
     "Report",
     "failure_reason",
     "load_results",
+    "redact_outputs",
     "write_json_atomic",
 ]
 
@@ -107,6 +114,17 @@ class Report:
             self.usage_error = str(message)
             self.harness_errors.insert(0, self.usage_error)
 
+    def redacted(self, env: Mapping[str, str] | None = None) -> Report:
+        """This report with every string in it redacted against `env`'s secrets (default: this
+        process's environment): what every output renders. A copy; redacting a redacted report
+        again costs a lookup per string (Redactor.of remembers what it redacted)."""
+        redactor = Redactor.of(env)
+        changes: dict[str, Any] = {f.name: redactor.obj(getattr(self, f.name))
+                                   for f in dataclasses.fields(self) if f.name != "checks"}
+        changes["checks"] = [CheckResult.from_dict(redactor.obj(c.to_dict()))  # type: ignore[arg-type]
+                             for c in self.checks]
+        return Report(**changes)
+
     def to_dict(self) -> JSONObject:
         return {
             "schema": REPORT_SCHEMA,
@@ -141,7 +159,7 @@ class Report:
 def report_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The report's environment section: the variables that matter, redacted."""
     kept = {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES)}
-    return Redactor(env).env(dict(sorted(kept.items())))
+    return Redactor.of(env).env(dict(sorted(kept.items())))
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -159,9 +177,9 @@ def write_json_atomic(path: Path, data: object) -> None:
 
 
 def write_report(report: Report, directory: Path, env: Mapping[str, str] | None = None) -> Path:
-    """report.json in `directory`, every string redacted; returns its path."""
+    """report.json in `directory`, rendered from the redacted report; returns its path."""
     path = directory / "report.json"
-    write_json_atomic(path, Redactor(env).obj(report.to_dict()))
+    write_json_atomic(path, report.redacted(env).to_dict())
     return path
 
 
@@ -171,9 +189,22 @@ def redact_file(path: Path, env: Mapping[str, str] | None = None) -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return
-    redacted = Redactor(env).text(text)
+    redacted = Redactor.of(env).text(text)
     if redacted != text:
         path.write_text(redacted, encoding="utf-8")
+
+
+def redact_outputs(directory: Path, env: Mapping[str, str] | None = None) -> None:
+    """Every file under a report folder but report.json (rendered from the redacted record)
+    rewritten with secrets redacted: what pytest itself printed (warnings, internal errors)
+    around the results the sessions redacted, and any file a later version adds there."""
+    try:
+        files = sorted(p for p in directory.rglob("*") if p.is_file())
+    except OSError:
+        return
+    for path in files:
+        if path != directory / "report.json":
+            redact_file(path, env)
 
 
 def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], list[int]]:
@@ -201,11 +232,14 @@ def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], l
     return collected, results, statuses
 
 
-def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS) -> str:
-    """The failure file's text. Its first `limit` characters say, on their own, on which host
-    which checks failed, with value and threshold: measured failures first (they carry the
-    numbers), then probe errors; each message shortened to stay readable, and the checks that
-    do not fit named by ID. The full messages follow."""
+def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS,
+                   env: Mapping[str, str] | None = None) -> str:
+    """The failure file's text, from the redacted report (so that no cut leaves half a secret
+    behind). Its first `limit` characters say, on their own, on which host which checks
+    failed, with value and threshold: measured failures first (they carry the numbers), then
+    probe errors; each message shortened to stay readable, and the checks that do not fit
+    named by ID. The full messages follow."""
+    report = report.redacted(env)
     failed = sorted(report.failed, key=lambda c: (c.outcome != "fail", c.id))
     head = f"gpu-preflight FAILED on {report.host} ({report.profile}, tier {report.tier}): "
     if failed:
@@ -244,4 +278,4 @@ def _shorten(text: str, width: int) -> str:
 
 
 def command_for_report(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    return Redactor(env).argv(argv)
+    return Redactor.of(env).argv(argv)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.jsontypes import JSONObject
@@ -103,11 +103,15 @@ def _judged(measurements: Sequence[Measurement]) -> str:
 _ORDER = {"error": 0, "fail": 0, "warn": 1, "pass": 2, "skip": 3}
 
 
-def print_summary(report: Report, file: TextIO | None = None, verbose: bool = False) -> None:
+def print_summary(report: Report, file: TextIO | None = None, verbose: bool = False,
+                  env: Mapping[str, str] | None = None) -> None:
     """The table (failures first, with their messages; passes with the value they were judged
-    on) and the verdict. Checks that do not apply to the profile are one line unless verbose."""
+    on) and the verdict, from the redacted report (a secret wrapped over two lines would not
+    be found afterwards). Checks that do not apply to the profile are one line unless verbose."""
     from rich.markup import escape
     from rich.table import Table
+
+    report = report.redacted(env)
 
     console = _console(file)
     table = Table(title=f"gpu-preflight: {report.host} · {report.profile} · tier {report.tier}",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.jsontypes import JSONMapping, JSONObject, JSONValue
+from harness.redact import Redactor
 
 if TYPE_CHECKING:
     from harness.report import Report
@@ -73,13 +74,15 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
     the figures the straggler check compares, and `nothing_judged`: why its selection judged
     nothing (every check skipped, none of them a cluster check: `cluster_ids`, which the
-    cluster step judges), else None."""
+    cluster step judges), else None. Redacted against this node's secrets (the peers' reports
+    and failure files quote it, and they do not know them)."""
+    report = report.redacted(env)
     failed = [{"id": c.id, "outcome": c.outcome, "message": c.message[:MAX_MESSAGE_CHARS]}
               for c in report.failed[:MAX_FAILED]]
     idle = report.selection.get("nothing_judged") if report.selection else None
     if idle and set(cluster_ids) & {c.id for c in report.checks}:
         idle = None
-    return {
+    return Redactor.of(env).obj({  # type: ignore[return-value]
         "rank": rank,
         "host": report.host,
         "verdict": report.verdict,
@@ -90,7 +93,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
         "figures": node_figures(report.checks),
         "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
-    }
+    })
 
 
 class BadNodes:

@@ -35,7 +35,14 @@ from harness.profiles import (
 from harness.profiles_derive import resolve_detected
 from harness.publish import parse_s3_uri, publish
 from harness.redact import Redactor
-from harness.report import Report, command_for_report, failure_reason, now_iso, redact_file, write_report
+from harness.report import (
+    Report,
+    command_for_report,
+    failure_reason,
+    now_iso,
+    redact_outputs,
+    write_report,
+)
 from harness.report_lock import ReportLock, ReportLockBusy
 from harness.runner import RunConfig, run_checks
 from harness.selection import SelectionError, check_keyword
@@ -159,14 +166,13 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
         verbose=args.verbose, env=env,
         sysroot=Path(setting(env, "PREFLIGHT_SYSROOT") or "/"), suites=suites,
     )
-    print(f"gpu-preflight: host {host}, profile {profile.name} (from {profile_source}), tier "
-          f"{tier}; hard upper bound {cfg.budget_s:g} s", flush=True)
-    if profile.origin == "derived":
-        print(f"gpu-preflight: {profile.description}", flush=True)
-    if line := weakened_line(profile):
-        print(f"gpu-preflight: {line}", flush=True)
-    for line in describe(suites, source_overrides(env, args.profile_file)):
-        print(f"gpu-preflight: {line}", flush=True)
+    header = [f"host {host}, profile {profile.name} (from {profile_source}), tier {tier}; "
+              f"hard upper bound {cfg.budget_s:g} s"]
+    header += [profile.description] if profile.origin == "derived" else []
+    header += [line] if (line := weakened_line(profile)) else []
+    header += describe(suites, source_overrides(env, args.profile_file))
+    for line in header:  # names, paths and overrides the user gave: redacted like the rest
+        print(f"gpu-preflight: {Redactor.of(env).text(line)}", flush=True)
     finalizer.cfg = cfg
     metrics_file = args.metrics_file or setting(env, "PREFLIGHT_METRICS_FILE")
 
@@ -199,16 +205,18 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
     guard.checkpoint()  # after a signal: parks here; the peers get the interrupted result
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
         failure_text = _cluster_finish(cluster, report)
+    # The record is complete: from here on only its redacted form exists, and every output
+    # below (files, stdout, stderr, uploads, Kubernetes) renders it.
+    report = report.redacted(env)
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
         write_report(report, report_dir, env)
-        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
-            redact_file(report_dir / name, env)
+        redact_outputs(report_dir, env)  # what pytest itself wrote beside the results
         outputs(report)
         _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
         if report.usage_error:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
         if report.verdict != "pass" and failure_file is not None:
-            write_failure(failure_file, failure_text or failure_reason(report), env)
+            write_failure(failure_file, failure_text or failure_reason(report, env=env), env)
         _kubernetes(report, failure_text, env)
     if cluster is not None:
         cluster.close()
@@ -290,14 +298,13 @@ def _print_summary(report: Report, report_dir: Path, env: dict[str, str],
     """The table on a terminal, plain lines in a log, or (`--format json`) one JSON object on
     the real stdout, `json_out`."""
     if json_out is not None:
-        data = summary_data(Redactor(env).obj(report.to_dict()),  # type: ignore[arg-type]
-                            str(report_dir / "report.json"))
+        data = summary_data(report.redacted(env).to_dict(), str(report_dir / "report.json"))
         print(json.dumps(data), file=json_out, flush=True)
         return
     if sys.stdout.isatty():
-        print_summary(report, verbose=verbose)
+        print_summary(report, verbose=verbose, env=env)
     else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
-        print_plain_summary(report)
+        print_plain_summary(report, env=env)
     print(f"report: {report_dir / 'report.json'}", flush=True)
     if verbose:
         print(f"pytest output: {report_dir / 'pytest-output.txt'}", flush=True)
@@ -316,7 +323,7 @@ def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> Non
     try:
         from harness.metrics import write_metrics_file  # prometheus_client: an optional extra
 
-        write_metrics_file(Redactor(env).obj(report.to_dict()), Path(path))  # type: ignore[arg-type]
+        write_metrics_file(report.redacted(env).to_dict(), Path(path))
     except ImportError:
         print("preflight: warning: --metrics-file needs prometheus_client "
               "(pip install 'gpu-preflight[metrics]')", file=sys.stderr, flush=True)
@@ -327,11 +334,11 @@ def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> Non
 
 def _kubernetes(report: Report, failure_text: str | None, env: dict[str, str]) -> None:
     """Kubernetes outputs (harness.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
-    redactor = Redactor(env)
+    redactor = Redactor.of(env)
     if report.verdict != "pass":
-        failure_text = redactor.text(failure_text or failure_reason(report))
-    apply_kube(redactor.obj(report.to_dict()), env, failure_text,  # type: ignore[arg-type]
-               say=lambda text: print(text, file=sys.stderr, flush=True))
+        failure_text = redactor.text(failure_text or failure_reason(report, env=env))
+    apply_kube(report.redacted(env).to_dict(), env, failure_text,
+               say=lambda text: print(redactor.text(text), file=sys.stderr, flush=True))
 
 
 def write_failure(path: Path, text: str, env: dict[str, str]) -> None:
@@ -339,7 +346,7 @@ def write_failure(path: Path, text: str, env: dict[str, str]) -> None:
     said on stderr, never raised."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Redactor(env).text(text), encoding="utf-8")
+        path.write_text(Redactor.of(env).text(text), encoding="utf-8")
     except OSError as exc:
         print(f"preflight: cannot write failure file {path}: {exc.strerror}", file=sys.stderr)
 

@@ -8,7 +8,8 @@ grandchild) records `pid starttime` under `$FAKE_STATE/pids/`, so a test can pro
 the run started is left running (starttime guards against a reused PID).
 
 Faults: hang, hang-ignore-term (SIGTERM ignored: only SIGKILL stops it), signal (dies of
-SIGSEGV), exit (a realistic error line, non-zero status), garbage (exit 0), truncated (the
+SIGSEGV), exit (a realistic error line, or the config's `error_text` for the tool, non-zero
+status), garbage (exit 0), truncated (the
 healthy output cut mid-way, exit 0), flood (200 MB of output, exit 0), setsid (prints half its
 output, leaves a detached `setsid` grandchild holding stdout, exits 0).
 """
@@ -259,7 +260,7 @@ def fault(kind: str, argv: list[str], cfg: dict) -> int:
         return 1
     if kind == "exit":
         code, message = EXIT_ERRORS[TOOL]
-        print(message, file=sys.stderr, flush=True)
+        print(cfg.get("error_text", {}).get(TOOL, message), file=sys.stderr, flush=True)
         return code
     if kind == "garbage":
         rng = random.Random(TOOL)
