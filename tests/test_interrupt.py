@@ -164,8 +164,13 @@ def test_signal_stops_the_run_writes_the_report_and_exits_128_plus_n(world, sig)
         f"[PF-T-602] not finished: the run was interrupted by {name}")
     failure = (world / "failure").read_text()
     assert failure.startswith(f"gpu-preflight INTERRUPTED on node-a (local-cpu, tier preflight) "
-                              f"by {name}: 2 of 3 checks finished; the training command was "
-                              "not started. Failed before the signal: [PF-T-601] planted failure")
+                              f"by {name}: 2 of the 3 selected checks finished; the training "
+                              "command was not started. Failed before the signal: [PF-T-601] "
+                              "planted failure")
+    assert info["selected"] == 3 and info["stage"] == "checks"
+    assert report["harness_errors"][0].startswith(
+        f"interrupted by {name}: 2 of the 3 selected checks had finished (profile local-cpu, "
+        "tier preflight, suites suite); 1 had not: PF-T-602; stopped the ")
     assert (world / "r" / "node-a" / "junit.xml").exists()  # the session ended as on Ctrl-C
     for path in [world / "failure", *(world / "r" / "node-a").iterdir()]:
         assert SECRET not in path.read_text(), path
@@ -232,7 +237,11 @@ def test_signal_while_blocked_in_the_cluster_join_is_handled_at_once(world):
     assert rc == 143 and elapsed < EXIT_WITHIN_S
     report = json.loads((world / "r" / "node-a" / "report.json").read_text())
     assert report["verdict"] == "interrupted" and report["checks"] == []
-    assert "0 of 0 checks had finished" in report["harness_errors"][0]
+    assert report["harness_errors"][0].startswith(
+        "interrupted by SIGTERM before the checks were collected: the selection (profile "
+        "local-cpu, tier preflight, suites suite) was not known yet; no check had finished")
+    assert (report["interrupted"]["stage"], report["interrupted"]["selected"]) == (
+        "before the checks", None)
     # No check session ran, so none wrote junit.xml: the run writes one that says why.
     junit = ET.parse(world / "r" / "node-a" / "junit.xml").getroot()
     error = junit.find("testsuite/testcase[@name='run']/error")

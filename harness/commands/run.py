@@ -17,18 +17,28 @@ from typing import TextIO
 
 from harness import handoff
 from harness.cluster import ClusterStep
-from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError
+from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.deadline import DEADLINE_VAR
 from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
 from harness.interrupt import RunGuard
 from harness.interrupted import RunFinalizer
+from harness.junit import write_missing_junit
 from harness.kube import apply as apply_kube
 from harness.plain_output import print_plain_summary, summary_data
 from harness.profiles import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file
 from harness.profiles_derive import resolve_detected
 from harness.publish import parse_s3_uri, publish
 from harness.redact import Redactor
-from harness.report import Report, command_for_report, failure_reason, now_iso, redact_file, write_report
+from harness.report import (
+    Report,
+    check_report_dir,
+    command_for_report,
+    describe_crash,
+    failure_reason,
+    now_iso,
+    redact_session_files,
+    write_report,
+)
 from harness.runner import RunConfig, run_checks
 from harness.selection import SelectionError, check_keyword
 from harness.settings import text as setting
@@ -41,18 +51,50 @@ __all__ = ["cmd_run", "write_failure"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The run under a RunGuard; returns the exit code (harness.cli's docstring)."""
+    """The run under a RunGuard; returns the exit code (harness.cli's docstring). The guard
+    takes the signals the console script held (harness.sigmask) once its finalizer knows where
+    the report goes; an uncaught exception is a harness error (exit 3) that still leaves the
+    report and the failure file where they can be written."""
     os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     json_out = None
     if getattr(args, "format", "text") == "json":  # stdout holds the summary object alone:
         json_out, sys.stdout = sys.stdout, sys.stderr  # every other line goes to stderr
-    guard = RunGuard().install()
+    guard = RunGuard()
     try:
-        return _run(args, guard, json_out)
+        finalizer = _finalizer(args, guard)
+        guard.set_finalizer(finalizer)
+        guard.install()
+        try:
+            return _run(args, guard, finalizer, json_out)
+        except UsageError:
+            raise
+        except Exception as exc:  # a bug or an unusable report folder: never a node verdict
+            with guard.section():  # after a signal: parks; the interrupted report wins
+                say_crash(exc)
+                return finalizer.crashed(exc, EXIT_HARNESS)
     finally:
         guard.close()
         if json_out is not None:
             sys.stdout = json_out
+
+
+def _finalizer(args: argparse.Namespace, guard: RunGuard) -> RunFinalizer:
+    """Where this run's outputs go (host, report folder, failure file), known before anything
+    that takes time: a signal or a crash from here on leaves its report there."""
+    env = dict(os.environ)
+    host = hostname(env)
+    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(env)
+    return RunFinalizer(guard, host=host, tier=args.tier or setting(env, "PREFLIGHT_TIER")
+                        or "preflight", report_dir=report_dir / host,
+                        failure_file=_failure_path(args.failure_file, env), env=env,
+                        command=_training_command(args), write_failure=write_failure,
+                        keyword=args.keyword)
+
+
+def _training_command(args: argparse.Namespace) -> list[str]:
+    """What follows `--`."""
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command
 
 
 def _default_report_dir(env: dict[str, str]) -> Path:
@@ -85,20 +127,11 @@ def _workers(value: str, profile: Profile) -> int:
     return n
 
 
-def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> int:
-    env = dict(os.environ)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    host = hostname(env)
-    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(env)
-    report_dir = report_dir / host
-    failure_file = _failure_path(args.failure_file, env)
-    tier = args.tier or setting(env, "PREFLIGHT_TIER") or "preflight"
-    finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
-                             failure_file=failure_file, env=env, command=command,
-                             write_failure=write_failure)
-    guard.set_finalizer(finalizer)
+def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
+         json_out: TextIO | None) -> int:
+    env, command = finalizer.env, _training_command(args)
+    host, report_dir, failure_file = finalizer.host, finalizer.report_dir, finalizer.failure_file
+    tier = finalizer.tier
     if tier not in TIERS:
         raise UsageError(f"PREFLIGHT_TIER={tier!r} is not one of {', '.join(TIERS)}")
     s3_uri = args.s3_uri or setting(env, "PREFLIGHT_S3_URI")
@@ -108,6 +141,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
             parse_s3_uri(s3_uri)
         except ValueError as exc:
             raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
+    check_report_dir(report_dir)  # ReportDirError: exit 3 naming it, before any check runs
 
     try:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
@@ -115,14 +149,14 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
         found = detect_instance_type(args.profile, env, sysroot=sysroot, known=profiles)
         profile, profile_source = resolve_detected(found, profiles, sysroot=sysroot)
     except ProfileError as exc:
-        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
     try:  # what is judged: decided, and refused when it cannot run, before any check runs
         suites = resolve_suites(args.extra_checks, env)
         if args.keyword is not None:
             check_keyword(args.keyword)
     except (SuiteError, SelectionError) as exc:
-        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
 
     cfg = RunConfig(
@@ -150,14 +184,15 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
     finalizer.outputs = outputs
     if s3_uri or namespace:  # a signal's uploads must not spend the exit bound importing boto3
         threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
-    cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
+    cluster = _cluster_start(cfg, finalizer)  # None on a single-node job
     finalizer.cluster = cluster
     try:
         report = run_checks(cfg)
     except Exception as exc:  # the harness itself broke: still leave a report behind
         report = Report(host=host, profile=profile.name, profile_source=profile_source, tier=tier,
                         profile_detail=profile.to_dict())
-        report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
+        report.harness_errors.append(describe_crash(exc))
+    finalizer.report = report
     report.command = command_for_report(command, env)
     report.exit_code = (EXIT_OK if report.verdict == "pass" else EXIT_USAGE if report.usage_error
                         else EXIT_HARNESS if report.verdict == "error" else EXIT_FAILED)
@@ -166,9 +201,13 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
         failure_text = _cluster_finish(cluster, report)
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
-        write_report(report, report_dir, env)
-        for name in ("junit.xml", "junit-exclusive.xml", "pytest-output.txt", "results.jsonl"):
-            redact_file(report_dir / name, env)
+        write_report(report, report_dir, env)  # ReportDirError: the crash path, exit 3
+        try:  # a check session that died (os._exit in a check, the budget) wrote none
+            write_missing_junit(report, report_dir, since=finalizer.started_wall)
+        except OSError as exc:
+            print(f"preflight: cannot write junit.xml in {report_dir}: {exc.strerror or exc}",
+                  file=sys.stderr, flush=True)
+        redact_session_files(report_dir, env)
         outputs(report)
         _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
         if report.usage_error:
@@ -182,19 +221,31 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None) -> 
         if report.verdict != "pass":
             print("preflight: --warn-only: handing off despite the failures above", flush=True)
         if command:
-            return guard.exec_gate(lambda: handoff.exec_command(command))
+            return guard.exec_gate(lambda: _hand_off(command, report, finalizer))
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
 
 
-def _cluster_start(cfg: RunConfig, failure_file: Path | None) -> ClusterStep | None:
+def _hand_off(command: list[str], report: Report, finalizer: RunFinalizer) -> int:
+    """Exec the training command; when it cannot be, exit 127 with the report and the failure
+    file saying so."""
+    try:
+        handoff.exec_command(command)
+    except OSError as exc:
+        reason = handoff.cannot_exec(command, exc)
+        print(f"preflight: {reason}", file=sys.stderr, flush=True)
+        return finalizer.exec_failed(report, reason, handoff.EXIT_EXEC_FAILED)
+    return EXIT_OK  # only reached when the exec is replaced (tests)
+
+
+def _cluster_start(cfg: RunConfig, finalizer: RunFinalizer) -> ClusterStep | None:
     """Multi-node jobs: join the control plane before the local checks (harness.cluster)."""
     try:
         return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
                                  local_budget_s=cfg.budget_s, env=cfg.env,
-                                 failure_file=failure_file)
+                                 failure_file=finalizer.failure_file)
     except TopologyError as exc:  # a malformed launcher variable: say which, leave a report
-        _write_early_failure(str(exc), cfg.host, cfg.tier, cfg.report_dir, failure_file, cfg.env)
+        _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
 
 
@@ -269,16 +320,11 @@ def write_failure(path: Path, text: str, env: dict[str, str]) -> None:
         print(f"preflight: cannot write failure file {path}: {exc.strerror}", file=sys.stderr)
 
 
-def _write_early_failure(
-    message: str, host: str, tier: str, report_dir: Path, failure_file: Path | None,
-    env: dict[str, str],
-) -> None:
-    """A run that could not start still leaves a report (and the SageMaker failure reason)."""
-    report = Report(host=host, profile="?", profile_source="?", tier=tier)
+def _write_early_failure(message: str, finalizer: RunFinalizer) -> None:
+    """A run that could not start still leaves a report, junit.xml and the failure reason."""
+    report = Report(host=finalizer.host, profile="?", profile_source="?", tier=finalizer.tier,
+                    started_at=finalizer.started_at)
     report.harness_errors.append(message)
     report.exit_code = EXIT_USAGE
     report.finished_at = now_iso()
-    with contextlib.suppress(OSError):
-        write_report(report, report_dir, env)
-    if failure_file is not None:
-        write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)
+    finalizer.leave(report, f"gpu-preflight could not start on {finalizer.host}: {message}")
