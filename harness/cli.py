@@ -16,11 +16,14 @@ Exit codes (stable; automation keys on them):
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # argparse is imported once the signals are held (entrypoint, _parser)
+    import argparse
 
 from harness import __version__, sigmask
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
@@ -34,6 +37,8 @@ EXTRA_HELP = ("site checks to run beside the built-in suite: a folder of test_*.
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="preflight",
         description="Prove this GPU node (and cluster) is fit to train, then exec the "

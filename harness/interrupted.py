@@ -88,10 +88,12 @@ def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig 
     finished = [c for c in report.checks if c.id not in proof.not_finished]
     selected = proof.selection["selected"]
     selection = describe_selection(cfg, tier, keyword)
-    if cfg is None:
+    if (cfg is None or guard.during_startup) and not finished:
+        # Held during start-up, the signal stopped the run before any check could start (the
+        # main thread may have gone on resolving the profile meanwhile: `cfg` is no clock).
         stage = "start-up"
         said = (f"during start-up{' (while the modules loaded)' if guard.during_startup else ''}"
-                f", before the checks were selected ({selection}): no check ran")
+                f", before any check ran ({selection})")
     elif selected is None:
         stage = "before the checks"
         said = (f"before the checks were collected: the selection ({selection}) was not known "
@@ -117,7 +119,7 @@ def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig 
         "processes_stopped": guard.stopped, "unkillable": sorted(guard.unkillable),
     }
     report.harness_errors.append(
-        f"interrupted by {name} {said}" if cfg is None or selected is None
+        f"interrupted by {name} {said}" if stage in ("start-up", "before the checks")
         else f"interrupted by {name}: {said}")
     report.harness_errors[-1] += (
         f"; stopped the {guard.stopped} process(es) the run had started"

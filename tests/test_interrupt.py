@@ -18,6 +18,7 @@ import pytest
 
 from harness import proctree
 from tests.conftest import REPO, process_alive
+from tests.e2e import procs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -174,6 +175,34 @@ def test_signal_stops_the_run_writes_the_report_and_exits_128_plus_n(world, sig)
     assert (world / "r" / "node-a" / "junit.xml").exists()  # the session ended as on Ctrl-C
     for path in [world / "failure", *(world / "r" / "node-a").iterdir()]:
         assert SECRET not in path.read_text(), path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_while_the_modules_load_is_held_then_taken(world, sig):
+    """`python -m harness` holds the signals from its first line: one sent while the modules
+    load (seen held in /proc, the run's handlers not yet there) is the same 128+N, interrupted
+    report, junit.xml and failure file, no traceback (before: exit -15 and nothing, or a
+    KeyboardInterrupt traceback and exit 1)."""
+    p = _start_run(world)
+    end = time.monotonic() + READY_S
+    while not procs.holds(p.pid, signal.SIGTERM):  # polled without sleeping: ~0.2 s window
+        assert p.poll() is None and time.monotonic() < end, "never held the signals"
+        assert not procs.handles(p.pid, signal.SIGTERM), "handled without being held first"
+    assert not procs.handles(p.pid, signal.SIGTERM), "the start-up window was missed"
+    p.send_signal(sig)
+    rc = p.wait(timeout=60)
+    out = (world / "out.txt").read_text()
+    assert rc == 128 + sig and "Traceback" not in out, out[-3000:]
+    report = json.loads((world / "r" / "node-a" / "report.json").read_text())
+    assert report["verdict"] == "interrupted" and report["interrupted"]["during_startup"] is True
+    assert report["interrupted"]["stage"] == "start-up"
+    assert report["harness_errors"][0].startswith(
+        f"interrupted by {sig.name} during start-up (while the modules loaded), before any "
+        "check ran (")
+    assert f"by {sig.name}: during start-up, before any check ran; the training command was " \
+        "not started." in (world / "failure").read_text()
+    assert (world / "r" / "node-a" / "junit.xml").exists()
+    assert not (world / "EXECUTED").exists()
 
 
 def test_a_check_session_that_ignores_sigterm_is_killed_in_bound(world):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import traceback
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "UsageError", "say_crash"]
 
@@ -23,6 +22,8 @@ class UsageError(Exception):
 def say_crash(exc: BaseException) -> None:
     """An uncaught exception on stderr: one line naming it (an unusable report folder: that
     alone), then, for a bug, its traceback; redacted."""
+    import traceback
+
     from harness.redact import Redactor
     from harness.report import ReportDirError, describe_crash
 
