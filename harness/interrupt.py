@@ -106,6 +106,9 @@ class RunGuard:
         threading.Thread(target=self._watch, name="preflight-signals", daemon=True).start()
         self.during_startup = sigmask.pending()
         sigmask.release()  # a held one reaches the handler (and the wakeup pipe) now
+        if self.during_startup:  # taken here, not by the watcher later: the caller's next
+            with self._gate:     # checkpoint parks, before it touches the report folder
+                self._take(self._read())
         return self
 
     def uninstall(self) -> None:

@@ -41,8 +41,8 @@ def _written(path: Path, since: float) -> bool:
 def write_missing_junit(report: Report, report_dir: Path, *, since: float) -> list[Path]:
     """Write, from `report`, each junit file of the run that no check session wrote since
     `since` (wall clock): junit.xml always, junit-exclusive.xml when a check of the report ran
-    in that phase (the sessions' collection records say which). Returns the files written;
-    raises OSError."""
+    in that phase (the sessions' collection records say which); an earlier run's file of a phase
+    this run did not have is removed. Returns the files written; raises OSError."""
     phases = _phases(report_dir / "results.jsonl", since)
     files: dict[str, list[CheckResult]] = {JUNIT_FILES["checks"]: []}
     for c in report.checks:
@@ -53,6 +53,10 @@ def write_missing_junit(report: Report, report_dir: Path, *, since: float) -> li
         if not _written(path, since):
             _write(path, checks, report)
             written.append(path)
+    for name in set(JUNIT_FILES.values()) - set(files):  # an earlier run's, of a phase not run
+        path = report_dir / name
+        if path.exists() and path.stat().st_mtime < since:
+            path.unlink()
     return written
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness import proc, settings
 from harness.deadline import run_deadline_env
-from harness.junit import JUNIT_FILES, junit_path
+from harness.junit import junit_path
 from harness.profiles import Profile
 from harness.progress import Progress
 from harness.report import Report, now_iso, report_environment
@@ -198,7 +198,7 @@ def run_checks(cfg: RunConfig) -> Report:
     results = cfg.report_dir / "results.jsonl"
     log = cfg.report_dir / "pytest-output.txt"
     write_profile(cfg)
-    for stale in (results, log, *(cfg.report_dir / name for name in set(JUNIT_FILES.values()))):
+    for stale in (results, log):  # an earlier run's junit files: harness.junit replaces them
         stale.unlink(missing_ok=True)
     problems = missing_pieces(suites)
     if problems:

@@ -71,3 +71,12 @@ def test_an_earlier_runs_file_or_a_torn_one_is_replaced(tmp_path):
     old.write_text("<testsuites><testsuite><testcase name='cut")  # killed mid-write
     write_missing_junit(_report(_check(1, "fail")), tmp_path, since=time.time() - 5)
     assert _cases(old) == {"PF-T-001": "failure"}
+
+
+def test_an_earlier_runs_file_of_a_phase_this_run_did_not_have_goes(tmp_path):
+    """An earlier xdist run left junit-exclusive.xml; this one-session run has no such phase."""
+    old = tmp_path / "junit-exclusive.xml"
+    old.write_text("<testsuites><testsuite><testcase name='last-run'/></testsuite></testsuites>")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    write_missing_junit(_report(_check(1, "pass")), tmp_path, since=time.time() - 5)
+    assert not old.exists() and _cases(tmp_path / "junit.xml") == {"PF-T-001": "pass"}

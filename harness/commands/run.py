@@ -64,6 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         finalizer = _finalizer(args, guard)
         guard.set_finalizer(finalizer)
         guard.install()
+        guard.checkpoint()  # a signal held during start-up: its cleanup writes the report
         try:
             return _run(args, guard, finalizer, json_out)
         except UsageError:
@@ -327,4 +328,5 @@ def _write_early_failure(message: str, finalizer: RunFinalizer) -> None:
     report.harness_errors.append(message)
     report.exit_code = EXIT_USAGE
     report.finished_at = now_iso()
-    finalizer.leave(report, f"gpu-preflight could not start on {finalizer.host}: {message}")
+    with finalizer.guard.section():  # after a signal: parks; the interrupted report wins
+        finalizer.leave(report, f"gpu-preflight could not start on {finalizer.host}: {message}")
