@@ -35,6 +35,7 @@ from tests.e2e import procs
 from tests.e2e.fakes.fake_tool import EXIT_ERRORS
 from tests.e2e.node import CHECK_TIMEOUT_S, RUN_BUDGET_S, FakeNode
 from tests.e2e.node import TOOLS as NODE_TOOLS
+from tests.fake_kube_api import FakeApi
 
 #: Seconds a named failure may take past its deadline (issue 12, item 11).
 SLACK_S = 10.0
@@ -230,15 +231,24 @@ def _harness_error(node: FakeNode, run: procs.Run, said: str) -> list[str]:
 
 def test_report_folder_that_is_a_file(run_node) -> None:
     """Before: a traceback and exit 1 (the Slurm prolog drained the node) after every check ran,
-    and no failure file. Now: exit 3 naming the folder before any check runs."""
+    and no failure file. Now: exit 3 naming the folder before any check runs; the Kubernetes
+    marks (label, taint) touch nothing."""
     def wrap(node: FakeNode) -> list[str]:
         (node.reports / "e2e-node").write_text("a file where the report folder goes\n")
         return []
 
-    node, run = run_node(_ONE, wrap=wrap)
+    api = FakeApi().start()
+    try:
+        node, run = run_node(_ONE, wrap=wrap, extra_env={
+            "PREFLIGHT_K8S_MARK": "label,taint", "PREFLIGHT_K8S_API": api.url,
+            "PREFLIGHT_NODE_NAME": "e2e-node"})
+    finally:
+        api.stop()
     problems = _harness_error(node, run, re.escape(f"the report folder {node.reports}/e2e-node "
                                                    "cannot be written: a file is there, not a "
                                                    "folder"))
+    if api.requests:
+        problems.append(f"the node was marked: {api.requests}")
     assert problems == [], "\n".join(problems) + run.describe()
 
 
