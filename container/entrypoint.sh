@@ -63,6 +63,15 @@ if [ -z "${PREFLIGHT_DCGM_HOST:-}" ] && command -v nv-hostengine >/dev/null 2>&1
     fi
 fi
 
+# SIGTERM, SIGINT and SIGHUP held (blocked) from before the interpreter starts: one that comes
+# while it loads stays pending until `preflight run` has its handlers in place and then gives
+# the interrupted report and 128+N, never a bare kill (README "Signals"). env(1) of GNU
+# coreutils >= 8.31; without it, preflight holds them from its own first instruction.
+launch=("${preflight}")
+if env --block-signal=TERM,INT,HUP true >/dev/null 2>&1; then
+    launch=(env --block-signal=TERM,INT,HUP "${preflight}")
+fi
+
 has_sagemaker_program() {
     [ -n "${SAGEMAKER_PROGRAM:-}" ] && return 0
     local hyperparameters="${opt_ml}/input/config/hyperparameters.json"
@@ -74,15 +83,15 @@ if [ "${1:-}" = "train" ]; then
     if ! has_sagemaker_program; then
         echo "preflight-entrypoint: SageMaker 'train' with no SAGEMAKER_PROGRAM: running the" \
              "checks only" >&2
-        exec "${preflight}" run "${extra[@]}"
+        exec "${launch[@]}" run "${extra[@]}"
     fi
     if [ -f "${dlc_entry}" ]; then
-        exec "${preflight}" run "${extra[@]}" -- bash -m "${dlc_entry}" train "$@"
+        exec "${launch[@]}" run "${extra[@]}" -- bash -m "${dlc_entry}" train "$@"
     fi
-    exec "${preflight}" run "${extra[@]}" -- train "$@"
+    exec "${launch[@]}" run "${extra[@]}" -- train "$@"
 fi
 
 if [ "$#" -eq 0 ]; then
-    exec "${preflight}" run "${extra[@]}"
+    exec "${launch[@]}" run "${extra[@]}"
 fi
-exec "${preflight}" run "${extra[@]}" -- "$@"
+exec "${launch[@]}" run "${extra[@]}" -- "$@"

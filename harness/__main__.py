@@ -1,5 +1,9 @@
 """`python -m harness` is the `preflight` command."""
 
-from harness.cli import entrypoint
+from harness import sigmask
+
+sigmask.hold()  # before anything else is imported (harness.sigmask)
+
+from harness.cli import entrypoint  # noqa: E402
 
 entrypoint()

@@ -8,23 +8,28 @@ Exit codes (stable; automation keys on them):
      unknown check ID, a -k that is malformed or selects no check, a run whose selected
      checks were all skipped (nothing judged), a missing --extra-checks folder, a
      PREFLIGHT_* value its rule refuses, a report folder another run is using
-  3  harness error: the checks could not be run or judged (pytest crashed, internal bug)
-127 the checks passed but the training command could not be exec'd
-128+N  stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP): everything the run started
-       was stopped, the report (verdict `interrupted`) and the failure file were written, the
-       training command was not started
+  3  harness error: the checks could not be run or judged (pytest crashed, an unusable
+     report folder, any uncaught exception: a bug); never a node verdict
+127 the checks passed but the training command could not be exec'd (the report says so)
+128+N  stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP), at any moment from start-up
+       to the hand-off: everything the run started was stopped, the report (verdict
+       `interrupted`), junit.xml and the failure file were written, the training command was
+       not started
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from harness import __version__
-from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError
+if TYPE_CHECKING:  # argparse is imported once the signals are held (entrypoint, _parser)
+    import argparse
+
+from harness import __version__, sigmask
+from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.settings import SettingError
 from harness.tiers import TIERS
 
@@ -36,6 +41,8 @@ EXTRA_HELP = ("site checks to run beside the built-in suite: a folder of test_*.
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="preflight",
         description="Prove this GPU node (and cluster) is fit to train, then exec the "
@@ -176,6 +183,11 @@ COMMANDS = {
 }
 
 
+#: Commands that take the held signals themselves (their RunGuard releases them once its
+#: handlers are in place); every other command releases them before it runs.
+GUARDED = ("run", "selftest")
+
+
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
     module, function = COMMANDS[name]
     command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module),
@@ -196,7 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if info.isatty():
             print("gpu-preflight: starting", file=info, flush=True)
     try:
-        return _command(args.cmd)(args)
+        command = _command(args.cmd)
+        if args.cmd not in GUARDED:
+            sigmask.release()  # a held SIGINT raises KeyboardInterrupt here: 130
+        return command(args)
     except (UsageError, SettingError) as exc:  # it may quote a value the user gave: redacted
         from harness.redact import redact_text
 
@@ -204,10 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # entrypoint: the reader went away
+    except Exception as exc:  # a bug (`run` writes its report first): a harness error, never 1
+        say_crash(exc)
+        return EXIT_HARNESS
 
 
 def entrypoint() -> None:
-    """Console-script entry point."""
+    """Console-script entry point (and `python -m harness`). Its first instruction holds the
+    signals (harness.sigmask) until the command is ready for them."""
+    sigmask.hold()
+    code = EXIT_HARNESS
     try:
         code = main()
         sys.stdout.flush()
@@ -216,4 +239,6 @@ def entrypoint() -> None:
         # recommend (stdout pointed at devnull so the exit-time flush does not raise again).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
+    except OSError:  # stdout on a full disk: the exit code still says what happened
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(code)

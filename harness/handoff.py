@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["EXIT_EXEC_FAILED", "exec_command"]
+__all__ = ["EXIT_EXEC_FAILED", "cannot_exec", "exec_command"]
 
 #: The shell's convention for "command not found / not executable".
 EXIT_EXEC_FAILED = 127
@@ -16,13 +16,14 @@ EXIT_EXEC_FAILED = 127
 _execvp = os.execvp
 
 
-def exec_command(argv: Sequence[str]) -> int:
-    """Exec `argv`; returns only if exec failed (with EXIT_EXEC_FAILED, after saying why)."""
+def exec_command(argv: Sequence[str]) -> None:
+    """Exec `argv`; raises OSError when it cannot be exec'd (`cannot_exec` says why). Returns
+    only when `_execvp` is replaced (tests)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        _execvp(argv[0], list(argv))
-    except OSError as exc:
-        print(f"preflight: cannot run {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_EXEC_FAILED
-    return 0  # only reached when _execvp is replaced (tests)
+    _execvp(argv[0], list(argv))
+
+
+def cannot_exec(argv: Sequence[str], exc: OSError) -> str:
+    """Why `argv` could not be exec'd: `cannot run 'trian.py': No such file or directory`."""
+    return f"cannot run {argv[0]!r}: {exc.strerror or exc}"

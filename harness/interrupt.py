@@ -15,7 +15,9 @@ later, when the connect gave up; test_interrupt checks the join case). The
 cleaner thread stops the tree, waits for the main thread to finish writing what it was writing
 (`section`), runs the finalizer (the interrupted report) and calls os._exit; a timer makes the
 exit happen by EXIT_WITHIN_S whatever the finalizer does. A second signal cuts the SIGTERM grace
-short (SIGKILL at once); the report is still written.
+short (SIGKILL at once); the report is still written. Before the guard is installed (while the
+modules load), the console script holds the signals (harness.sigmask); `install` takes a held
+one as if it had just come.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-from harness import proc, proctree
+from harness import proc, proctree, sigmask
+from harness.sigmask import SIGNALS
 
 __all__ = ["EXIT_WITHIN_S", "SIGNALS", "RunGuard", "install_session_handlers", "signal_name"]
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: The bound the issue sets from signal to exit, s.
 EXIT_WITHIN_S = 10.0
 #: Seconds processes get to act on SIGTERM (the check session writes junit.xml and its last
@@ -79,11 +81,16 @@ class RunGuard:
         self._pipe: tuple[int, int] | None = None
         self._mine = proctree.descendants_of_self
         """What this command started (not what a process hosting it started before)."""
+        self.during_startup = False
+        """The signal arrived while the console script held it (harness.sigmask): during
+        start-up, before the modules had loaded."""
 
     # --- install / uninstall ---
     def install(self) -> RunGuard:
-        """Handle the signals from now on. Only the main thread can (signal.signal's rule):
-        elsewhere (a test calling main() from a thread) the guard stays inactive."""
+        """Handle the signals from now on, and take the one the console script held during
+        start-up, if one came (set the finalizer first: it may run at once). Only the main
+        thread can (signal.signal's rule): elsewhere (a test calling main() from a thread) the
+        guard stays inactive."""
         if threading.current_thread() is not threading.main_thread():
             return self
         proctree.become_subreaper()
@@ -97,6 +104,11 @@ class RunGuard:
             self._old[sig] = signal.signal(sig, self._on_signal)
         self.active = True
         threading.Thread(target=self._watch, name="preflight-signals", daemon=True).start()
+        self.during_startup = sigmask.pending()
+        sigmask.release()  # a held one reaches the handler (and the wakeup pipe) now
+        if self.during_startup:  # taken here, not by the watcher later: the caller's next
+            with self._gate:     # checkpoint parks, before it touches the report folder
+                self._take(self._read())
         return self
 
     def uninstall(self) -> None:

@@ -8,10 +8,12 @@ never the raw record; the check sessions redact their results as they make them
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import tempfile
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,6 +28,9 @@ from harness.results import CheckResult
 __all__ = [
     "REPORT_SCHEMA",
     "Report",
+    "ReportDirError",
+    "check_report_dir",
+    "describe_crash",
     "failure_reason",
     "load_results",
     "redact_outputs",
@@ -176,11 +181,60 @@ def write_json_atomic(path: Path, data: object) -> None:
         raise
 
 
+class ReportDirError(Exception):
+    """The report folder cannot be written (not a folder, read-only, full): a harness error
+    (exit 3), never a node verdict; str() names the folder and the reason."""
+
+    def __init__(self, directory: Path, exc: OSError) -> None:
+        self.directory = directory
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(directory) else ""
+        # mkdir(exist_ok=True) over a file says EEXIST: say what is there instead.
+        why = "a file is there, not a folder" if isinstance(exc, FileExistsError) else (
+            exc.strerror or str(exc))
+        super().__init__(f"the report folder {directory} cannot be written{where}: {why}")
+
+
+#: Bytes written to prove the report folder takes data (a full disk refuses them).
+_PROBE_BYTES = 64 * 1024
+
+
+def check_report_dir(directory: Path) -> None:
+    """Raise ReportDirError unless `directory` is (or can be made) a folder that takes a file
+    of _PROBE_BYTES: before any check runs, rather than after they all ran."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".preflight-probe.", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"\0" * _PROBE_BYTES)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError as exc:
+        raise ReportDirError(directory, exc) from exc
+
+
 def write_report(report: Report, directory: Path, env: Mapping[str, str] | None = None) -> Path:
-    """report.json in `directory`, rendered from the redacted report; returns its path."""
+    """report.json in `directory`, rendered from the redacted report; returns its path. Raises
+    ReportDirError when the folder cannot take it."""
     path = directory / "report.json"
-    write_json_atomic(path, report.redacted(env).to_dict())
+    try:
+        write_json_atomic(path, report.redacted(env).to_dict())
+    except OSError as exc:
+        raise ReportDirError(directory, exc) from exc
     return path
+
+
+def describe_crash(exc: BaseException) -> str:
+    """An uncaught exception as the report's harness error: its type, message and where it was
+    raised (a bug to report); a ReportDirError is its own message."""
+    if isinstance(exc, ReportDirError):
+        return str(exc)
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" \
+        if frames else ""
+    return f"internal error: {type(exc).__name__}: {exc}{where}"
 
 
 def redact_file(path: Path, env: Mapping[str, str] | None = None) -> None:
@@ -204,7 +258,8 @@ def redact_outputs(directory: Path, env: Mapping[str, str] | None = None) -> Non
         return
     for path in files:
         if path != directory / "report.json":
-            redact_file(path, env)
+            with contextlib.suppress(OSError):  # left as is: the report says what failed
+                redact_file(path, env)
 
 
 def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], list[int]]:
@@ -241,7 +296,9 @@ def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS,
     named by ID. The full messages follow."""
     report = report.redacted(env)
     failed = sorted(report.failed, key=lambda c: (c.outcome != "fail", c.id))
-    head = f"gpu-preflight FAILED on {report.host} ({report.profile}, tier {report.tier}): "
+    # A harness error judged nothing: it is not said as a node's failure (exit 3, not 1).
+    said = "FAILED" if failed or not report.harness_errors else "ERROR"
+    head = f"gpu-preflight {said} on {report.host} ({report.profile}, tier {report.tier}): "
     if failed:
         head += f"{len(failed)} of {len(report.checks)} checks failed. "
     elif report.harness_errors:

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness import proc, settings
 from harness.deadline import run_deadline_env
+from harness.junit import junit_path
 from harness.profiles import Profile
 from harness.progress import Progress
 from harness.report import Report, now_iso, report_environment
@@ -147,15 +148,13 @@ def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
     if cfg.profile_file:
         base += ["--preflight-profile-file", cfg.profile_file]
     base += list(cfg.extra_pytest_args)
-    junit = cfg.report_dir / "junit.xml"
+    def phase(name: str, *args: str) -> tuple[str, list[str]]:
+        return name, [*base, "--preflight-phase", name, *args,
+                      "--junitxml", str(junit_path(cfg.report_dir, name))]
+
     if cfg.workers <= 1:
-        return [("checks", [*base, "--preflight-phase", "checks", "--junitxml", str(junit)])]
-    return [
-        ("node-local", [*base, "--preflight-phase", "node-local", "-n", str(cfg.workers),
-                        "--junitxml", str(junit)]),
-        ("exclusive", [*base, "--preflight-phase", "exclusive",
-                       "--junitxml", str(cfg.report_dir / "junit-exclusive.xml")]),
-    ]
+        return [phase("checks")]
+    return [phase("node-local", "-n", str(cfg.workers)), phase("exclusive")]
 
 
 def missing_pieces(suites: Sequence[Suite]) -> list[str]:
@@ -199,7 +198,7 @@ def run_checks(cfg: RunConfig) -> Report:
     results = cfg.report_dir / "results.jsonl"
     log = cfg.report_dir / "pytest-output.txt"
     write_profile(cfg)
-    for stale in (results, log):
+    for stale in (results, log):  # an earlier run's junit files: harness.junit replaces them
         stale.unlink(missing_ok=True)
     problems = missing_pieces(suites)
     if problems:

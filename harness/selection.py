@@ -21,10 +21,12 @@ __all__ = [
     "PhaseRun",
     "SelectionError",
     "account",
+    "account_interrupted",
     "check_keyword",
     "collection_problems",
     "error_lines",
     "load_events",
+    "phases_of",
 ]
 
 #: pytest's exit statuses (pytest.ExitCode), as the report says them.
@@ -116,6 +118,10 @@ class Accounting:
     harness_errors: list[str] = field(default_factory=list)
     usage_error: str = ""
     selection: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, str] = field(default_factory=dict)
+    """nodeid -> the phase whose session ran it (its junit file: harness.junit)."""
+    not_finished: list[str] = field(default_factory=list)
+    """account_interrupted: the IDs of the selected checks without a result."""
 
 
 def error_lines(text: str, limit: int = 5) -> str:
@@ -143,6 +149,29 @@ def _status(code: int) -> str:
 
 def _no_result(record: dict[str, Any], why: str) -> dict[str, Any]:
     return CheckResult.no_result(record, why).to_dict()
+
+
+def _described(item: dict[str, Any]) -> dict[str, Any]:
+    """What a selected item's no-result record keeps of its collection record."""
+    base = {k: item[k] for k in ("id", "nodeid", "title", "tier", "kind", "suite") if k in item}
+    base["remedy"] = item.get("remedy", "")
+    return base
+
+
+def _selected(events: Events) -> dict[str, dict[str, Any]]:
+    """nodeid -> collection record of every selected check (each phase's session records the
+    whole selection, before the phase split)."""
+    selected: dict[str, dict[str, Any]] = {}
+    for record in events.collected:
+        for item in record.get("selected", []):
+            selected.setdefault(item["nodeid"], item)
+    return selected
+
+
+def phases_of(events: Events) -> dict[str, str]:
+    """nodeid -> the phase whose session collected it to run (its share of the selection)."""
+    return {item["nodeid"]: str(record.get("phase", "checks"))
+            for record in events.collected for item in record.get("checks", [])}
 
 
 def account(
@@ -191,8 +220,7 @@ def account(
         if len(got) == 1:
             out.checks.append(got[0])
             continue
-        base = {k: item[k] for k in ("id", "nodeid", "title", "tier", "kind", "suite") if k in item}
-        base["remedy"] = item.get("remedy", "")
+        base = _described(item)
         if got:
             duplicates.append(item["id"])
             outcomes = ", ".join(r.get("outcome", "?") for r in got)
@@ -229,6 +257,39 @@ def account(
         "missing": missing, "duplicates": duplicates,
         "unexpected": sorted({r["id"] for r in unexpected}),
         "per_phase": {run.name: sum(1 for p in ran_in.values() if p == run.name) for run in runs},
+    }
+    out.phases = dict(ran_in)
+    return out
+
+
+def account_interrupted(events: Events, why: str) -> Accounting:
+    """The checks of a run a signal stopped: every selected check with its result, or an error
+    saying it did not finish (`why`), and nothing that was not selected (a deselected check was
+    never to run). The selection is counted once, whatever the phases: `selected` is None when
+    no session had collected it yet (the signal came first)."""
+    out = Accounting(phases=phases_of(events))
+    selected = _selected(events)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for result in events.results:
+        by_node.setdefault(result["nodeid"], []).append(result)
+    duplicates = []
+    for nodeid, item in selected.items():
+        got = by_node.get(nodeid, [])
+        if got:
+            out.checks.append(got[-1])
+            if len(got) > 1:
+                duplicates.append(item["id"])
+            continue
+        out.not_finished.append(item["id"])
+        lost = events.lost.get(nodeid)
+        out.checks.append(_no_result(_described(item), f"produced no result: {lost}" if lost
+                                     else f"not finished: {why}"))
+    unexpected = [rs[-1] for nodeid, rs in by_node.items() if nodeid not in selected]
+    out.checks.extend(unexpected)
+    out.selection = {
+        "selected": len(selected) if events.collected else None,
+        "reported": len(selected) - len(out.not_finished), "missing": list(out.not_finished),
+        "duplicates": duplicates, "unexpected": sorted({r["id"] for r in unexpected}),
     }
     return out
 

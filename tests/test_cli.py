@@ -219,9 +219,60 @@ def test_broken_check_file_is_a_harness_error(tmp_path, execs, monkeypatch):
 
 
 def test_exec_failure_is_127(tmp_path, capsys):
-    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "no-such-trainer-xyz"])
+    failure = tmp_path / "failure"
+    rc = cli.main(["run", "-k", "PF-ENV-001", "--report-dir", str(tmp_path / "r"),
+                   "--failure-file", str(failure), "--", "no-such-trainer-xyz"])
     assert rc == handoff.EXIT_EXEC_FAILED
     assert "cannot run 'no-such-trainer-xyz'" in capsys.readouterr().err
+    report = _report(tmp_path / "r")  # the checks passed; the report says what happened next
+    assert (report["verdict"], report["exit_code"]) == ("pass", 127)
+    assert report["handoff"] == {
+        "command": ["no-such-trainer-xyz"], "executed": False, "exit_code": 127,
+        "error": "cannot run 'no-such-trainer-xyz': No such file or directory"}
+    assert failure.read_text().startswith(
+        "gpu-preflight on node-a (local-cpu, tier preflight): the checks passed (1 of 1) but the "
+        "training command could not be started: cannot run 'no-such-trainer-xyz': No such file "
+        "or directory (exit 127)")
+
+
+def test_a_crash_is_a_harness_error_that_still_leaves_its_files(tmp_path, execs, monkeypatch,
+                                                                capsys):
+    """A bug anywhere in the run (here: printing the summary) is exit 3, never 1 (a node
+    verdict: the Slurm prolog drains on 1), with report.json, junit.xml and the failure file
+    naming the exception."""
+    from harness.commands import run
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(run, "_print_summary", broken)
+    failure = tmp_path / "failure"
+    rc = cli.main(["run", "-k", "PF-ENV-001", "--report-dir", str(tmp_path / "r"),
+                   "--failure-file", str(failure), "--", "echo", "ok"])
+    assert rc == cli.EXIT_HARNESS and execs == []
+    report = _report(tmp_path / "r")
+    assert (report["verdict"], report["exit_code"]) == ("error", 3)
+    assert [c["id"] for c in report["checks"]] == ["PF-ENV-001"]  # what ran is kept
+    assert report["harness_errors"][-1].startswith("internal error: RuntimeError: planted bug "
+                                                   "(at test_cli.py:")
+    assert failure.read_text().startswith("gpu-preflight ERROR on node-a (local-cpu, tier "
+                                          "preflight): the harness could not complete its "
+                                          "checks. harness: internal error: RuntimeError")
+    assert (tmp_path / "r" / "node-a" / "junit.xml").exists()
+    err = capsys.readouterr().err
+    assert "preflight: harness error: internal error: RuntimeError: planted bug" in err
+
+
+def test_an_unusable_report_folder_is_exit_3_naming_it(tmp_path, execs, capsys):
+    """Its parent is a file: nothing runs, the failure file (writable elsewhere) says why."""
+    (tmp_path / "r").write_text("not a folder")
+    failure = tmp_path / "failure"
+    rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--failure-file", str(failure),
+                   "--", "echo", "ok"])
+    assert rc == cli.EXIT_HARNESS and execs == []
+    said = f"the report folder {tmp_path / 'r' / 'node-a'} cannot be written: Not a directory"
+    assert f"preflight: harness error: {said}" in capsys.readouterr().err
+    assert said in failure.read_text()
 
 
 def test_xdist_workers_give_the_same_verdict(tmp_path, execs, monkeypatch):

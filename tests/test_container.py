@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -236,7 +237,8 @@ FAKE_PREFLIGHT = """#!/usr/bin/env bash
 # Records its PID, argv (one per line) and selected env, then exits with FAKE_PREFLIGHT_RC.
 { echo "pid=$$"; for a in "$@"; do echo "arg=$a"; done;
   echo "tier=${PREFLIGHT_TIER:-}"; echo "program=${SAGEMAKER_PROGRAM:-}";
-  echo "dcgm_host=${PREFLIGHT_DCGM_HOST:-}"; } > "$FAKE_RECORD"
+  echo "dcgm_host=${PREFLIGHT_DCGM_HOST:-}";
+  echo "sigblk=$(sed -n 's/^SigBlk:[[:space:]]*//p' /proc/self/status)"; } > "$FAKE_RECORD"
 exit "${FAKE_PREFLIGHT_RC:-0}"
 """
 
@@ -311,6 +313,14 @@ def test_entrypoint_execs_preflight(fake_bin: Path) -> None:
     """Same PID: the scheduler's signals reach preflight (and the trainer after it)."""
     ran = run_entrypoint(fake_bin, "echo", "ok")
     assert int(ran.env["pid"]) == ran.pid
+
+
+def test_entrypoint_hands_preflight_the_signals_held(fake_bin: Path) -> None:
+    """SIGTERM, SIGINT and SIGHUP blocked from before preflight's interpreter starts: one that
+    comes while it loads waits for its handlers (harness.sigmask) instead of killing it."""
+    held = int(run_entrypoint(fake_bin, "echo", "ok").env["sigblk"], 16)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert held & (1 << (sig - 1)), f"{sig.name} not held: SigBlk {held:016x}"
 
 
 def test_preflight_args_are_added(fake_bin: Path) -> None:

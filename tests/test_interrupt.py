@@ -18,6 +18,7 @@ import pytest
 
 from harness import proctree
 from tests.conftest import REPO, process_alive
+from tests.e2e import procs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -164,11 +165,44 @@ def test_signal_stops_the_run_writes_the_report_and_exits_128_plus_n(world, sig)
         f"[PF-T-602] not finished: the run was interrupted by {name}")
     failure = (world / "failure").read_text()
     assert failure.startswith(f"gpu-preflight INTERRUPTED on node-a (local-cpu, tier preflight) "
-                              f"by {name}: 2 of 3 checks finished; the training command was "
-                              "not started. Failed before the signal: [PF-T-601] planted failure")
+                              f"by {name}: 2 of the 3 selected checks finished; the training "
+                              "command was not started. Failed before the signal: [PF-T-601] "
+                              "planted failure")
+    assert info["selected"] == 3 and info["stage"] == "checks"
+    assert report["harness_errors"][0].startswith(
+        f"interrupted by {name}: 2 of the 3 selected checks had finished (profile local-cpu, "
+        "tier preflight, suites suite); 1 had not: PF-T-602; stopped the ")
     assert (world / "r" / "node-a" / "junit.xml").exists()  # the session ended as on Ctrl-C
     for path in [world / "failure", *(world / "r" / "node-a").iterdir()]:
         assert SECRET not in path.read_text(), path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_while_the_modules_load_is_held_then_taken(world, sig):
+    """`python -m harness` holds the signals from its first line: one sent while the modules
+    load (seen held in /proc, the run's handlers not yet there) is the same 128+N, interrupted
+    report, junit.xml and failure file, no traceback (before: exit -15 and nothing, or a
+    KeyboardInterrupt traceback and exit 1)."""
+    p = _start_run(world)
+    end = time.monotonic() + READY_S
+    while not procs.holds(p.pid, signal.SIGTERM):  # polled without sleeping: ~0.2 s window
+        assert p.poll() is None and time.monotonic() < end, "never held the signals"
+        assert not procs.handles(p.pid, signal.SIGTERM), "handled without being held first"
+    assert not procs.handles(p.pid, signal.SIGTERM), "the start-up window was missed"
+    p.send_signal(sig)
+    rc = p.wait(timeout=60)
+    out = (world / "out.txt").read_text()
+    assert rc == 128 + sig and "Traceback" not in out, out[-3000:]
+    report = json.loads((world / "r" / "node-a" / "report.json").read_text())
+    assert report["verdict"] == "interrupted" and report["interrupted"]["during_startup"] is True
+    assert report["interrupted"]["stage"] == "start-up"
+    assert report["harness_errors"][0].startswith(
+        f"interrupted by {sig.name} during start-up (while the modules loaded), before any "
+        "check ran (")
+    assert f"by {sig.name}: during start-up, before any check ran; the training command was " \
+        "not started." in (world / "failure").read_text()
+    assert (world / "r" / "node-a" / "junit.xml").exists()
+    assert not (world / "EXECUTED").exists()
 
 
 def test_a_check_session_that_ignores_sigterm_is_killed_in_bound(world):
@@ -232,7 +266,11 @@ def test_signal_while_blocked_in_the_cluster_join_is_handled_at_once(world):
     assert rc == 143 and elapsed < EXIT_WITHIN_S
     report = json.loads((world / "r" / "node-a" / "report.json").read_text())
     assert report["verdict"] == "interrupted" and report["checks"] == []
-    assert "0 of 0 checks had finished" in report["harness_errors"][0]
+    assert report["harness_errors"][0].startswith(
+        "interrupted by SIGTERM before the checks were collected: the selection (profile "
+        "local-cpu, tier preflight, suites suite) was not known yet; no check had finished")
+    assert (report["interrupted"]["stage"], report["interrupted"]["selected"]) == (
+        "before the checks", None)
     # No check session ran, so none wrote junit.xml: the run writes one that says why.
     junit = ET.parse(world / "r" / "node-a" / "junit.xml").getroot()
     error = junit.find("testsuite/testcase[@name='run']/error")

@@ -3,15 +3,11 @@ taint requests, the kubectl fallback, /dev/termination-log."""
 
 from __future__ import annotations
 
-import json
-import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 import test_cli
 
 from harness import cli, kube
+from tests.fake_kube_api import FakeApi
 
 # The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
 clean_env = test_cli.clean_env
@@ -24,55 +20,21 @@ PASSED = {"host": "gpu7", "verdict": "pass", "exit_code": 0,
 ENV = {"PREFLIGHT_K8S_MARK": "label,condition,taint", "PREFLIGHT_NODE_NAME": "ip-10-0-0-7"}
 
 
-class FakeApi(ThreadingHTTPServer):
-    def __init__(self, status: int = 200) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.status = status
-        self.requests: list[tuple[str, str, str, dict, str]] = []
-        self.node = {"metadata": {"name": "ip-10-0-0-7", "resourceVersion": "991"},
-                     "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: FakeApi
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else {}
-        self.server.requests.append((self.command, self.path, self.headers.get("Content-Type", ""),
-                                     body, self.headers.get("Authorization", "")))
-        payload = json.dumps(self.server.node if self.server.status == 200 else
-                             {"kind": "Status", "code": self.server.status}).encode()
-        self.send_response(self.server.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_PATCH = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def api():
     servers = []
 
     def start(status: int = 200) -> FakeApi:
-        server = FakeApi(status)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
+        servers.append(FakeApi(status).start())
+        return servers[-1]
 
     yield start
     for server in servers:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def _url(server: FakeApi) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}"
+    return server.url
 
 
 def test_failed_node_gets_label_taint_and_condition(api, tmp_path):

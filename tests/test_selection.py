@@ -12,8 +12,10 @@ from harness.selection import (
     PhaseRun,
     SelectionError,
     account,
+    account_interrupted,
     check_keyword,
     load_events,
+    phases_of,
 )
 
 EMPTY = "no check selected (...)"
@@ -88,6 +90,52 @@ def test_phases_each_prove_their_share(tmp_path):
     proof = _account(tmp_path, lines[:2], [PhaseRun("node-local", 0)],
                      unfinished="did not finish within the run budget (60 s)")
     assert proof.checks[1]["message"] == "[PF-T-002] did not finish within the run budget (60 s)"
+
+
+def _interrupted(tmp_path, lines: list[dict]):
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return account_interrupted(load_events(path), "the run was interrupted by SIGTERM")
+
+
+def test_an_interrupted_run_counts_the_whole_selection_once(tmp_path):
+    """A signal during the node-local phase: the exclusive phase never collected, yet its check
+    is part of the selection (every session records the whole selection), counted once."""
+    selected = [_item(1), _item(2), _item(3, exclusive=True)]
+    proof = _interrupted(tmp_path, [_collected("node-local", selected),
+                                    _result(1, "fail", phase="node-local")])
+    assert [c["id"] for c in proof.checks] == ["PF-T-001", "PF-T-002", "PF-T-003"]
+    assert proof.not_finished == ["PF-T-002", "PF-T-003"]
+    assert proof.checks[2]["message"] == (
+        "[PF-T-003] not finished: the run was interrupted by SIGTERM")
+    assert proof.selection == {"selected": 3, "reported": 1, "missing": ["PF-T-002", "PF-T-003"],
+                               "duplicates": [], "unexpected": []}
+    # Both phases collected: still 3, not 3 + 3 (nor the node-local share alone).
+    proof = _interrupted(tmp_path, [_collected("node-local", selected), _result(1),
+                                    _result(2), _collected("exclusive", selected)])
+    assert proof.selection["selected"] == 3 and proof.not_finished == ["PF-T-003"]
+    assert proof.phases == {"t.py::test_1": "node-local", "t.py::test_2": "node-local",
+                            "t.py::test_3": "exclusive"}
+
+
+def test_an_interrupted_run_before_any_collection_knows_no_selection(tmp_path):
+    proof = _interrupted(tmp_path, [])
+    assert proof.checks == [] and proof.selection["selected"] is None
+
+
+def test_deselected_checks_are_never_unfinished(tmp_path):
+    """Only the selection counts: a check -k (or the tier) left out is not \"not finished\"."""
+    proof = _interrupted(tmp_path, [_collected("checks", [_item(2)]), _result(2)])
+    assert [c["id"] for c in proof.checks] == ["PF-T-002"] and proof.not_finished == []
+
+
+def test_phases_of_reads_each_sessions_share(tmp_path):
+    path = tmp_path / "results.jsonl"
+    selected = [_item(1), _item(2, exclusive=True)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in (
+        _collected("node-local", selected), _collected("exclusive", selected))))
+    assert phases_of(load_events(path)) == {"t.py::test_1": "node-local",
+                                            "t.py::test_2": "exclusive"}
 
 
 def test_a_lost_item_names_the_crashed_worker(tmp_path):

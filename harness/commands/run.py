@@ -18,11 +18,12 @@ from typing import TextIO
 
 from harness import handoff
 from harness.cluster import ClusterStep
-from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError
+from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.deadline import DEADLINE_VAR
 from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
 from harness.interrupt import RunGuard
 from harness.interrupted import RunFinalizer
+from harness.junit import write_missing_junit
 from harness.kube import apply as apply_kube
 from harness.plain_output import print_plain_summary, summary_data
 from harness.profiles import (
@@ -37,7 +38,9 @@ from harness.publish import parse_s3_uri, publish
 from harness.redact import Redactor
 from harness.report import (
     Report,
+    check_report_dir,
     command_for_report,
+    describe_crash,
     failure_reason,
     now_iso,
     redact_outputs,
@@ -60,20 +63,83 @@ LOCK_MARGIN_S = 120.0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The run under a RunGuard; returns the exit code (harness.cli's docstring)."""
+    """The run under a RunGuard; returns the exit code (harness.cli's docstring). The guard
+    takes the signals the console script held (harness.sigmask) once its finalizer knows where
+    the report goes; an uncaught exception is a harness error (exit 3) that still leaves the
+    report and the failure file where they can be written."""
+    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     json_out = None
     if getattr(args, "format", "text") == "json":  # stdout holds the summary object alone:
         json_out, sys.stdout = sys.stdout, sys.stderr  # every other line goes to stderr
-    guard = RunGuard().install()
+    guard = RunGuard()
     held: list[ReportLock] = []
     try:
-        return _run(args, guard, json_out, held)
+        finalizer, bad = _finalizer(args, guard)
+
+        def finalize(signum: int) -> None:
+            """The interrupted report, then the folder is free (harness.interrupt's cleaner)."""
+            try:
+                finalizer(signum)
+            finally:
+                for lock in held:
+                    lock.release()
+
+        guard.set_finalizer(finalize)
+        guard.install()
+        guard.checkpoint()  # a signal held during start-up: its cleanup writes the report
+        try:
+            return _run(args, guard, finalizer, json_out, held, bad)
+        except UsageError:
+            raise
+        except Exception as exc:  # a bug or an unusable report folder: never a node verdict
+            with guard.section():  # after a signal: parks; the interrupted report wins
+                say_crash(exc)
+                return finalizer.crashed(exc, EXIT_HARNESS)
     finally:
         for lock in held:
             lock.release()
         guard.close()
         if json_out is not None:
             sys.stdout = json_out
+
+
+def _finalizer(args: argparse.Namespace, guard: RunGuard) -> tuple[RunFinalizer, dict[str, str]]:
+    """Where this run's outputs go (host, report folder, failure file), known before anything
+    that takes time: a signal or a crash from here on leaves its report there. Also every
+    PREFLIGHT_* value its rule refuses (name -> why): the outputs' places are found without
+    them, and the run refuses them once it holds its folder."""
+    bad = setting_problems(os.environ)  # every PREFLIGHT_* value, typed and in range, or exit 2
+    env = dict(os.environ)
+    usable = {k: v for k, v in env.items() if k not in bad}  # where the early report goes
+    host, report_dir, failure_file = _place(args, usable, env)
+    finalizer = RunFinalizer(guard, host=host, tier=args.tier or setting(usable, "PREFLIGHT_TIER")
+                             or "preflight", report_dir=report_dir, failure_file=failure_file,
+                             env=env, command=_training_command(args),
+                             write_failure=write_failure, keyword=args.keyword)
+    return finalizer, bad
+
+
+def _place(args: argparse.Namespace, usable: dict[str, str], env: dict[str, str]
+           ) -> tuple[str, Path, Path | None]:
+    """This node's name, its report folder (REPORT_DIR/NAME) and the failure file. A name that
+    cannot name a folder inside REPORT_DIR (SageMaker's current_host, the kernel's hostname:
+    PREFLIGHT_HOSTNAME's rule already refused its own) is a usage error."""
+    host = hostname(usable)
+    failure_file = _failure_path(args.failure_file, usable)
+    if not re.fullmatch(HOST_NAME, host):
+        message = (f"this node's name {host!r} cannot name its report folder (not a host name); "
+                   "set PREFLIGHT_HOSTNAME")
+        if failure_file is not None:
+            write_failure(failure_file, f"gpu-preflight could not start: {message}", env)
+        raise UsageError(message)
+    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(usable)
+    return host, report_dir / host, failure_file
+
+
+def _training_command(args: argparse.Namespace) -> list[str]:
+    """What follows `--`."""
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command
 
 
 def _default_report_dir(env: dict[str, str]) -> Path:
@@ -106,40 +172,23 @@ def _workers(value: str, profile: Profile) -> int:
     return n
 
 
-def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
-         held: list[ReportLock]) -> int:
-    bad = setting_problems(os.environ)  # every PREFLIGHT_* value, typed and in range, or exit 2
-    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
-    env = dict(os.environ)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    usable = {k: v for k, v in env.items() if k not in bad}  # where the early report goes
-    host, report_dir, failure_file = _place(args, usable, env)
-    tier = args.tier or setting(usable, "PREFLIGHT_TIER") or "preflight"
+def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
+         json_out: TextIO | None, held: list[ReportLock], bad: dict[str, str]) -> int:
+    env, command = finalizer.env, _training_command(args)
+    host, report_dir, failure_file = finalizer.host, finalizer.report_dir, finalizer.failure_file
+    tier = finalizer.tier
+    usable = {k: v for k, v in env.items() if k not in bad}
     s3_uri = args.s3_uri or setting(usable, "PREFLIGHT_S3_URI")
     if s3_uri:  # a mistyped option: said before anything is written
         try:
             parse_s3_uri(s3_uri)
         except ValueError as exc:
             raise UsageError(f"--s3-uri / PREFLIGHT_S3_URI: {exc}") from None
+    check_report_dir(report_dir)  # ReportDirError: exit 3 naming it, before any check runs
     held += _lock(report_dir, host, failure_file, env)
-    finalizer = RunFinalizer(guard, host=host, tier=tier, report_dir=report_dir,
-                             failure_file=failure_file, env=env, command=command,
-                             write_failure=write_failure)
-
-    def finalize(signum: int) -> None:
-        """The interrupted report, then the folder is free (harness.interrupt's cleaner)."""
-        try:
-            finalizer(signum)
-        finally:
-            for lock in held:
-                lock.release()
-
-    guard.set_finalizer(finalize)
     if bad:
         message = "; ".join(bad.values())
-        _write_early_failure(message, host, tier, report_dir, failure_file, env)
+        _write_early_failure(message, finalizer)
         raise UsageError(message)
     namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
 
@@ -149,14 +198,14 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
         found = detect_instance_type(args.profile, env, sysroot=sysroot, known=profiles)
         profile, profile_source = resolve_detected(found, profiles, sysroot=sysroot)
     except ProfileError as exc:
-        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
     try:  # what is judged: decided, and refused when it cannot run, before any check runs
         suites = resolve_suites(args.extra_checks, env)
         if args.keyword is not None:
             check_keyword(args.keyword)
     except (SuiteError, SelectionError) as exc:
-        _write_early_failure(str(exc), host, tier, report_dir, failure_file, env)
+        _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
 
     cfg = RunConfig(
@@ -185,7 +234,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
     finalizer.outputs = outputs
     if s3_uri or namespace:  # a signal's uploads must not spend the exit bound importing boto3
         threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
-    cluster = _cluster_start(cfg, failure_file)  # None on a single-node job
+    cluster = _cluster_start(cfg, finalizer)  # None on a single-node job
     finalizer.cluster = cluster
     for lock in held:
         lock.extend((cluster.t.hard_bound_s if cluster is not None else cfg.budget_s)
@@ -195,7 +244,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
     except Exception as exc:  # the harness itself broke: still leave a report behind
         report = Report(host=host, profile=profile.name, profile_source=profile_source, tier=tier,
                         profile_detail=profile.to_dict())
-        report.harness_errors.append(f"internal error: {type(exc).__name__}: {exc}")
+        report.harness_errors.append(describe_crash(exc))
+    finalizer.report = report
     report.command = command_for_report(command, env)
     if cluster is None:  # multi-node: the cluster verdict decides (another node may judge)
         report.refuse_if_nothing_judged()
@@ -208,8 +258,14 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
     # The record is complete: from here on only its redacted form exists, and every output
     # below (files, stdout, stderr, uploads, Kubernetes) renders it.
     report = report.redacted(env)
+    finalizer.report = report
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
-        write_report(report, report_dir, env)
+        write_report(report, report_dir, env)  # ReportDirError: the crash path, exit 3
+        try:  # a check session that died (os._exit in a check, the budget) wrote none
+            write_missing_junit(report, report_dir, since=finalizer.started_wall, env=env)
+        except OSError as exc:
+            print(f"preflight: cannot write junit.xml in {report_dir}: {exc.strerror or exc}",
+                  file=sys.stderr, flush=True)
         redact_outputs(report_dir, env)  # what pytest itself wrote beside the results
         outputs(report)
         _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
@@ -226,26 +282,21 @@ def _run(args: argparse.Namespace, guard: RunGuard, json_out: TextIO | None,
         if command:
             for lock in held:
                 lock.release()  # the trainer does not hold the report folder
-            return guard.exec_gate(lambda: handoff.exec_command(command))
+            return guard.exec_gate(lambda: _hand_off(command, report, finalizer))
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
 
 
-def _place(args: argparse.Namespace, usable: dict[str, str], env: dict[str, str]
-           ) -> tuple[str, Path, Path | None]:
-    """This node's name, its report folder (REPORT_DIR/NAME) and the failure file. A name that
-    cannot name a folder inside REPORT_DIR (SageMaker's current_host, the kernel's hostname:
-    PREFLIGHT_HOSTNAME's rule already refused its own) is a usage error."""
-    host = hostname(usable)
-    failure_file = _failure_path(args.failure_file, usable)
-    if not re.fullmatch(HOST_NAME, host):
-        message = (f"this node's name {host!r} cannot name its report folder (not a host name); "
-                   "set PREFLIGHT_HOSTNAME")
-        if failure_file is not None:
-            write_failure(failure_file, f"gpu-preflight could not start: {message}", env)
-        raise UsageError(message)
-    report_dir = Path(args.report_dir) if args.report_dir else _default_report_dir(usable)
-    return host, report_dir / host, failure_file
+def _hand_off(command: list[str], report: Report, finalizer: RunFinalizer) -> int:
+    """Exec the training command; when it cannot be, exit 127 with the report and the failure
+    file saying so."""
+    try:
+        handoff.exec_command(command)
+    except OSError as exc:
+        reason = handoff.cannot_exec(command, exc)
+        print(f"preflight: {reason}", file=sys.stderr, flush=True)
+        return finalizer.exec_failed(report, reason, handoff.EXIT_EXEC_FAILED)
+    return EXIT_OK  # only reached when the exec is replaced (tests)
 
 
 def _lock(report_dir: Path, host: str, failure_file: Path | None,
@@ -270,14 +321,14 @@ def _lock(report_dir: Path, host: str, failure_file: Path | None,
     return [lock]
 
 
-def _cluster_start(cfg: RunConfig, failure_file: Path | None) -> ClusterStep | None:
+def _cluster_start(cfg: RunConfig, finalizer: RunFinalizer) -> ClusterStep | None:
     """Multi-node jobs: join the control plane before the local checks (harness.cluster)."""
     try:
         return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
                                  local_budget_s=cfg.budget_s, env=cfg.env,
-                                 failure_file=failure_file)
+                                 failure_file=finalizer.failure_file)
     except TopologyError as exc:  # a malformed launcher variable: say which, leave a report
-        _write_early_failure(str(exc), cfg.host, cfg.tier, cfg.report_dir, failure_file, cfg.env)
+        _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
 
 
@@ -351,16 +402,12 @@ def write_failure(path: Path, text: str, env: dict[str, str]) -> None:
         print(f"preflight: cannot write failure file {path}: {exc.strerror}", file=sys.stderr)
 
 
-def _write_early_failure(
-    message: str, host: str, tier: str, report_dir: Path, failure_file: Path | None,
-    env: dict[str, str],
-) -> None:
-    """A run that could not start still leaves a report (and the SageMaker failure reason)."""
-    report = Report(host=host, profile="?", profile_source="?", tier=tier)
+def _write_early_failure(message: str, finalizer: RunFinalizer) -> None:
+    """A run that could not start still leaves a report, junit.xml and the failure reason."""
+    report = Report(host=finalizer.host, profile="?", profile_source="?", tier=finalizer.tier,
+                    started_at=finalizer.started_at)
     report.harness_errors.append(message)
     report.exit_code = EXIT_USAGE
     report.finished_at = now_iso()
-    with contextlib.suppress(OSError):
-        write_report(report, report_dir, env)
-    if failure_file is not None:
-        write_failure(failure_file, f"gpu-preflight could not start on {host}: {message}", env)
+    with finalizer.guard.section():  # after a signal: parks; the interrupted report wins
+        finalizer.leave(report, f"gpu-preflight could not start on {finalizer.host}: {message}")

@@ -30,8 +30,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         )
     except SelftestError as exc:
         raise UsageError(str(exc)) from None
-    guard = RunGuard("preflight selftest", term_grace_s=SELFTEST_TERM_GRACE_S).install()
-    guard.set_finalizer(lambda signum: print_interrupted(cfg, signum))
+    guard = RunGuard("preflight selftest", term_grace_s=SELFTEST_TERM_GRACE_S)
+    guard.set_finalizer(lambda signum: print_interrupted(cfg, signum))  # before: it may run at once
+    guard.install()
+    guard.checkpoint()  # a signal held during start-up: its cleanup says so and exits
     try:
         code = run_selftest(cfg).exit_code
         with guard.section():  # after a signal: parks; the cleanup prints and exits 128+N

@@ -36,16 +36,18 @@ def run_node(shipped: Shipped, tmp_path: Path) -> Iterator[Callable[..., tuple[F
     """`run_node(args, faults=..., variant=..., ...)`: build a fake p5.48xlarge node, run the
     installed `preflight run --profile p5.48xlarge --profile-file <short deadlines> ARGS --
     <hand-off>` on it, return (node, run). `during(proc, node)` is called while it runs (to
-    signal it). Whatever the run left running is killed after the test."""
+    signal it); `wrap(node)` is a command that execs preflight (a mount namespace). Whatever the
+    run left running is killed after the test."""
     nodes: list[FakeNode] = []
 
     def go(args: Sequence[str] = (), *, profile: str = "p5.48xlarge", handoff: bool = True,
            during: Callable[[subprocess.Popen[str], FakeNode], None] | None = None,
+           wrap: Callable[[FakeNode], Sequence[str]] | None = None,
            **node_options: Any) -> tuple[FakeNode, procs.Run]:
         node = FakeNode(tmp_path / f"node{len(nodes)}", **node_options)
         nodes.append(node)
-        argv = [str(shipped.preflight), "run", "--profile", profile, "--profile-file",
-                str(node.profile_file), "--report-dir", str(node.reports), *args]
+        argv = [*(wrap(node) if wrap else ()), str(shipped.preflight), "run", "--profile", profile,
+                "--profile-file", str(node.profile_file), "--report-dir", str(node.reports), *args]
         if handoff:
             argv += ["--", *node.handoff()]
         began = time.monotonic()

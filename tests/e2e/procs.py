@@ -47,6 +47,28 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+def signal_mask(pid: int, field: str) -> int:
+    """A signal mask of /proc/PID/status as a number (`SigBlk`: blocked, `SigCgt`: handled;
+    bit N-1 is signal N); 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def holds(pid: int, sig: int) -> bool:
+    """`sig` is blocked in `pid` (pending until it is released)."""
+    return bool(signal_mask(pid, "SigBlk") & (1 << (sig - 1)))
+
+
+def handles(pid: int, sig: int) -> bool:
+    """`pid` has a handler for `sig`."""
+    return bool(signal_mask(pid, "SigCgt") & (1 << (sig - 1)))
+
+
 def token_processes(token: str) -> list[int]:
     """Live processes whose environment holds E2E_RUN_TOKEN=token."""
     needle = f"E2E_RUN_TOKEN={token}".encode()

@@ -7,6 +7,12 @@ junit.xml written, nothing the run started left running, no hand-off. The `none`
 control: the same selection on the same node with a healthy tool passes and hands off, so a
 failing cell fails because of its fault. A new tool or fault is one row in TOOLS / FAULTS.
 
+The harness fault rows (issue 26, item 4) break the harness instead of a tool: a report folder
+that is a file, on a full disk, or that fills during the run, a check session that dies, a
+training command that cannot be exec'd, and the Slurm prolog over them: a harness error is exit
+3 naming what broke, never 1 (a node verdict, which the prolog drains on), with the failure file
+and junit.xml written wherever they can be.
+
 The cells run one check session (`--workers 0`): a tool fault meets the same probe and the same
 subprocess helper either way, and the xdist start-up would be most of a cell's cost (measured
 here: 7.4 s vs 2.9 s per healthy cell, median of 4). The GPU-node tests in test_e2e_shipped.py
@@ -15,8 +21,13 @@ and the signal tests run the real xdist workers.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +35,7 @@ from tests.e2e import procs
 from tests.e2e.fakes.fake_tool import EXIT_ERRORS
 from tests.e2e.node import CHECK_TIMEOUT_S, RUN_BUDGET_S, FakeNode
 from tests.e2e.node import TOOLS as NODE_TOOLS
+from tests.fake_kube_api import FakeApi
 
 #: Seconds a named failure may take past its deadline (issue 12, item 11).
 SLACK_S = 10.0
@@ -142,3 +154,182 @@ def test_tool_fault(run_node, tool: Tool, fault: str) -> None:
                          tools=tool.tools, extra_env=tool.env, nvml=tool.nvml)
     problems = _problems(tool, fault, node, run)
     assert problems == [], "\n".join(problems) + run.describe()
+
+
+# --- harness faults: a crash is a harness error (exit 3), never a node verdict ---------------
+
+#: A site check whose check session dies under it (no junit.xml from pytest).
+DIES = '''import os
+
+
+def test_session_dies():
+    """The check session dies (os._exit)"""
+    os._exit(7)
+'''
+#: A site check that fills the disk of the report folder ($E2E_FILL), then passes.
+FILLS = '''import os
+
+
+def test_fills_the_disk():
+    """The report folder's disk fills up"""
+    with open(os.path.join(os.environ["E2E_FILL"], "filler"), "wb") as fh:
+        try:
+            while True:
+                fh.write(b"x" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+'''
+_ONE = ["--workers", "0", "-k", "test_gpu_count_matches_profile", "--failure-file", "failure"]
+
+
+def _site(where: Path, text: str) -> list[str]:
+    site = where / "site"
+    site.mkdir(exist_ok=True)
+    (site / "test_site.py").write_text(text)
+    return ["--extra-checks", str(site)]
+
+
+def _tmpfs_wrap(size: str, fill: bool):
+    """A tmpfs of `size` mounted on the node's report folder in a mount namespace of its own
+    (unshare: no privilege needed where user namespaces are allowed), full already or not."""
+    unshare = shutil.which("unshare", path=f"{os.environ.get('PATH', '')}:/usr/bin:/bin")
+    probe = subprocess.run([unshare or "unshare", "-rm", "true"], capture_output=True,
+                           text=True, check=False) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no user and mount namespaces here (unshare -rm: "
+                    f"{probe.stderr.strip() if probe else 'no unshare'}): a full disk cannot be made")
+    tools = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"  # the node's PATH has only the fakes and venv
+    script = (f'{tools} mount -t tmpfs -o size=$1 tmpfs "$0" || exit 99; export E2E_FILL="$0"; '
+              + (f'{tools} head -c 4M /dev/zero > "$0/fill" 2>/dev/null; ' if fill else "")
+              + 'shift; exec "$@"')
+    return lambda node: [unshare, "-rm", "/bin/sh", "-c", script, str(node.reports), size]
+
+
+def _harness_error(node: FakeNode, run: procs.Run, said: str) -> list[str]:
+    """What a harness error must do: exit 3, saying `said` on the terminal and in the failure
+    file, no traceback, no hand-off, nothing left running, within the run's bound."""
+    problems = []
+    if run.returncode != 3:
+        problems.append(f"exit {run.returncode}, not 3 (a harness error)")
+    if not re.search(said, run.output):
+        problems.append(f"the output does not say /{said}/")
+    failure = node.cwd / "failure"
+    if not failure.is_file() or not re.search(said, failure.read_text()):
+        problems.append(f"the failure file does not say /{said}/: "
+                        f"{failure.read_text()[:300] if failure.is_file() else 'missing'}")
+    if "Traceback" in run.output:
+        problems.append("a traceback in the output")
+    if node.marker.exists():
+        problems.append("handed off")
+    if run.left_running:
+        problems.append(f"left running: {run.left_running}")
+    if run.duration_s > RUN_BUDGET_S + SLACK_S:
+        problems.append(f"took {run.duration_s:.0f} s")
+    return problems
+
+
+def test_report_folder_that_is_a_file(run_node) -> None:
+    """Before: a traceback and exit 1 (the Slurm prolog drained the node) after every check ran,
+    and no failure file. Now: exit 3 naming the folder before any check runs; the Kubernetes
+    marks (label, taint) touch nothing."""
+    def wrap(node: FakeNode) -> list[str]:
+        (node.reports / "e2e-node").write_text("a file where the report folder goes\n")
+        return []
+
+    api = FakeApi().start()
+    try:
+        node, run = run_node(_ONE, wrap=wrap, extra_env={
+            "PREFLIGHT_K8S_MARK": "label,taint", "PREFLIGHT_K8S_API": api.url,
+            "PREFLIGHT_NODE_NAME": "e2e-node"})
+    finally:
+        api.stop()
+    problems = _harness_error(node, run, re.escape(f"the report folder {node.reports}/e2e-node "
+                                                   "cannot be written: a file is there, not a "
+                                                   "folder"))
+    if api.requests:
+        problems.append(f"the node was marked: {api.requests}")
+    assert problems == [], "\n".join(problems) + run.describe()
+
+
+def test_report_folder_on_a_full_disk(run_node) -> None:
+    node, run = run_node(_ONE, wrap=_tmpfs_wrap("256k", fill=True))
+    problems = _harness_error(node, run, re.escape(f"the report folder {node.reports}/e2e-node "
+                                                   "cannot be written") + ".*No space left")
+    assert problems == [], "\n".join(problems) + run.describe()
+
+
+def test_disk_fills_during_the_run(run_node, tmp_path: Path) -> None:
+    """The folder took the probe, then a check filled its disk: the report cannot be written at
+    the end, an uncaught error there is still exit 3, and the failure file (elsewhere) says so."""
+    node, run = run_node(["--workers", "0", "-k", "test_gpu_count_matches_profile or "
+                          "test_fills_the_disk", "--failure-file", "failure",
+                          *_site(tmp_path, FILLS)], wrap=_tmpfs_wrap("1m", fill=False))
+    problems = _harness_error(node, run, re.escape(f"the report folder {node.reports}/e2e-node "
+                                                   "cannot be written") + ".*No space left")
+    assert problems == [], "\n".join(problems) + run.describe()
+
+
+def test_a_check_session_that_dies_leaves_junit_from_the_report(run_node, tmp_path: Path) -> None:
+    """`os._exit` in a check, one session (`--workers 0`): pytest writes no junit.xml; the run
+    writes it from the report (before: none). The check's error is a node verdict (exit 1)."""
+    _, run = run_node(["--workers", "0", "-k", "test_gpu_count_matches_profile or "
+                       "test_session_dies", *_site(tmp_path, DIES)])
+    problems = [] if run.returncode == 1 else [f"exit {run.returncode}, not 1"]
+    died = [c for c in (run.report or {}).get("checks", []) if c["id"].endswith("dies")]
+    if not died or "session died" not in died[0]["message"]:
+        problems.append(f"the report does not say the session died: {died}")
+    junit = run.report_dir / "junit.xml" if run.report_dir else None
+    cases = {c.get("name"): [e.tag for e in c] for c in ET.parse(junit).iter("testcase")} \
+        if junit and junit.is_file() else {}
+    if not any(name.endswith("dies") and tags == ["error"] for name, tags in cases.items()):
+        problems.append(f"junit.xml does not hold the dead check as an error: {cases}")
+    if cases.get("PF-GPU-001") != []:
+        problems.append(f"junit.xml does not hold PF-GPU-001 as passed: {cases}")
+    assert problems == [], "\n".join(problems) + run.describe()
+
+
+def test_a_command_that_cannot_be_execd_is_127_and_says_so(run_node) -> None:
+    """Before: report.json said exit 0 and no failure file was written."""
+    missing = "/nonexistent/train.py"
+    node, run = run_node([*_ONE, "--", missing], handoff=False)
+    report = run.report or {}
+    problems = [] if run.returncode == 127 else [f"exit {run.returncode}, not 127"]
+    said = f"cannot run '{missing}': No such file or directory"
+    if (report.get("exit_code"), (report.get("handoff") or {}).get("error")) != (127, said):
+        problems.append(f"report.json: exit_code {report.get('exit_code')}, handoff "
+                        f"{report.get('handoff')}")
+    failure = node.cwd / "failure"
+    if not failure.is_file() or said not in failure.read_text():
+        problems.append("the failure file does not say the command could not be run")
+    assert problems == [], "\n".join(problems) + run.describe()
+
+
+SLURM = Path(__file__).resolve().parents[2] / "container" / "slurm" / "gpu-preflight-slurm.sh"
+SCONTROL = '#!/bin/sh\n[ "$1" = show ] && exit 0\nprintf "%s\\n" "$*" >> "$FAKE_STATE/scontrol"\n'
+
+
+def test_slurm_prolog_never_drains_on_a_harness_error(shipped, tmp_path: Path) -> None:
+    """The installed preflight under the Slurm prolog with a report folder it cannot write:
+    before, exit 1 and the node drained (a broken disk took healthy nodes out); now exit 3,
+    logged, the node left in service."""
+    node = FakeNode(tmp_path / "node")
+    (node.bin / "scontrol").write_text(SCONTROL)
+    (node.bin / "logger").write_text("#!/bin/sh\n")
+    for tool in ("scontrol", "logger"):
+        (node.bin / tool).chmod(0o755)
+    job = tmp_path / "slurm" / "job-42"
+    job.mkdir(parents=True)
+    (job / "e2e-node").write_text("a file where the report folder goes\n")
+    env = {**node.env(shipped.bin), "PATH": f"{node.bin}:{shipped.bin}:/usr/bin:/bin",
+           "PREFLIGHT_BIN": str(shipped.preflight), "PREFLIGHT_SLURM_DIR": str(tmp_path / "slurm"),
+           "SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0", "SLURMD_NODENAME": "gpu7",
+           "PREFLIGHT_PROFILE": "p5.48xlarge"}
+    res = subprocess.run(["bash", str(SLURM), "prolog"], env=env, capture_output=True,
+                         text=True, timeout=RUN_BUDGET_S * 4)
+    log = (job / "preflight.log").read_text() if (job / "preflight.log").exists() else ""
+    drained = (node.state / "scontrol").read_text() if (node.state / "scontrol").exists() else ""
+    procs.kill_leftovers(node.token, node.state)
+    assert (res.returncode, drained) == (0, ""), f"rc {res.returncode}, scontrol: {drained}\n{log}"
+    assert "preflight exit 3 on gpu7" in res.stderr, res.stderr
+    assert "the report folder" in log and "Traceback" not in log, log
