@@ -3,6 +3,8 @@ taint requests, the kubectl fallback, /dev/termination-log."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import test_cli
 
