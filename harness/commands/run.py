@@ -67,7 +67,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     takes the signals the console script held (harness.sigmask) once its finalizer knows where
     the report goes; an uncaught exception is a harness error (exit 3) that still leaves the
     report and the failure file where they can be written."""
-    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     json_out = None
     if getattr(args, "format", "text") == "json":  # stdout holds the summary object alone:
         json_out, sys.stdout = sys.stdout, sys.stderr  # every other line goes to stderr
@@ -109,6 +108,7 @@ def _finalizer(args: argparse.Namespace, guard: RunGuard) -> tuple[RunFinalizer,
     PREFLIGHT_* value its rule refuses (name -> why): the outputs' places are found without
     them, and the run refuses them once it holds its folder."""
     bad = setting_problems(os.environ)  # every PREFLIGHT_* value, typed and in range, or exit 2
+    os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     env = dict(os.environ)
     usable = {k: v for k, v in env.items() if k not in bad}  # where the early report goes
     host, report_dir, failure_file = _place(args, usable, env)
