@@ -1,11 +1,12 @@
 """What the GPU checks share: the action each problem needs, and the judges that fail naming
-every GPU with its problem and action (checks/test_gpu*.py)."""
+every GPU with its problem and action, and error naming every fact no source could read
+(checks/test_gpu*.py; the fact model is harness.gpu_facts)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from harness.checking import ProbeError, expect_none, warn
+from harness.checking import ProbeError, expect_none, measure, not_applicable, warn
 from harness.gpu import (
     MONITOR,
     REBOOT,
@@ -17,6 +18,16 @@ from harness.gpu import (
     gpu_label,
     worst_action,
 )
+from harness.gpu_facts import (
+    FACTS,
+    NOT_SUPPORTED,
+    UNREAD,
+    FactState,
+    fact_state,
+    needed,
+    unread_why,
+)
+from harness.profiles import Profile
 
 #: What each action means for the operator (the remedy of a failed check names the worst one).
 ACTION_REMEDY = {
@@ -80,19 +91,65 @@ def judged(inventory: GpuInventory) -> tuple[GpuInfo, ...]:
     return inventory.gpus
 
 
-def unread(inventory: GpuInventory) -> list[str]:
-    """GPUs the source could not read at all (their facts are unknown, not healthy)."""
-    return [f"{gpu_label(g)} ({'; '.join(g.query_errors)[:200]})"
-            for g in inventory.gpus if g.unreadable]
+def judge_gpus(what: str, inventory: GpuInventory, profile: Profile, facts: Sequence[str],
+               problems: Callable[[GpuInfo], list[Problem]], extra: Found = (), *,
+               actions: bool = True) -> None:
+    """Judge `facts` (harness.gpu_facts keys) on every GPU with `problems`. Not applicable when
+    the profile's SKU has none of them (its sourced `not_supported` table); each fact the SKU
+    lacks is recorded; a problem fails as `judge` fails (`actions=False`: the offenders without
+    an action, the check's own remedy); a fact no source could read on some GPU is an error
+    naming the fact, the GPU and the sources tried, unless a problem already fails the check
+    (the unread facts are then a warning beside it). Unknown is never healthy."""
+    gpus = judged(inventory)
+    states = {g.index: [fact_state(FACTS[k], g, inventory, profile.not_supported)
+                        for k in facts if needed(FACTS[k], g)] for g in gpus}
+    lacking = {s.fact.title: s.detail for ss in states.values() for s in ss
+               if s.state == NOT_SUPPORTED}
+    if lacking and all(s.state == NOT_SUPPORTED for ss in states.values() for s in ss):
+        not_applicable(f"{profile.sku or profile.name} has no {', '.join(lacking)}: "
+                       f"{next(iter(lacking.values()))}")
+    for title, why in lacking.items():
+        measure(f"{title}: not supported on {profile.sku or profile.name}", why)
+    found: Found = [*((gpu_label(g), p.what, p.action, g.index) for g in gpus
+                      for p in problems(g)), *extra]
+    judge_all(what, found, unread_facts(inventory, states), actions=actions)
 
 
-def judge_all(what: str, inventory: GpuInventory, found: Found) -> None:
-    """`judge`, then an error when nothing failed but some GPU could not be read at all."""
+def unread_facts(inventory: GpuInventory, states: dict[int, list[FactState]]) -> list[str]:
+    """`GPU 3 (bus ..., serial ...): ECC mode, temperature not read (sources tried: ...)` for
+    every GPU with an unread fact; GPUs with the same facts and reasons are one entry (`GPUs 0,
+    1, 2: ...`)."""
+    groups: dict[tuple[tuple[str, ...], str], list[int]] = {}
+    for index, ss in states.items():
+        unread = [s for s in ss if s.state == UNREAD]
+        if unread:
+            why = unread_why(inventory, unread)
+            groups.setdefault((tuple(s.fact.title for s in unread), why), []).append(index)
+    return [f"{_gpus(inventory, indices)}: {', '.join(titles)} not read (sources tried: {why})"
+            for (titles, why), indices in groups.items()]
+
+
+def _gpus(inventory: GpuInventory, indices: list[int]) -> str:
+    if len(indices) == 1:
+        return gpu_label(inventory.by_index(indices[0]), indices[0])
+    return f"GPUs {', '.join(map(str, indices))}"
+
+
+def judge_all(what: str, found: Found, unknown: list[str], *, actions: bool = True) -> None:
+    """`judge` (or, without `actions`, the offenders alone), then an error naming every unread
+    fact (`unknown`) when nothing failed; when something failed, they are a warning beside the
+    failure. Never a pass while a fact is unknown."""
     fatal = [f for f in found if f[2] != MONITOR]
-    unknown = unread(inventory)
+    if unknown and fatal:
+        warn(f"{what}: also not known: {'; '.join(unknown)[:1500]}",
+             remedy=ACTION_REMEDY[MONITOR])
     if unknown and not fatal:
         for label, problem, action, *_ in found:
             warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
-        raise ProbeError(f"{what}: not known for {len(unknown)} GPU(s) {inventory.source} could "
-                         f"not read: {'; '.join(unknown)}")
-    judge(what, found)
+        raise ProbeError(f"{what}: not known (unknown is never healthy): "
+                         f"{'; '.join(unknown)[:2000]}")
+    if actions:
+        judge(what, found)
+    else:
+        expect_none(what, [f"{label}: {p}" for label, p, *_ in found],
+                    gpus=[f[3] for f in found if len(f) > 3])

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from checks.gpu_common import (
-    ACTION_REMEDY,
-    found_on,
-    judge,
-    judge_all,
-    judged,
-    reader,
-)
-from harness.checking import ProbeError, check, expect, expect_none, measure, warn
+from checks.gpu_common import ACTION_REMEDY, judge_gpus, reader
+from harness.checking import ProbeError, check, expect, measure, warn
 from harness.fixtures.gpu import require_gpus
 from harness.gpu import (
     MONITOR,
     RESET,
+    GpuInfo,
     GpuInventory,
+    Problem,
     ecc_problems,
     gpu_label,
     pcie_link_gen_max,
@@ -35,7 +30,21 @@ from harness.gpu import (
     retirement_problems,
     thermal_problems,
 )
+from harness.gpu_facts import explain_other, explain_reads
 from harness.profiles import Profile
+
+#: The facts each inventory check judges (harness.gpu_facts): `explain` lists them, the judge
+#: reads them, the generated test removes each in turn (tests/test_gpu_facts_generated.py).
+READS = {
+    "PF-GPU-002": ("model", "memory"),
+    "PF-GPU-003": ("ecc_mode", "ecc_volatile", "ecc_aggregate"),
+    "PF-GPU-004": ("remap_pending", "remap_failure"),
+    "PF-GPU-005": ("retired_pending", "retired_dbe"),
+    "PF-GPU-007": ("temperature", "clock_reasons"),
+    "PF-GPU-008": ("persistence",),
+    "PF-GPU-009": ("pstate", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"),
+    "PF-GPU-016": ("reset_state",),
+}
 
 
 @check(
@@ -45,6 +54,13 @@ from harness.profiles import Profile
     "leaves the job with fewer ranks than planned, or hangs it.",
     remedy="check --gpus / NVIDIA_VISIBLE_DEVICES, then the kernel log for Xid 79; reboot, "
     "replace the node if the GPU stays missing",
+    reads=explain_other(
+        ["the GPU list: NVML nvmlDeviceGetCount and a handle per GPU; else nvidia-smi `-q -x`, "
+         "`-q` (one section per GPU, `Attached GPUs`) or the `--query-gpu` CSV (one row per "
+         "GPU)"],
+        "no source answering is an error naming each source and why; a source that shows "
+        "fewer GPUs than its own `Attached GPUs` is not read (the next one is tried)",
+        "nothing: every GPU profile has GPUs (local-cpu: not applicable)"),
 )
 def test_gpu_count_matches_profile(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
@@ -58,19 +74,24 @@ def test_gpu_count_matches_profile(profile: Profile, gpu_inventory: GpuInventory
     why="A node of another type (or a GPU with part of its memory gone) runs the wrong code "
     "paths and runs out of memory where the plan assumed more.",
     remedy="run with the --profile of this instance type, or replace the node",
+    reads=explain_reads(READS["PF-GPU-002"]),
 )
 def test_gpu_model_matches_profile(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
-    wrong = []
-    for g in judged(gpu_inventory):
-        if g.name is None and g.requires_reset:
-            continue  # a lost GPU answers nothing: PF-GPU-016 reports it
-        if profile.gpu_model and profile.gpu_model.lower() not in (g.name or "").lower():
-            wrong.append(f"{gpu_label(g)}: {g.name or 'unknown model'}, not {profile.gpu_model}")
-        mem, floor = g.memory_total_gib, profile.gpu_memory_gib_min
+    model, floor = profile.gpu_model, profile.gpu_memory_gib_min
+    facts = (("model",) if model else ()) + (("memory",) if floor is not None else ())
+
+    def wrong(g: GpuInfo) -> list[Problem]:
+        out = []
+        if model and g.name is not None and model.lower() not in g.name.lower():
+            out.append(Problem(g.index, f"{g.name}, not {model}", RESET))
+        mem = g.memory_total_gib
         if floor is not None and mem is not None and mem < floor:
-            wrong.append(f"{gpu_label(g)}: {mem:g} GiB < {floor:g} GiB of memory")
-    expect_none("GPUs of the wrong model or memory size", wrong)
+            out.append(Problem(g.index, f"{mem:g} GiB < {floor:g} GiB of memory", RESET))
+        return out
+
+    judge_gpus("GPUs of the wrong model or memory size", gpu_inventory, profile, facts, wrong,
+               actions=False)
 
 
 @check(
@@ -79,14 +100,15 @@ def test_gpu_model_matches_profile(profile: Profile, gpu_inventory: GpuInventory
     why="An uncorrected (double-bit) ECC error corrupted data or killed a process since the "
     "driver loaded; with ECC off, memory errors go unnoticed.",
     remedy="see the action named for each GPU",
+    reads=explain_reads(READS["PF-GPU-003"]),
 )
 def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
     for g in gpu_inventory.gpus:
         measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors",
                 gpu_index=g.index)
-    judge_all("GPUs with uncorrected ECC errors", gpu_inventory,
-               found_on(gpu_inventory, lambda g: ecc_problems(g, require_ecc=True)))
+    judge_gpus("GPUs with uncorrected ECC errors", gpu_inventory, profile, READS["PF-GPU-003"],
+               lambda g: ecc_problems(g, require_ecc=True))
 
 
 @check(
@@ -95,11 +117,12 @@ def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
     why="A pending remap means a bad memory row is still in use until the GPU is reset; a "
     "failed remap means the GPU has no spare rows left (A100 and later).",
     remedy="see the action named for each GPU",
+    reads=explain_reads(READS["PF-GPU-004"]),
 )
 def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
-    judge_all("GPUs with pending or failed row remapping", gpu_inventory,
-               found_on(gpu_inventory, remap_problems))
+    judge_gpus("GPUs with pending or failed row remapping", gpu_inventory, profile,
+               READS["PF-GPU-004"], remap_problems)
 
 
 @check(
@@ -107,11 +130,12 @@ def test_no_row_remap_pending_or_failed(profile: Profile, gpu_inventory: GpuInve
     title="No pending page retirement",
     why="A page marked for retirement stays in use until the driver reloads (pre-A100 GPUs).",
     remedy="see the action named for each GPU",
+    reads=explain_reads(READS["PF-GPU-005"]),
 )
 def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
-    judge_all("GPUs with pending page retirement", gpu_inventory,
-               found_on(gpu_inventory, retirement_problems))
+    judge_gpus("GPUs with pending page retirement", gpu_inventory, profile,
+               READS["PF-GPU-005"], retirement_problems)
 
 
 @check(
@@ -120,6 +144,7 @@ def test_no_pending_page_retirement(profile: Profile, gpu_inventory: GpuInventor
     why="A GPU that is already hot, or whose clocks are cut by a thermal or power-brake "
     "slowdown, runs a fraction of its speed and drags every collective with it.",
     remedy="see the action named for each GPU",
+    reads=explain_reads(READS["PF-GPU-007"]),
 )
 def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
@@ -128,8 +153,8 @@ def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory)
             measure(f"GPU {g.index} temperature", g.temperature_c, "C", op="<=",
                     threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c,
                     gpu_index=g.index)
-    judge_all("GPUs too hot or slowed down", gpu_inventory,
-               found_on(gpu_inventory, lambda g: thermal_problems(g, profile.max_gpu_temp_c)))
+    judge_gpus("GPUs too hot or slowed down", gpu_inventory, profile, READS["PF-GPU-007"],
+               lambda g: thermal_problems(g, profile.max_gpu_temp_c))
 
 
 @check(
@@ -138,14 +163,13 @@ def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory)
     why="Without persistence mode the driver tears GPU state down between processes: slow "
     "start-up, and DCGM reports it as a deployment failure.",
     remedy="run `nvidia-smi -pm 1` as root (or start nvidia-persistenced) on the host",
+    reads=explain_reads(READS["PF-GPU-008"]),
 )
 def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
-    off = [f"{gpu_label(g)}: persistence mode "
-           f"{'off' if g.persistence_mode is False else 'not reported'}"
-           for g in judged(gpu_inventory)
-           if not g.persistence_mode and not (g.persistence_mode is None and g.requires_reset)]
-    expect_none("GPUs without persistence mode", off)
+    judge_gpus("GPUs without persistence mode", gpu_inventory, profile, READS["PF-GPU-008"],
+               lambda g: [Problem(g.index, "persistence mode off", RESET)]
+               if g.persistence_mode is False else [], actions=False)
 
 
 @check(
@@ -156,6 +180,7 @@ def test_persistence_mode_on(profile: Profile, gpu_inventory: GpuInventory):
     "judged against the lower of the GPU's and the slot's maximum: a slot older than the GPU "
     "(a PCIe Gen6 B200 in a Gen5 host) is the host's design, recorded, not a fault.",
     remedy="see the action named for each GPU",
+    reads=explain_reads(READS["PF-GPU-009"]),
 )
 def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
@@ -165,10 +190,10 @@ def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
             slot = pcie_slot_limit(g)
             measure(f"GPU {g.index} PCIe link max gen" + (f" ({slot})" if slot else ""),
                     link_max)
-    found = found_on(gpu_inventory, pcie_problems)
-    found += [(gpu_label(gpu_inventory.by_index(p.gpu)), p.what, p.action)
-              for p in pcie_slot_outliers(gpu_inventory)]
-    judge_all("GPUs with a degraded PCIe link", gpu_inventory, found)
+    outliers = [(gpu_label(gpu_inventory.by_index(p.gpu)), p.what, p.action)
+                for p in pcie_slot_outliers(gpu_inventory)]
+    judge_gpus("GPUs with a degraded PCIe link", gpu_inventory, profile, READS["PF-GPU-009"],
+               pcie_problems, outliers)
 
 
 @check(
@@ -177,6 +202,13 @@ def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     why="Old drivers lack fixes and features the profile's libraries need (CUDA 12 wheels, "
     "EFA GPUDirect RDMA, Blackwell support).",
     remedy="use an AMI / host with a newer NVIDIA driver (the container cannot change it)",
+    reads=explain_other(
+        ["driver version: NVML nvmlSystemGetDriverVersion; nvidia-smi `Driver Version` (R610: "
+         "`KMD Version`); <driver_version>; driver_version",
+         "CUDA version: NVML nvmlSystemGetCudaDriverVersion; nvidia-smi `CUDA Version` (R610: "
+         "`CUDA UMD Version`); <cuda_version>; the CSV has none"],
+        "a version the source did not report, or one that does not parse, is an error",
+        "nothing; a version is not judged where the profile sets no minimum"),
 )
 def test_driver_and_cuda_versions(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
@@ -211,17 +243,17 @@ class _Version(Version):
     why="A GPU that answers `[GPU requires reset]` or `GPU is lost` cannot run work at all; "
     "anything scheduled on it fails or hangs.",
     remedy=ACTION_REMEDY[RESET],
+    reads=explain_reads(READS["PF-GPU-016"]),
 )
 def test_no_gpu_requires_reset(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
-    found = found_on(gpu_inventory, reset_problems)
+    unreadable = []
     for g in gpu_inventory.gpus:
         if g.unreadable:
-            found.append((gpu_label(g), f"{gpu_inventory.source} could not read it at all "
-                          f"({'; '.join(g.query_errors)[:200]})", RESET))
+            unreadable.append((gpu_label(g), f"{gpu_inventory.source} could not read it at all "
+                               f"({'; '.join(g.query_errors)[:200]})", RESET, g.index))
         elif g.query_errors and not g.requires_reset:
             warn(f"{gpu_label(g)}: {reader(gpu_inventory)} could not read: "
                  f"{'; '.join(g.query_errors)[:300]} -> {MONITOR}", remedy=ACTION_REMEDY[MONITOR])
-    judge("GPUs lost or requiring a reset", found)
-
-
+    judge_gpus("GPUs lost or requiring a reset", gpu_inventory, profile, READS["PF-GPU-016"],
+               reset_problems, unreadable)

@@ -11,6 +11,7 @@ from harness.checking import ProbeError, check, expect_none, fail, measure, not_
 from harness.fixtures.gpu import require_gpus
 from harness.fixtures.reading import Reading
 from harness.gpu import REPLACE, RESET, GpuInfo, GpuInventory, gpu_label
+from harness.gpu_facts import explain_other
 from harness.parsers.dcgm import DcgmDiag
 from harness.probes.gpu_compute import ComputeResult, below_floor, sdc_suspects
 from harness.profiles import Profile
@@ -28,6 +29,12 @@ _DCGM_SOFTWARE = {"software", "denylist", "nvml library", "cuda main library",
     "pass/fail thresholds (r1 in preflight, r2/r3 in certify and diagnose).",
     remedy="see the action named for each GPU; DCGM's message says what it measured",
     exclusive=True,
+    reads=explain_other(
+        ["`dcgmi diag -r N -j` (N: the profile's dcgm_level for the tier), DCGM 3 or 4 JSON: "
+         "every test's result per GPU"],
+        "output without a result (empty, truncated, garbled), or results for some GPUs but "
+        "none for another, is an error; every GPU test skipped fails",
+        "the profile's level 0 for a tier makes the check not applicable there"),
 )
 def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: DcgmDiag,
                           gpu_inventory_reading: Reading[GpuInventory]):
@@ -87,6 +94,18 @@ def _compute_offenders(result: ComputeResult, values: dict[int, float], floor: f
             f"-> {action}" for device, value in below_floor(values, floor).items()]
 
 
+def _unmeasured(values: dict[int, object], what: str, profile: Profile,
+                inventory: GpuInventory | None) -> None:
+    """ProbeError naming the CUDA devices without a figure: the inventory's GPUs (else the
+    profile's) are devices 0..n-1, and a device the worker gave nothing for was not measured."""
+    expected = len(inventory.gpus) if inventory and inventory.gpus else profile.num_gpus
+    missing = [d for d in range(expected) if d not in values]
+    if missing:
+        raise ProbeError(f"{what}: no figure for CUDA device(s) {', '.join(map(str, missing))} "
+                         f"of {expected} (measured: {', '.join(map(str, sorted(values))) or 'none'}"
+                         "): not measured, never a pass")
+
+
 def _judge_floor(result: ComputeResult, values: dict[int, float], floor: float, what: str, unit: str,
                  inventory: GpuInventory | None) -> None:
     """Record each GPU's figure against `floor`; fail naming every GPU below it (reset)."""
@@ -104,6 +123,12 @@ def _judge_floor(result: ComputeResult, values: dict[int, float], floor: float, 
     "wait for it.",
     remedy=ACTION_REMEDY[RESET],
     exclusive=True,
+    reads=explain_other(
+        ["bf16 matmul TFLOP/s per CUDA device, from the compute part of the session's torch "
+         "worker (a fixed-seed matmul on every GPU at once)"],
+        "a GPU of the inventory (else of the profile) without a figure is an error naming "
+        "it: not measured, never a pass",
+        "the profile sets no min_bf16_tflops: not applicable"),
 )
 @pytest.mark.gpu
 def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: ComputeResult,
@@ -111,8 +136,10 @@ def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: ComputeResult,
     require_gpus(profile)
     if profile.min_bf16_tflops is None:
         not_applicable("the profile sets no bf16 TFLOP/s floor")
+    inventory = gpu_inventory_reading.or_none()
     _judge_floor(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
-                 "bf16 matmul", "TFLOP/s", gpu_inventory_reading.or_none())
+                 "bf16 matmul", "TFLOP/s", inventory)
+    _unmeasured(compute_sanity.tflops, "bf16 matmul", profile, inventory)
 
 
 @check(
@@ -122,6 +149,11 @@ def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: ComputeResult,
     "(1.4% of Llama 3's interruptions) poisons training until someone notices the loss.",
     remedy=ACTION_REMEDY[REPLACE],
     exclusive=True,
+    reads=explain_other(
+        ["the sha256 of every CUDA device's matmul result (same inputs and kernel on each)"],
+        "a GPU of the inventory (else of the profile) without a figure is an error naming "
+        "it: not measured, never a pass",
+        "nothing: one GPU alone cannot be compared (then nothing is judged)"),
 )
 @pytest.mark.gpu
 def test_matmul_results_identical(profile: Profile, compute_sanity: ComputeResult,
@@ -129,6 +161,8 @@ def test_matmul_results_identical(profile: Profile, compute_sanity: ComputeResul
     require_gpus(profile)
     inventory = gpu_inventory_reading.or_none()
     suspects = sdc_suspects(compute_sanity.digests)
+    if not suspects:
+        _unmeasured(compute_sanity.digests, "matmul result digests", profile, inventory)
     expect_none("GPUs whose matmul result differs from the others'",
                 [f"{_cuda_label(compute_sanity, i, inventory)}: result digest {d[:12]} differs "
                  f"-> {REPLACE}" for i, d in suspects.items()])
@@ -141,6 +175,12 @@ def test_matmul_results_identical(profile: Profile, compute_sanity: ComputeResul
     "memory-bound kernel: attention, optimizers, activations.",
     remedy=ACTION_REMEDY[RESET],
     exclusive=True,
+    reads=explain_other(
+        ["device-to-device copy GB/s per CUDA device (read and write counted), from the same "
+         "worker"],
+        "a GPU of the inventory (else of the profile) without a figure is an error naming "
+        "it: not measured, never a pass",
+        "the profile sets no min_hbm_copy_gb_s: not applicable"),
 )
 @pytest.mark.gpu
 def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: ComputeResult,
@@ -148,7 +188,9 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: ComputeRe
     require_gpus(profile)
     if profile.min_hbm_copy_gb_s is None:
         not_applicable("the profile sets no HBM copy floor")
+    inventory = gpu_inventory_reading.or_none()
     _judge_floor(compute_sanity, compute_sanity.copy_gb_s, profile.min_hbm_copy_gb_s,
-                 "HBM copy", "GB/s", gpu_inventory_reading.or_none())
+                 "HBM copy", "GB/s", inventory)
+    _unmeasured(compute_sanity.copy_gb_s, "HBM copy", profile, inventory)
 
 

@@ -8,6 +8,7 @@ from harness.checking import ProbeError, check, measure, not_applicable, warn
 from harness.fixtures.gpu import require_gpus
 from harness.fixtures.reading import Reading
 from harness.gpu import MONITOR, REBOOT, GpuInventory, gpu_label, worst_action
+from harness.gpu_facts import explain_other
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.kernel_log import IncompleteLogError
 from harness.profiles import Profile
@@ -19,7 +20,14 @@ from harness.profiles import Profile
     why="XIDs are the driver's record of GPU faults: 79 (fallen off the bus), 48 (double-bit "
     "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again. "
     + "No Xid line counts as no XID only in text that is positively a kernel log; " + UNREADABLE_LOG,
-    remedy="see the action named for each GPU (XID catalogue: harness/gpu.py)",
+    remedy="see the action named for each GPU (XID catalogue: harness/gpu_actions.py)",
+    reads=explain_other(
+        ["the kernel log since boot (or $PREFLIGHT_XID_SINCE): $PREFLIGHT_KERNEL_LOG, else "
+         "`journalctl -k -b`, else `dmesg`; `NVRM: Xid (PCI:...): N, ...` lines, the action "
+         "of each from NVIDIA's Xid catalogue"],
+        UNREADABLE_LOG,
+        "nothing: every GPU profile has a kernel log; an Xid code the catalogue does not list "
+        "is watched (monitor, a warning), never ignored"),
 )
 def test_no_serious_xid(profile: Profile, tier: str, kernel_log_reading: Reading[KernelLog],
                         gpu_inventory_reading: Reading[GpuInventory]):
@@ -78,6 +86,11 @@ def _measure_log(log: KernelLog, what: str, count: int) -> None:
     "stops, NCCL hangs or errors, and the switch and its GPUs must be reset together (Fabric "
     "Manager user guide, error handling). As for PF-GPU-006, " + UNREADABLE_LOG,
     remedy=ACTION_REMEDY[REBOOT],
+    reads=explain_other(
+        ["the kernel log, as PF-GPU-006 reads it: `nvidia-nvswitchN: SXid (PCI:...): N, "
+         "Fatal|Non-fatal, ...` lines and their `Severity` detail lines"],
+        UNREADABLE_LOG,
+        "on a profile without NVSwitch the check is not applicable"),
 )
 def test_no_fatal_sxid(profile: Profile, tier: str, kernel_log_reading: Reading[KernelLog]):
     require_gpus(profile)

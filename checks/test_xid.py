@@ -11,6 +11,7 @@ from pathlib import Path
 from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.gpu import require_gpus
 from harness.gpu import MONITOR
+from harness.gpu_facts import explain_other
 from harness.parsers.kernel_log import KernelLog, XidEvent
 from harness.profiles import Profile
 from harness.settings import get_float
@@ -45,6 +46,12 @@ def _label(event: XidEvent) -> str:
     "raising them for several processes may be the hardware.",
     remedy="hardware: the action PF-GPU-006 names; application: fix or restart the "
     "application named, replace the GPU if it recurs across applications",
+    reads=explain_other(
+        ["the kernel log (PF-GPU-006's) with each Xid event's time, the boot time "
+         "(/proc/uptime) and $PREFLIGHT_JOB_START_EPOCH"],
+        "a log that cannot be read is an error; an event whose time cannot be placed is a "
+        "warning (PF-GPU-006 still judges it)",
+        "nothing"),
 )
 def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str],
                         kernel_log: KernelLog):

@@ -81,4 +81,5 @@ def explain_lines(spec: JSONMapping, suites: Sequence[Suite]) -> list[str]:
         f"defined:  {spec['defined']} ({spec['nodeid']})",
         f"why:      {spec['why'] or '-'}",
         f"remedy:   {spec['remedy'] or '-'}",
+        *(f"{'reads:' if n == 0 else '':9} {line}" for n, line in enumerate(spec.get("reads") or ())),
     ]

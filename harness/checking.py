@@ -59,6 +59,8 @@ class CheckSpec:
     module: str = ""
     kind: str = "check"
     """`check` (declared with @check) or `test` (a plain pytest test: a site check)."""
+    reads: tuple[str, ...] = ()
+    """What the check needs to read and what it does when it cannot (`explain` prints it)."""
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
@@ -77,15 +79,17 @@ def check(
     remedy: str,
     tier: str = "preflight",
     exclusive: bool = False,
+    reads: tuple[str, ...] = (),
 ) -> Callable[[F], F]:
-    """Declare a test function as check `id`: metadata for list/explain, markers for pytest."""
+    """Declare a test function as check `id`: metadata for list/explain, markers for pytest;
+    `reads`: lines saying what it needs to read (harness.gpu_facts.explain_reads)."""
     if tier not in TIERS:
         raise ValueError(f"check {id}: tier {tier!r} is not one of {', '.join(TIERS)}")
 
     def decorate(fn: F) -> F:
         spec = CheckSpec(
             id=id, title=title, tier=tier, why=why, remedy=remedy, exclusive=exclusive,
-            function=fn.__name__, module=fn.__module__,
+            function=fn.__name__, module=fn.__module__, reads=tuple(reads),
         )
         known = _REGISTRY.get(id)
         if known is not None and known.function != spec.function:

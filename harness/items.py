@@ -68,4 +68,5 @@ def describe_item(item: pytest.Item) -> JSONObject:
     suite = suite_of(item)
     return {"id": spec.id, "nodeid": item.nodeid, "title": spec.title, "tier": spec.tier,
             "exclusive": spec.exclusive, "kind": spec.kind, "suite": suite[0] if suite else "",
-            "why": spec.why, "remedy": spec.remedy, "defined": f"{spec.module}.{spec.function}"}
+            "why": spec.why, "remedy": spec.remedy, "defined": f"{spec.module}.{spec.function}",
+            "reads": list(spec.reads)}

@@ -52,6 +52,10 @@ class Profile:
     """NVLS all_reduce busbw floor at 1 GiB, GB/s (None: the NVLS figure is reported only)."""
     sku: str | None = None
     """The GPU SKU of profiles.toml [skus] whose thresholds this profile took."""
+    not_supported: dict[str, str] = field(default_factory=dict)
+    """Facts the SKU does not have, by harness.gpu_facts group (`retired_pages`, `fabric`) ->
+    why, with its source (profiles.toml [skus] `not_supported`). A check records them and
+    judges the rest; any other fact it cannot read is an error, never a pass."""
     gpus_from_machine: bool = False
     """No published GPU count for this type: `num_gpus` is taken from this machine's NVML."""
     min_driver_version: str | None = None

@@ -55,8 +55,10 @@ def _cite(note: str, sources: Mapping[str, str]) -> str:
     return note
 
 
-def _fields_of(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Profile fields of one data table (TOML types made Profile types; "" fabric: None)."""
+def _fields_of(table: Mapping[str, Any], where: str,
+               sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Profile fields of one data table (TOML types made Profile types; "" fabric: None;
+    `not_supported` notes cited against [sources])."""
     fields = _field_types()
     out: dict[str, Any] = {}
     for key, value in table.items():
@@ -68,6 +70,8 @@ def _fields_of(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             value = tuple(value)
         elif key == "fabric" and value == "":
             value = None
+        elif key == "not_supported":
+            value = {k: _cite(str(v), sources or {}) for k, v in value.items()}
         out[key] = value
     return out
 
@@ -87,7 +91,7 @@ def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSO
     for name, table in data.get("skus", {}).items():
         where = f"{path.name}: [skus.{name!r}]"
         skus[name] = {**table, "profile": Profile(
-            name=f"_sku-{name}", sku=name, **_fields_of(table, where),
+            name=f"_sku-{name}", sku=name, **_fields_of(table, where, sources),
             sources=_sources_of(table, sources))}
     tables: dict[str, dict[str, Any]] = data.get("profiles", {})
     built: dict[str, Profile] = {}
@@ -100,7 +104,7 @@ def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSO
             raise ProfileError(f"{where}: base chain {' -> '.join((*chain, name))} is broken")
         table = tables[name]
         base = build(table["base"], (*chain, name)) if "base" in table else Profile(name="_root")
-        own = _fields_of(table, where)
+        own = _fields_of(table, where, sources)
         estimates = set(base.estimates) | set(own.pop("estimates", ()))
         srcs = _sources_of(table, sources)
         if "sku" in table:

@@ -31,6 +31,11 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "gb200_gpu_unregistered": {"rdma_devices": [], "gdr_peermem": None, "imex_channels": [],
                                "gpu_fabric": [*GB200[:3], replace(GB200[3], state=2,
                                                                   cluster_uuid="0" * 32)]},
+    # GPU 2's health mask did not come back (the other three read healthy): unknown.
+    "gb200_health_unread": {"rdma_devices": [], "gdr_peermem": None,
+                            "imex_channels": ["channel0"],
+                            "gpu_fabric": [*GB200[:2], replace(GB200[2], health_mask=None),
+                                           GB200[3]]},
     "gb200_degraded": {"rdma_devices": [], "gdr_peermem": None, "imex_channels": ["channel0"],
                        "gpu_fabric": [*GB200[:3], replace(GB200[3], health_mask=0xA9)]},
 }

@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 #: A clean recorded kernel log (no Xid, no SXid).
 CLEAN_KERNEL_LOG = DATA / "kernel_log" / "real_dev-kmsg-clean-nvswitch.txt"
+#: A real 8x H100 `nvidia-smi -q -x` (k8s-test-infra capture, driver 580.105.08).
+H100_XML = DATA / "nvidia_smi" / "real_xml-580-h100x8-k8s-test-infra.xml"
 #: The recorded DCGM 4 diagnostic (2 GPUs) whose shape the fake's 8-GPU answer follows.
 PASSING_DCGM = DATA / "dcgm" / "dcgm4-r3-diagnostic-pass-excerpt.json"
 
@@ -58,3 +60,23 @@ def make_tools(bin_dir: Path) -> dict[str, str]:
     dcgmi.chmod(dcgmi.stat().st_mode | stat.S_IEXEC)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "PREFLIGHT_KERNEL_LOG": str(CLEAN_KERNEL_LOG)}
+
+
+def sparse_smi_xml() -> str:
+    """`nvidia-smi -q -x` of eight H100s that says only their name, UUID, bus id and memory
+    (the recorded capture with every other element of each <gpu> taken out): issue 25's node,
+    whose unknown ECC, remapping, temperature, PCIe, reset and fabric state passed."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", H100_XML.read_text()))
+    for gpu in root.findall("gpu"):
+        for child in list(gpu):
+            if child.tag not in ("product_name", "uuid", "pci", "fb_memory_usage"):
+                gpu.remove(child)
+        for section, keep in (("pci", "pci_bus_id"), ("fb_memory_usage", "total")):
+            node = gpu.find(section)
+            for child in list(node if node is not None else ()):
+                if child.tag != keep:
+                    node.remove(child)
+    return ET.tostring(root, encoding="unicode")

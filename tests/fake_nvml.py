@@ -22,8 +22,9 @@ class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
     memory_bytes: int = 81559 * 1024**2
     ecc_mode: tuple[int, int] = (1, 1)
-    ecc_volatile: int = 0
-    ecc_aggregate: int = 0
+    ecc_volatile: int | None = 0
+    ecc_aggregate: int | None = 0
+    """None: that counter answers NotSupported (the other still reads)"""
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
     pending_pages: int = 0
     dbe_pages: tuple[int, ...] = ()
@@ -49,6 +50,9 @@ class FakeGpu:
     """field ids whose value says NVML_ERROR_NOT_SUPPORTED"""
     recovery_action: int = 0
     """nvmlGpuRecoveryAction_t (0: none)"""
+    reset_status: tuple[int, int] = (0, 0)
+    """NVML_FI_DEV_RESET_STATUS (226) and DRAIN_AND_RESET_STATUS (227): nvidia-smi's `Reset
+    Required` and `Drain and Reset Recommended`"""
     fabric: tuple[int, int] = (3, 0)
     """(nvmlGpuFabricState_t, nvmlReturn_t): registered with the fabric manager, success"""
     unsupported: set[str] = field(default_factory=set)
@@ -71,8 +75,10 @@ class FakeGpu:
 class FakeNvml:
     """`nvml=FakeNvml([...])` where the probe expects the pynvml module."""
 
-    def __init__(self, gpus: list[FakeGpu], *, driver: str = "550.90.07", cuda: int = 12040,
+    def __init__(self, gpus: list[FakeGpu], *, driver: str | None = "550.90.07",
+                 cuda: int | None = 12040,
                  init_error: type[pynvml.NVMLError] | None = None) -> None:
+        """`driver` / `cuda` None: the system query answers NotSupported."""
         self.gpus = gpus
         self.driver = driver
         self.cuda = cuda
@@ -96,9 +102,13 @@ class FakeNvml:
         self.initialised -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
+        if self.driver is None:
+            raise pynvml.NVMLError_NotSupported()
         return self.driver
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
+        if self.cuda is None:
+            raise pynvml.NVMLError_NotSupported()
         return self.cuda
 
     def nvmlDeviceGetCount(self) -> int:
@@ -147,7 +157,10 @@ class FakeNvml:
     def nvmlDeviceGetTotalEccErrors(self, g: FakeGpu, error_type: int, counter: int) -> int:
         self._ask(g, "nvmlDeviceGetTotalEccErrors")
         assert error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-        return g.ecc_volatile if counter == pynvml.NVML_VOLATILE_ECC else g.ecc_aggregate
+        value = g.ecc_volatile if counter == pynvml.NVML_VOLATILE_ECC else g.ecc_aggregate
+        if value is None:
+            raise pynvml.NVMLError_NotSupported()
+        return value
 
     def nvmlDeviceGetRemappedRows(self, g: FakeGpu) -> tuple[int, int, int, int]:
         self._ask(g, "nvmlDeviceGetRemappedRows")
@@ -249,6 +262,10 @@ class FakeNvml:
             value = None
         elif fid == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
             value = g.recovery_action
+        elif fid == pynvml.NVML_FI_DEV_RESET_STATUS:
+            value = g.reset_status[0]
+        elif fid == pynvml.NVML_FI_DEV_DRAIN_AND_RESET_STATUS:
+            value = g.reset_status[1]
         elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             value = links
         elif fid == pynvml.NVML_FI_DEV_NVLINK_GET_STATE and scope < links:

@@ -27,7 +27,8 @@ def h100(index: int, **changes: Any) -> GpuInfo:
         throttle_reasons=("Idle",), power_draw_w=71.5, persistence_mode=True,
         performance_state="P0", pcie_gen_current=5, pcie_gen_max=5, pcie_gen_device_max=5,
         pcie_width_current=16, pcie_width_max=16, nvlinks_active=tuple(range(18)),
-        fabric_state="Completed", fabric_status="Success",
+        fabric_state="Completed", fabric_status="Success", requires_reset=False,
+        recovery_action="None",
     )
     return dataclasses.replace(healthy, **changes)
 
@@ -81,7 +82,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "missing_gpu": _with(gpu_inventory=node(count=7)),
     "wrong_model": _with(gpu_inventory=node(gpu0={"name": "NVIDIA A100-SXM4-80GB"})),
     "ecc": _with(gpu_inventory=node(gpu3={"ecc_uncorrected_volatile": 2,
-                                          "ecc_uncorrected_aggregate": 2})),
+                                          "ecc_uncorrected_aggregate": 5})),
     "ecc_off": _with(gpu_inventory=node(gpu5={"ecc_enabled": False})),
     "ecc_history": _with(gpu_inventory=node(gpu1={"ecc_uncorrected_aggregate": 4})),
     "remap": _with(gpu_inventory=node(gpu2={"remapped_rows_pending": True},
@@ -153,12 +154,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         {**{i: 700.0 for i in range(8)}, 2: 310.5}, {i: "ab" * 32 for i in range(8)},
         {**{i: 2900.0 for i in range(8)}, 6: 1200.0},
         {i: f"GPU-0000-{7 - i}" for i in range(8)})),
+    # The worker measured CUDA devices 0-6 only: device 7 is not "fast enough", it is unknown.
+    "compute_missing_gpu": _with(compute_sanity=ComputeResult(
+        {i: 700.0 for i in range(7)}, {i: "ab" * 32 for i in range(7)},
+        {i: 2900.0 for i in range(7)})),
     "sdc": _with(compute_sanity=ComputeResult(
         {i: 700.0 for i in range(8)}, {**{i: "ab" * 32 for i in range(8)}, 4: "cd" * 32},
         {i: 2900.0 for i in range(8)})),
-    "fabric": _with(gpu_inventory=node(gpu0={"fabric_state": "In Progress"},
+    "fabric": _with(gpu_inventory=node(gpu0={"fabric_state": "In Progress",
+                                             "fabric_status": None},
                                        gpu1={"fabric_status": "Unknown Error"},
                                        gpu2={"fabric_state": None, "fabric_status": None})),
+    "fabric_unread": _with(gpu_inventory=node(gpu2={"fabric_state": None,
+                                                    "fabric_status": None})),
+    "nvlink_17": _with(gpu_inventory=node(gpu6={"nvlinks_active": tuple(range(17)),
+                                                "nvlinks_inactive": (17,)})),
     # NVML answered, but with no GPU at all: nothing is healthy, every per-GPU check errors.
     "no_gpus": _with(gpu_inventory=GpuInventory("nvml", "550.90.07", "12.4", ())),
     # NVML could not open GPU 3 (no handle, not lost): its facts are unknown, not healthy.

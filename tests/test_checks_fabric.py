@@ -84,6 +84,13 @@ def test_gb200_degraded_bandwidth_fails_the_health_check(pytester):
     assert "GPU 3: degraded bandwidth (healthMask 0xa9)" in got["PF-NVL-002"][1]
 
 
+def test_one_gpu_without_a_health_mask_is_an_error_not_a_pass(pytester):
+    got = run(pytester, "gb200_health_unread", "p6e-gb200.36xlarge")
+    assert got["PF-NVL-002"] == ("error", "[PF-NVL-002] fabric health mask not read on GPU 2 "
+                                 "(nvmlDeviceGetGpuFabricInfoV: NotSupported, or the query "
+                                 "failed)")
+
+
 def test_health_mask_fields():
     """Masks no recorded line shows (the recorded 0xaa and 0x0: real_mnnvl_h200_gb200.txt.expect.json)."""
     assert health_faults(0x1AA) == []  # INCORRECT_CONFIGURATION 1: none

@@ -55,6 +55,9 @@ NONE_FOR = "none allowed for p5.48xlarge"
 JOURNAL = "`journalctl -k -o short-iso --no-pager -b`"
 NO_GPU = "nvml lists no GPU, so there is nothing to judge (PF-GPU-001 names the count)"
 UNREAD = "GPU 3 (bus ?, serial unknown)"
+NOT_KNOWN = "not known (unknown is never healthy)"
+NO_HANDLE = "(sources tried: NVML: nvmlDeviceGetHandleByIndex: Unknown Error)"
+LOST = "(sources tried: NVML: the GPU is lost or requires a reset)"
 
 EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "healthy": {},
@@ -69,6 +72,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "ecc_off": {"PF-GPU-003": ("fail", (
         f"[PF-GPU-003] GPUs with uncorrected ECC errors: 1 found, {NONE_FOR}: {GPU[5]}: ECC is "
         f"disabled (enable: nvidia-smi -e 1, then reboot) -> reboot; {ACT_REBOOT}"))},
+    # Volatile 2, aggregate 5: the message names the volatile count (read as aggregate, it
+    # would say 5).
     "ecc": {"PF-GPU-003": ("fail", (
         f"[PF-GPU-003] GPUs with uncorrected ECC errors: 1 found, {NONE_FOR}: {GPU[3]}: 2 "
         f"uncorrected ECC errors since the driver loaded -> reset GPU; {ACT_RESET}"))},
@@ -126,11 +131,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "nvlink_sleep_crc": {"PF-GPU-010": ("warn", (
         f"[PF-GPU-010] {GPU[4]}: NVLink 7 error counters rising (crc_flit +12 in 2 s) -> "
         f"monitor; {ACT_MONITOR}"))},
-    "nvlink_unread": {"PF-GPU-010": ("warn", (
-        f"[PF-GPU-010] NVLink error counters not known: {GPU[5]}: no NVLink error counter "
-        "could be read on link(s) 0, 1 (NOT_SUPPORTED or failing); run `nvidia-smi nvlink -e` "
-        "(or `dcgmi diag -r 2`) on the node to read them; `--tier certify` treats this as an "
-        "error"))},
+    # Every counter NOT_SUPPORTED on GPU 5: unknown, never "no errors" (an error in every tier).
+    "nvlink_unread": {"PF-GPU-010": ("error", (
+        f"[PF-GPU-010] GPUs with NVLink problems: {NOT_KNOWN}: {GPU[5]}: NVLink error counters "
+        "not read (no NVLink error counter could be read on link(s) 0, 1 (NOT_SUPPORTED or "
+        "failing))"))},
     "old_driver": {"PF-GPU-011": ("fail", (
         "[PF-GPU-011] NVIDIA driver 525.85.12 < 535.54.03 required for p5.48xlarge; use an "
         "AMI / host with a newer NVIDIA driver (the container cannot change it)"))},
@@ -154,17 +159,41 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "PF-GPU-015": ("fail", (
             f"[PF-GPU-015] GPUs below the HBM copy floor: 1 found, {NONE_FOR}: {GPU[1]}: "
             f"1200.0 GB/s < 2000 GB/s -> reset GPU; {ACT_RESET}"))},
+    "compute_missing_gpu": {cid: ("error", f"[{cid}] {what}: no figure for CUDA device(s) 7 of "
+                                           "8 (measured: 0, 1, 2, 3, 4, 5, 6): not measured, "
+                                           "never a pass")
+                            for cid, what in (("PF-GPU-013", "bf16 matmul"),
+                                              ("PF-GPU-014", "matmul result digests"),
+                                              ("PF-GPU-015", "HBM copy"))},
     "sdc": {"PF-GPU-014": ("fail", (
         f"[PF-GPU-014] GPUs whose matmul result differs from the others': 1 found, {NONE_FOR}: "
         f"{GPU[4]}: result digest cdcdcdcdcdcd differs -> replace node; {ACT_REPLACE}"))},
+    # In progress, completed with an error status: not ready (reset GPU, after the fabric
+    # manager); GPU 2's unread state is named beside the failure (a warning, not a pass).
     "fabric": {"PF-GPU-017": ("fail", (
-        f"[PF-GPU-017] GPUs not registered with the NVSwitch fabric: 2 found, {NONE_FOR}: "
-        f"{GPU[0]}: fabric state In Progress, status Success (is nvidia-fabricmanager "
-        f"running?) -> reboot; {GPU[1]}: fabric state Completed, status Unknown Error (is "
-        f"nvidia-fabricmanager running?) -> reboot; {ACT_REBOOT}"))},
-    "query_errors": {"PF-GPU-016": ("warn", (
-        f"[PF-GPU-016] {GPU[4]}: NVML could not read: nvmlDeviceGetTemperature: Unknown "
-        f"Error -> monitor; {ACT_MONITOR}"))},
+        f"[PF-GPU-017] GPUs whose NVSwitch fabric is not ready: 2 found, {NONE_FOR}: {GPU[0]}: "
+        "fabric state In Progress: not ready (registration is still running: wait for "
+        "nvidia-fabricmanager (HGX) or IMEX (NVL domains) to finish; stuck for minutes: restart "
+        f"the fabric manager, then reset the GPU) -> reset GPU; {GPU[1]}: fabric state Completed "
+        "with status Unknown Error: not ready (registration failed: restart nvidia-fabricmanager "
+        f"/ IMEX, then reset the GPU) -> reset GPU; {ACT_RESET}"))},
+    # Only GPU 2's fabric state is unknown (p5: an H100 has one): an error, never a pass.
+    "fabric_unread": {"PF-GPU-017": ("error", (
+        f"[PF-GPU-017] GPUs whose NVSwitch fabric is not ready: {NOT_KNOWN}: {GPU[2]}: NVSwitch "
+        "fabric state not read (sources tried: NVML: no value (absent, N/A or NotSupported) at "
+        "nvmlDeviceGetGpuFabricInfo: state)"))},
+    # Temperature unknown on GPU 4 (NVML: Unknown Error): PF-GPU-007 cannot call it cool.
+    "query_errors": {
+        "PF-GPU-007": ("error", (
+            f"[PF-GPU-007] GPUs too hot or slowed down: {NOT_KNOWN}: {GPU[4]}: GPU temperature "
+            "not read (sources tried: NVML: nvmlDeviceGetTemperature: Unknown Error)")),
+        "PF-GPU-016": ("warn", (
+            f"[PF-GPU-016] {GPU[4]}: NVML could not read: nvmlDeviceGetTemperature: Unknown "
+            f"Error -> monitor; {ACT_MONITOR}"))},
+    # 17 of 18 links up is not "all up".
+    "nvlink_17": {"PF-GPU-010": ("fail", (
+        f"[PF-GPU-010] GPUs with NVLink problems: 1 found, {NONE_FOR}: {GPU[6]}: 17 of 18 "
+        f"NVLinks up (down: 17) -> reset GPU; {ACT_RESET}"))},
     # An empty answer: the count fails, every per-GPU check errors (nothing was judged).
     "no_gpus": {
         "PF-GPU-001": ("fail", (
@@ -174,36 +203,41 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         **{cid: ("error", f"[{cid}] {NO_GPU}") for cid in (
             "PF-GPU-002", "PF-GPU-003", "PF-GPU-004", "PF-GPU-005", "PF-GPU-007", "PF-GPU-008",
             "PF-GPU-009", "PF-GPU-010", "PF-GPU-016", "PF-GPU-017")}},
-    # GPU 3 could not be read at all: PF-GPU-016 fails it; no other check calls it healthy.
+    # GPU 3 could not be read at all: PF-GPU-016 fails it; every other check errors naming
+    # the facts it could not read there and the source's answer.
     "unreadable_gpu": {
-        "PF-GPU-002": ("fail", (
-            f"[PF-GPU-002] GPUs of the wrong model or memory size: 1 found, {NONE_FOR}: "
-            f"{UNREAD}: unknown model, not H100; run with the --profile of this instance type, "
-            "or replace the node")),
-        **{cid: ("error", f"[{cid}] {what}: not known for 1 GPU(s) nvml could not read: "
-                          f"{UNREAD} (nvmlDeviceGetHandleByIndex: Unknown Error)")
-           for cid, what in (
-               ("PF-GPU-003", "GPUs with uncorrected ECC errors"),
-               ("PF-GPU-004", "GPUs with pending or failed row remapping"),
-               ("PF-GPU-005", "GPUs with pending page retirement"),
-               ("PF-GPU-007", "GPUs too hot or slowed down"),
-               ("PF-GPU-009", "GPUs with a degraded PCIe link"),
-               ("PF-GPU-017", "GPUs not registered with the NVSwitch fabric"))},
-        "PF-GPU-008": ("fail", (
-            f"[PF-GPU-008] GPUs without persistence mode: 1 found, {NONE_FOR}: {UNREAD}: "
-            "persistence mode not reported; run `nvidia-smi -pm 1` as root (or start "
-            "nvidia-persistenced) on the host")),
-        "PF-GPU-010": ("fail", (
-            f"[PF-GPU-010] GPUs with NVLink problems: 1 found, {NONE_FOR}: {UNREAD}: NVLink "
-            f"state not reported -> reset GPU; {ACT_RESET}")),
+        **{cid: ("error", f"[{cid}] {what}: {NOT_KNOWN}: {UNREAD}: {facts} not read {NO_HANDLE}")
+           for cid, what, facts in (
+               ("PF-GPU-002", "GPUs of the wrong model or memory size", "GPU model, memory size"),
+               ("PF-GPU-003", "GPUs with uncorrected ECC errors", "ECC mode, uncorrected ECC "
+                "errors since the driver loaded (volatile), uncorrected ECC errors in the GPU's "
+                "lifetime (aggregate)"),
+               ("PF-GPU-004", "GPUs with pending or failed row remapping",
+                "row remapping pending, row remapping failure"),
+               ("PF-GPU-007", "GPUs too hot or slowed down",
+                "GPU temperature, clock event reasons"),
+               ("PF-GPU-008", "GPUs without persistence mode", "persistence mode"),
+               ("PF-GPU-009", "GPUs with a degraded PCIe link", "performance state, PCIe link "
+                "generation, PCIe link maximum generation, PCIe link width, PCIe link maximum "
+                "width"),
+               ("PF-GPU-010", "GPUs with NVLink problems", "NVLink link states"),
+               ("PF-GPU-017", "GPUs whose NVSwitch fabric is not ready",
+                "NVSwitch fabric state"))},
         "PF-GPU-016": ("fail", (
             f"[PF-GPU-016] GPUs lost or requiring a reset: 1 found, {NONE_FOR}: {UNREAD}: nvml "
             "could not read it at all (nvmlDeviceGetHandleByIndex: Unknown Error) -> reset GPU; "
             f"{ACT_RESET}"))},
-    "lost": {"PF-GPU-016": ("fail", (
-        f"[PF-GPU-016] GPUs lost or requiring a reset: 2 found, {NONE_FOR}: {GPU[2]}: the "
-        f"driver asks for recovery: Node Reboot -> reboot; {GPU[6]}: GPU is lost or requires a "
-        f"reset -> reset GPU; {ACT_REBOOT}"))},
+    # GPU 6 is lost: PF-GPU-016 fails it; what it no longer answers is unknown elsewhere.
+    "lost": {
+        "PF-GPU-016": ("fail", (
+            f"[PF-GPU-016] GPUs lost or requiring a reset: 2 found, {NONE_FOR}: {GPU[2]}: the "
+            f"driver asks for recovery: Node Reboot -> reboot; {GPU[6]}: GPU is lost or "
+            f"requires a reset -> reset GPU; {ACT_REBOOT}")),
+        **{cid: ("error", f"[{cid}] {what}: {NOT_KNOWN}: {GPU[6]}: {fact} not read {LOST}")
+           for cid, what, fact in (
+               ("PF-GPU-002", "GPUs of the wrong model or memory size", "GPU model"),
+               ("PF-GPU-007", "GPUs too hot or slowed down", "GPU temperature"),
+               ("PF-GPU-008", "GPUs without persistence mode", "persistence mode"))}},
 }
 
 
@@ -480,11 +514,94 @@ def test_explain_says_what_an_unreadable_kernel_log_gives():
                 "in the preflight tier and an error in certify and diagnose.") in why
 
 
-def test_unread_nvlink_counters_are_an_error_in_certify(pytester: pytest.Pytester):
+@pytest.mark.parametrize("tier", ["preflight", "certify"])
+def test_unread_nvlink_counters_are_an_error_in_every_tier(pytester: pytest.Pytester, tier: str):
     pytester.makeconftest(facts_conftest("tests.gpu_facts", "nvlink_unread", GPU_FACTS))
     copy_gpu_checks(pytester)
     result = run_check_file(pytester, "test_gpu.py", "p5.48xlarge", "--preflight-tier",
-                            "certify", "-k", "nvlink")["PF-GPU-010"]
+                            tier, "-k", "nvlink")["PF-GPU-010"]
     assert result["outcome"] == "error"
     assert result["message"].startswith(
-        f"[PF-GPU-010] NVLink error counters not known: {GPU[5]}: no NVLink error counter")
+        f"[PF-GPU-010] GPUs with NVLink problems: {NOT_KNOWN}: {GPU[5]}: NVLink error counters")
+
+
+def test_explain_says_what_each_gpu_check_reads_and_what_not_supported_means():
+    # Importing the check modules registers their checks.
+    import checks.test_gpu
+    import checks.test_gpu_diag
+    import checks.test_gpu_kernel_log
+    import checks.test_gpu_nvlink
+    import checks.test_xid  # noqa: F401
+    from harness.checking import registry
+
+    specs = {cid: spec for cid, spec in registry().items() if cid.startswith("PF-GPU-")}
+    assert sorted(specs) == [f"PF-GPU-{n:03d}" for n in range(1, 20)]
+    for cid, spec in specs.items():
+        assert spec.reads, cid
+        assert any(line.startswith("not supported") for line in spec.reads), cid
+        assert any(" error" in line for line in spec.reads), cid
+
+
+def test_explain_prints_the_facts_and_the_skus_table(capsys: pytest.CaptureFixture[str]):
+    from harness.cli import main
+
+    assert main(["explain", "PF-GPU-005"]) == 0
+    out = capsys.readouterr().out
+    assert ("reads:    page retirement pending: NVML nvmlDeviceGetRetiredPagesPendingStatus; "
+            "nvidia-smi `Retired Pages > Pending Page Blacklist`") in out
+    assert "is an error naming the fact, the GPU and the sources tried: never a pass" in out
+    assert "profiles.toml [skus.NAME] not_supported.retired_pages, each with its source" in out
+
+
+#: Issue 25's node: the checks that passed on it before (005 is not applicable: an H100 has no
+#: page retirement, profiles.toml says so with its source).
+SPARSE_UNKNOWN = ("PF-GPU-003", "PF-GPU-004", "PF-GPU-007", "PF-GPU-008", "PF-GPU-009",
+                  "PF-GPU-016", "PF-GPU-017")
+
+
+def test_a_node_whose_health_nvidia_smi_does_not_say_is_not_healthy(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No NVML; `nvidia-smi -q -x` lists eight H100s with only name, UUID, bus id and memory:
+    the real probes read it and every check whose facts it does not hold errors, naming the
+    fact, the GPU and the sources tried (NVML's failure, then nvidia-smi's missing value)."""
+    from tests.fake_gpu_node import sparse_smi_xml
+
+    xml = tmp_path / "sparse.xml"
+    xml.write_text(sparse_smi_xml())
+    results = _run_real_probes(pytester, tmp_path, monkeypatch, {"nvidia-smi": f"cat '{xml}'"},
+                               "-k", "count or model or ecc or remap or retirement or hot or "
+                               "persistence or pcie or requires_reset or fabric")
+    outcomes = {cid: r["outcome"] for cid, r in results.items()}
+    assert outcomes == {"PF-GPU-001": "pass", "PF-GPU-002": "pass", "PF-GPU-005": "skip",
+                        **dict.fromkeys(SPARSE_UNKNOWN, "error")}
+    ecc = results["PF-GPU-003"]["message"]
+    assert ecc.startswith(
+        f"[PF-GPU-003] GPUs with uncorrected ECC errors: {NOT_KNOWN}: GPUs 0, 1, 2, 3, 4, 5, 6, 7: "
+        "ECC mode, uncorrected ECC errors since the driver loaded (volatile), uncorrected ECC "
+        "errors in the GPU's lifetime (aggregate) not read (sources tried: NVML could not start: "
+        "NVML Shared Library Not Found (NVMLError_LibraryNotFound); `nvidia-smi -q -x`: no value "
+        "(absent, N/A or NotSupported) at `ECC Mode > Current`"), ecc
+    assert "not applicable to p5.48xlarge: H100-SXM5-80GB has no page retirement pending" in \
+        results["PF-GPU-005"]["message"]
+    assert "NVSwitch fabric state not read" in results["PF-GPU-017"]["message"]
+
+
+def test_p6e_gb200_without_a_fabric_state_is_not_ready_to_judge():
+    """PF-GPU-017 passed on p6e-gb200 with no fabric state: NVML answering state NOT_SUPPORTED
+    on a GB200 (an NVL72 tray, which has one) is unread, an error."""
+    import checks.test_gpu_nvlink as nvlink_checks
+    from harness.checking import run_check
+    from harness.probes import gpu
+    from harness.profiles import get_profile
+    from tests.fake_nvml import FakeGpu, FakeNvml
+
+    gb200 = [FakeGpu(i, name="NVIDIA GB200", fabric=(0, 0)) for i in range(4)]
+    inventory = gpu.query_gpus(FakeNvml(gb200, driver="580.173.02"))
+    profile = get_profile("p6e-gb200.36xlarge")
+    result = run_check(nvlink_checks.test_nvswitch_fabric_registered, profile, inventory,
+                       profile=profile.name)
+    assert (result.outcome, result.message) == ("error", (
+        f"[PF-GPU-017] GPUs whose NVSwitch fabric is not ready: {NOT_KNOWN}: GPUs 0, 1, 2, 3: "
+        "NVSwitch fabric state not read (sources tried: NVML: no value (absent, N/A or "
+        "NotSupported) at nvmlDeviceGetGpuFabricInfo: state)"))

@@ -181,16 +181,18 @@ def test_lost_gpu_in_a_query_dump_is_numbered_in_bus_order():
         "Attached GPUs", "Unable to determine the device handle for gpu 0000:01:80.0: GPU is lost."
         "  Reboot the system to recover this GPU\nAttached GPUs")
     inv = parse_smi_query(text)
+    # A `-q -d TEMPERATURE` dump says nothing about a reset: not read (None), not "no".
     assert [(g.index, g.bus_id, g.requires_reset) for g in inv.gpus] == [
-        (0, "00000000:01:00.0", False), (1, "0000:01:80.0", True), (2, "00000000:02:00.0", False)]
+        (0, "00000000:01:00.0", None), (1, "0000:01:80.0", True), (2, "00000000:02:00.0", None)]
 
 
 def test_lost_gpu_line_before_xml():
     text = ("Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error\n"
             + _read("real_xml-575-rtx4070-laptop.xml"))
     inv = parse_smi_xml(text)
+    # R575's `reset_required` says `Requested functionality has been deprecated`: not read.
     assert [(g.index, g.bus_id, g.requires_reset) for g in inv.gpus] == [
-        (0, "00000000:01:00.0", False), (1, "0000:CB:00.0", True)]
+        (0, "00000000:01:00.0", None), (1, "0000:CB:00.0", True)]
 
 
 @pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "2024-06-25T18:45:27.095437505Z ",
@@ -209,9 +211,9 @@ def test_launcher_prefixes(prefix: str):
     # NVML's bits: 0x8 HW slowdown, 0x40 HW thermal, 0x80 power brake (not seen in a sample).
     ("0x0000000000000048", ("HW Slowdown", "HW Thermal Slowdown")),
     ("0x0000000000000088", ("HW Slowdown", "HW Power Brake Slowdown")),
-    ("[N/A]", ()),
+    ("[N/A]", None),  # not read: no reason known, not "none active"
 ])
-def test_csv_reasons_bitmask_alone(mask: str, reasons: tuple[str, ...]):
+def test_csv_reasons_bitmask_alone(mask: str, reasons: tuple[str, ...] | None):
     # The real sample's header, with only the bitmask column kept.
     lines = _read("real_csv-570-rtx-pro-6000-event-reasons.csv").splitlines()
     text = "\n".join(", ".join(line.split(", ")[:3]) for line in lines[:2])

@@ -79,7 +79,7 @@ def test_fabric_registration(fabric, expected):
 
 
 @pytest.mark.parametrize(("code", "expected", "action"), [
-    (0, None, None), (1, "GPU Reset", RESET), (2, "Node Reboot", REBOOT),
+    (0, "None", None), (1, "GPU Reset", RESET), (2, "Node Reboot", REBOOT),
     (4, "Drain and Reset", RESET),
 ])
 def test_driver_recovery_action(code, expected, action):

@@ -108,18 +108,13 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
                                  require_ecc=profile.has_gpus):
             problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
     gpus = [{k: getattr(g, k) for k in keys} for g in inventory.gpus]
-    if inventory.source in ("nvidia-smi -q", "nvidia-smi", "nvidia-smi csv"):
-        # (No --query-gpu column says whether a GPU needs a reset: only a `[GPU requires
-        # reset]` value or a lost GPU's line does.)
-        for gpu, record in zip(inventory.gpus, gpus, strict=True):
-            # Nothing printed about a reset (a `-q -d ECC` excerpt, the plain table, a 570 driver
-            # on Volta saying `deprecated`): unknown, not "no reset needed".
-            if gpu.remapped_rows_pending:
-                # A pending row remap is applied at the next GPU reset (NVIDIA's "GPU Memory
-                # Error Management" guide, Row Remapping): the GPU needs one.
-                record["requires_reset"] = True
-            elif not gpu.requires_reset and gpu.index not in side.reset_printed:
-                record["requires_reset"] = None
+    for gpu, record in zip(inventory.gpus, gpus, strict=True):
+        # Nothing printed about a reset (a `-q -d ECC` excerpt, the plain table, a CSV, a 570
+        # driver on Volta saying `deprecated`) is null: unknown, not "no reset needed". A
+        # pending row remap is applied at the next GPU reset (NVIDIA's "GPU Memory Error
+        # Management" guide, Row Remapping): the GPU needs one.
+        if gpu.remapped_rows_pending:
+            record["requires_reset"] = True
     out = {
         "num_gpus": attached if attached is not None else len(inventory.gpus),
         "driver_version": inventory.driver_version,

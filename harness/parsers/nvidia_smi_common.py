@@ -44,11 +44,12 @@ _LOST = re.compile(
     re.I,
 )
 #: `nvidia-smi -q` sections a fragment is recognised by when pasted without its GPU line
-#: (`ECC Errors`, `Retired Pages`, `Remapped Rows`, or grep's `SRAM Uncorrectable : 1` lines).
+#: (`ECC Errors`, `Retired Pages`, `Remapped Rows`, `Fabric` (`nvidia-smi -q | grep -A5
+#: Fabric`), or grep's `SRAM Uncorrectable : 1` lines).
 FRAGMENT_SECTIONS = ("ecc mode", "ecc errors", "retired pages", "remapped rows",
-                     "gpu reset status")
+                     "gpu reset status", "fabric")
 _FRAGMENT_KEYS = re.compile(
-    r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status)\s*$|"
+    r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status|Fabric)\s*$|"
     r"(?:[SD]RAM (?:Unc|C)orrectable|Pending Page Blacklist|Double Bit ECC|Single Bit ECC)"
     r"[\w -]*?\s+:)")
 #: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
@@ -99,9 +100,6 @@ class _Side:
     above the rows (which then have no header line)."""
     bus_index: dict[object, int] = dataclasses.field(default_factory=dict)
     """GPU sections (by pci_key) whose index a `-i N` command line above them gave."""
-    reset_printed: set[int] = dataclasses.field(default_factory=set)
-    """GPUs whose output says whether they need a reset (a `GPU Reset Status` value that is not
-    `deprecated`, a `[GPU requires reset]` value, a pending row remap)."""
 
     def see(self, line: str) -> None:
         if "Unable to determine" in line and len(self.lost) < MAX_LOST:
@@ -194,6 +192,32 @@ def _yes(value: str | None) -> bool | None:
         return None
     v = v.lower()
     return True if v in _YES else False if v in _NO else None
+def _reset(flags: list[bool | None], fault: bool) -> bool | None:
+    """Whether a GPU needs a reset: True when a flag says yes or a value says it is lost or needs
+    one; False when a flag says no; None when no flag was printed (not read, not "no")."""
+    if fault or any(flags):
+        return True
+    return False if any(f is False for f in flags) else None
+
+
+def _recovery(value: str | None) -> str | None:
+    """`GPU Recovery Action`: the word `None` (the driver needs nothing) kept as such, N/A and
+    errors as no value."""
+    if value is not None and value.strip().lower() == "none":
+        return "None"
+    return _clean(value)
+
+
+def _fabric_status(value: str | None) -> str | None:
+    """`Fabric > Status`: `Success`, or the error the registration ended with (unbracketed: NVML's
+    error string, `Unknown Error` included); N/A (not completed yet) and a bracketed failure to
+    read it are no value."""
+    v = (value or "").strip()
+    if not v or v.lower() in ("n/a", "not supported") or v.startswith("["):
+        return None
+    return v
+
+
 _CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
                 "hw_power_brake_slowdown": "HW Power Brake Slowdown",
                 "sw_thermal_slowdown": "SW Thermal Slowdown", "sw_power_cap": "SW Power Cap"}

@@ -17,6 +17,7 @@ from harness.parsers.nvidia_smi_common import (
     _RESET_VALUES,
     MAX_GPUS,
     _clean,
+    _fabric_status,
     _int,
     _lines,
     _num,
@@ -46,6 +47,7 @@ _CSV_FIELDS: dict[str, str] = {
     "pcie.link.gen.current": "pcie_gen_current", "pcie.link.gen.max": "pcie_gen_max",
     "pcie.link.gen.gpumax": "pcie_gen_device_max", "pcie.link.gen.hostmax": "pcie_gen_host_max",
     "pcie.link.width.current": "pcie_width_current", "pcie.link.width.max": "pcie_width_max",
+    "fabric.state": "fabric_state", "fabric.status": "fabric_status",
 }
 _REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
 #: `clocks_event_reasons.active` is NVML's bitmask (nvmlClocksEventReason* constants).
@@ -81,6 +83,8 @@ def _csv_value(field_name: str, raw: str) -> Any:
     if field_name == "memory_total_gib":
         mib = _num(raw)
         return None if mib is None else round(mib / 1024, 2)
+    if field_name == "fabric_status":
+        return _fabric_status(raw)
     return _serial(raw) if field_name == "serial" else _clean(raw)
 
 
@@ -161,7 +165,7 @@ def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> 
 def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: str) -> str | None:
     """Store one CSV sample as the GPU's latest record; the driver version it names, if any."""
     record: dict[str, Any] = {}
-    reasons: list[str] = []
+    reasons: list[str] | None = None  # None: no reason column
     reset = False
     driver = None
     for col, raw in cells.items():
@@ -170,13 +174,17 @@ def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: s
             driver = _clean(raw) or driver
         elif col in _CSV_FIELDS:
             record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
-        elif _reason(col) and _yes(raw):
-            reasons.append(_reason(col))  # type: ignore[arg-type]
+        elif _reason(col) and _yes(raw) is not None:
+            reasons = reasons or []
+            if _yes(raw):
+                reasons.append(_reason(col))  # type: ignore[arg-type]
         elif _is_mask(col) and _HEX.match(raw.strip()):
             mask = int(raw.strip(), 16)
-            reasons.extend(name for bit, name in _REASON_BITS.items() if mask & bit)
-    record["throttle_reasons"] = tuple(dict.fromkeys(reasons))
-    record["requires_reset"] = reset
+            reasons = [*(reasons or []), *(n for bit, n in _REASON_BITS.items() if mask & bit)]
+    record["throttle_reasons"] = None if reasons is None else tuple(dict.fromkeys(reasons))
+    # No --query-gpu column the fallback asks for says whether a GPU needs a reset: only a
+    # `[GPU requires reset]` value does (else: not read).
+    record["requires_reset"] = True if reset else None
     latest[key] = record
     return driver
 

@@ -17,9 +17,12 @@ from harness.parsers.nvidia_smi_common import (
     MAX_GPUS,
     MAX_KEYS,
     _clean,
+    _fabric_status,
     _int,
     _lines,
     _num,
+    _recovery,
+    _reset,
     _serial,
     _Side,
     _version,
@@ -137,13 +140,14 @@ def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
     return _int(total)
 
 
-def _throttle(block: _Block) -> tuple[str, ...]:
+def _throttle(block: _Block) -> tuple[str, ...] | None:
+    """The active clock event reasons; None when no section says (or every value is N/A)."""
     for section in ("clocks event reasons", "clocks throttle reasons"):
         reasons = block.children(section)
-        if reasons:
+        if any(_yes(v) is not None for v in reasons.values()):
             names = {k.lower(): k for k in _REASON_NAMES}
             return tuple(names.get(k, k) for k, v in reasons.items() if _yes(v))
-    return ()
+    return None
 
 
 _REASON_NAMES = ("Idle", "Applications Clocks Setting", "SW Power Cap", "HW Slowdown",
@@ -156,11 +160,8 @@ def _gpu_from_block(index: int, b: _Block, side: _Side | None = None) -> GpuInfo
     reset_flag = b.first(("gpu reset status", "reset required"))
     drain_flag = b.first(("gpu reset status", "drain and reset recommended"))
     remap_pending = _yes(b.get("remapped rows", "pending"))
-    requires_reset = (bool(_yes(reset_flag)) or bool(_yes(drain_flag))
-                      or any(v in _RESET_VALUES for v in b.raw_values()))
-    if side is not None and (requires_reset or _yes(reset_flag) is not None
-                             or _yes(drain_flag) is not None):
-        side.reset_printed.add(index)
+    requires_reset = _reset([_yes(reset_flag), _yes(drain_flag)],
+                            any(v in _RESET_VALUES for v in b.raw_values()))
     width_cur = _int(b.get(*link, "link width", "current"))
     retired_pending = b.first(("retired pages", "pending page blacklist"),
                               ("retired pages", "pending page retirement"),
@@ -196,8 +197,8 @@ def _gpu_from_block(index: int, b: _Block, side: _Side | None = None) -> GpuInfo
         pcie_width_current=width_cur,
         pcie_width_max=_int(b.get(*link, "link width", "max")),
         fabric_state=_clean(b.get("fabric", "state")),
-        fabric_status=_clean(b.get("fabric", "status")),
-        recovery_action=_clean(b.get("gpu recovery action")),
+        fabric_status=_fabric_status(b.get("fabric", "status")),
+        recovery_action=_recovery(b.get("gpu recovery action")),
         requires_reset=requires_reset,
         query_errors=tuple(f"{' > '.join(k)}: {v}" for k, v in b.values.items()
                            if v.strip().lower() in _ERROR_VALUES),

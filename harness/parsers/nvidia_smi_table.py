@@ -113,5 +113,5 @@ def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuI
         power_draw_w=_num(row2["power"]) if row2 else None,
         persistence_mode={"On": True, "Off": False}.get(m["pm"]),
         performance_state=perf if perf and perf.startswith("P") else None,
-        requires_reset=err,
+        requires_reset=True if err else None,
     )

@@ -14,9 +14,12 @@ from harness.parsers.nvidia_smi_common import (
     _RESET_VALUES,
     MAX_GPUS,
     _clean,
+    _fabric_status,
     _int,
     _lines,
     _num,
+    _recovery,
+    _reset,
     _serial,
     _Side,
     _version,
@@ -48,13 +51,15 @@ def _xml_ecc(gpu: Any, scope: str) -> int | None:
 def _xml_gpu(index: int, g: Any) -> GpuInfo:
     t = lambda path: _xml_text(g, path)  # noqa: E731
     link = "pci/pci_gpu_link_info"
-    reasons = []
+    reasons: list[str] | None = None  # None: no reason element says yes or no
     for section, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
                             ("clocks_throttle_reasons", "clocks_throttle_reason_")):
         for child in g.findall(f"{section}/*"):
             name = _CSV_REASONS.get(child.tag.removeprefix(prefix))
-            if name and _yes(child.text):
-                reasons.append(name)
+            if name and _yes(child.text) is not None:
+                reasons = reasons or []
+                if _yes(child.text):
+                    reasons.append(name)
     texts = [(e.text or "").strip().lower() for e in g.iter()]
     memory_mib = _num(t("fb_memory_usage/total"))
     return GpuInfo(
@@ -73,7 +78,7 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
                                    or t("retired_pages/pending_blacklist")),
         retired_pages_dbe=_int(t("retired_pages/double_bit_retirement/retired_count")),
         temperature_c=_num(t("temperature/gpu_temp")),
-        throttle_reasons=tuple(dict.fromkeys(reasons)),
+        throttle_reasons=None if reasons is None else tuple(dict.fromkeys(reasons)),
         power_draw_w=_num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw")
                           or t("gpu_power_readings/instant_power_draw")),
         persistence_mode=_yes(t("persistence_mode")),
@@ -85,11 +90,11 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
         pcie_width_current=_int(t(f"{link}/link_widths/current_link_width")),
         pcie_width_max=_int(t(f"{link}/link_widths/max_link_width")),
         fabric_state=_clean(t("fabric/state")),
-        fabric_status=_clean(t("fabric/status")),
-        recovery_action=_clean(t("gpu_recovery_action")),
-        requires_reset=(bool(_yes(t("gpu_reset_status/reset_required")))
-                        or bool(_yes(t("gpu_reset_status/drain_and_reset_recommended")))
-                        or any(v in _RESET_VALUES for v in texts)),
+        fabric_status=_fabric_status(t("fabric/status")),
+        recovery_action=_recovery(t("gpu_recovery_action")),
+        requires_reset=_reset([_yes(t("gpu_reset_status/reset_required")),
+                               _yes(t("gpu_reset_status/drain_and_reset_recommended"))],
+                              any(v in _RESET_VALUES for v in texts)),
         query_errors=tuple(f"{e.tag}: {(e.text or '').strip()}" for e in g.iter()
                            if (e.text or "").strip().lower() in _ERROR_VALUES),
     )

@@ -6,6 +6,7 @@ tests pass a fake one. (`dcgmi diag`: probes/dcgm.py; the kernel log: probes/ker
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,9 +60,9 @@ def _cuda_version(raw: int | None) -> str | None:
     return None if not raw else f"{raw // 1000}.{(raw % 1000) // 10}"
 
 
-def _reasons(mask: int | None) -> tuple[str, ...]:
+def _reasons(mask: int | None) -> tuple[str, ...] | None:
     if mask is None:
-        return ()
+        return None
     return tuple(name for bit, name in _REASON_BITS.items() if mask & bit)
 
 
@@ -85,20 +86,26 @@ def _fabric(r: Reader, handle: Any) -> tuple[str | None, str | None]:
 
 
 #: nvmlGpuRecoveryAction_t -> nvidia-smi's words (0, NONE, is no action).
-_RECOVERY = {1: "GPU Reset", 2: "Node Reboot", 3: "Drain P2P", 4: "Drain and Reset",
+_RECOVERY = {0: "None", 1: "GPU Reset", 2: "Node Reboot", 3: "Drain P2P", 4: "Drain and Reset",
              5: "Recover IMEX Domain", 6: "Bus Reset", 7: "System Reboot"}
+#: The fields nvidia-smi's `GPU Reset Status` and `GPU Recovery Action` come from: reset
+#: required (226), drain and reset recommended (227), the driver's recovery action (230, R565+;
+#: nvml.h deprecates 226 in its favour).
+_RESET_FIELDS = ("NVML_FI_DEV_RESET_STATUS", "NVML_FI_DEV_DRAIN_AND_RESET_STATUS",
+                 "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION")
 
 
-def _recovery_action(r: Reader, handle: Any) -> str | None:
-    """The driver's recommended recovery (R575+ NVML field 230); None: none needed or unknown."""
-    field_id = getattr(r.nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
-    if field_id is None:
-        return None
-    values = r.get("nvmlDeviceGetFieldValues", handle, [field_id])
-    if not values or int(values[0].nvmlReturn) != 0:
-        return None
-    code = int(values[0].value.uiVal)
-    return _RECOVERY.get(code, f"recovery action {code}") if code else None
+def _reset_state(r: Reader, handle: Any) -> tuple[bool | None, str | None]:
+    """(requires a reset, the driver's recovery action) from NVML's fields: True when the reset
+    or drain-and-reset status says so, False when they say not, None when neither answered; the
+    action's name (`None` when the driver needs nothing), None when the field did not answer."""
+    ids = [getattr(r.nvml, name, None) for name in _RESET_FIELDS]
+    asked = [i for i in ids if i is not None]
+    got = dict(zip(asked, r.fields(handle, asked), strict=True))
+    reset, drain, action = (None if i is None else got.get(i) for i in ids)
+    requires = None if reset is None and drain is None else bool(reset) or bool(drain)
+    recovery = None if action is None else _RECOVERY.get(int(action), f"recovery action {action}")
+    return requires, recovery
 
 
 def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
@@ -106,7 +113,8 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     handle = r.get("nvmlDeviceGetHandleByIndex", index)
     if handle is None:  # an answer of "not supported" still leaves the GPU unread
         errors = r.errors or [f"nvmlDeviceGetHandleByIndex({index}) gave no handle"]
-        return GpuInfo(index=index, requires_reset=r.lost, query_errors=tuple(errors))
+        return GpuInfo(index=index, requires_reset=True if r.lost else None,
+                       query_errors=tuple(errors))
     pci = r.get("nvmlDeviceGetPciInfo", handle)
     ecc = r.get("nvmlDeviceGetEccMode", handle)
     uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
@@ -126,6 +134,7 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
     links = link_states(r, handle) if nvlink else None
     serial = r.get("nvmlDeviceGetSerial", handle)
     fabric_state, fabric_status = _fabric(r, handle)
+    requires_reset, recovery_action = _reset_state(r, handle)
     return GpuInfo(
         index=index,
         name=text(n) if (n := r.get("nvmlDeviceGetName", handle)) is not None else None,
@@ -158,8 +167,8 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
         nvlink_errors=read_counters(r, handle, links.up).values if links else {},
         fabric_state=fabric_state,
         fabric_status=fabric_status,
-        recovery_action=_recovery_action(r, handle),
-        requires_reset=r.lost,
+        recovery_action=recovery_action,
+        requires_reset=True if r.lost else requires_reset,
         query_errors=tuple(r.errors),
     )
 
@@ -263,7 +272,9 @@ def inventory(nvml: object | None = None, *, smi_timeout_s: float = SMI_TIMEOUT_
             problems.append(f"nvidia-smi not tried: no time left of {deadline.what}")
             break
         try:
-            return fallback(smi_timeout_s, deadline=deadline)
+            # What it does not report was not read from NVML either: the facts say so.
+            return dataclasses.replace(fallback(smi_timeout_s, deadline=deadline),
+                                       tried=tuple(problems))
         except ProbeError as exc:
             problems.append(f"fallback {exc}")
             if "command not found" in str(exc) or dl.hung("nvidia-smi"):

@@ -258,3 +258,37 @@ def test_hung_nvidia_smi_is_named_and_the_other_checks_still_run(run_node) -> No
         got = run.check(check_id) or {}
         assert run.outcomes().get(check_id) == "pass", (check_id, got.get("message"), why)
     assert run.junit_written and run.left_running == []
+
+
+#: The GPU checks that read the inventory (issue 25's node).
+INVENTORY_CHECKS = " or ".join(f"PF-GPU-{n:03d}" for n in (1, 2, 3, 4, 5, 7, 8, 9, 16, 17))
+
+
+def test_a_gpu_node_whose_health_nvidia_smi_does_not_say_does_not_hand_off(
+    run_node, tmp_path: Path
+) -> None:
+    """Issue 25, reproduced on the wheel: NVML absent, `nvidia-smi -q -x` lists eight H100s with
+    only their name, UUID, bus id and memory. Before, PF-GPU-003/004/005/007/009/016/017 passed
+    and the command was exec'd (report.json held the values as null). Now each errors naming
+    the facts it could not read; PF-GPU-005 is not applicable (an H100 has no page retirement,
+    a sourced entry of the SKU table); nothing is handed off."""
+    from tests.fake_gpu_node import sparse_smi_xml
+
+    xml = tmp_path / "sparse.xml"
+    xml.write_text(sparse_smi_xml())
+    node, run = run_node(["-k", INVENTORY_CHECKS], run_budget_s=GPU_RUN_BUDGET_S,
+                         variant={"outputs": {"nvidia-smi": str(xml)}},
+                         nvml={"init_error": "NVMLError_LibraryNotFound"})
+    why = run.describe()
+    assert "INTERNALERROR" not in run.output, why
+    assert run.returncode == 1 and not node.marker.exists(), why
+    assert run.outcomes() == {
+        "PF-GPU-001": "pass", "PF-GPU-002": "pass", "PF-GPU-005": "skip",
+        **{f"PF-GPU-{n:03d}": "error" for n in (3, 4, 7, 8, 9, 16, 17)}}, why
+    for check_id, fact in (("PF-GPU-003", "ECC mode"), ("PF-GPU-004", "row remapping pending"),
+                           ("PF-GPU-007", "GPU temperature"), ("PF-GPU-009", "PCIe link width"),
+                           ("PF-GPU-016", "reset state"), ("PF-GPU-017", "NVSwitch fabric state")):
+        message = run.check(check_id)["message"]
+        assert "not known (unknown is never healthy): GPUs 0, 1, 2, 3, 4, 5, 6, 7:" in message
+        assert fact in message and "NVML could not start" in message, message
+    assert run.junit_written and run.left_running == []
