@@ -159,6 +159,14 @@ def check_value(key: str, value: object) -> object:
             if not all(isinstance(v, str) for v in value.values()):
                 raise bad("a table of strings (field = \"where the value comes from\")")
             return dict(value)
+        if key == "not_supported":  # fact group = "why this SKU lacks it, and the source"
+            unknown = sorted(set(value) - _fact_groups())
+            if unknown:
+                raise bad(f"a table of GPU fact groups ({', '.join(sorted(_fact_groups()))}); "
+                          f"{', '.join(unknown)} is none")
+            if not all(isinstance(v, str) and v.strip() for v in value.values()):
+                raise bad("a table of sentences (group = \"why the SKU lacks it, and the source\")")
+            return dict(value)
         unknown = [k for k in value if k not in TIERS]
         if unknown:
             raise bad(f"a table of tiers ({', '.join(TIERS)}); {', '.join(unknown)} is none")
@@ -203,6 +211,13 @@ def check_value(key: str, value: object) -> object:
     return float(value) if rule.kind is float else value  # type: ignore[arg-type]
 
 
+def _fact_groups() -> set[str]:
+    """The keys a `not_supported` table may name: the GPU facts' groups (harness.gpu_facts)."""
+    from harness.gpu_facts import FACTS  # the GPU records: only a file that names the table
+
+    return {f.group for f in FACTS.values()}
+
+
 def _floor(key: str) -> bool:
     """A floor: a `*_min` or `min_*` figure a node must reach (0 turns it off)."""
     return key.endswith("_min") or (key.startswith("min_") and key not in _VERSIONS)
@@ -232,6 +247,9 @@ def weakenings(base: Profile, changes: Mapping[str, object]) -> list[str]:
         elif key == "estimates" and isinstance(value, tuple):
             made = sorted(set(value) - set(base.estimates))
             out += [f"{k} made an estimate (a warning, not a failure)" for k in made]
+        elif key == "not_supported" and isinstance(value, dict):
+            out += [f"not_supported.{g} added (that fact is never judged): {why}"
+                    for g, why in sorted(value.items()) if g not in base.not_supported]
         elif key == "dcgm_level" and isinstance(value, dict):
             out += [f"dcgm_level.{t} {base.dcgm_level.get(t)} -> {v}" for t, v in value.items()
                     if isinstance(v, int) and v < base.dcgm_level.get(t, 0)]

@@ -53,6 +53,8 @@ def _load(tmp_path: Path, text: str | bytes) -> dict:
     ('origin = "built-in"', "unknown field 'origin'"),
     ('weakened = []', "unknown field 'weakened'"),
     ('weakened_because = " "', "weakened_because = ' ' must be a sentence saying why"),
+    ('not_supported = { bogus = "x" }', "must be a table of GPU fact groups"),
+    ('not_supported = { ecc = "" }', "must be a table of sentences"),
 ])
 def test_a_bad_value_names_the_file_table_field_and_value(tmp_path: Path, line: str, error: str):
     with pytest.raises(ProfileError) as exc:
@@ -90,6 +92,8 @@ WEAKENINGS = {
     'estimates = ["nvlink_busbw_gb_s_min"]': "nvlink_busbw_gb_s_min made an estimate (a "
                                             "warning, not a failure)",
     "dcgm_level = { preflight = 0 }": "dcgm_level.preflight 1 -> 0",
+    'not_supported = { ecc = "a lab rig without ECC" }':
+        "not_supported.ecc added (that fact is never judged): a lab rig without ECC",
 }
 
 
