@@ -217,8 +217,13 @@ def load_profile_file(
             changes[key] = value
         changes["origin"] = f"profile file {path}"
         changes.setdefault("sources", {})
+        # A field's source is the file, unless the file's own `sources` cites one (a patch from
+        # scripts/device-check: "measured on <GPU, driver, date>: ..."): that one is kept.
+        cited = table.get("sources") if isinstance(table.get("sources"), dict) else {}
         changes["sources"] = {
-            **changes["sources"], **{k: f"profile file {path}" for k in table if k != "sources"}
+            **changes["sources"],
+            **{k: f"profile file {path}" for k in table if k != "sources" and k not in cited},
+            **{k: f"{v} (profile file {path})" for k, v in cited.items()},
         }
         result[name] = result[base_name].derive(**changes)
     return result

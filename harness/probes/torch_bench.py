@@ -28,6 +28,7 @@ __all__ = [
     "parse_size",
     "result_from_output",
     "run_under_torchrun",
+    "wait_bounded",
 ]
 
 MIB = 1024**2
@@ -146,6 +147,11 @@ class _Waiter:
 
 class _CollectiveError(RuntimeError):
     pass
+
+
+def wait_bounded(work: dist.Work, timeout_s: float, what: str) -> None:
+    """Wait for one collective at most `timeout_s`; RuntimeError naming `what` otherwise."""
+    _Waiter(timeout_s).wait(work, what)
 
 
 def allreduce_bench(

@@ -27,11 +27,15 @@ __all__ = [
     "RecipePlan",
     "TeInfo",
     "Tolerance",
+    "TrainRun",
     "TrainStepRun",
     "add_step_arguments",
     "parse_fault",
+    "parse_train_run",
     "probe_te",
+    "run_arguments",
     "select_recipe",
+    "supported_recipes",
 ]
 
 #: `schema` key of every JSON line the step prints (the result on rank 0, or a rank's error).
@@ -147,6 +151,17 @@ def select_recipe(
     return RecipePlan("te", fallback, requested, why)
 
 
+def supported_recipes(capability: tuple[int, int] | None, te: TeInfo) -> list[str]:
+    """Every recipe this GPU and TE can run (scripts/device-check runs each): bf16 on sm80+, and
+    with TE the FP8 recipes the GPU and TE version support; on CPU (None) fp32 and bf16."""
+    if capability is None:
+        return ["fp32", "bf16"]
+    if not te.available:
+        return ["bf16"] if capability >= MIN_CAPABILITY["bf16"] else []
+    return [r for r in ("bf16", "fp8-delayed", "fp8-current", "mxfp8")
+            if not _unsupported(r, capability, te.version)]
+
+
 def probe_te(importer: Callable[[str], ModuleType] | None = None) -> TeInfo:
     """Import `transformer_engine.pytorch`; any exception (not only ImportError: a version
     mismatch is an AssertionError, a missing cuDNN a RuntimeError) becomes the error text."""
@@ -233,6 +248,46 @@ def parse_fault(text: str | None) -> Fault | None:
         except ValueError:
             raise ValueError(f"fault option {option!r}: {value!r} is not a number") from None
     return Fault(kind, **values)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainRun:
+    """One run of the step among several in one launch (`--train-run RECIPE:SEED[:FAULT]`)."""
+
+    recipe: str
+    """A TE recipe (RECIPES) or `fp32`; on CPU `fp32` or `bf16` (the plain-torch dtype)."""
+    seed: int
+    fault: Fault | None = None
+
+
+def parse_train_run(text: str) -> TrainRun:
+    """`bf16:1234`, `fp8-delayed:1235`, `bf16:1234:grad-perturb,rank=1,scale=0.5`."""
+    recipe, sep, rest = text.strip().partition(":")
+    seed_text, _, fault_text = rest.partition(":")
+    if recipe not in (*RECIPES, "fp32") or not sep:
+        raise ValueError(f"train run {text!r}: expected RECIPE:SEED[:FAULT], RECIPE one of "
+                         f"{', '.join((*RECIPES, 'fp32'))}")
+    try:
+        seed = int(seed_text)
+    except ValueError:
+        raise ValueError(f"train run {text!r}: seed {seed_text!r} is not a number") from None
+    return TrainRun(recipe, seed, parse_fault(fault_text))
+
+
+def run_arguments(args: argparse.Namespace, run: TrainRun, device_type: str) -> argparse.Namespace:
+    """The step's options for one run: its seed, and its recipe as the CPU dtype (on CPU) or
+    the TE recipe asked for (on GPU; `fp32`: no TE recipe, plain torch)."""
+    out = argparse.Namespace(**vars(args))
+    out.seed = run.seed
+    if device_type == "cpu":
+        if run.recipe not in ("fp32", "bf16"):
+            raise ValueError(f"train run {run.recipe}: on CPU only fp32 or bf16 run")
+        out.cpu_dtype = run.recipe
+    elif run.recipe == "fp32":
+        out.te_recipe, out.plan = None, "torch:fp32"
+    else:
+        out.te_recipe = run.recipe
+    return out
 
 
 @dataclass(frozen=True, slots=True)

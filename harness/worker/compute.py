@@ -59,6 +59,9 @@ class RankCompute:
     readings: list[Reading] = field(default_factory=list)
     released: bool = False
     """The tensors were freed and the allocator's cache emptied after the run."""
+    n: int = 0
+    """The matrices' side (n x n, bf16 on GPUs)."""
+    copy_bytes: int = 0
 
     def to_dict(self) -> JSONObject:
         return asdict(self)
@@ -156,7 +159,7 @@ def run_one(device: torch.device, *, seconds: float, n: int, chunk_iters: int, c
         released = torch.cuda.memory_allocated(device) == 0
     return RankCompute(device=index, tflops=tflops, tflops_by_chunk=chunks, digest=first,
                        copy_gb_s=copy, seconds=round(timed, 3), uuid=gc.device_uuid(device),
-                       readings=readings, released=released)
+                       readings=readings, released=released, n=n, copy_bytes=copy_bytes)
 
 
 def run_part(device: torch.device, *, seconds: float,
