@@ -69,8 +69,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("SRUN_ARGS", list, None, "extra srun options (--mpi=pmix)"),
     _s("NCCL_TESTS_LAUNCHER", str, None, "mpirun: run the single-node test under mpirun"),
     _s("NUM_NODES", int, None, "number of nodes instead of the job's topology"),
-    _s("NCCL_FORCE_NET", bool, True, "0: do not force the single-node NCCL evidence run through "
-       "the NIC (docs/network.md)"),
+    _s("NCCL_FORCE_NET", bool, True, "0: certify/diagnose add no NCCL collective forced "
+       "through the NIC (docs/network.md)"),
     _s("EXTRA_CHECKS", list, None, "site check folders (colon-separated) beside the built-in suite",
        sep=":"),
     _s("PYTEST_PLUGINS", list, None, "pytest plugins (modules, comma-separated) the check "

@@ -215,6 +215,22 @@ def test_checks_pass_on_a_real_cpu_run(suite):
     }
 
 
+def test_the_worker_launch_is_not_cut_at_the_first_checks_timeout(suite):
+    """The launch has its own deadline scope: with a per-check timeout of 3 s (far less than 2
+    ranks take to import torch and start), the check whose setup launches the worker gets 3 s
+    plus the launch's bound, printed at start; without it PF-TRAIN-001 timed out."""
+    (suite.path / "profiles.toml").write_text(
+        '[profiles."slow-cpu"]\nbase = "local-cpu"\ntrain_step_budget_s = 600.0\n')
+    copy_check_file(suite, "test_training.py")
+    res, by_id = run_checks(suite, "--preflight-profile", "slow-cpu", "--preflight-profile-file",
+                            "profiles.toml", "--timeout", "3")
+    assert {k: r["outcome"] for k, r in by_id.items()}["PF-TRAIN-001"] == "pass", \
+        by_id["PF-TRAIN-001"]["message"]
+    res.stdout.fnmatch_lines(["gpu-preflight worker launch: train on 2 ranks, bound * s (start-up "
+                              "and each part's own limit), in PF-TRAIN-001's setup: its timeout "
+                              "3 s + * s"])
+
+
 def test_perturbed_gradient_on_one_rank_fails_the_reference_checks(suite, monkeypatch):
     monkeypatch.setenv("PREFLIGHT_TRAIN_FAULT", "grad-perturb,rank=1,scale=0.05")
     got = _check_results(suite, "--preflight-profile", "local-cpu")

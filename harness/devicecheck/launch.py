@@ -251,7 +251,7 @@ def perturbed_scale(tolerance: float, nproc: int) -> float:
     return round(4.0 * nproc * tolerance, 3)
 
 
-def train_figures(records: list[dict[str, Any]], recipe: str) -> list[Figure]:
+def train_figures(records: Sequence[JSONMapping], recipe: str) -> list[Figure]:
     """Per seed the step's figures, and over the seeds the largest gaps (what a tolerance is
     set from)."""
     out: list[Figure] = []

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.jsontypes import JSONMapping, JSONObject
+
 __all__ = ["FLOOR_SHARE", "Floor", "floors", "load", "main", "measured_on", "profile_patch"]
 
 #: A floor is this share of the healthy figure: the margin the built-in floors use over their
@@ -32,14 +34,14 @@ class Floor:
     source: str
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path) -> JSONObject:
     doc = json.loads(Path(path).read_text())
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         raise ValueError(f"{path}: not a device-check figures.json (no steps[])")
     return doc
 
 
-def measured_on(machine: dict[str, Any]) -> str:
+def measured_on(machine: JSONMapping) -> str:
     """`measured on NVIDIA H100 80GB HBM3, driver 550.90.07, 2027-01-05` (the rehearsal says
     so)."""
     what = f"measured on {machine.get('gpu')}, driver {machine.get('driver')}, " \
@@ -64,7 +66,7 @@ def _size(n: int | None) -> str:
     return f"{n / 1024**3:g} GiB" if n >= 1024**3 else f"{n / 1024**2:g} MiB"
 
 
-def floors(doc: dict[str, Any]) -> list[Floor]:
+def floors(doc: JSONMapping) -> list[Floor]:
     """The floors this run's figures settle (only from steps that ended ok)."""
     machine = doc.get("machine", {})
     where = measured_on(machine)
@@ -129,7 +131,7 @@ def _toml_string(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid TOML basic string
 
 
-def profile_patch(doc: dict[str, Any]) -> str:
+def profile_patch(doc: JSONMapping) -> str:
     """The patch text: a header saying where it was measured, then one `[profiles."NAME"]`."""
     from harness.profiles import BUILTIN_PROFILES
 

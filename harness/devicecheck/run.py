@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.deadline import Deadline
 from harness.devicecheck import launch, machine, nccl, patch
@@ -47,7 +46,8 @@ def budget_s(num_gpus: int, rehearsal: bool) -> float:
 
 
 def make_context(out: Path, *, rehearsal: bool, profile: Profile,
-                 budget: float, nvml: Any = None, env: dict[str, str] | None = None) -> Context:
+                 budget: float, nvml: object = None,
+                 env: dict[str, str] | None = None) -> Context:
     """The run's context; the environment is this process's (a rehearsal has put its fakes
     there) with the checkout importable by every child."""
     child = dict(os.environ if env is None else env)
@@ -151,7 +151,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, nvml: Any = None) -> int:
+def main(argv: Sequence[str] | None = None, *, nvml: object = None) -> int:
     """Run it; 0 when every step that ran brought back its figures, 1 otherwise, 2 on usage."""
     args = parser().parse_args(argv)
     if args.list:

@@ -19,12 +19,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.jsontypes import JSONObject
 from harness.probes import train_step as ts
 from harness.settings import get_float, get_str
 from harness.worker import links
+
+if TYPE_CHECKING:  # torch is imported inside the functions
+    import torch
 
 __all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "first_collective", "main",
            "parser"]
@@ -53,7 +56,7 @@ def _mark(part: str, event: str, rank: int, **extra: Any) -> None:
     emit({"schema": WORKER_SCHEMA, "part": part, "event": event, "rank": rank, **extra})
 
 
-def first_collective(device: Any, timeout_s: float) -> None:
+def first_collective(device: torch.device, timeout_s: float) -> None:
     """One 4-byte all_reduce, waited for within `timeout_s`: the start-up's last phase (NCCL
     connects its channels at the first collective; `device_id` made the communicator at init)."""
     import torch
