@@ -7,26 +7,21 @@ Counted on a fake p5.48xlarge (tests.fake_gpu_node) by tests.count_starts."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from harness import cli, handoff
+from harness import cli
 from tests.e2e.node import FAKES
-from tests.fake_gpu_node import make_tools
+from tests.fake_gpu_node import use_fake_gpu_node
 
 
 def count_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tier: str, *,
                  nccl_tests: bool) -> tuple[Counter, list[dict]]:
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
-            monkeypatch.delenv(name)
-    bin_dir = tmp_path / "bin"
-    for name, value in make_tools(bin_dir).items():
-        monkeypatch.setenv(name, value)
+    bin_dir = use_fake_gpu_node(monkeypatch, tmp_path,
+                                "-p tests.fake_gpu_node -p tests.count_starts")
     if nccl_tests:
         tool = bin_dir / "all_reduce_perf"
         tool.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_tool.py"}" '
@@ -34,12 +29,6 @@ def count_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tier: str, *,
         tool.chmod(0o755)
     counts = tmp_path / "starts.jsonl"
     monkeypatch.setenv("COUNT_STARTS_FILE", str(counts))
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p tests.fake_gpu_node -p tests.count_starts")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "gpu-node")
-    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
-    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: None)
-    monkeypatch.chdir(tmp_path)
     cli.main(["run", "--profile", "p5.48xlarge", "--tier", tier, "--workers", "1",
               "--report-dir", str(tmp_path / "r")])
     lines = [json.loads(x) for x in counts.read_text().splitlines()] if counts.exists() else []
