@@ -346,26 +346,46 @@ def test_parse_of_canned_result_used_above_is_clean():
     assert parse_train_step((DATA / "result_cpu_gloo.txt").read_text()).result is not None
 
 
-def _fp8_gap(loss_rel: float):
+def _fp8(stack_gap: float, judged_gap: float | None, world: int = 2):
+    """An fp8-delayed result: its own (stack) gap, and its bf16 comparison's (None: none)."""
     def edit(result: dict) -> dict:
-        return {**result, "recipe": "fp8-delayed", "loss_max_rel_diff": loss_rel,
+        comparison = None if judged_gap is None else {
+            "recipe": "bf16", "loss_max_rel_diff": judged_gap, "update_rel_diff": judged_gap,
+            "param_max_abs_diff": 1e-4, "tolerance": {"loss_rel": 1.7e-3, "update_rel": 1.7e-2,
+                                                      "basis": "error model"}}
+        return {**result, "recipe": "fp8-delayed", "loss_max_rel_diff": stack_gap,
+                "update_rel_diff": stack_gap, "world_size": world, "comparison": comparison,
                 "tolerance": {"loss_rel": 5e-2, "update_rel": 2.5e-1,
-                              "basis": "error model, unmeasured on GPU"}}
+                              "basis": "stack check (fp8-delayed on both sides): not judged"}}
     return edit
 
 
-def test_an_unmeasured_fp8_tolerance_exceeded_is_a_warning_saying_why(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8_gap(0.08))
+def test_an_fp8_step_is_judged_on_its_bf16_comparison(suite):
+    """Corruption is judged where it can fail: a large FP8 gap (same recipe on both sides, the
+    stack check) is reported, not judged; the bf16 comparison beside it is, and fails."""
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(0.3, 1e-3))
     got = _check_results(suite, "--preflight-profile", "local-cpu")
-    outcome, message = got["PF-TRAIN-005"]
-    assert outcome == "warn"
-    assert message.startswith("[PF-TRAIN-005] max relative loss difference from the unsharded "
-                              "reference 0.08 is above the fp8-delayed tolerance 0.05, an "
-                              "estimate (error model, unmeasured on GPU): not a failure until "
-                              "measured; run scripts/device-check")
+    assert got["PF-TRAIN-005"][0] == got["PF-TRAIN-006"][0] == "pass"
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(1e-3, 0.05))
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    outcome, message = got["PF-TRAIN-006"]
+    assert outcome == "fail"
+    assert message.startswith("[PF-TRAIN-006] relative error of the parameter update vs the "
+                              "unsharded reference 0.05 > 0.017 required for local-cpu (bf16 "
+                              "tolerance)")
 
 
-def test_a_non_finite_fp8_difference_still_fails(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8_gap(float("nan")))
+def test_an_fp8_step_without_its_bf16_comparison_is_an_error(suite):
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(1e-3, None))
     got = _check_results(suite, "--preflight-profile", "local-cpu")
-    assert got["PF-TRAIN-005"][0] == "fail"
+    assert got["PF-TRAIN-005"] == ("error", "[PF-TRAIN-005] the fp8-delayed step's result has no "
+                                   "bf16 comparison: an FP8 gap alone cannot judge corruption "
+                                   "(see PF-TRAIN-001)")
+
+
+def test_one_rank_cannot_measure_a_sharding_tolerance(suite):
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(0.0, 0.0, world=1))
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    assert got["PF-TRAIN-005"][0] == got["PF-TRAIN-006"][0] == "skip"
+    assert "1 rank: the sharded step and the reference are the same computation" in \
+        got["PF-TRAIN-006"][1]
