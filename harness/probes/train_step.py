@@ -108,11 +108,21 @@ def _cc(capability: tuple[int, int]) -> str:
     return f"sm{capability[0]}{capability[1]}"
 
 
+#: MXFP8 runs on sm_10x only: TE's check_mxfp8_support answers "MXFP8 (for all gemm layouts)
+#: is not supported on 12.0+ architectures yet." from compute capability 12.0 (sm_120: RTX PRO
+#: 6000 Blackwell), where its default recipe is Float8CurrentScaling
+#: (NVIDIA/TransformerEngine transformer_engine/pytorch/quantization.py).
+MXFP8_BELOW = (12, 0)
+
+
 def _unsupported(recipe: str, capability: tuple[int, int], te_version: str | None) -> str:
     """Why `recipe` cannot run on this GPU with this TE ('' when it can)."""
     need_cc = MIN_CAPABILITY[recipe]
     if capability < need_cc:
         return f"{recipe} needs {_cc(need_cc)}+, GPU is {_cc(capability)}"
+    if recipe == "mxfp8" and capability >= MXFP8_BELOW:
+        return (f"mxfp8 runs on sm10x only (TransformerEngine: not supported on 12.0+ yet), GPU "
+                f"is {_cc(capability)}")
     need = RECIPES[recipe]
     if te_version and _version_tuple(te_version) < _version_tuple(need):
         return f"{recipe} needs TransformerEngine >= {need}, found {te_version}"
@@ -131,8 +141,9 @@ def select_recipe(
 
     Without a GPU: plain torch in `cpu_dtype`. Without TE: plain torch, bf16 on sm80+. With TE:
     the requested recipe if the GPU and TE version support it, else the best of fp8-delayed and
-    bf16 that they do (the note says why); no recipe requested: MXFP8 on Blackwell, FP8 delayed
-    scaling on Ada/Hopper, bf16 on Ampere.
+    bf16 that they do (on sm12x fp8-current first; the note says why); no recipe requested:
+    MXFP8 on sm10x, FP8 current scaling on sm12x, FP8 delayed scaling on Ada/Hopper, bf16 on
+    Ampere.
     """
     if requested is not None and requested not in RECIPES:
         raise ValueError(f"te_recipe {requested!r} is not one of {', '.join(RECIPES)}")
@@ -143,7 +154,13 @@ def select_recipe(
         recipe = "bf16" if capability >= MIN_CAPABILITY["bf16"] else "fp32"
         return RecipePlan("torch", recipe, requested,
                           f"TransformerEngine not importable: {te.error}" if requested else "")
-    candidates = ("mxfp8", "fp8-delayed", "bf16") if requested is None else ("fp8-delayed", "bf16")
+    if requested is None:  # TE's own default: MXFP8 on sm10x, current scaling on sm12x
+        candidates: tuple[str, ...] = ("mxfp8", "fp8-current", "fp8-delayed", "bf16") if \
+            capability >= MXFP8_BELOW else ("mxfp8", "fp8-delayed", "bf16")
+    elif capability >= MXFP8_BELOW:  # FP8 wanted on sm12x: current scaling, as TE chooses
+        candidates = ("fp8-current", "fp8-delayed", "bf16")
+    else:
+        candidates = ("fp8-delayed", "bf16")
     fallback = next((r for r in candidates if not _unsupported(r, capability, te.version)), None)
     if requested is None:
         return RecipePlan("torch", "fp32", None) if fallback is None else RecipePlan(
