@@ -101,6 +101,29 @@ def test_compute_window_lasts_its_seconds_and_takes_readings():
     assert one.released and one.readings and one.readings[0].sm_clock_mhz is None
 
 
+def test_compute_tflops_are_over_the_matmuls_alone_not_the_nvml_reads():
+    """NVML reads between chunks (a busy driver answers in tens of ms) must not count as matmul
+    time: a read that sleeps 50 ms leaves the TFLOP/s those of the chunks themselves."""
+    torch = pytest.importorskip("torch")
+    from harness.probes import gpu_compute as gc
+    from harness.worker.compute import timed_matmuls
+
+    a, b = (t.float() for t in gc._inputs(64, seed=0))
+
+    def slow_read():
+        time.sleep(0.05)
+        return {}
+
+    start = time.perf_counter()
+    tflops, chunks, _, readings, busy = timed_matmuls(torch.device("cpu"), a, b, seconds=0.2,
+                                                       chunk_iters=2, read=slow_read)
+    wall = time.perf_counter() - start
+    assert len(readings) >= 2 and busy < wall - 0.05 * len(readings) + 0.02
+    assert tflops == pytest.approx(gc.matmul_tflops(64, busy, 2 * len(chunks)))
+    # the chunk time, not the wall: 3 x 64^3 flops take microseconds, the reads 50 ms each
+    assert tflops > gc.matmul_tflops(64, wall, 2 * len(chunks)) * 2
+
+
 def test_parse_parts_names_the_part_that_was_running():
     from harness.proc_result import ProcResult
 
