@@ -156,9 +156,9 @@ def nccl_log_figures(session: WorkerSession) -> list[Figure]:
            Figure("nccl_provider", s.provider, ""), Figure("nccl_nics", s.num_nics, "NICs"),
            Figure("nccl_log_files", len(files), "files"),
            Figure("nccl_warnings", len(s.warnings), "lines")]
-    gdr = getattr(s, "num_gdr_enabled", None)
-    if gdr is not None:
-        out.append(Figure("nccl_gdr_enabled_pairs", gdr, "GPU/NIC pairs"))
+    if s.gdr_gpus:  # NCCL's init-time GDR verdict (PF-NET-009's evidence on one node)
+        out.append(Figure("nccl_gdr_gpus_enabled", len(s.gdr_gpus_enabled), "GPUs",
+                          where=f"of {len(s.gdr_gpus)} with GDR lines"))
     return [f for f in out if f.value is not None]
 
 
