@@ -22,7 +22,7 @@ def prepare(out: Path) -> Any:
 
     shutil.rmtree(out / "rehearsal", ignore_errors=True)  # a rerun into the same folder
     node = FakeNode(out / "rehearsal", tools=("nvidia-smi", "dcgmi", "all_reduce_perf"),
-                    variant={"json_output": True})
+                    variant={"json_output": True, "nccl_info": True})
     os.environ.update(PATH=f"{node.bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
                       FAKE_CONFIG=str(node.config), FAKE_STATE=str(node.state))
     return FakeNvml(h100_node())

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["Precision", "TeLM", "TinyLM", "build_model", "lm_loss", "make_batch", "te_autocast"]
 
 
-def te_autocast(te: ModuleType, recipe: Any,
+def te_autocast(te: ModuleType, recipe: object,
                 group: dist.ProcessGroup | None) -> contextlib.AbstractContextManager[None]:
     """TE's autocast with `recipe`, amax reduced over `group`: `te.autocast(recipe=...,
     amax_reduction_group=...)` where TE has it (2.8+; `fp8_autocast` is deprecated there), else

@@ -189,8 +189,8 @@ def nccl_tests_json(rows: list[tuple[int, float, float, float, int]], opts: dict
 def all_reduce_perf(argv: list[str], cfg: dict) -> str:
     """nccl-tests 2.16 output for the sizes asked, on `-g` GPUs (or $FAKE_NRANKS ranks of one
     GPU each when a fake launcher started it); busbw ramps to `busbw_gb_s` at 1 GiB. With
-    `json_output` in the config, `-J FILE` gets the JSON document too; with NCCL_DEBUG=INFO in
-    the environment, NCCL's version line comes first, as NCCL prints it."""
+    `json_output` in the config, `-J FILE` gets the JSON document too; with `nccl_info` and
+    NCCL_DEBUG=INFO in the environment, NCCL's version line comes first, as NCCL prints it."""
     opts = dict(zip(argv[::2], argv[1::2], strict=False))
     lo, hi = _bytes(opts.get("-b", "8")), _bytes(opts.get("-e", "128M"))
     factor, gpus = int(opts.get("-f", "2")), int(opts.get("-g", "1"))
@@ -225,7 +225,7 @@ def all_reduce_perf(argv: list[str], cfg: dict) -> str:
         size *= factor
     if cfg.get("json_output") and "-J" in opts:
         Path(opts["-J"]).write_text(nccl_tests_json(table, opts))
-    if os.environ.get("NCCL_DEBUG") == "INFO":
+    if cfg.get("nccl_info") and os.environ.get("NCCL_DEBUG") == "INFO":
         lines.insert(0, "ip-10-1-2-3:4242:4242 [0] NCCL INFO NCCL version 2.27.3+cuda12.9")
     lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {total / max(rows, 1):.4f} ",
               "#"]
