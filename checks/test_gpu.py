@@ -21,6 +21,7 @@ from harness.gpu import (
     Problem,
     ecc_problems,
     gpu_label,
+    pcie_host_note,
     pcie_link_gen_max,
     pcie_problems,
     pcie_slot_limit,
@@ -187,9 +188,9 @@ def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
     for g in gpu_inventory.gpus:
         link_max = pcie_link_gen_max(g)
         if link_max is not None:
-            slot = pcie_slot_limit(g)
-            measure(f"GPU {g.index} PCIe link max gen" + (f" ({slot})" if slot else ""),
-                    link_max)
+            notes = [n for n in (pcie_slot_limit(g), pcie_host_note(g)) if n]
+            measure(f"GPU {g.index} PCIe link max gen" + (f" ({'; '.join(notes)})" if notes
+                                                          else ""), link_max)
     outliers = [(gpu_label(gpu_inventory.by_index(p.gpu)), p.what, p.action)
                 for p in pcie_slot_outliers(gpu_inventory)]
     judge_gpus("GPUs with a degraded PCIe link", gpu_inventory, profile, READS["PF-GPU-009"],

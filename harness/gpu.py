@@ -19,6 +19,7 @@ from harness.gpu_actions import (  # re-exported: harness.gpu is the GPU vocabul
 )
 from harness.gpu_pcie import (  # re-exported
     idle,
+    pcie_host_note,
     pcie_link_gen_max,
     pcie_problems,
     pcie_slot_limit,
@@ -44,6 +45,7 @@ __all__ = [
     "health_problems",
     "idle",
     "pci_key",
+    "pcie_host_note",
     "pcie_link_gen_max",
     "pcie_problems",
     "pcie_slot_limit",

@@ -1,7 +1,7 @@
-"""PCIe links of the GPUs: the generation a link can train to (the lowest of the link's, the
-GPU's and the slot's maximum), a slot older than its GPU (the host's design, recorded), a slot
-below its siblings (a warning), and a busy GPU's link below its maximum (harness.gpu re-exports
-these)."""
+"""PCIe links of the GPUs: the generation a link can train to (NVML's maximum for the device in
+this system; the host's maximum is information), a slot older than its GPU (the host's design,
+recorded), a slot below its siblings (a warning), and a busy GPU's link below its maximum
+(harness.gpu re-exports these)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from harness.gpu_actions import MONITOR, REBOOT, Problem
 if TYPE_CHECKING:
     from harness.gpu_record import GpuInfo, GpuInventory
 
-__all__ = ["idle", "pcie_link_gen_max", "pcie_problems", "pcie_slot_limit", "pcie_slot_outliers"]
+__all__ = ["idle", "pcie_host_note", "pcie_link_gen_max", "pcie_problems", "pcie_slot_limit",
+           "pcie_slot_outliers"]
 
 
 def idle(gpu: GpuInfo) -> bool:
@@ -22,12 +23,24 @@ def idle(gpu: GpuInfo) -> bool:
 
 
 def pcie_link_gen_max(gpu: GpuInfo) -> int | None:
-    """The highest generation this GPU's link can train to: the lowest of the link's maximum,
-    the GPU's and the slot's (those reported; 0 is "not reported", as nvidia-smi prints an
-    unread Host Max). None: none reported."""
-    known = [g for g in (gpu.pcie_gen_max, gpu.pcie_gen_device_max, gpu.pcie_gen_host_max)
-             if g]
+    """The highest generation this GPU's link can train to: NVML's maximum, "possible with this
+    device and system" (nvmlDeviceGetMaxPcieLinkGeneration, nvidia-smi's `Max`), where it is
+    read: the host's maximum is information only (a real GB300 `-q -x` reports Host Max 4 with
+    the link running gen 6). Without it, the lower of the GPU's and the slot's (those reported;
+    0 is "not reported", as nvidia-smi prints an unread Host Max). None: none reported."""
+    if gpu.pcie_gen_max:
+        return gpu.pcie_gen_max
+    known = [g for g in (gpu.pcie_gen_device_max, gpu.pcie_gen_host_max) if g]
     return min(known) if known else None
+
+
+def pcie_host_note(gpu: GpuInfo) -> str | None:
+    """`host reports max gen 4 (information)` where nvidia-smi's Host Max differs from the
+    maximum judged (pcie_link_gen_max); None otherwise."""
+    host, judged = gpu.pcie_gen_host_max, pcie_link_gen_max(gpu)
+    if host and judged and host != judged:
+        return f"host reports max gen {host} (information; NVML's maximum is judged)"
+    return None
 
 
 def pcie_slot_limit(gpu: GpuInfo) -> str | None:

@@ -90,6 +90,10 @@ class NetSummary(Protocol):
     @property
     def num_gdr_channels(self) -> int: ...
     @property
+    def gdr_gpus(self) -> Sequence[str]: ...
+    @property
+    def gdr_gpus_enabled(self) -> Sequence[str]: ...
+    @property
     def warnings(self) -> Sequence[str]: ...
     @property
     def errors(self) -> Sequence[_Failure]: ...
@@ -215,8 +219,10 @@ def net_not_socket(profile: Profile, s: NetSummary) -> Verdict:
 
 
 def net_gdr(profile: Profile, s: NetSummary) -> Verdict:
-    """PF-NET-009: every NET channel uses GPUDirect RDMA where the profile requires it; no NET
-    channel line at all leaves it unproven (unknown)."""
+    """PF-NET-009: every NET channel uses GPUDirect RDMA where the profile requires it. Without
+    a NET channel (one node: its GPUs talk over NVLink) NCCL's init-time verdict per GPU and
+    NIC decides: every GPU must have GDR enabled to at least one NIC; neither leaves it
+    unproven (unknown)."""
     cid = "PF-NET-009"
     if (why := fabric_not_applicable(profile)) is not None:
         return na(cid, why)
@@ -226,10 +232,17 @@ def net_gdr(profile: Profile, s: NetSummary) -> Verdict:
         line = next((e.line for e in s.errors if "GDR" in e.line), "GDR not available")
         return Verdict(cid, "fail", f"GPUDirect RDMA unavailable, required for {profile.name}: "
                        f"the plugin said {line!r}")
+    if s.num_net_channels == 0 and s.gdr_gpus:
+        without = [g for g in s.gdr_gpus if g not in s.gdr_gpus_enabled]
+        return expect(cid, profile, "GPUs without GPUDirect RDMA to any NIC", len(without), "==",
+                      0, detail=(f"NCCL's init lines enable GDR for {len(s.gdr_gpus_enabled)}/"
+                                 f"{len(s.gdr_gpus)} GPUs (no NET channel: one node)"
+                                 + (f"; none for GPU {', '.join(without[:8])}" if without
+                                    else "")))
     if s.num_net_channels == 0:
-        return Verdict(cid, "unknown", "the collective's NCCL log has no NET channel lines, so "
-                       f"GPUDirect RDMA is unproven ({s.describe()}); a single node uses the "
-                       "network only with PREFLIGHT_NCCL_FORCE_NET=1 (the default)")
+        return Verdict(cid, "unknown", "the NCCL log has no NET channel line and no `GPU Direct "
+                       f"RDMA Enabled for GPU` line, so GPUDirect RDMA is unproven "
+                       f"({s.describe()})")
     return expect(cid, profile, "NET channels without GDRDMA",
                    s.num_net_channels - s.num_gdr_channels, "==", 0,
                    detail=f"{s.num_gdr_channels}/{s.num_net_channels} NET/{s.network} channel "

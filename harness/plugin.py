@@ -240,6 +240,22 @@ def pytest_collection_modifyitems(
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    _time_for_the_worker(config, items)
+
+
+def _time_for_the_worker(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The worker launch's own deadline scope (fixtures/worker.py give_launch_its_time), printed
+    at start."""
+    timeout = getattr(config.option, "timeout", None)
+    if not timeout or config.option.collectonly:
+        return
+    from harness.fixtures.worker import give_launch_its_time
+
+    line = give_launch_its_time(items, resolve_profile(config)[0],
+                                config.getoption("preflight_tier"), os.environ, float(timeout))
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.write_line(f"gpu-preflight {line}")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -244,8 +244,14 @@ def _file_profile(path: Path, name: str, table: object, known: Mapping[str, Prof
             f'{REASON_FIELD} = "..." in that table (a half node on purpose: docs/profiles.md)')
     changes.update(name=name, origin=f"profile file {path}",
                    weakened=(*parent.weakened, *weakened))
-    changes["sources"] = {**changes.get("sources", {}),
-                          **{k: f"profile file {path}" for k in table if k != "sources"}}
+    # A field's source is the file, unless the file's own `sources` cites one (a patch from
+    # scripts/device-check: "measured on <GPU, driver, date>: ..."): that one is kept.
+    cited = table.get("sources") if isinstance(table.get("sources"), dict) else {}
+    changes["sources"] = {
+        **changes.get("sources", {}),
+        **{k: f"profile file {path}" for k in table if k != "sources" and k not in cited},
+        **{k: f"{v} (profile file {path})" for k, v in cited.items()},
+    }
     return parent.derive(**changes)
 
 

@@ -149,8 +149,8 @@ SETTINGS: tuple[Setting, ...] = (
        one_of("mpirun")),
     _s("NUM_NODES", int, None, "number of nodes instead of the job's topology",
        between(1, 65536)),
-    _s("NCCL_FORCE_NET", bool, True, "0: do not force the single-node NCCL evidence run through "
-       "the NIC (docs/network.md)", FLAG),
+    _s("NCCL_FORCE_NET", bool, True, "0: certify/diagnose add no NCCL collective forced "
+       "through the NIC (docs/network.md)", FLAG),
     _s("EXTRA_CHECKS", list, None, "site check folders (colon-separated) beside the built-in "
        "suite", PATH, sep=":"),
     _s("PYTEST_PLUGINS", list, None, "pytest plugins (modules, comma-separated) the check "

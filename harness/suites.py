@@ -112,7 +112,7 @@ OVERRIDES: dict[str, str] = {
     "PREFLIGHT_OPT_ML": "SageMaker's /opt/ml read from this folder",
     "PREFLIGHT_DCGM_HOST": "DCGM diagnostics asked of this nv-hostengine instead of the local one",
     "PREFLIGHT_NCCL_TESTS_DIR": "nccl-tests binaries taken from this folder first",
-    "PREFLIGHT_NCCL_FORCE_NET": "0: the single-node NCCL evidence run is not forced through the NIC",
+    "PREFLIGHT_NCCL_FORCE_NET": "0: certify/diagnose add no NCCL collective forced through the NIC",
     "PREFLIGHT_NUM_NODES": "number of nodes taken from here instead of the job's topology",
     "PREFLIGHT_MPIRUN": "this mpirun launches the multi-node bandwidth run",
     "PREFLIGHT_NCCL_TESTS_LAUNCHER": "launcher of the bandwidth run chosen here",

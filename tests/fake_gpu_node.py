@@ -12,6 +12,8 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fake_nvml import FakeNvml, h100_node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,3 +82,25 @@ def sparse_smi_xml() -> str:
                 if child.tag != keep:
                     node.remove(child)
     return ET.tostring(root, encoding="unicode")
+
+
+def use_fake_gpu_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                      plugins: str = "-p tests.fake_gpu_node") -> Path:
+    """A `preflight run` in this process on the fake node: the job's NCCL/FI/PREFLIGHT/SM
+    variables cleared, the fake tools and kernel log, the check sessions' plugins, no EC2 or
+    SageMaker lookups, no exec. Returns the fake tools' folder."""
+    from harness import handoff
+
+    for name in list(os.environ):
+        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
+            monkeypatch.delenv(name)
+    bin_dir = tmp_path / "bin"
+    for name, value in make_tools(bin_dir).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PYTEST_ADDOPTS", plugins)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "gpu-node")
+    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
+    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: None)
+    monkeypatch.chdir(tmp_path)
+    return bin_dir

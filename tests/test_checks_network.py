@@ -96,10 +96,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
                                "an NCCL_DEBUG=INFO log"),
         "PF-NET-007": ("fail", None),
         "PF-NET-008": ("fail", None),
-        "PF-NET-009": ("error", "[PF-NET-009] the collective's NCCL log has no NET channel "
-                                f"lines, so GPUDirect RDMA is unproven ({NO_PLUGIN}); a single "
-                                "node uses the network only with PREFLIGHT_NCCL_FORCE_NET=1 "
-                                "(the default)"),
+        "PF-NET-009": ("error", "[PF-NET-009] the NCCL log has no NET channel line and no "
+                                "`GPU Direct RDMA Enabled for GPU` line, so GPUDirect RDMA is "
+                                f"unproven ({NO_PLUGIN})"),
         "PF-NET-010": ("fail", None),
     },
     "plugin_unused": {
@@ -226,29 +225,47 @@ def test_real_probes_on_a_machine_without_efa_fail_or_error_clearly(pytester: py
         assert results[check_id]["outcome"] == "error", check_id
         # No GPU device node and no NVML: no rank is launched, the cause is named.
         assert results[check_id]["message"] == (
-            f"[{check_id}] the NCCL collective cannot start: {no_gpu}")
+            f"[{check_id}] no NCCL log: the worker cannot start: {no_gpu}")
 
 
 FIXTURE_CONFTEST = '''
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+import harness.fixtures.worker as worker_fixture
 import harness.probes.network as network
+from harness.proc_result import ProcResult
+from harness.worker.launch import PartOutcome, WorkerRun
 from tests.network_facts import HEALTHY
 
 LOG = Path({log!r})
+CALLS = Path({calls!r})
 
 
-def fake_cuda_device_count(**kwargs):
-    return 8
+def _call(kind, **fields):
+    with CALLS.open("a") as fh:
+        fh.write(json.dumps(dict(kind=kind, **fields)) + "\\n")
+
+
+def fake_run_worker(nproc, parts, *, env, extra=(), limit_s=None, **kwargs):
+    """The worker's launch: its ranks write the NCCL log where NCCL_DEBUG_FILE says."""
+    _call("worker", nproc=nproc, parts=[p.name for p in parts], nccl_debug=env.get("NCCL_DEBUG"),
+          subsys=env.get("NCCL_DEBUG_SUBSYS"), user_var=env.get("USER_VAR"))
+    if LOG.name:
+        target = Path(env["NCCL_DEBUG_FILE"].replace("%h", "host").replace("%p", "1"))
+        target.write_bytes(LOG.read_bytes())
+    result = ProcResult(("torchrun",), {rc}, stdout="rank 3 died")
+    status = "ok" if {rc} == 0 else "crashed"
+    return WorkerRun(nproc, {{p.name: PartOutcome(p.name, status, result) for p in parts}},
+                     (result,))
 
 
 def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
-    (workdir / "call.json").write_text(json.dumps(dict(
-        nproc=nproc, timeout_s=timeout_s, force_net=force_net,
-        user_var=env.get("USER_VAR"))))
+    _call("collective", nproc=nproc, timeout_s=timeout_s, force_net=force_net,
+          user_var=env.get("USER_VAR"))
     if LOG.name:
         (workdir / "nccl-host-1.log").write_bytes(LOG.read_bytes())
     logs = tuple(sorted(workdir.glob("nccl-*.log")))
@@ -256,13 +273,13 @@ def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
     return network.CollectiveRun(result, logs, workdir)
 
 
-network.cuda_device_count = fake_cuda_device_count
+worker_fixture.run_worker = fake_run_worker
 network.run_collective = fake_run_collective
 
 
 @pytest.fixture(scope="session")
 def no_gpu_visible():
-    return None  # the faked torch sees 8 GPUs
+    return None  # a GPU may be visible: the worker launches
 
 
 @pytest.fixture(scope="session")
@@ -271,42 +288,96 @@ def ofi_nccl_lib():
 '''
 
 
-@pytest.mark.parametrize(("log", "rc", "want"), [
-    ("composed_ofi_1.16_efa_direct_p5_srun.log", 0, {}),
-    ("composed_ofi_1.16_efa_direct_p5_srun.log", 1, {
-        "PF-NET-011": "[PF-NET-011] NCCL WARN lines and known failures: 1 found, none allowed for "
-                      "p5.48xlarge: the collective failed: `torchrun` exited with status 1: rank "
-                      "3 died; fix the first failure named; `preflight inspect nccl-log FILE` "
-                      "explains a log"}),
-    ("", 1, {check_id: f"[{check_id}] the NCCL collective left no usable log (the collective "
-                       "wrote no NCCL debug log under {WORKDIR}); `torchrun` exited with status "
-                       "1: rank 3 died" for check_id in NET_IDS[5:]}),
-])
-def test_collective_fixture_runs_the_probe_and_parses_its_log(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, log: str, rc: int,
-    want: dict[str, str],
-):
+def _fixture_session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, log: str,
+                     rc: int, tier: str) -> tuple[dict[str, dict], list[dict]]:
     monkeypatch.setenv("USER_VAR", "kept")
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")  # the job's: the worker's own log needs INFO
     path = str(ROOT / "tests" / "data" / "nccl_log" / log) if log else ""
-    pytester.makeconftest(FIXTURE_CONFTEST.format(log=path, rc=rc))
+    calls = pytester.path / "calls.jsonl"
+    pytester.makeconftest(FIXTURE_CONFTEST.format(log=path, rc=rc, calls=str(calls)))
     shutil.copy(ROOT / "checks" / "test_network.py", pytester.path / "test_network.py")
     results_file = pytester.path / "results.jsonl"
     check_session(pytester, "-p", "harness.plugin", "-p", "no:cacheprovider",
-                                  "--preflight-profile", "p5.48xlarge", "-k", "ofi or provider "
-                                  "or socket or gdr or nic or warnings",
+                                  "--preflight-profile", "p5.48xlarge", "--preflight-tier", tier,
+                                  "-k", "ofi or provider or socket or gdr or nic or warnings",
                                   "--preflight-results", str(results_file),
                                   "--basetemp", str(pytester.path / "tmp"))
     records = [json.loads(line) for line in results_file.read_text().splitlines()]
     results = {r["id"]: r for r in records if r.get("event") == "result"}
+    made = [json.loads(x) for x in calls.read_text().splitlines()] if calls.exists() else []
+    return results, made
+
+
+SINGLE_NODE = "composed_p5_single_node_worker_gdr_init.log"
+
+
+@pytest.mark.parametrize(("log", "rc", "want"), [
+    (SINGLE_NODE, 0, {}),
+    (SINGLE_NODE, 1, {
+        "PF-NET-011": "[PF-NET-011] NCCL WARN lines and known failures: 1 found, none allowed for "
+                      "p5.48xlarge: the collective failed: `torchrun` exited with status 1: rank "
+                      "3 died; fix the first failure named; `preflight inspect nccl-log FILE` "
+                      "explains a log"}),
+    ("", 1, {check_id: f"[{check_id}] the worker's launch wrote no NCCL log (NCCL_DEBUG_FILE "
+                       "under {LOGDIR}): `torchrun` exited with status 1: rank 3 died"
+             for check_id in NET_IDS[5:]}),
+])
+def test_preflight_evidence_is_the_workers_own_nccl_log(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, log: str, rc: int,
+    want: dict[str, str],
+):
+    """One NCCL start per node: no collective of its own, the worker's launch logs NCCL at INFO
+    (whatever the job's NCCL_DEBUG) and its log proves the plugin, provider, NICs and, on one
+    node without NET channels, GPUDirect RDMA from NCCL's init lines."""
+    results, calls = _fixture_session(pytester, monkeypatch, log, rc, "preflight")
     assert sorted(results) == NET_IDS[5:]
-    calls = list((pytester.path / "tmp").glob("**/call.json"))
-    assert len(calls) == 1  # one collective for all six checks
-    assert json.loads(calls[0].read_text()) == dict(nproc=8, timeout_s=75.0, force_net=True,
-                                                    user_var="kept")
-    workdir = calls[0].parent
+    assert [c["kind"] for c in calls] == ["worker"]  # one launch for all six checks
+    assert calls[0] == dict(kind="worker", nproc=8, parts=[], nccl_debug="INFO",
+                            subsys="INIT,NET", user_var="kept")
     for check_id in NET_IDS[5:]:
         message = want.get(check_id)
         if message is None:
             assert results[check_id]["outcome"] == "pass", results[check_id]["message"]
         else:
-            assert results[check_id]["message"] == message.replace("{WORKDIR}", str(workdir))
+            got = results[check_id]["message"]
+            assert got.startswith(message.split("{LOGDIR}")[0]), got
+            assert got.endswith(message.split("{LOGDIR}")[-1]), got
+
+
+def test_longer_tiers_add_a_forced_net_collective(pytester: pytest.Pytester,
+                                                  monkeypatch: pytest.MonkeyPatch):
+    results, calls = _fixture_session(pytester, monkeypatch,
+                                      "composed_ofi_1.16_efa_direct_p5_srun.log", 0, "certify")
+    assert [c["kind"] for c in calls] == ["collective"]
+    assert calls[0] == dict(kind="collective", nproc=8, timeout_s=75.0, force_net=True,
+                            user_var="kept")
+    assert {k: r["outcome"] for k, r in results.items()} == dict.fromkeys(NET_IDS[5:], "pass")
+
+
+def _gdr_log(drop: str | None = None, only_disabled: str | None = None) -> str:
+    text = (ROOT / "tests" / "data" / "nccl_log" / SINGLE_NODE).read_text()
+    lines = []
+    for line in text.splitlines():
+        if drop and drop in line:
+            continue
+        if only_disabled and f"Enabled for GPU {only_disabled} " in line:
+            line = line.replace("Enabled", "Disabled").replace("<=", ">")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def test_single_node_gdr_is_judged_on_nccls_init_verdict_per_gpu():
+    from harness import judges
+    from harness.parsers.nccl_log import parse_nccl_log
+    from harness.profiles import get_profile
+
+    p5 = get_profile("p5.48xlarge")
+    healthy = judges.net_gdr(p5, parse_nccl_log(_gdr_log()))
+    assert healthy.status == "pass", healthy.message
+    assert "8/8 GPUs" in healthy.detail
+    one_gpu = judges.net_gdr(p5, parse_nccl_log(_gdr_log(only_disabled="a8000")))
+    assert one_gpu.status == "fail"
+    assert "none for GPU a8000" in one_gpu.message
+    unknown = judges.net_gdr(p5, parse_nccl_log(_gdr_log(drop="GPU Direct RDMA")))
+    assert unknown.status == "unknown"
+    assert "no NET channel line and no `GPU Direct RDMA Enabled for GPU` line" in unknown.message

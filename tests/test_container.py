@@ -88,6 +88,9 @@ def test_build_args_present(instructions: list[Instruction]) -> None:
     for name in ("NCCL_HOME", "NCCL_TESTS_VERSION", "NVCC_GENCODE", "TE_VERSION"):
         assert name in declared
     assert "sm_90" in declared["NVCC_GENCODE"]
+    # g7e's sm_120 runs only its own cubin or PTX (an sm_100 build has no kernel for it)
+    assert "code=sm_120" in declared["NVCC_GENCODE"]
+    assert "code=compute_120" in declared["NVCC_GENCODE"]
 
 
 def test_every_variable_used_is_declared(instructions: list[Instruction]) -> None:

@@ -123,6 +123,43 @@ def test_measure_links_lists_what_the_budget_did_not_reach():
                                                                       (2, 1)]
 
 
+def _numa_sysroot(root: Path, bus: str, node: str, cpus: str) -> Path:
+    dev = root / "sys/bus/pci/devices" / bus
+    dev.mkdir(parents=True)
+    (dev / "numa_node").write_text(f"{node}\n")
+    if node.strip() != "-1":
+        nodes = root / "sys/devices/system/node" / f"node{node}"
+        nodes.mkdir(parents=True)
+        (nodes / "cpulist").write_text(f"{cpus}\n")
+    return root
+
+
+def test_host_buffers_are_allocated_on_the_gpus_numa_node(tmp_path):
+    """rank 0 serves every GPU from one process: each GPU's pinned buffer is made while the
+    thread runs on that GPU's node (first touch), then the thread's CPUs are given back."""
+    import os
+
+    mine = sorted(os.sched_getaffinity(0))
+    root = _numa_sysroot(tmp_path, "0000:ca:00.0", "1", str(mine[-1]))
+    assert gpu_links.numa_node_cpus("0000:CA:00.0", root) == (1, {mine[-1]})
+    with gpu_links.on_numa_node("0000:ca:00.0", root) as node:
+        assert node == 1 and os.sched_getaffinity(0) == {mine[-1]}
+    assert sorted(os.sched_getaffinity(0)) == mine
+    assert gpu_links._cpulist("0-3,8-9,12") == {0, 1, 2, 3, 8, 9, 12}
+
+
+def test_an_unknown_numa_node_leaves_the_thread_where_it_is(tmp_path):
+    import os
+
+    before = os.sched_getaffinity(0)
+    one_node = _numa_sysroot(tmp_path / "a", "0000:53:00.0", "-1", "")
+    outside = _numa_sysroot(tmp_path / "b", "0000:53:00.0", "0", "4096")  # not our CPUs
+    for root, bus in ((one_node, "0000:53:00.0"), (outside, "0000:53:00.0"),
+                      (tmp_path, "0000:99:00.0"), (tmp_path, None)):
+        with gpu_links.on_numa_node(bus, root) as node:
+            assert node is None and os.sched_getaffinity(0) == before
+
+
 def test_the_part_asks_for_the_matrix_only_in_the_longer_tiers():
     p5 = BUILTIN_PROFILES["p5.48xlarge"]
     assert "--p2p-bytes=0" in links_args(p5, "preflight")

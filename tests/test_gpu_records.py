@@ -75,6 +75,12 @@ BASE = GpuInfo(0, performance_state="P0", pcie_gen_current=5, pcie_gen_max=5,
     ({"pcie_gen_device_max": 6}, []),
     ({"pcie_gen_device_max": 6, "pcie_gen_current": 4}, ["PCIe link at gen 4 < gen 5 (P0)"]),
     ({"pcie_gen_max": 4, "pcie_gen_current": 4}, []),
+    # NVML's maximum for the device in this system wins over nvidia-smi's Host Max: a real
+    # GB300 reports Host Max 4 with the link at gen 6; a link at 5 there is below its maximum
+    ({"pcie_gen_max": 6, "pcie_gen_device_max": 6, "pcie_gen_host_max": 4,
+      "pcie_gen_current": 6}, []),
+    ({"pcie_gen_max": 6, "pcie_gen_device_max": 6, "pcie_gen_host_max": 4,
+      "pcie_gen_current": 5}, ["PCIe link at gen 5 < gen 6 (P0)"]),
     # nvidia-smi's Host Max below the GPU's: the lower one is the link's maximum.
     ({"pcie_gen_max": None, "pcie_gen_host_max": 4, "pcie_gen_current": 4}, []),
     ({"pcie_gen_max": None, "pcie_gen_host_max": 5, "pcie_gen_current": 4},
@@ -96,6 +102,9 @@ def test_pcie_problems(changes, problems):
     ({"pcie_gen_max": None, "pcie_gen_host_max": 4},
      "the slot caps the link at gen 4 (the GPU supports gen 5)"),
     ({"pcie_gen_host_max": 6}, None),  # a newer slot than the GPU: the GPU's gen is the max
+    # a host max below NVML's is information, not a cap (GB300: host 4, link 6)
+    ({"pcie_gen_max": 6, "pcie_gen_device_max": 6, "pcie_gen_host_max": 4,
+      "pcie_gen_current": 6}, None),
 ])
 def test_a_slot_older_than_the_gpu_is_recorded_not_judged(changes, limit):
     g = dataclasses.replace(BASE, **changes)
@@ -109,3 +118,13 @@ def test_one_slot_below_the_others_is_a_warning_not_a_reboot():
     (p,) = pcie_slot_outliers(GpuInventory("nvml", None, None, gpus))
     assert (p.gpu, p.action, p.fatal) == (3, MONITOR, False)
     assert p.what.startswith("its slot allows PCIe gen 4, the other slots of this node gen 5")
+
+
+def test_a_host_max_below_nvmls_is_shown_as_information():
+    from harness.gpu import pcie_host_note, pcie_link_gen_max
+
+    gb300 = dataclasses.replace(BASE, pcie_gen_max=6, pcie_gen_device_max=6, pcie_gen_host_max=4,
+                                pcie_gen_current=6)
+    assert pcie_link_gen_max(gb300) == 6
+    assert pcie_host_note(gb300) == "host reports max gen 4 (information; NVML's maximum is judged)"
+    assert pcie_host_note(BASE) is None

@@ -7,24 +7,13 @@ result. Network, bandwidth and training checks fail here (no EFA, no CUDA) and m
 from __future__ import annotations
 
 import json
-import os
 
-from harness import cli, handoff
-from tests.fake_gpu_node import make_tools
+from harness import cli
+from tests.fake_gpu_node import use_fake_gpu_node
 
 
 def test_gpu_profile_under_xdist_every_check_reports_once(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
-            monkeypatch.delenv(name)
-    for name, value in make_tools(tmp_path / "bin").items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p tests.fake_gpu_node")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("PREFLIGHT_HOSTNAME", "gpu-node")
-    monkeypatch.setenv("PREFLIGHT_OPT_ML", str(tmp_path / "opt_ml"))
-    monkeypatch.setattr(handoff, "_execvp", lambda file, argv: None)
-    monkeypatch.chdir(tmp_path)
+    use_fake_gpu_node(monkeypatch, tmp_path)
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--workers", "2",
                    "--report-dir", str(tmp_path / "r")])
     folder = tmp_path / "r" / "gpu-node"

@@ -25,7 +25,7 @@ LOGS = sorted((REPO / "tests" / "data").rglob("*.log"))
 #: near misses of every branch.
 WORDS = (b"NCCL", b"INFO ", b"via NET/", b"via COLLNET/", b"WARN", b"error", b"version", b"cpp:",
          b"SeqNum", b"<warn> ")
-LETTERS = [bytes([c]) for c in b" .(NUcnIFsCRxvV<|/\r\x00\xff"]
+LETTERS = [bytes([c]) for c in b" .(NUcnIFsGCRxvV<|/\r\x00\xff"]
 
 
 def near(word: bytes) -> st.SearchStrategy[bytes]:

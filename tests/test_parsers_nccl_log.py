@@ -26,7 +26,7 @@ def test_json_has_exactly_the_documented_keys():
         "nccl_version", "plugin", "plugin_version", "network", "provider", "fabric", "num_nics",
         "protocol", "gdr", "gdr_evidence", "network_evidence", "libfabric_version", "platform",
         "num_net_channels", "num_gdr_channels", "num_collnet_channels",
-        "num_collnet_gdr_channels", "nranks", "env_added",
+        "num_collnet_gdr_channels", "gdr_gpus", "gdr_gpus_enabled", "nranks", "env_added",
         "warnings", "errors", "timeouts", "commands_seen",
     ]
 

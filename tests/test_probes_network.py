@@ -216,18 +216,6 @@ def test_collective_with_a_stalled_rank_ends_within_the_timeout(tmp_path: Path):
     assert "torch.distributed.run" in run.result.describe()
 
 
-def test_cuda_device_count_reports_a_broken_python(tmp_path: Path):
-    fake = tmp_path / "python"
-    _tool(tmp_path, "python", "echo 'ModuleNotFoundError: No module named torch' >&2; exit 1")
-    with pytest.raises(RuntimeError, match=r"cannot ask torch for CUDA devices.*No module named"):
-        network.cuda_device_count(str(fake))
-
-
-def test_cuda_device_count_reads_the_last_line(tmp_path: Path):
-    _tool(tmp_path, "python", "echo 'UserWarning: CUDA initialization: no driver' >&2\necho 3")
-    assert network.cuda_device_count(str(tmp_path / "python")) == 3
-
-
 def test_fi_info_found_in_the_efa_installer_dir_when_not_on_path(tmp_path, monkeypatch):
     efa_bin = tmp_path / "efa" / "bin"
     efa_bin.mkdir(parents=True)

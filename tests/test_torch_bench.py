@@ -108,6 +108,9 @@ def test_two_ranks_measure_and_catch_corruption(tmp_path):
         assert [r.wrong for r in corrupt.rows] == [2, 2]
         unchecked = res["unchecked"]
         assert unchecked.data_ok and unchecked.rows[0].wrong is None and not unchecked.checked
+        # gloo: the CPU clock, in one repetition per timed iteration (3), the spread beside
+        assert {(r.timer, r.reps) for r in plain.rows} == {("cpu-clock", 3)}
+        assert all(r.time_us_spread is not None and r.time_us_spread >= 0 for r in plain.rows)
     # Timings are averaged across ranks: every rank reports the same rows.
     assert ranks[0]["plain"].rows == ranks[1]["plain"].rows
 

@@ -101,6 +101,29 @@ def test_compute_window_lasts_its_seconds_and_takes_readings():
     assert one.released and one.readings and one.readings[0].sm_clock_mhz is None
 
 
+def test_compute_tflops_are_over_the_matmuls_alone_not_the_nvml_reads():
+    """NVML reads between chunks (a busy driver answers in tens of ms) must not count as matmul
+    time: a read that sleeps 50 ms leaves the TFLOP/s those of the chunks themselves."""
+    torch = pytest.importorskip("torch")
+    from harness.probes import gpu_compute as gc
+    from harness.worker.compute import timed_matmuls
+
+    a, b = (t.float() for t in gc._inputs(64, seed=0))
+
+    def slow_read():
+        time.sleep(0.05)
+        return {}
+
+    start = time.perf_counter()
+    tflops, chunks, _, readings, busy = timed_matmuls(torch.device("cpu"), a, b, seconds=0.2,
+                                                       chunk_iters=2, read=slow_read)
+    wall = time.perf_counter() - start
+    assert len(readings) >= 2 and busy < wall - 0.05 * len(readings) + 0.02
+    assert tflops == pytest.approx(gc.matmul_tflops(64, busy, 2 * len(chunks)))
+    # the chunk time, not the wall: 3 x 64^3 flops take microseconds, the reads 50 ms each
+    assert tflops > gc.matmul_tflops(64, wall, 2 * len(chunks)) * 2
+
+
 def test_parse_parts_names_the_part_that_was_running():
     from harness.proc_result import ProcResult
 
@@ -161,9 +184,65 @@ def test_fp8_delayed_reference_does_not_deadlock_on_te_world_amax_reduction():
     result = run.output.result
     assert (result["path"], result["recipe"]) == ("te", "fp8-delayed")
     assert result["te"]["version"] == "2.4.0+fake"
-    assert "fake-te: amax all_reduce over 2 ranks" in run.proc.output  # the sharded run's
-    assert result["update_rel_diff"] <= result["tolerance"]["update_rel"]
-    assert result["loss_max_rel_diff"] <= result["tolerance"]["loss_rel"]
+    assert "fake-te: amax all_reduce over 2 ranks (autocast)" in run.proc.output  # te.autocast
+    assert "(fp8_autocast)" not in run.proc.output
+    assert result["tolerance"]["basis"].startswith("stack check (fp8-delayed on both sides)")
+    # the corruption judgement: the same step in bf16 beside it, judged by its tolerance
+    comparison = result["comparison"]
+    assert comparison["recipe"] == "bf16" and comparison["tolerance"]["loss_rel"] < 0.01
+    assert comparison["update_rel_diff"] <= comparison["tolerance"]["update_rel"]
+    assert comparison["loss_max_rel_diff"] <= comparison["tolerance"]["loss_rel"]
+
+
+@pytest.mark.timeout(600)
+def test_both_sides_scale_the_loss_per_token_alike():
+    """Delayed scaling quantises the gradient with a scale from its amax: each sharded rank
+    back-propagates the mean over its own tokens, so the reference must too (its mean over all
+    tokens, x world, and the gradient / world after, as FSDP2 divides). The stand-in TE prints
+    the output layer's gradient amax: the reference's equals the larger of the ranks' (its
+    tokens are theirs together); with a plain global mean it was half of it."""
+    import re
+
+    env = {**ENV, "FAKE_TE_GRAD_AMAX": "128",  # the vocabulary: the output layer alone
+           "PYTHONPATH": os.pathsep.join(p for p in (FAKE_TE, ENV.get("PYTHONPATH")) if p)}
+    run = run_train_step(2, timeout_s=120, env=env, device="cpu", pg_timeout_s=20,
+                         plan="te:fp8-delayed", steps=1, vocab=128)
+    assert run.output is not None and run.output.result is not None, run.proc.output[-3000:]
+    seen = [(float(a), int(r), int(g)) for a, r, g in re.findall(
+        r"fake-te: grad amax (\S+) rank (\d) group (\d)", run.proc.output)]
+    sharded = [a for a, _, g in seen if g == 2]
+    reference = [a for a, _, g in seen if g == 1]
+    # one step: each rank's sharded fp8-delayed run, then its reference on rank 0 under a
+    # one-rank amax group (the bf16 run after it uses no autocast: no group to tell it by)
+    assert len(sharded) >= 2 and len(reference) == 1, seen
+    assert reference[0] == pytest.approx(max(sharded[:2]), rel=1e-6)
+
+
+@pytest.mark.timeout(600)
+def test_an_older_te_without_autocast_gets_fp8_autocast():
+    env = {**ENV, "FAKE_TE_API": "fp8_autocast",
+           "PYTHONPATH": os.pathsep.join(p for p in (FAKE_TE, ENV.get("PYTHONPATH")) if p)}
+    run = run_train_step(2, timeout_s=120, env=env, device="cpu", pg_timeout_s=20,
+                         plan="te:fp8-delayed", steps=2)
+    assert run.output is not None and run.output.result is not None, run.proc.output[-3000:]
+    assert "fake-te: amax all_reduce over 2 ranks (fp8_autocast)" in run.proc.output
+
+
+def test_te_autocast_passes_the_recipe_and_the_amax_group_by_their_names():
+    import types
+
+    pytest.importorskip("torch")
+    from harness.probes.train_model import te_autocast
+
+    calls = []
+    new = types.SimpleNamespace(autocast=lambda **kw: calls.append(("autocast", kw)),
+                                fp8_autocast=lambda **kw: calls.append(("fp8_autocast", kw)))
+    old = types.SimpleNamespace(fp8_autocast=lambda **kw: calls.append(("fp8_autocast", kw)))
+    te_autocast(new, "recipe", "group")
+    te_autocast(old, "recipe", "group")
+    assert calls == [
+        ("autocast", {"enabled": True, "recipe": "recipe", "amax_reduction_group": "group"}),
+        ("fp8_autocast", {"enabled": True, "fp8_recipe": "recipe", "fp8_group": "group"})]
 
 
 COUNTING_CONFTEST = '''

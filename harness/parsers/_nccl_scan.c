@@ -11,7 +11,7 @@
  * line's bytes first) and drops the ones the caller has seen.
  *
  * The grammar is MAIN's, and only MAIN's (harness/parsers/nccl_log_lines.py):
- *   NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)[^\n]*
+ *   NCCL[ .(](?:INFO (?:[NUcnIFsG]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)[^\n]*
  * found as re.findall finds it (leftmost, non-overlapping; a match runs to the line's end).
  */
 #define PY_SSIZE_T_CLEAN
@@ -52,7 +52,7 @@ match_at(const char *p, const char *end)
     q++;
     if (starts(q, end, "INFO ", 5)) {
         const char *r = q + 5;
-        if (r < end && memchr("NUcnIFs", *r, 7) != NULL)
+        if (r < end && memchr("NUcnIFsG", *r, 8) != NULL)
             goto to_eol;
         if (r < end && (*r == 'C' || *r == 'R')) {
             eol = memchr(r + 1, '\n', (size_t)(end - r - 1));

@@ -73,6 +73,12 @@ class NcclLogSummary:
     only one left (certain without a `Using network` line)."""
     plugin_dlerror: str | None = None
     """Why NCCL could not load an external NET plugin (`NET/Plugin : dlerror=...`), as it said."""
+    gdr_gpus: tuple[str, ...] = ()
+    """GPUs (NCCL's bus id) of the init-time `GPU Direct RDMA Enabled|Disabled for GPU G / HCA
+    N` lines: NCCL's GDR verdict per GPU and NIC, printed on one node as on many."""
+    gdr_gpus_enabled: tuple[str, ...] = ()
+    """Those with GPUDirect RDMA enabled to at least one NIC (a far NIC is disabled by
+    distance on every healthy multi-socket node: only a GPU with none is a finding)."""
     num_net_channels: int = 0
     """Distinct `NCCL INFO ... via NET/...` channel lines (a line seen twice counts once, until
     more than SEEN_CAP distinct lines reset the memory of what was seen)."""
@@ -206,6 +212,8 @@ class NcclLogSummary:
             "num_gdr_channels": self.num_gdr_channels,
             "num_collnet_channels": self.num_collnet_channels,
             "num_collnet_gdr_channels": self.num_collnet_gdr_channels,
+            "gdr_gpus": list(self.gdr_gpus),
+            "gdr_gpus_enabled": list(self.gdr_gpus_enabled),
             "nranks": self.nranks,
             "env_added": dict(self.env_added),
             "warnings": list(self.warnings),

@@ -23,7 +23,7 @@ __all__ = [
 
 # Candidate lines: WARN, the INFO payloads whose first letter can start a fact (NET/..., NCCL
 # version, Using network, comm/ncclCommInitRank/Init timings (nranks), Failed to initialize,
-# socketPollConnect retries),
+# socketPollConnect retries, GPU Direct RDMA verdicts per GPU and NIC),
 # Channel/Ring lines that go `via NET/` (not the P2P/SHM ones: many, and distinct per rank) and
 # CollNet connection lines that go `via COLLNET/` (harness.parsers.nccl_log_payloads.COLLNET),
 # torch's `NCCL error`, and PyTorch's watchdog lines (ProcessGroupNCCL.cpp / WorkNCCL(SeqNum).
@@ -31,7 +31,7 @@ __all__ = [
 # per distinct line. Finding the NET channel lines in this pass costs less than a second pass.
 # `[^\n]*` rather than `.*` (same match without DOTALL): sre runs it ~35% faster.
 MAIN = re.compile(
-    rb"NCCL[ .(](?:INFO (?:[NUcnIFs]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)"
+    rb"NCCL[ .(](?:INFO (?:[NUcnIFsG]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)"
     rb"[^\n]*")
 #: harness.parsers.unwrap.ANSI for bytes (the ESC forms: a chunk is searched for ESC by memchr
 #: first, so an uncoloured log pays nothing).
@@ -136,6 +136,12 @@ RETRY = re.compile(r"(socketPollConnect: .*?retrying) \(([0-9]+)/([0-9]+)\)")
 DEV_INDEX = re.compile(r"\[[0-9]+\]\S")
 #: NCCL's own GDR verdict per NIC (2.12+): `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'`.
 GDR_DISABLED = re.compile(r"NET/(.+?) ?: GPU Direct RDMA Disabled for HCA")
+#: NCCL's GDR verdict per GPU and NIC, logged at init while it computes the topology's paths,
+#: on one node as on many (no NET channel needed): `GPU Direct RDMA Enabled for GPU 53000 / HCA
+#: 0 (distance 4 <= 5), read 1 mode Default` (src/graph/paths.cc ncclTopoCheckGdr), `...
+#: Disabled for GPU 81000 / HCA 1 (distance 9 > 5)`; older: `NET/IB : GPU Direct RDMA Enabled for
+#: GPU 81000 / HCA 0 (distance 6 < 7), read 0` (src/transport/net.cc); newest `GPU 0[0]`.
+GDR_PAIR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for GPU (\S+) / HCA ([0-9]+)")
 #: PyTorch's watchdog line, found wherever it is in a payload (`ProcessGroupNCCL.cpp:607] [Rank 0]
 #: Watchdog ...`, `what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception:
 #: [Rank 5] Watchdog ...`); each field is optional: a line cut short keeps what it has.

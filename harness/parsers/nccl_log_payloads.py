@@ -18,6 +18,7 @@ from harness.parsers.nccl_log_facts import (
 from harness.parsers.nccl_log_lines import (
     DEV_INDEX,
     GDR_DISABLED,
+    GDR_PAIR,
     IB_DEVS,
     LOADED,
     LOADED_VERSION,
@@ -101,6 +102,8 @@ class PayloadFacts:
         self.libfabric: str | None = None
         self.nogdr = False
         self.gdr_disabled_nets: set[str] = set()
+        self.gdr_pairs: dict[tuple[str, str], bool] = {}
+        """(GPU, NIC) -> NCCL's init-time GDR verdict (True: enabled)."""
         self.net_channels: Counter[str] = Counter()
         self.gdr_channels = 0
         self.collnet_channels = 0
@@ -164,6 +167,9 @@ class PayloadFacts:
             tries = ascii_int(m[2]) or 0
             if tries > self.retries[0]:
                 self.retries = (tries, m[3], m[1])
+        elif "GPU Direct RDMA" in text and "for GPU" in text and (m := GDR_PAIR.search(text)):
+            if len(self.gdr_pairs) < self.max_kept * 8:  # 8 GPUs x 32 NICs is 256 pairs
+                self.gdr_pairs[(m[2], m[3])] = m[1] == "Enabled"
         elif ("GPU Direct RDMA Disabled" in text and (m := GDR_DISABLED.search(text))
               and len(self.gdr_disabled_nets) < MAX_NAMES):
             self.gdr_disabled_nets.add(m[1])
@@ -384,6 +390,8 @@ class PayloadFacts:
             gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
             socket_only=self._socket_only(network),
             plugin_dlerror=self.plugin_dlerror,
+            gdr_gpus=tuple(sorted({g for g, _ in self.gdr_pairs})),
+            gdr_gpus_enabled=tuple(sorted({g for (g, _), on in self.gdr_pairs.items() if on})),
             num_net_channels=sum(self.net_channels.values()),
             num_gdr_channels=self.gdr_channels,
             num_collnet_channels=self.collnet_channels,

@@ -14,19 +14,29 @@ the source device's current stream, between event barriers with the destination'
 stream (pytorch/pytorch aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device), so events
 recorded on the source's current stream bracket the copies; a pinned host tensor copied with
 `non_blocking=True` is one `cudaMemcpyAsync` on the CUDA device's current stream (same file,
-copy_kernel_cuda)."""
+copy_kernel_cuda).
+
+Host buffers sit on each GPU's own NUMA node: the pinned buffer is allocated while the thread
+runs on that node's CPUs (Linux places a page where the thread that first touches it runs, and
+the driver pins it at allocation), and the pinned allocator's cache is emptied between GPUs so
+that a buffer of the previous GPU's node is not reused. One process serving every GPU from rank
+0's node made half the GPUs of a two-socket host look slow."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from harness.jsontypes import JSONObject
 
 __all__ = ["HostCopy", "PairCopy", "WeakPair", "copy_gb_s", "host_outliers", "matrix_lines",
-           "measure_host", "measure_links", "measure_pair", "missing_pairs", "weak_pairs"]
+           "measure_host", "measure_links", "measure_pair", "missing_pairs", "numa_node_cpus",
+           "on_numa_node", "pci_bus_id", "weak_pairs"]
 
 MIB = 1024**2
 
@@ -65,6 +75,8 @@ class HostCopy:
     size_bytes: int
     gb_s: float | None
     error: str | None = None
+    numa_node: int | None = None
+    """The NUMA node the host buffer was allocated on (the GPU's); None: sysfs did not say."""
 
     def to_dict(self) -> JSONObject:
         return asdict(self)
@@ -134,6 +146,60 @@ def matrix_lines(pairs: Iterable[PairCopy], devices: Sequence[int]) -> list[str]
     return lines
 
 
+# ------------------------------------------------------------------ NUMA
+
+def _cpulist(text: str) -> set[int]:
+    """`0-3,8-11` -> {0, 1, 2, 3, 8, 9, 10, 11}."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def numa_node_cpus(bus_id: str, sysroot: Path = Path("/")) -> tuple[int | None, set[int]]:
+    """(NUMA node, its CPUs) of the PCI device `bus_id` (`0000:53:00.0`), from sysfs; (None,
+    set()) where sysfs does not say (no file, or -1: one node)."""
+    try:
+        node = int((sysroot / "sys/bus/pci/devices" / bus_id.lower() / "numa_node").read_text())
+        if node < 0:
+            return None, set()
+        cpus = (sysroot / f"sys/devices/system/node/node{node}/cpulist").read_text()
+    except (OSError, ValueError):
+        return None, set()
+    return node, _cpulist(cpus)
+
+
+@contextlib.contextmanager
+def on_numa_node(bus_id: str | None, sysroot: Path = Path("/")) -> Iterator[int | None]:
+    """Run the block on the CPUs of `bus_id`'s NUMA node (this thread only, and only those this
+    process may use: a container's cpuset); the node, or None where it is unknown."""
+    node, cpus = numa_node_cpus(bus_id, sysroot) if bus_id else (None, set())
+    before = os.sched_getaffinity(0)
+    usable = cpus & before
+    if node is None or not usable:
+        yield None
+        return
+    os.sched_setaffinity(0, usable)
+    try:
+        yield node
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def pci_bus_id(device: int) -> str | None:
+    """`0000:53:00.0` of CUDA device `device` (torch's properties), or None."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    try:
+        return (f"{int(props.pci_domain_id):04x}:{int(props.pci_bus_id):02x}:"
+                f"{int(props.pci_device_id):02x}.0")
+    except (AttributeError, TypeError, ValueError):  # torch without the PCI ids
+        return None
+
+
 # ------------------------------------------------------------------ CUDA (marked `gpu` in tests)
 
 def _timed(device: int, fn: Callable[[], object], iters: int, warmup: int) -> float:
@@ -171,20 +237,29 @@ def measure_pair(src: int, dst: int, *, nbytes: int, iters: int, warmup: int = 2
 
 def measure_host(device: int, direction: str, *, nbytes: int, iters: int,
                  warmup: int = 2) -> HostCopy:
-    """Pinned host memory to GPU `device` (`h2d`) or back (`d2h`), `non_blocking` copies on the
-    device's current stream."""
+    """Pinned host memory on GPU `device`'s NUMA node to the GPU (`h2d`) or back (`d2h`),
+    `non_blocking` copies on the device's current stream."""
     import torch
 
+    node = None
     try:
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        with on_numa_node(pci_bus_id(device)) as node:
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
         dev = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device))
         if direction == "h2d":
             ms = _timed(device, lambda: dev.copy_(host, non_blocking=True), iters, warmup)
         else:
             ms = _timed(device, lambda: host.copy_(dev, non_blocking=True), iters, warmup)
-        return HostCopy(device, direction, nbytes, round(copy_gb_s(nbytes, iters, ms), 2))
+        return HostCopy(device, direction, nbytes, round(copy_gb_s(nbytes, iters, ms), 2),
+                        numa_node=node)
     except Exception as exc:
-        return HostCopy(device, direction, nbytes, None, f"{type(exc).__name__}: {exc}"[:300])
+        return HostCopy(device, direction, nbytes, None, f"{type(exc).__name__}: {exc}"[:300],
+                        numa_node=node)
+    finally:
+        host = None  # the pinned block back to the cache, then the cache emptied (next GPU)
+        empty = getattr(torch._C, "_host_emptyCache", None)
+        if empty is not None:
+            empty()
 
 
 def measure_links(

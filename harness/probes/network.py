@@ -21,7 +21,6 @@ __all__ = [
     "EfaDevices",
     "FiInfoProbe",
     "OfiNcclLib",
-    "cuda_device_count",
     "efa_devices",
     "find_ofi_nccl",
     "libfabric_version",
@@ -342,17 +341,6 @@ def query_fi_info(provider: str | None = "efa", timeout_s: float = 15.0) -> FiIn
         first = (result.output.strip().splitlines() or ["(no output)"])[0][:200]
         return FiInfoProbe(result, None, f"`{' '.join(argv)}` printed no provider list or error "
                                          f"code ({exc}); first line: {first!r}")
-
-
-def cuda_device_count(python: str = sys.executable, timeout_s: float = 120.0) -> int:
-    """CUDA devices torch sees, asked in a child interpreter (torch stays out of this process);
-    RuntimeError saying why when torch cannot answer."""
-    code = "import torch; print(torch.cuda.device_count())"
-    result = proc.run([python, "-c", code], timeout_s=timeout_s)
-    lines = result.stdout.strip().splitlines()
-    if not result.ok or not lines or not lines[-1].isdigit():
-        raise RuntimeError(f"cannot ask torch for CUDA devices: {result.describe()}")
-    return int(lines[-1])
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ and the cluster step's benches."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.jsontypes import JSONMapping, JSONObject
+from harness.probes.collective_timing import LoopTimes, make_timer, timed_reps
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions
     import torch
@@ -25,9 +27,12 @@ __all__ = [
     "TorchBenchResult",
     "allreduce_bench",
     "bus_factor",
+    "count_wrong",
+    "fill_pattern",
     "parse_size",
     "result_from_output",
     "run_under_torchrun",
+    "wait_bounded",
 ]
 
 MIB = 1024**2
@@ -35,6 +40,8 @@ MIB = 1024**2
 DEFAULT_SIZES: tuple[int, ...] = (MIB, 4 * MIB, 16 * MIB, 64 * MIB)
 #: Marker of the one result line the torchrun entry point prints on rank 0.
 RESULT_KEY = "torch_bench"
+#: Repetitions of each size's timed loop (the spread is reported beside the median).
+REPS = 5
 
 
 def bus_factor(nranks: int) -> float:
@@ -54,6 +61,11 @@ class BenchRow:
     wrong: int | None = None
     """Elements whose reduced value differed from the expected sum, summed over ranks; None when
     the data was not checked."""
+    time_us_spread: float | None = None
+    """max - min of the repetitions' per-iteration times (`time_us` is their median)."""
+    reps: int = 1
+    timer: str = ""
+    """`cuda-events` or `cpu-clock` (harness.probes.collective_timing)."""
 
 
 @dataclass(frozen=True)
@@ -105,20 +117,47 @@ def _dtype(name: str) -> torch.dtype:
     return value
 
 
-def _pattern(rank: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Rank r's input: (r + 1) * ((i % 13) + 1). Small integers, so float sums are exact, and
-    position-dependent, so a chunk reduced at the wrong offset shows up."""
+#: Elements per piece of the data check: it fills the input and compares the result piece by
+#: piece, so it holds the message once (plus a piece), not 4x (an index tensor, its cast, the
+#: expected sum and the comparison's mask at 16 GiB came near 64 GiB per GPU).
+CHECK_CHUNK = 1 << 22
+
+
+def _pieces(count: int, chunk: int) -> list[tuple[int, int]]:
+    return [(i, min(i + chunk, count)) for i in range(0, count, chunk)]
+
+
+def _pattern_piece(start: int, stop: int, scale: int, dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    """scale * ((i % 13) + 1) for i in [start, stop): small integers, so float sums are exact,
+    and position-dependent, so a chunk reduced at the wrong offset shows up."""
     import torch
 
-    index_dtype = torch.int32 if count < 2**31 else torch.int64
-    base = torch.arange(count, device=device, dtype=index_dtype).remainder_(13).add_(1)
-    return base.to(dtype).mul_(rank + 1)
+    return torch.arange(start, stop, device=device).remainder_(13).add_(1).mul_(scale).to(dtype)
 
 
-def _expected(nranks: int, count: int, dtype: torch.dtype,
-              device: torch.device) -> torch.Tensor:
-    """The exact sum of every rank's pattern: n(n+1)/2 * ((i % 13) + 1)."""
-    return _pattern(0, count, dtype, device).mul_(nranks * (nranks + 1) // 2)
+def fill_pattern(data: torch.Tensor, rank: int, chunk: int = CHECK_CHUNK) -> torch.Tensor:
+    """Rank r's input, written into `data` piece by piece: (r + 1) * ((i % 13) + 1)."""
+    for start, stop in _pieces(data.numel(), chunk):
+        data[start:stop] = _pattern_piece(start, stop, rank + 1, data.dtype, data.device)
+    return data
+
+
+def count_wrong(data: torch.Tensor, nranks: int, chunk: int = CHECK_CHUNK) -> int:
+    """Elements of the reduced `data` that differ from the exact sum of every rank's pattern,
+    n(n+1)/2 * ((i % 13) + 1), compared piece by piece. 16-bit floats round the larger sums:
+    they are allowed their precision."""
+    import torch
+
+    exact = data.dtype in (torch.float32, torch.float64, torch.int32, torch.int64)
+    total = nranks * (nranks + 1) // 2
+    bad = 0
+    for start, stop in _pieces(data.numel(), chunk):
+        expected = _pattern_piece(start, stop, total, data.dtype, data.device)
+        got = data[start:stop]
+        mask = got != expected if exact else ~torch.isclose(got, expected, rtol=1e-2, atol=0.0)
+        bad += int(mask.sum())
+    return bad
 
 
 @dataclass
@@ -143,9 +182,18 @@ class _Waiter:
         if ok is False:
             raise _CollectiveError(f"{what}: did not complete within {self.timeout_s:g} s")
 
+    def wait_for(self, what: str, work: dist.Work) -> None:
+        """`wait` with the description first (a partial of it is the timing loop's guard)."""
+        self.wait(work, what)
+
 
 class _CollectiveError(RuntimeError):
     pass
+
+
+def wait_bounded(work: dist.Work, timeout_s: float, what: str) -> None:
+    """Wait for one collective at most `timeout_s`; RuntimeError naming `what` otherwise."""
+    _Waiter(timeout_s).wait(work, what)
 
 
 def allreduce_bench(
@@ -163,9 +211,11 @@ def allreduce_bench(
     """Sweep all_reduce (sum) over `group` (default: the world) at each size; every rank of the
     group must call it with the same arguments.
 
-    Per size: warm-up, then `iters` timed all_reduces launched back to back and waited for
-    (nccl-tests' loop); time = mean over ranks of the per-iteration time (nccl-tests' default
-    `-a 1`); algbw = bytes / time; busbw = algbw * 2(n-1)/n. With `check_data`, one more
+    Per size: warm-up, then `iters` timed all_reduces launched back to back in up to REPS
+    repetitions (nccl-tests' loop), timed with CUDA events on GPUs and the CPU clock on gloo
+    (harness.probes.collective_timing); time = the median repetition of the per-iteration time
+    averaged over ranks (nccl-tests' default `-a 1`), the spread beside it; algbw = bytes /
+    time; busbw = algbw * 2(n-1)/n. With `check_data`, one more
     all_reduce of a known pattern is compared with the exact sum on every rank; `corrupt_rank`
     (a test hook; a rank within `group`) adds 1 to one element of that rank's input so the
     check must catch it.
@@ -205,24 +255,26 @@ def allreduce_bench(
                             f"warm-up all_reduce of {count * elem} bytes")
             sync()
             waiter = _Waiter(timeout_s)
-            t0 = time.perf_counter()
-            works = [dist.all_reduce(tensor, group=group, async_op=True) for _ in range(iters)]
-            for work in works:
-                waiter.wait(work, f"timed all_reduce of {count * elem} bytes")
-            sync()
-            elapsed_s = (time.perf_counter() - t0) / max(iters, 1)
+            what = f"timed all_reduce of {count * elem} bytes"
+            reps = min(REPS, max(iters, 1))
+            times = timed_reps(
+                functools.partial(dist.all_reduce, tensor, group=group, async_op=True),
+                iters=max(iters // reps, 1), reps=reps, timer=make_timer(device.type, torch),
+                guard=functools.partial(_Waiter.wait_for, waiter, what))
             wrong = None
             if check_data:
                 del tensor
                 wrong = _check_once(group, rank, nranks, count, torch_dtype, device,
                                     corrupt=corrupt_rank == rank, waiter=_Waiter(timeout_s))
-            # One collective for the mean time and the total of wrong elements.
-            stats = torch.tensor([elapsed_s, float(wrong or 0)], dtype=torch.float64,
+            # One collective for every repetition's time and the total of wrong elements.
+            stats = torch.tensor([*times.per_iter_s, float(wrong or 0)], dtype=torch.float64,
                                  device=device)
             _Waiter(timeout_s).wait(dist.all_reduce(stats, group=group, async_op=True),
                                     "all_reduce of the timings")
-            mean_s = float(stats[0]) / nranks
-            total_wrong = None if wrong is None else int(stats[1])
+            across = LoopTimes(tuple(float(t) / nranks for t in stats[:-1].tolist()),
+                               times.timer)
+            mean_s = across.median_s
+            total_wrong = None if wrong is None else int(stats[-1])
         except _CollectiveError as exc:
             errors.append(f"rank {rank}: {exc}")
             data_ok = False
@@ -237,6 +289,8 @@ def allreduce_bench(
         rows.append(BenchRow(
             size_bytes=count * elem, count=count, time_us=mean_s * 1e6, algbw_gb_s=algbw,
             busbw_gb_s=algbw * bus_factor(nranks), wrong=total_wrong,
+            time_us_spread=across.spread_s * 1e6, reps=len(across.per_iter_s),
+            timer=across.timer,
         ))
     return TorchBenchResult(
         backend=backend, nranks=nranks, dtype=dtype, rows=tuple(rows), data_ok=data_ok,
@@ -254,17 +308,12 @@ def _check_once(
     import torch
     import torch.distributed as dist
 
-    data = _pattern(rank, count, dtype, device)
+    data = fill_pattern(torch.empty(count, dtype=dtype, device=device), rank)
     if corrupt:
         data[count // 2] += 1
     waiter.wait(dist.all_reduce(data, group=group, async_op=True),
                 f"data-check all_reduce of {count * data.element_size()} bytes")
-    expected = _expected(nranks, count, dtype, device)
-    if dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
-        bad = data != expected
-    else:  # 16-bit floats round the larger sums: allow their precision
-        bad = ~torch.isclose(data, expected, rtol=1e-2, atol=0.0)
-    return int(bad.sum())
+    return count_wrong(data, nranks)
 
 
 def parse_size(text: str) -> int:

@@ -1,30 +1,35 @@
 """The torch side of the tiny training step, the `train` part of the distributed worker
-(harness.worker): the model (TE or plain torch layers), FSDP2 over all ranks, the reference
-(the same model, FSDP2 policy and precision recipe on a one-rank group: it differs from the
-sharded run only by sharding), and the comparisons. The process group is the worker's."""
+(harness.worker): FSDP2 over all ranks, the reference (the same model, FSDP2 policy and
+precision recipe on a one-rank group, with the same per-token loss scaling: it differs from the
+sharded run only by sharding), and the comparisons. The model is harness.probes.train_model's;
+the process group is the worker's.
+
+The corruption judgement (PF-TRAIN-005/006) is the comparison in bf16 (fp32 on CPU) on every
+profile: an FP8/MXFP8 profile runs its recipe's step (the stack check: finite, decreasing loss,
+the same recipe on both sides) and then the same step in bf16, whose gap the tolerance of
+harness.probes.train_step.TOLERANCES (an error model) judges."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
+import functools
 import math
 import os
 import resource
 import socket
 import statistics
 import time
-from collections.abc import Iterator
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from harness.jsontypes import JSONObject
+from harness.probes.train_model import Precision, build_model, lm_loss, make_batch
 from harness.probes.train_step import (
+    FP8_RECIPES,
     GPU_SIZES,
     TOLERANCE_BASIS,
     TOLERANCES,
@@ -37,140 +42,7 @@ from harness.probes.train_step import (
 )
 from harness.worker.group import fsdp_api
 
-if TYPE_CHECKING:
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-__all__ = ["TinyLM", "device_for", "step"]
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention and a GELU MLP."""
-
-    def __init__(self, cfg: StepConfig) -> None:
-        super().__init__()
-        self.heads = cfg.heads
-        self.ln1 = nn.LayerNorm(cfg.hidden)
-        self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
-        self.proj = nn.Linear(cfg.hidden, cfg.hidden)
-        self.ln2 = nn.LayerNorm(cfg.hidden)
-        self.fc1 = nn.Linear(cfg.hidden, cfg.ffn)
-        self.fc2 = nn.Linear(cfg.ffn, cfg.hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).unbind(2)
-        att = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
-        x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
-class TinyLM(nn.Module):
-    """A few plain-torch transformer blocks over a token embedding, batch-first."""
-
-    def __init__(self, cfg: StepConfig) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        self.norm = nn.LayerNorm(cfg.hidden)
-        self.head = nn.Linear(cfg.hidden, cfg.vocab)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens)
-        for block in self.blocks:
-            h = block(h)
-        # clone: an FSDP2 root must not return a view (its pre-backward hook would be dropped)
-        return self.head(self.norm(h)).clone()
-
-
-class TeLM(nn.Module):
-    """The same shape of model from TransformerEngine layers (TE's default [seq, batch, hidden])."""
-
-    def __init__(self, cfg: StepConfig, te: ModuleType) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.blocks = nn.ModuleList(
-            te.TransformerLayer(
-                cfg.hidden, cfg.ffn, cfg.heads, hidden_dropout=0.0, attention_dropout=0.0,
-                self_attn_mask_type="causal", layer_number=i + 1, params_dtype=torch.float32,
-            )
-            for i in range(cfg.layers)
-        )
-        self.norm = te.LayerNorm(cfg.hidden, params_dtype=torch.float32)
-        self.head = te.Linear(cfg.hidden, cfg.vocab, params_dtype=torch.float32)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens).transpose(0, 1).contiguous()
-        for block in self.blocks:
-            h = block(h)
-        return self.head(self.norm(h)).transpose(0, 1).clone()
-
-
-def _te_recipe(plan: RecipePlan) -> Any:
-    from transformer_engine.common import recipe as te_recipe
-
-    if plan.recipe == "fp8-delayed":
-        return te_recipe.DelayedScaling(
-            fp8_format=te_recipe.Format.HYBRID, amax_history_len=16, amax_compute_algo="max"
-        )
-    if plan.recipe == "fp8-current":
-        return te_recipe.Float8CurrentScaling(fp8_format=te_recipe.Format.HYBRID)
-    if plan.recipe == "mxfp8":
-        return te_recipe.MXFP8BlockScaling(fp8_format=te_recipe.Format.E4M3)
-    return None
-
-
-class Precision:
-    """The forward context and FSDP mixed-precision policy of a plan. The sharded run and the
-    reference use the same ones (bf16 params through the policy, the same TE recipe), each
-    with its own FP8 amax group passed explicitly: TE reduces amax over the group it is given,
-    and `None` means the world (issue 18, finding 1)."""
-
-    def __init__(self, plan: RecipePlan, device_type: str) -> None:
-        self.plan = plan
-        self.device_type = device_type
-        self.low = plan.recipe != "fp32"
-        self.fp8 = _te_recipe(plan) if plan.path == "te" else None
-
-    def mp_policy(self) -> MixedPrecisionPolicy:
-        _, policy = fsdp_api()
-        if not self.low:
-            return policy()
-        return policy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-
-    @contextlib.contextmanager
-    def forward(self, group: dist.ProcessGroup | None) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            if self.fp8 is not None:
-                import transformer_engine.pytorch as te
-
-                stack.enter_context(te.fp8_autocast(
-                    enabled=True, fp8_recipe=self.fp8, fp8_group=group))
-            yield
-
-
-def build_model(cfg: StepConfig, plan: RecipePlan, device: torch.device) -> nn.Module:
-    """The model, initialised from the seed (identical on every rank and in the reference)."""
-    torch.manual_seed(cfg.seed)
-    if plan.path == "te":
-        import transformer_engine.pytorch as te
-
-        return TeLM(cfg, te).to(device)
-    return TinyLM(cfg).to(device)
-
-
-def make_batch(cfg: StepConfig, world: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """The global batch of synthetic tokens (same on every rank; each rank trains on its slice)."""
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    tokens = torch.randint(0, cfg.vocab, (world * cfg.batch_per_rank, cfg.seq + 1), generator=gen)
-    tokens = tokens.to(device)
-    return tokens[:, :-1], tokens[:, 1:]
-
-
-def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    logits = model(x)
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+__all__ = ["device_for", "step"]
 
 
 def _sync(device: torch.device) -> None:
@@ -265,7 +137,15 @@ def train_reference(
         opt.zero_grad(set_to_none=True)
         with precision.forward(group):
             loss = lm_loss(model, x, y)
-        loss.backward()
+        # Equal per-token scaling on both sides: each sharded rank back-propagates the mean over
+        # its own tokens (world x the global mean's scale per token) and FSDP2 divides the
+        # reduced gradient by `world` in fp32; the reference does the same, so the low-precision
+        # gradients and FP8 amaxes see the same magnitudes (exact when world is a power of 2).
+        (loss * world).backward()
+        if world > 1:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.div_(world)
         opt.step()
         losses.append(loss.item())
     return losses, initial, full_params(model)
@@ -329,10 +209,11 @@ def device_for(choice: str) -> torch.device:
     return torch.device("cuda", local)
 
 
-def singleton_groups(world: int) -> list[dist.ProcessGroup]:
+@functools.cache
+def singleton_groups(world: int) -> tuple[dist.ProcessGroup, ...]:
     """One group per rank holding that rank alone (`new_group` is collective: every rank
-    creates every group, in the same order)."""
-    return [dist.new_group([r]) for r in range(world)]
+    creates every group, in the same order), made once per process (runs share them)."""
+    return tuple(dist.new_group([r]) for r in range(world))
 
 
 def plan_for(args: argparse.Namespace,
@@ -347,37 +228,90 @@ def plan_for(args: argparse.Namespace,
     return select_recipe(args.te_recipe, capability, te, cpu_dtype=args.cpu_dtype), te, capability
 
 
-def step(
-    args: argparse.Namespace, fault: Fault | None, device: torch.device
-) -> JSONObject | None:
-    """Run the step on this rank; rank 0's result record (None on the other ranks)."""
+@dataclasses.dataclass
+class PairRun:
+    """One recipe's sharded run and its reference (rank 0 holds the comparison)."""
+
+    plan: RecipePlan
+    losses: list[float]
+    facts: JSONObject
+    params: int
+    ref_losses: list[float] = dataclasses.field(default_factory=list)
+    compared: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def comparison(self, world: int) -> JSONObject:
+        """The gap and the tolerance it is judged against (rank 0)."""
+        tol = TOLERANCES[self.plan.recipe]
+        basis = TOLERANCE_BASIS[self.plan.recipe]
+        if world < 2:
+            basis = ("1 rank: the sharded step and the reference are the same computation; a "
+                     "sharding tolerance needs >= 2 ranks")
+        return {"recipe": self.plan.recipe, "losses": self.losses,
+                "reference_losses": self.ref_losses, **self.compared,
+                "tolerance": {"loss_rel": tol.loss_rel, "update_rel": tol.update_rel,
+                              "basis": basis}}
+
+
+def run_pair(cfg: StepConfig, plan: RecipePlan, device: torch.device, fault: Fault | None,
+             hang_s: float) -> PairRun:
+    """The sharded steps on every rank, the replicas compared, and on rank 0 the reference and
+    the comparison."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    if fault is not None:
-        fault = dataclasses.replace(fault, rank=fault.rank % world)
-    plan, te, capability = plan_for(args, device)
-    cfg = _config(args, device)
-    alone = singleton_groups(world)
-    model, facts = train_sharded(cfg, plan, device, fault, hang_s=3 * args.pg_timeout_s)
+    model, facts = train_sharded(cfg, plan, device, fault, hang_s=hang_s)
     losses = torch.tensor(facts["local_losses"], dtype=torch.float64, device=device)
     dist.all_reduce(losses)
-    losses = (losses / world).tolist()
+    mean_losses = (losses / world).tolist()
     gathered = full_params(model)
     flat = torch.cat([p.reshape(-1) for p in gathered])
     if fault is not None and fault.kind == "corrupt-replica" and rank == fault.rank:
         flat = flat.clone()
         flat[flat.numel() // 2] += 1e-3
     facts.update(replica_facts(flat))
-    facts.update(rank=rank, host=socket.gethostname(), device=_device_name(device))
-    compared: dict[str, float] = {}
-    ref_losses: list[float] = []
+    run = PairRun(plan, mean_losses, facts, sum(p.numel() for p in gathered))
     if rank == 0:
-        ref_losses, initial, reference = train_reference(cfg, plan, device, world, alone[0])
-        compared = compare(gathered, losses, ref_losses, initial, reference)
+        run.ref_losses, initial, reference = train_reference(
+            cfg, plan, device, world, singleton_groups(world)[0])
+        run.compared = compare(gathered, mean_losses, run.ref_losses, initial, reference)
+    return run
+
+
+def judged_plan(plan: RecipePlan) -> RecipePlan | None:
+    """The bf16 run that judges corruption where the step itself runs FP8/MXFP8 (None: the
+    step's own comparison is the judgement)."""
+    if plan.recipe not in FP8_RECIPES:
+        return None
+    return RecipePlan(plan.path, "bf16", plan.requested,
+                      f"the corruption judgement of a {plan.recipe} step runs in bf16")
+
+
+def step(
+    args: argparse.Namespace, fault: Fault | None, device: torch.device
+) -> JSONObject | None:
+    """Run the step on this rank (and its bf16 judgement after an FP8/MXFP8 step); rank 0's
+    result record (None on the other ranks)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if fault is not None:
+        fault = dataclasses.replace(fault, rank=fault.rank % world)
+    plan, te, capability = plan_for(args, device)
+    cfg = _config(args, device)
+    singleton_groups(world)  # collective: every rank, before any rank-0-only work
+    hang_s = 3 * args.pg_timeout_s
+    main = run_pair(cfg, plan, device, fault, hang_s)
+    judged = judged_plan(plan)
+    check = run_pair(cfg, judged, device, fault, hang_s) if judged is not None else None
+    facts = main.facts
+    facts.update(rank=rank, host=socket.gethostname(), device=_device_name(device))
+    if check is not None:  # a replica that differs in the judged run differs, whatever the step
+        facts["max_abs_vs_rank0"] = max(facts["max_abs_vs_rank0"],
+                                        check.facts["max_abs_vs_rank0"])
     ranks: list[Any] = [None] * world
     dist.all_gather_object(ranks, facts)
     if rank != 0:
         return None
-    tol = TOLERANCES[plan.recipe]
+    own = main.comparison(world)
+    if check is not None:
+        own["tolerance"]["basis"] = (f"stack check ({plan.recipe} on both sides): not judged; "
+                                     "the bf16 comparison is")
     return {
         "world_size": world, "backend": dist.get_backend(), "device_type": device.type,
         "path": plan.path, "recipe": plan.recipe, "requested_recipe": plan.requested,
@@ -385,10 +319,9 @@ def step(
         "te": {"available": te.available, "version": te.version, "error": te.error},
         "torch_version": torch.__version__,
         "capability": list(capability) if capability else None,
-        "model": {**dataclasses.asdict(cfg), "params": sum(p.numel() for p in gathered)},
-        "losses": losses, "reference_losses": ref_losses, **compared,
-        "tolerance": {"loss_rel": tol.loss_rel, "update_rel": tol.update_rel,
-                      "basis": TOLERANCE_BASIS[plan.recipe]},
+        "model": {**dataclasses.asdict(cfg), "params": main.params},
+        **{k: v for k, v in own.items() if k != "recipe"},
+        "comparison": check.comparison(world) if check is not None else None,
         "step_time_s": max(r["step_time_s"] for r in ranks),
         "peak_mem_mib": max(r["peak_mem_mib"] for r in ranks), "mem_kind": facts["mem_kind"],
         "fault": fault.describe() if fault else None,

@@ -59,6 +59,9 @@ class RankCompute:
     readings: list[Reading] = field(default_factory=list)
     released: bool = False
     """The tensors were freed and the allocator's cache emptied after the run."""
+    n: int = 0
+    """The matrices' side (n x n, bf16 on GPUs)."""
+    copy_bytes: int = 0
 
     def to_dict(self) -> JSONObject:
         return asdict(self)
@@ -69,8 +72,9 @@ def timed_matmuls(
     read: Callable[[], ReadingValues] | None = None,
 ) -> tuple[float, list[float], str, list[Reading], float]:
     """Multiply `a @ b` in chunks of `chunk_iters` until `seconds` have passed (at least one
-    chunk); after each chunk, sync and take a reading. (TFLOP/s overall, per chunk, digest of
-    the first product, readings, seconds timed)."""
+    chunk); after each chunk, sync and take a reading. The TFLOP/s are over the chunks' own time
+    only: the NVML readings between chunks (tens of ms each on a busy driver) are outside it.
+    (TFLOP/s overall, per chunk, digest of the first product, readings, seconds of matmul)."""
     import torch
 
     n = a.shape[0]
@@ -84,19 +88,20 @@ def timed_matmuls(
         start = time.perf_counter()
         per_chunk: list[float] = []
         total_iters = 0
+        busy = 0.0
         while True:
             t0 = time.perf_counter()
             for _ in range(chunk_iters):
                 torch.matmul(a, b, out=c)
             gc._sync(device)
             now = time.perf_counter()
+            busy += max(now - t0, 1e-9)
             per_chunk.append(gc.matmul_tflops(n, max(now - t0, 1e-9), chunk_iters))
             total_iters += chunk_iters
             readings.append(Reading(t_s=round(now - start, 3), **(read() if read else {})))
-            if now - start >= seconds:
+            if time.perf_counter() - start >= seconds:
                 break
-        timed = time.perf_counter() - start
-    return gc.matmul_tflops(n, timed, total_iters), per_chunk, first, readings, timed
+    return gc.matmul_tflops(n, busy, total_iters), per_chunk, first, readings, busy
 
 
 def nvml_reader(device_index: int) -> Callable[[], ReadingValues] | None:
@@ -156,7 +161,7 @@ def run_one(device: torch.device, *, seconds: float, n: int, chunk_iters: int, c
         released = torch.cuda.memory_allocated(device) == 0
     return RankCompute(device=index, tflops=tflops, tflops_by_chunk=chunks, digest=first,
                        copy_gb_s=copy, seconds=round(timed, 3), uuid=gc.device_uuid(device),
-                       readings=readings, released=released)
+                       readings=readings, released=released, n=n, copy_bytes=copy_bytes)
 
 
 def run_part(device: torch.device, *, seconds: float,

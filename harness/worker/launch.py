@@ -149,9 +149,12 @@ def run_worker(
     extra: Sequence[str] = (),
     startup: Startup = Startup(),
     max_launches: int = 2,
+    limit_s: float | None = None,
 ) -> WorkerRun:
     """Run the parts in one torchrun launch of `nproc` local ranks; parts that never started
-    (an earlier part hung or crashed) get one more launch of their own."""
+    (an earlier part hung or crashed) get one more launch of their own. Each launch's bound is
+    the start-up allowance and the parts' own limits, capped at `limit_s` when given (and, as
+    every tool's, by the deadlines in force: harness.deadline)."""
     child = dict(os.environ if env is None else env)
     child["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, child.get("PYTHONPATH", "")) if p)
     child.setdefault("PYTHONUNBUFFERED", "1")
@@ -159,8 +162,10 @@ def run_worker(
     outcomes: dict[str, PartOutcome] = {}
     launches: list[ProcResult] = []
     todo = list(parts)
-    while todo and len(launches) < max_launches:
+    while (todo or not launches) and len(launches) < max_launches:  # no part: init only
         timeout = startup_allowance_s(nproc, startup) + sum(p.timeout_s for p in todo)
+        if limit_s is not None:
+            timeout = min(timeout, limit_s)
         child["PREFLIGHT_WORKER_T0"] = repr(time.time())
         result = proc.run(torchrun_argv(nproc, todo, extra=extra), timeout_s=timeout, env=child)
         launches.append(result)

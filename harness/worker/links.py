@@ -1,8 +1,9 @@
 """The worker's `links` part: small-message all_reduce latency over every rank (a collective),
 then, on rank 0 alone (one launch per node, so rank 0 is local rank 0 and sees every GPU of
 the node), each GPU's pinned host copies and every ordered GPU pair's peer copy, one at a time
-(harness.probes.gpu_links says why one process). The other ranks wait at a barrier, their
-GPUs idle, so nothing else loads the links being timed. Rank 0 prints one line:
+(harness.probes.gpu_links says why one process). The other ranks wait on the process group's
+TCP store, on the CPU, until rank 0 says it is done: an NCCL barrier would run a kernel that
+spins on their GPUs (and their links) while the copies are timed. Rank 0 prints one line:
 `{"schema": LINKS_SCHEMA, "latency": {...torch_bench...}, "host": [...], "p2p": [...], ...}`.
 
 On CPU (gloo) only the latency runs (the copies need CUDA): that keeps the part's plumbing
@@ -18,6 +19,7 @@ from harness.jsontypes import JSONObject
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions
     import torch
+    import torch.distributed as dist
 
 __all__ = ["LINKS_SCHEMA", "add_arguments", "run_part"]
 
@@ -59,6 +61,12 @@ def run_part(args: argparse.Namespace, device: torch.device, *,
         return False
     record: JSONObject = {"schema": LINKS_SCHEMA, "nranks": dist.get_world_size(),
                               "latency": latency.to_dict()}
+    store = _store()
+    record["others_idle"] = store is not None
+    if dist.get_rank() != 0 and store is not None:
+        from datetime import timedelta
+
+        store.wait([DONE_KEY], timedelta(seconds=args.pg_timeout_s))  # off the GPU
     if dist.get_rank() == 0:
         if device.type == "cuda":
             devices = list(range(torch.cuda.device_count()))
@@ -73,8 +81,26 @@ def run_part(args: argparse.Namespace, device: torch.device, *,
         else:
             record["copies"] = "not measured: no CUDA device"
         emit(record)
+        if store is not None:
+            store.set(DONE_KEY, "1")
     dist.barrier()
     return True
+
+
+#: The store key rank 0 sets when its copies are done (the others wait on it, off their GPUs).
+DONE_KEY = "preflight/links-done"
+
+
+def _store() -> dist.Store | None:
+    """The default process group's store (torchrun's TCP store), or None where this torch does
+    not expose it (then the ranks wait in a barrier, as before: `others_idle` false)."""
+    import torch.distributed as dist
+
+    get = getattr(dist.distributed_c10d, "_get_default_store", None)
+    try:
+        return get() if get is not None else None
+    except Exception:
+        return None
 
 
 def _budget_s(args: argparse.Namespace) -> float:

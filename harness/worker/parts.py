@@ -19,14 +19,18 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.jsontypes import JSONObject
 from harness.probes import train_step as ts
 from harness.settings import get_float, get_str
 from harness.worker import links
 
-__all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "main", "parser"]
+if TYPE_CHECKING:  # torch is imported inside the functions
+    import torch
+
+__all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "first_collective", "main",
+           "parser"]
 
 WORKER_SCHEMA = "gpu-preflight.worker/v1"
 #: Parts, in the order they run: compute first (each rank alone on its GPU), the links (host
@@ -52,6 +56,20 @@ def _mark(part: str, event: str, rank: int, **extra: Any) -> None:
     emit({"schema": WORKER_SCHEMA, "part": part, "event": event, "rank": rank, **extra})
 
 
+def first_collective(device: torch.device, timeout_s: float) -> None:
+    """One 4-byte all_reduce, waited for within `timeout_s`: the start-up's last phase (NCCL
+    connects its channels at the first collective; `device_id` made the communicator at init)."""
+    import torch
+    import torch.distributed as dist
+
+    from harness.probes.torch_bench import wait_bounded
+
+    one = torch.ones(1, device=device)
+    wait_bounded(dist.all_reduce(one, async_op=True), timeout_s, "the first all_reduce")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.worker", description=__doc__)
     p.add_argument("--parts", default="bandwidth,train",
@@ -65,6 +83,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bw-corrupt-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--compute-seconds", type=float, default=3.0,
                    help="how long each GPU multiplies (long enough to see clocks drop)")
+    p.add_argument("--train-run", action="append", default=[], metavar="RECIPE:SEED[:FAULT]",
+                   help="run the step once per option instead of once (scripts/device-check: "
+                   "every recipe x seeds, and a perturbed run); RECIPE is a TE recipe or fp32; "
+                   "on CPU fp32 or bf16")
     ts.add_step_arguments(p)
     links.add_arguments(p)
     return p
@@ -125,10 +147,16 @@ def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
 def _train(args: argparse.Namespace, device: Any, rank: int) -> str:
     from harness.probes import train_worker
 
-    fault = ts.parse_fault(args.fault)
-    result = train_worker.step(args, fault, device)
-    if result is not None:
-        emit({"schema": ts.SCHEMA, **result})
+    if not args.train_run:
+        result = train_worker.step(args, ts.parse_fault(args.fault), device)
+        if result is not None:
+            emit({"schema": ts.SCHEMA, **result})
+        return OK
+    for spec in args.train_run:  # one result line per run, each naming its run
+        run = ts.parse_train_run(spec)
+        result = train_worker.step(ts.run_arguments(args, run, device.type), run.fault, device)
+        if result is not None:
+            emit({"schema": ts.SCHEMA, "run": spec, **result})
     return OK
 
 
@@ -193,13 +221,16 @@ def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit
         device = train_worker.device_for(args.device)
         init_group("nccl" if device.type == "cuda" else "gloo", timeout_s=args.pg_timeout_s,
                    device=device if device.type == "cuda" else None)
+        initialised = time.perf_counter()
+        first_collective(device, args.pg_timeout_s)
     except Exception as exc:
         for part in parts:
             _failed(part, rank, exc)
         exit_fn(1)
         return 1
     _mark("worker", "ready", rank, wall=time.time(), launched=launched,
-          import_s=round(imported - start, 3), init_s=round(time.perf_counter() - imported, 3))
+          import_s=round(imported - start, 3), init_s=round(initialised - imported, 3),
+          first_collective_s=round(time.perf_counter() - initialised, 3))
     hang = get_str(HANG_ENV) or ""
     for part in parts:
         began = time.perf_counter()
@@ -241,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         ts.parse_fault(args.fault)
         part_timeouts(args.part_timeout)
+        for spec in args.train_run:
+            ts.parse_train_run(spec)
     except ValueError as exc:
         print(f"harness.worker: {exc}", file=sys.stderr)
         return 2

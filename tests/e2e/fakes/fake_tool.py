@@ -157,9 +157,41 @@ def _bytes(text: str) -> int:
     return int(text[:-1]) * units[text[-1].upper()] if text[-1:].upper() in units else int(text)
 
 
+def nccl_tests_help(cfg: dict) -> str:
+    """The usage text; with `json_output` in the config, a newer build's that lists `-J`."""
+    if not cfg.get("json_output"):
+        return NCCL_TESTS_HELP
+    return NCCL_TESTS_HELP.replace("\t[-h,--help]", "\t[-J,--output_file <file>]\n\t[-h,--help]")
+
+
+def nccl_tests_json(rows: list[tuple[int, float, float, float, int]], opts: dict) -> str:
+    """The `-J` document (version 2, the shape of tests/data/nccl_tests/json_constructed.json)
+    of the rows printed: (size, time_us, algbw, busbw, wrong)."""
+    def half(t: float, alg: float, bus: float, wrong: int) -> dict:
+        return {"time": t, "alg_bw": alg, "bus_bw": bus, "nwrong": float(wrong)}
+
+    results = [{"size": s, "count": s // 4, "type": "float", "redop": "sum", "root": "    -1",
+                "out_of_place": half(t, a, b, w), "in_place": half(t, a, b, w),
+                "actual_iterations": 20, "experiment_name": ""} for s, t, a, b, w in rows]
+    avg = sum(r[3] for r in rows) / max(len(rows), 1)
+    return json.dumps({"version": 2, "start_time": "2027-01-01 00:00:00", "args": [],
+                       "env": [], "nccl_version": 22703,
+                       "config": {"ngpus": int(opts.get("-g", "1")), "devices": [
+                           {"rank": r, "group": 0, "pid": os.getpid(), "hostname": "ip-10-1-2-3",
+                            "device": r % 8, "device_info": "NVIDIA H100 80GB HBM3"}
+                           for r in range(int(os.environ.get("FAKE_NRANKS",
+                                                             opts.get("-g", "1"))))]},
+                       "results": results,
+                       "out_of_bounds": {"count": 0, "okay": "true"},
+                       "average_bus_bandwidth": {"bandwidth": avg, "okay": "unchecked"},
+                       "errors": [], "end_time": "2027-01-01 00:00:09"})
+
+
 def all_reduce_perf(argv: list[str], cfg: dict) -> str:
     """nccl-tests 2.16 output for the sizes asked, on `-g` GPUs (or $FAKE_NRANKS ranks of one
-    GPU each when a fake launcher started it); busbw ramps to `busbw_gb_s` at 1 GiB."""
+    GPU each when a fake launcher started it); busbw ramps to `busbw_gb_s` at 1 GiB. With
+    `json_output` in the config, `-J FILE` gets the JSON document too; with `nccl_info` and
+    NCCL_DEBUG=INFO in the environment, NCCL's version line comes first, as NCCL prints it."""
     opts = dict(zip(argv[::2], argv[1::2], strict=False))
     lo, hi = _bytes(opts.get("-b", "8")), _bytes(opts.get("-e", "128M"))
     factor, gpus = int(opts.get("-f", "2")), int(opts.get("-g", "1"))
@@ -181,6 +213,7 @@ def all_reduce_perf(argv: list[str], cfg: dict) -> str:
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
         "     (us)  (GB/s)  (GB/s)       "]
     size, total, rows = lo, 0.0, 0
+    table = []
     while size <= hi:
         busbw = peak * min(1.0, size / 1024**3) ** 0.15
         algbw = busbw * nranks / (2 * (nranks - 1)) if nranks > 1 else busbw
@@ -188,8 +221,13 @@ def all_reduce_perf(argv: list[str], cfg: dict) -> str:
         lines.append(f"{size:12d}  {size // 4:12d}     float     sum      -1  {time_us:7.1f}  "
                      f"{algbw:6.2f}  {busbw:6.2f}  {wrong:5d}  {time_us:7.1f}  {algbw:6.2f}  "
                      f"{busbw:6.2f}  {wrong:5d}")
+        table.append((size, round(time_us, 1), round(algbw, 2), round(busbw, 2), wrong))
         total, rows = total + 2 * busbw, rows + 2
         size *= factor
+    if cfg.get("json_output") and "-J" in opts:
+        Path(opts["-J"]).write_text(nccl_tests_json(table, opts))
+    if cfg.get("nccl_info") and os.environ.get("NCCL_DEBUG") == "INFO":
+        lines.insert(0, "ip-10-1-2-3:4242:4242 [0] NCCL INFO NCCL version 2.27.3+cuda12.9")
     lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {total / max(rows, 1):.4f} ",
               "#"]
     return "\n".join(lines) + "\n"
@@ -213,7 +251,8 @@ def healthy(argv: list[str], cfg: dict) -> str:
     if TOOL == "fi_info":
         return fi_info(argv)
     if TOOL == "all_reduce_perf":
-        return NCCL_TESTS_HELP if ("--help" in argv or "-h" in argv) else all_reduce_perf(argv, cfg)
+        return nccl_tests_help(cfg) if ("--help" in argv or "-h" in argv) else all_reduce_perf(
+            argv, cfg)
     if TOOL in ("dmesg", "journalctl"):
         return kernel_log(cfg)
     if TOOL == "mpirun":

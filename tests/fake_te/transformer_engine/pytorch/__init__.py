@@ -2,6 +2,7 @@
 TE's amax all_reduce (tests/fake_te/README.md)."""
 
 import contextlib
+import os
 import sys
 
 import torch
@@ -11,6 +12,7 @@ from torch import nn
 
 __version__ = "2.4.0+fake"
 _depth = 0
+_group: list = []  # the amax groups of the autocasts entered
 
 
 class LayerNorm(nn.LayerNorm):
@@ -19,8 +21,22 @@ class LayerNorm(nn.LayerNorm):
 
 
 class Linear(nn.Linear):
+    """With FAKE_TE_GRAD_AMAX set, the output layer (out_features = that value) prints the amax of
+    the gradient reaching it in backward: what delayed scaling quantises to E5M2 with a scale
+    from its history, so both sides of a comparison must see the same magnitudes."""
+
     def __init__(self, i, o, params_dtype=torch.float32, **_):
         super().__init__(i, o, dtype=params_dtype)
+
+    def forward(self, x):
+        out = super().forward(x)
+        if os.environ.get("FAKE_TE_GRAD_AMAX") == str(self.out_features) and out.requires_grad:
+            group = _group[-1] if _group else None
+            size = dist.get_world_size(group=group) if dist.is_initialized() else 1
+            out.register_hook(lambda g: print(
+                f"fake-te: grad amax {g.abs().max().item():.6e} rank {dist.get_rank()} group "
+                f"{size}", file=sys.stderr, flush=True))
+        return out
 
 
 class TransformerLayer(nn.Module):
@@ -37,17 +53,34 @@ class TransformerLayer(nn.Module):
 
 
 @contextlib.contextmanager
-def fp8_autocast(enabled=True, fp8_recipe=None, fp8_group=None, **_):
+def _autocast(enabled=True, calibrating=False, recipe=None, amax_reduction_group=None, **_):
+    """TE >= 2.8's name (quantization.py `autocast(enabled, calibrating, recipe,
+    amax_reduction_group)`): on leaving the outermost one with grad enabled, a DelayedScaling
+    recipe all_reduces its amax over `amax_reduction_group` (None: the world)."""
     global _depth
     _depth += 1
+    _group.append(amax_reduction_group)
     try:
         yield
     finally:
         _depth -= 1
+        _group.pop()
         if (enabled and _depth == 0 and torch.is_grad_enabled()
-                and getattr(fp8_recipe, "reduce_amax", False) and dist.is_initialized()
-                and dist.get_world_size(group=fp8_group) > 1):
+                and getattr(recipe, "reduce_amax", False) and dist.is_initialized()
+                and dist.get_world_size(group=amax_reduction_group) > 1):
             amax = torch.ones(1)
-            dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=fp8_group)
-            print(f"fake-te: amax all_reduce over {dist.get_world_size(group=fp8_group)} ranks",
-                  file=sys.stderr, flush=True)
+            dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=amax_reduction_group)
+            print(f"fake-te: amax all_reduce over {dist.get_world_size(group=amax_reduction_group)}"
+                  f" ranks ({_API})", file=sys.stderr, flush=True)
+
+
+def fp8_autocast(enabled=True, calibrating=False, fp8_recipe=None, fp8_group=None, **_):
+    """The deprecated name, with its own argument names (TE 1.x-2.x)."""
+    global _API
+    _API = "fp8_autocast"
+    return _autocast(enabled, calibrating, fp8_recipe, fp8_group)
+
+
+_API = "autocast"
+if os.environ.get("FAKE_TE_API") != "fp8_autocast":  # else a TE from before autocast existed
+    autocast = _autocast
