@@ -113,9 +113,10 @@ def run_deadline_env(at: float, what: str) -> dict[str, str]:
 
 
 def _from_env(env: Mapping[str, str]) -> Deadline | None:
-    value = get_str(DEADLINE_VAR, env) or ""
-    at, _, what = value.partition(" ")
+    """The run's deadline its parent passed down; a garbled one (its rule refuses it: a
+    SettingError is a ValueError) is none: the run itself refused it at its start."""
     try:
+        at, _, what = (get_str(DEADLINE_VAR, env) or "").partition(" ")
         return Deadline(float(at), what or "the run's budget")
     except ValueError:
         return None
