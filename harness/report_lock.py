@@ -157,7 +157,8 @@ def _busy(folder: Path, holder: dict[str, Any]) -> str:
     """What the second run says: who holds the folder, since when, and what to do."""
     if holder:
         started = holder.get("started")
-        ago = f", {time.time() - started:.0f} s ago" if isinstance(started, int | float) else ""
+        ago = (f", {max(0.0, time.time() - started):.0f} s ago"  # started is rounded: never "-0"
+               if isinstance(started, int | float) else "")
         who = (f"pid {holder.get('pid', '?')} on {holder.get('machine', '?')}, started "
                f"{holder.get('started_at', '?')}{ago}")
     else:
