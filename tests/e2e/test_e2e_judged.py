@@ -31,21 +31,24 @@ def _refused(node, run, said: str) -> None:
 
 def test_a_profile_file_that_removes_the_gpus_is_refused(run_node) -> None:
     """`num_gpus = 0` for p5.48xlarge passed a node showing 8 GPUs and handed off."""
-    node, run = run_node(["-k", "PF-GPU-001"], profile_extra=b"num_gpus = 0\n")
+    node, run = run_node(["-k", "PF-GPU-001"], profile_extra=b"num_gpus = 0\n",
+                         output_free_gib=None)
     _refused(node, run, "weakens p5.48xlarge (built-in): num_gpus 8 -> 0. A node missing "
                         "that hardware would pass")
 
 
 def test_a_profile_file_that_is_not_utf8_is_refused_naming_the_line(run_node) -> None:
     """It was a traceback with exit 1 and no report."""
-    node, run = run_node(["-k", "PF-GPU-001"], profile_extra=b"# caf\xe9\n")
+    node, run = run_node(["-k", "PF-GPU-001"], profile_extra=b"# caf\xe9\n",
+                         output_free_gib=None)
     _refused(node, run, "line 4: not UTF-8 (byte 0xe9")
 
 
 def test_every_selected_check_skipped_is_no_pass_and_no_hand_off(run_node) -> None:
     """The same file saying why is accepted; `-k PF-GPU-001` then judges nothing (it printed
     "PASS (1 skip)" and exec'd)."""
-    node, run = run_node(["-k", "PF-GPU-001"], profile_extra=b"num_gpus = 0\n" + SAID_WHY)
+    node, run = run_node(["-k", "PF-GPU-001"], profile_extra=b"num_gpus = 0\n" + SAID_WHY,
+                         output_free_gib=None)
     why = run.describe()
     assert run.returncode == 2 and not node.marker.exists(), why
     assert "PASS" not in run.output, why
