@@ -10,6 +10,12 @@ from typing import TYPE_CHECKING, TextIO
 from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.dcgm_json import _from_json
+from harness.parsers.dcgm_mndiag import (
+    is_mndiag_json,
+    is_mndiag_text,
+    mndiag_from_json,
+    mndiag_from_text,
+)
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult
 from harness.parsers.dcgm_text import _from_text
 from harness.parsers.reader import Input, as_input
@@ -30,6 +36,8 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     source = inside_transport(as_input(text))  # `srun -l dcgmi diag -j`, `kubectl logs --prefix`
     doc = source.document() if _looks_json(source) else None
     if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
+        if is_mndiag_text(source.head(16384)):
+            return mndiag_from_text(source.lines())
         return _table_or_error(source.lines())
     start = doc.find("{")
     if start >= 0 and not doc[:start].lstrip().startswith(("|", "+")):
@@ -42,8 +50,9 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
                 ) from None
         else:
             if isinstance(found, dict):
-                return _from_json(found)
-    return _table_or_error(doc.split("\n"))
+                return mndiag_from_json(found) if is_mndiag_json(found) else _from_json(found)
+    lines = doc.split("\n")
+    return mndiag_from_text(lines) if is_mndiag_text(doc[:16384]) else _table_or_error(lines)
 
 
 def _looks_json(source: Input) -> bool:
@@ -83,10 +92,11 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
 
 def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
-    [{test, gpu, message}], warnings [str], categories_seen, cut_at, fragment (test objects
-    without their document: `passed` stays null), tests_seen."""
+    [{test, gpu, message; host for `dcgmi mndiag`}], warnings [str], categories_seen, cut_at,
+    fragment (test objects without their document: `passed` stays null), tests_seen."""
     diag = parse_dcgm_diag(as_input(stream))
-    failed = [{"test": r.test, "gpu": r.gpu, "message": r.message} for r in diag.failed]
+    failed = [{"test": r.test, "gpu": r.gpu, "message": r.message,
+               **({} if r.host is None else {"host": r.host})} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
     out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
            "warnings": diag.warnings,

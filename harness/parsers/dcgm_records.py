@@ -21,6 +21,8 @@ class DcgmResult:
     message: str = ""
     category: str = ""
     """`Deployment` (software checks), `Hardware`, `Integration`, `Stress`; "" when unknown."""
+    host: int | None = None
+    """The host's index in a multi-node run (`dcgmi mndiag`); None on one node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ class DcgmDiag:
         for r in self.results:
             if r.status == "warn" or (r.status not in ("pass", "fail", "skip")):
                 where = f" on GPU {r.gpu}" if r.gpu is not None else ""
+                where += f" of host {r.host}" if r.host is not None else ""
                 out.append(f"{r.test}{where}: {r.status}" + (f": {r.message}" if r.message else ""))
         skipped = sorted({r.test for r in self.results if r.status == "skip"})
         if skipped:
