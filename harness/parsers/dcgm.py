@@ -16,7 +16,14 @@ from harness.parsers.dcgm_mndiag import (
     mndiag_from_json,
     mndiag_from_text,
 )
-from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult
+from harness.parsers.dcgm_records import (
+    MAX_MESSAGES,
+    MAX_RESULTS,
+    DcgmDiag,
+    DcgmResult,
+    level_of,
+    tests_not_seen,
+)
 from harness.parsers.dcgm_text import _from_text
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import inside_transport
@@ -93,7 +100,8 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
 def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
     [{test, gpu, message; host for `dcgmi mndiag`}], warnings [str], categories_seen, cut_at,
-    fragment (test objects without their document: `passed` stays null), tests_seen."""
+    fragment (test objects without their document: `passed` stays null), tests_seen, and for
+    DCGM >= 4.6 `level_tests` {level, not_seen}: the level those tests are and its tests absent."""
     diag = parse_dcgm_diag(as_input(stream))
     failed = [{"test": r.test, "gpu": r.gpu, "message": r.message,
                **({} if r.host is None else {"host": r.host})} for r in diag.failed]
@@ -103,10 +111,25 @@ def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObje
            "categories_seen": list(dict.fromkeys(r.category for r in diag.results if r.category)),
            "cut_at": diag.cut_at, "fragment": diag.fragment,
            "tests_seen": list(dict.fromkeys(r.test for r in diag.results))}
+    level = level_of(out["tests_seen"])
+    if level is not None and _version(diag.dcgm_version) >= (4, 6):
+        # Which DCGM 4.6 level these tests are, and that level's tests the output lacks (a
+        # plugin not installed, or a paste cut short): said, never judged as passed.
+        out["level_tests"] = {"level": level, "not_seen": tests_not_seen(out["tests_seen"], level)}
     if diag.omitted:
         out["notes"] = [f"{diag.omitted:,} test rows after the first {MAX_RESULTS:,} distinct ones "
                         "were not read: `passed` cannot be true"]
     return out
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    """`4.6.0` -> (4, 6, 0); () when unknown."""
+    parts = []
+    for part in (text or "").split(".")[:3]:
+        if not part.isascii() or not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
 
 
 INSPECT = {"dcgm": inspect_dcgm}

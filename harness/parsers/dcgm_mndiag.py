@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, _status
+from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
 
 __all__ = ["is_mndiag_json", "is_mndiag_text", "mndiag_from_json", "mndiag_from_text"]
@@ -44,7 +45,7 @@ _OUTCOMES = ("pass", "fail", "warn", "skip", "not run", "unknown")
 
 def is_mndiag_text(head: str) -> bool:
     """The head of `dcgmi mndiag` output (its banner, its sections or its test's row)."""
-    return bool(re.search(r"multi-node diagnostic|\|-+\s+Host Details\s|^\|\s*MNUBERGEMM Test\s",
+    return bool(re.search(r"multi-node diagnostic|\|-+\s+Host Details\s|^\W*\|\s*MNUBERGEMM Test\s",
                           head, re.I | re.M))
 
 
@@ -151,7 +152,7 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     result and error, and the errors of no GPU (MPI)."""
     table = _Table()
     for line in lines:
-        stripped = line.strip()
+        stripped = table_line(line).strip()
         if stripped[:1] not in ("|", "+"):
             continue
         if section := _SECTION.match(stripped):

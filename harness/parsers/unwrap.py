@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from harness.parsers.reader import Input
 
 __all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line",
-           "inside_transport", "is_docker_record"]
+           "inside_transport", "is_docker_record", "table_line"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -64,6 +64,10 @@ _CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text
 ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"^\s*>(?: |$)")
+#: A comment marker before a table's line (`# +----+`, `# | Memory | Pass |`, `// |...`): a
+#: table quoted into a script or a doc, each line commented out. (No tool prints `#` before a
+#: `|`/`+` table line: nccl-tests' own `#` lines are followed by words and blanks.)
+_TABLE_QUOTE = re.compile(r"^\s*(?:#+|//|>)[ \t]*(?=[|+])")
 _SSH = re.compile(r"^\s*Warning: Permanently added .* to the list of known hosts\.?\s*$")
 _ELISION = re.compile(r"^\s*(?:\.\.\.|…)(?:\s.*)?$")
 #: Shell prompts: `user@host:~/dir# `, `user@host ~ ➜ $ `, `(venv) $ `, `$ `, `% `.
@@ -187,6 +191,7 @@ def _candidate(timestamps: bool, host_prefix: bool) -> re.Pattern[str]:
         r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
         r"Warning:[ ]Permanently", r"```", r"~~~", r">(?=[ \n]|\Z)",
         r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
+        r"(?:#++|//|>)[ \t]*+[|+]",
         r"[\w.-]++@", r"➜", r"[$%]", _COMMAND,
     ]
     if timestamps:
@@ -282,6 +287,8 @@ class Unwrapper:
                 return stripped
         if head in "`~" and _FENCE.match(line):
             return None
+        if head in "#/>" and (m := _TABLE_QUOTE.match(line)) is not None:
+            return line[m.end():]
         if head == ">" and (m := _QUOTE.match(line)) is not None:
             return line[m.end():]
         if head in "….":
@@ -420,6 +427,12 @@ class _LineStream(io.TextIOBase):
         cut = len(text) if want < 0 else want
         self._buffer = text[cut:]
         return text[:cut]
+
+
+def table_line(line: str) -> str:
+    """`line` without a comment or quote marker before a table line (`# | Memory | Pass |`)."""
+    m = _TABLE_QUOTE.match(line) if line.lstrip()[:1] in "#/>" else None
+    return line if m is None else line[m.end():]
 
 
 def inside_transport(source: Input) -> Input:
