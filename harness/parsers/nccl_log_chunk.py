@@ -23,7 +23,7 @@ from harness.parsers.nccl_log_lines import (
     line_of,
     segments_with,
 )
-from harness.parsers.unwrap import docker_line
+from harness.parsers.unwrap import Unwrapper, docker_line
 
 try:
     from harness.parsers import _nccl_scan
@@ -62,6 +62,8 @@ class ChunkScan:
     """`NCCL INFO` is in the chunk (looked for only where asked, or where nothing was found)."""
     chunk: bytes
     end: int
+    bare: list[bytes] = dataclasses.field(default_factory=list)
+    """Lines without NCCL's prefix that still say what failed (`_bare_lines`), distinct."""
 
     def line_of(self, raw: bytes, anchor: bytes) -> str:
         """harness.parsers.nccl_log_lines.line_of in this chunk."""
@@ -129,4 +131,36 @@ def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
     if nccl_info is None:
         nccl_info = not in_chunk and not warns
     return ChunkScan(found, warns, old, nccl_info and chunk.find(b"NCCL INFO", 0, end) >= 0,
-                     chunk, end)
+                     chunk, end, list(dict.fromkeys(_bare_lines(chunk, end))))
+
+
+#: What a line without NCCL's `host:pid:tid [dev] NCCL INFO` prefix still says: nccl-tests'
+#: `Test NCCL failure <file>:<line> '<error>'` (and `Test CUDA failure`), and aws-ofi-nccl's
+#: `NET/OFI ...` as a line of its own (a paste or an NCCL_DEBUG_FILE copy that lost the
+#: prefix). Found by bytes.find (memmem: a few passes a chunk), outside the `MAIN` scan and its
+#: C twin; a `NET/OFI` right after `NCCL INFO `/`NCCL WARN ` (the common case) is skipped by
+#: one slice compare. Each line found is read inside its launcher's wrappers by the shared
+#: unwrapper (harness.parsers.unwrap), as every other kind reads its lines.
+_TEST_FAILURES = (b"Test NCCL failure", b"Test CUDA failure")
+_PLUGIN = b"NET/OFI "
+_NCCL_LEVELS = (b"NCCL INFO ", b"NCCL WARN ")
+
+
+def _bare_lines(chunk: bytes, end: int) -> list[bytes]:
+    found: list[bytes] = []
+    for literal in (*_TEST_FAILURES, _PLUGIN):
+        pos = chunk.find(literal, 0, end)
+        while pos >= 0 and len(found) < _MAX_BARE:
+            stop = chunk.find(b"\n", pos, end)
+            stop = end if stop < 0 else stop
+            if literal is not _PLUGIN or chunk[max(pos - 10, 0):pos] not in _NCCL_LEVELS:
+                line = bytes(chunk[chunk.rfind(b"\n", 0, pos) + 1:stop])
+                text = Unwrapper().transported(line.decode("utf-8", "replace"))
+                if text is not None and (literal is not _PLUGIN or text.startswith("NET/OFI ")):
+                    found.append(text.strip().encode("utf-8"))
+            pos = chunk.find(literal, stop, end)
+    return found
+
+
+#: Bare lines kept a chunk (a flood of them is judged by its first ones).
+_MAX_BARE = 1000
