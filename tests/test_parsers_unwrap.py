@@ -191,4 +191,13 @@ def test_a_batch_unwraps_as_its_lines_one_by_one(flags):
             if (got, batched.commands, batched.ranks, batched.hosts, batched.elided) != (
                     want, one.commands, one.ranks, one.hosts, one.elided):
                 wrong.append((name, size))
+            # Unwrapper.candidates: a line it leaves out (no command pending) is its own text.
+            by_line = Unwrapper(timestamps=timestamps, host_prefix=host_prefix)
+            for i in range(0, len(lines), size):
+                batch = lines[i:i + size]
+                candidates = by_line.candidates(batch)
+                for j, line in enumerate(batch):
+                    skip = candidates is not None and j not in candidates and not by_line.pending()
+                    if by_line.unwrap(line) != line and skip:
+                        wrong.append((name, size, line))
     assert not wrong, wrong[:10]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -175,6 +176,19 @@ def _pid(raw: str | None) -> int | None:
     return ascii_int(raw) if raw else None
 
 
+def _unwrapped(source: Input, unwrapper: Unwrapper) -> Iterator[str | None]:
+    """Each line unwrapped (None: only wrapping), one per input line (the line numbers are the
+    file's); only the lines that may carry one go through `unwrap` (Unwrapper.candidates)."""
+    unwrap = unwrapper.unwrap
+    for batch in source.batches():
+        candidates = unwrapper.candidates(batch)
+        if candidates is None:
+            yield from map(unwrap, batch)
+            continue
+        for i, line in enumerate(batch):
+            yield unwrap(line) if i in candidates or unwrapper.pending() else line
+
+
 def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) -> KernelLog:
     """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
     fallen off the bus.` in any prefix (dmesg, syslog, journalctl, its JSON), the Xid-less `NVRM:
@@ -200,9 +214,8 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
         if key not in fallen and len(fallen) < MAX_EVENTS:
             fallen[key] = _fallen(pci, when, at)
 
-    unwrap = Unwrapper(timestamps=False).unwrap  # kernel-log stamps are read by classify()
-    for n, wrapped in enumerate(as_input(text).lines(), 1):
-        raw = unwrap(wrapped)
+    unwrapper = Unwrapper(timestamps=False)  # kernel-log stamps are read by classify()
+    for n, raw in enumerate(_unwrapped(as_input(text), unwrapper), 1):
         if raw is None:  # a fence, a `# dmesg | grep Xid` command line
             continue
         ln = classify(raw)

@@ -348,6 +348,26 @@ class Unwrapper:
             return iter(lines)
         return self._sparse(lines, text, first, found)
 
+    def candidates(self, batch: list[str]) -> set[int] | None:
+        """The indices of the lines of `batch` that may carry a wrapper (one regex pass,
+        `_candidate`); the others are their own text as long as no command continues into
+        them (`continued`, `which_output`: check before each line). None: every line may (a
+        colour or a CR in the batch). For parsers that unwrap line by line (they count lines)."""
+        text = "\n" + "\n".join(batch)
+        if "\x1b" in text or "\r" in text or "\ufffd[" in text:
+            return None
+        found: set[int] = set()
+        newlines, seen = 0, 0
+        for m in _CANDIDATES[self.timestamps, self.host_prefix].finditer(text):
+            newlines += text.count("\n", seen, m.start() + 1)
+            seen = m.start() + 1
+            found.add(newlines - 1)
+        return found
+
+    def pending(self) -> bool:
+        """A command continues into the next line (or `which` prints paths): unwrap it."""
+        return self.continued or self.which_output
+
     def _sparse(self, batch: list[str], text: str, first: re.Match[str] | None,
                 found: Iterator[re.Match[str]]) -> Iterator[str]:
         """`batch` unwrapped: the candidate lines (`first`, then `found`) and the lines a
