@@ -150,7 +150,9 @@ class KernelLog:
 
 #: Events kept in full (a log flooded with one Xid keeps memory flat): past it, an event is
 #: kept only when its GPU/switch, code and action are new, so no kind of fault is lost.
-MAX_EVENTS = 10_000
+#: (10,000 let the peak grow 44% from a 20 MB to a 500 MB log, 27.7 -> 40.0 MB, the events
+#: and their JSON; 1,000: 27.7 -> 27.8 MB, bench/bench_line_kinds.py --rss 20,500.)
+MAX_EVENTS = 1_000
 #: Hard bound on events kept, new kinds included.
 MAX_KINDS = 2 * MAX_EVENTS
 

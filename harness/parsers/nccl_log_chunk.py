@@ -12,6 +12,7 @@ the `MAIN` / `LIBFABRIC_WARN` regexes otherwise: the same lists either way
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from harness.parsers.nccl_log_lines import (
     ANSI_BYTES,
@@ -137,28 +138,33 @@ def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
 #: What a line without NCCL's `host:pid:tid [dev] NCCL INFO` prefix still says: nccl-tests'
 #: `Test NCCL failure <file>:<line> '<error>'` (and `Test CUDA failure`), and aws-ofi-nccl's
 #: `NET/OFI ...` as a line of its own (a paste or an NCCL_DEBUG_FILE copy that lost the
-#: prefix). Found by bytes.find (memmem: a few passes a chunk), outside the `MAIN` scan and its
-#: C twin; a `NET/OFI` right after `NCCL INFO `/`NCCL WARN ` (the common case) is skipped by
-#: one slice compare. Each line found is read inside its launcher's wrappers by the shared
-#: unwrapper (harness.parsers.unwrap), as every other kind reads its lines.
-_TEST_FAILURES = (b"Test NCCL failure", b"Test CUDA failure")
-_PLUGIN = b"NET/OFI "
-_NCCL_LEVELS = (b"NCCL INFO ", b"NCCL WARN ")
+#: prefix). Found by bytes.find and one regex (a literal scan in C whose lookbehinds drop the
+#: common `NCCL INFO NET/OFI`), outside the `MAIN` scan and its C twin. Each line found is read
+#: inside its launcher's wrappers by the shared unwrapper (harness.parsers.unwrap), as every
+#: other kind reads its lines.
+_TEST_FAILURES = (b"Test NCCL", b"Test CUDA")  # before ` failure `
+_BARE_PLUGIN = re.compile(rb"NET/OFI (?<!NCCL INFO NET/OFI )(?<!NCCL WARN NET/OFI )")
 
 
 def _bare_lines(chunk: bytes, end: int) -> list[bytes]:
     found: list[bytes] = []
-    for literal in (*_TEST_FAILURES, _PLUGIN):
-        pos = chunk.find(literal, 0, end)
-        while pos >= 0 and len(found) < _MAX_BARE:
-            stop = chunk.find(b"\n", pos, end)
-            stop = end if stop < 0 else stop
-            if literal is not _PLUGIN or chunk[max(pos - 10, 0):pos] not in _NCCL_LEVELS:
-                line = bytes(chunk[chunk.rfind(b"\n", 0, pos) + 1:stop])
-                text = Unwrapper().transported(line.decode("utf-8", "replace"))
-                if text is not None and (literal is not _PLUGIN or text.startswith("NET/OFI ")):
-                    found.append(text.strip().encode("utf-8"))
-            pos = chunk.find(literal, stop, end)
+    starts = [m.start() for m in _BARE_PLUGIN.finditer(chunk, 0, end)]  # (sre's literal scan)
+    pos = chunk.find(b" failure ", 0, end)  # one memmem for both of _TEST_FAILURES
+    while pos >= 0:
+        if chunk[max(pos - 9, 0):pos] in _TEST_FAILURES:
+            starts.append(pos)
+        pos = chunk.find(b" failure ", pos + 9, end)
+    lines: dict[bytes, None] = {}  # distinct lines (every rank prints the same ones)
+    for pos in sorted(starts):
+        stop = chunk.find(b"\n", pos, end)
+        lines[bytes(chunk[chunk.rfind(b"\n", 0, pos) + 1:end if stop < 0 else stop])] = None
+        if len(lines) >= _MAX_BARE:
+            break
+    unwrapper = Unwrapper()
+    for line in lines:
+        text = unwrapper.transported(line.decode("utf-8", "replace"))
+        if text is not None and (text.startswith("NET/OFI ") or "Test " in text):
+            found.append(text.strip().encode("utf-8"))
     return found
 
 
