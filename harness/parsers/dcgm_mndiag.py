@@ -49,7 +49,8 @@ def is_mndiag_text(head: str) -> bool:
                           head, re.I | re.M))
 
 
-def is_mndiag_json(doc: dict[str, Any]) -> bool:
+def is_mndiag_json(doc: dict[str, object]) -> bool:
+    """A `dcgmi mndiag -j` document (`"DCGM Diagnostic": "DCGM Multi-Node Diagnostic"`)."""
     return "Multi-Node" in str(doc.get("DCGM Diagnostic", "")) or isinstance(doc.get("hosts"), list)
 
 
@@ -168,8 +169,9 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     return table.diag()
 
 
-def mndiag_from_json(doc: dict[str, Any]) -> DcgmDiag:
+def mndiag_from_json(document: dict[str, object]) -> DcgmDiag:
     """`dcgmi mndiag -j`: every result with its host, the test's `mpi_error`, `global_errors`."""
+    doc: Any = document  # parsed JSON: every level is checked as it is read
     hosts = [h for h in doc.get("hosts") or [] if isinstance(h, dict)]
     version = next((str(h["dcgm_version"]) for h in hosts if h.get("dcgm_version")), None)
     driver = next((str(h["driver_version"]) for h in hosts if h.get("driver_version")), None)
