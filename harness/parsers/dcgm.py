@@ -10,7 +10,20 @@ from typing import TYPE_CHECKING, TextIO
 from harness.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.dcgm_json import _from_json
-from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult
+from harness.parsers.dcgm_mndiag import (
+    is_mndiag_json,
+    is_mndiag_text,
+    mndiag_from_json,
+    mndiag_from_text,
+)
+from harness.parsers.dcgm_records import (
+    MAX_MESSAGES,
+    MAX_RESULTS,
+    DcgmDiag,
+    DcgmResult,
+    level_of,
+    tests_not_seen,
+)
 from harness.parsers.dcgm_text import _from_text
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import inside_transport
@@ -30,6 +43,8 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     source = inside_transport(as_input(text))  # `srun -l dcgmi diag -j`, `kubectl logs --prefix`
     doc = source.document() if _looks_json(source) else None
     if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
+        if is_mndiag_text(source.head(16384)):
+            return mndiag_from_text(source.lines())
         return _table_or_error(source.lines())
     start = doc.find("{")
     if start >= 0 and not doc[:start].lstrip().startswith(("|", "+")):
@@ -42,8 +57,9 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
                 ) from None
         else:
             if isinstance(found, dict):
-                return _from_json(found)
-    return _table_or_error(doc.split("\n"))
+                return mndiag_from_json(found) if is_mndiag_json(found) else _from_json(found)
+    lines = doc.split("\n")
+    return mndiag_from_text(lines) if is_mndiag_text(doc[:16384]) else _table_or_error(lines)
 
 
 def _looks_json(source: Input) -> bool:
@@ -83,20 +99,37 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
 
 def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
-    [{test, gpu, message}], warnings [str], categories_seen, cut_at, fragment (test objects
-    without their document: `passed` stays null), tests_seen."""
+    [{test, gpu, message; host for `dcgmi mndiag`}], warnings [str], categories_seen, cut_at,
+    fragment (test objects without their document: `passed` stays null), tests_seen, and for
+    DCGM >= 4.6 `level_tests` {level, not_seen}: the level those tests are and its tests absent."""
     diag = parse_dcgm_diag(as_input(stream))
-    failed = [{"test": r.test, "gpu": r.gpu, "message": r.message} for r in diag.failed]
+    failed = [{"test": r.test, "gpu": r.gpu, "message": r.message,
+               **({} if r.host is None else {"host": r.host})} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
     out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
            "warnings": diag.warnings,
            "categories_seen": list(dict.fromkeys(r.category for r in diag.results if r.category)),
            "cut_at": diag.cut_at, "fragment": diag.fragment,
            "tests_seen": list(dict.fromkeys(r.test for r in diag.results))}
+    level = level_of(out["tests_seen"])
+    if level is not None and _version(diag.dcgm_version) >= (4, 6):
+        # Which DCGM 4.6 level these tests are, and that level's tests the output lacks (a
+        # plugin not installed, or a paste cut short): said, never judged as passed.
+        out["level_tests"] = {"level": level, "not_seen": tests_not_seen(out["tests_seen"], level)}
     if diag.omitted:
         out["notes"] = [f"{diag.omitted:,} test rows after the first {MAX_RESULTS:,} distinct ones "
                         "were not read: `passed` cannot be true"]
     return out
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    """`4.6.0` -> (4, 6, 0); () when unknown."""
+    parts = []
+    for part in (text or "").split(".")[:3]:
+        if not part.isascii() or not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
 
 
 INSPECT = {"dcgm": inspect_dcgm}

@@ -21,6 +21,8 @@ class DcgmResult:
     message: str = ""
     category: str = ""
     """`Deployment` (software checks), `Hardware`, `Integration`, `Stress`; "" when unknown."""
+    host: int | None = None
+    """The host's index in a multi-node run (`dcgmi mndiag`); None on one node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ class DcgmDiag:
         for r in self.results:
             if r.status == "warn" or (r.status not in ("pass", "fail", "skip")):
                 where = f" on GPU {r.gpu}" if r.gpu is not None else ""
+                where += f" of host {r.host}" if r.host is not None else ""
                 out.append(f"{r.test}{where}: {r.status}" + (f": {r.message}" if r.message else ""))
         skipped = sorted({r.test for r in self.results if r.status == "skip"})
         if skipped:
@@ -81,3 +84,33 @@ def _status(raw: object) -> str:
 #: Bounds on what is kept (memory stays flat): a level-4 run on 8 GPUs has ~150 results.
 MAX_RESULTS = 20_000
 MAX_MESSAGES = 200
+
+
+#: The tests each `dcgmi diag -r N` level runs in DCGM 4.6 (NVIDIA/DCGM 4.6.0,
+#: nvvs/src/NvidiaValidationSuite.cpp FillTestVectors; names from nvvs/include/PluginStrings.h):
+#: each level runs the tests of the levels below it too. `eud` and `cpu_eud` run only as root,
+#: `rist` only where DCGM_RIST_BIN_PATH names its binary: OPTIONAL_TESTS, never missed.
+DCGM_LEVEL_TESTS: dict[int, tuple[str, ...]] = {
+    1: ("software",),
+    2: ("memory", "pcie"),
+    3: ("diagnostic", "eud", "cpu_eud", "nvbandwidth", "nccl_tests", "rist", "memory_bandwidth",
+        "targeted_stress", "targeted_power"),
+    4: ("memtest", "pulse_test"),
+}
+OPTIONAL_TESTS = frozenset(("eud", "cpu_eud", "rist"))
+
+
+def level_of(tests: list[str]) -> int | None:
+    """The lowest DCGM 4.6 level that runs every test in `tests` (names as DCGM 4 prints them),
+    None when none of them is a DCGM 4 test name (DCGM 3's `GPU Memory`, a fragment)."""
+    names = {t.lower() for t in tests}
+    levels = [n for n, own in DCGM_LEVEL_TESTS.items() if names & set(own)]
+    return max(levels) if levels else None
+
+
+def tests_not_seen(tests: list[str], level: int) -> list[str]:
+    """The tests a DCGM 4.6 level-`level` run prints that `tests` lacks (optional ones aside)."""
+    names = {t.lower() for t in tests}
+    return [t for n in range(1, level + 1) for t in DCGM_LEVEL_TESTS[n]
+            if t not in names and t not in OPTIONAL_TESTS]
+

@@ -17,6 +17,7 @@ from harness.parsers.dcgm_records import (
     DcgmResult,
     _status,
 )
+from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
 
 # (The cell's closing `|` and trailing blanks are cut in Python: a lazy group before `\s*$`
@@ -26,6 +27,14 @@ _CATEGORY = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z]+(?: [A-Za-z]+)*)\s+-+\+")
 _OUTCOME = re.compile(r"^(?P<status>Pass|Fail|Warn|Skip|Not Run)\b(?:\s*-\s*(?P<who>.*))?$", re.I)
 _PER_GPU = re.compile(r"^GPU\s*(?P<gpu>[0-9]{1,9})\s*:\s*(?P<status>Pass|Fail|Warn|Skip|Not Run)\b", re.I)
 _MENTION = re.compile(r"\bGPU\s+([0-9]{1,9})\b")
+_BORDER = re.compile(r"^\+-{5,}\+-{5,}\+$")
+_ENTITY_MESSAGE = re.compile(r"^(Warning|Error|Info):\s*GPU\s*([0-9]{1,9})$")
+
+
+class _Message(list):  # type: ignore[type-arg]
+    """A message's wrapped pieces; `gpu`: the GPU its row names (`Warning: GPU1`), if any."""
+
+    gpu: int | None = None
 
 
 def _who(who: str | None) -> list[int | None]:
@@ -81,13 +90,20 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
     category = ""
     message: list[str] | None = None  # the Warning/Error being continued
     in_category = False  # a test row came since the last category header
+    ended = False  # the closing border came after the last category header
     for line in lines:
-        stripped = line.strip()
+        stripped = table_line(line).strip()
         if stripped[:1] not in ("|", "+"):
             continue
         header = _CATEGORY.match(stripped)
         if header:
-            message, in_category, category = None, False, header["name"]
+            message, in_category, category, ended = None, False, header["name"], False
+            continue
+        if _BORDER.match(stripped):
+            # dcgmi prints a category's header even when none of its tests ran (`-r 2`: the
+            # `Stress` header, then the footer; dcgmi/Diag.cpp HelperDisplayCategory): a header
+            # followed by the table's end is an empty category, not a paste cut there.
+            ended = bool(category)
             continue
         m = _ROW.match(stripped)
         if not m:
@@ -108,6 +124,14 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             driver = value
         elif name in ("GPU Device IDs Detected",):
             pass
+        elif (entity := _ENTITY_MESSAGE.match(name)) is not None:
+            # DCGM 4 (dcgmi/Diag.cpp HelperDisplayEntityResults): `| Warning: GPU1 | <msg> |`
+            # under the test's `GPU1: Fail` line is that GPU's reason (`Info: GPU1`, -v only,
+            # is read and not kept).
+            message = _Message([raw_value])
+            message.gpu = ascii_int(entity[2])
+            if current is not None and entity[1] != "Info" and len(current[2]) < MAX_MESSAGES:
+                current[2].append(message)
         elif name in ("Warning", "Error", "Info"):
             # A new message; its wrapped continuation lines are appended to the same list.
             message = [raw_value]
@@ -165,8 +189,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
                 status != "fail" or any(s == "fail" for g, s in outcomes if g is not None)
             ):
                 continue
-            mine = [t for t in texts if gpu is None or str(gpu) in _MENTION.findall(t)
-                    or not _MENTION.search(t)]
+            mine = [t for t, m in zip(texts, messages, strict=True) if _mine(t, m, gpu)]
             text = " ".join(mine) if status != "pass" else ""
             results.append(DcgmResult(name, gpu, status, text, test_category))
     _settle_error(errors, error_seen)
@@ -176,8 +199,19 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
         results.append(DcgmResult("Deployment", gpus[0], "fail", err, "Deployment"))
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
-    cut_at = category if category and not in_category else None
+    cut_at = category if category and not in_category and not ended else None
     return DcgmDiag(version, driver, tuple(results), (), tests.omitted, cut_at)
+
+
+def _mine(text: str, message: list[str], gpu: int | None) -> bool:
+    """The message belongs to `gpu`'s result: its row named that GPU (`Warning: GPU1`), or it
+    names that GPU in its text, or it names none."""
+    own = getattr(message, "gpu", None)
+    if gpu is None:
+        return True
+    if own is not None:
+        return bool(own == gpu)
+    return str(gpu) in _MENTION.findall(text) or not _MENTION.search(text)
 
 
 def _settle_error(errors: list[list[str]], seen: set[str]) -> None:

@@ -175,10 +175,14 @@ def _is_structured_line(line: str) -> bool:
 
 
 def _is_script_line(line: str) -> bool:
-    """_SCRIPT_LINE, tried only on lines that hold one of its literals."""
-    return ("=" in line or line.endswith("\\") or line.lstrip()[:1] in ("#", "$", "e", "d", "t", "r",
-                                                                    "E", "A", "R", "F")
-            ) and bool(_SCRIPT_LINE.search(line))
+    """_SCRIPT_LINE, tried only on lines that hold one of its literals: its start-of-line
+    branches by their first character, its flag branch (`-x`, `-e`, `--env`, `--export=`)
+    only where a `-` is (an env dump's 120 KB JSON values hold none: the search's scan of
+    every position of such a value was most of the time of a dump)."""
+    if line.endswith("\\") or line.lstrip()[:1] in ("#", "$", "e", "d", "t", "r",
+                                                   "E", "A", "R", "F"):
+        return bool(_SCRIPT_LINE.search(line))
+    return "=" in line and "-" in line and bool(_SCRIPT_LINE.search(line))
 
 
 def _is_tagged(shape: _Shape) -> bool:

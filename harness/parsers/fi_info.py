@@ -149,7 +149,7 @@ class _Reader:
         self.saw_verbose = False
 
     def feed(self, line: str) -> None:
-        if _VERBOSE_BLOCK.match(line):
+        if "fi_info:" in line and _VERBOSE_BLOCK.match(line):  # (the literal first: ~5x cheaper)
             self._close_block()
             self.saw_verbose, self.block, self.section = True, {}, ""
             return
@@ -167,7 +167,7 @@ class _Reader:
                 self.current = {"provider": value}
             elif self.current is not None:
                 self.current.setdefault(key, value)
-        elif self.error_code is None and (m := _ERROR.match(line)):
+        elif self.error_code is None and "-" in line and (m := _ERROR.match(line)):
             self.error_code = int(m[1])
 
     def _close_block(self) -> None:

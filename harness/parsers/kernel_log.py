@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -149,7 +150,9 @@ class KernelLog:
 
 #: Events kept in full (a log flooded with one Xid keeps memory flat): past it, an event is
 #: kept only when its GPU/switch, code and action are new, so no kind of fault is lost.
-MAX_EVENTS = 10_000
+#: (10,000 let the peak grow 44% from a 20 MB to a 500 MB log, 27.7 -> 40.0 MB, the events
+#: and their JSON; 1,000: 27.7 -> 27.8 MB, bench/bench_line_kinds.py --rss 20,500.)
+MAX_EVENTS = 1_000
 #: Hard bound on events kept, new kinds included.
 MAX_KINDS = 2 * MAX_EVENTS
 
@@ -173,6 +176,19 @@ class _Kept:
 
 def _pid(raw: str | None) -> int | None:
     return ascii_int(raw) if raw else None
+
+
+def _unwrapped(source: Input, unwrapper: Unwrapper) -> Iterator[str | None]:
+    """Each line unwrapped (None: only wrapping), one per input line (the line numbers are the
+    file's); only the lines that may carry one go through `unwrap` (Unwrapper.candidates)."""
+    unwrap = unwrapper.unwrap
+    for batch in source.batches():
+        candidates = unwrapper.candidates(batch)
+        if candidates is None:
+            yield from map(unwrap, batch)
+            continue
+        for i, line in enumerate(batch):
+            yield unwrap(line) if i in candidates or unwrapper.pending() else line
 
 
 def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) -> KernelLog:
@@ -200,9 +216,8 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
         if key not in fallen and len(fallen) < MAX_EVENTS:
             fallen[key] = _fallen(pci, when, at)
 
-    unwrap = Unwrapper(timestamps=False).unwrap  # kernel-log stamps are read by classify()
-    for n, wrapped in enumerate(as_input(text).lines(), 1):
-        raw = unwrap(wrapped)
+    unwrapper = Unwrapper(timestamps=False)  # kernel-log stamps are read by classify()
+    for n, raw in enumerate(_unwrapped(as_input(text), unwrapper), 1):
         if raw is None:  # a fence, a `# dmesg | grep Xid` command line
             continue
         ln = classify(raw)

@@ -243,6 +243,14 @@ FAILURES: tuple[KnownFailure, ...] = (
         "aws/aws-ofi-nccl issues #24, #161",
     ),
     KnownFailure(
+        r"Test (?:NCCL|CUDA) failure",
+        "nccl-tests stopped on an NCCL or CUDA error (the quoted text is the error NCCL or CUDA "
+        "returned): the collective never ran to completion",
+        "read the quoted error and the NCCL WARN / NET/OFI lines before and after it (they say "
+        "why); with none, rerun with NCCL_DEBUG=INFO",
+        "NVIDIA/nccl-tests src/common.h (NCCLCHECK / CUDACHECK); nccl-tests issues #166, #252",
+    ),
+    KnownFailure(
         r"NET/OFI",
         "the aws-ofi-nccl plugin reported an error",
         "read the line and the NET/OFI lines before it; check the plugin, libfabric and EFA "

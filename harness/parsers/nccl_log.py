@@ -59,6 +59,8 @@ _CHUNK_BYTES = 1 << 20
 #: Distinct payloads remembered (so each is interpreted once) before the memory is reset, and
 #: the bytes they may hold.
 SEEN_CAP = 100_000
+#: nccl-tests `Test NCCL failure` lines kept (one a rank at most matters).
+MAX_TEST_FAILURES = 64
 SEEN_BYTES = 64 << 20
 #: A line longer than this is judged by its first MAX_LINE_BYTES (the rest is read and dropped).
 MAX_LINE_BYTES = MAX_LINE_CHARS
@@ -75,6 +77,7 @@ class _Scanner:
         self.cut_lines = 0
         self.commands: list[str] | None = None  # read from the input's head, once
         self.docker = False  # docker json-file records: decoded line by line (the slow path)
+        self.test_failures: list[str] = []  # nccl-tests' `Test NCCL failure` lines
 
     def feed(self, chunk: bytes, end: int | None = None) -> None:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
@@ -140,6 +143,19 @@ class _Scanner:
                 seen[key] = None
                 self.seen_bytes += len(key)
                 facts.fault(payload_text(raw))
+        for raw in scan.bare:
+            key = b"<bare> " + raw
+            if key in seen:  # every rank prints it: judged once
+                continue
+            seen[key] = None
+            self.seen_bytes += len(key)
+            text = payload_text(raw)
+            if text.startswith("NET/OFI "):
+                facts.info(text)  # its level was lost with its prefix: read as INFO
+            else:  # `Test NCCL failure ...`: judged at the end, where nothing else says why
+                facts.recognised += 1
+                if len(self.test_failures) < MAX_TEST_FAILURES:
+                    self.test_failures.append(text)
         for raw in scan.old_plugin:
             if m := OLD_PLUGIN.search(payload_text(raw)):
                 (facts.warn if m[1] == "WARN" else facts.info)(m[2])
@@ -153,6 +169,12 @@ class _Scanner:
                 "aws-ofi-nccl (NET/OFI) lines or PyTorch NCCL watchdog lines "
                 "(was the job run with NCCL_DEBUG=INFO?)"
             )
+        if not self.facts.errors:
+            # nccl-tests stopped on an error no WARN or plugin line explains (NCCL_DEBUG unset,
+            # or a paste of the end only): its own failure line is the error. Where a WARN
+            # line was judged, that line is the cause and this one its consequence.
+            for text in self.test_failures:
+                self.facts.fault(text)
         summary = self.facts.build()
         launched = command_nranks(commands)
         return dataclasses.replace(

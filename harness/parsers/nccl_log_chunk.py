@@ -12,6 +12,7 @@ the `MAIN` / `LIBFABRIC_WARN` regexes otherwise: the same lists either way
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from harness.parsers.nccl_log_lines import (
     ANSI_BYTES,
@@ -23,7 +24,7 @@ from harness.parsers.nccl_log_lines import (
     line_of,
     segments_with,
 )
-from harness.parsers.unwrap import docker_line
+from harness.parsers.unwrap import Unwrapper, docker_line
 
 try:
     from harness.parsers import _nccl_scan
@@ -62,6 +63,8 @@ class ChunkScan:
     """`NCCL INFO` is in the chunk (looked for only where asked, or where nothing was found)."""
     chunk: bytes
     end: int
+    bare: list[bytes] = dataclasses.field(default_factory=list)
+    """Lines without NCCL's prefix that still say what failed (`_bare_lines`), distinct."""
 
     def line_of(self, raw: bytes, anchor: bytes) -> str:
         """harness.parsers.nccl_log_lines.line_of in this chunk."""
@@ -129,4 +132,41 @@ def scan_chunk(chunk: bytes, end: int, docker: bool, nccl_info: bool | None,
     if nccl_info is None:
         nccl_info = not in_chunk and not warns
     return ChunkScan(found, warns, old, nccl_info and chunk.find(b"NCCL INFO", 0, end) >= 0,
-                     chunk, end)
+                     chunk, end, list(dict.fromkeys(_bare_lines(chunk, end))))
+
+
+#: What a line without NCCL's `host:pid:tid [dev] NCCL INFO` prefix still says: nccl-tests'
+#: `Test NCCL failure <file>:<line> '<error>'` (and `Test CUDA failure`), and aws-ofi-nccl's
+#: `NET/OFI ...` as a line of its own (a paste or an NCCL_DEBUG_FILE copy that lost the
+#: prefix). Found by bytes.find and one regex (a literal scan in C whose lookbehinds drop the
+#: common `NCCL INFO NET/OFI`), outside the `MAIN` scan and its C twin. Each line found is read
+#: inside its launcher's wrappers by the shared unwrapper (harness.parsers.unwrap), as every
+#: other kind reads its lines.
+_TEST_FAILURES = (b"Test NCCL", b"Test CUDA")  # before ` failure `
+_BARE_PLUGIN = re.compile(rb"NET/OFI (?<!NCCL INFO NET/OFI )(?<!NCCL WARN NET/OFI )")
+
+
+def _bare_lines(chunk: bytes, end: int) -> list[bytes]:
+    found: list[bytes] = []
+    starts = [m.start() for m in _BARE_PLUGIN.finditer(chunk, 0, end)]  # (sre's literal scan)
+    pos = chunk.find(b" failure ", 0, end)  # one memmem for both of _TEST_FAILURES
+    while pos >= 0:
+        if chunk[max(pos - 9, 0):pos] in _TEST_FAILURES:
+            starts.append(pos)
+        pos = chunk.find(b" failure ", pos + 9, end)
+    lines: dict[bytes, None] = {}  # distinct lines (every rank prints the same ones)
+    for pos in sorted(starts):
+        stop = chunk.find(b"\n", pos, end)
+        lines[bytes(chunk[chunk.rfind(b"\n", 0, pos) + 1:end if stop < 0 else stop])] = None
+        if len(lines) >= _MAX_BARE:
+            break
+    unwrapper = Unwrapper()
+    for line in lines:
+        text = unwrapper.transported(line.decode("utf-8", "replace"))
+        if text is not None and (text.startswith("NET/OFI ") or "Test " in text):
+            found.append(text.strip().encode("utf-8"))
+    return found
+
+
+#: Bare lines kept a chunk (a flood of them is judged by its first ones).
+_MAX_BARE = 1000

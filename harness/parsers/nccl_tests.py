@@ -150,9 +150,14 @@ class _Runs:
         self.unwrapper = Unwrapper(host_prefix=True)
 
     def feed(self, lines: list[str]) -> None:
-        for raw in lines:
+        # Lines that cannot carry a wrapper (Unwrapper.candidates) skip the per-line unwrapping;
+        # NCCL's own lines and hydra-style rank tags are still taken out (clean_line).
+        unwrapper = self.unwrapper
+        candidates = unwrapper.candidates(lines)
+        for i, raw in enumerate(lines):
             raw = raw.rstrip()
-            line = clean_line(raw, self.unwrapper)
+            plain = candidates is not None and i not in candidates and not unwrapper.pending()
+            line = clean_line(raw, unwrapper, plain)
             current = self.current
             if not line:
                 if "Init COMPLETE" in raw and (m := COMM_NRANKS.search(raw)) is not None:

@@ -218,9 +218,14 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     ), len(halves) < len(layout.halves)
 
 
-def clean_line(raw: str, unwrapper: Unwrapper) -> str:
+def clean_line(raw: str, unwrapper: Unwrapper, plain: bool = False) -> str:
+    """`raw` unwrapped ("" for wrapping and NCCL's own log lines); `plain`: it carries no
+    wrapper (Unwrapper.candidates), so without a hydra rank tag it is its own text."""
     if "NCCL " in raw and _NCCL_LOG.search(raw):
         return ""
+    if plain and "[" not in raw[:160]:
+        unwrapper.host = None
+        return raw
     if "[" in raw[:160]:
         inner = unwrapper.transported(raw) or ""  # (under a log shipper's wrappers too)
         if _RANK_TAG_START.match(inner):

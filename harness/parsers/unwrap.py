@@ -24,8 +24,9 @@ docs/parsers.md):
 Leading blanks are kept (nvidia-smi -q nests by indentation); blanks before a wrapper go with
 it. Kernel-log stamps (syslog, journal, dmesg, kmsg) are not removed here: the kernel-log
 parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps ISO stamps too.
-Each rule is tried only when the line's first non-blank character can start it, so a line with
-no wrapper costs one dict lookup and one `lstrip`.
+Each rule is tried only when the line's first non-blank character can start it; `lines()` given a
+reader's batch first finds the lines that may carry a wrapper with one regex pass over the whole
+batch, and hands the others on untouched (a log without wrappers costs one C-speed scan).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from harness.parsers.reader import Input
 
 __all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line",
-           "inside_transport", "is_docker_record"]
+           "inside_transport", "is_docker_record", "table_line"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -63,6 +64,10 @@ _CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text
 ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"^\s*>(?: |$)")
+#: A comment marker before a table's line (`# +----+`, `# | Memory | Pass |`, `// |...`): a
+#: table quoted into a script or a doc, each line commented out. (No tool prints `#` before a
+#: `|`/`+` table line: nccl-tests' own `#` lines are followed by words and blanks.)
+_TABLE_QUOTE = re.compile(r"^\s*(?:#+|//|>)[ \t]*(?=[|+])")
 _SSH = re.compile(r"^\s*Warning: Permanently added .* to the list of known hosts\.?\s*$")
 _ELISION = re.compile(r"^\s*(?:\.\.\.|…)(?:\s.*)?$")
 #: Shell prompts: `user@host:~/dir# `, `user@host ~ ➜ $ `, `(venv) $ `, `$ `, `% `.
@@ -164,6 +169,42 @@ _STARTS = frozenset("[0123456789{|`>~$%#+(\x1b\ufffdWTSMFtsmfw…._/!" + "➜"
                     + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+#: Where a line ends, as `_CANDIDATE` sees it (a line of a batch cannot hold `\n`).
+_END = r"(?=[^\S\n]|\n|\Z)"
+#: A command line's start, as `command_program` reads it: assignments, a path, a known program.
+_COMMAND = (r"(?:[A-Za-z_]\w*+=\S*+[^\S\n]++)*+!?(?:[^\s/]*+/)*+!?(?:(?:"
+            + "|".join(sorted(map(re.escape, KNOWN_PROGRAMS | PROMPTED_PROGRAMS), key=len,
+                              reverse=True))
+            + rf"){_END}|[^\s/]*+(?:(?<=_perf)|(?<=_perf_mpi)){_END})")
+
+
+def _candidate(timestamps: bool, host_prefix: bool) -> re.Pattern[str]:
+    """A line (after `\\n`) that some rule of `Unwrapper._strip_once` may change: a superset of
+    the rules' first wrappers, each written so that sre never backtracks into a word
+    (possessive), run once over a whole batch joined by `\\n`: the lines between matches are
+    handed on as they are (the fast path: no per-line Python work). Kept beside the rules: a
+    rule added there needs its first characters here (tests/test_parsers_unwrap.py unwraps every
+    recorded sample both ways and compares)."""
+    iso = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]"
+    rules = [
+        r'\{"log":', r"[0-9]++:[ ]", r"\[(?:pod/|[0-9]++,[0-9]++\]<std)",
+        r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
+        r"Warning:[ ]Permanently", r"```", r"~~~", r">(?=[ \n]|\Z)",
+        r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
+        r"(?:#++|//|>)[ \t]*+[|+]",
+        r"[\w.-]++@", r"➜", r"[$%]", _COMMAND,
+    ]
+    if timestamps:
+        rules += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
+    if host_prefix:
+        rules.append(r"[A-Za-z][\w.-]*+:(?=\s)")
+    # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
+    return re.compile(r"\n[^\S\n]*+(?:" + "|".join(rules) + ")")
+
+
+_CANDIDATES = {(t, h): _candidate(t, h) for t in (False, True) for h in (False, True)}
+
+
 @dataclass(slots=True)
 class Unwrapper:
     """Unwraps lines one at a time, remembering where they came from."""
@@ -246,6 +287,8 @@ class Unwrapper:
                 return stripped
         if head in "`~" and _FENCE.match(line):
             return None
+        if head in "#/>" and (m := _TABLE_QUOTE.match(line)) is not None:
+            return line[m.end():]
         if head == ">" and (m := _QUOTE.match(line)) is not None:
             return line[m.end():]
         if head in "….":
@@ -290,7 +333,76 @@ class Unwrapper:
             into[name] = None
 
     def lines(self, lines: Iterable[str]) -> Iterator[str]:
-        """Every tool line inside `lines` (wrapping-only lines dropped)."""
+        """Every tool line inside `lines` (wrapping-only lines dropped). In a list (a reader's
+        batch) only the lines that may carry a wrapper (`_candidate`, one regex pass over the
+        batch) go through the rules; the others are handed on as they are."""
+        if not isinstance(lines, list):
+            return self._unwrapped(lines)
+        text = "\n" + "\n".join(lines)
+        if "\x1b" in text or "\r" in text or "\ufffd[" in text:
+            return self._unwrapped(lines)
+        found = _CANDIDATES[self.timestamps, self.host_prefix].finditer(text)
+        first = next(found, None)
+        if first is None and not (self.continued or self.which_output):
+            self.rank = self.host = None
+            return iter(lines)
+        return self._sparse(lines, text, first, found)
+
+    def candidates(self, batch: list[str]) -> set[int] | None:
+        """The indices of the lines of `batch` that may carry a wrapper (one regex pass,
+        `_candidate`); the others are their own text as long as no command continues into
+        them (`continued`, `which_output`: check before each line). None: every line may (a
+        colour or a CR in the batch). For parsers that unwrap line by line (they count lines)."""
+        text = "\n" + "\n".join(batch)
+        if "\x1b" in text or "\r" in text or "\ufffd[" in text:
+            return None
+        found: set[int] = set()
+        newlines, seen = 0, 0
+        for m in _CANDIDATES[self.timestamps, self.host_prefix].finditer(text):
+            newlines += text.count("\n", seen, m.start() + 1)
+            seen = m.start() + 1
+            found.add(newlines - 1)
+        return found
+
+    def pending(self) -> bool:
+        """A command continues into the next line (or `which` prints paths): unwrap it."""
+        return self.continued or self.which_output
+
+    def _sparse(self, batch: list[str], text: str, first: re.Match[str] | None,
+                found: Iterator[re.Match[str]]) -> Iterator[str]:
+        """`batch` unwrapped: the candidate lines (`first`, then `found`) and the lines a
+        command continues into go through `unwrap`, the runs between them are yielded as
+        they are."""
+        unwrap = self.unwrap
+        done = 0  # lines of batch handed on
+        newlines = 0  # `\n`s of text before `seen`
+        seen = 0
+        match = first
+        while True:
+            if match is None:
+                index = len(batch)
+            else:
+                newlines += text.count("\n", seen, match.start() + 1)
+                seen = match.start() + 1
+                index = newlines - 1  # text starts with the `\n` before line 0
+            while done < len(batch) and (self.continued or self.which_output):
+                line = unwrap(batch[done])
+                done += 1
+                if line is not None:
+                    yield line
+            if index >= done:
+                if index > done:
+                    self.rank = self.host = None
+                    yield from batch[done:index]
+                if index >= len(batch):
+                    return
+                line = unwrap(batch[index])
+                done = index + 1
+                if line is not None:
+                    yield line
+            match = next(found, None)
+
+    def _unwrapped(self, lines: Iterable[str]) -> Iterator[str]:
         unwrap = self.unwrap
         for line in lines:
             text = unwrap(line)
@@ -335,6 +447,12 @@ class _LineStream(io.TextIOBase):
         cut = len(text) if want < 0 else want
         self._buffer = text[cut:]
         return text[:cut]
+
+
+def table_line(line: str) -> str:
+    """`line` without a comment or quote marker before a table line (`# | Memory | Pass |`)."""
+    m = _TABLE_QUOTE.match(line) if line.lstrip()[:1] in "#/>" else None
+    return line if m is None else line[m.end():]
 
 
 def inside_transport(source: Input) -> Input:

@@ -1,0 +1,115 @@
+"""Benchmark: every line-based `preflight inspect` kind against a plain Python loop over the same
+lines (issue 32: each within 10x), whole process, paired runs.
+
+For each kind the input of bench_inspect.py's generator (the recorded samples concatenated as a
+long log holds them) is written at `--mb` MB; then, `--runs` times, interleaved, the CPU time
+(user + sys, from wait4) of
+
+- `preflight inspect KIND FILE --json` (the console script, as users run it), and
+- `python -c 'for line in open(FILE, errors="replace"): pass'` (the same interpreter), the
+  floor: reading and decoding the lines and nothing else,
+
+and prints the median of the per-pair ratios, both medians in CPU ms per MB, and the peak RSS.
+`--rss 20,500` also runs one kind (default kernel-log) at two sizes and prints its peak RSS
+growth (memory flat in the file size).
+
+    .venv/bin/python bench/bench_line_kinds.py [--mb 20] [--runs 5] [--kinds env,fi-info]
+        [--rss 20,500 --rss-kind kernel-log]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_inspect import MB, generators
+
+#: The line-based kinds (nccl-log has its own bench: bench_nccl_log.py; its figure is here too).
+KINDS = ("env (env dumps)", "env (scripts)", "fi-info", "nccl-tests", "kernel-log", "nvidia-smi",
+         "dcgm", "train-step", "topology", "nccl-log")
+LOOP = "import sys\nfor line in open(sys.argv[1], errors='replace'): pass\n"
+
+
+def _run(cmd: list[str]) -> tuple[float, float]:
+    """(CPU seconds, peak RSS MB) of one process, its output thrown away."""
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen(cmd, stdout=null, stderr=null)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 2):
+        raise SystemExit(f"{cmd}: exit {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def _preflight() -> str:
+    script = Path(sys.executable).with_name("preflight")
+    return str(script) if script.exists() else shutil.which("preflight") or "preflight"
+
+
+def _input(folder: Path, name: str, mb: float) -> tuple[str, Path]:
+    kind, write = generators()[name]
+    path = folder / f"{re.sub(r'[^a-z0-9]+', '-', name)}-{mb:g}MB.txt"
+    if not path.exists():
+        write(path, int(mb * MB))
+    return kind, path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=20.0)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--kinds", default="", help="only these generator names / kinds")
+    ap.add_argument("--rss", default="", help="two sizes in MB for the memory row, e.g. 20,500")
+    ap.add_argument("--rss-kind", default="kernel-log")
+    ap.add_argument("--keep", default="", help="folder to keep (and reuse) the inputs in")
+    args = ap.parse_args()
+    wanted = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="bench-lines-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    pre = _preflight()
+    print(f"{'input':18s} {'ratio':>6s} {'inspect ms/MB':>14s} {'loop ms/MB':>11s} "
+          f"{'RSS MB':>7s}", flush=True)
+    try:
+        for name in KINDS:
+            if wanted and name not in wanted and generators()[name][0] not in wanted:
+                continue
+            kind, path = _input(folder, name, args.mb)
+            mb = path.stat().st_size / MB
+            ratios, ours, loops, rss = [], [], [], 0.0
+            for _ in range(args.runs):
+                cpu, peak = _run([pre, "inspect", kind, str(path), "--json"])
+                floor, _ = _run([sys.executable, "-c", LOOP, str(path)])
+                ratios.append(cpu / floor)
+                ours.append(cpu)
+                loops.append(floor)
+                rss = max(rss, peak)
+            print(f"{name:18s} {statistics.median(ratios):6.1f} "
+                  f"{statistics.median(ours) * 1000 / mb:14.1f} "
+                  f"{statistics.median(loops) * 1000 / mb:11.1f} {rss:7.1f}", flush=True)
+            if not args.keep:
+                path.unlink()
+        if args.rss:
+            peaks = []
+            for size in (float(s) for s in args.rss.split(",")):
+                kind, path = _input(folder, args.rss_kind, size)
+                peaks.append((size, _run([pre, "inspect", kind, str(path), "--json"])[1]))
+                if not args.keep:
+                    path.unlink()
+            (s0, r0), (s1, r1) = peaks[0], peaks[-1]
+            print(f"\npeak RSS of {args.rss_kind}: {r0:.1f} MB at {s0:g} MB, {r1:.1f} MB at "
+                  f"{s1:g} MB (+{(r1 / r0 - 1) * 100:.0f}%)")
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

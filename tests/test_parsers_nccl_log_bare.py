@@ -1,0 +1,53 @@
+"""Lines that lost NCCL's `host:pid:tid [dev] NCCL INFO` prefix still say what failed: nccl-tests'
+`Test NCCL failure` line and aws-ofi-nccl's bare `NET/OFI ...` lines (issue 32). The recorded
+sample is tests/samples/nccl-log/real_nccl_tests_36_*; the plugin lines below are aws-ofi-nccl's
+own messages (aws/aws-ofi-nccl issue #24's title line, its prefix removed as a paste does)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from harness.parsers import ParseError, inspect_kind
+from harness.profiles import get_profile
+
+FRAGMENT = [
+    "ip-172-31-10-20: Test NCCL failure all_reduce.cu:84 'unhandled system error'",
+    " .. ip-172-31-10-20 pid 23389: Test failure common.cu:496",
+    "NET/OFI Selected Provider is efa",
+    "NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument",
+]
+WRAPS = {"bare": "{}", "srun": "3: {}", "mpirun": "[1,3]<stdout>:{}", "pod": "[pod/w-1/c] {}",
+         "stamp": "2025-06-01T12:00:00Z {}"}
+
+
+def _inspect(lines: list[str]) -> dict:
+    fn = inspect_kind("nccl-log")
+    assert fn is not None
+    return fn(io.StringIO("\n".join(lines) + "\n"), profile=get_profile("local-cpu"))
+
+
+@pytest.mark.parametrize("wrap", WRAPS.values(), ids=list(WRAPS))
+def test_a_failure_fragment_without_nccl_prefixes_is_a_failure(wrap: str):
+    """The plugin's error is the cause; the test's failure line, its consequence, is the error
+    only where nothing else says why."""
+    out = _inspect([wrap.format(line) for line in FRAGMENT])
+    assert out["provider"] == "efa"
+    assert [e["line"] for e in out["errors"]] == [FRAGMENT[3]]
+    alone = _inspect([wrap.format(line) for line in FRAGMENT[:3]])
+    assert [e["line"] for e in alone["errors"]] == [FRAGMENT[0]]
+
+
+def test_each_line_is_what_makes_it_a_failure():
+    assert [e["line"] for e in _inspect(FRAGMENT[:2])["errors"]] == [FRAGMENT[0]]
+    assert [e["line"] for e in _inspect(FRAGMENT[2:])["errors"]] == [FRAGMENT[3]]
+    with pytest.raises(ParseError):  # neither: nothing NCCL said
+        _inspect([FRAGMENT[1]])
+
+
+def test_a_warn_line_is_the_cause_and_the_test_failure_its_consequence():
+    warn = ("ip-172-31-10-20:23389:23447 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI "
+            "Couldn't open AV. RC: -22, ERROR: Invalid argument")
+    out = _inspect([warn, FRAGMENT[0]])
+    assert [e["line"] for e in out["errors"]] == [warn.split("NCCL WARN ")[1]]
