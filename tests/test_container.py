@@ -19,39 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.dockerfile import DOCKERFILE, Instruction, parse_dockerfile
+
 REPO = Path(__file__).resolve().parent.parent
-DOCKERFILE = REPO / "container" / "Dockerfile"
 ENTRYPOINT = REPO / "container" / "entrypoint.sh"
-
-
-@dataclass(frozen=True)
-class Instruction:
-    name: str
-    args: str
-    line: int
-
-
-def parse_dockerfile(text: str) -> list[Instruction]:
-    """Instructions with continuation lines joined and comments dropped (no heredocs used)."""
-    result: list[Instruction] = []
-    buf, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not buf and (not line or line.startswith("#")):
-            continue
-        if buf and line.startswith("#"):
-            continue
-        if not buf:
-            start = number
-        if line.endswith("\\"):
-            buf += line[:-1].rstrip() + " "
-            continue
-        buf += line
-        name, _, args = buf.partition(" ")
-        result.append(Instruction(name.upper(), args.strip(), start))
-        buf = ""
-    assert not buf, f"unterminated continuation from line {start}"
-    return result
 
 
 @pytest.fixture(scope="module")
