@@ -238,7 +238,18 @@ def image() -> str:
                 if built.returncode != 0:
                     raise RuntimeError(f"podman build failed:\n{built.stdout[-3000:]}"
                                        f"\n{built.stderr[-3000:]}")
+                _remove_older(tag)
     return tag
+
+
+def _remove_older(tag: str) -> None:
+    """Images built for earlier sources go (the store would grow by one image per change)."""
+    repo = tag.rsplit(":", 1)[0]
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", repo, check=False)
+    for other in listed.stdout.split():
+        if other != tag:
+            podman("rmi", "-f", other, check=False)
+    podman("image", "prune", "-f", check=False)
 
 
 def main(argv: list[str]) -> int:

@@ -29,6 +29,8 @@ import pytest
 
 from tests.e2e import container_image
 
+#: The first test builds the image when scripts/test has not (debootstrap: minutes).
+pytestmark = pytest.mark.timeout(1800)
 REQUIRED_ENV = "GPU_PREFLIGHT_TEST_PODMAN"
 #: The host name the runs report under (SageMaker's current_host).
 HOST = "algo-1"
