@@ -19,39 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.dockerfile import DOCKERFILE, Instruction, parse_dockerfile
+
 REPO = Path(__file__).resolve().parent.parent
-DOCKERFILE = REPO / "container" / "Dockerfile"
 ENTRYPOINT = REPO / "container" / "entrypoint.sh"
-
-
-@dataclass(frozen=True)
-class Instruction:
-    name: str
-    args: str
-    line: int
-
-
-def parse_dockerfile(text: str) -> list[Instruction]:
-    """Instructions with continuation lines joined and comments dropped (no heredocs used)."""
-    result: list[Instruction] = []
-    buf, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not buf and (not line or line.startswith("#")):
-            continue
-        if buf and line.startswith("#"):
-            continue
-        if not buf:
-            start = number
-        if line.endswith("\\"):
-            buf += line[:-1].rstrip() + " "
-            continue
-        buf += line
-        name, _, args = buf.partition(" ")
-        result.append(Instruction(name.upper(), args.strip(), start))
-        buf = ""
-    assert not buf, f"unterminated continuation from line {start}"
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -536,3 +507,20 @@ def test_a_te_that_does_not_import_stops_the_build(tmp_path: Path, stderr: str,
     fake.chmod(0o755)
     got = _install_te().import_problem(str(fake))
     assert (got is None) if problem is None else got.startswith(problem)
+
+
+def test_runtime_test_image_installs_and_starts_as_the_dockerfile_does(
+        instructions: list[Instruction]) -> None:
+    """tests/e2e/container_image.py builds the podman-tested image from the Dockerfile's own
+    install step, entrypoint COPY and ENTRYPOINT, verbatim; only the nccl-tests probe is left out."""
+    from tests.e2e import container_image
+
+    text = container_image.containerfile("localhost/base:x")
+    install = next(i for i in instructions if i.name == "RUN" and INSTALL_SCRIPT in i.args)
+    entry = next(i for i in instructions if i.name == "ENTRYPOINT")
+    assert install.text() in text.splitlines()
+    assert entry.text() == text.splitlines()[-1]
+    assert "all_reduce_perf" not in text and "FROM localhost/base:x" in text
+    broken = [i for i in instructions if i.name != "ENTRYPOINT"]
+    with pytest.raises(RuntimeError, match="expected one ENTRYPOINT"):
+        container_image.harness_layers(broken)
