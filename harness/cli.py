@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="also write the results as Prometheus text (node_exporter textfile "
                      "collector: PATH ends in .prom), atomically (default: "
                      "$PREFLIGHT_METRICS_FILE); a failed write is only a warning")
+    run.add_argument("--reuse-certified", default=None, metavar="MAX_AGE",
+                     help="at job start, reuse a certify pass of this node younger than MAX_AGE "
+                          "(90m, 6h, 2d) whose identity matches: only the checks whose facts "
+                          "can change run (docs/certification.md; PREFLIGHT_REUSE_CERTIFIED)")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- then the training command to exec after a passing preflight")
 
