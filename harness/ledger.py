@@ -65,7 +65,7 @@ class Ledger:
                 bad += 1
                 continue
             if isinstance(entry, dict) and entry.get("schema") == LEDGER_SCHEMA and \
-                    isinstance(entry.get("key"), str):
+                    isinstance(entry.get("part"), str):
                 found.append(entry)
             else:
                 bad += 1
@@ -78,7 +78,7 @@ class Ledger:
 
     def clear(self, key: str, *, why: str, by: str, host: str) -> JSONObject:
         """Record that `key`'s failures so far are cleared (repaired, replaced, judged false)."""
-        entry: JSONObject = {"kind": "clear", "key": key, "why": why, "by": by, "host": host,
+        entry: JSONObject = {"kind": "clear", "part": key, "why": why, "by": by, "host": host,
                              "at": now_iso()}
         self.append(entry, writer=host)
         return entry
@@ -90,7 +90,7 @@ class Ledger:
         out: list[JSONObject] = []
         for entry in entries:
             if entry.get("kind") == "clear":
-                out = [e for e in out if e.get("key") != entry.get("key")]
+                out = [e for e in out if e.get("part") != entry.get("part")]
             elif entry.get("kind") == "failure":
                 out.append(entry)
         return out
@@ -98,14 +98,14 @@ class Ledger:
     def seen(self, keys: Mapping[str, str]) -> list[JSONObject]:
         """The open failures of this node's hardware (`keys`, from keys_of), each with `here`:
         how this node names the part."""
-        return [{**e, "here": keys[str(e["key"])]} for e in self.open_failures()
-                if str(e.get("key")) in keys]
+        return [{**e, "here": keys[str(e["part"])]} for e in self.open_failures()
+                if str(e.get("part")) in keys]
 
 
 def describe(entry: Mapping[str, object]) -> str:
     """`GPU 3 (uuid .., serial ..) failed PF-GPU-013 on host-a at 2026-..: message`."""
-    return (f"{entry.get('here') or entry.get('key')} failed {entry.get('check')} on "
-            f"{entry.get('host')} at {entry.get('at')} (in the ledger as {entry.get('key')}): "
+    return (f"{entry.get('here') or entry.get('part')} failed {entry.get('check')} on "
+            f"{entry.get('host')} at {entry.get('at')} (in the ledger as {entry.get('part')}): "
             f"{entry.get('message')}")
 
 
@@ -114,12 +114,13 @@ def _named_gpus(check: CheckResult, gpus: Sequence[Mapping[str, object]]
     """The GPUs a failed check names, with the part of the message that names each: a
     measurement judged not ok with its GPU index, or the GPU's serial or UUID in the message
     (every message names a GPU by harness.gpu_record.gpu_label, which holds its serial)."""
-    bad_index = {m.gpu_index for m in check.measurements if m.ok is False and m.gpu_index
-                 is not None}
+    bad_index = check.failed_gpus()
     out = []
     for g in gpus:
-        tokens = [str(t) for t in (g.get("serial"), g.get("uuid")) if t]
-        parts = [p for p in re.split(r";\s+|\n", check.message) if any(t in p for t in tokens)]
+        tokens = [re.compile(rf"(?<![\w-]){re.escape(str(t))}(?![\w-])")
+                  for t in (g.get("serial"), g.get("uuid")) if t]
+        parts = [p for p in re.split(r";\s+|\n", check.message)
+                 if any(t.search(p) for t in tokens)]
         if parts or g.get("index") in bad_index:
             out.append((g, " ".join(parts)))
     return out
@@ -143,13 +144,13 @@ def hardware_failures(checks: Iterable[CheckResult], *, gpus: Sequence[Mapping[s
             hardware = {"type": "nvlink" if links else "gpu", "uuid": g.get("uuid"),
                         "serial": g.get("serial"), "index": g.get("index")}
             hardware.update({"links": links} if links else {})
-            out.append({**base, "key": key, "hardware": hardware, "check": check.id,
+            out.append({**base, "part": key, "hardware": hardware, "check": check.id,
                         "message": message})
         texts = [check.message] + [m.what for m in check.measurements if m.ok is False]
         for n in nics:
             name = str(n.get("name") or "")
             if n.get("guid") and name and any(re.search(rf"\b{re.escape(name)}\b", t)
                                               for t in texts):
-                out.append({**base, "key": str(n["guid"]), "check": check.id, "message": message,
+                out.append({**base, "part": str(n["guid"]), "check": check.id, "message": message,
                             "hardware": {"type": "nic", "guid": n["guid"], "name": name}})
     return out

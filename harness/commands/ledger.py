@@ -57,10 +57,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
                         + (f", {bad} unreadable lines" if bad else "")))
     for e in shown:
         if e.get("kind") == "clear":
-            line = f"{e.get('at')}  CLEAR   {e.get('key')}  by {e.get('by')}: {e.get('why')}"
+            line = f"{e.get('at')}  CLEAR   {e.get('part')}  by {e.get('by')}: {e.get('why')}"
         else:
             hw = e.get("hardware") or {}
-            line = (f"{e.get('at')}  {'OPEN' if e in open_ else 'cleared'}  {e.get('key')}  "
+            line = (f"{e.get('at')}  {'OPEN' if e in open_ else 'cleared'}  {e.get('part')}  "
                     f"{hw.get('type', '?')}  {e.get('check')} on {e.get('host')}: "
                     f"{e.get('message')}")
         print(redactor.text(line))

@@ -159,7 +159,7 @@ class NodeMemory:
                 lines.append(f"warning: cannot append to the bad-hardware ledger: {exc}")
                 break
             self.section["appended"].append(entry)  # type: ignore[union-attr]
-            lines.append(f"ledger: recorded {entry['key']} ({entry['hardware']['type']}) "  # type: ignore[index]
+            lines.append(f"ledger: recorded {entry['part']} ({entry['hardware']['type']}) "  # type: ignore[index]
                          f"failing {entry['check']}")
         return lines
 
