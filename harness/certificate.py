@@ -1,5 +1,6 @@
 """Certification reuse: a certify-tier (or diagnose) pass leaves a certificate, the node's
-identity when it passed (harness.identity) and every check that passed with its figures; a
+identity when it passed (harness.identity) and every check that passed with its figures (or
+was not applicable to this node's profile, with the reason); a
 job-start run (`preflight run --reuse-certified MAX_AGE`) that finds one young enough, bound to
 the identity the node shows now and with no new ECC, row-remapping or XID event since, runs
 only the checks whose facts can change between runs and reuses the rest (`REUSABLE`).
@@ -32,6 +33,9 @@ CERT_SCHEMA = "gpu-preflight.certificate/v1"
 CERT_FILE = "certificate.json"
 #: Tiers whose pass issues a certificate (every check of a tier runs in the deeper ones).
 ISSUING_TIERS = ("certify", "diagnose")
+#: The outcomes a certificate records and a job start may reuse: a warning runs again (its
+#: warning is said fresh), a failure or an error is never certified.
+CERTIFIED_OUTCOMES = ("pass", "skip")
 #: Tiers a certificate may shorten: the job-start run.
 REUSE_TIERS = ("preflight",)
 
@@ -60,10 +64,16 @@ REUSABLE: dict[str, str] = {
     "PF-BW-007": "other collectives exact on this node (single-node jobs)",
     **{f"PF-TRAIN-00{n}": "the tiny training step with this image on these GPUs "
        "(single-node jobs)" for n in range(1, 9)},
+    # What NCCL did on this node's bandwidth run (plugin, provider, GDR, NICs, warnings): the
+    # image, its libraries, the NCCL/FI variables and the NICs by GUID are identity fields, and
+    # the NICs' state now is PF-NET-001..005 and PF-NET-012, which always run.
+    **{f"PF-NET-0{n:02d}": "NCCL's network path on this node's bandwidth run (single-node jobs)"
+       for n in (6, 7, 8, 9, 10, 11, 13)},
 }
 #: On a multi-node job these run: their runs include the network, and the cluster's straggler
-#: check (PF-CLUSTER-006) compares every node's busbw and step time.
-_SINGLE_NODE_ONLY = ("PF-BW-", "PF-TRAIN-")
+#: check (PF-CLUSTER-006) compares every node's busbw and step time. (PF-NET-001..005 and 012,
+#: the NICs' state, are not in REUSABLE at all.)
+_SINGLE_NODE_ONLY = ("PF-BW-", "PF-TRAIN-", "PF-NET-")
 
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -103,9 +113,11 @@ def issue(*, tier: str, host: str, identity: NodeIdentity, checks: Iterable[Chec
         "issued_at": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
         "issued_epoch": round(now, 3), "report": str(report_dir / "report.json"),
         "identity": identity.fields, "events": identity.events,
-        "passed": [{"id": c.id, "title": c.title,
+        # A skip is a check not applicable to this profile (the certify verdict was a pass):
+        # reused as such, so its probes do not run again to say so (harness.plugin selects).
+        "checks": [{"id": c.id, "title": c.title, "outcome": c.outcome, "message": c.message,
                     "measurements": [m.to_dict() for m in c.measurements]}
-                   for c in checks if c.outcome == "pass"],
+                   for c in checks if c.outcome in CERTIFIED_OUTCOMES],
     }
     return seal(body)
 
@@ -123,13 +135,15 @@ class Reuse:
     def to_dict(self) -> JSONObject:
         """report.json's `reused` section."""
         cert = self.certificate or {}
-        by_id = {p["id"]: p for p in cert.get("passed", [])}  # type: ignore[union-attr]
+        by_id = {p["id"]: p for p in cert.get("checks", [])}  # type: ignore[union-attr]
         return {
             "used": bool(self.ids), "reason": self.reason, "source": self.source or None,
             "certificate": cert.get("id"), "issued_at": cert.get("issued_at"),
             "tier": cert.get("tier"), "certified_report": cert.get("report"),
             "age_s": None if self.age_s is None else round(self.age_s, 1),
             "checks": [{"id": i, "why_reusable": REUSABLE[i],
+                        "certified_outcome": by_id[i].get("outcome"),  # type: ignore[union-attr]
+                        "certified_message": by_id[i].get("message"),  # type: ignore[union-attr]
                         "certified_measurements": by_id[i].get("measurements", [])}  # type: ignore[union-attr]
                        for i in self.ids],
         }
@@ -203,14 +217,15 @@ def look_up(*, store: Store | None, report_dir: Path, host: str, identity: NodeI
     elif identity.unread:
         found.reason = "this node's identity could not be read: " + "; ".join(identity.unread)
     elif diff := identity.differences(cert.get("identity") or {}):  # type: ignore[arg-type]
-        found.reason = (f"the certificate at {where} is for another node, image or profile: "
-                        + "; ".join(diff))
+        found.reason = (f"the certificate at {where} is for another node, image, profile or "
+                        "NCCL/FI environment: " + "; ".join(diff))
     elif grown := identity.grown(cert.get("events") or {}):  # type: ignore[arg-type]
         found.reason = "new ECC, row-remapping or XID events since the certificate: " + \
             "; ".join(grown)
     if found.reason:
         return found
-    passed = {p.get("id") for p in cert.get("passed", [])}  # type: ignore[union-attr]
+    passed = {p.get("id") for p in cert.get("checks", [])  # type: ignore[union-attr]
+              if p.get("outcome") in CERTIFIED_OUTCOMES}  # type: ignore[union-attr]
     found.ids = sorted(i for i in set(selected) & passed if i in REUSABLE and not (
         multi_node and i.startswith(_SINGLE_NODE_ONLY)))
     found.reason = "identity matches, no new event" if found.ids else (

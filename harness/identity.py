@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import __version__, proc
+from harness.cluster.snapshot import ENV_PREFIXES
 from harness.detect import has_gpu
 from harness.gpu_record import GpuInventory
 from harness.jsontypes import JSONObject, JSONValue
 from harness.profile_model import Profile
+from harness.redact import Redactor
 from harness.settings import get_str
 
 __all__ = ["NodeIdentity", "gather", "gpu_keys", "profile_sha256", "read_gpus", "read_nics"]
@@ -97,6 +99,13 @@ def _packages_sha256() -> str:
     found = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
                    if d.metadata["Name"])
     return hashlib.sha256("\n".join(found).encode()).hexdigest()
+
+
+def _network_env(env: Mapping[str, str]) -> JSONObject:
+    """The NCCL and libfabric variables (what the bandwidth and training figures were measured
+    under: the cluster's own consistency set), redacted as every output is."""
+    kept = {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
+    return dict(Redactor.of(env).env(kept))
 
 
 def _dist_version(*names: str) -> str | None:
@@ -180,7 +189,7 @@ def gather(profile: Profile, host: str, env: Mapping[str, str], sysroot: Path = 
         boot_id=boot_id, profile=profile.name, profile_sha256=profile_sha256(profile),
         harness_version=__version__, image=get_str("PREFLIGHT_IMAGE_DIGEST", env),
         python_packages_sha256=_packages_sha256(),
-        nics=read_nics(sysroot), **_versions(env, sysroot))
+        nics=read_nics(sysroot), env=_network_env(env), **_versions(env, sysroot))
     _gpus(ident, profile, sysroot)
     ident.nics = list(ident.fields["nics"])  # type: ignore[arg-type]
     if ident.gpus or profile.has_gpus:

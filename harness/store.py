@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.publish import aws_client, parse_s3_uri
+# The one AWS client with bounded timeouts and retries (publish.py's): a store never hangs a run.
+from harness.publish import _client as aws_client
+from harness.publish import parse_s3_uri
 
 __all__ = ["Store", "StoreError"]
 

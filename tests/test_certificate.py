@@ -77,8 +77,25 @@ def test_matching_identity_reuses_only_reusable_passed_checks(tmp_path: Path) ->
     assert multi.ids == ["PF-GPU-013"]  # the training step feeds the cluster's comparison
 
 
+def test_not_applicable_is_reused_a_warning_is_not(tmp_path: Path) -> None:
+    checks = [CheckResult(id="PF-BW-001", nodeid="a", title="t", tier="preflight",
+                          outcome="skip", message="CPU profile: no NVLink floor"),
+              CheckResult(id="PF-GPU-013", nodeid="b", title="t", tier="preflight",
+                          outcome="warn", message="slow-ish")]
+    cert = issue(tier="certify", host="n1", identity=_identity(), checks=checks,
+                 report_dir=Path("/r"), now=900.0)
+    found = _look(tmp_path, cert, _identity())
+    assert found.ids == ["PF-BW-001"]
+    reused = found.to_dict()["checks"][0]  # type: ignore[index]
+    assert (reused["certified_outcome"], reused["certified_message"]) == (
+        "skip", "CPU profile: no NVLink floor")
+
+
 @pytest.mark.parametrize(("now_identity", "reason"), [
-    (_identity(host="n2"), "another node, image or profile: host n1 (certificate) != n2 (now)"),
+    (_identity(env={"NCCL_PROTO": "Simple"}), "environment: env null (certificate) != "
+                                               "{\"NCCL_PROTO\": \"Simple\"} (now)"),
+    (_identity(host="n2"), "another node, image, profile or NCCL/FI environment: host n1 "
+                           "(certificate) != n2 (now)"),
     (_identity(image="sha256:bb"), "image sha256:aa (certificate) != sha256:bb (now)"),
     (_identity(boot_id="b2"), "boot_id b1 (certificate) != b2 (now)"),
     (_identity(gpus=[{"uuid": "GPU-9", "serial": "999"}]), "gpus"),

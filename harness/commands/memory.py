@@ -187,7 +187,8 @@ class NodeMemory:
                 problems.append(str(exc))
         report.extra["certificate"] = {"id": cert["id"], "written": written,
                                        "problems": problems,
-                                       "checks": len(cert["passed"])}  # type: ignore[arg-type]
-        lines = [f"certificate {str(cert['id'])[:12]} ({len(cert['passed'])} checks passed) "  # type: ignore[arg-type]
+                                       "checks": len(cert["checks"])}  # type: ignore[arg-type]
+        lines = [f"certificate {str(cert['id'])[:12]} ({len(cert['checks'])} checks: passed or "  # type: ignore[arg-type]
+                 "not applicable) "
                  f"written to {', '.join(written) or 'nowhere'}"]
         return lines + [f"warning: {p}" for p in problems]
