@@ -283,3 +283,14 @@ def test_bad_max_age_is_a_usage_error(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
     assert "--reuse-certified / PREFLIGHT_REUSE_CERTIFIED: 'soon' is not an age" in res.stderr
+
+
+def test_a_k_selection_reuses_nothing(tmp_path: Path) -> None:
+    from harness.commands.memory import NodeMemory
+
+    memory = NodeMemory.start(reuse_certified="6h", profile=BUILTIN_PROFILES["local-cpu"],
+                              host="n1", tier="preflight", report_dir=tmp_path, env={},
+                              sysroot=tmp_path, keyword="PF-GPU-013")
+    assert memory.before(multi_node=False) == [
+        "full run: no certificate reused (-k 'PF-GPU-013' names the checks to run: they run)"]
+    assert memory.reused_ids == []

@@ -68,6 +68,8 @@ class NodeMemory:
     max_age_s: float | None = None
     cert_store: Store | None = None
     ledger: Ledger | None = None
+    keyword: str | None = None
+    """`-k`: a run of named checks runs them (a certificate never stands for them)."""
     reuse: Reuse | None = None
     seen: list[JSONObject] = field(default_factory=list)
     section: JSONObject = field(default_factory=dict)
@@ -75,7 +77,8 @@ class NodeMemory:
 
     @classmethod
     def start(cls, *, reuse_certified: str | None, profile: Profile, host: str, tier: str,
-              report_dir: Path, env: Mapping[str, str], sysroot: Path) -> NodeMemory:
+              report_dir: Path, env: Mapping[str, str], sysroot: Path,
+              keyword: str | None = None) -> NodeMemory:
         """Read the options; UsageError naming a malformed one."""
         age_text = reuse_certified or get_str("PREFLIGHT_REUSE_CERTIFIED", env)
         try:
@@ -85,7 +88,7 @@ class NodeMemory:
         ledger_store = _store(env, "PREFLIGHT_LEDGER")
         return cls(profile=profile, host=host, tier=tier, report_dir=report_dir, env=env,
                    sysroot=sysroot, max_age_s=max_age, cert_store=_store(env, "PREFLIGHT_CERT_STORE"),
-                   ledger=Ledger(ledger_store) if ledger_store else None)
+                   ledger=Ledger(ledger_store) if ledger_store else None, keyword=keyword)
 
     def _identity(self) -> NodeIdentity:
         return gather(self.profile, self.host, self.env, self.sysroot)
@@ -99,6 +102,8 @@ class NodeMemory:
         if self.max_age_s is not None:
             if self.tier not in REUSE_TIERS:
                 self.reuse = Reuse(f"--reuse-certified applies to tier preflight, not {self.tier}")
+            elif self.keyword:
+                self.reuse = Reuse(f"-k {self.keyword!r} names the checks to run: they run")
             else:
                 self.reuse = look_up(store=self.cert_store, report_dir=self.report_dir,
                                      host=self.host, identity=identity, max_age_s=self.max_age_s,

@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     try:  # certificates and the ledger (docs/certification.md): options refused before the checks
         memory = NodeMemory.start(reuse_certified=getattr(args, "reuse_certified", None),
                                   profile=profile, host=host, tier=tier, report_dir=report_dir,
-                                  env=env, sysroot=sysroot)
+                                  env=env, sysroot=sysroot, keyword=args.keyword)
     except UsageError as exc:
         _write_early_failure(str(exc), finalizer)
         raise
