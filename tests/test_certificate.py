@@ -294,3 +294,23 @@ def test_a_k_selection_reuses_nothing(tmp_path: Path) -> None:
     assert memory.before(multi_node=False) == [
         "full run: no certificate reused (-k 'PF-GPU-013' names the checks to run: they run)"]
     assert memory.reused_ids == []
+
+
+def test_an_unread_identity_certifies_nothing(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A certify pass on a GPU profile whose GPUs cannot be read leaves no certificate, and
+    says why (a certificate bound to an unknown identity would match nothing, or anything)."""
+    from harness.commands.memory import NodeMemory
+    from harness.report import Report
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    memory = NodeMemory.start(reuse_certified=None, profile=BUILTIN_PROFILES["p5.48xlarge"],
+                              host="n1", tier="certify", report_dir=tmp_path / "r",
+                              env={"PREFLIGHT_KERNEL_LOG": str(CLEAN_LOG)},
+                              sysroot=_sysroot(tmp_path))
+    report = Report(host="n1", profile="p5.48xlarge", profile_source="test", tier="certify",
+                    checks=_passed("PF-GPU-013"))
+    lines = memory.after(report)
+    assert lines[0].startswith("no certificate: this node's identity could not be read: GPUs:")
+    assert report.extra["certificate"]["written"] is None
+    assert not (tmp_path / "r" / "certificate.json").exists()

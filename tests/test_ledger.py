@@ -189,3 +189,40 @@ def test_ledger_on_real_runs(tmp_path: Path, aws_env: dict[str, str]) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert _outcome(report, "PF-LEDGER-001")[0] == "pass"
     assert report["certificate"]["written"]  # type: ignore[index]
+
+
+def _judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tier: str,
+           env: dict[str, str]) -> CheckResult:
+    """PF-LEDGER-001 on facts handed to it (no GPU tool on PATH; two NICs in the sysroot)."""
+    from checks.test_ledger import test_no_ledgered_hardware
+    from harness.checking import run_check
+    from harness.profiles import BUILTIN_PROFILES
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    root = tmp_path / "root"
+    for nic in NICS:
+        (root / "sys/class/infiniband" / str(nic["name"])).mkdir(parents=True, exist_ok=True)
+        (root / "sys/class/infiniband" / str(nic["name"]) / "node_guid").write_text(
+            f"{nic['guid']}\n")
+    return run_check(test_no_ledgered_hardware, BUILTIN_PROFILES["local-cpu"], tier, env, root,
+                     profile="local-cpu")
+
+
+def test_ledger_check_outcomes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               aws_env: dict[str, str]) -> None:
+    folder = str(tmp_path / "ledger")
+    assert _judge(tmp_path, monkeypatch, "certify", {}).outcome == "skip"  # no ledger set
+    env = {"PREFLIGHT_LEDGER": folder}
+    assert _judge(tmp_path, monkeypatch, "certify", env).outcome == "pass"  # looked up, none
+    Ledger(Store.of(folder)).append({"kind": "failure", "part": "0e5e:f5ff:fe44:5566",
+                                     "check": "PF-NET-012", "host": "n3", "at": "t",
+                                     "message": "port DOWN"}, writer="n3")
+    warned = _judge(tmp_path, monkeypatch, "preflight", env)
+    assert warned.outcome == "warn"
+    failed = _judge(tmp_path, monkeypatch, "certify", env)
+    assert failed.outcome == "fail"
+    assert "NIC rdmap32s27 (guid 0e5e:f5ff:fe44:5566) failed PF-NET-012 on n3" in failed.message
+    unreadable = _judge(tmp_path, monkeypatch, "certify",
+                        {"PREFLIGHT_LEDGER": "s3://pf-no-such-ledger/x"})
+    assert unreadable.outcome == "error" and "cannot read the bad-hardware ledger" in \
+        unreadable.message
