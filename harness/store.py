@@ -12,6 +12,7 @@ import os
 import secrets
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ from harness.publish import _client as aws_client
 from harness.publish import parse_s3_uri
 
 __all__ = ["Store", "StoreError"]
+
+#: Parallel GETs reading an S3 ledger (one object per line).
+_S3_READERS = 16
 
 
 class StoreError(Exception):
@@ -141,12 +145,16 @@ class Store:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
                                                                       Prefix=prefix):
             keys += [obj["Key"] for obj in page.get("Contents", [])]
-        lines: list[str] = []
-        for key in sorted(keys):
+
+        def fetch(key: str) -> list[str]:
             with contextlib.suppress(client.exceptions.NoSuchKey):  # deleted since listed
                 body = client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-                lines += _complete_lines(body.decode("utf-8", errors="replace"))
-        return lines
+                return _complete_lines(body.decode("utf-8", errors="replace"))
+            return []
+
+        # One GET per line: in parallel (boto3 clients are thread-safe), in key order.
+        with ThreadPoolExecutor(max_workers=_S3_READERS) as pool:
+            return [line for got in pool.map(fetch, sorted(keys)) for line in got]
 
 
 def _complete_lines(text: str) -> list[str]:
