@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="also write the results as Prometheus text (node_exporter textfile "
                      "collector: PATH ends in .prom), atomically (default: "
                      "$PREFLIGHT_METRICS_FILE); a failed write is only a warning")
+    run.add_argument("--reuse-certified", default=None, metavar="MAX_AGE",
+                     help="at job start, reuse a certify pass of this node younger than MAX_AGE "
+                          "(90m, 6h, 2d) whose identity matches: only the checks whose facts "
+                          "can change run (docs/certification.md; PREFLIGHT_REUSE_CERTIFIED)")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- then the training command to exec after a passing preflight")
 
@@ -166,6 +170,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="extra environment for the job (repeatable)")
     lau.add_argument("--dry-run", action="store_true",
                      help="print the CreateTrainingJob request as JSON and exit (no SDK needed)")
+    led = sub.add_parser("ledger", help="the bad-hardware ledger: list it, clear a part's entries")
+    led_sub = led.add_subparsers(dest="ledger_cmd", required=True)
+    led_list = led_sub.add_parser("list", help="every entry, and what is open (not cleared)")
+    led_list.add_argument("--json", action="store_true", help="the entries as JSON")
+    led_list.add_argument("--all", action="store_true", help="cleared entries too")
+    led_clear = led_sub.add_parser("clear", help="clear a part's failures so far (recorded)")
+    led_clear.add_argument("key", metavar="SERIAL", help="a GPU serial (or UUID) or a NIC GUID")
+    led_clear.add_argument("--why", required=True, help="why (repaired, replaced, false alarm)")
+    for p in (led_list, led_clear):
+        p.add_argument("--ledger", default=None, metavar="WHERE",
+                       help="a folder or s3:// prefix (default: PREFLIGHT_LEDGER)")
     return parser
 
 
@@ -180,6 +195,7 @@ COMMANDS = {
     "inspect": ("harness.commands.inspect", "cmd_inspect"),
     "report": ("harness.commands.report", "cmd_report"),
     "launch": ("harness.commands.launch", "cmd_launch"),
+    "ledger": ("harness.commands.ledger", "cmd_ledger"),
 }
 
 

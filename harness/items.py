@@ -13,13 +13,15 @@ import pytest
 from harness.checking import TIERS, CheckSpec
 from harness.jsontypes import JSONObject
 
-__all__ = ["describe_item", "item_spec", "selection_key", "suite_of", "suites_key"]
+__all__ = ["describe_item", "item_spec", "reused_key", "selection_key", "suite_of", "suites_key"]
 
 #: The suites of the session (NAME, root), from --preflight-suite.
 suites_key = pytest.StashKey[list[tuple[str, Path]]]()
 spec_key = pytest.StashKey[CheckSpec]()
 #: The session's selection (tier, -k and -m applied) before the phase split.
 selection_key = pytest.StashKey[list[pytest.Item]]()
+#: The check IDs a certificate stands for this run (--preflight-reused): never run, never selected.
+reused_key = pytest.StashKey[list[str]]()
 
 
 def suite_of(item: pytest.Item) -> tuple[str, Path] | None:

@@ -36,7 +36,7 @@ from harness.checking import (
 )
 from harness.deadline import TimeoutHooks
 from harness.interrupt import install_session_handlers
-from harness.items import item_spec, selection_key, suite_of, suites_key
+from harness.items import item_spec, reused_key, selection_key, suite_of, suites_key
 from harness.redact import Redactor
 from harness.results import CheckResult, Measurement
 from harness.suites import BUILTIN_SUITE
@@ -59,6 +59,8 @@ HELP_RESULTS = "Append one JSON line per check result to this file (the CLI read
 HELP_SYSROOT = "Root directory probes read /sys, /proc and /dev under (tests point it at a fake)."
 HELP_PHASE = ("Run this phase's share of the selection: node-local (not exclusive), exclusive, "
               "or checks (all of it, the default).")
+HELP_REUSED = ("Check IDs (comma-separated) a node certificate stands for this run "
+               "(harness.certificate): deselected, never run, never reported as run.")
 HELP_SUITE = ("NAME=PATH of a check suite (repeatable): plain tests under PATH get IDs relative "
               "to it, and results name the suite.")
 
@@ -88,6 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--preflight-phase", default=None, choices=PHASES, help=HELP_PHASE)
     group.addoption("--preflight-suite", action="append", default=[], metavar="NAME=PATH",
                     help=HELP_SUITE)
+    group.addoption("--preflight-reused", default="", metavar="IDS", help=HELP_REUSED)
 
 
 def _requested(config: pytest.Config) -> bool:
@@ -95,7 +98,7 @@ def _requested(config: pytest.Config) -> bool:
     opt = config.option
     if any(getattr(opt, name, None) for name in (
             "preflight_profile", "preflight_profile_file", "preflight_results",
-            "preflight_phase", "preflight_suite")):
+            "preflight_phase", "preflight_suite", "preflight_reused")):
         return True
     if getattr(opt, "preflight_tier", "preflight") != "preflight" or \
             getattr(opt, "preflight_sysroot", "/") != "/":
@@ -228,9 +231,14 @@ def pytest_collection_modifyitems(
     if not active(config):
         return
     tier_index = TIERS.index(config.getoption("preflight_tier"))
-    keep, drop = [], []
+    reused = {i for i in (config.getoption("preflight_reused") or "").split(",") if i}
+    keep, drop, stood_for = [], [], set()
     for item in items:
-        (drop if TIERS.index(item_spec(item).tier) > tier_index else keep).append(item)
+        spec = item_spec(item)
+        if TIERS.index(spec.tier) <= tier_index and spec.id in reused:
+            stood_for.add(spec.id)  # a certificate stands for it: not run, not selected
+        (drop if TIERS.index(spec.tier) > tier_index or spec.id in reused else keep).append(item)
+    config.stash[reused_key] = sorted(stood_for)
     config.stash[selection_key] = list(keep)
     phase = config.getoption("preflight_phase") or "checks"
     if phase != "checks":

@@ -74,7 +74,7 @@ class ResultsRecorder:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.distributing or self.worker_id not in (None, "gw0"):
             return
-        from harness.items import describe_item, selection_key
+        from harness.items import describe_item, reused_key, selection_key
 
         selected = session.config.stash.get(selection_key, session.items)
         self.write({
@@ -82,6 +82,7 @@ class ResultsRecorder:
             "checks": [describe_item(i) for i in session.items],
             "selected": [describe_item(i) for i in selected],
             "errors": self.errors, "time": time.time(),
+            "reused": session.config.stash.get(reused_key, []),
         })
 
     def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:

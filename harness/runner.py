@@ -72,6 +72,8 @@ class RunConfig:
     progress: bool = True
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     extra_pytest_args: Sequence[str] = ()
+    reused: Sequence[str] = ()
+    """Check IDs a node certificate stands for (harness.certificate): deselected, never run."""
 
     @property
     def budget_s(self) -> float:
@@ -147,6 +149,8 @@ def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
     ]
     if cfg.profile_file:
         base += ["--preflight-profile-file", cfg.profile_file]
+    if cfg.reused:
+        base += ["--preflight-reused", ",".join(cfg.reused)]
     base += list(cfg.extra_pytest_args)
     def phase(name: str, *args: str) -> tuple[str, list[str]]:
         return name, [*base, "--preflight-phase", name, *args,
@@ -257,6 +261,9 @@ def run_checks(cfg: RunConfig) -> Report:
             "unfinished checks are reported as errors (see pytest-output.txt)"
         )
     report.selection["nothing_judged"] = _nothing_judged(cfg, suites, report)
+    if cfg.reused:  # what the sessions left to the certificate (harness.plugin)
+        report.selection["reused"] = sorted({i for record in load_events(results).collected
+                                             for i in record.get("reused", [])})
     report.finished_at = now_iso()
     report.duration_s = time.monotonic() - start
     return report

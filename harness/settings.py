@@ -210,6 +210,16 @@ SETTINGS: tuple[Setting, ...] = (
        between(0.01, 1e6)),
     _s("JOB_START_EPOCH", float, None, "XIDs before this Unix time do not count (PF-GPU-019)",
        between(0, 4102444800)),  # up to 2100-01-01
+    _s("CERT_STORE", str, None, "keep certify-tier certificates here too: a folder or an "
+       "s3:// prefix (docs/certification.md)", PATH),
+    _s("REUSE_CERTIFIED", str, None, "reuse a certificate younger than this (90m, 6h, 2d) "
+       "when --reuse-certified is not given (docs/certification.md)",
+       matching(r"[0-9]{1,7}(\.[0-9]{1,3})?[smhd]?", "an age (90m, 6h, 2d, 3600)", "6 hours")),
+    _s("IMAGE_DIGEST", str, None, "the container image's digest, part of the node's identity "
+       "in a certificate", matching(r"[A-Za-z0-9@:._/+-]{1,300}", "an image digest "
+                                    "(sha256:...)", "a b")),
+    _s("LEDGER", str, None, "the bad-hardware ledger: a folder or an s3:// prefix "
+       "(docs/certification.md)", PATH),
     _s("WORKER_HANG", str, None, "tests: the torch worker part that hangs",
        one_of("compute", "links", "bandwidth", "train"), public=False),  # worker.parts.PARTS
     _s("WORKER_T0", float, None, "the worker launch's start time, for its parts",

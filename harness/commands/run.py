@@ -13,12 +13,14 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from harness import handoff
 from harness.cluster import ClusterStep
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
+from harness.commands.memory import NodeMemory
 from harness.deadline import DEADLINE_VAR
 from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
 from harness.interrupt import RunGuard
@@ -207,6 +209,14 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     except (SuiteError, SelectionError) as exc:
         _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
+    sysroot = Path(setting(env, "PREFLIGHT_SYSROOT") or "/")
+    try:  # certificates and the ledger (docs/certification.md): options refused before the checks
+        memory = NodeMemory.start(reuse_certified=getattr(args, "reuse_certified", None),
+                                  profile=profile, host=host, tier=tier, report_dir=report_dir,
+                                  env=env, sysroot=sysroot, keyword=args.keyword)
+    except UsageError as exc:
+        _write_early_failure(str(exc), finalizer)
+        raise
 
     cfg = RunConfig(
         profile=profile, profile_source=profile_source, tier=tier, report_dir=report_dir,
@@ -236,6 +246,9 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
         threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
     cluster = _cluster_start(cfg, finalizer)  # None on a single-node job
     finalizer.cluster = cluster
+    if not _remember(lambda: memory.before(multi_node=cluster is not None), env):
+        memory.reuse = None  # a lookup that broke reuses nothing: a full run
+    cfg.reused = memory.reused_ids
     for lock in held:
         lock.extend((cluster.t.hard_bound_s if cluster is not None else cfg.budget_s)
                     + LOCK_MARGIN_S)
@@ -255,6 +268,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     guard.checkpoint()  # after a signal: parks here; the peers get the interrupted result
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
         failure_text = _cluster_finish(cluster, report)
+    _remember(lambda: memory.after(report), env)  # the reuse, the ledger, a certificate
     # The record is complete: from here on only its redacted form exists, and every output
     # below (files, stdout, stderr, uploads, Kubernetes) renders it.
     report = report.redacted(env)
@@ -285,6 +299,20 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
             return guard.exec_gate(lambda: _hand_off(command, report, finalizer))
         return EXIT_OK if report.verdict == "pass" else report.exit_code
     return report.exit_code
+
+
+def _remember(step: Callable[[], list[str]], env: dict[str, str]) -> bool:
+    """Run a NodeMemory step and print its lines; a defect in it is a warning, never a crash
+    or a changed verdict. False when it broke."""
+    ok = True
+    try:
+        lines = step()
+    except Exception as exc:
+        ok, lines = False, [f"warning: certificates and ledger skipped: "
+                            f"{type(exc).__name__}: {exc}"]
+    for line in lines:
+        print(f"gpu-preflight: {Redactor.of(env).text(line)}", flush=True)
+    return ok
 
 
 def _hand_off(command: list[str], report: Report, finalizer: RunFinalizer) -> int:

@@ -1,0 +1,52 @@
+"""The bad-hardware ledger (harness.ledger): is any GPU (by serial) or NIC (by GUID) of this node
+open in it? The ledger remembers parts across instances, so a GPU sent for repair that comes
+back in another node is named where it failed before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.checking import ProbeError, check, fail, measure, not_applicable, warn
+from harness.identity import gpu_keys, read_gpus, read_nics
+from harness.ledger import Ledger, describe, keys_of
+from harness.profiles import Profile
+from harness.settings import get_str
+from harness.store import Store, StoreError
+
+
+@check(
+    "PF-LEDGER-001",
+    title="No GPU or NIC of this node is open in the bad-hardware ledger",
+    why="A part that failed before (in this instance or another) fails again; the ledger "
+        "remembers GPU serials and NIC GUIDs across instance replacement",
+    remedy="replace the part, or clear its entry once repaired: "
+           "`preflight ledger clear KEY --why '...'`",
+    reads=("PREFLIGHT_LEDGER (a folder or s3:// prefix); GPU serials from NVML or nvidia-smi; "
+           "NIC GUIDs from /sys/class/infiniband/*/node_guid. An unreadable ledger or GPU list "
+           "is an error",),
+)
+def test_no_ledgered_hardware(profile: Profile, tier: str, environ: dict[str, str],
+                              sysroot: Path):
+    where = get_str("PREFLIGHT_LEDGER", environ)
+    if not where:
+        not_applicable("no bad-hardware ledger: PREFLIGHT_LEDGER is not set")
+    inv, problem = read_gpus(profile, sysroot)
+    if problem and profile.has_gpus:
+        raise ProbeError(f"cannot look this node's GPUs up in the ledger: {problem}")
+    keys = keys_of(gpu_keys(inv) if inv else [], read_nics(sysroot))
+    if not keys:
+        not_applicable("no GPU serial or NIC GUID read on this node: nothing the ledger names")
+    try:
+        seen = Ledger(Store.of(where)).seen(keys)
+    except (StoreError, ValueError) as exc:
+        raise ProbeError(f"cannot read the bad-hardware ledger: {exc}") from None
+    measure("parts looked up in the ledger", len(keys), op="==", threshold=len(keys), ok=True)
+    measure("of them open in the ledger", len(seen), op="==", threshold=0, ok=not seen)
+    if not seen:
+        return
+    text = (f"{len(seen)} part(s) of this node are open in the bad-hardware ledger {where}: "
+            + "; ".join(describe(e) for e in seen))
+    if tier == "preflight":
+        warn(text)
+    else:
+        fail(text + f" (tier {tier} certifies no ledgered part until its entry is cleared)")
