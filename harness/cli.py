@@ -120,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("what", choices=["cluster"], help="cluster: N local processes as nodes")
     st.add_argument("--nodes", type=int, default=4, help="simulated nodes (default 4)")
     st.add_argument("--inject", action="append", default=[], metavar="FAULT=K[,K]",
-                    help="fault on node K: slow, hang, crash, fail-check, absent (repeatable)")
+                    help="fault on node K: slow, hang, crash, fail-check, absent, sdc (one bit of its "
+                    "SDC result flipped) (repeatable)")
     st.add_argument("--tier", choices=TIERS, default="preflight",
                     help="certify always runs the pairwise isolation")
     st.add_argument("--work-dir", default=None, help="reports and outputs (default: a temp dir)")

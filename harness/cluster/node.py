@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
 
 #: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
-FAULTS = ("slow", "hang", "crash", "fail-check", "absent")
+FAULTS = ("slow", "hang", "crash", "fail-check", "absent", "sdc")
 
 
 def node_facts(env: Mapping[str, str]) -> JSONObject:
@@ -80,7 +80,8 @@ def gate_floor(profile: Profile) -> float | None:
 
 def inject_fault(fault: str) -> None:
     """The selftest's faults that act inside the collectives (`fail-check` and `absent` act
-    before: a harmful variable, a node never started)."""
+    before: a harmful variable, a node never started; `sdc` in the node's worker launch, which
+    flips one bit of every rank's SDC result: harness.worker.sdc)."""
     if fault == "crash":
         print("preflight selftest: fault 'crash': exiting in the middle of the cluster step",
               file=sys.stderr, flush=True)

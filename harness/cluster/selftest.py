@@ -6,6 +6,7 @@ cluster verdict, and passes only when every node agrees and none handed off on a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -29,6 +30,11 @@ HUNG_GRACE_S = 5.0
 #: reports (~1 s: the driver's SIGTERM reaches their check sessions too) before the driver
 #: SIGKILLs them, within harness.interrupt.EXIT_WITHIN_S.
 SELFTEST_TERM_GRACE_S = 6.0
+
+
+#: The fault that flips one bit of a node's SDC results (harness.worker.sdc), and the seconds
+#: of local budget its worker launch adds.
+SDC_FAULT, SDC_EXTRA_S = "sdc", 60.0
 
 
 class SelftestError(ValueError):
@@ -75,6 +81,13 @@ class SelftestConfig:
     def __post_init__(self) -> None:
         if not 2 <= self.nodes <= 64:
             raise SelftestError(f"--nodes {self.nodes}: between 2 and 64 local processes")
+        if SDC_FAULT in self.faults.values():
+            # Every node runs the SDC cross-check (PF-GPU-020: a worker launch of gloo ranks
+            # per node), so that the corrupted node is compared with the others: the local
+            # budget gets the launch's start-up (torch imports on shared cores).
+            self.keyword = f"({self.keyword}) or sdc_cross_check"
+            self.timeouts = dataclasses.replace(self.timeouts,
+                                                local_s=self.timeouts.local_s + SDC_EXTRA_S)
 
 
 @dataclass(slots=True)
