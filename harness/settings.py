@@ -211,7 +211,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("JOB_START_EPOCH", float, None, "XIDs before this Unix time do not count (PF-GPU-019)",
        between(0, 4102444800)),  # up to 2100-01-01
     _s("WORKER_HANG", str, None, "tests: the torch worker part that hangs",
-       one_of("compute", "links", "bandwidth", "train"), public=False),  # worker.parts.PARTS
+       one_of("compute", "sdc", "links", "bandwidth", "train"), public=False),  # worker.parts.PARTS
     _s("WORKER_T0", float, None, "the worker launch's start time, for its parts",
        between(0, 1e12), public=False),
     _s("DEADLINE", str, None, "the run's hard deadline, for its children",
