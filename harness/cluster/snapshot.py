@@ -83,7 +83,7 @@ def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float
     return out
 
 
-def node_sdc(checks: Iterable[Any]) -> JSONObject | None:
+def node_sdc(checks: Iterable[object]) -> JSONObject | None:
     """This node's SDC figures from its PF-GPU-020 record (None when it did not run or
     measured nothing)."""
     record = next((c for c in checks if _get(c, "id") == SDC_CHECK_ID), None)
