@@ -202,3 +202,34 @@ def rounds(groups: Sequence[NodeGroup]) -> list[list[NodeGroup]]:
         else:
             out.append([g])
     return out
+
+
+def pair_rounds(nodes: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """Every pair of `nodes` in rounds of disjoint pairs (the circle method: n-1 rounds for n
+    nodes, one more with a bye when n is odd)."""
+    ring = list(nodes) + ([None] if len(nodes) % 2 else [])  # type: ignore[list-item]
+    n = len(ring)
+    out = []
+    for _ in range(n - 1):
+        out.append([(a, b) for a, b in ((ring[i], ring[n - 1 - i]) for i in range(n // 2))
+                    if a is not None and b is not None])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return out
+
+
+def judge_sweep(nodes: Sequence[int], results: Sequence[tuple[int, int, bool]]) -> JSONObject:
+    """From every pair's pass/fail: bad nodes (failed with every partner, at least two) and
+    bad links (failed pairs between nodes that passed with someone else)."""
+    failed_with: dict[int, set[int]] = {n: set() for n in nodes}
+    partners: dict[int, set[int]] = {n: set() for n in nodes}
+    for a, b, ok in results:
+        partners[a].add(b)
+        partners[b].add(a)
+        if not ok:
+            failed_with[a].add(b)
+            failed_with[b].add(a)
+    bad = sorted(n for n in nodes if len(partners[n]) >= 2 and failed_with[n] == partners[n])
+    links = sorted((min(a, b), max(a, b)) for a, b, ok in results
+                   if not ok and a not in bad and b not in bad)
+    return {"bad_nodes": bad, "bad_links": [list(p) for p in links], "suspects": [],
+            "pairs": [[a, b, ok] for a, b, ok in results]}
