@@ -65,23 +65,19 @@ class Workload:
 #: Per level and device type: the work. Short (preflight): a few hundred ms on a GPU. Long
 #: (certify, diagnose): larger shapes and more steps (still seconds, bounded by the part's
 #: timeout). CPU: the same code at a size two busy cores do in well under a second.
+def _work(seed: int, *shapes: tuple[int, int]) -> tuple[Workload, ...]:
+    """bf16, fp16 and fp32 chains of (n, steps) each, seeded from `seed` + 1, + 2, + 3."""
+    return tuple(Workload(f"{name} gemm", dtype, n, steps, seed + i)
+                 for i, ((name, dtype), (n, steps)) in enumerate(
+                     zip((("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")),
+                         shapes, strict=True), start=1))
+
+
 LEVELS: dict[str, dict[str, tuple[Workload, ...]]] = {
-    "short": {
-        "cuda": (Workload("bf16 gemm", "bfloat16", 4096, 4, 11),
-                 Workload("fp16 gemm", "float16", 4096, 2, 12),
-                 Workload("fp32 gemm", "float32", 2048, 2, 13)),
-        "cpu": (Workload("bf16 gemm", "bfloat16", 48, 3, 11),
-                Workload("fp16 gemm", "float16", 32, 2, 12),
-                Workload("fp32 gemm", "float32", 48, 2, 13)),
-    },
-    "long": {
-        "cuda": (Workload("bf16 gemm", "bfloat16", 8192, 16, 21),
-                 Workload("fp16 gemm", "float16", 8192, 8, 22),
-                 Workload("fp32 gemm", "float32", 4096, 8, 23)),
-        "cpu": (Workload("bf16 gemm", "bfloat16", 96, 6, 21),
-                Workload("fp16 gemm", "float16", 64, 4, 22),
-                Workload("fp32 gemm", "float32", 96, 4, 23)),
-    },
+    "short": {"cuda": _work(10, (4096, 4), (4096, 2), (2048, 2)),
+              "cpu": _work(10, (48, 3), (32, 2), (48, 2))},
+    "long": {"cuda": _work(20, (8192, 16), (8192, 8), (4096, 8)),
+             "cpu": _work(20, (96, 6), (64, 4), (96, 4))},
 }
 
 
