@@ -59,6 +59,10 @@ def test_level_by_tier():
 
 # --- PF-GPU-020 on a worker's ranks -----------------------------------------------------------
 
+GOOD_RUN = {"spec": "sdc/v1 short x", "outputs": {"bf16 gemm": "o"}, "totals": {"bf16 gemm": 1.0},
+            "seconds": 0.1, "sm_count": 132}
+
+
 def _ranks(n, flip=None):
     good = sdc.run_sdc(torch.device("cpu"), "short")
     bad = sdc.run_sdc(torch.device("cpu"), "short", flip=True)
@@ -94,6 +98,18 @@ def test_node_check_names_the_one_rank_with_a_flipped_bit():
     assert "rank 0" not in result.message.split("found")[-1]
     assert [m.what for m in result.measurements if m.ok is False and m.unit == "sha256"] == [
         "rank 1 (CPU) SDC digest"]
+
+
+def test_one_flipped_bit_in_one_gpu_digest_is_named_with_its_device():
+    ranks = [{"rank": r, "device": r, "uuid": f"GPU-{r:04d}", **GOOD_RUN, "digest": "d" * 64}
+             for r in range(8)]
+    ranks[5]["digest"] = "c" + "d" * 63  # one bit: 0xd = 1101 -> 0xc = 1100
+    result = _node_check(ranks, 8)
+    assert result.outcome == "fail"
+    assert "CUDA device 5 (GPU-0005): silent data corruption suspected: digest cddddddddddd vs " \
+           "dddddddddddd on 7 of 8 devices" in result.message
+    assert [m.what for m in result.measurements if m.ok is False and m.unit == "sha256"] == [
+        "CUDA device 5 (GPU-0005) SDC digest"]
 
 
 def test_node_check_with_two_disagreeing_ranks_names_both():
