@@ -200,3 +200,16 @@ def test_a_bad_layout_fails_saying_why():
 def test_planned_groups_never_measured_are_not_a_pass():
     assert _check(decide(_snap(PLAN)))["outcome"] == "skip"
     assert "did not run" in _check(decide(_snap(PLAN)))["message"]
+
+
+def test_the_hard_bound_holds_the_groups_phase_only_when_a_layout_is_given():
+    from harness.cluster.timeouts import MAX_GROUP_ROUNDS, ClusterTimeouts
+
+    plain = ClusterTimeouts.from_env({}, 100.0)
+    grouped = ClusterTimeouts.from_env({"PREFLIGHT_GROUPS": "tp=2"}, 100.0)
+    assert not plain.groups and plain.groups_s == 0.0
+    assert grouped.groups and grouped.hard_bound_s - plain.hard_bound_s == \
+        MAX_GROUP_ROUNDS * 2 * grouped.bench_s + grouped.isolation_s
+    assert "job groups" in grouped.describe() and "job groups" not in plain.describe()
+    bad = ClusterTimeouts.from_env({"PREFLIGHT_GROUPS": "tp=zero"}, 100.0)
+    assert bad.groups  # a bad layout is judged (PF-CLUSTER-008 fails), not ignored
