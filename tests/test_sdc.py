@@ -205,3 +205,22 @@ def test_a_node_without_figures_is_said_never_silently_passed():
 
 def test_not_applicable_when_no_node_ran_it():
     assert _check(decide(_snap([None, None])))["outcome"] == "skip"
+
+
+# --- in the worker launch: short in preflight, long in certify, bounded -----------------------
+
+@pytest.mark.parametrize(("tier", "level", "limit"), [("preflight", "short", 60.0),
+                                                       ("certify", "long", 180.0)])
+def test_the_launch_runs_the_tiers_level_within_its_own_limit(tier, level, limit):
+    from types import SimpleNamespace
+
+    from harness.fixtures.worker import WorkerSession, wanted_parts
+    from harness.profiles import get_profile
+
+    for name in ("local-cpu", "p5.48xlarge"):
+        profile = get_profile(name)
+        session = WorkerSession(profile, tier, {}, ("sdc",))
+        assert f"--sdc-level={level}" in session.extra()
+        assert session.spec("sdc").timeout_s == limit
+        item = SimpleNamespace(fixturenames=("sdc_run",), module=None)
+        assert "sdc" in wanted_parts([item], profile, {})
