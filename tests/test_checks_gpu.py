@@ -537,11 +537,12 @@ def test_explain_says_what_each_gpu_check_reads_and_what_not_supported_means():
     import checks.test_gpu_diag
     import checks.test_gpu_kernel_log
     import checks.test_gpu_nvlink
+    import checks.test_sdc
     import checks.test_xid  # noqa: F401
     from harness.checking import registry
 
     specs = {cid: spec for cid, spec in registry().items() if cid.startswith("PF-GPU-")}
-    assert sorted(specs) == [f"PF-GPU-{n:03d}" for n in range(1, 20)]
+    assert sorted(specs) == [f"PF-GPU-{n:03d}" for n in range(1, 21)]
     for cid, spec in specs.items():
         assert spec.reads, cid
         assert any(line.startswith("not supported") for line in spec.reads), cid
