@@ -21,6 +21,8 @@ from harness.cluster.checks import (
     test_nodes_are_consistent,
     test_pairwise_rounds_find_no_bad_node,
 )
+from harness.cluster.group_check import test_job_shaped_groups_meet_their_threshold
+from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
 from harness.cluster.snapshot import ClusterView, cluster_off
 from harness.cluster.straggler import test_no_straggler_node
 from harness.settings import get_str
@@ -30,6 +32,8 @@ __all__ = [
     "test_cluster_bandwidth_meets_floor",
     "test_every_node_passed_its_checks",
     "test_every_node_reported",
+    "test_job_shaped_groups_meet_their_threshold",
+    "test_no_silent_data_corruption_across_nodes",
     "test_no_straggler_node",
     "test_nodes_are_consistent",
     "test_pairwise_rounds_find_no_bad_node",

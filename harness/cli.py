@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
                      "test names: -k PF-ENV-001, -k \"PF-GPU and not PF-GPU-012\")")
     run.add_argument("--extra-checks", action="append", default=[], metavar="DIR",
                      help=EXTRA_HELP)
+    run.add_argument("--groups", default=None, metavar="SPEC",
+                     help="the job's parallel layout (tp=8,pp=4,ep=2, or a JSON/TOML file): on "
+                     "a multi-node job the bandwidth gate and isolation also run inside each "
+                     "tensor/expert-parallel group that spans nodes (PREFLIGHT_GROUPS; "
+                     "docs/bandwidth.md)")
     run.add_argument("--warn-only", action="store_true",
                      help="report failures but exec the command anyway (exit status of the "
                      "command); without a command, the exit status is the checks' (1 on a "
@@ -124,7 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("what", choices=["cluster"], help="cluster: N local processes as nodes")
     st.add_argument("--nodes", type=int, default=4, help="simulated nodes (default 4)")
     st.add_argument("--inject", action="append", default=[], metavar="FAULT=K[,K]",
-                    help="fault on node K: slow, hang, crash, fail-check, absent (repeatable)")
+                    help="fault on node K: slow, hang, crash, fail-check, absent, sdc (one bit of its "
+                    "SDC result flipped), slowlink (the link between the slowlink nodes) "
+                    "(repeatable)")
+    st.add_argument("--groups", default=None, metavar="SPEC",
+                    help="the job layout every node is given (tp=2 with one rank per node: "
+                    "groups of two nodes; see `run --groups`)")
     st.add_argument("--tier", choices=TIERS, default="preflight",
                     help="certify always runs the pairwise isolation")
     st.add_argument("--work-dir", default=None, help="reports and outputs (default: a temp dir)")

@@ -183,6 +183,10 @@ SETTINGS: tuple[Setting, ...] = (
        # harness.probes.torch_bench.parse_size's form, not zero
        matching(r"(?i)(?=[0-9.]*[1-9])[0-9]{1,12}(\.[0-9]{1,6})?[KMGT]?B?", "a size in bytes "
                 "(4M, 1G, 65536)", "4 MB")),
+    _s("GROUPS", str, None, "the job's parallel layout for the job-shaped groups "
+       "(tp=8,pp=4,ep=2, or a JSON/TOML file; harness/cluster/groups.py)",
+       matching(r"[A-Za-z0-9=,._/ -]{1,500}", "tp=N,pp=N,ep=N,... or a file path",
+                "tp=8;pp=4")),
     _s("METRICS_FILE", str, None, "also write Prometheus text here (node_exporter textfile "
        "collector; docs/reports.md)", PATH),
     _s("CW_FORMAT", str, "emf", "emf: CloudWatch Embedded Metric Format log events; metrics: "
@@ -221,7 +225,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("LEDGER", str, None, "the bad-hardware ledger: a folder or an s3:// prefix "
        "(docs/certification.md)", PATH),
     _s("WORKER_HANG", str, None, "tests: the torch worker part that hangs",
-       one_of("compute", "links", "bandwidth", "train"), public=False),  # worker.parts.PARTS
+       one_of("compute", "sdc", "links", "bandwidth", "train"), public=False),  # worker.parts.PARTS
     _s("WORKER_T0", float, None, "the worker launch's start time, for its parts",
        between(0, 1e12), public=False),
     _s("DEADLINE", str, None, "the run's hard deadline, for its children",
@@ -231,9 +235,12 @@ SETTINGS: tuple[Setting, ...] = (
        matching(r"[0-9a-f.]+(,[0-9a-f.]+)*", "tags `PID.N.HEX[,...]`", "x y"), public=False),
     _s("ORIG_PYTHONPATH", str, None, "PYTHONPATH before the harness added to it", PATH,
        public=False),
+    # SELFTEST_FAULT: one_of mirrors harness.cluster.node.FAULTS
     _s("SELFTEST_FAULT", str, None, "selftest: the fault this simulated node injects",
-       one_of("slow", "hang", "crash", "fail-check", "absent"),  # harness.cluster.node.FAULTS
+       one_of("slow", "hang", "crash", "fail-check", "absent", "sdc", "slowlink"),
        public=False),
+    _s("SELFTEST_SLOW_LINK", str, None, "selftest: the nodes whose link to each other is slow",
+       matching(r"[0-9]{1,5}(,[0-9]{1,5})*", "node ranks (1,2)", "1 2"), public=False),
     _s("SELFTEST_SLOW_S", float, 0.25, "selftest: seconds a slow node sleeps", between(0, 3600),
        public=False),
     _s("TRAIN_FAULT", str, None, "tests: a fault the training-step worker injects",

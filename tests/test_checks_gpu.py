@@ -152,13 +152,18 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "[PF-GPU-012] dcgmi diag -r 1 has results for GPUs 0, 1, 2, 3, 4, 5, 6 but none for "
         f"{GPU[7]}: it did not test them (not in DCGM's group, or not visible to nv-hostengine); "
         "run `dcgmi discovery -l`"))},
+    # p5's bf16 floor is an estimate (a share of the datasheet peak): the GPU below it is named
+    # in a warning with the floor's source; its HBM floor is DCGM's (sourced): a failure.
     "slow_gpu": {
-        "PF-GPU-013": ("fail", (
-            f"[PF-GPU-013] GPUs below the bf16 matmul floor: 1 found, {NONE_FOR}: {GPU[5]}: "
-            f"310.5 TFLOP/s < 550 TFLOP/s -> reset GPU; {ACT_RESET}")),
+        "PF-GPU-013": ("warn", (
+            "[PF-GPU-013] GPUs below the estimated bf16 matmul floor (an estimate, not a failure "
+            "until measured; source: estimate: ~56% of H100 SXM dense bf16 peak 989 TFLOP/s): "
+            f"{GPU[5]}: 310.5 TFLOP/s < 550 TFLOP/s -> reset GPU; record this node's figures "
+            "with scripts/device-check and set the floor in a profile file; a GPU far below "
+            "its peers: reset it")),
         "PF-GPU-015": ("fail", (
             f"[PF-GPU-015] GPUs below the HBM copy floor: 1 found, {NONE_FOR}: {GPU[1]}: "
-            f"1200.0 GB/s < 2000 GB/s -> reset GPU; {ACT_RESET}"))},
+            f"1200.0 GB/s < 1905 GB/s -> reset GPU; {ACT_RESET}"))},
     "compute_missing_gpu": {cid: ("error", f"[{cid}] {what}: no figure for CUDA device(s) 7 of "
                                            "8 (measured: 0, 1, 2, 3, 4, 5, 6): not measured, "
                                            "never a pass")
@@ -295,7 +300,8 @@ def test_cuda_devices_are_named_as_nvml_names_them(pytester: pytest.Pytester):
     # slow_gpu: CUDA device d is NVML GPU 7 - d (matched by UUID).
     matmul = run_checks(pytester, "slow_gpu")["PF-GPU-013"]["measurements"]
     assert [m["what"] for m in matmul[:2]] == ["GPU 7 bf16 matmul", "GPU 6 bf16 matmul"]
-    assert (matmul[2]["value"], matmul[2]["ok"]) == (310.5, False)
+    # p5's bf16 floor is an estimate: the GPU below it is recorded, not failed (ok None)
+    assert (matmul[2]["value"], matmul[2]["ok"], matmul[2]["threshold"]) == (310.5, None, 550.0)
 
 
 def test_local_cpu_all_not_applicable(pytester: pytest.Pytester):
@@ -531,11 +537,12 @@ def test_explain_says_what_each_gpu_check_reads_and_what_not_supported_means():
     import checks.test_gpu_diag
     import checks.test_gpu_kernel_log
     import checks.test_gpu_nvlink
+    import checks.test_sdc
     import checks.test_xid  # noqa: F401
     from harness.checking import registry
 
     specs = {cid: spec for cid, spec in registry().items() if cid.startswith("PF-GPU-")}
-    assert sorted(specs) == [f"PF-GPU-{n:03d}" for n in range(1, 20)]
+    assert sorted(specs) == [f"PF-GPU-{n:03d}" for n in range(1, 21)]
     for cid, spec in specs.items():
         assert spec.reads, cid
         assert any(line.startswith("not supported") for line in spec.reads), cid

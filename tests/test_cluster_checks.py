@@ -26,7 +26,7 @@ from harness.checking import (
 from harness.cluster import verdict
 from harness.cluster.checks import CLUSTER_CHECKS
 
-IDS = [f"PF-CLUSTER-00{i}" for i in range(1, 7)]
+IDS = [f"PF-CLUSTER-00{i}" for i in range(1, 9)]
 
 
 def _snap(n=4):

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.checking import check, fail, measure, not_run
+from harness.cluster.group_check import test_job_shaped_groups_meet_their_threshold
+from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
 from harness.cluster.snapshot import FACT_KEYS, ClusterView
 from harness.cluster.straggler import test_no_straggler_node
 from harness.jsontypes import JSONMapping, JSONObject
@@ -226,4 +228,6 @@ CLUSTER_CHECKS: tuple[Callable[[ClusterView], None], ...] = (
     test_cluster_bandwidth_meets_floor,
     test_pairwise_rounds_find_no_bad_node,
     test_no_straggler_node,
+    test_no_silent_data_corruption_across_nodes,
+    test_job_shaped_groups_meet_their_threshold,
 )

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from harness.cluster.group_phase import GroupPhases, plan_groups
 from harness.cluster.node import gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
@@ -29,7 +30,7 @@ def short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class CollectivePhases:
+class CollectivePhases(GroupPhases):
     """The snapshot's collective part; `ClusterStep` holds the state these methods use."""
 
     topo: Topology
@@ -85,14 +86,20 @@ class CollectivePhases:
                 bw = self._gather_bw(phase_start + t.bench_s, size)
                 snap = {**snap, "bandwidth": bw}
                 snap["isolation_skipped"] = self._isolation_skip(snap)
+                snap["groups_plan"] = plan_groups(self.profile, self.env, self.topo.num_nodes)
                 plane.publish("snap/bw", snap)
             else:
                 snap = plane.wait_for("snap/bw", phase_start + t.bench_s + t.gather_s)
         except PlaneError as exc:
             return self._lost_master("the cluster all_reduce", str(exc))
-        if snap.get("isolation_skipped"):
+        if not snap.get("isolation_skipped"):
+            snap = self._isolation(snap)
+        if self.master_lost is not None:
             return snap
-        return self._isolation(snap)
+        try:
+            return self._groups_phase(snap)  # job-shaped groups (harness.cluster.group_phase)
+        except PlaneError as exc:
+            return self._lost_master("the job-shaped groups", str(exc))
 
     def _isolation_skip(self, snap: Mapping[str, Any]) -> str:
         """Why isolation does not run; '' when it runs (on every node: pairs need both)."""
@@ -117,7 +124,7 @@ class CollectivePhases:
             self.clean = False
             return {"busbw_gb_s": None, "data_ok": False,
                     "errors": [f"rank {self.rank}: process group init: {short(exc)}"]}
-        inject_fault(self.fault)
+        inject_fault(self.fault, self.rank)
         try:
             res = allreduce_bench(sizes_bytes=[size], warmup=1, iters=3,
                                   timeout_s=self.t.collective_s, device=self.device)

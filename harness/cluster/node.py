@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
 
 #: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
-FAULTS = ("slow", "hang", "crash", "fail-check", "absent")
+FAULTS = ("slow", "hang", "crash", "fail-check", "absent", "sdc", "slowlink")
 
 
 def node_facts(env: Mapping[str, str]) -> JSONObject:
@@ -78,9 +78,10 @@ def gate_floor(profile: Profile) -> float | None:
     return None if profile.has_gpus else profile.cpu_busbw_gb_s_min
 
 
-def inject_fault(fault: str) -> None:
+def inject_fault(fault: str, rank: int | None = None) -> None:
     """The selftest's faults that act inside the collectives (`fail-check` and `absent` act
-    before: a harmful variable, a node never started)."""
+    before: a harmful variable, a node never started; `sdc` in the node's worker launch, which
+    flips one bit of every rank's SDC result: harness.worker.sdc)."""
     if fault == "crash":
         print("preflight selftest: fault 'crash': exiting in the middle of the cluster step",
               file=sys.stderr, flush=True)
@@ -101,3 +102,26 @@ def inject_fault(fault: str) -> None:
             return original(*args, **kwargs)
 
         dist.all_reduce = slow_all_reduce
+    if fault == "slowlink":
+        _slow_link(rank)
+
+
+def _slow_link(rank: int | None) -> None:
+    """`slowlink` on nodes A and B (PREFLIGHT_SELFTEST_SLOW_LINK="A,B"): an all_reduce on a
+    subgroup (a pair, a job-shaped group) that holds this node and another slow-link node
+    sleeps first; the cluster-wide one does not (a link the cluster's ring does not cross)."""
+    import torch.distributed as dist
+
+    delay = get_float("PREFLIGHT_SELFTEST_SLOW_S") or 0.0
+    peers = {int(x) for x in (get_str("PREFLIGHT_SELFTEST_SLOW_LINK") or "").split(",") if x}
+    others = peers - {rank}
+    original = dist.all_reduce
+
+    def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:
+        group = kwargs.get("group")
+        if group is not None and group is not dist.group.WORLD and \
+                others & set(dist.get_process_group_ranks(group)):
+            time.sleep(delay)
+        return original(*args, **kwargs)
+
+    dist.all_reduce = slow_all_reduce

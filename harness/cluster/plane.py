@@ -166,6 +166,20 @@ class ControlPlane:
                 mine = group
         return mine
 
+    def member_groups(self, sets: Iterable[Iterable[int]], timeout_s: float
+                      ) -> ProcessGroup | None:
+        """Create each node set's gloo group (every node calls this with the same sets, in
+        the same order); returns the group this node belongs to, or None."""
+        import torch.distributed as dist
+
+        mine = None
+        for members in sets:
+            ranks = sorted(members)
+            group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s))
+            if self.topo.node_rank in ranks:
+                mine = group
+        return mine
+
     def close(self, clean: bool) -> None:
         """Tear down (a barrier-free destroy when a peer may be hung: a barrier would wait for
         it) and restore every environment variable this module set."""

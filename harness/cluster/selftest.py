@@ -6,6 +6,7 @@ cluster verdict, and passes only when every node agrees and none handed off on a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -29,6 +30,11 @@ HUNG_GRACE_S = 5.0
 #: reports (~1 s: the driver's SIGTERM reaches their check sessions too) before the driver
 #: SIGKILLs them, within harness.interrupt.EXIT_WITHIN_S.
 SELFTEST_TERM_GRACE_S = 6.0
+
+
+#: The fault that flips one bit of a node's SDC results (harness.worker.sdc), and the seconds
+#: of local budget its worker launch adds.
+SDC_FAULT, SDC_EXTRA_S = "sdc", 60.0
 
 
 class SelftestError(ValueError):
@@ -71,10 +77,21 @@ class SelftestConfig:
     """Sleep before every all_reduce of a `slow` node, s."""
     floor_gb_s: float = 0.01
     """The selftest profile's gloo busbw floor, GB/s."""
+    groups: str | None = None
+    """The job layout every node is given (PREFLIGHT_GROUPS: harness.cluster.groups)."""
 
     def __post_init__(self) -> None:
         if not 2 <= self.nodes <= 64:
             raise SelftestError(f"--nodes {self.nodes}: between 2 and 64 local processes")
+        if self.groups:
+            self.timeouts = dataclasses.replace(self.timeouts, groups=True)
+        if SDC_FAULT in self.faults.values():
+            # Every node runs the SDC cross-check (PF-GPU-020: a worker launch of gloo ranks
+            # per node), so that the corrupted node is compared with the others: the local
+            # budget gets the launch's start-up (torch imports on shared cores).
+            self.keyword = f"({self.keyword}) or sdc_cross_check"
+            self.timeouts = dataclasses.replace(self.timeouts,
+                                                local_s=self.timeouts.local_s + SDC_EXTRA_S)
 
 
 @dataclass(slots=True)
@@ -115,12 +132,14 @@ class SelftestResult:
     @property
     def consistent(self) -> bool:
         """Healthy nodes agree on verdict, bad nodes, exit code and failure text; no node
-        handed off unless the verdict was pass."""
+        handed off unless the verdict was pass, and no faulted node at all, except a slow link
+        that no job-shaped group crosses (it passes, rightly: the job never uses it)."""
         h = self.healthy
         agree = (len({n.verdict for n in h}) == 1 and len({tuple(n.bad_nodes) for n in h}) == 1
                  and len({n.exit_code for n in h}) == 1 and len({n.failure_text for n in h}) == 1)
         handoff_ok = all(n.executed == (self.verdict == "pass") for n in h) and not any(
-            n.executed for n in self.nodes if n.fault)
+            n.executed for n in self.nodes
+            if n.fault and not (n.fault == "slowlink" and self.verdict == "pass"))
         return agree and handoff_ok
 
     @property
@@ -156,6 +175,11 @@ def _node_env(cfg: SelftestConfig, rank: int, port: int, base: Mapping[str, str]
     fault = cfg.faults.get(rank, "")
     if fault:
         env["PREFLIGHT_SELFTEST_FAULT"] = fault
+    if fault == "slowlink":  # the link between every two slowlink nodes is slow
+        env["PREFLIGHT_SELFTEST_SLOW_LINK"] = ",".join(
+            str(r) for r, f in sorted(cfg.faults.items()) if f == "slowlink")
+    if cfg.groups:
+        env["PREFLIGHT_GROUPS"] = cfg.groups
     if fault == "fail-check":  # a real node-local failure: PF-ENV-004 rejects this value
         env["NCCL_DEBUG"] = "verbose"
     return env

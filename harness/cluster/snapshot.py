@@ -16,14 +16,28 @@ if TYPE_CHECKING:
     from harness.report import Report
     from harness.results import CheckResult
 
-__all__ = ["ENV_PREFIXES", "FACT_KEYS", "NODE_FIGURES", "BadNodes", "ClusterView",
-           "cluster_off", "node_figures", "node_summary"]
+__all__ = [
+    "ENV_PREFIXES",
+    "FACT_KEYS",
+    "NODE_FIGURES",
+    "SDC_CHECK_ID",
+    "BadNodes",
+    "ClusterView",
+    "cluster_off",
+    "node_figures",
+    "node_sdc",
+    "node_summary",
+]
 
 #: Node facts that must be equal on every node (versions, GPU inventory).
 FACT_KEYS = ("driver", "cuda", "nccl", "ofi_nccl", "libfabric", "torch", "gpu_count",
              "gpu_model")
 #: Environment prefixes whose variables must be equal on every node.
 ENV_PREFIXES = ("NCCL_", "FI_")
+#: The node-local SDC check whose measurements a node publishes (harness/cluster/sdc.py).
+SDC_CHECK_ID = "PF-GPU-020"
+#: Bound on the devices one node publishes SDC digests for.
+MAX_SDC_DEVICES = 72
 #: Bounds on what one node publishes (the store holds N of these).
 MAX_FAILED, MAX_MESSAGE_CHARS = 20, 600
 #: Bound of a node's `nothing_judged` message (it quotes a few skip reasons).
@@ -69,6 +83,29 @@ def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float
     return out
 
 
+def node_sdc(checks: Iterable[object]) -> JSONObject | None:
+    """This node's SDC figures from its PF-GPU-020 record (None when it did not run or
+    measured nothing)."""
+    record = next((c for c in checks if _get(c, "id") == SDC_CHECK_ID), None)
+    if record is None:
+        return None
+    out: dict[str, Any] = {"spec": None, "devices": {}, "outputs": {}, "totals": {},
+                           "sm_count": None, "outcome": _get(record, "outcome")}
+    for m in _get(record, "measurements") or ():
+        what, value = str(_get(m, "what") or ""), _get(m, "value")
+        if what == "SDC workload":
+            out["spec"] = value
+        elif what.endswith(" SDC digest") and len(out["devices"]) < MAX_SDC_DEVICES:
+            out["devices"][what[: -len(" SDC digest")]] = value
+        elif what.startswith("SDC node majority ") and what.endswith(" fp32 total"):
+            out["totals"][what[len("SDC node majority "): -len(" fp32 total")]] = value
+        elif what.startswith("SDC node majority "):
+            out["outputs"][what[len("SDC node majority "):]] = value
+        elif what == "SDC device SM count":
+            out["sm_count"] = value
+    return out if out["spec"] and out["devices"] else None
+
+
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
                  env: Mapping[str, str], cluster_ids: Iterable[str] = ()) -> JSONObject:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
@@ -92,6 +129,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "facts": {k: facts.get(k) for k in FACT_KEYS},
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
         "figures": node_figures(report.checks),
+        "sdc": node_sdc(report.checks),
         "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
     })
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.settings import get_float
+from harness.settings import get_float, get_str
 from harness.topology import TopologyError
 
 __all__ = ["ClusterTimeouts"]
@@ -16,6 +16,11 @@ def _env_float(env: Mapping[str, str], name: str) -> float:
     """`name` as a number, its default from the settings registry (harness.settings) when unset.
     Read as float for every wait, the rounds included (`4.0` is accepted, as it always was)."""
     return get_float(name, env, error=TopologyError) or 0.0
+
+
+#: Rounds of node-disjoint groups the groups phase runs (one per kind in the usual layouts:
+#: a kind's groups partition the nodes); groups past them are reported as not measured.
+MAX_GROUP_ROUNDS = 2
 
 
 @dataclass(kw_only=True, slots=True)
@@ -34,6 +39,8 @@ class ClusterTimeouts:
     isolation_rounds: int = 4
     exit_s: float = 30.0
     """The master keeps serving the store until every node has read the verdict."""
+    groups: bool = False
+    """A job layout is given (PREFLIGHT_GROUPS, SM_HPS): the job-shaped groups phase runs."""
 
     @property
     def bench_s(self) -> float:
@@ -45,14 +52,21 @@ class ClusterTimeouts:
         return self.isolation_rounds * self.bench_s
 
     @property
+    def groups_s(self) -> float:
+        """The job-shaped groups phase: at most MAX_GROUP_ROUNDS rounds (each a group set-up,
+        an all_reduce and an all_to_all: 2 benches), then isolation inside failing groups."""
+        return (MAX_GROUP_ROUNDS * 2 * self.bench_s + self.isolation_s) if self.groups else 0.0
+
+    @property
     def hard_bound_s(self) -> float:
         return (self.join_s + self.local_s + self.gather_s + self.bench_s + self.isolation_s
-                + self.exit_s)
+                + self.groups_s + self.exit_s)
 
     def describe(self) -> str:
         return (f"join {self.join_s:g} + local {self.local_s:g} + gather {self.gather_s:g} + "
                 f"cluster bandwidth {self.bench_s:g} + isolation {self.isolation_rounds} x "
-                f"{self.bench_s:g} + exit {self.exit_s:g} = {self.hard_bound_s:g} s")
+                f"{self.bench_s:g}" + (f" + job groups {self.groups_s:g}" if self.groups else "")
+                + f" + exit {self.exit_s:g} = {self.hard_bound_s:g} s")
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads (local_s travels as the profile's run budget)."""
@@ -73,5 +87,16 @@ class ClusterTimeouts:
             collective_s=_env_float(env, "PREFLIGHT_COLLECTIVE_TIMEOUT_S"),
             isolation_rounds=int(_env_float(env, "PREFLIGHT_ISOLATION_ROUNDS")),
             exit_s=_env_float(env, "PREFLIGHT_EXIT_TIMEOUT_S"),
+            groups=_has_layout(env),
         )
 
+
+
+def _has_layout(env: Mapping[str, str]) -> bool:
+    """A job layout is given (a bad one too: the verdict says what is wrong with it)."""
+    from harness.cluster.groups import GroupError, layout_from_env
+
+    try:
+        return layout_from_env(env, get_str("PREFLIGHT_GROUPS", env)) is not None
+    except GroupError:
+        return True

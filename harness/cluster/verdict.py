@@ -132,17 +132,20 @@ def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
     """The failure file: its first 1024 characters name the bad nodes on their own."""
     head = (f"gpu-preflight FAILED on a {snap['num_nodes']}-node cluster "
             f"({snap.get('profile', '?')}, tier {snap.get('tier', '?')}): ")
+    parts = []
     if bad_nodes:
-        head += f"bad nodes: {', '.join(b['host'] for b in bad_nodes)}. "
-        head += " | ".join(f"{b['host']} (rank {b['rank']}): {b['reason']}" for b in bad_nodes)
+        parts.append(f"bad nodes: {', '.join(b['host'] for b in bad_nodes)}. " + " | ".join(
+            f"{b['host']} (rank {b['rank']}): {b['reason']}" for b in bad_nodes))
     if links:
-        head += " | bad links: " + ", ".join("-".join(lk["hosts"]) for lk in links)
+        parts.append("bad links: " + ", ".join("-".join(lk["hosts"]) + (
+            f" in {lk['group']}" if lk.get("group") else "") for lk in links))
     if suspects:
-        head += " | suspects: " + ", ".join(s["host"] for s in suspects)
+        parts.append("suspects: " + ", ".join(s["host"] for s in suspects))
     if not bad_nodes and not links:
-        head += " | ".join(c["message"] for c in failed)
+        parts.extend(c["message"] for c in failed)
     if actions.get("slurm_exclude"):
-        head += f" | Slurm: --exclude={actions['slurm_exclude']}"
+        parts.append(f"Slurm: --exclude={actions['slurm_exclude']}")
+    head += " | ".join(parts)
     lines = [head[:1024], "", "Details:"]
     lines += [c["message"] for c in failed]
     for b in bad_nodes:

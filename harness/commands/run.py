@@ -109,6 +109,8 @@ def _finalizer(args: argparse.Namespace, guard: RunGuard) -> tuple[RunFinalizer,
     that takes time: a signal or a crash from here on leaves its report there. Also every
     PREFLIGHT_* value its rule refuses (name -> why): the outputs' places are found without
     them, and the run refuses them once it holds its folder."""
+    if getattr(args, "groups", None):  # the job's layout travels as PREFLIGHT_GROUPS
+        os.environ["PREFLIGHT_GROUPS"] = args.groups
     bad = setting_problems(os.environ)  # every PREFLIGHT_* value, typed and in range, or exit 2
     os.environ.pop(DEADLINE_VAR, None)  # a deadline inherited from an outer run is not ours
     env = dict(os.environ)

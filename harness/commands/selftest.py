@@ -26,7 +26,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         cfg = SelftestConfig(
             nodes=args.nodes, faults=parse_injections(args.inject, args.nodes), tier=args.tier,
             work_dir=Path(args.work_dir) if args.work_dir else default_work_dir(),
-            timeouts=selftest_timeouts(args.timeout_scale),
+            timeouts=selftest_timeouts(args.timeout_scale), groups=args.groups,
         )
     except SelftestError as exc:
         raise UsageError(str(exc)) from None

@@ -8,7 +8,7 @@ through the same code on a CPU machine (gloo, 2 ranks, the project's fake NVML a
   files (figures.json, summary.txt).
 - `context`: what a step needs (mode, profile, environment, NVML, the budget's deadline).
 - `machine`: versions, NVML beside nvidia-smi, dcgmi, the NVLink counter sampler.
-- `launch`: the worker launch (start-up per rank, compute, links, bandwidth, train, its NCCL
+- `launch`: the worker launch (start-up per rank, compute, sdc, links, bandwidth, train, its NCCL
   log) and the training runs (recipes x seeds, the perturbed run).
 - `nccl`: nccl-tests at the gate's settings, and the NVLS-only pass.
 - `run`: the steps in order within the budget (`main`).

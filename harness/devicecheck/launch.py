@@ -1,7 +1,7 @@
 """The two device-check steps that launch the distributed worker:
 
 - `worker`: the production launch (harness.fixtures.worker.WorkerSession, as a preflight of
-  this machine plans it) with every part (compute, links, bandwidth, train) and NCCL's INIT and
+  this machine plans it) with every part (compute, sdc, links, bandwidth, train) and NCCL's INIT and
   NET lines at INFO: start-up per rank (import, init, first collective), each part's figures,
   and what the NCCL log says.
 - `train`: one launch running the training step for every recipe the machine supports, 3 seeds
@@ -78,6 +78,25 @@ def _compute(record: JSONMapping | None, nproc: int, cuda: bool) -> tuple[list[F
         expected.append(("matmul_tflops", where, None))
         expected.append(("hbm_copy_gb_s", where, None))
     return figures, expected  # sizes come from the record: worker_expected
+
+
+def _sdc(record: JSONMapping | None, nproc: int, cuda: bool) -> tuple[list[Figure],
+                                                                       list[Expected]]:
+    """The SDC part: each rank's seconds, and how many ranks agree with the majority digest
+    (all of them on a healthy node: the claim docs/gpu.md makes for one SKU and driver)."""
+    from harness.probes.sdc import majority
+
+    ranks = list(record.get("ranks", []) if record else [])
+    figures = [Figure("sdc_seconds", r.get("seconds"), "s",
+                      where=f"GPU {r.get('device')}" if cuda else f"rank {i}")
+               for i, r in enumerate(ranks)]
+    if ranks:
+        good, odd = majority({str(r.get("rank")): str(r.get("digest")) for r in ranks})
+        figures.append(Figure("sdc_ranks_agreeing", len(ranks) - len(odd) if good else 0,
+                              "ranks", where=f"of {len(ranks)}"))
+    expected: list[Expected] = [("sdc_seconds", f"GPU {i}" if cuda else f"rank {i}", None)
+                                for i in range(nproc)]
+    return figures, [*expected, ("sdc_ranks_agreeing", f"of {nproc}", None)]
 
 
 def _rows(result: JSONMapping | None, name: str, value_key: str, unit: str,
@@ -169,12 +188,12 @@ def worker_step(ctx: Context) -> StepResult:
     from harness.worker.links import LINKS_SCHEMA
 
     step = StepResult("worker", "the production worker launch: start-up per rank, compute, "
-                      "links, bandwidth, train; NCCL INIT,NET at INFO")
+                      "sdc, links, bandwidth, train; NCCL INIT,NET at INFO")
     profile = ctx.profile
     environ = dict(ctx.env)
     if ctx.device == "cpu":
         environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    parts = ("compute", "links", "bandwidth", "train")
+    parts = ("compute", "sdc", "links", "bandwidth", "train")
     session = WorkerSession(profile, "preflight", environ, parts, bandwidth_args(profile,
                             "preflight"), log_dir=ctx.logs / "worker-nccl")
     bound = session.bound_s()
@@ -194,6 +213,16 @@ def worker_step(ctx: Context) -> StepResult:
     figs, exp = _compute(find_record(output, COMPUTE_SCHEMA), ctx.nproc, cuda)
     step.figures += figs
     expected += exp
+    from harness.probes.sdc import SDC_SCHEMA
+
+    figs, exp = _sdc(find_record(output, SDC_SCHEMA), ctx.nproc, cuda)
+    step.figures += figs
+    expected += exp
+    agree = next((f.value for f in figs if f.name == "sdc_ranks_agreeing"), None)
+    if agree is not None and agree != ctx.nproc:
+        step.problems.append(f"sdc: {agree} of {ctx.nproc} ranks agree on the digest (silent "
+                             "data corruption, or the determinism docs/gpu.md claims does not "
+                             "hold on this SKU)")
     extra = session.extra()
     lat = [_size_of(s) for s in _arg(extra, "lat-sizes", "8,64K").split(",") if s]
     host = [_size_of(s) for s in _arg(extra, "host-sizes", "256M").split(",") if s]

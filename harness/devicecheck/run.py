@@ -26,7 +26,7 @@ __all__ = ["STEPS", "budget_s", "main", "make_context", "run_steps"]
 STEPS: tuple[tuple[str, str], ...] = (
     ("versions", "torch, CUDA, NCCL, TransformerEngine, driver, GPU"),
     ("nvml", "NVML beside nvidia-smi; PCIe generations"),
-    ("worker", "the production worker launch (compute, links, bandwidth, train), NCCL INFO"),
+    ("worker", "the production worker launch (compute, sdc, links, bandwidth, train), NCCL INFO"),
     ("train", "the training step per recipe x 3 seeds, and a perturbed run it must fail"),
     ("nccl-tests", "all_reduce_perf at the gate's sweep, -J, NCCL INFO"),
     ("nccl-tests-nvls", "the same with NCCL_ALGO=NVLS, where NVLS exists"),

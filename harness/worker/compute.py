@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # torch is optional and imported inside the functions
     from harness.worker.launch import PartOutcome
 
 __all__ = ["COMPUTE_SCHEMA", "RankCompute", "Reading", "ReadingValues", "WorkerParts",
-           "nvml_reader", "run_part", "timed_matmuls"]
+           "nvml_reader", "part_record", "run_part", "timed_matmuls"]
 
 COMPUTE_SCHEMA = "gpu-preflight.compute/v1"
 
@@ -210,19 +210,27 @@ class WorkerParts(Protocol):
     def part(self, name: str) -> PartOutcome: ...
 
 
-def from_worker(session: WorkerParts) -> gc.ComputeResult:
-    """The compute part of the session's worker (harness.fixtures.worker.WorkerSession) as a
-    ComputeResult; RuntimeError naming why when the part gave none (or when torch sees no
-    CUDA device, or no GPU is visible: then the worker is not launched at all)."""
+def part_record(session: WorkerParts, part: str, schema: str, *, cuda: bool = True
+                ) -> JSONObject:
+    """The result line of one part of the session's worker; RuntimeError naming why when the
+    part gave none (or, with `cuda`, when torch sees no CUDA device, or no GPU is visible:
+    then the worker is not launched at all)."""
     if session.no_gpu is not None:
         raise RuntimeError(session.no_gpu)
-    import torch
+    if cuda:
+        import torch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"torch {torch.__version__} sees no CUDA device (CUDA build: "
-                           f"{torch.version.cuda or 'none'})")
-    outcome = session.part("compute")
-    record = find_record(outcome.output, COMPUTE_SCHEMA)
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"torch {torch.__version__} sees no CUDA device (CUDA build: "
+                               f"{torch.version.cuda or 'none'})")
+    outcome = session.part(part)
+    record = find_record(outcome.output, schema)
     if outcome.status != "ok" or record is None:
         raise RuntimeError(f"part {outcome.status}: {outcome.message or 'no result line'}")
-    return compute_result(record)
+    return record
+
+
+def from_worker(session: WorkerParts) -> gc.ComputeResult:
+    """The compute part of the session's worker (harness.fixtures.worker.WorkerSession) as a
+    ComputeResult; RuntimeError naming why when the part gave none (`part_record`)."""
+    return compute_result(part_record(session, "compute", COMPUTE_SCHEMA))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from harness.jsontypes import JSONObject
 from harness.probes import train_step as ts
 from harness.settings import get_float, get_str
-from harness.worker import links
+from harness.worker import links, sdc
 
 if TYPE_CHECKING:  # torch is imported inside the functions
     import torch
@@ -33,10 +33,11 @@ __all__ = ["HANG_ENV", "PARTS", "WORKER_SCHEMA", "emit", "first_collective", "ma
            "parser"]
 
 WORKER_SCHEMA = "gpu-preflight.worker/v1"
-#: Parts, in the order they run: compute first (each rank alone on its GPU), the links (host
+#: Parts, in the order they run: compute first (each rank alone on its GPU), the SDC
+#: cross-check (the same deterministic work on every rank: harness.worker.sdc), the links (host
 #: and peer copies, small-message latency: harness.worker.links), then the collectives, then
 #: the training step (the longest, and the one most likely to hang).
-PARTS = ("compute", "links", "bandwidth", "train")
+PARTS = ("compute", "sdc", "links", "bandwidth", "train")
 #: Test hook: the named part sleeps at its start, as a hung part would (on every rank).
 HANG_ENV = "PREFLIGHT_WORKER_HANG"
 
@@ -89,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
                    "on CPU fp32 or bf16")
     ts.add_step_arguments(p)
     links.add_arguments(p)
+    sdc.add_arguments(p)
     return p
 
 
@@ -167,6 +169,11 @@ def _compute(args: argparse.Namespace, device: Any, rank: int) -> str:
     return OK
 
 
+def _sdc(args: argparse.Namespace, device: Any, rank: int) -> str:
+    sdc.run_part(args, device, rank, emit=emit)
+    return OK
+
+
 def _links(args: argparse.Namespace, device: Any, rank: int) -> str:
     return OK if links.run_part(args, device, emit=emit) else BROKEN
 
@@ -176,7 +183,7 @@ def _links(args: argparse.Namespace, device: Any, rank: int) -> str:
 OK, FAILED, BROKEN = "ok", "failed", "broken"
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, Any, int], str]] = {
-    "compute": _compute, "links": _links, "bandwidth": _bandwidth, "train": _train,
+    "compute": _compute, "sdc": _sdc, "links": _links, "bandwidth": _bandwidth, "train": _train,
 }
 
 

@@ -33,12 +33,13 @@ else:  # pragma: no cover
 NEEDS_CUDA = ("test_training", "matmul", "hbm_copy", "ofi_plugin_loaded", "provider_is_efa",
               "network_not_socket", "net_channels_use_gdr", "ofi_nic_count",
               "nccl_log_has_no_warnings", "host_gpu_copy_bandwidth", "small_message_latency",
-              "clocks_hold_under_load")
+              "clocks_hold_under_load", "sdc_cross_check")
 WITHOUT_CUDA = " and ".join(f"not {name}" for name in NEEDS_CUDA)
 #: Run budget of the GPU-node runs that select most of the suite (two sessions, xdist workers on
 #: a loaded 2-core machine), s.
 GPU_RUN_BUDGET_S = 150.0
-CUDA_CHECKS = ("PF-GPU-013", "PF-GPU-014", "PF-GPU-015", *(f"PF-NET-{i:03d}" for i in range(6, 12)),
+CUDA_CHECKS = ("PF-GPU-013", "PF-GPU-014", "PF-GPU-015", "PF-GPU-020",
+               *(f"PF-NET-{i:03d}" for i in range(6, 12)),
                *(f"PF-TRAIN-{i:03d}" for i in range(1, 9)),
                "PF-LINK-002", "PF-LINK-003", "PF-CLOCK-001")  # host copies, latency, clocks
 

@@ -1,0 +1,84 @@
+"""PF-CLUSTER-008: the job-shaped groups (harness.cluster.groups, measured by
+harness.cluster.group_phase): each tensor- and expert-parallel group that spans nodes met its
+threshold at its message size (and its all_to_all ran, for expert groups); a group that did not
+is named, with the bad node or link its own pairwise rounds found."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.checking import check, fail, measure, not_applicable, not_run
+from harness.cluster.snapshot import ClusterView
+
+__all__ = ["test_job_shaped_groups_meet_their_threshold"]
+
+
+def _nodes(cluster: ClusterView, nodes: list[int]) -> str:
+    return ", ".join(cluster.host(n) for n in nodes)
+
+
+@check(
+    "PF-CLUSTER-008",
+    title="Job-shaped groups: every tensor/expert-parallel group that spans nodes meets its "
+    "threshold at its message size",
+    why="A bad link between two nodes of one tensor-parallel group slows every step; one between "
+    "nodes that never talk in the job does not. The groups come from the job's layout "
+    "(--groups tp=8,pp=4,ep=2, PREFLIGHT_GROUPS, or the launcher's SM_HPS), Megatron-Core's "
+    "rank order; expert groups also run an all_to_all (MoE dispatch/combine).",
+    remedy="drain the node (or report the link) named with its group; rerun `preflight run "
+    "--tier certify` with the same --groups to confirm",
+)
+def test_job_shaped_groups_meet_their_threshold(cluster: ClusterView) -> None:
+    plan = cluster.snap.get("groups_plan")
+    if plan is None:
+        not_applicable("no job layout given (--groups, PREFLIGHT_GROUPS or the launcher's "
+                       "SM_HPS): the cluster gate and isolation as before")
+    if plan.get("error"):
+        fail(f"the job layout cannot be used: {plan['error']}",
+             remedy="fix --groups / PREFLIGHT_GROUPS (tp x cp x ep x pp must divide the job's "
+             "ranks)")
+    measure("groups spanning nodes", len(plan.get("groups") or []), "groups")
+    if not plan.get("groups"):
+        return  # every group lies inside one node: the node-local checks cover them
+    groups = (cluster.snap.get("groups") or {}).get("results")
+    if groups is None:
+        not_run("the groups phase did not run (a node stopped answering in the cluster "
+                "all_reduce, or the master was lost: named by PF-CLUSTER-001/004)")
+    problems = []
+    for g in groups:
+        name = f"{g['kind']} group {g['index']} ({_nodes(cluster, g['nodes'])})"
+        busbw, thr = g.get("busbw_gb_s"), g.get("threshold_gb_s")
+        measure(f"{name} all_reduce busbw", busbw, "GB/s", op=">=", threshold=thr,
+                ok=bool(g.get("passed")), size_bytes=int(g.get("size_bytes") or 0) or None)
+        if g.get("alltoall_gb_s") is not None:
+            measure(f"{name} all_to_all busbw", g["alltoall_gb_s"], "GB/s",
+                    size_bytes=int(g.get("size_bytes") or 0) or None)
+        if g.get("passed"):
+            continue
+        why = g.get("error") or f"busbw {busbw} GB/s < {thr} GB/s"
+        problems.append(f"{name}: {why}" + _isolated(cluster, g, name))
+    if problems:
+        fail("; ".join(problems))
+
+
+def _isolated(cluster: ClusterView, g: Mapping[str, Any], name: str) -> str:
+    """What the group's own pairwise rounds found, recorded as bad nodes and links."""
+    iso = g.get("isolation") or {}
+    said = []
+    for r in iso.get("bad_nodes") or []:
+        cluster.bad.add(int(r), f"bad node in {name}: pairwise all_reduce below the group's "
+                                "threshold with every good peer of its group")
+        said.append(f"bad node {cluster.name(int(r))}")
+    links = [tuple(p) for p in iso.get("bad_links") or []]
+    if not links and not iso.get("bad_nodes") and len(g["nodes"]) == 2:
+        links = [tuple(g["nodes"])]  # two nodes: the group is the one link between them
+    for a, b in links:
+        cluster.links.append({"hosts": [cluster.host(a), cluster.host(b)], "ranks": [a, b],
+                              "group": f"{g['kind']} group {g['index']}", "evidence": []})
+        said.append(f"link {cluster.host(a)}-{cluster.host(b)} in {g['kind']} group "
+                    f"{g['index']}")
+    suspects = [r for r in iso.get("suspects") or [] if len(g["nodes"]) > 2]
+    if suspects:
+        said.append("unconfirmed suspects " + ", ".join(cluster.name(int(r)) for r in suspects))
+    return f" -> {'; '.join(said)}" if said else ""
