@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.causes import find_causes, id_ranges
 from harness.jsontypes import JSONObject
 from harness.redact import Redactor
 from harness.results import CheckResult
@@ -147,6 +148,7 @@ class Report:
             "exit_code": self.exit_code,
             "counts": self.counts(),
             "checks": [c.to_dict() for c in self.checks],
+            "causes": [c.to_dict() for c in find_causes(self.checks)],
             "harness_errors": self.harness_errors,
             "command": self.command,
             "warn_only": self.warn_only,
@@ -290,43 +292,52 @@ def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], l
 def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS,
                    env: Mapping[str, str] | None = None) -> str:
     """The failure file's text, from the redacted report (so that no cut leaves half a secret
-    behind). Its first `limit` characters say, on their own, on which host which checks
-    failed, with value and threshold: measured failures first (they carry the numbers), then
-    probe errors; each message shortened to stay readable, and the checks that do not fit
-    named by ID. The full messages follow."""
+    behind). Its first `limit` characters (SageMaker's FailureReason) say, on their own, on
+    which host what went wrong: the root causes first (harness.causes: one cause per line of
+    checks it blocks, measured failures before errors, each with its fix), shortened to stay
+    readable, then every failed check by ID. The causes in full and every message follow."""
     report = report.redacted(env)
     failed = sorted(report.failed, key=lambda c: (c.outcome != "fail", c.id))
     # A harness error judged nothing: it is not said as a node's failure (exit 3, not 1).
     said = "FAILED" if failed or not report.harness_errors else "ERROR"
     head = f"gpu-preflight {said} on {report.host} ({report.profile}, tier {report.tier}): "
+    causes = find_causes(failed)
     if failed:
-        head += f"{len(failed)} of {len(report.checks)} checks failed. "
+        head += (f"{len(failed)} of {len(report.checks)} checks failed, from {len(causes)} "
+                 f"cause{'s' if len(causes) != 1 else ''}. ")
     elif report.harness_errors:
         head += "the harness could not complete its checks. "
-    messages = [(c.id, c.message or f"[{c.id}] {c.outcome}") for c in failed]
-    messages += [("harness", f"harness: {e}") for e in report.harness_errors]
+    briefs = [("CAUSE: " + c.brief(), c.root, bool(c.blocked)) for c in causes]
+    briefs += [(f"harness: {e}", "harness", False) for e in report.harness_errors]
+    ids = f"failed: {id_ranges([c.id for c in failed])}" if failed else ""
     parts: list[str] = []
-    used = len(head)
-    for i, (_, message) in enumerate(messages):
-        rest = messages[i + 1:]
-        # Room for this message and, if others remain, the list of their IDs.
-        tail = f" | +{len(rest)} more: " + ", ".join(r[0] for r in rest) if rest else ""
+    used = len(head) + len(ids) + 3
+    for i, (brief, _, blocks) in enumerate(briefs):
+        rest = briefs[i + 1:]
+        # Room for this cause and, if others remain, the roots of those left out.
+        tail = f" | +{len(rest)} more causes: " + ", ".join(r[1] for r in rest) if rest else ""
         room = limit - used - len(tail) - 3
         if room < 80:
             break
-        part = _shorten(message, min(room, PER_MESSAGE_CHARS))
+        part = _shorten(brief, min(room, PER_CAUSE_CHARS if blocks else PER_MESSAGE_CHARS))
         parts.append(part)
         used += len(part) + 3
-    left = messages[len(parts):]
+    left = briefs[len(parts):]
     summary = head + " | ".join(parts)
     if left:
-        summary += f" | +{len(left)} more: " + ", ".join(m[0] for m in left)
-    full = "\n\n".join(m for _, m in messages)
-    return _shorten(summary, limit) + "\n\nDetails:\n" + full + "\n"
+        summary += f" | +{len(left)} more causes: " + ", ".join(m[1] for m in left)
+    if ids:
+        summary += " | " + ids
+    lines = [_shorten(summary, limit), "", "Causes:"] if causes else [_shorten(summary, limit)]
+    lines += [f"- {c.line(10_000)}" + (f"\n  fix: {c.fix}" if c.fix else "") for c in causes]
+    full = [c.message or f"[{c.id}] {c.outcome}" for c in failed]
+    full += [f"harness: {e}" for e in report.harness_errors]
+    return "\n".join(lines) + "\n\nDetails:\n" + "\n\n".join(full) + "\n"
 
 
-#: Longest single message in the failure file's first part.
-PER_MESSAGE_CHARS = 300
+#: Longest single message in the failure file's first part; a cause that blocks other checks
+#: may take more (it says what is wrong with all of them, and its fix).
+PER_MESSAGE_CHARS, PER_CAUSE_CHARS = 300, 460
 
 
 def _shorten(text: str, width: int) -> str:

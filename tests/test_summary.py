@@ -57,7 +57,7 @@ def test_id_ranges_compress_consecutive_ids() -> None:
     assert id_ranges(ids) == "PF-GPU-001..003, PF-GPU-005, PF-NET-010..011, odd"
 
 
-def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
+def test_summary_causes_and_verdict_last_skips_collapsed_passes_show_value() -> None:
     import io
 
     from harness.report import Report
@@ -78,7 +78,8 @@ def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
     out = io.StringIO()
     print_summary(report, file=out)
     text = out.getvalue()
-    assert text.index("PF-NET-005") < text.index("PF-ENV-001")
+    assert text.index("PF-ENV-001") < text.index("PF-NET-005")  # the failure on the last screen
+    assert text.splitlines()[-2] == "✗ FAIL PF-NET-005: memlock 8192 KiB < 16777216 KiB"
     assert "busbw at 16 MiB = 1.28 GB/s (>= 0.05)" in text
     assert "2 not applicable to local-cpu: PF-GPU-001..002 (-v shows why)" in text
     assert "FAIL (1 pass, 2 skip, 1 fail)" in text
