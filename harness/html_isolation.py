@@ -162,4 +162,8 @@ def isolation_section(summary: RunSummary) -> str:
                if iso.get("suspects") else ""]
     said = "; ".join(v for v in verdict if v) or "no bad node or link"
     parts.append(f"<p><b>Outcome:</b> {esc(said)}</p>")
+    left = summary.cluster.get("left_out")
+    if isinstance(left, Mapping) and left:  # never measured: neither passed nor failed here
+        parts.append('<p class="not-run"><b>Not measured</b> (left out of the rounds): '
+                     + esc("; ".join(f"{name(int(r))}: {w}" for r, w in left.items())) + "</p>")
     return "\n".join(parts)
