@@ -82,15 +82,13 @@ class Cause:
         return (f"{text} ({self.root}); blocked by it: {len(self.blocked)} checks: "
                 f"{id_ranges(list(self.blocked))}")
 
-    def brief(self) -> str:
-        """The failure file's: `text (PF-GPU-001 and 35 checks blocked by it); fix: ...`."""
-        if self.own:
-            said = f"[{self.root}] {self.text}" if not self.blocked else self.line(10_000)
-        else:
-            who = (f"{self.root} and {len(self.blocked)} checks blocked by it" if self.blocked
-                   else self.root)
-            said = f"{self.text} ({who})"
-        return said + (f"; fix: {self.fix}" if self.fix else "")
+    def brief(self, with_fix: bool = True, width: int = 10_000) -> str:
+        """The failure file's: `[PF-GPU-001 and 35 checks blocked by it] text; fix: ...` (who
+        first: a cut never loses it), the text shortened to `width` (0: left out)."""
+        who = (f"{self.root} and {len(self.blocked)} checks blocked by it" if self.blocked
+               and not self.key.startswith("same:") else id_ranges(list(self.ids)))
+        fix = f"; fix: {self.fix}" if self.fix and with_fix else ""
+        return f"[{who}] {_shorten(self.text, width) if width else ''}{fix}"
 
     def to_dict(self) -> JSONObject:
         return {"cause": self.text, "fix": self.fix, "root": self.root,

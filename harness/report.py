@@ -307,27 +307,27 @@ def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS,
                  f"cause{'s' if len(causes) != 1 else ''}. ")
     elif report.harness_errors:
         head += "the harness could not complete its checks. "
-    briefs = [("CAUSE: " + c.brief(), c.root, bool(c.blocked)) for c in causes]
-    briefs += [(f"harness: {e}", "harness", False) for e in report.harness_errors]
-    ids = f"failed: {id_ranges([c.id for c in failed])}" if failed else ""
-    parts: list[str] = []
-    used = len(head) + len(ids) + 3
-    for i, (brief, _, blocks) in enumerate(briefs):
-        rest = briefs[i + 1:]
-        # Room for this cause and, if others remain, the roots of those left out.
-        tail = f" | +{len(rest)} more causes: " + ", ".join(r[1] for r in rest) if rest else ""
-        room = limit - used - len(tail) - 3
-        if room < 80:
-            break
-        part = _shorten(brief, min(room, PER_CAUSE_CHARS if blocks else PER_MESSAGE_CHARS))
-        parts.append(part)
-        used += len(part) + 3
-    left = briefs[len(parts):]
-    summary = head + " | ".join(parts)
-    if left:
-        summary += f" | +{len(left)} more causes: " + ", ".join(m[1] for m in left)
-    if ids:
-        summary += " | " + ids
+    # (what stays whole: `CAUSE: [IDs] `, what may be shortened, the root, the fix)
+    said = [("CAUSE: " + c.brief(with_fix=False, width=0).rstrip("."), c.text, c.root, c.fix)
+            for c in causes]
+    said += [("harness: ", e, "harness", "") for e in report.harness_errors]
+    lead: list[str] = []
+    if causes and causes[0].blocked:  # the root cause of most failures: always with its fix
+        root = causes[0]
+        lead = ["CAUSE: " + root.brief(with_fix=False, width=ROOT_CAUSE_CHARS)
+                + (f"; fix: {_shorten(root.fix, PER_MESSAGE_CHARS)}" if root.fix else "")]
+        said = said[1:]
+    ids = f" | failed: {id_ranges([c.id for c in failed])}" if failed else ""
+    room = limit - len(head) - len(ids) - sum(len(p) + 3 for p in lead)
+    parts, left = _fit([(s[0], s[1]) for s in said], [s[2] for s in said], room)
+    more = f" | +{len(left)} more causes: " + ", ".join(left) if left else ""
+    spare = room - len(more) - len(" | ".join(parts))
+    for i, (*_, fix) in enumerate(said[:len(parts)]):  # the others' fixes, as room allows
+        if fix and spare > 60:
+            add = "; fix: " + _shorten(fix, min(spare - 7, PER_MESSAGE_CHARS))
+            parts[i] += add
+            spare -= len(add)
+    summary = head + " | ".join(lead + parts) + more + ids
     lines = [_shorten(summary, limit), "", "Causes:"] if causes else [_shorten(summary, limit)]
     lines += [f"- {c.line(10_000)}" + (f"\n  fix: {c.fix}" if c.fix else "") for c in causes]
     full = [c.message or f"[{c.id}] {c.outcome}" for c in failed]
@@ -335,9 +335,32 @@ def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS,
     return "\n".join(lines) + "\n\nDetails:\n" + "\n\n".join(full) + "\n"
 
 
-#: Longest single message in the failure file's first part; a cause that blocks other checks
-#: may take more (it says what is wrong with all of them, and its fix).
-PER_MESSAGE_CHARS, PER_CAUSE_CHARS = 300, 460
+#: Longest single message (a fix) in the failure file's first part; the root cause's own text
+#: (its fix follows it there, whatever else is cut).
+PER_MESSAGE_CHARS, ROOT_CAUSE_CHARS = 300, 160
+#: The widths the causes are shortened to, widest first, until all fit in the first part.
+_CAUSE_WIDTHS = (300, 240, 200, 160, 130, 100, 80)
+
+
+def _fit(items: list[tuple[str, str]], roots: list[str], room: int) -> tuple[list[str], list[str]]:
+    """Each (prefix, text) as prefix + text, the texts shortened to the widest of _CAUSE_WIDTHS
+    at which all fit in `room` (joined by ' | '); when none does, in order, each as wide as the
+    room left allows (at most 160, at least 80), and the roots of those that do not fit (said
+    as ' | +N more causes: ...', which the room keeps space for)."""
+    for width in _CAUSE_WIDTHS:
+        parts = [prefix + _shorten(text, width) for prefix, text in items]
+        if len(" | ".join(parts)) <= room:
+            return parts, []
+    parts, used = [], 0
+    for i, (prefix, text) in enumerate(items):  # none fits: each as wide as room allows
+        rest = roots[i + 1:]
+        tail = len(f" | +{len(rest)} more causes: " + ", ".join(rest)) if rest else 0
+        width = min(room - used - tail - 3 - len(prefix), _CAUSE_WIDTHS[3])
+        if width < _CAUSE_WIDTHS[-1]:
+            return parts, roots[i:]
+        parts.append(prefix + _shorten(text, width))
+        used += len(parts[-1]) + 3
+    return parts, []
 
 
 def _shorten(text: str, width: int) -> str:

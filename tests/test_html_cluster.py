@@ -48,7 +48,7 @@ def test_single_node_run(tmp_path: Path) -> None:
     text = Page(html).all_text
     assert "PASS: 0 bad of 1 nodes" in text
     assert 'id="cluster"' not in html  # no cluster band on a single node
-    assert "No rounds: no cluster verdict in these reports" in text
+    assert "Not run: no cluster verdict in these reports" in text
     lines = [a for t, a in Page(html).tags if t == "polyline"]
     assert len(lines) == 1 and len(lines[0]["points"].split()) == len(synth.SWEEP)
 

@@ -30,9 +30,9 @@ def test_failure_reason_first_1024_chars_stand_alone():
     assert len(head) <= 1024
     assert head.startswith("gpu-preflight FAILED on algo-3 (p5.48xlarge, tier preflight): "
                            "5 of 6 checks failed, from 5 causes. CAUSE: ")
-    for i in (1, 2, 3):  # the first ones in full enough to carry value and threshold
-        assert f"[PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0 required for p5.48xlarge" in head
-    assert "+2 more causes: PF-GPU-004, PF-GPU-005" in head
+    for i in range(1, 6):  # each in full enough to carry value and threshold
+        assert f"CAUSE: [PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0 required for p5.48xlarge" \
+            in head
     assert head.endswith("| failed: PF-GPU-001..005")
     assert "Details:" in text and long_tail.strip() in text
 
@@ -47,8 +47,8 @@ def test_failure_reason_root_cause_first_then_every_failed_id():
     head = _head(failure_reason(report))
     assert len(head) <= 1024
     causes = head.split(" | ")
-    assert causes[0].endswith("CAUSE: no NVIDIA GPU is visible (NVML could not start) "
-                              "(PF-GPU-001 and 29 checks blocked by it); fix: start the "
+    assert causes[0].endswith("CAUSE: [PF-GPU-001 and 29 checks blocked by it] no NVIDIA GPU is "
+                              "visible (NVML could not start); fix: start the "
                               "container with the NVIDIA runtime (`docker run --gpus all`, or "
                               "`--runtime=nvidia` with NVIDIA_VISIBLE_DEVICES=all; on Kubernetes "
                               "a `nvidia.com/gpu` resource limit) and check that the host's "
@@ -68,14 +68,15 @@ def test_failure_reason_of_a_no_gpu_p5_run_names_the_cause_first():
     report = Report(host="vm", profile="p5.48xlarge", profile_source="x", tier="preflight",
                     checks=results(data["checks"]))
     text = failure_reason(report)
-    first = text[:1024]
+    first = _head(text)
+    assert len(first) <= 1024
     assert first.startswith("gpu-preflight FAILED on vm (p5.48xlarge, tier preflight): 44 of 75 "
-                            "checks failed, from 7 causes. CAUSE: no NVIDIA GPU is visible in "
-                            "this container: ")
-    assert "(PF-GPU-001 and 35 checks blocked by it); fix: start the container with the NVIDIA" \
-        in first
+                            "checks failed, from 7 causes. CAUSE: [PF-GPU-001 and 35 checks "
+                            "blocked by it] no NVIDIA GPU is visible in this container: ")
+    assert "; fix: start the container with the NVIDIA runtime" in first
     assert first.index("no EFA device") < first.index("PF-HOST-004")
     assert first.count("no NVIDIA GPU is visible") == 1
+    assert "CAUSE: [PF-NET-001 and 2 checks blocked by it] no EFA device" in first
     ids = first.split(" | failed: ")[1].split("\n")[0]
     assert ids == ("PF-BW-001, PF-BW-003..005, PF-CLOCK-001, PF-GPU-001..005, PF-GPU-007..017, "
                    "PF-HOST-004, PF-LINK-002..003, PF-NET-001..012, PF-TRAIN-001..008")
