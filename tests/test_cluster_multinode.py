@@ -228,3 +228,34 @@ time.sleep(120)  # hung
     assert res.returncode == 1
     assert time.monotonic() - start < 60
     assert "did not finish within its hard upper bound" in (tmp_path / "failure").read_text()
+
+
+def test_certify_names_a_slow_node_beside_one_that_failed_its_own_checks(tmp_path):
+    """Issue 29: in certify the bandwidth and the rounds run over the nodes that passed their
+    own checks, so the slow node is named too (before: only the failing one)."""
+    cfg = SelftestConfig(nodes=5, faults={3: "fail-check", 1: "slow"}, work_dir=tmp_path,
+                         tier="certify")
+    res = run_selftest(cfg, echo=False)
+    assert res.verdict == "fail" and res.bad_nodes == ["node1", "node3"], res.nodes
+    assert res.consistent and not any(n.executed for n in res.nodes)
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert report["cluster"]["left_out"] == {"3": "failed its own checks"}
+    assert report["cluster"]["bandwidth"]["ranks"] == [0, 1, 2, 4]
+    assert report["cluster"]["isolation"]["bad_nodes"] == [1]
+    assert "bad nodes: node1, node3." in res.nodes[0].failure_text
+
+
+def test_preflight_says_the_bandwidth_was_not_measured_and_why(tmp_path):
+    res = _selftest(tmp_path, {2: "fail-check", 1: "slow"})
+    assert res.verdict == "fail" and res.bad_nodes == ["node2"]
+    head = res.nodes[0].failure_text.split("\n", 1)[0]
+    assert ("cluster bandwidth and pairwise isolation not measured: stopped after node2 "
+            "failed its own checks") in head
+    report = json.loads((tmp_path / "node3" / "report.json").read_text())
+    assert set(report["cluster"]["not_measured"]) == {"cluster bandwidth",
+                                                      "pairwise isolation"}
+    outcomes = {c["id"]: c["outcome"] for c in report["checks"]}
+    assert outcomes["PF-CLUSTER-004"] == outcomes["PF-CLUSTER-005"] == "skip"
+    out = (tmp_path / "node3" / "output.txt").read_text()
+    assert "NOT MEASURED PF-CLUSTER-004: cluster bandwidth not measured: stopped after node2" \
+        in out  # the terminal's (a log here: the plain summary)
