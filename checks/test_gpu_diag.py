@@ -56,7 +56,8 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: DcgmDiag,
         warn(f"dcgmi diag -r {level}: {w}")
     version = f"DCGM {dcgm_diag.dcgm_version}" if dcgm_diag.dcgm_version else "DCGM"
     expect_none(f"{version} diag -r {level} failures", [f for f, _ in found],
-                remedy=remedy_for([a for _, a in found]) or "fix the settings DCGM names")
+                remedy=remedy_for([a for _, a in found]) or "fix the settings DCGM names",
+                name="diag_r_failures")
     if dcgm_diag.passed is None:
         fail(f"dcgmi diag -r {level} ran no GPU test (every test past the deployment checks "
              "was skipped)",
@@ -107,13 +108,14 @@ def _unmeasured(values: dict[int, object], what: str, profile: Profile,
 
 
 def _judge_floor(result: ComputeResult, values: dict[int, float], floor: float, what: str, unit: str,
-                 inventory: GpuInventory | None) -> None:
+                 inventory: GpuInventory | None, name: str) -> None:
     """Record each GPU's figure against `floor`; fail naming every GPU below it (reset)."""
     for device, value in sorted(values.items()):
         measure(f"{_cuda_label(result, device, inventory, short=True)} {what}", round(value, 1),
-                unit, op=">=", threshold=floor, ok=value >= floor)
+                unit, op=">=", threshold=floor, ok=value >= floor, name=name)
     expect_none(f"GPUs below the {what} floor",
-                _compute_offenders(result, values, floor, unit, inventory, RESET))
+                _compute_offenders(result, values, floor, unit, inventory, RESET),
+                name=f"gpus_below_the_{name}_floor")
 
 
 @check(
@@ -138,7 +140,7 @@ def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: ComputeResult,
         not_applicable("the profile sets no bf16 TFLOP/s floor")
     inventory = gpu_inventory_reading.or_none()
     _judge_floor(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
-                 "bf16 matmul", "TFLOP/s", inventory)
+                 "bf16 matmul", "TFLOP/s", inventory, name="bf16_matmul_tflops")
     _unmeasured(compute_sanity.tflops, "bf16 matmul", profile, inventory)
 
 
@@ -165,7 +167,8 @@ def test_matmul_results_identical(profile: Profile, compute_sanity: ComputeResul
         _unmeasured(compute_sanity.digests, "matmul result digests", profile, inventory)
     expect_none("GPUs whose matmul result differs from the others'",
                 [f"{_cuda_label(compute_sanity, i, inventory)}: result digest {d[:12]} differs "
-                 f"-> {REPLACE}" for i, d in suspects.items()])
+                 f"-> {REPLACE}" for i, d in suspects.items()],
+                name="gpus_whose_matmul_result_differs_from_the_others")
 
 
 @check(
@@ -190,7 +193,7 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: ComputeRe
         not_applicable("the profile sets no HBM copy floor")
     inventory = gpu_inventory_reading.or_none()
     _judge_floor(compute_sanity, compute_sanity.copy_gb_s, profile.min_hbm_copy_gb_s,
-                 "HBM copy", "GB/s", inventory)
+                 "HBM copy", "GB/s", inventory, name="hbm_copy_gb_s")
     _unmeasured(compute_sanity.copy_gb_s, "HBM copy", profile, inventory)
 
 

@@ -11,6 +11,7 @@ testsuite/testcase/properties/error/failure/skipped elements)."""
 
 from __future__ import annotations
 
+import json
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -38,6 +39,9 @@ def write_junit(report: Report, report_dir: Path, env: Mapping[str, str] | None 
         ET.SubElement(props, "property", name="description", value=c.title or c.id)
         if c.nodeid:
             ET.SubElement(props, "property", name="nodeid", value=c.nodeid)
+        # The whole record, as JSON (what a CI step that wants the values reads).
+        ET.SubElement(props, "property", name="preflight_result",
+                      value=json.dumps(c.to_dict(), default=str))
         tag = _ELEMENT.get(c.outcome)
         if tag:
             ET.SubElement(case, tag, message=(c.message or c.outcome)[:2000])
