@@ -147,11 +147,13 @@ def _key_of(message: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _own(message: str, remedy: str) -> tuple[str, str]:
-    """A check's own cause and fix: its message, split at its remedy where it ends with it."""
+def _own(message: str, remedy: str, outcome: str) -> tuple[str, str]:
+    """A check's own cause and fix: its message, split at its remedy where it ends with it;
+    a failure's fix is its check's remedy (an error's only where it says so: a probe that could
+    not run is not fixed by the remedy for what it would have found)."""
     if remedy and message.endswith(f"; {remedy}"):
         return message[: -len(remedy) - 2], remedy
-    return message, ""
+    return message, remedy if outcome == "fail" else ""
 
 
 def find_causes(checks: Iterable[Any]) -> list[Cause]:
@@ -164,7 +166,7 @@ def find_causes(checks: Iterable[Any]) -> list[Cause]:
         if outcome not in ("fail", "error"):
             continue
         message = _ID_PREFIX.sub("", " ".join(str(_get(c, "message") or outcome).split()))
-        own = _own(message, " ".join(str(_get(c, "remedy") or "").split()))
+        own = _own(message, " ".join(str(_get(c, "remedy") or "").split()), outcome)
         key, text, fix = _key_of(message) or (f"same:{message}", *own)
         group = groups.setdefault(key, {"text": text, "fix": fix, "ids": [], "outcomes": set(),
                                         "fixes": {}})
