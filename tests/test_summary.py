@@ -125,3 +125,22 @@ def test_verbose_progress_shows_every_value_and_why() -> None:
     lines = [line.strip() for line in loud.getvalue().splitlines()]
     assert lines[1:] == ["GPUs seen = 0", "busbw at 16 MiB = 1.28 GB/s (>= 0.05 GB/s)",
                          "[PF-GPU-001] not applicable: profile local-cpu has no GPUs"]
+
+
+def test_the_header_counts_the_whole_selection_whatever_the_phases(tmp_path: Path) -> None:
+    """Issue 29: the header said "45 checks selected" (the node-local phase's share) where the
+    verdict counted 75. Each phase's session records the whole selection; the header and the
+    status line count it."""
+    results = tmp_path / "results.jsonl"
+    results.touch()
+    out = io.StringIO()
+    p = progress_mod.Progress(results, budget_s=300.0, out=out, live=False)
+    selected = [{"nodeid": f"t.py::test_{i}", "id": f"PF-X-00{i}"} for i in range(1, 6)]
+    _records(results,
+             {"event": "collected", "phase": "node-local", "checks": selected[:3],
+              "selected": selected},
+             {"event": "collected", "phase": "exclusive", "checks": selected[3:],
+              "selected": selected})
+    p.poll()
+    assert "gpu-preflight: 5 checks selected, running" in out.getvalue()
+    assert p.total == 5
