@@ -33,6 +33,8 @@ _NO_GPU = re.compile(r"no NVIDIA GPU is visible|NVML could not start|NVMLError_L
 #: "`fi_info -p efa` could not run: command not found", "all_reduce_perf is not installed".
 _TOOL = re.compile(r"`([^`\s]+)[^`]*` could not run: command not found|"
                    r"\b([\w.+-]+) is not installed\b")
+#: A GPU a message names (`GPU 3`): one failure on many GPUs is one line.
+_GPU = re.compile(r"\bGPU \d+\b")
 #: A peer that stopped answering, as the cluster step names it.
 _PEER = re.compile(r"\b((?:node|rank) ?\w+)\b[^;|]{0,60}?\b(?:did not answer|stopped answering|"
                    r"did not report|never joined)")
@@ -167,10 +169,17 @@ def find_causes(checks: Iterable[Any]) -> list[Cause]:
             continue
         message = _ID_PREFIX.sub("", " ".join(str(_get(c, "message") or outcome).split()))
         own = _own(message, " ".join(str(_get(c, "remedy") or "").split()), outcome)
-        key, text, fix = _key_of(message) or (f"same:{message}", *own)
+        # No rule: one message on several checks or GPUs (`GPU 3` -> `GPU N`) is one failure.
+        same = _GPU.sub("GPU N", own[0])
+        key, text, fix = _key_of(message) or (f"same:{same}", *own)
         group = groups.setdefault(key, {"text": text, "fix": fix, "ids": [], "outcomes": set(),
                                         "fixes": {}})
         group["fixes"].setdefault(cid, own[1])
+        group.setdefault("gpus", []).extend(
+            g for g in _GPU.findall(own[0]) if g not in group["gpus"])
+        if key.startswith("same:") and text != group["text"]:  # several GPUs: said as GPU N
+            group["text"] = key.removeprefix("same:") + " (GPU N: " + ", ".join(
+                n.removeprefix("GPU ") for n in group["gpus"]) + ")"
         if cid not in group["ids"]:
             group["ids"].append(cid)
             group.setdefault("own", own)
@@ -178,8 +187,10 @@ def find_causes(checks: Iterable[Any]) -> list[Cause]:
     causes = []
     for key, g in groups.items():
         ids = sorted(g["ids"])
-        if len(ids) == 1:  # one check: said as it said it
-            key, (g["text"], g["fix"]) = f"check:{ids[0]}", g["own"]
+        if len(ids) == 1:  # one check: said as it said it (on several GPUs: as GPU N)
+            if not key.startswith("same:"):
+                g["text"], g["fix"] = g["own"]
+            key = f"check:{ids[0]}"
         root = next((r for r in _ROOTS.get(key, ()) if r in ids), ids[0])
         fix = g["fix"] or g["fixes"].get(root, "")  # else the root check's own remedy
         causes.append(Cause(key=key, text=g["text"], fix=fix, root=root,

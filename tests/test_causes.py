@@ -58,3 +58,11 @@ def test_the_same_message_on_many_checks_is_one_line_without_a_rule():
 def test_passes_warnings_and_skips_are_no_cause():
     assert find_causes([_c("A-1", "x", "pass"), _c("A-2", "y", "warn"),
                         _c("A-3", "z", "skip")]) == []
+
+
+def test_one_failure_on_several_gpus_is_one_line_naming_them():
+    causes = find_causes([{"id": "PF-GPU-005", "outcome": "fail",
+                           "message": f"[PF-GPU-005] GPU {i} temperature 95 C > 85 C"}
+                          for i in (0, 3, 5)])
+    assert [c.line() for c in causes] == [
+        "PF-GPU-005: GPU N temperature 95 C > 85 C (GPU N: 0, 3, 5)"]
