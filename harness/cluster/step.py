@@ -55,9 +55,10 @@ class ClusterStep(CollectivePhases):
         self.device: Any = None
         self.published = False
         self.master_lost: dict[str, str] | None = None
-        self.members = list(range(topo.num_nodes))
         """Where and how this node lost the master (its own view; not in the verdict)."""
         """Whether this node's node-local result is in the store (`abort` publishes one if not)."""
+        self.members = list(range(topo.num_nodes))
+        """The nodes the collectives run over: all, or those that passed their own checks."""
 
     @classmethod
     def start(cls, *, profile: Profile, tier: str, local_budget_s: float,
