@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from harness.checking import ProbeError, expect_none, measure, not_applicable, warn
+from harness.checking import (
+    ProbeError,
+    expect_none,
+    measure,
+    measurement_name,
+    not_applicable,
+    warn,
+)
 from harness.gpu import (
     MONITOR,
     REBOOT,
@@ -67,8 +74,10 @@ def judge(what: str, found: Found) -> None:
     for label, problem, action, *_ in found:
         if action == MONITOR:
             warn(f"{label}: {problem} -> {action}", remedy=ACTION_REMEDY[MONITOR])
+    # Named by the judged problem (the callers' literal `what`: one per check).
     expect_none(what, [f"{label}: {p} -> {a}" for label, p, a, *_ in fatal],
-                remedy=remedy_for([f[2] for f in fatal]), gpus=[f[3] for f in fatal if len(f) > 3])
+                remedy=remedy_for([f[2] for f in fatal]), gpus=[f[3] for f in fatal if len(f) > 3],
+                name=measurement_name(what))
 
 
 def found_on(inventory: GpuInventory, problems: Callable[[GpuInfo], list[Problem]]) -> Found:
@@ -109,7 +118,8 @@ def judge_gpus(what: str, inventory: GpuInventory, profile: Profile, facts: Sequ
         not_applicable(f"{profile.sku or profile.name} has no {', '.join(lacking)}: "
                        f"{next(iter(lacking.values()))}")
     for title, why in lacking.items():
-        measure(f"{title}: not supported on {profile.sku or profile.name}", why)
+        measure(f"{title}: not supported on {profile.sku or profile.name}", why,
+                name="not_supported_on")
     found: Found = [*((gpu_label(g), p.what, p.action, g.index) for g in gpus
                       for p in problems(g)), *extra]
     judge_all(what, found, unread_facts(inventory, states), actions=actions)
@@ -152,4 +162,4 @@ def judge_all(what: str, found: Found, unknown: list[str], *, actions: bool = Tr
         judge(what, found)
     else:
         expect_none(what, [f"{label}: {p}" for label, p, *_ in found],
-                    gpus=[f[3] for f in found if len(f) > 3])
+                    gpus=[f[3] for f in found if len(f) > 3], name=measurement_name(what))

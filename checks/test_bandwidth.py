@@ -41,7 +41,8 @@ def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str)
     # also when the gate row is missing: a run that died part-way shows how far it got.
     for swept, value in sorted(run.busbw_by_size.items()):
         if swept != size:
-            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept)
+            measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept,
+                    name="all_reduce_busbw_at")
     if busbw is None:
         if run.problem:
             raise ProbeError(f"all_reduce over {run.where()}: {run.problem}")
@@ -119,7 +120,7 @@ def test_allreduce_results_exact(profile: Profile, bandwidth_runs: list[Bandwidt
     unchecked = [r for r in runs if r.num_wrong is None]
     expect_none("all_reduce runs with wrong elements",
                 [f"{r.scope}: {r.num_wrong} wrong element(s) over {r.where()}"
-                 for r in runs if r.num_wrong])
+                 for r in runs if r.num_wrong], name="all_reduce_runs_with_wrong_elements")
     if unchecked:
         raise ProbeError("reduced data not checked: " + "; ".join(
             f"{r.scope} ({r.source}): {r.problem or 'no #wrong values in the output'}"
@@ -148,7 +149,8 @@ def test_nccl_tests_no_out_of_bounds(profile: Profile, bandwidth_runs: list[Band
     missing = [r for r in nccl if r.out_of_bounds is None]
     expect_none("nccl-tests runs with out-of-bounds values",
                 [f"{r.scope}: {r.out_of_bounds} out-of-bounds value(s) over {r.where()}"
-                 for r in nccl if r.out_of_bounds])
+                 for r in nccl if r.out_of_bounds],
+                name="nccl_tests_runs_with_out_of_bounds_values")
     if missing:
         raise ProbeError("no `# Out of bounds values` line: " + "; ".join(
             f"{r.scope}: {r.problem or 'footer missing'}" for r in missing))
@@ -174,10 +176,11 @@ def test_bandwidth_runs_completed(profile: Profile, bandwidth_runs: list[Bandwid
         if r.problem:
             offenders.append(f"{r.scope} ({r.where()}): {r.problem}")
             # The raw output goes into the report: it names the failing rank and host.
-            measure(f"{r.scope} output tail", r.output_tail, ok=False)
+            measure(f"{r.scope} output tail", r.output_tail, ok=False, name="output_tail")
         elif r.duration_s > r.budget_s:
             offenders.append(f"{r.scope}: took {r.duration_s:.0f} s, budget {r.budget_s:.0f} s")
-    expect_none("bandwidth runs that did not complete", offenders)
+    expect_none("bandwidth runs that did not complete", offenders,
+                name="bandwidth_runs_that_did_not_complete")
     for r in runs:
         for line in r.warnings:
             warn(f"{r.scope}: {line} (a modified nccl-tests build, or output from another tool)",
@@ -219,15 +222,17 @@ def test_other_collectives_complete_and_exact(profile: Profile,
         if r.cannot_run:
             continue
         for size, busbw in sorted(r.busbw_by_size.items()):  # the whole sweep, for the plots
-            measure(f"{r.scope} busbw at {_size(size)}", busbw, "GB/s", size_bytes=size)
+            measure(f"{r.scope} busbw at {_size(size)}", busbw, "GB/s", size_bytes=size,
+                    name="busbw_at")
         if r.problem:
             offenders.append(f"{r.scope}: {r.problem}")
-            measure(f"{r.scope} output tail", r.output_tail, ok=False)
+            measure(f"{r.scope} output tail", r.output_tail, ok=False, name="output_tail")
         if r.num_wrong:
             offenders.append(f"{r.scope}: {r.num_wrong} wrong element(s) over {r.where()}")
         if r.out_of_bounds:
             offenders.append(f"{r.scope}: {r.out_of_bounds} out-of-bounds value(s)")
-    expect_none("collectives that failed, hung or corrupted data", offenders)
+    expect_none("collectives that failed, hung or corrupted data", offenders,
+                name="collectives_that_failed_hung_or_corrupted_data")
     missing = [r for r in runs if r.cannot_run]
     if missing:
         raise ProbeError("; ".join(f"{r.scope}: {r.problem}" for r in missing))

@@ -23,7 +23,8 @@ def _shown(env: dict[str, str], findings: list) -> list[str]:
 def test_no_harmful_env_vars(environ: dict[str, str], profile: Profile, lib_versions: Versions):
     findings = evaluate(environ, profile, lib_versions, ["harmful"])
     expect_none("harmful environment variables", _shown(environ, findings),
-                remedy="unset: " + ", ".join(sorted({f.rule.name for f in findings})))
+                remedy="unset: " + ", ".join(sorted({f.rule.name for f in findings})),
+                name="harmful_environment_variables")
 
 
 @check(
@@ -36,7 +37,8 @@ def test_no_harmful_env_vars(environ: dict[str, str], profile: Profile, lib_vers
 def test_required_env_vars_set(environ: dict[str, str], profile: Profile, lib_versions: Versions):
     findings = evaluate(environ, profile, lib_versions, ["required"])
     expect_none("required environment variables missing or wrong", _shown(environ, findings),
-                remedy="; ".join(dict.fromkeys(f.rule.remedy for f in findings)))
+                remedy="; ".join(dict.fromkeys(f.rule.remedy for f in findings)),
+                name="required_environment_variables_missing_or_wrong")
 
 
 @check(
@@ -64,7 +66,8 @@ def test_env_vars_current(environ: dict[str, str], profile: Profile, lib_version
 )
 def test_env_values_parse(environ: dict[str, str]):
     expect_none("malformed environment values", [Redactor(environ).text(p)
-                                                  for p in format_problems(environ)])
+                                                  for p in format_problems(environ)],
+                name="malformed_environment_values")
 
 
 @check(

@@ -37,7 +37,7 @@ def test_ib_ports_active(profile: Profile, rdma_devices: list[RdmaDevice]):
     hcas = _hcas(rdma_devices)
     need = max(1, profile.num_ib_devices)
     measure("InfiniBand/RoCE HCAs in /sys/class/infiniband", len(hcas), op=">=", threshold=need,
-            ok=len(hcas) >= need)
+            ok=len(hcas) >= need, name="infiniband_roce_hcas_in_sys_class_infiniband")
     if not hcas:
         raise ProbeError("no InfiniBand/RoCE device in /sys/class/infiniband: is the HCA passed "
                          "to the container (/sys/class/infiniband, /dev/infiniband)?")
@@ -51,7 +51,8 @@ def test_ib_ports_active(profile: Profile, rdma_devices: list[RdmaDevice]):
             if p.state != "ACTIVE" or (p.phys_state is not None and p.phys_state != "LinkUp"):
                 bad.append(f"{d.name} port {p.number}: state {p.state or 'unreadable'}, physical "
                            f"state {p.phys_state or 'unreadable'}")
-    expect_none("HCAs missing or ports not ACTIVE/LinkUp", bad)
+    expect_none("HCAs missing or ports not ACTIVE/LinkUp", bad,
+                name="hcas_missing_or_ports_not_active_linkup")
 
 
 @check(
@@ -71,9 +72,10 @@ def test_ib_rates_match(profile: Profile, rdma_devices: list[RdmaDevice]):
         raise ProbeError(f"rate unreadable on {', '.join(unreadable)}")
     top = max(p.rate_gbps or 0.0 for _, p in ports)
     for d, p in ports:
-        measure(f"{d.name} port {p.number} rate", p.rate_gbps, "Gb/s")
+        measure(f"{d.name} port {p.number} rate", p.rate_gbps, "Gb/s", name="ib_port_rate")
     expect_none(f"ports slower than {top:g} Gb/s",
-                [f"{d.name} port {p.number}: {p.rate}" for d, p in ports if p.rate_gbps != top])
+                [f"{d.name} port {p.number}: {p.rate}" for d, p in ports if p.rate_gbps != top],
+                name="ports_slower_than_gb_s")
 
 
 @check(
@@ -86,7 +88,8 @@ def test_ib_rates_match(profile: Profile, rdma_devices: list[RdmaDevice]):
 )
 def test_ib_gdr_available(profile: Profile, gdr_peermem: str | None):
     require_ib(profile)
-    measure("peer-memory GPUDirect RDMA", gdr_peermem or "absent")
+    measure("peer-memory GPUDirect RDMA", gdr_peermem or "absent",
+            name="peer_memory_gpudirect_rdma")
     if gdr_peermem is None:
         warn("no peer-memory module (nvidia_peermem / nv_peer_mem): GPUDirect RDMA works only "
              "through DMA-BUF here, which needs the open GPU kernel modules and kernel >= 5.12; "
@@ -115,7 +118,7 @@ def test_nvlink_domain_registered(profile: Profile, gpu_fabric: list[FabricInfo]
     uuids = {f.cluster_uuid for f in gpus if f.in_domain}
     cliques = {f.clique_id for f in gpus if f.in_domain}
     bad += one_domain(uuids, cliques, "GPUs")
-    expect_none("GPUs outside the NVLink domain", bad)
+    expect_none("GPUs outside the NVLink domain", bad, name="gpus_outside_the_nvlink_domain")
 
 
 @check(
@@ -135,7 +138,7 @@ def test_nvlink_domain_health(profile: Profile, gpu_fabric: list[FabricInfo]):
     if unread and not faults:  # unknown is never healthy: one GPU unread is not a pass
         raise ProbeError(f"fabric health mask not read on {', '.join(unread)} "
                          "(nvmlDeviceGetGpuFabricInfoV: NotSupported, or the query failed)")
-    expect_none("fabric health faults", faults)
+    expect_none("fabric health faults", faults, name="fabric_health_faults")
 
 
 @check(
@@ -149,7 +152,8 @@ def test_nvlink_domain_health(profile: Profile, gpu_fabric: list[FabricInfo]):
 )
 def test_imex_channels(profile: Profile, gpu_fabric: list[FabricInfo], imex_channels: list[str]):
     domain_gpus(profile, gpu_fabric)
-    measure("IMEX channels", len(imex_channels), op=">=", threshold=1, ok=bool(imex_channels))
+    measure("IMEX channels", len(imex_channels), op=">=", threshold=1, ok=bool(imex_channels),
+            name="imex_channels")
     if not imex_channels:
         # Idle nodes of a domain (no ComputeDomain yet) legitimately have none: DCGM's IMEX
         # alarm on such nodes is a known false positive (NVIDIA/aicr#2641, NVIDIA/DCGM#308).

@@ -66,7 +66,7 @@ READS = {
 def test_gpu_count_matches_profile(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
     expect("GPUs visible", len(gpu_inventory.gpus), ">=", profile.num_gpus, "GPUs",
-           detail=f"from {gpu_inventory.source}")
+           detail=f"from {gpu_inventory.source}", name="gpus_visible")
 
 
 @check(
@@ -107,7 +107,7 @@ def test_no_uncorrected_ecc(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
     for g in gpu_inventory.gpus:
         measure(f"GPU {g.index} uncorrected ECC (volatile)", g.ecc_uncorrected_volatile, "errors",
-                gpu_index=g.index)
+                gpu_index=g.index, name="gpu_uncorrected_ecc_volatile")
     judge_gpus("GPUs with uncorrected ECC errors", gpu_inventory, profile, READS["PF-GPU-003"],
                lambda g: ecc_problems(g, require_ecc=True))
 
@@ -153,7 +153,7 @@ def test_gpu_not_hot_or_throttled(profile: Profile, gpu_inventory: GpuInventory)
         if g.temperature_c is not None:
             measure(f"GPU {g.index} temperature", g.temperature_c, "C", op="<=",
                     threshold=profile.max_gpu_temp_c, ok=g.temperature_c <= profile.max_gpu_temp_c,
-                    gpu_index=g.index)
+                    gpu_index=g.index, name="gpu_temperature")
     judge_gpus("GPUs too hot or slowed down", gpu_inventory, profile, READS["PF-GPU-007"],
                lambda g: thermal_problems(g, profile.max_gpu_temp_c))
 
@@ -190,7 +190,8 @@ def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
         if link_max is not None:
             notes = [n for n in (pcie_slot_limit(g), pcie_host_note(g)) if n]
             measure(f"GPU {g.index} PCIe link max gen" + (f" ({'; '.join(notes)})" if notes
-                                                          else ""), link_max)
+                                                          else ""), link_max,
+                    name="gpu_pcie_link_max_gen")
     outliers = [(gpu_label(gpu_inventory.by_index(p.gpu)), p.what, p.action)
                 for p in pcie_slot_outliers(gpu_inventory)]
     judge_gpus("GPUs with a degraded PCIe link", gpu_inventory, profile, READS["PF-GPU-009"],
@@ -213,16 +214,16 @@ def test_pcie_link_at_max(profile: Profile, gpu_inventory: GpuInventory):
 )
 def test_driver_and_cuda_versions(profile: Profile, gpu_inventory: GpuInventory):
     require_gpus(profile)
-    for what, found, wanted in (("NVIDIA driver", gpu_inventory.driver_version,
-                                 profile.min_driver_version),
-                                ("CUDA version supported by the driver",
-                                 gpu_inventory.cuda_version, profile.min_cuda_version)):
+    for name, what, found, wanted in (("nvidia_driver", "NVIDIA driver",
+                                       gpu_inventory.driver_version, profile.min_driver_version),
+                                      ("cuda_version", "CUDA version supported by the driver",
+                                       gpu_inventory.cuda_version, profile.min_cuda_version)):
         if wanted is None:
             continue
         if found is None:
             raise ProbeError(f"{gpu_inventory.source} did not report the {what}")
         try:
-            expect(what, _Version(found), ">=", _Version(wanted))
+            expect(what, _Version(found), ">=", _Version(wanted), name=name)
         except InvalidVersion:
             raise ProbeError(f"cannot compare {what} {found!r} with {wanted!r}") from None
 

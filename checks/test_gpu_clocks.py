@@ -43,16 +43,18 @@ def test_clocks_hold_under_load(profile: Profile, tier: str, compute_clocks: lis
         if not s.known or s.drop_pct is None:  # none read, or only 0 MHz
             unknown.append(f"{label}: no SM clock read ({s.readings} readings)")
             continue
-        measure(f"GPU {index} SM clock peak under load", s.peak_mhz, "MHz", gpu_index=index)
+        measure(f"GPU {index} SM clock peak under load", s.peak_mhz, "MHz", gpu_index=index,
+                name="gpu_sm_clock_peak_under_load")
         measure(f"GPU {index} SM clock sustained (second half)", s.sustained_mhz, "MHz",
-                gpu_index=index)
+                gpu_index=index, name="gpu_sm_clock_sustained_second_half")
         measure(f"GPU {index} SM clock drop under load", s.drop_pct, "%", op="<=",
                 threshold=MAX_CLOCK_DROP_PCT, ok=s.drop_pct <= MAX_CLOCK_DROP_PCT,
-                gpu_index=index)
+                gpu_index=index, name="gpu_sm_clock_drop_under_load")
         if s.power_median_w is not None:
             measure(f"GPU {index} power under load (median)", s.power_median_w, "W",
-                    gpu_index=index)
-            measure(f"GPU {index} power under load (max)", s.power_max_w, "W", gpu_index=index)
+                    gpu_index=index, name="gpu_power_under_load_median")
+            measure(f"GPU {index} power under load (max)", s.power_max_w, "W", gpu_index=index,
+                    name="gpu_power_under_load_max")
         if s.throttled_by:
             throttled.append(f"{label}: clocks slowed by {', '.join(s.throttled_by)} under "
                              f"load (peak {s.peak_mhz} MHz, sustained {s.sustained_mhz:.0f} MHz)")
@@ -67,7 +69,8 @@ def test_clocks_hold_under_load(profile: Profile, tier: str, compute_clocks: lis
                  f"{s.sustained_mhz:.0f} MHz; {why}); above {MAX_CLOCK_DROP_PCT:g}% is an "
                  "estimate, not a failure until measured; check `nvidia-smi -q -d "
                  "PERFORMANCE,POWER` (enforced power limit, application clocks)")
-    expect_none("GPUs slowed by heat or a power brake under load", throttled, gpus=found)
+    expect_none("GPUs slowed by heat or a power brake under load", throttled, gpus=found,
+                name="gpus_slowed_by_heat_or_a_power_brake_under_load")
     if unknown:
         text = ("clock readings not known, so throttling cannot be ruled out: "
                 + "; ".join(unknown) + " (nvidia-ml-py missing in the worker, or NVML failed)")

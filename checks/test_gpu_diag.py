@@ -56,7 +56,8 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: DcgmDiag,
         warn(f"dcgmi diag -r {level}: {w}")
     version = f"DCGM {dcgm_diag.dcgm_version}" if dcgm_diag.dcgm_version else "DCGM"
     expect_none(f"{version} diag -r {level} failures", [f for f, _ in found],
-                remedy=remedy_for([a for _, a in found]) or "fix the settings DCGM names")
+                remedy=remedy_for([a for _, a in found]) or "fix the settings DCGM names",
+                name="diag_r_failures")
     if dcgm_diag.passed is None:
         fail(f"dcgmi diag -r {level} ran no GPU test (every test past the deployment checks "
              "was skipped)",
@@ -107,7 +108,7 @@ def _unmeasured(values: dict[int, object], what: str, profile: Profile,
 
 
 def _judge_floor(result: ComputeResult, values: dict[int, float], floor: float, what: str, unit: str,
-                 inventory: GpuInventory | None, estimate: str | None = None) -> None:
+                 inventory: GpuInventory | None, name: str, estimate: str | None = None) -> None:
     """Record each GPU's figure against `floor`; fail naming every GPU below it (reset). A
     floor that is an estimate (the profile's `estimates`: no measured or vendor basis) makes a
     GPU below it a warning that names it and the floor's source, never a failure, until the
@@ -115,17 +116,19 @@ def _judge_floor(result: ComputeResult, values: dict[int, float], floor: float, 
     for device, value in sorted(values.items()):
         ok = value >= floor
         measure(f"{_cuda_label(result, device, inventory, short=True)} {what}", round(value, 1),
-                unit, op=">=", threshold=floor, ok=ok if ok or estimate is None else None)
+                unit, op=">=", threshold=floor, ok=ok if ok or estimate is None else None,
+                name=name)
     offenders = _compute_offenders(result, values, floor, unit, inventory, RESET)
     if estimate is not None:
-        measure(f"GPUs below the estimated {what} floor", len(offenders), "found")
+        measure(f"GPUs below the estimated {what} floor", len(offenders), "found",
+                name=f"gpus_below_the_estimated_{name}_floor")
         if offenders:
             warn(f"GPUs below the estimated {what} floor (an estimate, not a failure until "
                  f"measured; source: {estimate}): {'; '.join(offenders)}",
                  remedy="record this node's figures with scripts/device-check and set the floor "
                  "in a profile file; a GPU far below its peers: reset it")
         return
-    expect_none(f"GPUs below the {what} floor", offenders)
+    expect_none(f"GPUs below the {what} floor", offenders, name=f"gpus_below_the_{name}_floor")
 
 
 def _estimate(profile: Profile, field: str) -> str | None:
@@ -156,7 +159,8 @@ def test_matmul_tflops_at_floor(profile: Profile, compute_sanity: ComputeResult,
         not_applicable("the profile sets no bf16 TFLOP/s floor")
     inventory = gpu_inventory_reading.or_none()
     _judge_floor(compute_sanity, compute_sanity.tflops, profile.min_bf16_tflops,
-                 "bf16 matmul", "TFLOP/s", inventory, _estimate(profile, "min_bf16_tflops"))
+                 "bf16 matmul", "TFLOP/s", inventory, name="bf16_matmul_tflops",
+                 estimate=_estimate(profile, "min_bf16_tflops"))
     _unmeasured(compute_sanity.tflops, "bf16 matmul", profile, inventory)
 
 
@@ -183,7 +187,8 @@ def test_matmul_results_identical(profile: Profile, compute_sanity: ComputeResul
         _unmeasured(compute_sanity.digests, "matmul result digests", profile, inventory)
     expect_none("GPUs whose matmul result differs from the others'",
                 [f"{_cuda_label(compute_sanity, i, inventory)}: result digest {d[:12]} differs "
-                 f"-> {REPLACE}" for i, d in suspects.items()])
+                 f"-> {REPLACE}" for i, d in suspects.items()],
+                name="gpus_whose_matmul_result_differs_from_the_others")
 
 
 @check(
@@ -209,7 +214,8 @@ def test_hbm_copy_bandwidth_at_floor(profile: Profile, compute_sanity: ComputeRe
         not_applicable("the profile sets no HBM copy floor")
     inventory = gpu_inventory_reading.or_none()
     _judge_floor(compute_sanity, compute_sanity.copy_gb_s, profile.min_hbm_copy_gb_s,
-                 "HBM copy", "GB/s", inventory, _estimate(profile, "min_hbm_copy_gb_s"))
+                 "HBM copy", "GB/s", inventory, name="hbm_copy_gb_s",
+                 estimate=_estimate(profile, "min_hbm_copy_gb_s"))
     _unmeasured(compute_sanity.copy_gb_s, "HBM copy", profile, inventory)
 
 

@@ -74,9 +74,9 @@ def _kernel_log(reading: Reading[KernelLog], tier: str, what: str) -> KernelLog 
 def _measure_log(log: KernelLog, what: str, count: int) -> None:
     """Record what the judged events came from (the tool or the PREFLIGHT_KERNEL_LOG file) and
     the window it covers, then the event count."""
-    measure("kernel log", log.source or "given", "")
-    measure("kernel log window", log.window, "")
-    measure(f"{what} in the kernel log", count, "events")
+    measure("kernel log", log.source or "given", "", name="kernel_log_source")
+    measure("kernel log window", log.window, "", name="kernel_log_window")
+    measure(f"{what} in the kernel log", count, "events", name="kernel_log_events")
 
 
 @check(

@@ -82,7 +82,7 @@ def test_gpu_pair_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
         ok = floor is None or p.gb_s >= floor.value
         measure(f"GPU {names[p.src][0]} -> GPU {names[p.dst][0]} peer copy", p.gb_s, "GB/s",
                 op=">=" if floor else None, threshold=floor.value if floor else None, ok=ok,
-                size_bytes=p.size_bytes, gpu_index=names[p.src][0])
+                size_bytes=p.size_bytes, gpu_index=names[p.src][0], name="gpu_gpu_peer_copy")
     fatal, found, estimated = [], [], []
     for w in weak_pairs(gpu_links.pairs, floor.value if floor else None, relative):
         p = w.pair
@@ -108,7 +108,7 @@ def test_gpu_pair_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
              "each other")
     matrix = "; ".join(matrix_lines(gpu_links.pairs, gpu_links.devices))
     expect_none(f"weak GPU pairs at {_size(gpu_links.p2p_bytes)} (matrix GB/s: {matrix})",
-                fatal, gpus=found)
+                fatal, gpus=found, name="weak_gpu_pairs_at_matrix_gb_s")
     missing = missing_pairs(gpu_links.pairs, gpu_links.devices)
     if missing:
         errors = {(p.src, p.dst): p.error for p in gpu_links.pairs if p.error}
@@ -163,7 +163,7 @@ def test_host_gpu_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
         measure(f"GPU {index} {h.direction} copy", h.gb_s, "GB/s",
                 op=">=" if floor else None, threshold=floor.value if floor else None,
                 ok=None if floor is None else h.gb_s >= floor.value,
-                size_bytes=h.size_bytes, gpu_index=index)
+                size_bytes=h.size_bytes, gpu_index=index, name="host_gpu_copy")
         if not judged:
             continue
         if floor is None:
@@ -187,7 +187,7 @@ def test_host_gpu_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
         warn(f"no PCIe generation/width known for {', '.join(unjudged)} (NVML did not say and "
              f"SKU {profile.sku or '(none)'} has none): host copies recorded, not judged")
     expect_none(f"host-GPU copies at {_size(largest)} far below their PCIe link", fatal,
-                gpus=found)
+                gpus=found, name="host_gpu_copies_at_far_below_their_pcie_link")
 
 
 @check(
@@ -220,7 +220,7 @@ def test_small_message_latency(profile: Profile, gpu_links: LinksResult):
                 f"torch.distributed {lat.backend})", round(r.time_us, 1), "us",
                 op="<=" if judged else None, threshold=ceiling.value if judged else None,
                 ok=(r.time_us <= ceiling.value) if judged else None,  # type: ignore[union-attr]
-                size_bytes=r.size_bytes)
+                size_bytes=r.size_bytes, name="small_all_reduce_latency")
     if ceiling is None:
         warn(f"no latency ceiling for SKU {profile.sku or '(none)'}: figure recorded, not judged")
     elif smallest.time_us > ceiling.value:
@@ -229,4 +229,5 @@ def test_small_message_latency(profile: Profile, gpu_links: LinksResult):
         if ceiling.estimate:
             warn(f"{text} (an estimate, not a failure until measured: {ceiling.source})")
         else:
-            expect_none("small-message latency above the ceiling", [text])
+            expect_none("small-message latency above the ceiling", [text],
+                        name="small_message_latency_above_the_ceiling")

@@ -45,7 +45,7 @@ def test_nvlinks_up_without_errors(profile: Profile, gpu_inventory: GpuInventory
             asleep = f", {len(g.nvlinks_sleeping)} asleep" if g.nvlinks_sleeping else ""
             measure(f"GPU {g.index} NVLinks up{asleep}", len(g.nvlinks_active), "links",
                     op=">=", threshold=profile.nvlinks_per_gpu,
-                    ok=len(g.nvlinks_active) >= profile.nvlinks_per_gpu)
+                    ok=len(g.nvlinks_active) >= profile.nvlinks_per_gpu, name="gpu_nvlinks_up")
             if len(g.nvlinks_active) < profile.nvlinks_per_gpu:
                 down = ", ".join(str(n) for n in g.nvlinks_inactive) or "none reported"
                 found.append((label, f"{len(g.nvlinks_active)} of {profile.nvlinks_per_gpu} "

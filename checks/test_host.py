@@ -38,19 +38,20 @@ def _gib(n: int | None) -> float:
 def test_shm_size(profile: Profile, shm_space: PathSpace):
     if shm_space.problem:
         raise ProbeError(f"/dev/shm: {shm_space.problem}")
-    measure("/dev/shm size", _gib(shm_space.total_bytes), "GiB")
+    measure("/dev/shm size", _gib(shm_space.total_bytes), "GiB", name="dev_shm_size")
     if shm_space.writable is False:
         fail(f"/dev/shm is not writable: {shm_space.write_error}")
     free = _gib(shm_space.free_bytes)
     if profile.has_gpus:
-        expect("/dev/shm free", free, ">=", profile.min_shm_free_gib, "GiB")
+        expect("/dev/shm free", free, ">=", profile.min_shm_free_gib, "GiB", name="dev_shm_free")
     elif free < profile.min_shm_free_gib:
         measure("/dev/shm free", free, "GiB", op=">=", threshold=profile.min_shm_free_gib,
-                ok=False)
+                ok=False, name="dev_shm_free")
         warn(f"/dev/shm free {free} GiB < {profile.min_shm_free_gib} GiB (a GPU profile fails "
              "here; DataLoader workers may still fail)", remedy=REMEDY_SHM)
     else:
-        measure("/dev/shm free", free, "GiB", op=">=", threshold=profile.min_shm_free_gib, ok=True)
+        measure("/dev/shm free", free, "GiB", op=">=", threshold=profile.min_shm_free_gib, ok=True,
+                name="dev_shm_free")
 
 
 def _path_problem(entry: OutputPath, profile: Profile) -> str | None:
@@ -88,12 +89,13 @@ def test_output_paths_writable(profile: Profile, output_paths: list[OutputPath])
         space = entry.space
         assert space is not None
         measure(f"{entry.path} free", _gib(space.free_bytes), "GiB", op=">=",
-                threshold=profile.min_output_free_gib, ok=True)
+                threshold=profile.min_output_free_gib, ok=True, name="output_path_free")
         used = space.used_pct
         if used is not None and used > profile.max_output_used_pct:
             warn(f"{entry.path} ({entry.origin}) is {used:.0f}% full (> "
                  f"{profile.max_output_used_pct:g}%)", remedy="free space before it fills")
-    expect_none("checkpoint/output paths not usable", problems)
+    expect_none("checkpoint/output paths not usable", problems,
+                name="checkpoint_output_paths_not_usable")
 
 
 @check(
@@ -124,11 +126,11 @@ def test_mounts_answer(profile: Profile, mount_answers: list[MountAnswer]):
                 warn(f"network mount {why} (not required by {REQUIRED_MOUNTS_ENV})")
             continue
         measure(f"{answer.point} statvfs time", round(space.duration_s, 3), "s", op="<",
-                threshold=profile.mount_timeout_s, ok=True)
+                threshold=profile.mount_timeout_s, ok=True, name="mount_statvfs_time")
         if answer.required and _gib(space.free_bytes) < profile.min_output_free_gib:
             problems.append(f"{where}: {_gib(space.free_bytes)} GiB free < "
                             f"{profile.min_output_free_gib} GiB")
-    expect_none("mounts missing, hung or full", problems)
+    expect_none("mounts missing, hung or full", problems, name="mounts_missing_hung_or_full")
 
 
 @check(
@@ -143,12 +145,13 @@ def test_mounts_answer(profile: Profile, mount_answers: list[MountAnswer]):
 def test_open_files_limit(profile: Profile, nofile_limits: tuple[int | None, int | None]):
     soft, hard = nofile_limits
     if hard is None:
-        measure("open-files hard limit", "unlimited", ok=True)
+        measure("open-files hard limit", "unlimited", ok=True, name="open_files_hard_limit_ulimit_hn")
     else:
-        expect("open-files hard limit (ulimit -Hn)", hard, ">=", profile.min_nofile)
+        expect("open-files hard limit (ulimit -Hn)", hard, ">=", profile.min_nofile,
+               name="open_files_hard_limit_ulimit_hn")
     if soft is not None and soft < profile.min_nofile:
         measure("open-files soft limit (ulimit -Sn)", soft, op=">=", threshold=profile.min_nofile,
-                ok=False)
+                ok=False, name="open_files_soft_limit_ulimit_sn")
         warn(f"open-files soft limit {soft} < {profile.min_nofile} (NCCL raises it to the hard "
              "limit; other libraries in the job may not)", remedy="`ulimit -n` to the hard "
              "limit in the entrypoint")
@@ -167,10 +170,11 @@ def test_no_dstate_processes(profile: Profile, stuck_processes: tuple[list[Stuck
     if not seen:
         raise ProbeError("no process could be read under /proc (a PID namespace still shows "
                          "this one): D state unknown")
-    measure("processes read", seen)
+    measure("processes read", seen, name="processes_read")
     named = [f"pid {s.pid} ({s.command}) for {s.age_s:.0f} s" for s in stuck]
     if profile.has_gpus:
-        expect_none(f"processes in D state longer than {profile.max_dstate_s:g} s", named)
+        expect_none(f"processes in D state longer than {profile.max_dstate_s:g} s", named,
+                    name="processes_in_d_state_longer_than_s")
     elif named:
         warn(f"processes in D state longer than {profile.max_dstate_s:g} s: " + "; ".join(named))
 
@@ -196,8 +200,10 @@ def test_clock_synchronised(profile: Profile, tier: str, host_clock: ClockState)
     if host_clock.kernel is not None:
         kernel = host_clock.kernel
         measure("kernel clock synchronised (adjtimex)", kernel.synchronized,
-                op="==", threshold=True, ok=kernel.synchronized)
-        measure("kernel clock max error", round(kernel.maxerror_us / 1e6, 3), "s")
+                op="==", threshold=True, ok=kernel.synchronized,
+                name="kernel_clock_synchronised_adjtimex")
+        measure("kernel clock max error", round(kernel.maxerror_us / 1e6, 3), "s",
+                name="kernel_clock_max_error")
         if not kernel.synchronized:
             warn("the kernel says the clock is not synchronised (adjtimex STA_UNSYNC)")
     if tracking is None:
@@ -209,6 +215,6 @@ def test_clock_synchronised(profile: Profile, tier: str, host_clock: ClockState)
     if offset is None:
         return
     expect("|clock offset from NTP| (chronyc)", abs(offset), "<", SIGV4_SKEW_S, "s",
-           detail="AWS SigV4 rejects requests 5 minutes off")
+           detail="AWS SigV4 rejects requests 5 minutes off", name="clock_offset_from_ntp_chronyc")
     if abs(offset) > profile.max_clock_offset_s:
         warn(f"clock offset from NTP {offset:+.3f} s (|offset| > {profile.max_clock_offset_s:g} s)")

@@ -71,8 +71,8 @@ def test_collnet_sharp_used(profile: Profile, environ: dict[str, str], node_coun
         raise ProbeError(f"the multi-node run left no NCCL log to judge CollNet from: "
                          f"{run.problem or 'its output holds no NCCL INFO line'}")
     measure("CollNet connections", log.collnet_connections, op=">=", threshold=1,
-            ok=log.collnet_connections > 0)
-    measure("SHARP ranks initialised", log.sharp_ranks, "ranks")
+            ok=log.collnet_connections > 0, name="collnet_connections")
+    measure("SHARP ranks initialised", log.sharp_ranks, "ranks", name="sharp_ranks_initialised")
     am = ("the SHARP library reports: " + "; ".join(log.sharp_library_errors[:3])
           if log.sharp_library_errors else "")
     if log.collnet_errors:

@@ -44,7 +44,8 @@ def test_efa_device_count_matches(profile: Profile, efa_devices: EfaDevices):
         raise ProbeError(f"EFA device count unread: {efa_devices.sysfs_problem}; "
                          f"{profile.num_efa_devices} required for {profile.name}")
     expect("EFA devices in /sys/class/infiniband", len(efa_devices.sysfs), "==",
-           profile.num_efa_devices, detail=", ".join(efa_devices.sysfs) or "none")
+           profile.num_efa_devices, detail=", ".join(efa_devices.sysfs) or "none",
+           name="efa_devices_in_sys_class_infiniband")
 
 
 @check(
@@ -61,7 +62,8 @@ def test_efa_uverbs_visible(profile: Profile, efa_devices: EfaDevices):
                          f"{profile.num_efa_devices} required for {profile.name}")
     expect("EFA device nodes /dev/infiniband/uverbs*", len(efa_devices.uverbs), ">=",
            profile.num_efa_devices,
-           detail=_unusable_detail(efa_devices.unusable))
+           detail=_unusable_detail(efa_devices.unusable),
+           name="efa_device_nodes_dev_infiniband_uverbs")
 
 
 def _unusable_detail(unusable: tuple[str, ...]) -> str | None:
@@ -97,7 +99,7 @@ def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[st
     require_efa(profile)
     expect_none("kernel modules missing", [m for m in ("efa",) if m not in kernel_modules],
                 remedy="install the EFA driver on the host (efa_installer.sh) and reboot or "
-                "`modprobe efa`")
+                "`modprobe efa`", name="kernel_modules_missing")
     if profile.gdr_required and not GDR_MODULES & kernel_modules:
         warn("kernel module nvidia_peermem is not loaded: GPUDirect RDMA then relies on DMA-BUF "
              "(driver >= 515 with the open kernel modules); PF-NET-009 shows whether GDR works",
@@ -114,14 +116,16 @@ def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[st
 def test_memlock_unlimited(profile: Profile, memlock_kib: int | None):
     require_efa(profile)
     if memlock_kib is None:
-        measure("locked-memory limit (ulimit -l)", "unlimited", ok=True)
+        measure("locked-memory limit (ulimit -l)", "unlimited", ok=True,
+                name="locked_memory_limit_ulimit_l")
         return
     if profile.min_memlock_kib is None:
         measure("locked-memory limit (ulimit -l)", memlock_kib, "KiB", op="==",
-                threshold="unlimited", ok=False)
+                threshold="unlimited", ok=False, name="locked_memory_limit_ulimit_l")
         fail(f"locked-memory limit (ulimit -l) {memlock_kib} KiB, unlimited required for "
              f"{profile.name}")
-    expect("locked-memory limit (ulimit -l)", memlock_kib, ">=", profile.min_memlock_kib, "KiB")
+    expect("locked-memory limit (ulimit -l)", memlock_kib, ">=", profile.min_memlock_kib, "KiB",
+           name="locked_memory_limit_ulimit_l")
 
 
 @check(

@@ -40,8 +40,9 @@ def test_ports_active(profile: Profile, sysroot: Path,
     ports = [n for n in snap.ports if not n.endswith("/-")]
     if not ports:
         raise ProbeError("no port under /sys/class/infiniband/*/ports: link state unknown")
-    measure("RDMA ports read", len(ports))
-    expect_none("ports not ACTIVE / LinkUp", nic_counters.link_problems(snap))
+    measure("RDMA ports read", len(ports), name="rdma_ports_read")
+    expect_none("ports not ACTIVE / LinkUp", nic_counters.link_problems(snap),
+                name="ports_not_active_linkup")
 
 
 @check(
@@ -75,7 +76,8 @@ def test_counters_did_not_grow(profile: Profile, tier: str,
             problems.append(f"{scope}: {before.problem or after.problem}")
             continue
         result = nic_counters.judge(before, after)
-        measure(f"{scope}: counters judged over {result.seconds:g} s", result.judged)
+        measure(f"{scope}: counters judged over {result.seconds:g} s", result.judged,
+                name="counters_judged_over_s")
         failures += [f"{scope}: {f}" for f in result.failures]
         for text in result.warnings:
             warn(f"{scope}: {text}")
@@ -85,7 +87,8 @@ def test_counters_did_not_grow(profile: Profile, tier: str,
         if not result.judged and not result.failures:
             problems.append(f"{scope}: no judged counter is exposed by this driver (EFA needs "
                             "driver >= 2.17.0 for the SRD counters)")
-    expect_none("error counters that grew during the bandwidth runs", failures)
+    expect_none("error counters that grew during the bandwidth runs", failures,
+                name="error_counters_that_grew_during_the_bandwidth_runs")
     if problems:
         raise ProbeError("counters not judged: " + "; ".join(problems[:10]))
 
@@ -128,9 +131,10 @@ def test_device_loopback(profile: Profile, sysroot: Path,
         if result.problem:
             problems.append(f"{device}: {result.problem}")
             continue
-        measure(f"{device} loopback ({tool})", result.gbit_per_s, "Gbit/s")
+        measure(f"{device} loopback ({tool})", result.gbit_per_s, "Gbit/s", name="rdma_loopback_bandwidth")
         if result.latency_us is not None:
-            measure(f"{device} loopback small-message latency", result.latency_us, "us")
+            measure(f"{device} loopback small-message latency", result.latency_us, "us",
+                    name="rdma_loopback_latency")
         if result.gbit_per_s is not None and result.gbit_per_s < LOOPBACK_WARN_GBPS:
             warn(f"{device}: loopback {result.gbit_per_s:.1f} Gbit/s < {LOOPBACK_WARN_GBPS:g}")
-    expect_none("devices whose loopback failed", problems)
+    expect_none("devices whose loopback failed", problems, name="devices_whose_loopback_failed")

@@ -73,11 +73,12 @@ def test_nccl_mnnvl_domain(profile: Profile, fabric_evidence: FabricEvidence):
     uuids = {r.line.cluster_uuid for r in ranks if r.line.in_domain}
     cliques = {r.line.clique_id for r in ranks if r.line.in_domain}
     hosts = {r.host for r in ranks if r.host}
-    measure("ranks with an MNNVL line", len(ranks), "ranks")
-    measure("hosts in the log", len(hosts), "hosts")
+    measure("ranks with an MNNVL line", len(ranks), "ranks", name="ranks_with_an_mnnvl_line")
+    measure("hosts in the log", len(hosts), "hosts", name="hosts_in_the_log")
     bad += one_domain(uuids, cliques, "ranks")
     bad += [f"NCCL: {m}" for m in log.mnnvl_errors]
-    expect_none("ranks outside one healthy NVLink domain", bad)
+    expect_none("ranks outside one healthy NVLink domain", bad,
+                name="ranks_outside_one_healthy_nvlink_domain")
     multi = [(n, flag) for n, flag in log.comm_mnnvl if n > 1]
     if multi and not any(flag for _, flag in multi):
         warn(f"NCCL did not enable MNNVL on its {len(multi)} multi-node communicator(s) (`MNNVL "
@@ -98,8 +99,9 @@ def test_imex_service_ready(profile: Profile, gpu_fabric: list[FabricInfo],
     domain_gpus(profile, gpu_fabric)  # off a domain: not applicable before any tool runs
     s: ImexStatus = request.getfixturevalue("imex_status")
     measure("IMEX daemon state", s.state or "unknown", op="==", threshold="READY",
-            ok=s.state == "READY")
-    measure("nodes in the IMEX nodes config", len(s.nodes), "nodes")
+            ok=s.state == "READY", name="imex_daemon_state")
+    measure("nodes in the IMEX nodes config", len(s.nodes), "nodes",
+            name="nodes_in_the_imex_nodes_config")
     if s.state is None:
         raise ProbeError(f"the IMEX daemon's state is unknown: {s.problem}")
     if s.state != "READY":
@@ -157,7 +159,8 @@ def test_nvls_allreduce(profile: Profile, environ: dict[str, str],
     floor = profile.nvls_busbw_gb_s_min
     ok = floor is None or busbw >= floor
     measure("NVLS all_reduce busbw at 1 GiB", busbw, "GB/s", op=">=" if floor else None,
-            threshold=floor, ok=ok, size_bytes=NVLS_GATE_SIZE)
+            threshold=floor, ok=ok, size_bytes=NVLS_GATE_SIZE,
+            name="nvls_all_reduce_busbw_at_1_gib")
     if not ok:
         fail(f"NVLS all_reduce busbw at 1 GiB {busbw:g} GB/s < {floor:g} GB/s required "
              f"({run.where()}; floor: {profile.sources.get('nvls_busbw_gb_s_min', 'profile')})")

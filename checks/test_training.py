@@ -82,7 +82,7 @@ def _judged(result: dict[str, Any]) -> dict[str, Any]:
     if comparison:
         for key in ("loss_max_rel_diff", "update_rel_diff"):  # the stack check's, not judged
             measure(f"{result['recipe']} step {key} (same recipe both sides, not judged)",
-                    result.get(key))
+                    result.get(key), name="step_same_recipe_both_sides_not_judged")
         return comparison
     if result["recipe"] in FP8_RECIPES:
         raise ProbeError(f"the {result['recipe']} step's result has no bf16 comparison: an FP8 "
@@ -95,7 +95,7 @@ def _within_tolerance(judged: dict[str, Any], what: str, key: str, limit_key: st
     measured for fp32: harness.probes.train_step.TOLERANCES); NaN fails."""
     tolerance = judged["tolerance"]
     expect(what, judged[key], "<=", tolerance[limit_key],
-           detail=f"{judged.get('recipe', '?')} tolerance")
+           detail=f"{judged.get('recipe', '?')} tolerance", name=key)
 
 
 @check(
@@ -113,8 +113,10 @@ def test_train_step_completes(train_step: TrainStepRun):
         failure = train_step.output.failure if train_step.output is not None else None
         fail(why, remedy=REMEDIES.get(failure.kind if failure else "", REMEDIES["exception"]))
     result = train_step.output.result
-    measure("stack", f"{result['path']} {result['recipe']} on {result['device_type']}")
-    expect("ranks that reported", len(result["ranks"]), "==", train_step.nproc, "ranks")
+    measure("stack", f"{result['path']} {result['recipe']} on {result['device_type']}",
+            name="stack")
+    expect("ranks that reported", len(result["ranks"]), "==", train_step.nproc, "ranks",
+           name="ranks_that_reported")
     if train_step.proc.returncode != 0:
         abort = "a rank aborted at exit (SIGABRT)" if train_step.output.aborted_at_exit else (
             train_step.proc.describe())
@@ -136,7 +138,7 @@ def test_train_step_te_recipe(profile: Profile, train_step: TrainStepRun):
         not_applicable("the profile requires no TransformerEngine recipe")
     result = _result(train_step)
     ran = f"{result['path']} {result['recipe']}"
-    measure("stack", ran)
+    measure("stack", ran, name="stack")
     te = result["te"]
     if profile.te_required and result["path"] != "te":
         fail(f"TransformerEngine required for {profile.name}, the step ran plain torch "
@@ -168,7 +170,7 @@ def test_train_loss_finite(train_step: TrainStepRun):
         if bad is not None:
             offenders.append(f"rank {facts['rank']} ({facts['host']} {facts['device']}): loss "
                              f"{bad[1]} from step {bad[0]}")
-    expect_none("ranks with a non-finite loss", offenders)
+    expect_none("ranks with a non-finite loss", offenders, name="ranks_with_a_non_finite_loss")
 
 
 @check(
@@ -181,9 +183,9 @@ def test_train_loss_finite(train_step: TrainStepRun):
 )
 def test_train_loss_decreases(train_step: TrainStepRun):
     losses = _result(train_step)["losses"]
-    measure("first loss", losses[0])
+    measure("first loss", losses[0], name="first_loss")
     expect("final / first loss", losses[-1] / losses[0], "<", 1.0,
-           detail=f"losses {', '.join(f'{v:.4g}' for v in losses)}")
+           detail=f"losses {', '.join(f'{v:.4g}' for v in losses)}", name="final_first_loss")
 
 
 @check(
@@ -210,7 +212,7 @@ def test_train_loss_matches_reference(train_step: TrainStepRun):
 )
 def test_train_params_match_reference(train_step: TrainStepRun):
     judged = _judged(_result(train_step))
-    measure("max |param - reference|", judged["param_max_abs_diff"])
+    measure("max |param - reference|", judged["param_max_abs_diff"], name="max_param_diff_vs_reference")
     _within_tolerance(judged, "relative error of the parameter update vs the unsharded reference",
                       "update_rel_diff", "update_rel")
 
@@ -231,7 +233,7 @@ def test_train_replicas_identical(train_step: TrainStepRun):
         f"rank {r['rank']} ({r['host']} {r['device']}): max |difference| "
         f"{r['max_abs_vs_rank0']:g}, checksum {r['checksum']} vs {rank0['checksum']}"
         for r in ranks if r["max_abs_vs_rank0"] != 0.0 or r["checksum"] != rank0["checksum"]
-    ])
+    ], name="replicas_that_differ_from_rank_0")
 
 
 @check(
@@ -244,10 +246,13 @@ def test_train_replicas_identical(train_step: TrainStepRun):
 )
 def test_train_step_within_budget(profile: Profile, train_step: TrainStepRun):
     result = _result(train_step)
-    measure("median step time (slowest rank)", result["step_time_s"], "s")
-    measure(f"peak memory ({result['mem_kind']}, largest rank)", result["peak_mem_mib"], "MiB")
+    measure("median step time (slowest rank)", result["step_time_s"], "s",
+            name="median_step_time_slowest_rank")
+    measure(f"peak memory ({result['mem_kind']}, largest rank)", result["peak_mem_mib"], "MiB",
+            name="peak_memory_largest_rank")
     if train_step.startup_s is not None:  # the worker's, shared by its parts: not the step's
         measure("worker start-up (torchrun, imports, process group)",
-                round(train_step.startup_s, 2), "s")
+                round(train_step.startup_s, 2), "s",
+                name="worker_start_up_torchrun_imports_process_group")
     expect("training step check wall time", round(train_step.wall_s, 2), "<=",
-           profile.train_step_budget_s, "s")
+           profile.train_step_budget_s, "s", name="training_step_check_wall_time")

@@ -61,10 +61,13 @@ def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str]
     boot = _boot_epoch(sysroot if sysroot != Path("/") else Path(os.sep))
     window = summarize(log.events, window_s=hours * 3600, now=datetime.now(UTC),
                        boot_epoch=boot, since_epoch=get_float(JOB_START_ENV, environ))
-    measure("XID window", round(window.hours, 2), "h")
-    measure("hardware XIDs in the window", len(window.hardware), "events")
-    measure("hardware XID rate", round(window.hardware_per_hour, 2), "per h")
-    measure("application XIDs in the window", len(window.application), "events")
+    measure("XID window", round(window.hours, 2), "h", name="xid_window")
+    measure("hardware XIDs in the window", len(window.hardware), "events",
+            name="hardware_xids_in_the_window")
+    measure("hardware XID rate", round(window.hardware_per_hour, 2), "per h",
+            name="hardware_xid_rate")
+    measure("application XIDs in the window", len(window.application), "events",
+            name="application_xids_in_the_window")
     if window.undated:
         warn(f"{window.undated} XID event(s) have no time this check can place: judged by "
              "PF-GPU-006 only")
@@ -76,4 +79,5 @@ def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str]
     for event in (e for e in window.hardware if e.action == MONITOR):
         warn(f"hardware {_label(event)} -> monitor")
     expect_none(f"hardware XIDs needing action in the last {window.hours:.1f} h",
-                [f"{_label(e)} -> {e.action}" for e in window.hardware if e.action != MONITOR])
+                [f"{_label(e)} -> {e.action}" for e in window.hardware if e.action != MONITOR],
+                name="hardware_xids_needing_action_in_the_last_h")

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from harness.results import CheckResult, Measurement, plain
+from harness.results import CheckResult, Measurement, measurement_name, plain
 from harness.tiers import TIERS
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "fail",
     "fmt",
     "measure",
+    "measurement_name",
     "not_applicable",
     "not_run",
     "plain",
@@ -177,14 +178,19 @@ def measure(
     size_bytes: int | None = None,
     gpu_index: int | None = None,
     node: str | None = None,
+    name: str | None = None,
 ) -> None:
     """Record a measured value (and the threshold it was judged against) in the report;
     `size_bytes` (a bandwidth figure's message size), `gpu_index` and `node` say what it
-    belongs to, for the figures (never read back from `what`)."""
+    belongs to, for the figures (never read back from `what`). `name` is its stable name, the
+    key of its metrics series (docs/reports.md): every built-in check gives one; without one
+    it is `measurement_name(what)`, which a reworded `what` changes."""
     current().measurements.append(Measurement(
         what=what, value=plain(value), unit=unit, op=op, threshold=plain(threshold), ok=ok,
         size_bytes=size_bytes, gpu_index=gpu_index, node=node,
+        name=name or measurement_name(what),
     ).to_dict())
+
 
 
 def expect(
@@ -198,12 +204,13 @@ def expect(
     detail: str | None = None,
     size_bytes: int | None = None,
     gpu_index: int | None = None,
+    name: str | None = None,
 ) -> None:
     """Pass when `value op threshold`; else fail with the value, threshold, profile and remedy."""
     compare, negated = _OPS[op]
     ok = bool(compare(value, threshold))
     measure(what, value, unit, op=op, threshold=threshold, ok=ok, size_bytes=size_bytes,
-            gpu_index=gpu_index)
+            gpu_index=gpu_index, name=name)
     if not ok:
         ctx = current()
         body = (f"{what} {fmt(value, unit)} {negated} {fmt(threshold, unit)} required for "
@@ -215,15 +222,16 @@ def expect(
 
 def expect_none(
     what: str, offenders: Iterable[str], *, remedy: str | None = None, unit: str = "",
-    gpus: Iterable[int | None] = (),
+    gpus: Iterable[int | None] = (), name: str | None = None,
 ) -> None:
     """Pass when there are no offenders; else fail naming every one of them. `gpus`: the
     indices of the GPUs the offenders are on (each recorded as a failed measurement with its
     `gpu_index`, which the figures count; None for an offender that is no GPU)."""
     found = list(offenders)
-    measure(what, len(found), unit or "found", op="==", threshold=0, ok=not found)
+    measure(what, len(found), unit or "found", op="==", threshold=0, ok=not found, name=name)
     for index in sorted({i for i in gpus if i is not None}):
-        measure(what, 1, unit or "found", op="==", threshold=0, ok=False, gpu_index=index)
+        measure(what, 1, unit or "found", op="==", threshold=0, ok=False, gpu_index=index,
+                name=name)
     if found:
         ctx = current()
         body = f"{what}: {len(found)} found, none allowed for {ctx.profile}: " + "; ".join(found)

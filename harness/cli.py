@@ -122,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("explain", help="what a check verifies, why, and the remedy")
     exp.add_argument("check_id")
+    exp.add_argument("--json", action="store_true", help="the same facts as one JSON object")
     exp.add_argument("--extra-checks", action="append", default=[], metavar="DIR", help=EXTRA_HELP)
 
     st = sub.add_parser("selftest", help="run the multi-node path on this machine with "
@@ -138,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--tier", choices=TIERS, default="preflight",
                     help="certify always runs the pairwise isolation")
     st.add_argument("--work-dir", default=None, help="reports and outputs (default: a temp dir)")
+    st.add_argument("--json", action="store_true",
+                    help="print the outcome as one JSON object (nodes, verdict, bad nodes)")
     st.add_argument("--timeout-scale", type=float, default=1.0,
                     help="multiply every selftest timeout (slow or loaded machines)")
 
@@ -147,8 +150,9 @@ def _parser() -> argparse.ArgumentParser:
                      "the known ones)")
     ins.add_argument("file", help="path, or - for standard input")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
-    ins.add_argument("--profile", default="local-cpu",
-                     help="profile to judge against, where the kind judges (env)")
+    ins.add_argument("--profile", default=None,
+                     help="profile to judge against, where the kind judges (env, nccl-tests, "
+                     "...); default local-cpu, whose GPU verdicts are n/a (a hint says so)")
     ins.add_argument("--fail-on", choices=("problem", "harmful"), default=None,
                      help="exit 1 when the output shows a problem (problem), or a harmful "
                      "setting (harmful, env): a CI gate over job logs and env files")

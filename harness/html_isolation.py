@@ -106,13 +106,24 @@ def _plot(view: RoundView, threshold: float, name: Callable[[object], str], bad:
     return frame.svg()
 
 
+def _not_run_why(cluster: Mapping[str, object]) -> str:
+    """Why there were no pairwise rounds, as the cluster step recorded it; never a guess."""
+    if not cluster:
+        return "no cluster verdict in these reports (single node, or not run as a cluster)"
+    said = cluster.get("not_measured")
+    if isinstance(said, Mapping) and said.get("pairwise isolation"):
+        return str(said["pairwise isolation"])
+    if cluster.get("isolation_skipped"):
+        return str(cluster["isolation_skipped"])
+    return "the report does not say why (no rounds were recorded)"
+
+
 def isolation_section(summary: RunSummary) -> str:
     """The rounds drawn and tabulated, or why there were none."""
     iso = summary.cluster.get("isolation")
     if not isinstance(iso, Mapping) or not iso.get("rounds"):
-        why = "the cluster passed before pairwise rounds were needed" if summary.cluster else (
-            "no cluster verdict in these reports (single node, or not run as a cluster)")
-        return f'<h2 id="isolation">Pairwise isolation</h2><p>No rounds: {esc(why)}.</p>'
+        return (f'<h2 id="isolation">Pairwise isolation</h2>'
+                f'<p class="not-run">Not run: {esc(_not_run_why(summary.cluster))}.</p>')
     hosts = summary.hosts_by_rank
 
     def name(rank: object) -> str:
@@ -151,4 +162,8 @@ def isolation_section(summary: RunSummary) -> str:
                if iso.get("suspects") else ""]
     said = "; ".join(v for v in verdict if v) or "no bad node or link"
     parts.append(f"<p><b>Outcome:</b> {esc(said)}</p>")
+    left = summary.cluster.get("left_out")
+    if isinstance(left, Mapping) and left:  # never measured: neither passed nor failed here
+        parts.append('<p class="not-run"><b>Not measured</b> (left out of the rounds): '
+                     + esc("; ".join(f"{name(int(r))}: {w}" for r, w in left.items())) + "</p>")
     return "\n".join(parts)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from harness.runner import RunConfig
 
 from harness.interrupt import RunGuard, signal_name
-from harness.junit import write_missing_junit
+from harness.junit import write_junit
 from harness.kube import write_termination_log
 from harness.report import (
     Report,
@@ -200,7 +200,7 @@ class RunFinalizer:
             self.outputs(report)
 
     def leave(self, report: Report, failure: str) -> None:
-        """report.json, the junit files no check session wrote, the failure file and the
+        """report.json, junit.xml (from the report), the failure file and the
         Kubernetes termination message: each attempted on its own (a report folder that takes
         nothing must not cost the failure file), each problem said on stderr; then the files
         the sessions wrote, redacted."""
@@ -209,7 +209,7 @@ class RunFinalizer:
         except ReportDirError as exc:
             _say(f"preflight: cannot write report.json: {exc}")
         try:
-            write_missing_junit(report, self.report_dir, since=self.started_wall, env=self.env)
+            write_junit(report, self.report_dir, env=self.env)
         except OSError as exc:
             _say(f"preflight: cannot write junit.xml in {self.report_dir}: {exc.strerror or exc}")
         if self.failure_file is not None:

@@ -108,6 +108,7 @@ def settle(v: Verdict) -> None:
         expect_none,
         fail,
         measure,
+        measurement_name,
         not_applicable,
         warn,
     )
@@ -116,14 +117,16 @@ def settle(v: Verdict) -> None:
         not_applicable(v.message)
     if v.status == "unknown":
         raise ProbeError(v.message)
+    # The judges' figures are named by the check that judges them (one figure per verdict).
+    name = measurement_name(f"{v.check_id} {v.style}")
     if v.style == "expect":
         expect(v.what or "", v.value, v.op or "==", v.threshold, v.unit, remedy=v.remedy,
-               detail=v.detail, size_bytes=v.size_bytes)
+               detail=v.detail, size_bytes=v.size_bytes, name=name)
     elif v.style == "none":
-        expect_none(v.what or "", v.offenders, remedy=v.remedy)
+        expect_none(v.what or "", v.offenders, remedy=v.remedy, name=name)
     elif v.style == "measure":
         measure(v.what or "", v.value, v.unit, op=v.op, threshold=v.threshold,
-                ok=v.status == "pass", size_bytes=v.size_bytes)
+                ok=v.status == "pass", size_bytes=v.size_bytes, name=name)
     if v.status == "fail":
         fail(v.message, remedy=v.remedy)
     if v.status == "warn":

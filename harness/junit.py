@@ -1,87 +1,50 @@
-"""junit.xml from a report, for every run whose check session did not write its own: a signal
-before or during it, a session that died (`os._exit` in a check, a crash, the run's budget),
-a harness error before the checks ran. CI systems and Slurm/Kubernetes log scrapers read
-junit.xml, and a missing file reads as "no result" rather than "stopped" or "failed".
+"""junit.xml from the report: one file per run, whatever the phases, with every selected check
+as one testcase named by its check ID (its title as the testcase's `description` property),
+a failure, an error or a skip with its message (a skip says why: not applicable to the
+profile, or not run and why), and the run's harness errors as one more error testcase, `run`.
+It is written from the finished report on every path (a pass, a failure, a session that died,
+a signal, a harness error): CI systems and Slurm/Kubernetes log scrapers read junit.xml, and a
+missing file reads as "no result" rather than "stopped" or "failed". The check sessions write
+none of their own (pytest's would name pytest functions and be split per phase).
 Standard library XML: the format is small and fixed (the JUnit schema's
-testsuite/testcase/error/failure/skipped elements)."""
+testsuite/testcase/properties/error/failure/skipped elements)."""
 
 from __future__ import annotations
 
+import json
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.report import Report
-from harness.results import CheckResult
-from harness.selection import load_events, phases_of
 
-__all__ = ["JUNIT_FILES", "junit_path", "write_missing_junit"]
+__all__ = ["JUNIT_FILE", "STALE_FILES", "write_junit"]
 
-#: Each check session's junit file, by phase (harness.runner.pytest_phases).
-JUNIT_FILES = {"checks": "junit.xml", "node-local": "junit.xml", "exclusive": "junit-exclusive.xml"}
+JUNIT_FILE = "junit.xml"
+#: What earlier versions wrote beside it (the exclusive phase's pytest file): removed.
+STALE_FILES = ("junit-exclusive.xml",)
 _ELEMENT = {"fail": "failure", "error": "error", "skip": "skipped"}
 
 
-def junit_path(report_dir: Path, phase: str) -> Path:
-    return report_dir / JUNIT_FILES[phase]
-
-
-def _written(path: Path, since: float) -> bool:
-    """A whole junit file written by this run (not an earlier run's, not cut mid-write)."""
-    try:
-        if path.stat().st_mtime < since:
-            return False
-        ET.parse(path)
-    except (OSError, ET.ParseError):
-        return False
-    return True
-
-
-def write_missing_junit(report: Report, report_dir: Path, *, since: float,
-                        env: Mapping[str, str] | None = None) -> list[Path]:
-    """Write, from the redacted `report`, each junit file of the run that no check session wrote since
-    `since` (wall clock): junit.xml always, junit-exclusive.xml when a check of the report ran
-    in that phase (the sessions' collection records say which); an earlier run's file of a phase
-    this run did not have is removed. Returns the files written; raises OSError."""
+def write_junit(report: Report, report_dir: Path, env: Mapping[str, str] | None = None) -> Path:
+    """Write `report_dir/junit.xml` from the redacted `report` (atomically: a reader never sees
+    half a file) and remove an earlier version's per-phase file. Raises OSError."""
     report = report.redacted(env)
-    phases = _phases(report_dir / "results.jsonl", since)
-    files: dict[str, list[CheckResult]] = {JUNIT_FILES["checks"]: []}
-    for c in report.checks:
-        files.setdefault(JUNIT_FILES.get(phases.get(c.nodeid, ""), "junit.xml"), []).append(c)
-    written = []
-    for name, checks in files.items():
-        path = report_dir / name
-        if not _written(path, since):
-            _write(path, checks, report)
-            written.append(path)
-    for name in set(JUNIT_FILES.values()) - set(files):  # an earlier run's, of a phase not run
-        path = report_dir / name
-        if path.exists() and path.stat().st_mtime < since:
-            path.unlink()
-    return written
-
-
-def _phases(results: Path, since: float) -> Mapping[str, str]:
-    """nodeid -> phase, from this run's results file (none before `since`: an earlier run's)."""
-    try:
-        if results.stat().st_mtime < since:
-            return {}
-    except OSError:
-        return {}
-    return phases_of(load_events(results))
-
-
-def _write(path: Path, checks: Sequence[CheckResult], report: Report) -> None:
-    """The checks as testcases with their outcome; the report's harness errors (a run cut
-    short says why there) as one more error testcase, `run`."""
     cases = []
-    for c in checks:
-        case = ET.Element("testcase", classname="gpu-preflight", name=c.id,
-                          time=f"{c.duration_s:.3f}")
+    for c in report.checks:
+        case = ET.Element("testcase", classname=f"gpu-preflight.{c.suite or 'checks'}",
+                          name=c.id, time=f"{c.duration_s:.3f}")
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="description", value=c.title or c.id)
+        if c.nodeid:
+            ET.SubElement(props, "property", name="nodeid", value=c.nodeid)
+        # The whole record, as JSON (what a CI step that wants the values reads).
+        ET.SubElement(props, "property", name="preflight_result",
+                      value=json.dumps(c.to_dict(), default=str))
         tag = _ELEMENT.get(c.outcome)
         if tag:
-            ET.SubElement(case, tag, message=c.message[:2000])
+            ET.SubElement(case, tag, message=(c.message or c.outcome)[:2000])
         cases.append(case)
     if report.harness_errors:
         case = ET.Element("testcase", classname="gpu-preflight", name="run", time="0")
@@ -95,7 +58,11 @@ def _write(path: Path, checks: Sequence[CheckResult], report: Report) -> None:
     suite.extend(cases)
     tree = ET.ElementTree(ET.Element("testsuites"))
     tree.getroot().append(suite)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / JUNIT_FILE
     tmp = path.with_name(path.name + ".tmp")
     tree.write(tmp, encoding="utf-8", xml_declaration=True)
     os.replace(tmp, path)
+    for name in STALE_FILES:
+        (report_dir / name).unlink(missing_ok=True)
+    return path

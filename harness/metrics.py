@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jsontypes import JSONMapping
+from harness.results import measurement_name
 
 __all__ = ["METRICS_FILE_ENV", "MetricRow", "check_rows", "render", "write_metrics_file"]
 
@@ -70,11 +71,13 @@ def _base_labels(report: Mapping[str, Any]) -> dict[str, str]:
             "tier": str(report.get("tier") or "?")}
 
 
-def _gpu_labels(what: str, uuids: Mapping[str, str]) -> dict[str, str]:
-    """`gpu` and `UUID` as DCGM-exporter spells them; empty strings when not per GPU."""
+def _gpu_labels(what: str, uuids: Mapping[str, str], gpu_index: object = None) -> dict[str, str]:
+    """`gpu` and `UUID` as DCGM-exporter spells them; empty strings when not per GPU. The
+    measurement's `gpu_index` where it has one, else the GPU its text names (older reports)."""
     gpu = _GPU_IN_WHAT.search(what)
     uuid = _UUID_IN_WHAT.search(what)
-    index = gpu.group(1) if gpu else ""
+    index = (str(gpu_index) if isinstance(gpu_index, int) and not isinstance(gpu_index, bool)
+             else gpu.group(1) if gpu else "")
     return {"gpu": index, "UUID": uuid.group(1) if uuid else uuids.get(index, "")}
 
 
@@ -122,14 +125,16 @@ class _ReportCollector:
                                     "the others", labels=[*keys, "check", "outcome"])
         duration = GaugeMetricFamily("preflight_check_duration_seconds", "time the check took",
                                      labels=[*keys, "check"])
-        value = GaugeMetricFamily("preflight_measurement", "a value a check measured; its unit "
-                                  "in `unit`", labels=[*keys, "check", "what", "unit", "gpu", "UUID"])
+        # Keyed by the measurement's stable name (docs/reports.md), never by its text: a
+        # reworded `what` leaves every series and dashboard as it was.
+        labels = [*keys, "check", "measurement", "unit", "gpu", "UUID"]
+        value = GaugeMetricFamily("preflight_measurement", "a value a check measured, by its "
+                                  "stable `measurement` name; its unit in `unit`", labels=labels)
         threshold = GaugeMetricFamily("preflight_measurement_threshold", "the threshold the "
                                       "value was judged against; `op` says how",
-                                      labels=[*keys, "check", "what", "unit", "op", "gpu", "UUID"])
+                                      labels=[*labels[:-2], "op", *labels[-2:]])
         judged = GaugeMetricFamily("preflight_measurement_ok", "1 when the value met its "
-                                   "threshold, 0 when not",
-                                   labels=[*keys, "check", "what", "unit", "gpu", "UUID"])
+                                   "threshold, 0 when not", labels=labels)
         uuids = _uuids(report)
         seen: set[tuple[str, ...]] = set()
         for row in rows:
@@ -143,17 +148,18 @@ class _ReportCollector:
                 if number is None:  # a text fact (a driver version, a path) has no sample
                     continue
                 what, unit = str(m.get("what") or ""), str(m.get("unit") or "")
-                gpu = _gpu_labels(what, uuids)
-                key = (row.check_id, what, unit, *gpu.values())
+                name = str(m.get("name") or measurement_name(what))  # an older report: derived
+                gpu = _gpu_labels(what, uuids, m.get("gpu_index"))
+                key = (row.check_id, name, unit, *gpu.values())
                 if key in seen:  # one sample per series: the first measurement wins
                     continue
                 seen.add(key)
-                value.add_metric([*lbl, what, unit, *gpu.values()], number)
+                value.add_metric([*lbl, name, unit, *gpu.values()], number)
                 limit = _number(m.get("threshold"))
                 if limit is not None and m.get("op"):
-                    threshold.add_metric([*lbl, what, unit, str(m["op"]), *gpu.values()], limit)
+                    threshold.add_metric([*lbl, name, unit, str(m["op"]), *gpu.values()], limit)
                 if isinstance(m.get("ok"), bool):
-                    judged.add_metric([*lbl, what, unit, *gpu.values()], 1.0 if m["ok"] else 0.0)
+                    judged.add_metric([*lbl, name, unit, *gpu.values()], 1.0 if m["ok"] else 0.0)
         yield from (outcome, duration, value, threshold, judged)
 
 

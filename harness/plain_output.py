@@ -1,7 +1,9 @@
 """The run summary for logs (CloudWatch, Slurm output files, `| tee`): used when stdout is not a
-terminal. One line per result that needs attention (`FAIL PF-ENV-001 message`), never wrapped,
-no box drawing; identical failures grouped with the checks or GPUs they affect; a pass is one
-tally line (the progress lines already named every check)."""
+terminal. One line per result that needs attention, never wrapped, no box drawing: warnings
+(identical ones grouped with the checks or GPUs they affect), what was not measured and why,
+then the failures by root cause (harness.causes: `FAIL PF-ENV-001: message`, or one cause with
+the checks it blocks), each with its fix, and the verdict last; a pass is one tally line (the
+progress lines already named every check)."""
 
 from __future__ import annotations
 
@@ -63,11 +65,23 @@ def print_plain_summary(report: Report | JSONMapping, file: TextIO | None = None
         data: JSONMapping = Redactor.of(env).obj(report)  # type: ignore[assignment]
     else:
         data = report.redacted(env).to_dict()
-    for outcome, ids, gpus, message in group_failures(data.get("checks") or []):
-        on = f" on GPUs {','.join(gpus)}" if gpus else ""
-        print(f"{_LABEL[outcome]} {id_ranges(ids)}{on}: {message or outcome}", file=out)
+    from harness.causes import find_causes
+    from harness.summary import not_measured_text
+
+    checks = data.get("checks") or []
+    for outcome, ids, gpus, message in group_failures(checks):
+        if outcome == "warn":  # failures: by cause, below
+            on = f" on GPUs {','.join(gpus)}" if gpus else ""
+            print(f"{_LABEL[outcome]} {id_ranges(ids)}{on}: {message or outcome}", file=out)
+    for c in checks:
+        if c.get("outcome") == "skip" and "] not run: " in str(c.get("message") or ""):
+            print(f"NOT MEASURED {c.get('id')}: {not_measured_text(str(c['message']))}", file=out)
     for err in data.get("harness_errors") or []:
         print(f"ERROR harness: {_one_line(err)}", file=out)
+    for cause in find_causes(checks):  # root cause first, the verdict last
+        print(f"{_LABEL[cause.outcome]} {cause.line(10_000)}", file=out)
+        if cause.fix:
+            print(f"  fix: {cause.fix}", file=out)
     counts = data.get("counts") or {}
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no check ran"
     print(f"{str(data.get('verdict', 'error')).upper()} ({tally}) in "
@@ -80,6 +94,8 @@ def summary_data(report: JSONMapping, report_path: str) -> JSONObject:
     """`preflight run --format json`: the run's outcome as one JSON object on stdout (the
     progress lines go to stderr), for scripts: verdict, exit code, counts, each check that needs
     attention (grouped as in the plain summary), harness errors and where the report is."""
+    from harness.causes import find_causes
+
     profile = report.get("profile") or {}
     cluster = report.get("cluster") or {}
     return {
@@ -92,6 +108,7 @@ def summary_data(report: JSONMapping, report_path: str) -> JSONObject:
         "counts": report.get("counts") or {},
         "attention": [{"outcome": outcome, "checks": ids, "gpus": gpus, "message": message}
                       for outcome, ids, gpus, message in group_failures(report.get("checks") or [])],
+        "causes": [c.to_dict() for c in find_causes(report.get("checks") or [])],
         "harness_errors": [_one_line(e) for e in report.get("harness_errors") or []],
         "cluster": ({"verdict": cluster.get("verdict"), "text": cluster.get("text")}
                     if isinstance(cluster, Mapping) and cluster else None),

@@ -261,8 +261,11 @@ def get_profile(name: str, profiles: Mapping[str, Profile] = BUILTIN_PROFILES) -
     try:
         return profiles[key]
     except KeyError:
+        from harness.suggest import did_you_mean
+
         known = ", ".join(sorted(profiles))
-        raise ProfileError(f"unknown profile {name!r}; known profiles: {known}") from None
+        raise ProfileError(f"unknown profile {name!r}{did_you_mean(key, profiles)}; known "
+                           f"profiles: {known}") from None
 
 
 def threshold_rows(profile: Profile) -> list[tuple[str, str, str]]:

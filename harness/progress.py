@@ -72,8 +72,11 @@ class Progress(threading.Thread):
         kind = record.get("event")
         if kind == "collected":
             checks = record.get("checks") or []
-            self.total += len(checks)
-            for c in checks:
+            # Every phase's session records the whole selection (`selected`): the header and
+            # the verdict count the same checks, whatever the phases.
+            selected = record.get("selected") or checks
+            self.total = max(self.total, len(selected))
+            for c in [*checks, *selected]:
                 if isinstance(c, dict) and c.get("nodeid"):
                     self.ids[str(c["nodeid"])] = str(c.get("id") or c["nodeid"])
             if not self.collected and not self.live:

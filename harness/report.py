@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.causes import find_causes, id_ranges
 from harness.jsontypes import JSONObject
 from harness.redact import Redactor
 from harness.results import CheckResult
@@ -147,6 +148,7 @@ class Report:
             "exit_code": self.exit_code,
             "counts": self.counts(),
             "checks": [c.to_dict() for c in self.checks],
+            "causes": [c.to_dict() for c in find_causes(self.checks)],
             "harness_errors": self.harness_errors,
             "command": self.command,
             "warn_only": self.warn_only,
@@ -290,43 +292,75 @@ def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], l
 def failure_reason(report: Report, limit: int = FAILURE_REASON_CHARS,
                    env: Mapping[str, str] | None = None) -> str:
     """The failure file's text, from the redacted report (so that no cut leaves half a secret
-    behind). Its first `limit` characters say, on their own, on which host which checks
-    failed, with value and threshold: measured failures first (they carry the numbers), then
-    probe errors; each message shortened to stay readable, and the checks that do not fit
-    named by ID. The full messages follow."""
+    behind). Its first `limit` characters (SageMaker's FailureReason) say, on their own, on
+    which host what went wrong: the root causes first (harness.causes: one cause per line of
+    checks it blocks, measured failures before errors, each with its fix), shortened to stay
+    readable, then every failed check by ID. The causes in full and every message follow."""
     report = report.redacted(env)
     failed = sorted(report.failed, key=lambda c: (c.outcome != "fail", c.id))
     # A harness error judged nothing: it is not said as a node's failure (exit 3, not 1).
     said = "FAILED" if failed or not report.harness_errors else "ERROR"
     head = f"gpu-preflight {said} on {report.host} ({report.profile}, tier {report.tier}): "
+    causes = find_causes(failed)
     if failed:
-        head += f"{len(failed)} of {len(report.checks)} checks failed. "
+        head += (f"{len(failed)} of {len(report.checks)} checks failed, from {len(causes)} "
+                 f"cause{'s' if len(causes) != 1 else ''}. ")
     elif report.harness_errors:
         head += "the harness could not complete its checks. "
-    messages = [(c.id, c.message or f"[{c.id}] {c.outcome}") for c in failed]
-    messages += [("harness", f"harness: {e}") for e in report.harness_errors]
-    parts: list[str] = []
-    used = len(head)
-    for i, (_, message) in enumerate(messages):
-        rest = messages[i + 1:]
-        # Room for this message and, if others remain, the list of their IDs.
-        tail = f" | +{len(rest)} more: " + ", ".join(r[0] for r in rest) if rest else ""
-        room = limit - used - len(tail) - 3
-        if room < 80:
-            break
-        part = _shorten(message, min(room, PER_MESSAGE_CHARS))
-        parts.append(part)
-        used += len(part) + 3
-    left = messages[len(parts):]
-    summary = head + " | ".join(parts)
-    if left:
-        summary += f" | +{len(left)} more: " + ", ".join(m[0] for m in left)
-    full = "\n\n".join(m for _, m in messages)
-    return _shorten(summary, limit) + "\n\nDetails:\n" + full + "\n"
+    # (what stays whole: `CAUSE: [IDs] `, what may be shortened, the root, the fix)
+    said = [("CAUSE: " + c.brief(with_fix=False, width=0).rstrip("."), c.text, c.root, c.fix)
+            for c in causes]
+    said += [("harness: ", e, "harness", "") for e in report.harness_errors]
+    lead: list[str] = []
+    if causes and causes[0].blocked:  # the root cause of most failures: always with its fix
+        root = causes[0]
+        lead = ["CAUSE: " + root.brief(with_fix=False, width=ROOT_CAUSE_CHARS)
+                + (f"; fix: {_shorten(root.fix, PER_MESSAGE_CHARS)}" if root.fix else "")]
+        said = said[1:]
+    ids = f" | failed: {id_ranges([c.id for c in failed])}" if failed else ""
+    room = limit - len(head) - len(ids) - sum(len(p) + 3 for p in lead)
+    parts, left = _fit([(s[0], s[1]) for s in said], [s[2] for s in said], room)
+    more = f" | +{len(left)} more causes: " + ", ".join(left) if left else ""
+    spare = room - len(more) - len(" | ".join(parts))
+    for i, (*_, fix) in enumerate(said[:len(parts)]):  # the others' fixes, as room allows
+        if fix and spare > 60:
+            add = "; fix: " + _shorten(fix, min(spare - 7, PER_MESSAGE_CHARS))
+            parts[i] += add
+            spare -= len(add)
+    summary = head + " | ".join(lead + parts) + more + ids
+    lines = [_shorten(summary, limit), "", "Causes:"] if causes else [_shorten(summary, limit)]
+    lines += [f"- {c.line(10_000)}" + (f"\n  fix: {c.fix}" if c.fix else "") for c in causes]
+    full = [c.message or f"[{c.id}] {c.outcome}" for c in failed]
+    full += [f"harness: {e}" for e in report.harness_errors]
+    return "\n".join(lines) + "\n\nDetails:\n" + "\n\n".join(full) + "\n"
 
 
-#: Longest single message in the failure file's first part.
-PER_MESSAGE_CHARS = 300
+#: Longest single message (a fix) in the failure file's first part; the root cause's own text
+#: (its fix follows it there, whatever else is cut).
+PER_MESSAGE_CHARS, ROOT_CAUSE_CHARS = 300, 160
+#: The widths the causes are shortened to, widest first, until all fit in the first part.
+_CAUSE_WIDTHS = (300, 240, 200, 160, 130, 100, 80)
+
+
+def _fit(items: list[tuple[str, str]], roots: list[str], room: int) -> tuple[list[str], list[str]]:
+    """Each (prefix, text) as prefix + text, the texts shortened to the widest of _CAUSE_WIDTHS
+    at which all fit in `room` (joined by ' | '); when none does, in order, each as wide as the
+    room left allows (at most 160, at least 80), and the roots of those that do not fit (said
+    as ' | +N more causes: ...', which the room keeps space for)."""
+    for width in _CAUSE_WIDTHS:
+        parts = [prefix + _shorten(text, width) for prefix, text in items]
+        if len(" | ".join(parts)) <= room:
+            return parts, []
+    parts, used = [], 0
+    for i, (prefix, text) in enumerate(items):  # none fits: each as wide as room allows
+        rest = roots[i + 1:]
+        tail = len(f" | +{len(rest)} more causes: " + ", ".join(rest)) if rest else 0
+        width = min(room - used - tail - 3 - len(prefix), _CAUSE_WIDTHS[3])
+        if width < _CAUSE_WIDTHS[-1]:
+            return parts, roots[i:]
+        parts.append(prefix + _shorten(text, width))
+        used += len(parts[-1]) + 3
+    return parts, []
 
 
 def _shorten(text: str, width: int) -> str:

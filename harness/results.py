@@ -22,8 +22,8 @@ from typing import Any
 
 from harness.jsontypes import JSONMapping, JSONObject, JSONValue
 
-__all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "plain", "results",
-           "upgrade_v1"]
+__all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "measurement_name",
+           "plain", "results", "upgrade_v1"]
 
 #: Nesting deeper than this is written as text (a cycle, or a structure no report needs).
 _PLAIN_DEPTH = 12
@@ -87,10 +87,17 @@ def plain(value: object, _depth: int = 0) -> JSONValue:
 #: The keys a measurement has always had, in report.json's order.
 _MEASUREMENT_KEYS = ("what", "value", "unit", "op", "threshold", "ok")
 #: Added in report schema v2: written only when known.
-_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node")
+_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node", "name")
 #: A result's keys, in report.json's order (v1).
 _RESULT_KEYS = ("id", "nodeid", "title", "tier", "kind", "suite", "outcome", "message",
                 "warnings", "measurements", "remedy", "duration_s", "worker")
+
+
+def measurement_name(what: str) -> str:
+    """`GPU 3 temperature` -> `gpu_temperature`: lower case, digits dropped (a GPU index or a
+    size is a label, not a name), every other run of non-letters one `_`. A measurement
+    recorded without a name gets this one (docs/reports.md: it changes when `what` does)."""
+    return re.sub(r"[^a-z]+", "_", what.lower()).strip("_") or "value"
 
 
 def _int(value: object) -> int | None:
@@ -115,6 +122,9 @@ class Measurement:
     """The GPU (nvidia-smi index) the value belongs to."""
     node: str | None = None
     """The host the value belongs to, when it is not the report's own (cluster figures)."""
+    name: str | None = None
+    """Its stable name (`gpu_temperature`): what the metrics key it by (docs/reports.md);
+    `what` is its text for people, free to change."""
 
     def to_dict(self) -> JSONObject:
         out = {k: plain(getattr(self, k)) for k in _MEASUREMENT_KEYS}
@@ -131,11 +141,12 @@ class Measurement:
             size = size if size is not None else legacy_size(what)
             gpu = gpu if gpu is not None else next(iter(legacy_gpus(what)), None)
         ok = data.get("ok")
-        node = data.get("node")
+        node, name = data.get("node"), data.get("name")
         return cls(what=what, value=data.get("value"), unit=str(data.get("unit") or ""),
                    op=data.get("op") or None, threshold=data.get("threshold"),
                    ok=ok if isinstance(ok, bool) else None, size_bytes=size, gpu_index=gpu,
-                   node=str(node) if node is not None else None)
+                   node=str(node) if node is not None else None,
+                   name=str(name) if name else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,6 @@ from typing import Any
 
 from harness import proc, settings
 from harness.deadline import run_deadline_env
-from harness.junit import junit_path
 from harness.profiles import Profile
 from harness.progress import Progress
 from harness.report import Report, now_iso, report_environment
@@ -153,8 +152,9 @@ def pytest_phases(cfg: RunConfig, results: Path) -> list[tuple[str, list[str]]]:
         base += ["--preflight-reused", ",".join(cfg.reused)]
     base += list(cfg.extra_pytest_args)
     def phase(name: str, *args: str) -> tuple[str, list[str]]:
-        return name, [*base, "--preflight-phase", name, *args,
-                      "--junitxml", str(junit_path(cfg.report_dir, name))]
+        # No --junitxml: junit.xml is written from the report (harness.junit), one file
+        # with every selected check by its ID, whatever the phases.
+        return name, [*base, "--preflight-phase", name, *args]
 
     if cfg.workers <= 1:
         return [phase("checks")]
@@ -202,7 +202,7 @@ def run_checks(cfg: RunConfig) -> Report:
     results = cfg.report_dir / "results.jsonl"
     log = cfg.report_dir / "pytest-output.txt"
     write_profile(cfg)
-    for stale in (results, log):  # an earlier run's junit files: harness.junit replaces them
+    for stale in (results, log):  # an earlier run's junit.xml: harness.junit replaces it
         stale.unlink(missing_ok=True)
     problems = missing_pieces(suites)
     if problems:

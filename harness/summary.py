@@ -6,6 +6,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from harness.causes import id_ranges
 from harness.jsontypes import JSONObject
 from harness.report import Report
 from harness.results import Measurement
@@ -13,7 +14,8 @@ from harness.results import Measurement
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["measured_lines", "print_heartbeat", "print_progress", "print_summary"]
+__all__ = ["id_ranges", "measured_lines", "not_measured_text", "print_heartbeat", "print_progress",
+           "print_summary"]
 
 _STYLE = {"pass": "green", "warn": "yellow", "skip": "dim", "fail": "bold red", "error": "bold red"}
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
@@ -68,29 +70,6 @@ def print_heartbeat(done: int, total: int, elapsed_s: float, budget_s: float,
                          f"(upper bound {budget_s:g} s)[/]")
 
 
-def id_ranges(ids: list[str]) -> str:
-    """`PF-GPU-001..005, PF-NET-003`: consecutive check IDs of one area compressed."""
-    groups: dict[str, list[int]] = {}
-    loose: list[str] = []
-    for check_id in sorted(set(ids)):
-        prefix, _, number = check_id.rpartition("-")
-        if prefix and number.isdigit():
-            groups.setdefault(prefix, []).append(int(number))
-        else:
-            loose.append(check_id)
-    parts = []
-    for prefix, numbers in groups.items():
-        start = prev = numbers[0]
-        for n in [*numbers[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            parts.append(f"{prefix}-{start:03d}" + (f"..{prev:03d}" if prev != start else ""))
-            if n is not None:
-                start = prev = n
-    return ", ".join(parts + loose)
-
-
 def _judged(measurements: Sequence[Measurement]) -> str:
     """The measurements a check was judged on: `busbw at 1 GiB = 412.3 GB/s (>= 370.0)`."""
     from harness.checking import fmt
@@ -105,11 +84,15 @@ _ORDER = {"error": 0, "fail": 0, "warn": 1, "pass": 2, "skip": 3}
 
 def print_summary(report: Report, file: TextIO | None = None, verbose: bool = False,
                   env: Mapping[str, str] | None = None) -> None:
-    """The table (failures first, with their messages; passes with the value they were judged
-    on) and the verdict, from the redacted report (a secret wrapped over two lines would not
-    be found afterwards). Checks that do not apply to the profile are one line unless verbose."""
+    """The table of what passed (with the value it was judged on) and warned, then what was not
+    measured and why, then the root causes of the failures (harness.causes: one line per cause,
+    the checks it blocks folded under it, its fix), and the verdict last: the last screen of a
+    failing run is the verdict, its causes and their fixes. From the redacted report (a secret
+    wrapped over two lines would not be found afterwards). Verbose: every check in the table."""
     from rich.markup import escape
     from rich.table import Table
+
+    from harness.causes import find_causes
 
     report = report.redacted(env)
 
@@ -121,17 +104,33 @@ def print_summary(report: Report, file: TextIO | None = None, verbose: bool = Fa
     table.add_column("Check")
     table.add_column("Detail", overflow="fold")
     skipped = [c for c in report.checks if c.outcome == "skip"]
-    shown = report.checks if verbose else [c for c in report.checks if c.outcome != "skip"]
-    for c in sorted(shown, key=lambda c: (_ORDER.get(c.outcome, 0), c.id)):
+    not_run = [c for c in skipped if _NOT_RUN in c.message]
+    shown = report.checks if verbose else [c for c in report.checks
+                                           if c.outcome in ("pass", "warn")]
+    for c in sorted(shown, key=lambda c: (_ORDER.get(c.outcome, 0), c.id), reverse=True):
         outcome = c.outcome
         detail = _judged(c.measurements) if outcome == "pass" else c.message
         table.add_row(f"[{_STYLE[outcome]}]{_LABEL[outcome]}[/]", c.id, escape(c.title),
                       escape(detail))
     if shown:
         console.print(table)
-    if skipped and not verbose:
-        console.print(f"[dim]{len(skipped)} not applicable to {report.profile}: "
-                      f"{id_ranges([c.id for c in skipped])} (-v shows why)[/]")
+    inapplicable = [c for c in skipped if c not in not_run]
+    if inapplicable and not verbose:
+        console.print(f"[dim]{len(inapplicable)} not applicable to {report.profile}: "
+                      f"{id_ranges([c.id for c in inapplicable])} (-v shows why)[/]")
+    for c in not_run:
+        console.print(f"[yellow]NOT MEASURED[/] {c.id}: {escape(not_measured_text(c.message))}")
+    causes = find_causes(report.checks)
+    if causes:
+        failed = sum(len(c.ids) for c in causes)
+        console.print(f"[bold]{failed} failed check{'s' if failed != 1 else ''}, "
+                      f"{len(causes)} cause{'s' if len(causes) != 1 else ''}, root cause "
+                      "first:[/]")
+    for cause in causes:
+        console.print(f"[{_STYLE[cause.outcome]}]✗ {_LABEL[cause.outcome]}[/] "
+                      f"{escape(cause.line())}")
+        if cause.fix:
+            console.print(f"    [bold]fix:[/] {escape(cause.fix)}")
     for err in report.harness_errors:
         console.print(f"[bold red]harness error:[/] {escape(err)}")
     counts = report.counts()
@@ -139,3 +138,12 @@ def print_summary(report: Report, file: TextIO | None = None, verbose: bool = Fa
     verdict = report.verdict.upper()
     style = "bold green" if report.verdict == "pass" else "bold red"
     console.print(f"[{style}]{verdict}[/] ({tally}) in {report.duration_s:.1f} s")
+
+
+#: What `checking.not_run` puts in a skip's message: a step that did not run (never a pass).
+_NOT_RUN = "] not run: "
+
+
+def not_measured_text(message: str) -> str:
+    """`[PF-CLUSTER-004] not run: cluster bandwidth not measured: ...` -> what follows."""
+    return " ".join(message.split(_NOT_RUN, 1)[-1].split())

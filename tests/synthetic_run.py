@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cluster.isolate import isolate, simulate_measure
+from harness.cluster.snapshot import left_out, not_measured
 from harness.cluster.verdict import FACT_KEYS, decide, node_summary
 from harness.report import Report
 from harness.results import CheckResult, Measurement, results
@@ -66,14 +67,17 @@ def node_checks(host: str, peak: float, fault: str | None = None) -> list[dict[s
 
 
 def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
-        faults: Mapping[int, str] | None = None, prefix: str = "node") -> list[dict[str, Any]]:
+        faults: Mapping[int, str] | None = None, prefix: str = "node",
+        tier: str = "certify") -> list[dict[str, Any]]:
     """Every node's report dict. `slow`: rank -> factor on its network busbw (the cluster
-    isolates it); `faults`: rank -> a node-local fault ("xid")."""
+    isolates it); `faults`: rank -> a node-local fault ("xid"); `tier`: certify measures the
+    nodes that passed their own checks, preflight stops after the node-local gather (as
+    harness.cluster.step does)."""
     slow, faults = dict(slow or {}), dict(faults or {})
     hosts = {r: f"{prefix}-{r}" for r in range(num_nodes)}
     reports = []
     for r, host in hosts.items():
-        rep = Report(host=host, profile=PROFILE, profile_source="test", tier="certify",
+        rep = Report(host=host, profile=PROFILE, profile_source="test", tier=tier,
                      started_at="2026-11-28T03:00:00+00:00",
                      finished_at="2026-11-28T03:09:00+00:00", duration_s=540.0)
         rep.checks = results(node_checks(host, PEAK_GB_S * (0.97 + 0.02 * ((r * 7) % 3)),
@@ -81,20 +85,30 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
         reports.append(rep)
     facts = {k: "same" for k in FACT_KEYS}
     snap: dict[str, Any] = {
-        "num_nodes": num_nodes, "profile": PROFILE, "tier": "certify",
+        "num_nodes": num_nodes, "profile": PROFILE, "tier": tier,
         "hosts": {str(r): h for r, h in hosts.items()},
         "nodes": {str(r): node_summary(rep, rank=r, facts=facts, env={})
                   for r, rep in enumerate(reports)},
     }
-    # A node-local failure stops the cluster step before its collectives (as step.py does).
-    if num_nodes > 1 and decide(snap).passed:
-        per_rank = {str(r): round(200.0 * slow.get(r, 1.0), 1) for r in hosts}
-        snap["bandwidth"] = {"size_bytes": GIB, "nranks": num_nodes, "floor_gb_s": 100.0,
+    # As step.py does: after a node-local failure, preflight stops before the collectives
+    # (saying what was not measured); certify measures the nodes that passed.
+    local = decide(snap)
+    members = [r for r in hosts if r not in {b["rank"] for b in local.bad_nodes}]
+    if num_nodes > 1 and not local.passed:
+        why = left_out(snap, local)
+        if tier == "preflight" or len(members) < 2:
+            snap["not_measured"] = not_measured(snap, why, tier, members)
+            members = []
+        else:
+            snap["left_out"] = {str(r): w for r, w in why.items()}
+    if num_nodes > 1 and members:
+        per_rank = {str(r): round(200.0 * slow.get(r, 1.0), 1) for r in members}
+        snap["bandwidth"] = {"size_bytes": GIB, "nranks": len(members), "floor_gb_s": 100.0,
                              "busbw_gb_s": min(per_rank.values()), "data_ok": True,
                              "per_rank": per_rank, "errors": [], "missing": {}}
         if slow:
-            result = isolate(list(hosts), simulate_measure(healthy_gb_s=200.0, bad_nodes=slow,
-                                                           seed=1), floor_gb_s=100.0)
+            result = isolate(members, simulate_measure(healthy_gb_s=200.0, bad_nodes=slow,
+                                                       seed=1), floor_gb_s=100.0)
             snap["isolation"] = result.to_dict()
     out = []
     if num_nodes > 1:
@@ -103,7 +117,9 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
             rep.checks = rep.checks + results(verdict.checks)
             rep.extra["cluster"] = {**verdict.to_dict(), "num_nodes": num_nodes, "node_rank": r,
                                     "bandwidth": snap.get("bandwidth"),
-                                    "isolation": snap.get("isolation")}
+                                    "isolation": snap.get("isolation"),
+                                    "not_measured": snap.get("not_measured") or {},
+                                    "left_out": snap.get("left_out") or {}}
     for rep in reports:
         out.append(rep.to_dict())
     return out

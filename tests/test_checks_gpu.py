@@ -285,14 +285,15 @@ def test_a_slot_older_than_the_gpu_is_recorded(pytester: pytest.Pytester):
     assert result["outcome"] == "pass"
     assert result["measurements"][0] == {
         "what": "GPU 0 PCIe link max gen (the slot caps the link at gen 5 (the GPU supports gen "
-                "6))", "value": 5, "unit": "", "op": None, "threshold": None, "ok": None}
+                "6))", "value": 5, "unit": "", "op": None, "threshold": None, "ok": None,
+        "name": "gpu_pcie_link_max_gen"}
 
 
 def test_measurements_are_recorded(pytester: pytest.Pytester):
     results = run_checks(pytester, "healthy")
     matmul = results["PF-GPU-013"]["measurements"]
     assert matmul[0] == {"what": "GPU 0 bf16 matmul", "value": 700.0, "unit": "TFLOP/s",
-                         "op": ">=", "threshold": 550.0, "ok": True}
+                         "op": ">=", "threshold": 550.0, "ok": True, "name": "bf16_matmul_tflops"}
     assert len(matmul) == 9  # one per GPU, then the offender count
 
 

@@ -97,7 +97,8 @@ def test_unknown_profile_is_usage_error_listing_known(tmp_path, execs, capsys):
                    "echo"])
     assert rc == cli.EXIT_USAGE and execs == []
     err = capsys.readouterr().err
-    assert "unknown profile 'g5.xlarg'; known profiles: g5.12xlarge," in err
+    assert "unknown profile 'g5.xlarg'; did you mean 'g5.xlarge'" in err
+    assert "; known profiles: g5.12xlarge," in err
     assert _report(tmp_path / "r")["harness_errors"]
 
 

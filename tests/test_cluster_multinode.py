@@ -228,3 +228,38 @@ time.sleep(120)  # hung
     assert res.returncode == 1
     assert time.monotonic() - start < 60
     assert "did not finish within its hard upper bound" in (tmp_path / "failure").read_text()
+
+
+@pytest.mark.parametrize(("failing", "slow"), [(3, 1), (0, 2)], ids=["peer", "master"])
+def test_certify_names_a_slow_node_beside_one_that_failed_its_own_checks(tmp_path, failing,
+                                                                         slow):
+    """Issue 29: in certify the bandwidth and the rounds run over the nodes that passed their
+    own checks, so the slow node is named too (before: only the failing one). The master left
+    out still plans the rounds (it serves the store) and measures nothing."""
+    cfg = SelftestConfig(nodes=5, faults={failing: "fail-check", slow: "slow"},
+                         work_dir=tmp_path, tier="certify")
+    res = run_selftest(cfg, echo=False)
+    bad = sorted([f"node{failing}", f"node{slow}"])
+    assert res.verdict == "fail" and res.bad_nodes == bad, res.nodes
+    assert res.consistent and not any(n.executed for n in res.nodes)
+    report = json.loads((tmp_path / "node4" / "report.json").read_text())
+    assert report["cluster"]["left_out"] == {str(failing): "failed its own checks"}
+    assert report["cluster"]["bandwidth"]["ranks"] == [r for r in range(5) if r != failing]
+    assert report["cluster"]["isolation"]["bad_nodes"] == [slow]
+    assert f"bad nodes: {', '.join(bad)}." in res.nodes[4].failure_text
+
+
+def test_preflight_says_the_bandwidth_was_not_measured_and_why(tmp_path):
+    res = _selftest(tmp_path, {2: "fail-check", 1: "slow"})
+    assert res.verdict == "fail" and res.bad_nodes == ["node2"]
+    head = res.nodes[0].failure_text.split("\n", 1)[0]
+    assert ("cluster bandwidth and pairwise isolation not measured: stopped after node2 "
+            "failed its own checks") in head
+    report = json.loads((tmp_path / "node3" / "report.json").read_text())
+    assert set(report["cluster"]["not_measured"]) == {"cluster bandwidth",
+                                                      "pairwise isolation"}
+    outcomes = {c["id"]: c["outcome"] for c in report["checks"]}
+    assert outcomes["PF-CLUSTER-004"] == outcomes["PF-CLUSTER-005"] == "skip"
+    out = (tmp_path / "node3" / "output.txt").read_text()
+    assert "NOT MEASURED PF-CLUSTER-004: cluster bandwidth not measured: stopped after node2" \
+        in out  # the terminal's (a log here: the plain summary)

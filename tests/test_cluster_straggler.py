@@ -84,7 +84,8 @@ def test_one_slow_node_among_128_is_named_with_its_figures():
         "node-local all_reduce busbw 400.0 GB/s vs cluster median 483.0 GB/s")
     flagged = [m for m in result["measurements"] if m["ok"] is False]
     assert flagged == [{"what": "node-local all_reduce busbw", "value": 400.0, "unit": "GB/s",
-                        "op": ">=", "threshold": 458.85, "ok": False, "node": "node77"}]
+                        "op": ">=", "threshold": 458.85, "ok": False, "node": "node77",
+                        "name": "node_local_all_reduce_busbw"}]
     figures = {m["what"]: m["value"] for m in result["measurements"] if m["ok"] is None}
     assert figures == {"node-local all_reduce busbw: cluster median": 483.0,
                        "node-local all_reduce busbw: cluster MAD": 2.0}

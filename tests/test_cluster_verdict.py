@@ -246,3 +246,49 @@ def test_node_summary_says_nothing_judged_unless_a_cluster_check_was_selected():
                                      message="judged by the cluster step"))
     assert node_summary(report, rank=1, facts=FACTS, env={},
                         cluster_ids=CLUSTER_IDS)["nothing_judged"] is None
+
+
+def test_preflight_says_what_it_did_not_measure_and_why():
+    """Fast fail: a node failed its own checks, so no collective ran. The failure text,
+    PF-CLUSTER-004 and PF-CLUSTER-005 say that the bandwidth and the rounds were not measured,
+    and why; neither is a pass."""
+    from harness.cluster.snapshot import left_out, not_measured
+
+    snap = _snap()
+    snap["nodes"]["3"] = _summary(3, "fail", [{"id": "PF-ENV-004", "outcome": "fail",
+                                               "message": "[PF-ENV-004] bad NCCL_DEBUG"}])
+    local = decide(snap)
+    why = left_out(snap, local)
+    assert why == {3: "failed its own checks"}
+    snap["not_measured"] = not_measured(snap, why, "preflight", [0, 1, 2])
+    v = decide(snap)
+    head = v.text.split("\n", 1)[0]
+    assert ("cluster bandwidth and pairwise isolation not measured: stopped after node3 failed "
+            "its own checks (the preflight tier stops at the first bad node; --tier certify "
+            "measures the nodes that passed)") in head
+    by_id = {c["id"]: c for c in v.checks}
+    for cid, step in (("PF-CLUSTER-004", "cluster bandwidth"),
+                      ("PF-CLUSTER-005", "pairwise isolation")):
+        assert by_id[cid]["outcome"] == "skip"
+        assert f"not run: {step} not measured: stopped after node3 failed its own checks" \
+            in by_id[cid]["message"]
+
+
+def test_certify_bandwidth_over_the_nodes_that_passed_says_who_was_left_out():
+    snap = _snap(tier="certify")
+    snap["nodes"]["3"] = _summary(3, "fail", [{"id": "PF-ENV-004", "outcome": "fail",
+                                               "message": "[PF-ENV-004] bad NCCL_DEBUG"}])
+    snap["left_out"] = {"3": "failed its own checks"}
+    snap["bandwidth"] = {"size_bytes": 1 << 20, "nranks": 3, "ranks": [0, 1, 2],
+                         "floor_gb_s": 100.0, "busbw_gb_s": 20.0, "data_ok": True,
+                         "per_rank": {"0": 20.0, "1": 20.0, "2": 20.0}, "errors": [],
+                         "missing": {}}
+    snap["isolation"] = isolate([0, 1, 2], simulate_measure(healthy_gb_s=200.0,
+                                                            bad_nodes={1: 0.1}),
+                                floor_gb_s=100.0).to_dict()
+    v = decide(snap)
+    by_id = {c["id"]: c for c in v.checks}
+    assert by_id["PF-CLUSTER-004"]["outcome"] == "fail"
+    assert "(over 3 of 4 nodes; left out: node3 (rank 3): failed its own checks)" in \
+        by_id["PF-CLUSTER-004"]["message"]
+    assert "node3" in [b["host"] for b in v.bad_nodes]

@@ -48,7 +48,7 @@ def test_single_node_run(tmp_path: Path) -> None:
     text = Page(html).all_text
     assert "PASS: 0 bad of 1 nodes" in text
     assert 'id="cluster"' not in html  # no cluster band on a single node
-    assert "No rounds: no cluster verdict in these reports" in text
+    assert "Not run: no cluster verdict in these reports" in text
     lines = [a for t, a in Page(html).tags if t == "polyline"]
     assert len(lines) == 1 and len(lines[0]["points"].split()) == len(synth.SWEEP)
 
@@ -227,3 +227,43 @@ def test_isolation_with_tiny_values_and_a_pair_without_a_value() -> None:
     ticks = [float(t) for t in re.findall(r'text-anchor="end">([\d.e-]+)</text>', html)]
     assert ticks and max(ticks) < 0.01  # not a 0..1 axis that flattens every bar
     assert "no value" in html
+
+
+def _seen_text(html: str, tmp_path: Path, name: str) -> str:
+    """The page's text as headless Chromium renders it (`innerText`: what a person sees, not
+    what the markup holds), read back through --dump-dom; a screenshot is left beside it."""
+    probe = html.replace("</body>", "<script>document.body.setAttribute('data-seen', "
+                         "document.body.innerText)</script></body>")
+    screenshot(html, tmp_path, name)
+    page = tmp_path / f"{name}-seen.html"
+    page.write_text(probe, encoding="utf-8")
+    res = subprocess.run(
+        [str(_chromium()), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / ('profile-seen-' + name)}", "--dump-dom",
+         page.as_uri()], capture_output=True, text=True, timeout=180, check=False)
+    import html as html_mod
+
+    m = re.search(r'<body[^>]*data-seen="([^"]*)"', res.stdout)
+    assert m, res.stderr[-2000:]
+    return html_mod.unescape(m.group(1))
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed "
+                    "(apt-get install chromium); the page is checked by parsing instead")
+def test_a_page_never_says_a_step_passed_that_did_not_run(tmp_path: Path) -> None:
+    """8 nodes, node-3 fails its own checks and node-5 is slow. Preflight stops after the
+    gather: the page says that the bandwidth and the rounds were not measured and why (it once
+    said "the cluster passed before pairwise rounds were needed"). Certify measures the other
+    seven: node-3 and node-5 are both named, node-3 as left out of the rounds."""
+    pre = synth.run(8, faults={3: "xid"}, slow={5: 0.3}, tier="preflight")
+    seen = _seen_text(render_html(ReportSet(source="x", reports=pre)), tmp_path, "preflight")
+    assert "passed before pairwise rounds" not in seen
+    assert re.search(r"Not run: stopped after node-3 failed its own checks", seen), seen[-3000:]
+    assert re.search(r"PF-CLUSTER-004\s+skip", seen) and re.search(r"PF-CLUSTER-005\s+skip", seen)
+    assert not re.search(r"PF-CLUSTER-00[45]\s+pass", seen)
+    cert = synth.run(8, faults={3: "xid"}, slow={5: 0.3}, tier="certify")
+    seen = _seen_text(render_html(ReportSet(source="x", reports=cert)), tmp_path, "certify")
+    assert "FAIL: 2 bad of 8 nodes: node-3, node-5" in seen, seen[:2000]
+    assert "Not measured (left out of the rounds): node-3: failed its own checks" in seen
+    assert re.search(r"PF-CLUSTER-004\s+fail", seen)

@@ -1,23 +1,23 @@
-"""junit.xml written from the report for every check session that did not write its own (it
-died, it never started, a signal stopped it): per phase file, this run's only, a torn file
-replaced, a session's own file kept."""
+"""junit.xml, one file written from the report on every path: every selected check by its
+check ID with its title as the description, skips with their reason, harness errors as `run`;
+an earlier version's per-phase file removed. The check sessions write none of their own."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.junit import write_missing_junit
+from harness.junit import write_junit
 from harness.report import Report
 from harness.results import results
 
 
-def _check(n: int, outcome: str) -> dict:
-    return {"id": f"PF-T-{n:03d}", "nodeid": f"t.py::test_{n}", "outcome": outcome,
-            "message": "" if outcome == "pass" else f"[PF-T-{n:03d}] {outcome}"}
+def _check(n: int, outcome: str, message: str = "") -> dict:
+    return {"id": f"PF-T-{n:03d}", "nodeid": f"checks/test_t.py::test_{n}", "outcome": outcome,
+            "title": f"Thing {n} is fine",
+            "message": message or ("" if outcome == "pass" else f"[PF-T-{n:03d}] {outcome}")}
 
 
 def _report(*checks: dict, errors: tuple[str, ...] = ()) -> Report:
@@ -32,51 +32,55 @@ def _cases(path: Path) -> dict[str, str]:
     """testcase name -> its outcome element (`pass` when it has none)."""
     suite = ET.parse(path).getroot().find("testsuite")
     assert suite is not None
-    return {c.get("name", ""): next((e.tag for e in c), "pass") for c in suite}
+    return {c.get("name", ""): next((e.tag for e in c if e.tag != "properties"), "pass")
+            for c in suite}
 
 
-def _phases(directory: Path, **phase_of: list[int]) -> None:
-    """A results file whose sessions collected these checks (phase -> check numbers)."""
-    lines = [{"event": "collected", "phase": phase.replace("_", "-"), "selected": [],
-              "checks": [{"id": f"PF-T-{n:03d}", "nodeid": f"t.py::test_{n}"} for n in ns]}
-             for phase, ns in phase_of.items()]
-    (directory / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+def test_every_check_by_its_id_with_its_title_and_skip_reason(tmp_path):
+    report = _report(_check(1, "pass"), _check(2, "fail"), _check(3, "error"),
+                     _check(4, "skip", "[PF-T-004] not applicable to p5.48xlarge: no NVLS"),
+                     _check(5, "skip", "[PF-T-005] not run: cluster bandwidth not measured: "
+                            "stopped after node3 failed its own checks"),
+                     errors=("pytest phase died",))
+    path = write_junit(report, tmp_path)
+    assert path == tmp_path / "junit.xml"
+    assert _cases(path) == {"PF-T-001": "pass", "PF-T-002": "failure", "PF-T-003": "error",
+                            "PF-T-004": "skipped", "PF-T-005": "skipped", "run": "error"}
+    root = ET.parse(path).getroot()
+    case = root.find("testsuite/testcase[@name='PF-T-001']")
+    assert case is not None
+    assert case.find("properties/property[@name='description']").get("value") == \
+        "Thing 1 is fine"
+    assert root.find("testsuite/testcase[@name='PF-T-004']/skipped").get("message") == \
+        "[PF-T-004] not applicable to p5.48xlarge: no NVLS"
+    assert "stopped after node3" in root.find(
+        "testsuite/testcase[@name='PF-T-005']/skipped").get("message")
+    suite = root.find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
+            suite.get("skipped")) == ("6", "1", "2", "2")
+    assert not any("test_" in (c.get("name") or "") for c in root.iter("testcase"))
 
 
-def test_a_session_that_wrote_nothing_gets_junit_from_the_report(tmp_path):
-    report = _report(_check(1, "pass"), _check(2, "error"), errors=("pytest phase died",))
-    assert write_missing_junit(report, tmp_path, since=time.time() - 5) == [tmp_path / "junit.xml"]
-    assert _cases(tmp_path / "junit.xml") == {"PF-T-001": "pass", "PF-T-002": "error",
-                                              "run": "error"}
-
-
-def test_each_phase_gets_its_own_file_and_a_session_file_is_kept(tmp_path):
-    since = time.time() - 5
-    _phases(tmp_path, node_local=[1], exclusive=[2])
-    (tmp_path / "junit.xml").write_text('<testsuites><testsuite name="pytest">'
-                                        '<testcase name="from-pytest"/></testsuite></testsuites>')
-    written = write_missing_junit(_report(_check(1, "pass"), _check(2, "error")), tmp_path,
-                                  since=since)
-    assert written == [tmp_path / "junit-exclusive.xml"]  # the node-local session wrote its own
-    assert _cases(tmp_path / "junit.xml") == {"from-pytest": "pass"}
-    assert _cases(tmp_path / "junit-exclusive.xml") == {"PF-T-002": "error"}
-
-
-def test_an_earlier_runs_file_or_a_torn_one_is_replaced(tmp_path):
+def test_an_earlier_runs_file_a_torn_one_and_the_old_phase_file_are_replaced(tmp_path):
     old = tmp_path / "junit.xml"
-    old.write_text("<testsuites><testsuite><testcase name='last-run'/></testsuite></testsuites>")
-    os.utime(old, (time.time() - 3600, time.time() - 3600))
-    write_missing_junit(_report(_check(1, "fail")), tmp_path, since=time.time() - 5)
-    assert _cases(old) == {"PF-T-001": "failure"}
     old.write_text("<testsuites><testsuite><testcase name='cut")  # killed mid-write
-    write_missing_junit(_report(_check(1, "fail")), tmp_path, since=time.time() - 5)
+    exclusive = tmp_path / "junit-exclusive.xml"
+    exclusive.write_text("<testsuites><testsuite><testcase name='last-run'/></testsuite>"
+                         "</testsuites>")
+    os.utime(exclusive, (time.time() - 3600, time.time() - 3600))
+    write_junit(_report(_check(1, "fail")), tmp_path)
     assert _cases(old) == {"PF-T-001": "failure"}
+    assert not exclusive.exists()
 
 
-def test_an_earlier_runs_file_of_a_phase_this_run_did_not_have_goes(tmp_path):
-    """An earlier xdist run left junit-exclusive.xml; this one-session run has no such phase."""
-    old = tmp_path / "junit-exclusive.xml"
-    old.write_text("<testsuites><testsuite><testcase name='last-run'/></testsuite></testsuites>")
-    os.utime(old, (time.time() - 3600, time.time() - 3600))
-    write_missing_junit(_report(_check(1, "pass")), tmp_path, since=time.time() - 5)
-    assert not old.exists() and _cases(tmp_path / "junit.xml") == {"PF-T-001": "pass"}
+def test_the_check_sessions_write_no_junit_of_their_own(tmp_path):
+    """One file from the report: no session is given --junitxml (pytest's would name test
+    functions, one file per phase)."""
+    from harness.profiles import get_profile
+    from harness.runner import RunConfig, pytest_phases
+
+    cfg = RunConfig(profile=get_profile("local-cpu"), profile_source="x", report_dir=tmp_path,
+                    host="h", workers=2)
+    phases = pytest_phases(cfg, tmp_path / "results.jsonl")
+    assert [name for name, _ in phases] == ["node-local", "exclusive"]
+    assert not any(a.startswith("--junitxml") for _, argv in phases for a in argv)

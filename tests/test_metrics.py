@@ -63,7 +63,32 @@ def test_per_gpu_values_carry_dcgm_labels_and_units():
     ok = {s.labels["gpu"]: s.value for s in fams["preflight_measurement_ok"]}
     assert ok == {"3": 0.0, "0": 1.0}
     # A text fact has no numeric sample (Prometheus values are numbers).
-    assert all(s.labels["what"] != "NCCL_NET" for s in fams["preflight_measurement"])
+    assert all(s.labels["measurement"] != "nccl_net" for s in fams["preflight_measurement"])
+
+
+def test_series_are_keyed_by_the_stable_measurement_name_not_its_text():
+    """A reworded `what` keeps every series (issue 29: dashboards keyed by the text broke); an
+    older report without names gets the name derived from the text, GPU index dropped."""
+    import copy
+
+    named = copy.deepcopy(REPORT)
+    for m in named["checks"][0]["measurements"]:
+        m["name"] = "gpu_temperature"
+        m["gpu_index"] = int(m["what"].split()[1])
+    reworded = copy.deepcopy(named)
+    for m in reworded["checks"][0]["measurements"]:
+        m["what"] = f"temperature of GPU {m['gpu_index']} (NVML, °C)"
+
+    def series(report: dict) -> dict:
+        return {tuple(sorted(s.labels.items())): s.value
+                for s in _samples(render(report))["preflight_measurement"]}
+
+    assert series(named) == series(reworded)
+    assert {s.labels["measurement"] for s in _samples(render(named))["preflight_measurement"]} \
+        == {"gpu_temperature"}
+    assert "what" not in _samples(render(named))["preflight_measurement"][0].labels
+    legacy = {s.labels["measurement"] for s in _samples(render(REPORT))["preflight_measurement"]}
+    assert legacy == {"gpu_temperature"}
 
 
 def test_empty_or_broken_report_is_not_a_pass():

@@ -70,4 +70,6 @@ def test_summary_data_groups_what_needs_attention():
         {"outcome": "error", "checks": ["PF-NET-001"], "gpus": [], "message": "fi_info: hung"}]
     assert data["verdict"] == "fail" and data["profile"] == "p5.48xlarge"
     assert data["harness_errors"] == ["one two"] and data["cluster"] is None
+    assert [(c["root"], c["blocked_by_it"]) for c in data["causes"]] == [
+        ("PF-GPU-005", []), ("PF-NET-001", [])]  # by cause, as the terminal says them
     assert data["report"] == "/r/n1/report.json"

@@ -81,7 +81,7 @@ def test_outcomes_and_exact_messages(suite):
     assert by_id["PF-T-009"]["message"].startswith("[PF-T-009] one is not two")
     assert by_id["PF-T-001"]["measurements"] == [
         {"what": "busbw", "value": 500.0, "unit": "GB/s", "op": ">=", "threshold": 460.0,
-         "ok": True}
+         "ok": True, "name": "busbw"}  # no name= given: derived from the text
     ]
     assert res.ret == 1
 
@@ -130,8 +130,8 @@ def test_unknown_profile_is_a_usage_error_listing_known_profiles(suite):
     suite.makepyfile(test_tiers=TIERED)
     res, _ = run_checks(suite, "--preflight-profile", "g4dn.xlarge")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*unknown profile 'g4dn.xlarge'; known profiles: g5.12xlarge, *, "
-                              "local-cpu, p4d.24xlarge*"])
+    res.stderr.fnmatch_lines(["*unknown profile 'g4dn.xlarge'; did you mean *; known profiles: "
+                              "g5.12xlarge, *, local-cpu, p4d.24xlarge*"])
 
 
 def test_markers_are_registered_with_docs(suite):

@@ -15,7 +15,7 @@ from secret_canaries import CANARIES, ENV_CANARIES, SURVIVORS, leaks, survivors_
 
 from harness.commands import run as run_cmd
 from harness.interrupted import failure_text
-from harness.junit import write_missing_junit
+from harness.junit import write_junit
 from harness.plain_output import print_plain_summary
 from harness.report import Report, failure_reason, redact_outputs, write_report
 from harness.results import CheckResult, Measurement
@@ -137,7 +137,7 @@ def _json_summary(report: Report, tmp: Path, env: dict[str, str]) -> str:
 
 
 def _junit(report: Report, tmp: Path, env: dict[str, str]) -> str:
-    write_missing_junit(report, tmp, since=0.0, env=env)
+    write_junit(report, tmp, env=env)
     return (tmp / "junit.xml").read_text()
 
 

@@ -13,6 +13,11 @@ def _check(i: int, outcome: str, message: str = "") -> CheckResult:
                        outcome=outcome, message=message)
 
 
+def _head(text: str) -> str:
+    """The failure file's first line: what SageMaker's FailureReason shows on its own."""
+    return text.split("\n", 1)[0]
+
+
 def test_failure_reason_first_1024_chars_stand_alone():
     long_tail = " because " + "x" * 900
     checks = [_check(i, "fail", f"[PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0 required for "
@@ -21,30 +26,60 @@ def test_failure_reason_first_1024_chars_stand_alone():
     report = Report(host="algo-3", profile="p5.48xlarge", profile_source="x", tier="preflight",
                     checks=checks)
     text = failure_reason(report)
-    head = text[: text.index("\n\nDetails:")]
+    head = _head(text)
     assert len(head) <= 1024
     assert head.startswith("gpu-preflight FAILED on algo-3 (p5.48xlarge, tier preflight): "
-                           "5 of 6 checks failed.")
-    for i in (1, 2, 3):  # the first ones in full enough to carry value and threshold
-        assert f"[PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0 required for p5.48xlarge" in head
-    assert head.endswith("| +2 more: PF-GPU-004, PF-GPU-005")
+                           "5 of 6 checks failed, from 5 causes. CAUSE: ")
+    for i in range(1, 6):  # each in full enough to carry value and threshold
+        assert f"CAUSE: [PF-GPU-{i:03d}] GPU {i} value {i}.5 < 10.0 required for p5.48xlarge" \
+            in head
+    assert head.endswith("| failed: PF-GPU-001..005")
     assert "Details:" in text and long_tail.strip() in text
 
 
-def test_failure_reason_many_failures_measured_first_all_named():
+def test_failure_reason_root_cause_first_then_every_failed_id():
     checks = [_check(i, "error", f"[PF-GPU-{i:03d}] NVML Shared Library Not Found; fallback "
                      "`nvidia-smi -q` could not run: command not found") for i in range(1, 31)]
     checks += [_check(99, "fail", "[PF-GPU-099] all_reduce busbw at 1 GiB 112.4 GB/s < 370.0 "
                       "GB/s required for p5.48xlarge; the NCCL log says NET/Socket")]
     report = Report(host="algo-1", profile="p5.48xlarge", profile_source="x", tier="preflight",
                     checks=checks)
-    text = failure_reason(report)
-    head = text[: text.index("\n\nDetails:")]
+    head = _head(failure_reason(report))
     assert len(head) <= 1024
-    first = head.split(" | ")[0]
-    assert "[PF-GPU-099] all_reduce busbw at 1 GiB 112.4 GB/s < 370.0 GB/s" in first
-    for i in range(1, 31):
-        assert f"PF-GPU-{i:03d}" in head
+    causes = head.split(" | ")
+    assert causes[0].endswith("CAUSE: [PF-GPU-001 and 29 checks blocked by it] no NVIDIA GPU is "
+                              "visible (NVML could not start); fix: start the "
+                              "container with the NVIDIA runtime (`docker run --gpus all`, or "
+                              "`--runtime=nvidia` with NVIDIA_VISIBLE_DEVICES=all; on Kubernetes "
+                              "a `nvidia.com/gpu` resource limit) and check that the host's "
+                              "`nvidia-smi` lists the GPUs")
+    assert causes[1].startswith("CAUSE: [PF-GPU-099] all_reduce busbw at 1 GiB 112.4 GB/s < 370.0")
+    assert causes[-1] == "failed: PF-GPU-001..030, PF-GPU-099"
+
+
+def test_failure_reason_of_a_no_gpu_p5_run_names_the_cause_first():
+    """A recorded no-GPU p5 run (tests/data/no_gpu_p5_checks.json): its 44 failures were said
+    one by one, the ulimit and EFA ones first, the missing GPU never in the first 1024 chars."""
+    from pathlib import Path
+
+    from harness.results import results
+
+    data = json.loads((Path(__file__).parent / "data" / "no_gpu_p5_checks.json").read_text())
+    report = Report(host="vm", profile="p5.48xlarge", profile_source="x", tier="preflight",
+                    checks=results(data["checks"]))
+    text = failure_reason(report)
+    first = _head(text)
+    assert len(first) <= 1024
+    assert first.startswith("gpu-preflight FAILED on vm (p5.48xlarge, tier preflight): 44 of 75 "
+                            "checks failed, from 7 causes. CAUSE: [PF-GPU-001 and 35 checks "
+                            "blocked by it] no NVIDIA GPU is visible in this container: ")
+    assert "; fix: start the container with the NVIDIA runtime" in first
+    assert first.index("no EFA device") < first.index("PF-HOST-004")
+    assert first.count("no NVIDIA GPU is visible") == 1
+    assert "CAUSE: [PF-NET-001 and 2 checks blocked by it] no EFA device" in first
+    ids = first.split(" | failed: ")[1].split("\n")[0]
+    assert ids == ("PF-BW-001, PF-BW-003..005, PF-CLOCK-001, PF-GPU-001..005, PF-GPU-007..017, "
+                   "PF-HOST-004, PF-LINK-002..003, PF-NET-001..012, PF-TRAIN-001..008")
 
 
 def test_harness_error_only_is_verdict_error():

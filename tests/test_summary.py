@@ -57,7 +57,7 @@ def test_id_ranges_compress_consecutive_ids() -> None:
     assert id_ranges(ids) == "PF-GPU-001..003, PF-GPU-005, PF-NET-010..011, odd"
 
 
-def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
+def test_summary_causes_and_verdict_last_skips_collapsed_passes_show_value() -> None:
     import io
 
     from harness.report import Report
@@ -78,7 +78,8 @@ def test_summary_failures_first_skips_collapsed_passes_show_value() -> None:
     out = io.StringIO()
     print_summary(report, file=out)
     text = out.getvalue()
-    assert text.index("PF-NET-005") < text.index("PF-ENV-001")
+    assert text.index("PF-ENV-001") < text.index("PF-NET-005")  # the failure on the last screen
+    assert text.splitlines()[-2] == "✗ FAIL PF-NET-005: memlock 8192 KiB < 16777216 KiB"
     assert "busbw at 16 MiB = 1.28 GB/s (>= 0.05)" in text
     assert "2 not applicable to local-cpu: PF-GPU-001..002 (-v shows why)" in text
     assert "FAIL (1 pass, 2 skip, 1 fail)" in text
@@ -124,3 +125,22 @@ def test_verbose_progress_shows_every_value_and_why() -> None:
     lines = [line.strip() for line in loud.getvalue().splitlines()]
     assert lines[1:] == ["GPUs seen = 0", "busbw at 16 MiB = 1.28 GB/s (>= 0.05 GB/s)",
                          "[PF-GPU-001] not applicable: profile local-cpu has no GPUs"]
+
+
+def test_the_header_counts_the_whole_selection_whatever_the_phases(tmp_path: Path) -> None:
+    """Issue 29: the header said "45 checks selected" (the node-local phase's share) where the
+    verdict counted 75. Each phase's session records the whole selection; the header and the
+    status line count it."""
+    results = tmp_path / "results.jsonl"
+    results.touch()
+    out = io.StringIO()
+    p = progress_mod.Progress(results, budget_s=300.0, out=out, live=False)
+    selected = [{"nodeid": f"t.py::test_{i}", "id": f"PF-X-00{i}"} for i in range(1, 6)]
+    _records(results,
+             {"event": "collected", "phase": "node-local", "checks": selected[:3],
+              "selected": selected},
+             {"event": "collected", "phase": "exclusive", "checks": selected[3:],
+              "selected": selected})
+    p.poll()
+    assert "gpu-preflight: 5 checks selected, running" in out.getvalue()
+    assert p.total == 5

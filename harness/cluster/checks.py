@@ -151,13 +151,15 @@ def consistency_outliers(values_by_rank: Mapping[int, JSONMapping]) -> list[JSON
 def test_cluster_bandwidth_meets_floor(cluster: ClusterView) -> None:
     bw = cluster.snap.get("bandwidth")
     if bw is None:
-        not_run("earlier cluster checks failed")
+        not_run("cluster bandwidth not measured: " + str(
+            (cluster.snap.get("not_measured") or {}).get("cluster bandwidth")
+            or "earlier cluster checks failed"))
     for r, reason in sorted((int(k), v) for k, v in bw.get("missing", {}).items()):
         cluster.bad.add(r, reason, bw.get("errors", [])[:4])
     floor, value, size = bw.get("floor_gb_s"), bw.get("busbw_gb_s"), bw.get("size_bytes")
     measure("cluster all_reduce busbw", value, "GB/s", op=">=", threshold=floor,
             ok=None if value is None or floor is None else value >= floor,
-            size_bytes=int(size) if size is not None else None)
+            size_bytes=int(size) if size is not None else None, name="cluster_all_reduce_busbw")
     problems = []
     if bw.get("missing"):
         problems.append("did not answer during the cluster all_reduce: " + ", ".join(
@@ -171,8 +173,18 @@ def test_cluster_bandwidth_meets_floor(cluster: ClusterView) -> None:
                         f"{bw.get('size_bytes')} bytes over {bw.get('nranks')} nodes")
     if value is None and not problems:
         problems.append("no measurement")
+    out = _left_out(cluster)
     if problems:
-        fail("; ".join(problems))
+        fail("; ".join(problems) + out)
+
+
+def _left_out(cluster: ClusterView) -> str:
+    """' (over 7 of 8 nodes; left out: node3 (rank 3): failed its own checks)', or ''."""
+    left = cluster.snap.get("left_out") or {}
+    if not left:
+        return ""
+    return (f" (over {cluster.num_nodes - len(left)} of {cluster.num_nodes} nodes; left out: "
+            + ", ".join(f"{cluster.name(int(r))}: {w}" for r, w in left.items()) + ")")
 
 
 @check(
@@ -185,7 +197,9 @@ def test_cluster_bandwidth_meets_floor(cluster: ClusterView) -> None:
 def test_pairwise_rounds_find_no_bad_node(cluster: ClusterView) -> None:
     iso = cluster.snap.get("isolation")
     if iso is None:
-        not_run(cluster.snap.get("isolation_skipped") or "cluster bandwidth passed")
+        not_run("pairwise isolation not measured: " + str(
+            (cluster.snap.get("not_measured") or {}).get("pairwise isolation")
+            or cluster.snap.get("isolation_skipped") or "cluster bandwidth passed"))
     host = cluster.host
     pairs_of: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
     for i, rnd in enumerate(iso["rounds"], 1):  # each node's pairs, found in one pass
@@ -216,7 +230,8 @@ def test_pairwise_rounds_find_no_bad_node(cluster: ClusterView) -> None:
         problems.append("unconfirmed suspects: " + ", ".join(cluster.name(s["rank"])
                                                             for s in cluster.suspects))
     if problems:
-        fail(f"{'; '.join(problems)} (threshold {_gb(thr)}, {iso['num_rounds']} rounds)")
+        fail(f"{'; '.join(problems)} (threshold {_gb(thr)}, {iso['num_rounds']} rounds)"
+             + _left_out(cluster))
 
 
 #: The cluster checks in the order the verdict runs them (a later one reads what an earlier

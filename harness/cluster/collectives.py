@@ -43,6 +43,8 @@ class CollectivePhases(GroupPhases):
     device: Any
     clean: bool
     master_lost: dict[str, str] | None
+    members: list[int]
+    """The nodes the collectives run over (ranks of the job, sorted)."""
 
     @property
     def rank(self) -> int:
@@ -70,32 +72,51 @@ class CollectivePhases(GroupPhases):
             f"{self.topo.port}) was lost: it crashed, was stopped, hangs or cannot be reached, "
             "and no node can take the cluster verdict without it")}}}
 
-    def _collectives(self, snap: dict[str, Any]) -> dict[str, Any]:
-        """Cluster all_reduce, then (if it fails, or in certify) isolation; master decides."""
+    def _collectives(self, snap: dict[str, Any], members: list[int]) -> dict[str, Any]:
+        """Cluster all_reduce over `members` (the nodes that passed their own checks), then
+        (if it fails, or in certify) isolation among them; the master decides. A node left
+        out measures nothing and waits for the master's final snapshot."""
         assert self.plane is not None
         plane, t = self.plane, self.t
         phase_start = time.monotonic()
         size = gate_size(self.profile, self.env)
-        log(f"cluster all_reduce of {size} bytes over {self.topo.num_nodes} nodes")
-        result = self._bench_all(size)
-        log(f"cluster all_reduce: busbw {result['busbw_gb_s']} GB/s, errors "
-             f"{len(result['errors'])}")
+        self.members = members
+        if self.rank in members:
+            log(f"cluster all_reduce of {size} bytes over {len(members)} nodes")
+            result = self._bench_all(size)
+            log(f"cluster all_reduce: busbw {result['busbw_gb_s']} GB/s, errors "
+                 f"{len(result['errors'])}")
         try:
-            plane.publish(f"bw/{self.rank}", result, counter="count/bw")
+            if self.rank in members:
+                plane.publish(f"bw/{self.rank}", result, counter="count/bw")
             if self.is_master:
                 bw = self._gather_bw(phase_start + t.bench_s, size)
                 snap = {**snap, "bandwidth": bw}
                 snap["isolation_skipped"] = self._isolation_skip(snap)
                 snap["groups_plan"] = plan_groups(self.profile, self.env, self.topo.num_nodes)
+                if snap["isolation_skipped"]:
+                    snap["not_measured"] = {"pairwise isolation": snap["isolation_skipped"]}
+                if snap["groups_plan"] and len(members) < self.topo.num_nodes:
+                    snap["not_measured"] = {**snap.get("not_measured", {}), "job-shaped groups": (
+                        "nodes were left out of the collectives (they failed their own checks): "
+                        "a group with a node missing cannot be measured")}
                 plane.publish("snap/bw", snap)
+            elif self.rank not in members:
+                log("left out of the collectives (this node did not pass its own checks); "
+                    "waiting for the verdict")
+                return plane.wait_for("snap/final", phase_start + 2 * t.bench_s + t.isolation_s
+                                      + 2 * t.gather_s)
             else:
                 snap = plane.wait_for("snap/bw", phase_start + t.bench_s + t.gather_s)
         except PlaneError as exc:
             return self._lost_master("the cluster all_reduce", str(exc))
-        if not snap.get("isolation_skipped"):
+        if snap.get("isolation_skipped"):
+            if self.is_master:
+                plane.publish("snap/final", snap)
+        else:
             snap = self._isolation(snap)
-        if self.master_lost is not None:
-            return snap
+        if self.master_lost is not None or len(members) < self.topo.num_nodes:
+            return snap  # left-out nodes already have snap/final: no phase after it
         try:
             return self._groups_phase(snap)  # job-shaped groups (harness.cluster.group_phase)
         except PlaneError as exc:
@@ -119,7 +140,8 @@ class CollectivePhases(GroupPhases):
         assert self.plane is not None
         try:
             self.device = self.plane.init_collectives(self.t.collective_s,
-                                                      gpus=self.profile.has_gpus)
+                                                      gpus=self.profile.has_gpus,
+                                                      members=self.members)
         except Exception as exc:
             self.clean = False
             return {"busbw_gb_s": None, "data_ok": False,
@@ -140,7 +162,7 @@ class CollectivePhases(GroupPhases):
 
     def _gather_bw(self, deadline: float, size: int) -> dict[str, Any]:
         assert self.plane is not None
-        n = self.topo.num_nodes
+        members = self.members
         plane, broken_at, scanned = self.plane, [0.0], [0]
 
         def enough(got: int) -> bool:
@@ -148,19 +170,20 @@ class CollectivePhases(GroupPhases):
             `gather_s` more (alive, it would have hit its own collective timeout too)."""
             if not broken_at[0] and got > scanned[0]:
                 scanned[0] = got
-                for r in range(n):
+                for r in members:
                     if plane.has(f"bw/{r}") and plane.wait_for(f"bw/{r}", 0)["errors"]:
                         broken_at[0] = time.monotonic()
                         break
             return bool(broken_at[0]) and time.monotonic() > broken_at[0] + self.t.gather_s
 
-        found, missing = plane.gather({r: f"bw/{r}" for r in range(n)}, "count/bw", deadline,
+        found, missing = plane.gather({r: f"bw/{r}" for r in members}, "count/bw", deadline,
                                       enough)
         values = [v["busbw_gb_s"] for v in found.values() if v["busbw_gb_s"] is not None]
         errors = [e for v in found.values() for e in v["errors"]]
         return {
-            "size_bytes": size, "nranks": n, "floor_gb_s": gate_floor(self.profile),
-            "busbw_gb_s": min(values) if values and len(values) == n else None,
+            "size_bytes": size, "nranks": len(members), "ranks": list(members),
+            "floor_gb_s": gate_floor(self.profile),
+            "busbw_gb_s": min(values) if values and len(values) == len(members) else None,
             "data_ok": all(v["data_ok"] for v in found.values()),
             "per_rank": {str(r): v["busbw_gb_s"] for r, v in sorted(found.items())},
             "errors": errors[:8],
@@ -197,9 +220,10 @@ class CollectivePhases(GroupPhases):
                 k = round_no[0]
                 start = time.monotonic()
                 plane.publish(f"iso/{k}/plan", [list(p) for p in pairs])
-                run_round(list(pairs), k)
-                members = sorted({n for p in pairs for n in p})
-                found, _ = plane.gather({r: f"iso/{k}/{r}" for r in members},
+                if self.rank in self.members:  # a master left out plans, measures nothing
+                    run_round(list(pairs), k)
+                in_round = sorted({n for p in pairs for n in p})
+                found, _ = plane.gather({r: f"iso/{k}/{r}" for r in in_round},
                                         f"count/iso/{k}", start + t.bench_s)
                 out = []
                 for a, b in pairs:
@@ -216,7 +240,7 @@ class CollectivePhases(GroupPhases):
             try:
                 # CPU profiles: gloo over TCP on shared cores is too noisy for a relative
                 # rule; the sanity floor alone judges pairs there.
-                result = isolate(list(range(self.topo.num_nodes)), measure,
+                result = isolate(list(self.members), measure,
                                  floor_gb_s=gate_floor(self.profile) or 0.0,
                                  relative=0.5 if self.profile.has_gpus else 0.0,
                                  max_rounds=t.isolation_rounds)

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,8 @@ class ControlPlane:
         self.topo, self.store = topo, store
         self._env_restore = dict(env_set)
         self.pg_ready = False
+        self.members: list[int] = list(range(topo.num_nodes))
+        """The job ranks in the process group, by group rank (`init_collectives`)."""
 
     @classmethod
     def join(cls, topo: Topology, timeout_s: float, env: Mapping[str, str] | None = None
@@ -134,9 +136,12 @@ class ControlPlane:
                              f"{_short(exc)}") from exc
 
     # --- collectives ---
-    def init_collectives(self, timeout_s: float, gpus: bool = False) -> torch.device:
-        """The process group of all nodes over the same store (prefix `pg/`): gloo, plus NCCL
-        for CUDA tensors when `gpus` and CUDA is usable. Returns the bench's device."""
+    def init_collectives(self, timeout_s: float, gpus: bool = False,
+                         members: Sequence[int] | None = None) -> torch.device:
+        """The process group of `members` (job ranks; all nodes when None) over the same store
+        (prefix `pg/`): gloo, plus NCCL for CUDA tensors when `gpus` and CUDA is usable. Its
+        ranks are the members' positions (nodes left out take no part). Returns the bench's
+        device."""
         import torch
         import torch.distributed as dist
 
@@ -146,8 +151,10 @@ class ControlPlane:
             torch.cuda.set_device(device)
         from harness.worker.group import init_group
 
-        init_group(backend, store=dist.PrefixStore("pg/", self.store), rank=self.topo.node_rank,
-                   world_size=self.topo.num_nodes, timeout_s=timeout_s)
+        self.members = list(range(self.topo.num_nodes) if members is None else members)
+        init_group(backend, store=dist.PrefixStore("pg/", self.store),
+                   rank=self.members.index(self.topo.node_rank),
+                   world_size=len(self.members), timeout_s=timeout_s)
         self.pg_ready = True
         return device
 
@@ -161,7 +168,8 @@ class ControlPlane:
         mine = None
         for a, b in pairs:
             ranks = sorted((a, b))
-            group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s))
+            group = dist.new_group([self.members.index(r) for r in ranks],
+                                   timeout=timedelta(seconds=timeout_s))
             if self.topo.node_rank in ranks:
                 mine = group
         return mine

@@ -146,6 +146,21 @@ class SelftestResult:
     def exit_code(self) -> int:
         return 0 if self.verdict == "pass" and self.consistent else 1
 
+    def to_dict(self, cfg: SelftestConfig) -> dict[str, Any]:
+        """`preflight selftest --json`: what the table and the verdict line say, by key."""
+        from dataclasses import asdict
+
+        text = next((n.failure_text for n in self.healthy if n.failure_text), None)
+        return {"verdict": self.verdict, "exit_code": self.exit_code,
+                "consistent": self.consistent, "bad_nodes": self.bad_nodes,
+                "tier": cfg.tier, "num_nodes": cfg.nodes,
+                "faults": {f"node{r}": f for r, f in sorted(cfg.faults.items())},
+                "duration_s": round(self.duration_s, 3), "hard_bound_s": self.hard_bound_s,
+                "failure_reason": text.split("\n", 1)[0] if text else None,
+                "work_dir": str(cfg.work_dir),
+                "nodes": [{k: v for k, v in asdict(n).items() if k != "failure_text"}
+                          for n in self.nodes]}
+
 
 def _free_port() -> int:
     with socket.socket() as s:

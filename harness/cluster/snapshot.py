@@ -24,9 +24,11 @@ __all__ = [
     "BadNodes",
     "ClusterView",
     "cluster_off",
+    "left_out",
     "node_figures",
     "node_sdc",
     "node_summary",
+    "not_measured",
 ]
 
 #: Node facts that must be equal on every node (versions, GPU inventory).
@@ -190,3 +192,32 @@ class ClusterView:
     def name(self, rank: int) -> str:
         """`host (rank r)`, as every cluster message names a node."""
         return f"{self.host(rank)} (rank {rank})"
+
+
+def left_out(snap: JSONMapping, local: Any) -> dict[int, str]:
+    """The nodes the collectives leave out after the node-local gather (`local`: its verdict),
+    rank -> why, in a few words: did not report, failed its own checks, differs from the rest."""
+    missing = {int(r) for r in snap.get("missing", {})}
+    nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
+    out: dict[int, str] = {}
+    for b in local.bad_nodes:
+        r = int(b["rank"])
+        out[r] = ("did not report" if r in missing
+                  else "failed its own checks" if nodes.get(r, {}).get("verdict") != "pass"
+                  else "differs from the other nodes (PF-CLUSTER-003)")
+    return dict(sorted(out.items()))
+
+
+def not_measured(snap: JSONMapping, why: Mapping[int, str], tier: str,
+                 members: list[int]) -> dict[str, str]:
+    """Why the cluster bandwidth and the pairwise isolation were not measured (the collectives
+    were skipped after the node-local gather): step -> reason, as every output says it."""
+    hosts = snap.get("hosts", {})
+    after = ", ".join(f"{hosts.get(str(r), f'rank {r}')} {w}" for r, w in why.items())
+    if tier == "preflight":
+        reason = (f"stopped after {after} (the preflight tier stops at the first bad node; "
+                  "--tier certify measures the nodes that passed)")
+    else:
+        reason = (f"only {len(members)} node(s) passed their own checks, too few to measure "
+                  f"(after {after})")
+    return {"cluster bandwidth": reason, "pairwise isolation": reason}

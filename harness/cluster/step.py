@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.cluster.collectives import CollectivePhases, log
 from harness.cluster.node import FAULTS, node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
-from harness.cluster.snapshot import cluster_off
+from harness.cluster.snapshot import cluster_off, left_out, not_measured
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary
 from harness.results import results as typed_results
@@ -57,6 +57,8 @@ class ClusterStep(CollectivePhases):
         self.master_lost: dict[str, str] | None = None
         """Where and how this node lost the master (its own view; not in the verdict)."""
         """Whether this node's node-local result is in the store (`abort` publishes one if not)."""
+        self.members = list(range(topo.num_nodes))
+        """The nodes the collectives run over: all, or those that passed their own checks."""
 
     @classmethod
     def start(cls, *, profile: Profile, tier: str, local_budget_s: float,
@@ -121,6 +123,8 @@ class ClusterStep(CollectivePhases):
             "master": f"{self.topo.master_addr}:{self.topo.port}",
             "hard_bound_s": self.t.hard_bound_s,
             "bandwidth": snap.get("bandwidth"), "isolation": snap.get("isolation"),
+            "not_measured": snap.get("not_measured") or {},
+            "left_out": snap.get("left_out") or {},
             "duration_s": round(time.monotonic() - self.t0, 3),
         }
         if verdict.usage_error and not report.usage_error:  # nothing judged on any node
@@ -157,10 +161,24 @@ class ClusterStep(CollectivePhases):
                 snap = plane.wait_for("snap/local", local_deadline + self.t.gather_s)
         except PlaneError as exc:
             return self._lost_master("the gather of node-local results", str(exc))
-        if not decide(snap).passed:
-            self._done(snap)
-            return snap
-        snap = self._collectives(snap)
+        local = decide(snap)
+        members = [r for r in sorted(int(k) for k in snap.get("nodes", {}))
+                   if r not in {int(b["rank"]) for b in local.bad_nodes}]
+        if not local.passed:
+            why = left_out(snap, local)
+            if self.tier == "preflight" or len(members) < 2:
+                # Fast fail: the collectives are not run; every output says so, and why.
+                snap = {**snap, "not_measured": not_measured(snap, why, self.tier, members)}
+                log("; ".join(f"{k} not measured: {v}" for k, v in snap["not_measured"].items()))
+                self._done(snap)
+                return snap
+            # certify / diagnose: the nodes that passed their own checks are still measured,
+            # so that a slow node is found beside a failing one.
+            snap = {**snap, "left_out": {str(r): w for r, w in why.items()}}
+            log(f"cluster bandwidth and isolation over the {len(members)} nodes that passed "
+                "their own checks; left out: " + "; ".join(
+                    f"{snap['hosts'].get(str(r), r)} ({w})" for r, w in why.items()))
+        snap = self._collectives(snap, members)
         self._done(snap)
         return snap
 

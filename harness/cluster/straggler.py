@@ -23,7 +23,17 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.checking import check, current, fail, fmt, measure, not_applicable, not_run, warn
+from harness.checking import (
+    check,
+    current,
+    fail,
+    fmt,
+    measure,
+    measurement_name,
+    not_applicable,
+    not_run,
+    warn,
+)
 from harness.cluster.snapshot import NODE_FIGURES, ClusterView
 
 __all__ = ["FAILING_TIERS", "MIN_NODES", "MIN_REL_DEV", "Z_THRESHOLD", "Straggler",
@@ -161,12 +171,13 @@ def test_no_straggler_node(cluster: ClusterView) -> None:
             continue
         judged += 1
         limit = cutoff(result.median, result.mad, higher_is_better=higher)
-        measure(f"{what}: cluster median", result.median, unit)
-        measure(f"{what}: cluster MAD", result.mad, unit)
+        key = measurement_name(what)
+        measure(f"{what}: cluster median", result.median, unit, name=f"{key}_cluster_median")
+        measure(f"{what}: cluster MAD", result.mad, unit, name=f"{key}_cluster_mad")
         for s in result.stragglers:
             rank = int(s.node)
             measure(what, s.value, unit, op=">=" if higher else "<=", threshold=round(limit, 6),
-                    ok=False, node=cluster.host(rank))
+                    ok=False, node=cluster.host(rank), name=key)
             found.append((rank, f"{what} {fmt(s.value, unit)} vs cluster median "
                                 f"{fmt(result.median, unit)} (MAD {fmt(result.mad, unit)}, "
                                 f"{s.rel_dev:+.1%}, modified z {s.z:.1f}; limit "

@@ -122,6 +122,15 @@ def _actions(bad_nodes: Sequence[Mapping[str, Any]], snap: Mapping[str, Any]) ->
     return out
 
 
+def _not_measured(snap: Mapping[str, Any]) -> str:
+    """What the cluster step did not measure and why (one clause per reason), or ''."""
+    by_reason: dict[str, list[str]] = {}
+    for step, why in (snap.get("not_measured") or {}).items():
+        by_reason.setdefault(str(why), []).append(str(step))
+    return " | ".join(f"{' and '.join(steps)} not measured: {why}"
+                      for why, steps in by_reason.items())
+
+
 def _quote(text: str) -> str:
     return text.replace('"', "'").replace("\n", " ")
 
@@ -145,6 +154,9 @@ def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
         parts.extend(c["message"] for c in failed)
     if actions.get("slurm_exclude"):
         parts.append(f"Slurm: --exclude={actions['slurm_exclude']}")
+    unmeasured = _not_measured(snap)
+    if unmeasured:
+        parts.append(unmeasured)
     head += " | ".join(parts)
     lines = [head[:1024], "", "Details:"]
     lines += [c["message"] for c in failed]

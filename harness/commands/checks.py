@@ -16,6 +16,7 @@ from harness.catalog import (
     list_records,
 )
 from harness.commands import EXIT_HARNESS, EXIT_OK, UsageError
+from harness.suggest import did_you_mean
 from harness.tiers import TIERS
 
 __all__ = ["cmd_explain", "cmd_list"]
@@ -45,7 +46,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     found = _catalog(args, TIERS[-1], None)
     spec = find(found.checks, args.check_id)
     if spec is None:
-        known = ", ".join(c["id"] for c in found.checks)
-        raise UsageError(f"unknown check {args.check_id!r}; known checks: {known}")
-    print("\n".join(explain_lines(spec, found.suites)))
+        ids = [c["id"] for c in found.checks]
+        raise UsageError(f"unknown check {args.check_id!r}{did_you_mean(args.check_id, ids)}; "
+                         f"known checks: {', '.join(ids)}")
+    if args.json:  # every fact `explain` prints, by key
+        print(json.dumps({**spec, "suite_path": next(
+            (str(s.path) for s in found.suites if s.name == spec["suite"]), None)}, indent=2,
+            default=str))
+    else:
+        print("\n".join(explain_lines(spec, found.suites)))
     return EXIT_OK

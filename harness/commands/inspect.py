@@ -11,7 +11,7 @@ from harness.parsers import ParseError, inspect_kind, inspect_kinds
 from harness.profiles import ProfileError, get_profile
 from harness.redact import Redactor
 
-__all__ = ["cmd_inspect", "print_plain"]
+__all__ = ["DEFAULT_PROFILE", "cmd_inspect", "print_plain", "profile_hint"]
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -20,7 +20,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(inspect_kinds()))
         raise UsageError(f"unknown kind {args.kind!r}; known kinds: {known}")
     try:
-        profile = get_profile(args.profile)
+        profile = get_profile(args.profile or DEFAULT_PROFILE)
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -42,6 +42,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         print_plain(result)
+    if args.profile is None and (hint := profile_hint(result)):
+        print(f"preflight inspect: {hint}", file=sys.stderr)
     if args.fail_on:
         from harness.inspect_gate import problems
 
@@ -50,6 +52,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"preflight inspect: {args.fail_on}: {line}", file=sys.stderr)
         return EXIT_FAILED if found else EXIT_OK
     return EXIT_OK
+
+
+#: What `inspect` judges against when no --profile is given (a CPU machine: nothing to hold a
+#: GPU figure to, so the GPU gates say n/a, and the hint says how to get a verdict).
+DEFAULT_PROFILE = "local-cpu"
+
+
+def profile_hint(result: object) -> str:
+    """The hint to pass --profile, when a result judged without one left verdicts n/a (or
+    judged an env file against local-cpu); '' when nothing was judged."""
+    if not isinstance(result, dict):
+        return ""
+    verdicts = result.get("verdicts")
+    na = [v for v in verdicts or [] if isinstance(v, dict) and v.get("status") == "n/a"]
+    if not na and result.get("profile") != DEFAULT_PROFILE:
+        return ""
+    what = (f"{len(na)} verdict{'s are' if len(na) != 1 else ' is'} n/a" if na
+            else "the values were judged")
+    return (f"{what} against {DEFAULT_PROFILE} (no --profile given): pass --profile NAME, "
+            "e.g. --profile p5.48xlarge, to judge them against an instance type "
+            "(`preflight profiles` lists them)")
 
 
 def print_plain(value: object, indent: str = "") -> None:

@@ -25,7 +25,7 @@ from harness.deadline import DEADLINE_VAR
 from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
 from harness.interrupt import RunGuard
 from harness.interrupted import RunFinalizer
-from harness.junit import write_missing_junit
+from harness.junit import write_junit
 from harness.kube import apply as apply_kube
 from harness.plain_output import print_plain_summary, summary_data
 from harness.profiles import (
@@ -277,8 +277,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     finalizer.report = report
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
         write_report(report, report_dir, env)  # ReportDirError: the crash path, exit 3
-        try:  # a check session that died (os._exit in a check, the budget) wrote none
-            write_missing_junit(report, report_dir, since=finalizer.started_wall, env=env)
+        try:  # one junit.xml, every selected check by its ID, from the finished report
+            write_junit(report, report_dir, env=env)
         except OSError as exc:
             print(f"preflight: cannot write junit.xml in {report_dir}: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from harness.cluster.selftest import (
@@ -35,8 +36,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     guard.install()
     guard.checkpoint()  # a signal held during start-up: its cleanup says so and exits
     try:
-        code = run_selftest(cfg).exit_code
+        result = run_selftest(cfg, echo=not args.json)
         with guard.section():  # after a signal: parks; the cleanup prints and exits 128+N
-            return code
+            if args.json:
+                print(json.dumps(result.to_dict(cfg), indent=2), flush=True)
+            return result.exit_code
     finally:
         guard.close()
