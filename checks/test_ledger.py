@@ -40,8 +40,10 @@ def test_no_ledgered_hardware(profile: Profile, tier: str, environ: dict[str, st
         seen = Ledger(Store.of(where)).seen(keys)
     except (StoreError, ValueError) as exc:
         raise ProbeError(f"cannot read the bad-hardware ledger: {exc}") from None
-    measure("parts looked up in the ledger", len(keys), op="==", threshold=len(keys), ok=True)
-    measure("of them open in the ledger", len(seen), op="==", threshold=0, ok=not seen)
+    measure("parts looked up in the ledger", len(keys), op="==", threshold=len(keys), ok=True,
+            name="ledger_parts_looked_up")
+    measure("of them open in the ledger", len(seen), op="==", threshold=0, ok=not seen,
+            name="ledger_parts_open")
     if not seen:
         return
     text = (f"{len(seen)} part(s) of this node are open in the bad-hardware ledger {where}: "

@@ -68,19 +68,20 @@ def test_sdc_cross_check_in_node(sdc_run: SdcRun, profile: Profile,
     labels = {str(r["rank"]): _label(r, inventory) for r in ranks}
     digests = {str(r["rank"]): str(r.get("digest")) for r in ranks}
     good, odd = sdc.majority(digests)
-    measure("SDC workload", specs.pop())
+    measure("SDC workload", specs.pop(), name="sdc_workload")
     for r in ranks:
         key = str(r["rank"])
         label, index = labels[key]
         measure(f"{label} SDC digest", digests[key], "sha256", gpu_index=index,
-                ok=key not in odd)
+                ok=key not in odd, name="sdc_digest")
     majority_rank = next((r for r in ranks if r.get("digest") == good), ranks[0])
     for name, value in sorted((majority_rank.get("outputs") or {}).items()):
-        measure(f"SDC node majority {name}", value, "sha256")
+        measure(f"SDC node majority {name}", value, "sha256", name=f"sdc_majority_{name}")
     for name, value in sorted((majority_rank.get("totals") or {}).items()):
-        measure(f"SDC node majority {name} fp32 total", value)
+        measure(f"SDC node majority {name} fp32 total", value,
+                name=f"sdc_majority_{name}_fp32_total")
     if majority_rank.get("sm_count") is not None:
-        measure("SDC device SM count", majority_rank["sm_count"])
+        measure("SDC device SM count", majority_rank["sm_count"], name="sdc_sm_count")
     found = []
     for key in odd:
         rank = next(r for r in ranks if str(r["rank"]) == key)
@@ -99,4 +100,5 @@ def test_sdc_cross_check_in_node(sdc_run: SdcRun, profile: Profile,
                      f" vs {sdc.short(good)} on {len(digests) - len(odd)} of {len(digests)} "
                      f"devices; differs in {', '.join(diff) or 'the combined digest'}"
                      + (f" ({figures})" if figures else "") + f" -> {REPLACE}")
-    expect_none("devices whose deterministic results differ from the node's majority", found)
+    expect_none("devices whose deterministic results differ from the node's majority", found,
+                name="sdc_devices_differing")

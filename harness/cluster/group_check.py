@@ -38,7 +38,8 @@ def test_job_shaped_groups_meet_their_threshold(cluster: ClusterView) -> None:
         fail(f"the job layout cannot be used: {plan['error']}",
              remedy="fix --groups / PREFLIGHT_GROUPS (tp x cp x ep x pp must divide the job's "
              "ranks)")
-    measure("groups spanning nodes", len(plan.get("groups") or []), "groups")
+    measure("groups spanning nodes", len(plan.get("groups") or []), "groups",
+            name="job_groups_spanning_nodes")
     if not plan.get("groups"):
         return  # every group lies inside one node: the node-local checks cover them
     groups = (cluster.snap.get("groups") or {}).get("results")
@@ -52,10 +53,12 @@ def test_job_shaped_groups_meet_their_threshold(cluster: ClusterView) -> None:
         name = f"{g['kind']} group {g['index']} ({_nodes(cluster, g['nodes'])})"
         busbw, thr = g.get("busbw_gb_s"), g.get("threshold_gb_s")
         measure(f"{name} all_reduce busbw", busbw, "GB/s", op=">=", threshold=thr,
-                ok=bool(g.get("passed")), size_bytes=int(g.get("size_bytes") or 0) or None)
+                ok=bool(g.get("passed")), size_bytes=int(g.get("size_bytes") or 0) or None,
+                name=f"{g['kind']}_group_{g['index']}_allreduce_busbw")
         if g.get("alltoall_gb_s") is not None:
             measure(f"{name} all_to_all busbw", g["alltoall_gb_s"], "GB/s",
-                    size_bytes=int(g.get("size_bytes") or 0) or None)
+                    size_bytes=int(g.get("size_bytes") or 0) or None,
+                    name=f"{g['kind']}_group_{g['index']}_alltoall_busbw")
         if g.get("passed"):
             continue
         why = g.get("error") or f"busbw {busbw} GB/s < {thr} GB/s"

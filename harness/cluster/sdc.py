@@ -72,14 +72,14 @@ def test_no_silent_data_corruption_across_nodes(cluster: ClusterView) -> None:
             continue
         good, odd = majority({str(r): d for r, d in digests.items()})
         measure(f"SDC nodes agreeing ({label})", len(digests) - len(odd), "nodes",
-                op="==", threshold=len(digests), ok=not odd)
+                op="==", threshold=len(digests), ok=not odd, name="sdc_nodes_agreeing")
         ref_rank = next((r for r, d in digests.items() if d == good), None)
         for r in sorted(int(k) for k in odd):
             found.append((r, _figures(cluster, r, ref_rank, digests, good, label)))
     for rank, text in found:
         cluster.bad.add(rank, f"silent data corruption suspected: {text}")
         measure("SDC node digest", digests_of(cluster, rank), "sha256", ok=False,
-                node=cluster.host(rank))
+                node=cluster.host(rank), name="sdc_node_digest")
     body = "; ".join([*(f"{cluster.name(r)}: {t}" for r, t in found), *notes])
     if found:
         fail(f"silent data corruption suspected: {body}")
