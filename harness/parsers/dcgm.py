@@ -82,13 +82,15 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
 
 
 def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
-    """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
+    """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, contended (dcgmi's
+    words when another diagnostic held the GPUs, else null), failed_tests
     [{test, gpu, message}], warnings [str], categories_seen, cut_at, fragment (test objects
     without their document: `passed` stays null), tests_seen."""
     diag = parse_dcgm_diag(as_input(stream))
     failed = [{"test": r.test, "gpu": r.gpu, "message": r.message} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
-    out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
+    out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version,
+           "contended": diag.contended, "failed_tests": failed,
            "warnings": diag.warnings,
            "categories_seen": list(dict.fromkeys(r.category for r in diag.results if r.category)),
            "cut_at": diag.cut_at, "fragment": diag.fragment,
