@@ -19,7 +19,8 @@ from harness.selection import load_events, phases_of
 __all__ = ["JUNIT_FILES", "junit_path", "write_missing_junit"]
 
 #: Each check session's junit file, by phase (harness.runner.pytest_phases).
-JUNIT_FILES = {"checks": "junit.xml", "node-local": "junit.xml", "exclusive": "junit-exclusive.xml"}
+JUNIT_FILES = {"checks": "junit.xml", "node-local": "junit.xml", "exclusive": "junit-exclusive.xml",
+               "confirm": "junit-confirm.xml"}
 _ELEMENT = {"fail": "failure", "error": "error", "skip": "skipped"}
 
 
