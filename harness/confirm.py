@@ -19,8 +19,8 @@ from harness.jsontypes import JSONObject
 from harness.results import CheckResult, Measurement
 from harness.selection import Events
 
-__all__ = ["CONFIRM_PHASE", "RESULTS_FILE", "budget_line", "families_of", "keyword", "merge",
-           "to_confirm"]
+__all__ = ["CONFIRM_PHASE", "RESULTS_FILE", "add_isolation", "budget_line", "families_of",
+           "keyword", "merge", "to_confirm"]
 
 CONFIRM_PHASE = "confirm"
 #: The second session's results file (beside results.jsonl, which proves the first run).
@@ -136,3 +136,14 @@ def merge(checks: Sequence[CheckResult], asked: Sequence[CheckResult],
     if why_not:
         section["why_not"] = why_not
     return out, section
+
+
+def add_isolation(section: Mapping[str, Any] | None, isolation: Mapping[str, Any] | None
+                  ) -> JSONObject:
+    """report.json's `confirmation` with the cluster's flaky pairs (harness.cluster.isolate:
+    failed, then both nodes passed) counted in: `isolation_flaky`, and in `flaky_total`."""
+    out: JSONObject = dict(section or {})
+    pairs = len((isolation or {}).get("flaky") or [])
+    out["isolation_flaky"] = pairs
+    out["flaky_total"] = len(out.get("flaky") or []) + pairs
+    return out

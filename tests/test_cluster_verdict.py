@@ -246,3 +246,31 @@ def test_node_summary_says_nothing_judged_unless_a_cluster_check_was_selected():
                                      message="judged by the cluster step"))
     assert node_summary(report, rank=1, facts=FACTS, env={},
                         cluster_ids=CLUSTER_IDS)["nothing_judged"] is None
+
+
+def test_flaky_isolation_pair_is_a_warning_counted_never_a_bad_node():
+    """Issue 30 item 2: a pair that failed once and whose nodes then passed warns in
+    PF-CLUSTER-005 with both figures; no bad node, no drain command."""
+    from harness.cluster.isolate import PairResult
+
+    calls = [0]
+
+    def measure(pairs):
+        calls[0] += 1
+        return [PairResult(a, b, 0.01 if calls[0] == 1 and i == 0 else 1.0)
+                for i, (a, b) in enumerate(pairs)]
+
+    iso = isolate(range(4), measure, seed=1, floor_gb_s=0.05)
+    assert len(iso.flaky) == 1 and not iso.bad_nodes
+    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "floor_gb_s": 0.05,
+                            "busbw_gb_s": 0.04, "data_ok": True, "errors": [], "missing": {}},
+                 isolation=iso.to_dict())
+    v = decide(snap)
+    five = next(c for c in v.checks if c["id"] == "PF-CLUSTER-005")
+    assert five["outcome"] == "warn", five
+    a, b = iso.flaky[0][0].a, iso.flaky[0][0].b
+    assert five["message"].startswith(
+        f"[PF-CLUSTER-005] flaky pair node{a}-node{b}: 0.01 GB/s below "
+        f"{iso.threshold_gb_s:.3g} GB/s, then passed (node"), five["message"]
+    assert five["message"].endswith("1 GB/s); not condemned")
+    assert v.bad_nodes == [] and "slurm_drain" not in v.actions

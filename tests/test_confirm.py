@@ -151,3 +151,13 @@ def test_no_time_left_leaves_the_failure_standing_unconfirmed(tmp_path):
                      r"again needs about \d+ s\)$", site["message"]), site["message"]
     assert report["confirmation"]["unconfirmed"] == ["SITE-BW-001"]
     assert _runs(tmp_path) == 1
+
+
+def test_the_clusters_flaky_pairs_are_counted_in_the_total():
+    from harness.confirm import add_isolation
+
+    node = {"families": ["bandwidth"], "flaky": ["PF-BW-001"], "flaky_total": 1}
+    isolation = {"flaky": [{"first": {"a": 0, "b": 3, "busbw_gb_s": 0.01, "error": None},
+                            "again": []}]}
+    assert add_isolation(node, isolation) == {**node, "isolation_flaky": 1, "flaky_total": 2}
+    assert add_isolation(None, None) == {"isolation_flaky": 0, "flaky_total": 0}

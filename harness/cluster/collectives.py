@@ -164,7 +164,7 @@ class CollectivePhases:
 
     def _isolation(self, snap: dict[str, Any]) -> dict[str, Any]:
         """Pairwise rounds; the master plans each round and publishes the outcome."""
-        from harness.cluster.isolate import PairResult, isolate
+        from harness.cluster.isolate import PairResult, confirmations, isolate
 
         assert self.plane is not None
         plane, t = self.plane, self.t
@@ -212,7 +212,8 @@ class CollectivePhases:
                 result = isolate(list(range(self.topo.num_nodes)), measure,
                                  floor_gb_s=gate_floor(self.profile) or 0.0,
                                  relative=0.5 if self.profile.has_gpus else 0.0,
-                                 max_rounds=t.isolation_rounds)
+                                 max_rounds=t.isolation_rounds,
+                                 confirmations=confirmations(self.profile))
                 snap = {**snap, "isolation": result.to_dict()}
                 plane.publish(f"iso/{round_no[0] + 1}/plan", "done")
                 plane.publish("snap/final", snap)
