@@ -13,6 +13,7 @@ from harness.cluster.node import gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide
+from harness.settings import get_float
 from harness.topology import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -54,6 +55,8 @@ class CollectivePhases:
     def _base(self) -> dict[str, Any]:
         return {"num_nodes": self.topo.num_nodes, "profile": self.profile.name,
                 "tier": self.tier,
+                # the master's cap, in the snapshot: every node takes the same verdict
+                "drain_cap": get_float("PREFLIGHT_DRAIN_CAP", self.env),
                 "hosts": {str(r): h for r, h in enumerate(self.topo.hosts)}}
 
     def _lost_master(self, phase: str, why: str) -> dict[str, Any]:
