@@ -225,7 +225,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("ORIG_PYTHONPATH", str, None, "PYTHONPATH before the harness added to it", PATH,
        public=False),
     _s("SELFTEST_FAULT", str, None, "selftest: the fault this simulated node injects",
-       one_of("slow", "hang", "crash", "fail-check", "absent"),  # harness.cluster.node.FAULTS
+       one_of("slow", "hang", "crash", "fail-check", "absent", "flaky"),  # harness.cluster.node.FAULTS
        public=False),
     _s("SELFTEST_SLOW_S", float, 0.25, "selftest: seconds a slow node sleeps", between(0, 3600),
        public=False),

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from harness.cluster.node import gate_floor, gate_size, inject_fault
+from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide
@@ -179,7 +179,8 @@ class CollectivePhases:
             try:
                 group = plane.pair_groups(pairs, t.collective_s)
                 if group is not None:
-                    mine = self._bench_pair(group, size)
+                    with flaky_round(self.fault, k):  # the selftest's `flaky` fault only
+                        mine = self._bench_pair(group, size)
             except Exception as exc:  # the peer never connected (dead or hung): evidence
                 self.clean = False
                 mine = {"busbw_gb_s": None, "error": f"rank {self.rank}: pair group: "
