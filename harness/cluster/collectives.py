@@ -185,7 +185,11 @@ class CollectivePhases:
                 self.clean = False
                 mine = {"busbw_gb_s": None, "error": f"rank {self.rank}: pair group: "
                                                      f"{short(exc)}"}
-            plane.publish(f"iso/{k}/{self.rank}", mine, counter=f"count/iso/{k}")
+            # Only a round's members report: the master counts its members' answers, and a
+            # bystander's (a round that re-tests one link, or suspects against a few good
+            # nodes) would end that count before a member's real answer came.
+            if any(self.rank in p for p in pairs):
+                plane.publish(f"iso/{k}/{self.rank}", mine, counter=f"count/iso/{k}")
             return mine
 
         if self.is_master:

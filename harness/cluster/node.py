@@ -16,10 +16,12 @@ from harness.settings import get_float, get_str
 if TYPE_CHECKING:
     from harness.profile_model import Profile
 
-__all__ = ["FAULTS", "flaky_round", "gate_floor", "gate_size", "inject_fault", "node_facts"]
+__all__ = ["FAULTS", "PASSING_FAULTS", "flaky_round", "gate_floor", "gate_size", "inject_fault", "node_facts"]
 
 #: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
 FAULTS = ("slow", "hang", "crash", "fail-check", "absent", "flaky")
+#: Faults a healthy node survives: `flaky` fails one isolation pair, then passes (a pass).
+PASSING_FAULTS = ("flaky",)
 
 
 def node_facts(env: Mapping[str, str]) -> JSONObject:
