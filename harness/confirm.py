@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.checking import fmt
-from harness.jsontypes import JSONObject
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.results import CheckResult, Measurement
 from harness.selection import Events
 
@@ -138,8 +138,7 @@ def merge(checks: Sequence[CheckResult], asked: Sequence[CheckResult],
     return out, section
 
 
-def add_isolation(section: Mapping[str, Any] | None, isolation: Mapping[str, Any] | None
-                  ) -> JSONObject:
+def add_isolation(section: JSONMapping | None, isolation: JSONMapping | None) -> JSONObject:
     """report.json's `confirmation` with the cluster's flaky pairs (harness.cluster.isolate:
     failed, then both nodes passed) counted in: `isolation_flaky`, and in `flaky_total`."""
     out: JSONObject = dict(section or {})
