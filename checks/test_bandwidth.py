@@ -64,6 +64,7 @@ def _measured(run: BandwidthRun | None, profile: Profile) -> BandwidthRun:
 
 @check(
     "PF-BW-001",
+    family="bandwidth",
     title="Single-node all_reduce busbw at the floor's message size meets the NVLink (or PCIe) floor",
     why="A GPU with degraded NVLinks, a missing fabric manager, or an env var that disables P2P "
     "or NVLS still trains, at a fraction of the speed, and slows every rank of the job.",
@@ -189,6 +190,7 @@ def test_bandwidth_runs_completed(profile: Profile, bandwidth_runs: list[Bandwid
 
 @check(
     "PF-BW-006",
+    family="bandwidth",
     title="gloo all_reduce busbw between local processes meets the CPU floor",
     why="On CPU-only machines (CI, laptops) this proves torch.distributed works end to end: "
     "rendezvous, gloo transport, a reduction of known data, and a sane bandwidth.",

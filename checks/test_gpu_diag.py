@@ -138,6 +138,7 @@ def _estimate(profile: Profile, field: str) -> str | None:
 
 @check(
     "PF-GPU-013",
+    family="compute",
     title="bf16 matmul throughput on every GPU at the profile's floor",
     why="A GPU far below its peak (clocks capped, a bad part) makes every data-parallel step "
     "wait for it.",
@@ -193,6 +194,7 @@ def test_matmul_results_identical(profile: Profile, compute_sanity: ComputeResul
 
 @check(
     "PF-GPU-015",
+    family="compute",
     title="HBM copy bandwidth on every GPU at the profile's floor",
     why="Low device memory bandwidth (a degraded HBM stack, clocks capped) slows every "
     "memory-bound kernel: attention, optimizers, activations.",

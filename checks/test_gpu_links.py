@@ -56,6 +56,7 @@ def _judge_estimate(value: float, floor: Sourced, what: str) -> str | None:
 
 @check(
     "PF-LINK-001",
+    family="links",
     title="Every GPU pair's peer copy reaches the SKU's per-pair floor",
     why="One weak NVLink (or PCIe P2P path) hides inside an 8-GPU all_reduce figure but slows "
     "every tensor-parallel and pipeline exchange over that pair.",
@@ -133,6 +134,7 @@ def _link_of(inventory: Any, index: int, floors: Any) -> tuple[int | None, int |
 
 @check(
     "PF-LINK-002",
+    family="links",
     title="Host-GPU copies (pinned, both directions) match each GPU's PCIe link",
     why="A GPU whose PCIe link moves far less than its generation and width (trained down, a "
     "bad riser, a switch shared badly) starves the data loader, checkpoint saves and offload.",
@@ -192,6 +194,7 @@ def test_host_gpu_copy_bandwidth(profile: Profile, gpu_links: LinksResult,
 
 @check(
     "PF-LINK-003",
+    family="links",
     title="Small-message all_reduce latency on this node under the profile's ceiling",
     why="Bandwidth at 1-16 GiB says nothing about latency: a node slow at 8 bytes (a CPU-bound "
     "proxy thread, P2P off, a host bounce) slows every small collective of the step.",

@@ -100,6 +100,7 @@ def _within_tolerance(judged: dict[str, Any], what: str, key: str, limit_key: st
 
 @check(
     "PF-TRAIN-001",
+    family="training",
     title="Tiny FSDP training step completes on every rank and exits cleanly",
     why="Proves the stack the job uses (torch.distributed, FSDP2, NCCL, TransformerEngine) runs "
     "a real forward/backward/optimizer step on every GPU, not only that libraries import; names "
@@ -175,6 +176,7 @@ def test_train_loss_finite(train_step: TrainStepRun):
 
 @check(
     "PF-TRAIN-004",
+    family="training",
     title="Training loss decreases over the steps",
     why="The step repeats one batch: a loss that does not fall means gradients or the "
     "optimizer update are not reaching the parameters.",
@@ -238,6 +240,7 @@ def test_train_replicas_identical(train_step: TrainStepRun):
 
 @check(
     "PF-TRAIN-008",
+    family="training",
     title="Training step check within the profile's time budget",
     why="The step runs before every job on every node: it must stay seconds long; a slow step "
     "is also a sign of a throttled GPU or a busy node.",

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
+from harness.profile_model import CONFIRM_FAMILIES
 from harness.results import CheckResult, Measurement, measurement_name, plain
 from harness.tiers import TIERS
 
@@ -62,6 +63,10 @@ class CheckSpec:
     """`check` (declared with @check) or `test` (a plain pytest test: a site check)."""
     reads: tuple[str, ...] = ()
     """What the check needs to read and what it does when it cannot (`explain` prints it)."""
+    family: str = ""
+    """The measured family (harness.profile_model.CONFIRM_FAMILIES: bandwidth, compute, links,
+    training) whose failure is run once more before it is condemned, when the profile's
+    `confirm_families` names it; "" for a fact that a second reading cannot change."""
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
@@ -81,16 +86,21 @@ def check(
     tier: str = "preflight",
     exclusive: bool = False,
     reads: tuple[str, ...] = (),
+    family: str = "",
 ) -> Callable[[F], F]:
     """Declare a test function as check `id`: metadata for list/explain, markers for pytest;
-    `reads`: lines saying what it needs to read (harness.gpu_facts.explain_reads)."""
+    `reads`: lines saying what it needs to read (harness.gpu_facts.explain_reads); `family`:
+    its measured family, confirmed by a second run before a failure stands."""
     if tier not in TIERS:
         raise ValueError(f"check {id}: tier {tier!r} is not one of {', '.join(TIERS)}")
+    if family and family not in CONFIRM_FAMILIES:
+        raise ValueError(f"check {id}: family {family!r} is not one of "
+                         f"{', '.join(CONFIRM_FAMILIES)}")
 
     def decorate(fn: F) -> F:
         spec = CheckSpec(
             id=id, title=title, tier=tier, why=why, remedy=remedy, exclusive=exclusive,
-            function=fn.__name__, module=fn.__module__, reads=tuple(reads),
+            function=fn.__name__, module=fn.__module__, reads=tuple(reads), family=family,
         )
         known = _REGISTRY.get(id)
         if known is not None and known.function != spec.function:

@@ -71,4 +71,4 @@ def describe_item(item: pytest.Item) -> JSONObject:
     return {"id": spec.id, "nodeid": item.nodeid, "title": spec.title, "tier": spec.tier,
             "exclusive": spec.exclusive, "kind": spec.kind, "suite": suite[0] if suite else "",
             "why": spec.why, "remedy": spec.remedy, "defined": f"{spec.module}.{spec.function}",
-            "reads": list(spec.reads)}
+            "reads": list(spec.reads), "family": spec.family}

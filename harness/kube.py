@@ -6,6 +6,8 @@ downward API (`PREFLIGHT_NODE_NAME` <- `spec.nodeName`). In a pod the service ac
 and CA are used (/var/run/secrets/kubernetes.io/serviceaccount); `PREFLIGHT_K8S_API` points at
 another API server (`kubectl proxy`: http://127.0.0.1:8001). Without credentials, or when the
 API refuses, the exact `kubectl` commands are printed instead; nothing here changes the verdict.
+A suspect run (harness.blast: more of the run's nodes failed than PREFLIGHT_DRAIN_CAP lets it
+take out) gets its label and condition, never the taint nor HyperPod's replace label, and says so.
 
 Hand-written on the standard library on purpose: three REST calls (GET node, PATCH node, PATCH
 node/status) do not justify the official `kubernetes` client's dependency tree (it pins
@@ -42,6 +44,8 @@ HYPERPOD_REPLACE = "UnschedulablePendingReplacement"
 #: The kubelet reads at most 4096 bytes of the termination message (Pod API terminationMessagePath).
 TERMINATION_LOG_BYTES = 4096
 TIMEOUT_S = 10
+#: The marks that take a node out of service: never written for a suspect run (harness.blast).
+_DRAINING = ("taint", "hyperpod")
 #: What PREFLIGHT_K8S_MARK may name (its registry rule refuses anything else).
 KINDS = setting("PREFLIGHT_K8S_MARK").rule.choices
 
@@ -55,6 +59,10 @@ class NodeMark:
     failed: bool
     reason: str
     message: str
+    held_back: tuple[str, ...] = ()
+    """The kinds asked for but not written: the taint and the HyperPod label of a suspect run."""
+    suspect: str = ""
+    """Why the run is suspect (harness.blast), else ""."""
 
 
 @dataclass(slots=True)
@@ -106,8 +114,16 @@ def node_mark(report: JSONMapping, env: Mapping[str, str]) -> NodeMark | None:
                   if isinstance(c, Mapping) and c.get("outcome") in ("fail", "error")]
     message = (f"gpu-preflight {verdict} on {report.get('host', node)}"
                + (f": {', '.join(failed_ids[:20])}" if failed_ids else ""))
-    return NodeMark(node=node, kinds=kinds, failed=report.get("exit_code") == 1,
-                    reason="ChecksFailed" if failed_ids else "Passed", message=message[:1000])
+    cluster = report.get("cluster")
+    radius = cluster.get("blast_radius") if isinstance(cluster, Mapping) else None
+    suspect = str(radius.get("why") or "") if isinstance(radius, Mapping) and \
+        radius.get("suspect") else ""
+    held = tuple(k for k in kinds if k in _DRAINING) if suspect else ()
+    return NodeMark(node=node, kinds=tuple(k for k in kinds if k not in held),
+                    failed=report.get("exit_code") == 1,
+                    reason="SuspectRun" if suspect else "ChecksFailed" if failed_ids else "Passed",
+                    message=(f"{message}; {suspect}" if suspect else message)[:1000],
+                    held_back=held, suspect=suspect)
 
 
 def _now() -> str:
@@ -201,6 +217,9 @@ def apply(report: JSONMapping, env: Mapping[str, str], failure_text: str | None,
         return
     if mark is None:
         return
+    if mark.held_back:
+        say(f"preflight: node {mark.node}: not marked {'/'.join(mark.held_back)}: "
+            f"{mark.suspect}")
     target = KubeTarget.from_env(env)
     problem = "no service account token in this pod" if target is None else ""
     if target is not None:

@@ -119,6 +119,13 @@ class _ReportCollector:
                       float(_number(report.get("duration_s")) or 0.0))
         yield _single("preflight_last_run_timestamp_seconds", "when this file was written "
                       "(alert when it gets old)", base, self.now)
+        confirmation = report.get("confirmation")
+        flaky = _number(confirmation.get("flaky_total")) if isinstance(confirmation, Mapping) \
+            else None
+        if flaky is not None:  # absent: no confirmation ran (an older report, a crash)
+            yield _single("preflight_flaky_total", "checks of this run that failed, then passed "
+                          "when run again (harness.confirm): warnings, never a drain", base,
+                          flaky)
 
         rows = check_rows(report)
         outcome = GaugeMetricFamily("preflight_check_outcome", "1 for the check's outcome, 0 for "

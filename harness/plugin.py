@@ -48,7 +48,7 @@ FIXTURE_MODULES = [
 ]
 #: Phases of a run: `checks` (the whole selection in one session), or `node-local` checks (in
 #: parallel under xdist) then `exclusive` ones alone.
-PHASES = ("checks", "node-local", "exclusive")
+PHASES = ("checks", "node-local", "exclusive", "confirm")
 
 HELP_PROFILE = "Profile name (exact instance type, e.g. p5.48xlarge), or 'auto' to detect."
 HELP_PROFILE_FILE = "TOML file with profile overrides or extra profiles."
@@ -58,7 +58,8 @@ HELP_TIER = "Check tier: preflight (fast, every job), certify (nightly), diagnos
 HELP_RESULTS = "Append one JSON line per check result to this file (the CLI reads it)."
 HELP_SYSROOT = "Root directory probes read /sys, /proc and /dev under (tests point it at a fake)."
 HELP_PHASE = ("Run this phase's share of the selection: node-local (not exclusive), exclusive, "
-              "or checks (all of it, the default).")
+              "checks (all of it, the default), or confirm (all of it: failed checks run again "
+              "to confirm them, harness.confirm).")
 HELP_REUSED = ("Check IDs (comma-separated) a node certificate stands for this run "
                "(harness.certificate): deselected, never run, never reported as run.")
 HELP_SUITE = ("NAME=PATH of a check suite (repeatable): plain tests under PATH get IDs relative "
@@ -241,7 +242,7 @@ def pytest_collection_modifyitems(
     config.stash[reused_key] = sorted(stood_for)
     config.stash[selection_key] = list(keep)
     phase = config.getoption("preflight_phase") or "checks"
-    if phase != "checks":
+    if phase not in ("checks", "confirm"):
         exclusive = phase == "exclusive"
         drop += [i for i in keep if item_spec(i).exclusive != exclusive]
         keep = [i for i in keep if item_spec(i).exclusive == exclusive]

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.profile_model import Profile, ProfileError
+from harness.profile_model import CONFIRM_FAMILIES, Profile, ProfileError
 from harness.tiers import TIERS
 
 __all__ = ["REASON_FIELD", "UNSETTABLE", "check_value", "read_toml", "weakenings"]
@@ -189,6 +189,11 @@ def check_value(key: str, value: object) -> object:
             unknown = [v for v in value if v not in rules]
             if unknown:
                 raise bad(f"a list of profile fields; {', '.join(unknown)} is none")
+        if key == "confirm_families":
+            unknown = [v for v in value if v not in CONFIRM_FAMILIES]
+            if unknown:
+                raise bad(f"a list of {', '.join(CONFIRM_FAMILIES)}; {', '.join(unknown)} "
+                          "is none")
         return tuple(value)
     if rule.kind is bool:
         if not isinstance(value, bool):

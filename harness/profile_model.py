@@ -10,9 +10,14 @@ from typing import Any
 
 from harness.jsontypes import JSONObject
 
-__all__ = ["GIB", "Profile", "ProfileError"]
+__all__ = ["CONFIRM_FAMILIES", "GIB", "Profile", "ProfileError"]
 
 GIB = 1024**3
+#: The measured families a failure of which is run once more before it is condemned (issue
+#: 30): a figure against a floor, which noise on a healthy node can miss once. `isolation` is
+#: the cluster's pairwise rounds (a node fails only against `confirmations` good partners).
+#: A fact a second reading cannot change (a count, a version, wrong data) is in none.
+CONFIRM_FAMILIES = ("bandwidth", "compute", "links", "training", "isolation")
 
 
 class ProfileError(ValueError):
@@ -135,6 +140,12 @@ class Profile:
     """Precision recipe for the TE step: `fp8-delayed`, `fp8-current`, `mxfp8`, `bf16`."""
     train_step_budget_s: float = 30.0
     """Wall-time budget of the whole tiny training-step check in the preflight tier, s."""
+
+    # --- Confirm before condemn ---
+    confirm_families: tuple[str, ...] = CONFIRM_FAMILIES
+    """Families (CONFIRM_FAMILIES) whose failed check is run once more, within the run's
+    budget, before the verdict: failed twice is a confirmed failure, failed then passed a
+    `flaky` warning with both figures (never a drain). () condemns on the first failure."""
 
     # --- Tier budgets ---
     check_timeout_s: dict[str, float] = field(

@@ -66,7 +66,7 @@ def _fields_of(table: Mapping[str, Any], where: str,
             continue
         if key not in fields:
             raise ProfileError(f"{where}: unknown field {key!r}")
-        if key == "estimates":
+        if key in ("estimates", "confirm_families"):
             value = tuple(value)
         elif key == "fabric" and value == "":
             value = None

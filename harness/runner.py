@@ -4,6 +4,7 @@ is proven from what every phase selected and what reported (harness.selection)."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -15,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import proc, settings
+from harness import confirm, proc, settings
 from harness.deadline import run_deadline_env
 from harness.profiles import Profile
 from harness.progress import Progress
 from harness.report import Report, now_iso, report_environment
+from harness.results import CheckResult
 from harness.results import results as typed_results
 from harness.selection import (
     Events,
@@ -250,6 +252,8 @@ def run_checks(cfg: RunConfig) -> Report:
     proof = account(load_events(results), runs, empty_message=_empty_selection(cfg, suites),
                     unfinished=unfinished)
     report.checks = typed_results(proof.checks)
+    if not timed_out and not proof.harness_errors:
+        _confirm(cfg, report, load_events(results), deadline, log)
     report.harness_errors.extend(proof.harness_errors)
     report.usage_error = proof.usage_error
     report.selection = {"tier": cfg.tier, "keyword": cfg.keyword,
@@ -267,6 +271,51 @@ def run_checks(cfg: RunConfig) -> Report:
     report.finished_at = now_iso()
     report.duration_s = time.monotonic() - start
     return report
+
+
+def _confirm(cfg: RunConfig, report: Report, events: Events, deadline: float, log: Path) -> None:
+    """Run the failed checks of the profile's confirm families once more (harness.confirm),
+    in what is left of the budget, and judge each on both runs."""
+    families = cfg.profile.confirm_families
+    asked = confirm.to_confirm(report.checks, events, families)
+    if not asked:
+        report.extra["confirmation"] = confirm.merge(report.checks, [], {}, families)[1]
+        return
+    # As long again as the first run of these checks took, and a session's start.
+    need = sum(c.duration_s for c in asked) + _SESSION_START_S
+    left = deadline - time.monotonic()
+    again: dict[str, CheckResult] = {}
+    why_not, took = None, 0.0
+    if left < need:
+        why_not = (f"{left:.0f} s were left of the run's {cfg.budget_s:g} s budget; running it "
+                   f"again needs about {need:.0f} s")
+    else:
+        if cfg.progress:
+            print(f"gpu-preflight: {', '.join(c.id for c in asked)} failed: running "
+                  f"{'it' if len(asked) == 1 else 'them'} once more to confirm (up to "
+                  f"{left:.0f} s left of the budget)", flush=True)
+        path = cfg.report_dir / confirm.RESULTS_FILE
+        path.unlink(missing_ok=True)
+        again_cfg = dataclasses.replace(cfg, workers=0, keyword=confirm.keyword(
+            [c.id for c in asked], cfg.keyword))
+        argv = pytest_phases(again_cfg, path)[0][1]
+        argv[argv.index("--preflight-phase") + 1] = confirm.CONFIRM_PHASE
+        env = {**_child_env(cfg), **run_deadline_env(
+            deadline, f"the run's {cfg.budget_s:g} s budget (tier {cfg.tier})")}
+        res = proc.run(argv, timeout_s=left, env=env, output_path=log)
+        took = res.duration_s
+        report.phases.append({"phase": confirm.CONFIRM_PHASE, "argv": list(argv),
+                              "exit_code": res.returncode, "timed_out": res.timed_out,
+                              "duration_s": round(took, 3)})
+        again = {r.id: r for r in typed_results(load_events(path).results)}
+        if res.error or res.timed_out:
+            why_not = f"the confirming session {res.describe()}"
+    report.checks, report.extra["confirmation"] = confirm.merge(
+        report.checks, asked, again, families, why_not=why_not, duration_s=took)
+
+
+#: What a check session takes to start before its first check (pytest, the plugin), s.
+_SESSION_START_S = 5.0
 
 
 def _phase_has_checks(events: Events, phase: str) -> bool:

@@ -198,6 +198,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("K8S_MARK", list, None, "label,condition,taint,hyperpod: mark this Kubernetes node with "
        "the verdict (docs/container.md)", one_of("label", "condition", "taint", "hyperpod"),
        sep=","),
+    _s("DRAIN_CAP", float, 0.5, "the largest fraction of one run's nodes the Slurm and "
+       "Kubernetes integrations drain or taint; beyond it the run is suspect (a shared cause) "
+       "and none is (docs/container.md)", between(0.01, 1)),
     _s("NODE_NAME", str, None, "this pod's node (downward API spec.nodeName), for K8S_MARK",
        # a Kubernetes object name: an RFC 1123 subdomain
        matching(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", "a Kubernetes node name (lower-case "
@@ -237,7 +240,7 @@ SETTINGS: tuple[Setting, ...] = (
        public=False),
     # SELFTEST_FAULT: one_of mirrors harness.cluster.node.FAULTS
     _s("SELFTEST_FAULT", str, None, "selftest: the fault this simulated node injects",
-       one_of("slow", "hang", "crash", "fail-check", "absent", "sdc", "slowlink"),
+       one_of("slow", "hang", "crash", "fail-check", "absent", "sdc", "slowlink", "flaky"),
        public=False),
     _s("SELFTEST_SLOW_LINK", str, None, "selftest: the nodes whose link to each other is slow",
        matching(r"[0-9]{1,5}(,[0-9]{1,5})*", "node ranks (1,2)", "1 2"), public=False),

@@ -613,3 +613,26 @@ def test_p6e_gb200_without_a_fabric_state_is_not_ready_to_judge():
         f"[PF-GPU-017] GPUs whose NVSwitch fabric is not ready: {NOT_KNOWN}: GPUs 0, 1, 2, 3: "
         "NVSwitch fabric state not read (sources tried: NVML: no value (absent, N/A or "
         "NotSupported) at nvmlDeviceGetGpuFabricInfo: state)"))
+
+
+def test_dcgm_contention_is_waited_out_then_an_error_never_a_failed_diagnostic(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 30 item 5, through the plugin with the real probe: an emulated dcgmi that answers
+    DCGM 4.6's own `resource is in use` refusal (tests/data/dcgm/SOURCES.md) on every run makes
+    PF-GPU-012 an error naming the contention within its 20 s timeout, after more than one try;
+    never a `fail` (no GPU was tested)."""
+    busy = DATA / "dcgm/dcgm4.6-diag-in-use-from-source.json"
+    count = tmp_path / "count"
+    results = _run_real_probes(pytester, tmp_path, monkeypatch, {
+        "dcgmi": f"echo run >> '{count}'; cat '{busy}'; exit 222",
+    }, "--timeout", "20", "-k", "dcgm")
+    dcgm = results["PF-GPU-012"]
+    assert dcgm["outcome"] == "error", dcgm
+    assert dcgm["message"].startswith(
+        "[PF-GPU-012] `dcgmi diag -r 1 -j` ran no test: another DCGM diagnostic holds the GPUs "
+        "(dcgmi: 'Error: Unable to complete diagnostic for entities *,cpu:*. Return: (-34) : "
+        "The requested operation could not be completed because the affected resource is in "
+        "use') on each of "), dcgm["message"]
+    assert len(count.read_text().splitlines()) >= 2
+    assert dcgm["duration_s"] < 20

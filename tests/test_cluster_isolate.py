@@ -89,3 +89,52 @@ def test_missing_pair_result_is_an_error():
 
     res = isolate(range(8), measure, seed=0)
     assert res.rounds[0][0].error == "no result reported"
+
+
+def _scripted(first_round: dict[tuple[int, int], float], healthy: float = 100.0):
+    """A measure whose round-1 pairs read `first_round` (others `healthy`), later rounds all
+    healthy: a failure that does not come back."""
+    calls = [0]
+
+    def measure(pairs):
+        calls[0] += 1
+        return [PairResult(a, b, first_round.get((min(a, b), max(a, b)), healthy)
+                           if calls[0] == 1 else healthy) for a, b in pairs]
+    return measure
+
+
+def test_a_failure_that_does_not_come_back_is_flaky_with_both_figures():
+    """Issue 30 item 2 (isolation): a pair below the threshold in round 1 whose two nodes pass
+    with good peers later (and whose link, re-tested, passes) is flaky, never a bad node."""
+    first = isolate(range(8), _scripted({}), seed=2).rounds[0][0]
+    pair = (min(first.a, first.b), max(first.a, first.b))
+    res = isolate(range(8), _scripted({pair: 20.0}), seed=2, floor_gb_s=50.0)
+    assert res.bad_nodes == () and res.bad_links == () and res.suspects == ()
+    [(failed, again)] = res.flaky
+    assert (failed.pair, failed.busbw_gb_s) == (pair, 20.0)
+    assert again and all(r.busbw_gb_s == 100.0 and set(pair) & {r.a, r.b} for r in again)
+    assert res.to_dict()["flaky"][0]["first"]["busbw_gb_s"] == 20.0
+
+
+def test_a_confirmed_bad_node_is_not_flaky():
+    """The removal test: a node that fails every time is bad, and no pair of it is flaky."""
+    res = _run(16, [5], seed=3)
+    assert res.bad_nodes == (5,) and res.flaky == ()
+
+
+def test_confirmations_follow_the_profiles_isolation_family():
+    from harness.cluster.isolate import confirmations
+    from harness.profiles import get_profile
+
+    profile = get_profile("p5.48xlarge")
+    assert "isolation" in profile.confirm_families and confirmations(profile) == 2
+    assert confirmations(profile.derive(confirm_families=("bandwidth",))) == 1
+
+
+def test_one_confirmation_condemns_on_the_first_failure_with_a_good_peer():
+    """Without the isolation family a node is bad after one failure against a good peer; with
+    it, after two (one round more)."""
+    once = _run(64, [7], seed=1, confirmations=1)
+    twice = _run(64, [7], seed=1, confirmations=2)
+    assert once.bad_nodes == twice.bad_nodes == (7,)
+    assert once.found_in_round[0] < twice.found_in_round[0]

@@ -292,3 +292,74 @@ def test_certify_bandwidth_over_the_nodes_that_passed_says_who_was_left_out():
     assert "(over 3 of 4 nodes; left out: node3 (rank 3): failed its own checks)" in \
         by_id["PF-CLUSTER-004"]["message"]
     assert "node3" in [b["host"] for b in v.bad_nodes]
+def test_flaky_isolation_pair_is_a_warning_counted_never_a_bad_node():
+    """Issue 30 item 2: a pair that failed once and whose nodes then passed warns in
+    PF-CLUSTER-005 with both figures; no bad node, no drain command."""
+    from harness.cluster.isolate import PairResult
+
+    calls = [0]
+
+    def measure(pairs):
+        calls[0] += 1
+        return [PairResult(a, b, 0.01 if calls[0] == 1 and i == 0 else 1.0)
+                for i, (a, b) in enumerate(pairs)]
+
+    iso = isolate(range(4), measure, seed=1, floor_gb_s=0.05)
+    assert len(iso.flaky) == 1 and not iso.bad_nodes
+    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "floor_gb_s": 0.05,
+                            "busbw_gb_s": 0.04, "data_ok": True, "errors": [], "missing": {}},
+                 isolation=iso.to_dict())
+    v = decide(snap)
+    five = next(c for c in v.checks if c["id"] == "PF-CLUSTER-005")
+    assert five["outcome"] == "warn", five
+    a, b = iso.flaky[0][0].a, iso.flaky[0][0].b
+    assert five["message"].startswith(
+        f"[PF-CLUSTER-005] flaky pair node{a}-node{b}: 0.01 GB/s below "
+        f"{iso.threshold_gb_s:.3g} GB/s, then passed (node"), five["message"]
+    assert five["message"].endswith("1 GB/s); not condemned")
+    assert v.bad_nodes == [] and "slurm_drain" not in v.actions
+
+
+def _failing(snap, ranks):
+    for r in ranks:
+        snap["nodes"][str(r)] = _summary(r, "fail", [{"id": "PF-GPU-016", "outcome": "fail",
+                                                      "message": "[PF-GPU-016] GPU 3 lost"}])
+    return snap
+
+
+def test_more_bad_nodes_than_the_cap_make_a_suspect_run_that_drains_none():
+    """Issue 30 item 4: 3 of 4 nodes failing is more than half: likely a shared cause. The run
+    still fails; the drain and replace commands are held back and the text says why."""
+    v = decide(_failing(_snap(), [1, 2, 3]))
+    assert not v.passed and v.exit_code == 1
+    assert [b["host"] for b in v.bad_nodes] == ["node1", "node2", "node3"]
+    assert v.blast_radius == {"num_nodes": 4, "bad": 3, "cap": 0.5, "allowed": 2,
+                              "suspect": True, "why": v.blast_radius["why"]}
+    assert v.blast_radius["why"].startswith("suspect run: 3 of 4 nodes failed, more than the "
+                                            "50% any one run may drain (2): likely a shared cause")
+    assert "slurm_drain" not in v.actions and "hyperpod_replace" not in v.actions
+    assert len(v.actions["held_back"]["slurm_drain"]) == 3
+    assert v.actions["slurm_exclude"] == "node[1-3]"
+    assert v.text.startswith("gpu-preflight FAILED on a 4-node cluster (p5.48xlarge, tier "
+                             "preflight): suspect run: 3 of 4 nodes failed")
+    assert "slurm_drain (held back: suspect run" in v.text
+    assert v.to_dict()["blast_radius"]["suspect"] is True
+
+
+def test_bad_nodes_within_the_cap_are_drained():
+    """The removal test: 2 of 4 (the cap) keep their drain commands; a cap of 0.25 (the
+    master's PREFLIGHT_DRAIN_CAP, in the snapshot) makes the same run suspect."""
+    v = decide(_failing(_snap(), [1, 2]))
+    assert v.blast_radius["suspect"] is False and len(v.actions["slurm_drain"]) == 2
+    tight = decide(_failing(_snap(drain_cap=0.25), [1, 2]))
+    assert tight.blast_radius["allowed"] == 1 and tight.blast_radius["suspect"] is True
+    assert "slurm_drain" not in tight.actions
+
+
+def test_one_bad_node_is_always_drainable():
+    """At least one node may be drained: a 2-node run with one bad node is not suspect."""
+    from harness.blast import allowed
+
+    v = decide(_failing(_snap(n=2), [1]))
+    assert v.blast_radius["suspect"] is False and v.actions["slurm_drain"]
+    assert [allowed(n, 0.5) for n in (1, 2, 3, 4, 5, 1000)] == [1, 1, 1, 2, 2, 500]

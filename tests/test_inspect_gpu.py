@@ -68,6 +68,7 @@ def test_dcgm_keys(capsys):
     assert out == {
         "passed": False,
         "dcgm_version": "3.3.9",
+        "contended": None,
         "failed_tests": [{"test": "Targeted Power", "gpu": 1, "message": (
             "GPU 1 Max power of 224.1 did not reach desired power minimum "
             "target_power_min_ratio of 224.2 for GPU 1 Verify that the clock speeds and GPU "

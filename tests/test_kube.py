@@ -128,3 +128,37 @@ def test_run_writes_the_termination_log(tmp_path, execs, monkeypatch):
     assert rc == cli.EXIT_FAILED
     assert log.read_text().startswith("gpu-preflight FAILED on node-a")
     assert "NCCL_NET=Socket" in log.read_text()
+
+
+SUSPECT = {**FAILED, "cluster": {"blast_radius": {
+    "num_nodes": 4, "bad": 3, "cap": 0.5, "allowed": 2, "suspect": True,
+    "why": "suspect run: 3 of 4 nodes failed, more than the 50% any one run may drain (2)"}}}
+
+
+def test_a_suspect_run_is_labelled_but_never_tainted_nor_replaced(api, tmp_path):
+    """Issue 30 item 4: the cluster verdict found more bad nodes than the drain cap: the node
+    gets its label and a SuspectRun condition, and no taint, no HyperPod replace label."""
+    server = api()
+    env = {**ENV, "PREFLIGHT_K8S_MARK": "label,condition,taint,hyperpod",
+           "PREFLIGHT_K8S_API": _url(server)}
+    said: list[str] = []
+    kube.apply(SUSPECT, env, None, say=said.append)
+    methods = [(r[0], r[1]) for r in server.requests]
+    assert ("GET", "/api/v1/nodes/ip-10-0-0-7") not in methods  # no taint read-modify-write
+    patch = next(r[3] for r in server.requests if r[1] == "/api/v1/nodes/ip-10-0-0-7")
+    assert patch == {"metadata": {"labels": {kube.LABEL: "fail"}}}
+    condition = next(r[3] for r in server.requests
+                     if r[1].endswith("/status"))["status"]["conditions"][0]
+    assert condition["reason"] == "SuspectRun"
+    assert condition["message"].startswith("gpu-preflight fail on gpu7: PF-GPU-016; suspect run")
+    assert said[0] == ("preflight: node ip-10-0-0-7: not marked taint/hyperpod: suspect run: 3 "
+                       "of 4 nodes failed, more than the 50% any one run may drain (2)")
+
+
+def test_a_run_within_the_cap_is_tainted():
+    """The removal test: the same report without `suspect` asks for the taint."""
+    within = {**FAILED, "cluster": {"blast_radius": {**SUSPECT["cluster"]["blast_radius"],
+                                                     "suspect": False}}}
+    mark = kube.node_mark(within, ENV)
+    assert "taint" in mark.kinds and mark.held_back == ()
+    assert kube.node_mark(SUSPECT, ENV).kinds == ("label", "condition")

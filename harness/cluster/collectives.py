@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.cluster.group_phase import GroupPhases, plan_groups
-from harness.cluster.node import gate_floor, gate_size, inject_fault
+from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide
+from harness.settings import get_float
 from harness.topology import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -57,6 +58,8 @@ class CollectivePhases(GroupPhases):
     def _base(self) -> dict[str, Any]:
         return {"num_nodes": self.topo.num_nodes, "profile": self.profile.name,
                 "tier": self.tier,
+                # the master's cap, in the snapshot: every node takes the same verdict
+                "drain_cap": get_float("PREFLIGHT_DRAIN_CAP", self.env),
                 "hosts": {str(r): h for r, h in enumerate(self.topo.hosts)}}
 
     def _lost_master(self, phase: str, why: str) -> dict[str, Any]:
@@ -194,7 +197,7 @@ class CollectivePhases(GroupPhases):
 
     def _isolation(self, snap: dict[str, Any]) -> dict[str, Any]:
         """Pairwise rounds; the master plans each round and publishes the outcome."""
-        from harness.cluster.isolate import PairResult, isolate
+        from harness.cluster.isolate import PairResult, confirmations, isolate
 
         assert self.plane is not None
         plane, t = self.plane, self.t
@@ -206,12 +209,17 @@ class CollectivePhases(GroupPhases):
             try:
                 group = plane.pair_groups(pairs, t.collective_s)
                 if group is not None:
-                    mine = self._bench_pair(group, size)
+                    with flaky_round(self.fault, k):  # the selftest's `flaky` fault only
+                        mine = self._bench_pair(group, size)
             except Exception as exc:  # the peer never connected (dead or hung): evidence
                 self.clean = False
                 mine = {"busbw_gb_s": None, "error": f"rank {self.rank}: pair group: "
                                                      f"{short(exc)}"}
-            plane.publish(f"iso/{k}/{self.rank}", mine, counter=f"count/iso/{k}")
+            # Only a round's members report: the master counts its members' answers, and a
+            # bystander's (a round that re-tests one link, or suspects against a few good
+            # nodes) would end that count before a member's real answer came.
+            if any(self.rank in p for p in pairs):
+                plane.publish(f"iso/{k}/{self.rank}", mine, counter=f"count/iso/{k}")
             return mine
 
         if self.is_master:
@@ -243,7 +251,8 @@ class CollectivePhases(GroupPhases):
                 result = isolate(list(self.members), measure,
                                  floor_gb_s=gate_floor(self.profile) or 0.0,
                                  relative=0.5 if self.profile.has_gpus else 0.0,
-                                 max_rounds=t.isolation_rounds)
+                                 max_rounds=t.isolation_rounds,
+                                 confirmations=confirmations(self.profile))
                 snap = {**snap, "isolation": result.to_dict()}
                 plane.publish(f"iso/{round_no[0] + 1}/plan", "done")
                 plane.publish("snap/final", snap)

@@ -7,7 +7,10 @@ re-tested against known-good nodes (Google's approach, domain-facts.md) until it
 (it is good; if both ends of a failed pair are good, the link between them is re-tested) or has
 failed against `confirmations` distinct nodes that were known good when measured (it is bad).
 One bad node among 1024 is confirmed in three rounds; a healthy node becomes a false positive
-only if its measurements flake `confirmations` times against good partners.
+only if its measurements flake `confirmations` times against good partners. A failed pair whose
+two nodes both passed later, and whose link was not confirmed bad, is `flaky` (issue 30: failed,
+then passed; both figures kept): a warning, never a bad node. `confirmations` is 2 where the
+profile confirms the `isolation` family, else 1 (condemned on the first failure with a good peer).
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.jsontypes import JSONObject
+from harness.profile_model import Profile
 
-__all__ = ["IsolationResult", "MeasurePairs", "PairResult", "isolate"]
+__all__ = ["IsolationResult", "MeasurePairs", "PairResult", "confirmations", "isolate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,9 @@ class IsolationResult:
     """Failed a pair but neither cleared nor confirmed within the round limit."""
     found_in_round: tuple[int, ...] = ()
     """For each of `bad_nodes`, the round (1-based) that confirmed it."""
+    flaky: tuple[tuple[PairResult, tuple[PairResult, ...]], ...] = ()
+    """(a failed pair, the later passing pairs of its nodes): both nodes passed later and the
+    link was not confirmed bad, so the failure did not stand."""
 
     def evidence(self, node: int) -> list[PairResult]:
         """Every pair measurement that involved `node`, in round order."""
@@ -72,6 +79,8 @@ class IsolationResult:
             "bad_links": [list(p) for p in self.bad_links],
             "suspects": list(self.suspects),
             "found_in_round": list(self.found_in_round),
+            "flaky": [{"first": first.to_dict(), "again": [r.to_dict() for r in again]}
+                      for first, again in self.flaky],
             "rounds": [[r.to_dict() for r in rnd] for rnd in self.rounds],
         }
 
@@ -90,6 +99,12 @@ class _State:
     """node -> every partner it has been measured with."""
     met_good: dict[int, set[int]] = field(default_factory=dict)
     """node -> partners it was measured with while they were known good."""
+
+
+def confirmations(profile: Profile) -> int:
+    """Good peers a node must fail with to be bad: 2 where the profile confirms the `isolation`
+    family (a failure is measured again before it is condemned), else 1."""
+    return 2 if "isolation" in profile.confirm_families else 1
 
 
 def isolate(
@@ -136,7 +151,24 @@ def isolate(
     return IsolationResult(nodes=nodes, rounds=tuple(rounds), threshold_gb_s=threshold,
                            bad_nodes=tuple(sorted(st.bad)), bad_links=tuple(links),
                            suspects=tuple(sorted(suspects)),
-                           found_in_round=tuple(st.bad[n] for n in sorted(st.bad)))
+                           found_in_round=tuple(st.bad[n] for n in sorted(st.bad)),
+                           flaky=_flaky(rounds, st, set(links), threshold))
+
+
+def _flaky(rounds: Sequence[tuple[PairResult, ...]], st: _State, bad_links: set[tuple[int, int]],
+           threshold: float) -> tuple[tuple[PairResult, tuple[PairResult, ...]], ...]:
+    """Failed pairs of two nodes that both passed later, on a link not confirmed bad: each with
+    the later passing pairs of its nodes (its second figures)."""
+    out = []
+    for k, rnd in enumerate(rounds):
+        for r in rnd:
+            if (_passed(r, threshold) or r.a not in st.good or r.b not in st.good
+                    or r.pair in bad_links):
+                continue
+            again = tuple(x for later in rounds[k + 1:] for x in later
+                          if _passed(x, threshold) and {x.a, x.b} & {r.a, r.b})
+            out.append((r, again))
+    return tuple(out)
 
 
 def _upper_quartile(values: Sequence[float]) -> float:

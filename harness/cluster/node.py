@@ -3,10 +3,11 @@ cluster gate's message size and floor, and the selftest's injected faults."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from harness.jsontypes import JSONObject
@@ -15,10 +16,13 @@ from harness.settings import get_float, get_str
 if TYPE_CHECKING:
     from harness.profile_model import Profile
 
-__all__ = ["FAULTS", "gate_floor", "gate_size", "inject_fault", "node_facts"]
+__all__ = ["FAULTS", "PASSING_FAULTS", "flaky_round", "gate_floor", "gate_size", "inject_fault",
+           "node_facts"]
 
 #: Faults `preflight selftest cluster` injects through PREFLIGHT_SELFTEST_FAULT.
-FAULTS = ("slow", "hang", "crash", "fail-check", "absent", "sdc", "slowlink")
+FAULTS = ("slow", "hang", "crash", "fail-check", "absent", "sdc", "slowlink", "flaky")
+#: Faults a healthy node survives: `flaky` fails one isolation pair, then passes (a pass).
+PASSING_FAULTS = ("flaky",)
 
 
 def node_facts(env: Mapping[str, str]) -> JSONObject:
@@ -92,18 +96,40 @@ def inject_fault(fault: str, rank: int | None = None) -> None:
         while True:
             time.sleep(3600)
     if fault == "slow":
-        import torch.distributed as dist
-
-        delay = get_float("PREFLIGHT_SELFTEST_SLOW_S") or 0.0
-        original = dist.all_reduce
-
-        def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(delay)
-            return original(*args, **kwargs)
-
-        dist.all_reduce = slow_all_reduce
+        _slow_all_reduce()
     if fault == "slowlink":
         _slow_link(rank)
+
+
+@contextlib.contextmanager
+def flaky_round(fault: str, round_no: int) -> Iterator[None]:
+    """The selftest's `flaky` fault: this node's all_reduce is slow (PREFLIGHT_SELFTEST_SLOW_S
+    before each) in the first isolation round only, then healthy: a failure that does not come
+    back (issue 30, confirm before condemn)."""
+    if fault != "flaky" or round_no != 1:
+        yield
+        return
+    undo = _slow_all_reduce()
+    try:
+        yield
+    finally:
+        undo()
+
+
+def _slow_all_reduce() -> Callable[[], None]:
+    """torch.distributed.all_reduce made to sleep PREFLIGHT_SELFTEST_SLOW_S before each call
+    (the selftest's slow node); returns what puts the original back."""
+    import torch.distributed as dist
+
+    delay = get_float("PREFLIGHT_SELFTEST_SLOW_S") or 0.0
+    original = dist.all_reduce
+
+    def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(delay)
+        return original(*args, **kwargs)
+
+    dist.all_reduce = slow_all_reduce
+    return lambda: setattr(dist, "all_reduce", original)
 
 
 def _slow_link(rank: int | None) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.node import FAULTS
+from harness.cluster.node import FAULTS, PASSING_FAULTS
 from harness.cluster.timeouts import ClusterTimeouts
 
 __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections", "run_selftest"]
@@ -132,14 +132,16 @@ class SelftestResult:
     @property
     def consistent(self) -> bool:
         """Healthy nodes agree on verdict, bad nodes, exit code and failure text; no node
-        handed off unless the verdict was pass, and no faulted node at all, except a slow link
-        that no job-shaped group crosses (it passes, rightly: the job never uses it)."""
+        handed off unless the verdict was pass, and no faulted node at all, except one whose
+        fault the run must survive (`flaky`), and a slow link that no job-shaped group crosses
+        (it passes, rightly: the job never uses it)."""
         h = self.healthy
         agree = (len({n.verdict for n in h}) == 1 and len({tuple(n.bad_nodes) for n in h}) == 1
                  and len({n.exit_code for n in h}) == 1 and len({n.failure_text for n in h}) == 1)
         handoff_ok = all(n.executed == (self.verdict == "pass") for n in h) and not any(
             n.executed for n in self.nodes
-            if n.fault and not (n.fault == "slowlink" and self.verdict == "pass"))
+            if n.fault and n.fault not in PASSING_FAULTS
+            and not (n.fault == "slowlink" and self.verdict == "pass"))
         return agree and handoff_ok
 
     @property

@@ -22,6 +22,7 @@ from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off, left_out, not_measured
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary
+from harness.confirm import add_isolation
 from harness.results import results as typed_results
 from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
@@ -127,6 +128,8 @@ class ClusterStep(CollectivePhases):
             "left_out": snap.get("left_out") or {},
             "duration_s": round(time.monotonic() - self.t0, 3),
         }
+        report.extra["confirmation"] = add_isolation(report.extra.get("confirmation"),
+                                                     snap.get("isolation"))
         if verdict.usage_error and not report.usage_error:  # nothing judged on any node
             report.usage_error = verdict.usage_error
             report.harness_errors.insert(0, verdict.usage_error)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.blast import DEFAULT_CAP, blast_radius
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS, consistency_outliers
 from harness.cluster.snapshot import FACT_KEYS, ClusterView, node_summary
@@ -47,6 +48,8 @@ class ClusterVerdict:
     usage_error: str = ""
     """Set when no node judged anything (every selected check skipped on every node): the
     run ends as an empty selection does, exit 2 on every node."""
+    blast_radius: JSONObject = field(default_factory=dict)
+    """harness.blast: the bad nodes against the drain cap; `suspect` past it (no drain)."""
 
     @property
     def passed(self) -> bool:
@@ -58,7 +61,7 @@ class ClusterVerdict:
                 "suspects": self.suspects, "stragglers": self.stragglers,
                 "actions": self.actions,
                 "checks": [c["id"] + ": " + c["outcome"] for c in self.checks],
-                "usage_error": self.usage_error or None}
+                "usage_error": self.usage_error or None, "blast_radius": self.blast_radius}
 
 
 #: The IDs of the cluster checks: a node's selection holding one is judged by the cluster step.
@@ -82,13 +85,20 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
     bad_nodes = cluster.bad.entries()
     failed = [c for c in checks if c["outcome"] in ("fail", "error")]
     verdict = "fail" if failed or bad_nodes else "pass"
+    radius = blast_radius(cluster.num_nodes, len(bad_nodes),
+                          float(snap.get("drain_cap") or DEFAULT_CAP))
     actions = _actions(bad_nodes, snap) if bad_nodes else {}
+    if radius["suspect"]:  # a shared cause, likely: the drains are held back, and said
+        actions = {k: v for k, v in actions.items() if k not in _DRAINS}
+        actions["held_back"] = {k: v for k, v in _actions(bad_nodes, snap).items()
+                                if k in _DRAINS}
+        actions["suspect"] = radius["why"]
     text = _text(snap, failed, bad_nodes, cluster.suspects, cluster.links, actions) \
         if verdict == "fail" else ""
     return ClusterVerdict(verdict=verdict, exit_code=0 if verdict == "pass" else 1,
                           checks=checks, bad_nodes=bad_nodes, bad_links=cluster.links,
                           suspects=cluster.suspects, actions=actions, text=text,
-                          stragglers=cluster.stragglers)
+                          stragglers=cluster.stragglers, blast_radius=radius)
 
 
 def _nothing_judged(cluster: ClusterView) -> str | None:
@@ -101,6 +111,10 @@ def _nothing_judged(cluster: ClusterView) -> str | None:
     if not said or not all(said):
         return None
     return f"on every node, {said[0]}"
+
+
+#: The actions that take a node out of service: held back on a suspect run (harness.blast).
+_DRAINS = ("slurm_drain", "hyperpod_replace")
 
 
 def _actions(bad_nodes: Sequence[Mapping[str, Any]], snap: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,6 +156,8 @@ def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
     head = (f"gpu-preflight FAILED on a {snap['num_nodes']}-node cluster "
             f"({snap.get('profile', '?')}, tier {snap.get('tier', '?')}): ")
     parts = []
+    if actions.get("suspect"):
+        head += f"{actions['suspect']}. "
     if bad_nodes:
         parts.append(f"bad nodes: {', '.join(b['host'] for b in bad_nodes)}. " + " | ".join(
             f"{b['host']} (rank {b['rank']}): {b['reason']}" for b in bad_nodes))
@@ -168,4 +184,7 @@ def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
             value = actions[key]
             lines.append(f"{key}: " + (value if isinstance(value, str) else "\n  " +
                                        "\n  ".join(value)))
+    for key, value in (actions.get("held_back") or {}).items():
+        lines.append(f"{key} (held back: suspect run; run them by hand once the shared cause "
+                     "is ruled out):\n  " + "\n  ".join(value))
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from harness import handoff
+from harness import confirm, handoff
 from harness.cluster import ClusterStep
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
@@ -228,7 +228,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
         sysroot=Path(setting(env, "PREFLIGHT_SYSROOT") or "/"), suites=suites,
     )
     header = [f"host {host}, profile {profile.name} (from {profile_source}), tier {tier}; "
-              f"hard upper bound {cfg.budget_s:g} s"]
+              f"hard upper bound {cfg.budget_s:g} s, which "
+              f"{confirm.budget_line(profile.confirm_families)}"]
     header += [profile.description] if profile.origin == "derived" else []
     header += [line] if (line := weakened_line(profile)) else []
     header += describe(suites, source_overrides(env, args.profile_file))

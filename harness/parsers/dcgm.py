@@ -98,7 +98,8 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
 
 
 def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
-    """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, failed_tests
+    """`preflight inspect dcgm FILE`: keys passed (bool|null), dcgm_version, contended (dcgmi's
+    words when another diagnostic held the GPUs, else null), failed_tests
     [{test, gpu, message; host for `dcgmi mndiag`}], warnings [str], categories_seen, cut_at,
     fragment (test objects without their document: `passed` stays null), tests_seen, and for
     DCGM >= 4.6 `level_tests` {level, not_seen}: the level those tests are and its tests absent."""
@@ -106,7 +107,8 @@ def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObje
     failed = [{"test": r.test, "gpu": r.gpu, "message": r.message,
                **({} if r.host is None else {"host": r.host})} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
-    out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version, "failed_tests": failed,
+    out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version,
+           "contended": diag.contended, "failed_tests": failed,
            "warnings": diag.warnings,
            "categories_seen": list(dict.fromkeys(r.category for r in diag.results if r.category)),
            "cut_at": diag.cut_at, "fragment": diag.fragment,

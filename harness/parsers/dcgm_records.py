@@ -6,6 +6,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: What dcgmi says when another diagnostic holds the GPUs: the dcgmErrorString of
+#: DCGM_ST_IN_USE (-34: "The requested operation could not be completed because the affected
+#: resource is in use"; the diag manager's resource reservation, held by a running `dcgmi diag` or
+#: `dcgmi mndiag`) and of DCGM_ST_DIAG_ALREADY_RUNNING (-39: "A diag instance is already running,
+#: cannot run a new diag until the current one finishes"; an nvvs process still running).
+#: NVIDIA/DCGM 4.6.0 (commit 72fa3fe) dcgmlib/src/dcgm_errors.c lines 265-276,
+#: modules/diag/DcgmDiagManager.cpp lines 1762-1766 and 1871-1884; dcgmi prints them as
+#: `Error: Unable to complete diagnostic for entities *,cpu:*. Return: (-34) : <text>`
+#: (dcgmi/Diag.cpp lines 443-459), under `runtime_error` with `-j` (lines 635-643). Matched on
+#: these words, lower-cased: the numbers alone are not DCGM's to keep.
+CONTENTION_WORDS = ("affected resource is in use", "a diag instance is already running")
+
 _STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
            "skipped": "skip", "not run": "skip", "not_run": "skip"}
 
@@ -64,6 +76,14 @@ class DcgmDiag:
         return True if ran else None
 
     @property
+    def contended(self) -> str | None:
+        """dcgmi's own words when it ran no test because another diagnostic holds the GPUs
+        (DCGM_ST_IN_USE, DCGM_ST_DIAG_ALREADY_RUNNING): not a result of these GPUs."""
+        if self.results:
+            return None
+        return next((c for c in map(contention, self.errors) if c), None)
+
+    @property
     def warnings(self) -> list[str]:
         out = []
         for r in self.results:
@@ -75,6 +95,14 @@ class DcgmDiag:
         if skipped:
             out.append("skipped: " + ", ".join(skipped))
         return out
+
+def contention(text: str) -> str | None:
+    """The first line of `text` that says another DCGM diagnostic holds the GPUs, or None."""
+    for line in text.splitlines():
+        if any(w in line.lower() for w in CONTENTION_WORDS):
+            return line.strip()
+    return None
+
 
 def _status(raw: object) -> str:
     text = str(raw or "").strip().lower()
