@@ -146,6 +146,14 @@ class ClusterStep(CollectivePhases):
         summary = node_summary(report, rank=self.rank, facts=node_facts(self.env),
                                env=self.env, cluster_ids=CLUSTER_IDS)
         log(f"local verdict {report.verdict}; publishing it and gathering every node's")
+        return self.exchange(summary)
+
+    def exchange(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """Everything after the node-local checks: publish this node's summary, gather every
+        node's (master) or receive the snapshot, the collective phases when it passes, and the
+        exit handshake. The fleet simulator (harness.cluster.fleet) runs this very code."""
+        plane = self.plane
+        assert plane is not None
         local_deadline = self.t0 + self.t.join_s + self.t.local_s + self.t.gather_s
         try:
             self.published = True
