@@ -12,7 +12,7 @@ from typing import Any
 from harness.cluster.node import gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.cluster.verdict import decide
+from harness.cluster.verdict import decide, for_nodes
 from harness.topology import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -69,6 +69,14 @@ class CollectivePhases:
             f"{self.topo.port}) was lost: it crashed, was stopped, hangs or cannot be reached, "
             "and no node can take the cluster verdict without it")}}}
 
+    def _share(self, key: str, snap: dict[str, Any]) -> dict[str, Any]:
+        """Master: publish the snapshot for the nodes under `key` (its verdict, without each
+        node's summary: `for_nodes`) and keep the full one, with that same verdict."""
+        assert self.plane is not None
+        shared = for_nodes(snap)
+        self.plane.publish(key, shared)
+        return {**snap, "verdict": shared["verdict"]}
+
     def _collectives(self, snap: dict[str, Any]) -> dict[str, Any]:
         """Cluster all_reduce, then (if it fails, or in certify) isolation; master decides."""
         assert self.plane is not None
@@ -81,11 +89,13 @@ class CollectivePhases:
              f"{len(result['errors'])}")
         try:
             plane.publish(f"bw/{self.rank}", result, counter="count/bw")
+            if result["errors"]:
+                plane.bump("count/bw_broken")
             if self.is_master:
                 bw = self._gather_bw(phase_start + t.bench_s, size)
-                snap = {**snap, "bandwidth": bw}
+                snap = _without_verdict(snap) | {"bandwidth": bw}
                 snap["isolation_skipped"] = self._isolation_skip(snap)
-                plane.publish("snap/bw", snap)
+                snap = self._share("snap/bw", snap)
             else:
                 snap = plane.wait_for("snap/bw", phase_start + t.bench_s + t.gather_s)
         except PlaneError as exc:
@@ -134,17 +144,14 @@ class CollectivePhases:
     def _gather_bw(self, deadline: float, size: int) -> dict[str, Any]:
         assert self.plane is not None
         n = self.topo.num_nodes
-        plane, broken_at, scanned = self.plane, [0.0], [0]
+        plane, broken_at = self.plane, [0.0]
 
         def enough(got: int) -> bool:
-            """Once a published result shows the collective broke, a node still silent gets
-            `gather_s` more (alive, it would have hit its own collective timeout too)."""
-            if not broken_at[0] and got > scanned[0]:
-                scanned[0] = got
-                for r in range(n):
-                    if plane.has(f"bw/{r}") and plane.wait_for(f"bw/{r}", 0)["errors"]:
-                        broken_at[0] = time.monotonic()
-                        break
+            """Once a published result shows the collective broke (a node with errors bumps
+            `count/bw_broken`: one read, not N), a node still silent gets `gather_s` more
+            (alive, it would have hit its own collective timeout too)."""
+            if not broken_at[0] and plane.count("count/bw_broken"):
+                broken_at[0] = time.monotonic()
             return bool(broken_at[0]) and time.monotonic() > broken_at[0] + self.t.gather_s
 
         found, missing = plane.gather({r: f"bw/{r}" for r in range(n)}, "count/bw", deadline,
@@ -213,9 +220,9 @@ class CollectivePhases:
                                  floor_gb_s=gate_floor(self.profile) or 0.0,
                                  relative=0.5 if self.profile.has_gpus else 0.0,
                                  max_rounds=t.isolation_rounds)
-                snap = {**snap, "isolation": result.to_dict()}
+                snap = _without_verdict(snap) | {"isolation": result.to_dict()}
                 plane.publish(f"iso/{round_no[0] + 1}/plan", "done")
-                plane.publish("snap/final", snap)
+                snap = self._share("snap/final", snap)
             except PlaneError as exc:
                 return self._lost_master("isolation", str(exc))
             return snap
@@ -248,3 +255,8 @@ class CollectivePhases:
             pass
         return {"busbw_gb_s": row.busbw_gb_s if row else None,
                 "error": None if res.data_ok else "wrong data"}
+
+
+def _without_verdict(snap: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot about to change: its verdict no longer holds (the master decides again)."""
+    return {k: v for k, v in snap.items() if k != "verdict"}

@@ -114,7 +114,7 @@ def _node(rank: int, spec: FleetSpec, hosts: tuple[str, ...], out: dict[str, Any
 
 def _life(rank: int, spec: FleetSpec, hosts: tuple[str, ...], rec: dict[str, Any]) -> None:
     from harness.cluster.plane import ControlPlane, PlaneError
-    from harness.cluster.verdict import decide
+    from harness.cluster.verdict import verdict_of
 
     step = _step(rank, spec, hosts)
     try:
@@ -131,12 +131,12 @@ def _life(rank: int, spec: FleetSpec, hosts: tuple[str, ...], rec: dict[str, Any
         return
     rec["published"] = time.time()
     snap = step.exchange(_summary(rank, spec))
-    verdict = decide(snap)
+    verdict = verdict_of(snap)
     rec.update(verdict_at=time.time(), verdict=verdict.verdict,
                bad=[b["rank"] for b in verdict.bad_nodes],
                reasons={str(b["rank"]): b["reason"] for b in verdict.bad_nodes},
                stragglers=[s["rank"] for s in verdict.stragglers])
-    if rank == 0:
+    if rank <= 1:  # the master's own snapshot, and what a node received
         rec["snap_bytes"] = len(json.dumps(snap))
 
 
@@ -293,6 +293,7 @@ def summarize(spec: FleetSpec, paths: list[Path]) -> dict[str, Any]:
         "hung_threads": sum(p["hung"] for p in parts),
         "late_start_s": round(max((p["late_s"] for p in parts), default=0.0), 2),
         "snapshot_bytes": m0.get("snap_bytes"),
+        "node_snapshot_bytes": nodes.get(1, {}).get("snap_bytes"),
         "master": master and {"cpu_s": round(master["cpu_s"], 2),
                               "peak_rss_mb": round(master["end"]["peak_rss_mb"], 1),
                               "peak_fds": master["peak"]["fds"],

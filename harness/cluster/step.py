@@ -21,7 +21,7 @@ from harness.cluster.node import FAULTS, node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary
+from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, node_summary, verdict_of
 from harness.results import results as typed_results
 from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
@@ -111,7 +111,7 @@ class ClusterStep(CollectivePhases):
     def finish(self, report: Report) -> ClusterVerdict:
         """Gather, judge, and record the cluster verdict in `report` (same on every node)."""
         snap = self._run(report)
-        verdict = decide(snap)
+        verdict = verdict_of(snap)
         ids = {c["id"] for c in verdict.checks}
         report.checks = [c for c in report.checks if c.id not in ids] + typed_results(
             verdict.checks)
@@ -159,13 +159,12 @@ class ClusterStep(CollectivePhases):
             self.published = True
             plane.publish(f"result/{self.rank}", summary, counter="count/result")
             if self.is_master:
-                snap = self._gather_local(local_deadline)
-                plane.publish("snap/local", snap)
+                snap = self._share("snap/local", self._gather_local(local_deadline))
             else:
                 snap = plane.wait_for("snap/local", local_deadline + self.t.gather_s)
         except PlaneError as exc:
             return self._lost_master("the gather of node-local results", str(exc))
-        if not decide(snap).passed:
+        if not verdict_of(snap).passed:
             self._done(snap)
             return snap
         snap = self._collectives(snap)
