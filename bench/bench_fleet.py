@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,13 +38,12 @@ def one(nodes: int, tree: Path | None) -> dict:
                      collective_s=60.0, exit_s=30.0)
     env = None
     if tree is not None:
-        import os
-
         env = {**os.environ, "PYTHONPATH": str(tree)}
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         start = time.monotonic()
         got = run_fleet(spec, Path(tmp), env=env)
         got["wall_s"] = round(time.monotonic() - start, 1)
+        got["load_1m"] = round(os.getloadavg()[0], 1)  # the machine is shared: say how busy
     complete = got["decided"] == got["expected"] and got["verdicts"] == ["pass"]
     got["complete"] = complete
     if not complete:  # a run that failed its own fleet has no time figures
@@ -63,20 +63,26 @@ def main() -> int:
     ap.add_argument("--sizes", default="128,1024,4096,16384")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--base", default="", help="baseline revision (a worktree of it is made)")
+    ap.add_argument("--head", default="HEAD", help="revision measured against it (a worktree "
+                    "too: editing the checkout while the bench runs does not change it)")
     ap.add_argument("--base-max", type=int, default=1024,
                     help="largest size the baseline runs at (it is O(N^2) in bytes)")
     args = ap.parse_args()
-    base_tree = None
-    if args.base:
-        base_tree = Path(tempfile.mkdtemp(prefix="bench-fleet-base-"))
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
-                        str(base_tree), args.base], check=True)
+    trees = {}
+    for name, rev in (("head", args.head), ("base", args.base)):
+        if rev:
+            trees[name] = Path(tempfile.mkdtemp(prefix=f"bench-fleet-{name}-"))
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
+                            str(trees[name]), rev], check=True)
+    if "base" in trees:  # the same simulator on both sides: only the control plane differs
+        sim = "harness/cluster/fleet.py"
+        (trees["base"] / sim).write_bytes((trees["head"] / sim).read_bytes())
     rows = []
     try:
         for n in [int(s) for s in args.sizes.split(",")]:
-            variants = [("head", None)]
-            if base_tree is not None and n <= args.base_max:
-                variants.append(("base", base_tree))
+            variants = [("head", trees["head"])]
+            if "base" in trees and n <= args.base_max:
+                variants.append(("base", trees["base"]))
             runs: dict[str, list[dict]] = {name: [] for name, _ in variants}
             for rep in range(args.repeats):
                 for name, tree in (variants if rep % 2 == 0 else variants[::-1]):
@@ -85,7 +91,8 @@ def main() -> int:
                     print(json.dumps({"nodes": n, "variant": name, "rep": rep, **{
                         k: got.get(k) for k in (*FIGURES, "wall_s", "complete", "num_bad",
                                                 "master", "fds_per_node", "snapshot_bytes",
-                                                "node_snapshot_bytes", "worker_cpu_s")}}),
+                                                "node_snapshot_bytes", "worker_cpu_s",
+                                                "load_1m")}}),
                           flush=True)
             for name, rs in runs.items():
                 rows.append({"nodes": n, "variant": name, "runs": len(rs),
@@ -98,12 +105,13 @@ def main() -> int:
                              "fds_per_node": median(rs, "fds_per_node"),
                              "snapshot_bytes": median(rs, "snapshot_bytes"),
                              "node_snapshot_bytes": median(rs, "node_snapshot_bytes"),
-                             "worker_cpu_s": median(rs, "worker_cpu_s")})
+                             "worker_cpu_s": median(rs, "worker_cpu_s"),
+                             "load_1m": median(rs, "load_1m")})
                 print("MEDIAN", json.dumps(rows[-1]), flush=True)
     finally:
-        if base_tree is not None:
+        for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(base_tree)], check=False)
+                            str(tree)], check=False)
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "fleet.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")

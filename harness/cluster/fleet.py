@@ -114,7 +114,11 @@ def _node(rank: int, spec: FleetSpec, hosts: tuple[str, ...], out: dict[str, Any
 
 def _life(rank: int, spec: FleetSpec, hosts: tuple[str, ...], rec: dict[str, Any]) -> None:
     from harness.cluster.plane import ControlPlane, PlaneError
-    from harness.cluster.verdict import verdict_of
+
+    try:
+        from harness.cluster.verdict import verdict_of
+    except ImportError:  # a revision before it (bench_fleet's baseline): every node decides
+        from harness.cluster.verdict import decide as verdict_of
 
     step = _step(rank, spec, hosts)
     try:
@@ -177,7 +181,7 @@ def _serve(role: str, spec: FleetSpec, ranks: list[int], out_path: str) -> None:
     import harness.profiles  # noqa: F401
 
     threading.stack_size(256 * 1024)
-    hosts: tuple[str, ...] = ()
+    hosts = tuple(f"sim{r:05d}" for r in range(spec.nodes))  # as Slurm lists them
     base = _usage()
     sampler = _Sampler()
     sampler.start()

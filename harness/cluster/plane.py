@@ -248,6 +248,10 @@ def _plane_env(topo: Topology, env: Mapping[str, str]) -> dict[str, str]:
         # connections, every node reading N store keys); lazily, a rank connects to a peer on
         # first use: the ring all_reduce's two neighbours (docs/multinode.md, Scale).
         wanted["TORCH_GLOO_LAZY_INIT"] = "1"
+    if env.get("TORCH_DIST_INIT_BARRIER", "0") != "0":
+        # A store barrier over all N nodes after each of the N/2 pair groups of a round:
+        # N^2/2 store requests a round (torch.distributed.new_group, _store_based_barrier).
+        wanted["TORCH_DIST_INIT_BARRIER"] = "0"
     if topo.master_addr in ("127.0.0.1", "localhost", "::1") and not env.get("GLOO_SOCKET_IFNAME"):
         wanted["GLOO_SOCKET_IFNAME"] = "lo"
     return wanted

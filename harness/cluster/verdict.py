@@ -110,9 +110,9 @@ PER_RANK_FOR_NODES = 64
 def for_nodes(snap: Mapping[str, Any]) -> dict[str, Any]:
     """The snapshot the master publishes to the other nodes: the verdict it decided (every
     node takes it as is: the same verdict, exit code and failure text) and the snapshot
-    without each node's summary. The full snapshot is ~1 KB a node: 16 MB at 16,384 nodes,
+    without each node's summary or the host list. The full snapshot is ~1 KB a node: 16 MB at 16,384 nodes,
     sent to every node, is 270 GB through one store and a 1.4 s verdict on each node."""
-    out = {k: v for k, v in snap.items() if k != "nodes"}
+    out = {k: v for k, v in snap.items() if k not in ("nodes", "hosts")}
     out["nodes_reported"] = len(snap.get("nodes", {}))
     bw = out.get("bandwidth")
     if isinstance(bw, Mapping) and len(bw.get("per_rank") or {}) > PER_RANK_FOR_NODES:
