@@ -115,3 +115,59 @@ def test_the_master_makes_room_for_one_socket_per_node(monkeypatch, soft, hard, 
     else:
         _room_for_sockets(nodes)
     assert calls == ([raised] if raised else [])
+
+
+def _snap(n: int, missing: tuple[int, ...] = ()) -> dict:
+    from harness.cluster.fleet import FleetSpec, _summary
+
+    spec = FleetSpec(nodes=n, slow=[2])
+    return {"num_nodes": n, "profile": "local-cpu", "tier": "preflight",
+            "hosts": {str(r): f"sim{r:05d}" for r in range(n)},
+            "nodes": {str(r): _summary(r, spec) for r in range(n) if r not in missing},
+            "missing": {str(r): {"host": f"sim{r:05d}", "reason": "never joined"}
+                        for r in missing}}
+
+
+def test_nodes_get_the_masters_verdict_not_every_summary():
+    import json
+
+    from harness.cluster.verdict import decide, for_nodes, verdict_of
+
+    snap = _snap(200, missing=(9,))
+    snap["bandwidth"] = {"per_rank": {str(r): 1.0 for r in range(200)}, "missing": {}}
+    shared = for_nodes(snap)
+    assert "nodes" not in shared and "hosts" not in shared
+    assert shared["bandwidth"]["per_rank"] is None  # N floats stay on the master's report
+    assert verdict_of(shared).to_full() == decide(snap).to_full()
+    assert verdict_of(shared).bad_nodes[0]["rank"] == 9
+    assert len(json.dumps(shared)) * 20 < len(json.dumps(snap))
+    small = _snap(8)  # small clusters keep the per-rank figures on every node
+    small["bandwidth"] = {"per_rank": {str(r): 1.0 for r in range(8)}, "missing": {}}
+    assert for_nodes(small)["bandwidth"]["per_rank"] == small["bandwidth"]["per_rank"]
+
+
+def test_a_changed_snapshot_is_decided_again():
+    from harness.cluster.collectives import _without_verdict
+    from harness.cluster.verdict import for_nodes, verdict_of
+
+    snap = _snap(8)
+    snap["verdict"] = for_nodes(snap)["verdict"]
+    assert verdict_of(snap).passed
+    changed = _without_verdict(snap) | {"missing": {"3": {"host": "sim00003",
+                                                          "reason": "hung"}}}
+    assert not verdict_of(changed).passed
+
+
+@pytest.mark.parametrize(("env", "wanted"), [
+    ({}, {"TORCH_GLOO_LAZY_INIT": "1"}),
+    ({"TORCH_GLOO_LAZY_INIT": "0"}, {}),  # the user's choice stands
+    ({"TORCH_DIST_INIT_BARRIER": "1"}, {"TORCH_GLOO_LAZY_INIT": "1",
+                                        "TORCH_DIST_INIT_BARRIER": "0"}),
+])
+def test_the_plane_connects_gloo_lazily_without_a_barrier_per_pair(env, wanted):
+    from harness.cluster.plane import _plane_env
+    from harness.topology import Topology
+
+    topo = Topology(node_rank=1, num_nodes=4, master_addr="10.0.0.1", port=29501,
+                    source="test")
+    assert _plane_env(topo, {"GLOO_SOCKET_IFNAME": "eth0", **env}) == wanted
