@@ -36,12 +36,10 @@ FIGURES = ("join_s", "master_snapshot_s", "all_decided_s")
 def one(nodes: int, tree: Path | None) -> dict:
     spec = FleetSpec(nodes=nodes, join_s=300.0, local_budget_s=60.0, gather_s=60.0,
                      collective_s=60.0, exit_s=30.0)
-    env = None
-    if tree is not None:
-        env = {**os.environ, "PYTHONPATH": str(tree)}
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         start = time.monotonic()
-        got = run_fleet(spec, Path(tmp), env=env)
+        got = run_fleet(spec, Path(tmp), tree=tree)
+        got["harness"] = (Path(tmp) / "master.log").read_text().splitlines()[0]
         got["wall_s"] = round(time.monotonic() - start, 1)
         got["load_1m"] = round(os.getloadavg()[0], 1)  # the machine is shared: say how busy
     complete = got["decided"] == got["expected"] and got["verdicts"] == ["pass"]
@@ -91,7 +89,7 @@ def main() -> int:
                     print(json.dumps({"nodes": n, "variant": name, "rep": rep, **{
                         k: got.get(k) for k in (*FIGURES, "wall_s", "complete", "num_bad",
                                                 "master", "fds_per_node", "snapshot_bytes",
-                                                "node_snapshot_bytes", "worker_cpu_s",
+                                                "node_snapshot_bytes", "worker_cpu_s", "harness",
                                                 "load_1m")}}),
                           flush=True)
             for name, rs in runs.items():

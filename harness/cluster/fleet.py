@@ -234,8 +234,11 @@ def _child_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def run_fleet(spec: FleetSpec, workdir: Path, *, python: str = sys.executable,
-              env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run one fleet (the master and the workers as processes) and return its figures."""
+              env: Mapping[str, str] | None = None, tree: Path | None = None) -> dict[str, Any]:
+    """Run one fleet (the master and the workers as processes) and return its figures;
+    `tree`: another checkout whose control plane the processes run (bench_fleet's pairs)."""
+    if tree is not None:  # `-m` puts the working directory first on sys.path
+        env = {**(os.environ if env is None else env), "PYTHONPATH": str(tree)}
     spec.port = spec.port or _free_port()
     procs = spec.procs or max(1, -(-(spec.nodes - 1) // 2048))
     spec_path = workdir / "spec.json"
@@ -250,7 +253,7 @@ def run_fleet(spec: FleetSpec, workdir: Path, *, python: str = sys.executable,
                str(workdir / f"{role}.ranks"), str(workdir / f"{role}.json")]
         with open(workdir / f"{role}.log", "wb") as log:
             children.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                             env=_child_env(env)))
+                                             env=_child_env(env), cwd=tree))
     ready = [workdir / f"{role}.json.ready" for role, _ in jobs]
     limit = time.monotonic() + 600
     while not all(p.exists() for p in ready) and time.monotonic() < limit and \
@@ -315,6 +318,9 @@ def _few(ranks: list[int] | None, limit: int = 10) -> list[int] | None:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--serve":
         role, spec_path, ranks_path, out_path = argv[1:5]
+        import harness
+
+        print(f"harness from {Path(harness.__file__).parent}", file=sys.stderr, flush=True)
         spec = FleetSpec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
         ranks = json.loads(Path(ranks_path).read_text(encoding="utf-8"))
         sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's life)
