@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.cluster.fleet import FleetSpec, run_fleet  # noqa: E402
 
-FIGURES = ("join_s", "master_snapshot_s", "all_decided_s")
+FIGURES = ("join_s", "last_result_s", "master_snapshot_s", "all_decided_s")
 
 
 def one(nodes: int, tree: Path | None) -> dict:
