@@ -33,6 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.timeouts import ClusterTimeouts
+from harness.jsontypes import JSONObject
+
 __all__ = ["FleetSpec", "run_fleet"]
 
 #: The NCCL/FI variables a simulated node publishes (a real EFA node's typical set: what
@@ -68,9 +71,7 @@ class FleetSpec:
     start_at: float = 0.0
     """Wall-clock time every node starts joining (set by `run_fleet`)."""
 
-    def timeouts(self) -> Any:
-        from harness.cluster.timeouts import ClusterTimeouts
-
+    def timeouts(self) -> ClusterTimeouts:
         return ClusterTimeouts(join_s=self.join_s, local_s=self.local_budget_s,
                                gather_s=self.gather_s, collective_s=self.collective_s,
                                isolation_rounds=0, exit_s=self.exit_s)
@@ -234,7 +235,7 @@ def _child_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def run_fleet(spec: FleetSpec, workdir: Path, *, python: str = sys.executable,
-              env: Mapping[str, str] | None = None, tree: Path | None = None) -> dict[str, Any]:
+              env: Mapping[str, str] | None = None, tree: Path | None = None) -> JSONObject:
     """Run one fleet (the master and the workers as processes) and return its figures;
     `tree`: another checkout whose control plane the processes run (bench_fleet's pairs)."""
     if tree is not None:  # `-m` puts the working directory first on sys.path
@@ -271,7 +272,7 @@ def run_fleet(spec: FleetSpec, workdir: Path, *, python: str = sys.executable,
     return summarize(spec, [workdir / f"{role}.json" for role, _ in jobs])
 
 
-def summarize(spec: FleetSpec, paths: list[Path]) -> dict[str, Any]:
+def summarize(spec: FleetSpec, paths: list[Path]) -> JSONObject:
     """The fleet's figures: seconds from the common start, the master's load, descriptors."""
     parts = [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.exists()]
     nodes = {int(r): v for part in parts for r, v in part["nodes"].items()}

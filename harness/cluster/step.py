@@ -22,6 +22,7 @@ from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, node_summary, verdict_of
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.results import results as typed_results
 from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
@@ -148,7 +149,7 @@ class ClusterStep(CollectivePhases):
         log(f"local verdict {report.verdict}; publishing it and gathering every node's")
         return self.exchange(summary)
 
-    def exchange(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+    def exchange(self, summary: JSONMapping) -> JSONObject:
         """Everything after the node-local checks: publish this node's summary, gather every
         node's (master) or receive the snapshot, the collective phases when it passes, and the
         exit handshake. The fleet simulator (harness.cluster.fleet) runs this very code."""

@@ -68,8 +68,8 @@ class ClusterVerdict:
         return asdict(self)
 
     @classmethod
-    def from_full(cls, data: Mapping[str, Any]) -> ClusterVerdict:
-        return cls(**data)
+    def from_full(cls, data: JSONMapping) -> ClusterVerdict:
+        return cls(**data)  # type: ignore[arg-type]
 
 
 #: The IDs of the cluster checks: a node's selection holding one is judged by the cluster step.
@@ -107,7 +107,7 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
 PER_RANK_FOR_NODES = 64
 
 
-def for_nodes(snap: Mapping[str, Any]) -> dict[str, Any]:
+def for_nodes(snap: JSONMapping) -> JSONObject:
     """The snapshot the master publishes to the other nodes: the verdict it decided (every
     node takes it as is: the same verdict, exit code and failure text) and the snapshot
     without each node's summary or the host list. The full snapshot is ~1 KB a node: 16 MB at 16,384 nodes,
@@ -121,7 +121,7 @@ def for_nodes(snap: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def verdict_of(snap: Mapping[str, Any]) -> ClusterVerdict:
+def verdict_of(snap: JSONMapping) -> ClusterVerdict:
     """The verdict of a snapshot: the master's when it published one (`for_nodes`), else
     decided here (the master, and a node that lost the master)."""
     if isinstance(snap.get("verdict"), Mapping):
