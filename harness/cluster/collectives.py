@@ -13,7 +13,7 @@ from harness.cluster.group_phase import GroupPhases, plan_groups
 from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.cluster.verdict import decide
+from harness.cluster.verdict import decide, for_nodes
 from harness.settings import get_float
 from harness.topology import Topology
 
@@ -75,6 +75,14 @@ class CollectivePhases(GroupPhases):
             f"{self.topo.port}) was lost: it crashed, was stopped, hangs or cannot be reached, "
             "and no node can take the cluster verdict without it")}}}
 
+    def _share(self, key: str, snap: dict[str, Any]) -> dict[str, Any]:
+        """Master: publish the snapshot for the nodes under `key` (its verdict, without each
+        node's summary: `for_nodes`) and keep the full one, with that same verdict."""
+        assert self.plane is not None
+        shared = for_nodes(snap)
+        self.plane.publish(key, shared)
+        return {**snap, "verdict": shared["verdict"]}
+
     def _collectives(self, snap: dict[str, Any], members: list[int]) -> dict[str, Any]:
         """Cluster all_reduce over `members` (the nodes that passed their own checks), then
         (if it fails, or in certify) isolation among them; the master decides. A node left
@@ -92,9 +100,11 @@ class CollectivePhases(GroupPhases):
         try:
             if self.rank in members:
                 plane.publish(f"bw/{self.rank}", result, counter="count/bw")
+                if result["errors"]:
+                    plane.bump("count/bw_broken")
             if self.is_master:
                 bw = self._gather_bw(phase_start + t.bench_s, size)
-                snap = {**snap, "bandwidth": bw}
+                snap = _without_verdict(snap) | {"bandwidth": bw}
                 snap["isolation_skipped"] = self._isolation_skip(snap)
                 snap["groups_plan"] = plan_groups(self.profile, self.env, self.topo.num_nodes)
                 if snap["isolation_skipped"]:
@@ -103,7 +113,7 @@ class CollectivePhases(GroupPhases):
                     snap["not_measured"] = {**snap.get("not_measured", {}), "job-shaped groups": (
                         "nodes were left out of the collectives (they failed their own checks): "
                         "a group with a node missing cannot be measured")}
-                plane.publish("snap/bw", snap)
+                snap = self._share("snap/bw", snap)
             elif self.rank not in members:
                 log("left out of the collectives (this node did not pass its own checks); "
                     "waiting for the verdict")
@@ -115,7 +125,7 @@ class CollectivePhases(GroupPhases):
             return self._lost_master("the cluster all_reduce", str(exc))
         if snap.get("isolation_skipped"):
             if self.is_master:
-                plane.publish("snap/final", snap)
+                snap = self._share("snap/final", _without_verdict(snap))
         else:
             snap = self._isolation(snap)
         if self.master_lost is not None or len(members) < self.topo.num_nodes:
@@ -166,17 +176,14 @@ class CollectivePhases(GroupPhases):
     def _gather_bw(self, deadline: float, size: int) -> dict[str, Any]:
         assert self.plane is not None
         members = self.members
-        plane, broken_at, scanned = self.plane, [0.0], [0]
+        plane, broken_at = self.plane, [0.0]
 
         def enough(got: int) -> bool:
-            """Once a published result shows the collective broke, a node still silent gets
-            `gather_s` more (alive, it would have hit its own collective timeout too)."""
-            if not broken_at[0] and got > scanned[0]:
-                scanned[0] = got
-                for r in members:
-                    if plane.has(f"bw/{r}") and plane.wait_for(f"bw/{r}", 0)["errors"]:
-                        broken_at[0] = time.monotonic()
-                        break
+            """Once a published result shows the collective broke (a node with errors bumps
+            `count/bw_broken`: one read, not N), a node still silent gets `gather_s` more
+            (alive, it would have hit its own collective timeout too)."""
+            if not broken_at[0] and plane.count("count/bw_broken"):
+                broken_at[0] = time.monotonic()
             return bool(broken_at[0]) and time.monotonic() > broken_at[0] + self.t.gather_s
 
         found, missing = plane.gather({r: f"bw/{r}" for r in members}, "count/bw", deadline,
@@ -253,9 +260,9 @@ class CollectivePhases(GroupPhases):
                                  relative=0.5 if self.profile.has_gpus else 0.0,
                                  max_rounds=t.isolation_rounds,
                                  confirmations=confirmations(self.profile))
-                snap = {**snap, "isolation": result.to_dict()}
+                snap = _without_verdict(snap) | {"isolation": result.to_dict()}
                 plane.publish(f"iso/{round_no[0] + 1}/plan", "done")
-                plane.publish("snap/final", snap)
+                snap = self._share("snap/final", snap)
             except PlaneError as exc:
                 return self._lost_master("isolation", str(exc))
             return snap
@@ -288,3 +295,8 @@ class CollectivePhases(GroupPhases):
             pass
         return {"busbw_gb_s": row.busbw_gb_s if row else None,
                 "error": None if res.data_ok else "wrong data"}
+
+
+def _without_verdict(snap: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot about to change: its verdict no longer holds (the master decides again)."""
+    return {k: v for k, v in snap.items() if k != "verdict"}

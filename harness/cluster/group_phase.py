@@ -94,10 +94,10 @@ class GroupPhases:
             return self.plane.wait_for("snap/groups", time.monotonic() + self.t.gather_s)
         judged = self._judge_groups(results)
         self._isolate_failing(judged)
-        snap = {**snap, "groups": {"layout": plan["layout"], "results": judged}}
+        snap = {**{k: v for k, v in snap.items() if k != "verdict"},  # decided again
+                "groups": {"layout": plan["layout"], "results": judged}}
         self.plane.publish("giso/done", 1)
-        self.plane.publish("snap/groups", snap)
-        return snap
+        return self._share("snap/groups", snap)
 
     def _group_round(self, k: int, rnd: list[NodeGroup]) -> list[JSONObject]:
         """One round of node-disjoint groups: each member measures its group; the master

@@ -28,6 +28,8 @@ __all__ = ["ControlPlane", "PlaneError"]
 
 #: How often a waiting master re-reads a counter, s (1024 nodes x 4 polls/s is nothing).
 POLL_S = 0.25
+#: Keys per `check`/`multi_get` request when the master reads every node's key.
+BATCH = 1024
 
 
 class PlaneError(RuntimeError):
@@ -60,6 +62,12 @@ class ControlPlane:
         _log(f"node rank {topo.node_rank}/{topo.num_nodes} ({topo.source}); control plane "
              f"{'serving' if is_master else 'at'} {topo.master_addr}:{topo.port}, "
              f"join timeout {timeout_s:g} s")
+        if is_master:
+            try:
+                _room_for_sockets(topo.num_nodes)
+            except PlaneError:
+                _restore_env(changed)
+                raise
         try:
             store = dist.TCPStore(topo.master_addr, topo.port, None, is_master,
                                   timedelta(seconds=timeout_s), wait_for_workers=False)
@@ -88,10 +96,20 @@ class ControlPlane:
             raise PlaneError(f"control plane lost while reading {counter}: "
                              f"{_short(exc)}") from exc
 
+    def bump(self, counter: str) -> None:
+        """Add 1 to `counter` (a flag many nodes may raise: one read tells the master)."""
+        try:
+            self.store.add(counter, 1)
+        except Exception as exc:
+            raise PlaneError(f"control plane lost while bumping {counter}: "
+                             f"{_short(exc)}") from exc
+
     def gather(self, keys: Mapping[int, str], counter: str, deadline: float,
                enough: Callable[[int], bool] | None = None) -> tuple[dict[int, JSONValue], list[int]]:
         """Wait until every key is set (by its counter), `enough(count)` says to stop early,
-        or the deadline; (values, missing)."""
+        or the deadline; (values, missing). The master's requests do not grow with N per
+        poll (one counter read); the keys are then read BATCH at a time (`check` per batch,
+        halved down to the missing ones, one `multi_get` per batch), not one by one."""
         want, pause = len(keys), 0.005
         try:
             while time.monotonic() < deadline:
@@ -100,16 +118,29 @@ class ControlPlane:
                     break
                 time.sleep(pause)
                 pause = min(pause * 2, POLL_S)  # fast when everyone is there, cheap when not
-            found, missing = {}, []
-            for rank, key in sorted(keys.items()):
-                if self.store.check([key]):
-                    found[rank] = json.loads(self.store.get(key))
-                else:
-                    missing.append(rank)
+            ranks = sorted(keys)
+            present = [r for i in range(0, len(ranks), BATCH)
+                       for r in self._present(ranks[i:i + BATCH], keys)]
+            found: dict[int, JSONValue] = {}
+            for i in range(0, len(present), BATCH):
+                chunk = present[i:i + BATCH]
+                values = self.store.multi_get([keys[r] for r in chunk])
+                found.update((r, json.loads(v)) for r, v in zip(chunk, values, strict=True))
         except Exception as exc:
             raise PlaneError(f"control plane lost while gathering {counter}: "
                              f"{_short(exc)}") from exc
-        return found, missing
+        return found, [r for r in ranks if r not in found]
+
+    def _present(self, ranks: list[int], keys: Mapping[int, str]) -> list[int]:
+        """Which of `ranks` have their key set: one `check` when all do, halving otherwise
+        (about 2 m log2(BATCH) checks for m missing). `multi_get` would wait for a missing
+        key, so only present keys are read."""
+        if not ranks or self.store.check([keys[r] for r in ranks]):
+            return ranks
+        if len(ranks) == 1:
+            return []
+        mid = len(ranks) // 2
+        return self._present(ranks[:mid], keys) + self._present(ranks[mid:], keys)
 
     def has(self, key: str) -> bool:
         try:
@@ -118,16 +149,23 @@ class ControlPlane:
             return False
 
     def wait_for(self, key: str, deadline: float) -> JSONValue:
-        """The value of `key` once set; PlaneError at the deadline or when the master is gone."""
-        # Polling, with back-off, rather than store.wait: c10d logs a warning per timed-out
-        # wait, and a poll notices both the deadline and a master that went away.
-        pause = 0.005
+        """The value of `key` once set; PlaneError at the deadline or when the master is gone.
+        One `store.wait` until the deadline, not a poll: the master answers when the key is
+        set, so N waiting nodes cost it nothing per second (a poll of N nodes at 4/s is
+        65,536 requests/s at 16,384 nodes). A master that goes away closes the socket: the
+        wait fails at once. c10d logs a warning when a wait times out: once, at the deadline."""
         try:
-            while not self.store.check([key]):
-                if time.monotonic() >= deadline:
+            if not self.store.check([key]):
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise PlaneError(f"no {key!r} from the control-plane master by the deadline")
-                time.sleep(pause)
-                pause = min(pause * 2, POLL_S)
+                try:
+                    self.store.wait([key], timedelta(seconds=left))
+                except Exception as exc:
+                    if time.monotonic() >= deadline - 0.05 and "timeout" in str(exc).lower():
+                        raise PlaneError(f"no {key!r} from the control-plane master by the "
+                                         "deadline") from exc
+                    raise
             return json.loads(self.store.get(key))
         except PlaneError:
             raise
@@ -202,10 +240,40 @@ class ControlPlane:
         _restore_env(self._env_restore)
 
 
+#: Descriptors the master needs besides one socket per node (its own files, pipes, gloo, NCCL).
+FD_MARGIN = 256
+
+
+def _room_for_sockets(num_nodes: int) -> None:
+    """The master's store holds one socket per node: raise the soft open-files limit to the
+    hard one when it is short (as NCCL does: src/os/linux.cc ncclOsSetFilesLimit), and say so
+    at once when even the hard limit is (instead of nodes failing to join past ~1,000)."""
+    import resource
+
+    need = num_nodes + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise PlaneError(f"the control-plane master needs {need} open files (one socket "
+                             f"per node of {num_nodes}, + {FD_MARGIN}), but the hard limit "
+                             f"is {hard}: raise it (ulimit -n, the container's nofile)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        _log(f"raised the open-files soft limit from {soft} to {hard} (one socket per node)")
+
+
 def _plane_env(topo: Topology, env: Mapping[str, str]) -> dict[str, str]:
-    """Variables the control plane needs: gloo must use loopback when the master is local
-    (its default is the interface of the hostname's address)."""
+    """Variables the control plane needs: gloo connects lazily; gloo must use loopback when
+    the master is local (its default is the interface of the hostname's address)."""
     wanted = {}
+    if "TORCH_GLOO_LAZY_INIT" not in env:
+        # gloo connects every pair of ranks when a group is built (N-1 sockets per node, N^2/2
+        # connections, every node reading N store keys); lazily, a rank connects to a peer on
+        # first use: the ring all_reduce's two neighbours (docs/multinode.md, Scale).
+        wanted["TORCH_GLOO_LAZY_INIT"] = "1"
+    if env.get("TORCH_DIST_INIT_BARRIER", "0") != "0":
+        # A store barrier over all N nodes after each of the N/2 pair groups of a round:
+        # N^2/2 store requests a round (torch.distributed.new_group, _store_based_barrier).
+        wanted["TORCH_DIST_INIT_BARRIER"] = "0"
     if topo.master_addr in ("127.0.0.1", "localhost", "::1") and not env.get("GLOO_SOCKET_IFNAME"):
         wanted["GLOO_SOCKET_IFNAME"] = "lo"
     return wanted

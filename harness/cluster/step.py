@@ -21,8 +21,9 @@ from harness.cluster.node import FAULTS, node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off, left_out, not_measured
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary
+from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary, verdict_of
 from harness.confirm import add_isolation
+from harness.jsontypes import JSONMapping, JSONObject
 from harness.results import results as typed_results
 from harness.settings import get_str
 from harness.topology import Topology, TopologyError, detect_topology
@@ -114,7 +115,7 @@ class ClusterStep(CollectivePhases):
     def finish(self, report: Report) -> ClusterVerdict:
         """Gather, judge, and record the cluster verdict in `report` (same on every node)."""
         snap = self._run(report)
-        verdict = decide(snap)
+        verdict = verdict_of(snap)
         ids = {c["id"] for c in verdict.checks}
         report.checks = [c for c in report.checks if c.id not in ids] + typed_results(
             verdict.checks)
@@ -153,37 +154,56 @@ class ClusterStep(CollectivePhases):
         summary = node_summary(report, rank=self.rank, facts=node_facts(self.env),
                                env=self.env, cluster_ids=CLUSTER_IDS)
         log(f"local verdict {report.verdict}; publishing it and gathering every node's")
+        return self.exchange(summary)
+
+    def exchange(self, summary: JSONMapping) -> JSONObject:
+        """Everything after the node-local checks: publish this node's summary, gather every
+        node's (master) or receive the snapshot, the collective phases when it passes, and the
+        exit handshake. The fleet simulator (harness.cluster.fleet) runs this very code."""
+        plane = self.plane
+        assert plane is not None
         local_deadline = self.t0 + self.t.join_s + self.t.local_s + self.t.gather_s
         try:
             self.published = True
             plane.publish(f"result/{self.rank}", summary, counter="count/result")
             if self.is_master:
-                snap = self._gather_local(local_deadline)
-                plane.publish("snap/local", snap)
+                snap = self._share("snap/local", self._plan(self._gather_local(local_deadline)))
             else:
                 snap = plane.wait_for("snap/local", local_deadline + self.t.gather_s)
         except PlaneError as exc:
             return self._lost_master("the gather of node-local results", str(exc))
-        local = decide(snap)
-        members = [r for r in sorted(int(k) for k in snap.get("nodes", {}))
-                   if r not in {int(b["rank"]) for b in local.bad_nodes}]
-        if not local.passed:
-            why = left_out(snap, local)
-            if self.tier == "preflight" or len(members) < 2:
-                # Fast fail: the collectives are not run; every output says so, and why.
-                snap = {**snap, "not_measured": not_measured(snap, why, self.tier, members)}
-                log("; ".join(f"{k} not measured: {v}" for k, v in snap["not_measured"].items()))
-                self._done(snap)
-                return snap
-            # certify / diagnose: the nodes that passed their own checks are still measured,
-            # so that a slow node is found beside a failing one.
-            snap = {**snap, "left_out": {str(r): w for r, w in why.items()}}
-            log(f"cluster bandwidth and isolation over the {len(members)} nodes that passed "
-                "their own checks; left out: " + "; ".join(
-                    f"{snap['hosts'].get(str(r), r)} ({w})" for r, w in why.items()))
-        snap = self._collectives(snap, members)
+        left = {int(r) for r in snap.get("left_out") or {}}
+        if snap.get("not_measured"):  # fast fail: the collectives are not run, and every
+            log("; ".join(f"{k} not measured: {v}"  # output says so, and why
+                          for k, v in snap["not_measured"].items()))
+            self._done(snap)
+            return snap
+        if left:  # certify / diagnose: the nodes that passed their own checks are still
+            log(f"cluster bandwidth and isolation over the {self.topo.num_nodes - len(left)} "
+                "nodes that passed their own checks; left out: " + "; ".join(
+                    f"{self.topo.hosts[r] if r < len(self.topo.hosts) else r} ({w})"
+                    for r, w in sorted((int(r), w) for r, w in snap["left_out"].items())))
+        snap = self._collectives(snap, [r for r in range(self.topo.num_nodes) if r not in left])
         self._done(snap)
         return snap
+
+    def _plan(self, snap: dict[str, Any]) -> dict[str, Any]:
+        """Master, after the node-local gather: which nodes the collectives measure. A node
+        that failed its own checks (or did not report) is left out (`left_out`: rank -> why);
+        in preflight, or with fewer than 2 nodes left, the collectives are not run at all
+        (`not_measured`: step -> why, as every output says it). Every node reads the plan from
+        the snapshot it receives (the nodes' copy has no summaries to decide it from)."""
+        local = decide(snap)
+        if local.passed:
+            return snap
+        why = left_out(snap, local)
+        members = [r for r in sorted(int(k) for k in snap.get("nodes", {})) if r not in why]
+        if self.tier == "preflight" or len(members) < 2:
+            return {**snap, "not_measured": not_measured(snap, why, self.tier, members)}
+        out = {str(r): w for r, w in why.items()}
+        out.update({str(r): "did not report" for r in range(self.topo.num_nodes)
+                    if r not in members and str(r) not in out})
+        return {**snap, "left_out": out}
 
     def _gather_local(self, deadline: float) -> dict[str, Any]:
         assert self.plane is not None
