@@ -17,9 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.jsontypes import JSONObject
+from harness.jsontypes import JSONMapping, JSONObject
+
+if TYPE_CHECKING:
+    from harness.results import CheckResult
 
 __all__ = ["Cause", "find_causes", "id_ranges"]
 
@@ -158,7 +161,7 @@ def _own(message: str, remedy: str, outcome: str) -> tuple[str, str]:
     return message, remedy if outcome == "fail" else ""
 
 
-def find_causes(checks: Iterable[Any]) -> list[Cause]:
+def find_causes(checks: Iterable[CheckResult | JSONMapping]) -> list[Cause]:
     """The causes of the failed (fail/error) checks of `checks` (CheckResults or report.json
     dicts): those that block other checks first (most first), then the rest, measured failures
     before errors, each in check-ID order. Every failed check is in exactly one cause."""

@@ -344,23 +344,21 @@ _CAUSE_WIDTHS = (300, 240, 200, 160, 130, 100, 80)
 
 def _fit(items: list[tuple[str, str]], roots: list[str], room: int) -> tuple[list[str], list[str]]:
     """Each (prefix, text) as prefix + text, the texts shortened to the widest of _CAUSE_WIDTHS
-    at which all fit in `room` (joined by ' | '); when none does, in order, each as wide as the
-    room left allows (at most 160, at least 80), and the roots of those that do not fit (said
+    at which all fit in `room` (joined by ' | '); when none does, the most causes, in order, that
+    fit at one width of at least 80 (at most 160), and the roots of those that do not fit (said
     as ' | +N more causes: ...', which the room keeps space for)."""
     for width in _CAUSE_WIDTHS:
         parts = [prefix + _shorten(text, width) for prefix, text in items]
         if len(" | ".join(parts)) <= room:
             return parts, []
-    parts, used = [], 0
-    for i, (prefix, text) in enumerate(items):  # none fits: each as wide as room allows
-        rest = roots[i + 1:]
-        tail = len(f" | +{len(rest)} more causes: " + ", ".join(rest)) if rest else 0
-        width = min(room - used - tail - 3 - len(prefix), _CAUSE_WIDTHS[3])
-        if width < _CAUSE_WIDTHS[-1]:
-            return parts, roots[i:]
-        parts.append(prefix + _shorten(text, width))
-        used += len(parts[-1]) + 3
-    return parts, []
+    for k in range(len(items) - 1, 0, -1):  # none fits: as many causes as keep >= 80 chars
+        rest = roots[k:]
+        tail = len(f" | +{len(rest)} more causes: " + ", ".join(rest))
+        prefixes = sum(len(prefix) + 3 for prefix, _ in items[:k])
+        width = min((room - tail - prefixes) // k, _CAUSE_WIDTHS[3])
+        if width >= _CAUSE_WIDTHS[-1]:
+            return [prefix + _shorten(text, width) for prefix, text in items[:k]], rest
+    return [], roots
 
 
 def _shorten(text: str, width: int) -> str:

@@ -95,7 +95,7 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
     local = decide(snap)
     members = [r for r in hosts if r not in {b["rank"] for b in local.bad_nodes}]
     if num_nodes > 1 and not local.passed:
-        why = left_out(snap, local)
+        why = left_out(snap, local.bad_nodes)
         if tier == "preflight" or len(members) < 2:
             snap["not_measured"] = not_measured(snap, why, tier, members)
             members = []

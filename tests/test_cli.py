@@ -77,7 +77,11 @@ def test_failing_run_never_execs_and_explains(tmp_path, execs, monkeypatch, caps
     text = failure.read_text()
     head = text[:1024]
     assert head.startswith("gpu-preflight FAILED on node-a (p5.48xlarge, tier preflight)")
-    assert "[PF-ENV-001]" in head and "NCCL_NET=Socket" in head
+    # The causes come first (issue 29): PF-ENV-001 is one of them, named before the failed
+    # IDs (in full when the room allows; else in "+N more causes"), and in full below.
+    causes_part = head.split(" | failed: ")[0]
+    assert "CAUSE: " in causes_part and "PF-ENV-001" in causes_part, head
+    assert "[PF-ENV-001] harmful environment variables" in text and "NCCL_NET=Socket" in text
     assert "FAIL" in capsys.readouterr().out
 
 
@@ -127,7 +131,8 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
     assert report["host"] == "algo-2"
     reason = (opt_ml / "output" / "failure").read_text()
     assert reason.startswith("gpu-preflight FAILED on algo-2 (p5.48xlarge, tier preflight)")
-    assert "FI_PROVIDER=tcp" in reason[:1024]
+    assert "PF-ENV-001" in reason[:1024].split(" | failed: ")[0]  # a cause, before the IDs
+    assert "FI_PROVIDER=tcp" in reason  # its words in full in the Causes section
     # No /dev/nvidia* and no NVML on this machine: no CUDA rank is launched, each says why.
     checks = {c["id"]: c for c in report["checks"]}
     for check_id, outcome in (("PF-TRAIN-001", "fail"), ("PF-NET-006", "error"),

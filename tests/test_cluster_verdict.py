@@ -258,7 +258,7 @@ def test_preflight_says_what_it_did_not_measure_and_why():
     snap["nodes"]["3"] = _summary(3, "fail", [{"id": "PF-ENV-004", "outcome": "fail",
                                                "message": "[PF-ENV-004] bad NCCL_DEBUG"}])
     local = decide(snap)
-    why = left_out(snap, local)
+    why = left_out(snap, local.bad_nodes)
     assert why == {3: "failed its own checks"}
     snap["not_measured"] = not_measured(snap, why, "preflight", [0, 1, 2])
     v = decide(snap)

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.cluster.node import FAULTS, PASSING_FAULTS
 from harness.cluster.timeouts import ClusterTimeouts
+from harness.jsontypes import JSONObject
 
 __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections", "run_selftest"]
 
@@ -148,7 +149,7 @@ class SelftestResult:
     def exit_code(self) -> int:
         return 0 if self.verdict == "pass" and self.consistent else 1
 
-    def to_dict(self, cfg: SelftestConfig) -> dict[str, Any]:
+    def to_dict(self, cfg: SelftestConfig) -> JSONObject:
         """`preflight selftest --json`: what the table and the verdict line say, by key."""
         from dataclasses import asdict
 

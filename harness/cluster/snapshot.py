@@ -194,13 +194,13 @@ class ClusterView:
         return f"{self.host(rank)} (rank {rank})"
 
 
-def left_out(snap: JSONMapping, local: Any) -> dict[int, str]:
-    """The nodes the collectives leave out after the node-local gather (`local`: its verdict),
+def left_out(snap: JSONMapping, bad_nodes: Iterable[JSONMapping]) -> dict[int, str]:
+    """The nodes the collectives leave out after the node-local gather (`bad_nodes`: its verdict's),
     rank -> why, in a few words: did not report, failed its own checks, differs from the rest."""
     missing = {int(r) for r in snap.get("missing", {})}
     nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
     out: dict[int, str] = {}
-    for b in local.bad_nodes:
+    for b in bad_nodes:
         r = int(b["rank"])
         out[r] = ("did not report" if r in missing
                   else "failed its own checks" if nodes.get(r, {}).get("verdict") != "pass"

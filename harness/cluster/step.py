@@ -196,7 +196,7 @@ class ClusterStep(CollectivePhases):
         local = decide(snap)
         if local.passed:
             return snap
-        why = left_out(snap, local)
+        why = left_out(snap, local.bad_nodes)
         members = [r for r in sorted(int(k) for k in snap.get("nodes", {})) if r not in why]
         if self.tier == "preflight" or len(members) < 2:
             return {**snap, "not_measured": not_measured(snap, why, self.tier, members)}
