@@ -43,12 +43,25 @@ def _healthy_compute() -> object:
                          {i: 2900.0 for i in range(8)})
 
 
+def _healthy_sdc() -> object:
+    """Eight GPUs whose deterministic work agrees bit for bit (PF-GPU-020)."""
+    from harness.fixtures.sdc import SdcRun
+
+    record = {"digest": "cd" * 32, "spec": "sdc/v1 short", "outputs": {"bf16 gemm": "ef" * 32},
+              "totals": {"bf16 gemm": 1.0}, "seconds": 0.1, "sm_count": 132}
+    return SdcRun("short", [{"rank": i, "device": i, "uuid": None, **record} for i in range(8)],
+                  8)
+
+
 def pytest_configure(config: object) -> None:
-    """Every later `import pynvml` gets the fake; compute sanity answers healthy."""
+    """Every later `import pynvml` gets the fake; compute sanity and the SDC cross-check
+    answer healthy."""
+    import harness.fixtures.sdc as fixtures_sdc
     import harness.worker.compute as worker_compute
 
     sys.modules["pynvml"] = FakeNvml(h100_node())  # type: ignore[assignment]
     worker_compute.from_worker = lambda *a, **k: _healthy_compute()  # type: ignore[assignment]
+    fixtures_sdc.sdc_from_worker = lambda *a, **k: _healthy_sdc()  # type: ignore[assignment]
 
 
 def make_tools(bin_dir: Path) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Root cause first (harness.causes): failures that follow from one cause are one cause, the
 check that states it its root, the rest folded under it by ID; a failure of its own stays as
-its check said it. On a recorded no-GPU p5 run (tests/data/no_gpu_p5_checks.json)."""
+its check said it. On a recorded no-GPU p5 run (tests/recorded/no_gpu_p5_checks.json)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.causes import find_causes
 
-DATA = Path(__file__).parent / "data" / "no_gpu_p5_checks.json"
+DATA = Path(__file__).parent / "recorded" / "no_gpu_p5_checks.json"
 
 
 def _c(cid: str, message: str, outcome: str = "error", remedy: str = "") -> dict:

@@ -21,7 +21,9 @@ def test_gpu_profile_under_xdist_every_check_reports_once(tmp_path, monkeypatch)
     output = (folder / "pytest-output.txt").read_text()
     assert "INTERNALERROR" not in output
     assert not any("INTERNALERROR" in e for e in report["harness_errors"]), report["harness_errors"]
-    assert [p["phase"] for p in report["phases"]] == ["node-local", "exclusive"]
+    phases = [p["phase"] for p in report["phases"]]
+    # the failed measured checks (no CUDA here) run once more to confirm (issue 30)
+    assert phases[:2] == ["node-local", "exclusive"] and set(phases[2:]) <= {"confirm"}, phases
     selection = report["selection"]
     assert selection["missing"] == [] and selection["duplicates"] == []
     assert selection["selected"] == selection["reported"] == len(report["checks"]) > 40

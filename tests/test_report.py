@@ -58,13 +58,13 @@ def test_failure_reason_root_cause_first_then_every_failed_id():
 
 
 def test_failure_reason_of_a_no_gpu_p5_run_names_the_cause_first():
-    """A recorded no-GPU p5 run (tests/data/no_gpu_p5_checks.json): its 44 failures were said
+    """A recorded no-GPU p5 run (tests/recorded/no_gpu_p5_checks.json): its 44 failures were said
     one by one, the ulimit and EFA ones first, the missing GPU never in the first 1024 chars."""
     from pathlib import Path
 
     from harness.results import results
 
-    data = json.loads((Path(__file__).parent / "data" / "no_gpu_p5_checks.json").read_text())
+    data = json.loads((Path(__file__).parent / "recorded" / "no_gpu_p5_checks.json").read_text())
     report = Report(host="vm", profile="p5.48xlarge", profile_source="x", tier="preflight",
                     checks=results(data["checks"]))
     text = failure_reason(report)
