@@ -55,7 +55,7 @@ def _worker(rank: int, world: int, store: str, out: str, reps: int, iters: int) 
 
     import torch.distributed as dist
 
-    from harness.probes.torch_bench import allreduce_bench
+    from harness.worker.bandwidth import allreduce_bench
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))

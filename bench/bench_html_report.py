@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from harness.html_report import ReportSet, render_html  # noqa: E402
+from harness.report.html.render import ReportSet, render_html  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "reports"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import proc  # noqa: E402
+from harness.base import proc  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "nccl_log"
 WRAPPERS = ("[1,{r}]<stdout>:", "{r}: ", "")

@@ -1,4 +1,4 @@
-"""harness.proc against subprocess.run, the cost of reading the process tree, and the time from
+"""harness.base.proc against subprocess.run, the cost of reading the process tree, and the time from
 a signal to `preflight run`'s exit.
 
 1. `proc.run(["true"])` vs `subprocess.run(["true"])`, paired, 50 rounds: medians and ratio
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import proc, proctree
+from harness.base import proc, proctree
 
 
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]
@@ -63,7 +63,7 @@ def bench_snapshot(extra: int = 1000) -> None:
 
 SUITE = '''
 import os, signal
-from harness import proc
+from harness.base import proc
 from harness.checking import check
 
 @check("PF-B-001", title="a tool hangs", why="w", remedy="r")

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.redact import Redactor  # noqa: E402
+from harness.base.redact import Redactor  # noqa: E402
 
 KB = 1000
 MB = 1_000_000
@@ -107,7 +107,7 @@ def main() -> None:
     seconds = median_s(lambda: Redactor({}).text(line), args.runs)
     print(f"   Redactor.text            {seconds * 1000:10.1f} ms")
     from harness.parsers.env import inspect_env
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     profile = get_profile("p5.48xlarge")
     dump = f"NCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS={line}\n"  # a relevant variable: its value is shown

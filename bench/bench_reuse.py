@@ -39,8 +39,8 @@ def timed_run(args: list[str], env: dict[str, str], report: Path) -> tuple[float
 
 
 def identity_s(profile: str, runs: int) -> float:
-    code = ("import os, time; from harness.identity import gather; "
-            "from harness.profiles import BUILTIN_PROFILES as P; t = time.perf_counter(); "
+    code = ("import os, time; from harness.memory.identity import gather; "
+            "from harness.profiles.table import BUILTIN_PROFILES as P; t = time.perf_counter(); "
             f"gather(P[{profile!r}], 'bench', os.environ); print(time.perf_counter() - t)")
     return statistics.median(float(subprocess.run([sys.executable, "-c", code], text=True,
                                                   capture_output=True, check=True).stdout)

@@ -51,7 +51,7 @@ def tagged_pids(tag: str) -> list[int]:
 
 
 def one_run(index: int, nproc: int, teardown: str, dtype: str) -> dict:
-    """One launch. Not through harness.proc.run on purpose: its process-group kill after the
+    """One launch. Not through harness.base.proc.run on purpose: its process-group kill after the
     leader exits would hide exactly the leftover ranks this bench counts."""
     tag = f"{os.getpid()}-{index}"
     env = {**os.environ, TAG_ENV: tag, "PYTHONUNBUFFERED": "1"}

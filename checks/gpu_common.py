@@ -1,20 +1,12 @@
 """What the GPU checks share: the action each problem needs, and the judges that fail naming
 every GPU with its problem and action, and error naming every fact no source could read
-(checks/test_gpu*.py; the fact model is harness.gpu_facts)."""
+(checks/test_gpu*.py; the fact model is harness.base.gpu_facts)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from harness.checking import (
-    ProbeError,
-    expect_none,
-    measure,
-    measurement_name,
-    not_applicable,
-    warn,
-)
-from harness.gpu import (
+from harness.base.gpu import (
     MONITOR,
     REBOOT,
     REPLACE,
@@ -25,16 +17,16 @@ from harness.gpu import (
     gpu_label,
     worst_action,
 )
-from harness.gpu_facts import (
-    FACTS,
-    NOT_SUPPORTED,
-    UNREAD,
-    FactState,
-    fact_state,
-    needed,
-    unread_why,
+from harness.base.gpu_facts import FACTS, NOT_SUPPORTED, UNREAD, FactState, fact_state, needed, unread_why
+from harness.checking import (
+    ProbeError,
+    expect_none,
+    measure,
+    measurement_name,
+    not_applicable,
+    warn,
 )
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 #: What each action means for the operator (the remedy of a failed check names the worst one).
 ACTION_REMEDY = {
@@ -103,7 +95,7 @@ def judged(inventory: GpuInventory) -> tuple[GpuInfo, ...]:
 def judge_gpus(what: str, inventory: GpuInventory, profile: Profile, facts: Sequence[str],
                problems: Callable[[GpuInfo], list[Problem]], extra: Found = (), *,
                actions: bool = True) -> None:
-    """Judge `facts` (harness.gpu_facts keys) on every GPU with `problems`. Not applicable when
+    """Judge `facts` (harness.base.gpu_facts keys) on every GPU with `problems`. Not applicable when
     the profile's SKU has none of them (its sourced `not_supported` table); each fact the SKU
     lacks is recorded; a problem fails as `judge` fails (`actions=False`: the offenders without
     an action, the check's own remedy); a fact no source could read on some GPU is an error

@@ -3,7 +3,6 @@ nccl-tests' out-of-bounds count, completion within the budget, and gloo on CPU-o
 
 from __future__ import annotations
 
-from harness import judges
 from harness.checking import (
     ProbeError,
     check,
@@ -13,8 +12,9 @@ from harness.checking import (
     warn,
 )
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
-from harness.judges import settle
-from harness.profiles import Profile
+from harness.judges import network as judges
+from harness.judges.network import settle
+from harness.profiles.table import Profile
 from harness.topology import NodeCount
 
 NEXT_NVLINK = (
@@ -33,7 +33,7 @@ _size = judges.size_text
 
 
 def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str) -> None:
-    """Judge busbw at the floor's size (harness.judges.busbw_floor, which `preflight inspect
+    """Judge busbw at the floor's size (harness.judges.network.busbw_floor, which `preflight inspect
     nccl-tests` applies too); a run with no row there is a probe error naming the run."""
     size = floor.size_bytes
     busbw = run.busbw_at(size)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from harness.base.settings import get_str
 from harness.checking import ProbeError, current, not_applicable
 from harness.cluster.checks import (
     test_cluster_bandwidth_meets_floor,
@@ -25,7 +26,6 @@ from harness.cluster.group_check import test_job_shaped_groups_meet_their_thresh
 from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
 from harness.cluster.snapshot import ClusterView, cluster_off
 from harness.cluster.straggler import test_no_straggler_node
-from harness.settings import get_str
 from harness.topology import NodeCount, TopologyError, detect_topology
 
 __all__ = [

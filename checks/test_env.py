@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from harness.base.redact import Redactor
 from harness.checking import check, expect_none, fail, not_applicable, warn
-from harness.envrules import Versions, evaluate, format_problems, ifname_problem
-from harness.profiles import Profile
-from harness.redact import Redactor
+from harness.judges.env import Versions, evaluate, format_problems, ifname_problem
+from harness.profiles.table import Profile
 
 
 def _shown(env: dict[str, str], findings: list) -> list[str]:

@@ -11,9 +11,7 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from checks.gpu_common import ACTION_REMEDY, judge_gpus, reader
-from harness.checking import ProbeError, check, expect, measure, warn
-from harness.fixtures.gpu import require_gpus
-from harness.gpu import (
+from harness.base.gpu import (
     MONITOR,
     RESET,
     GpuInfo,
@@ -31,10 +29,12 @@ from harness.gpu import (
     retirement_problems,
     thermal_problems,
 )
-from harness.gpu_facts import explain_other, explain_reads
-from harness.profiles import Profile
+from harness.base.gpu_facts import explain_other, explain_reads
+from harness.checking import ProbeError, check, expect, measure, warn
+from harness.fixtures.gpu import require_gpus
+from harness.profiles.table import Profile
 
-#: The facts each inventory check judges (harness.gpu_facts): `explain` lists them, the judge
+#: The facts each inventory check judges (harness.base.gpu_facts): `explain` lists them, the judge
 #: reads them, the generated test removes each in turn (tests/test_gpu_facts_generated.py).
 READS = {
     "PF-GPU-002": ("model", "memory"),

@@ -9,7 +9,7 @@ import pytest
 
 from harness.checking import ProbeError, check, expect_none, measure, not_applicable, warn
 from harness.fixtures.links import gpu_of, inventory_or_none
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 #: A sustained SM clock this far below the window's peak is reported (percent). Under a bf16
 #: GEMM a healthy GPU at its power cap moves its clock by a few percent; HW slowdown halves it.

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from checks.gpu_common import ACTION_REMEDY, UNREADABLE_LOG, Found, judge
+from harness.base.gpu import MONITOR, REBOOT, GpuInventory, gpu_label, worst_action
+from harness.base.gpu_facts import explain_other
 from harness.checking import ProbeError, check, measure, not_applicable, warn
 from harness.fixtures.gpu import require_gpus
 from harness.fixtures.reading import Reading
-from harness.gpu import MONITOR, REBOOT, GpuInventory, gpu_label, worst_action
-from harness.gpu_facts import explain_other
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.kernel_log import IncompleteLogError
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 
 @check(
@@ -20,7 +20,7 @@ from harness.profiles import Profile
     why="XIDs are the driver's record of GPU faults: 79 (fallen off the bus), 48 (double-bit "
     "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again. "
     + "No Xid line counts as no XID only in text that is positively a kernel log; " + UNREADABLE_LOG,
-    remedy="see the action named for each GPU (XID catalogue: harness/gpu_actions.py)",
+    remedy="see the action named for each GPU (XID catalogue: harness/base/gpu_actions.py)",
     reads=explain_other(
         ["the kernel log since boot (or $PREFLIGHT_XID_SINCE): $PREFLIGHT_KERNEL_LOG, else "
          "`journalctl -k -b`, else `dmesg`; `NVRM: Xid (PCI:...): N, ...` lines, the action "

@@ -1,6 +1,6 @@
 """GPU links: every GPU pair's peer copy (one weak NVLink hides inside an 8-GPU all_reduce),
 each GPU's host copies in both directions against its PCIe link, and small-message all_reduce
-latency next to the bandwidth figures. Thresholds and sources: harness/link_floors.py;
+latency next to the bandwidth figures. Thresholds and sources: harness/judges/gpu_links.py;
 docs/gpu.md and docs/bandwidth.md."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from harness.base.gpu import pcie_link_gen_max
 from harness.checking import ProbeError, check, expect_none, measure, not_applicable, warn
 from harness.fixtures.links import LinksResult, gpu_of, inventory_or_none
-from harness.gpu import pcie_link_gen_max
-from harness.link_floors import Sourced, floors_for, host_copy_floor, pcie_model_gb_s
-from harness.profiles import Profile
+from harness.judges.gpu_links import Sourced, floors_for, host_copy_floor, pcie_model_gb_s
+from harness.profiles.table import Profile
 
 MIB = 1024**2
 #: A host copy below this share of NCCL's model of its link is broken whatever the estimate

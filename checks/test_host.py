@@ -13,7 +13,7 @@ from harness.fixtures.host import (
 )
 from harness.parsers.host import mount_kind
 from harness.probes.host import PathSpace, Stuck
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 GIB = 1024**3
 #: |clock offset| past which AWS rejects signed requests (SigV4: a request must reach AWS within

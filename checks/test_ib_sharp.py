@@ -15,7 +15,7 @@ import pytest
 
 from harness.checking import ProbeError, check, fail, measure, not_applicable, warn
 from harness.fixtures.fabric import require_ib
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 from harness.topology import NodeCount
 
 REMEDY_SHARP = ("check that the SHARP aggregation manager runs beside the subnet manager "

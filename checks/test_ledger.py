@@ -1,4 +1,4 @@
-"""The bad-hardware ledger (harness.ledger): is any GPU (by serial) or NIC (by GUID) of this node
+"""The bad-hardware ledger (harness.memory.ledger): is any GPU (by serial) or NIC (by GUID) of this node
 open in it? The ledger remembers parts across instances, so a GPU sent for repair that comes
 back in another node is named where it failed before."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.base.settings import get_str
 from harness.checking import ProbeError, check, fail, measure, not_applicable, warn
-from harness.identity import gpu_keys, read_gpus, read_nics
-from harness.ledger import Ledger, describe, keys_of
-from harness.profiles import Profile
-from harness.settings import get_str
-from harness.store import Store, StoreError
+from harness.memory.identity import gpu_keys, read_gpus, read_nics
+from harness.memory.ledger import Ledger, describe, keys_of
+from harness.memory.store import Store, StoreError
+from harness.profiles.table import Profile
 
 
 @check(

@@ -3,7 +3,6 @@ log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUD
 
 from __future__ import annotations
 
-from harness import judges
 from harness.checking import (
     ProbeError,
     check,
@@ -14,10 +13,11 @@ from harness.checking import (
     warn,
 )
 from harness.fixtures.network import NcclNetEvidence, require_efa
-from harness.judges import settle
+from harness.judges import network as judges
+from harness.judges.network import settle
 from harness.parsers.fi_info import FiInfo
 from harness.probes.network import EfaDevices, OfiNcclLib
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 REMEDY_DEVICES = ("pass every EFA device to the container (docker run --device "
                   "/dev/infiniband/uverbsN for each, or the EKS vpc.amazonaws.com/efa resource); "

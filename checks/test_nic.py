@@ -12,7 +12,7 @@ from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.network import require_fabric
 from harness.probes import nic_counters
 from harness.probes.network import EfaDevices
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 REMEDY_LINK = ("check the cable/switch port of the device named (`ibstat`, `rdma link`), "
                "then reboot or drain the node if the link stays down")
@@ -110,8 +110,8 @@ LOOPBACK_WARN_GBPS = 20.0
 )
 def test_device_loopback(profile: Profile, sysroot: Path,
                          efa_devices_if_expected: EfaDevices | None):
+    from harness.base.proc import which
     from harness.probes.loopback import loopback, tool_for
-    from harness.proc import which
 
     require_fabric(profile)
     fabric = str(profile.fabric)

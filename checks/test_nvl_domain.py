@@ -16,7 +16,7 @@ from harness.fixtures.nvl_domain import NVLS_GATE_SIZE, FabricEvidence
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import FabricInfo
 from harness.probes.imex import ImexStatus
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 REMEDY_MNNVL = ("check every tray's fabric (`nvidia-smi -q | grep -A8 Fabric`: State Completed, "
                 "Status Success, one Cluster UUID and Clique ID), the NVLink switch trays and "

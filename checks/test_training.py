@@ -18,7 +18,7 @@ from harness.checking import (
     warn,
 )
 from harness.probes.train_step import FP8_RECIPES, TrainStepRun
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 _SDC = ("possible silent data corruption or a stack bug: rerun on another node; if it follows "
         "this node, drain it and run `dcgmi diag -r 3`; if it follows the image, check the "

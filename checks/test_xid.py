@@ -1,5 +1,5 @@
 """XIDs in a window: the last PREFLIGHT_XID_WINDOW_H hours (default 2, AzHC's), their rate, and
-application-caused XIDs (13, 31, 43, 45) told apart from hardware ones (harness/xid_window.py).
+application-caused XIDs (13, 31, 43, 45) told apart from hardware ones (harness/judges/xid.py).
 PF-GPU-006 judges every XID since boot; this check says what is recent and whose it is."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.base.gpu import MONITOR
+from harness.base.gpu_facts import explain_other
+from harness.base.settings import get_float
 from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.gpu import require_gpus
-from harness.gpu import MONITOR
-from harness.gpu_facts import explain_other
+from harness.judges.xid import summarize
 from harness.parsers.kernel_log import KernelLog, XidEvent
-from harness.profiles import Profile
-from harness.settings import get_float
-from harness.xid_window import summarize
+from harness.profiles.table import Profile
 
 #: Hours of kernel log judged (Azure AzHC azure_gpu_xid.nhc: time_threshold default 2 h).
 WINDOW_ENV = "PREFLIGHT_XID_WINDOW_H"

@@ -1,8 +1,8 @@
 """`python -m harness` is the `preflight` command."""
 
-from harness import sigmask
+from harness.base import sigmask
 
-sigmask.hold()  # before anything else is imported (harness.sigmask)
+sigmask.hold()  # before anything else is imported (harness.base.sigmask)
 
 from harness.cli import entrypoint  # noqa: E402
 

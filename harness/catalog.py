@@ -1,5 +1,5 @@
 """`preflight list` and `preflight explain`: the checks a run would select, collected the way
-`run` collects them (harness.runner.collect_checks), as lines for people or records for tools."""
+`run` collects them (harness.run.runner.collect_checks), as lines for people or records for tools."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.jsontypes import JSONMapping, JSONObject
-from harness.suites import Suite
+from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.run.suites import Suite
 
 __all__ = ["Catalog", "CatalogError", "catalog", "explain_lines", "find", "list_lines",
            "list_records"]
@@ -34,9 +34,9 @@ class Catalog:
 def catalog(extra: Sequence[str] = (), *, tier: str, keyword: str | None = None,
             env: Mapping[str, str] | None = None) -> Catalog:
     """The checks `preflight run --tier TIER -k KEYWORD --extra-checks ...` would select."""
-    from harness.runner import collect_checks
-    from harness.selection import SelectionError, check_keyword
-    from harness.suites import SuiteError, resolve_suites
+    from harness.run.runner import collect_checks
+    from harness.run.selection import SelectionError, check_keyword
+    from harness.run.suites import SuiteError, resolve_suites
 
     try:
         suites = resolve_suites(extra, env)

@@ -12,9 +12,9 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from harness.profile_model import CONFIRM_FAMILIES
+from harness.base.tiers import TIERS
+from harness.profiles.model import CONFIRM_FAMILIES
 from harness.results import CheckResult, Measurement, measurement_name, plain
-from harness.tiers import TIERS
 
 __all__ = [
     "OUTCOMES",
@@ -64,7 +64,7 @@ class CheckSpec:
     reads: tuple[str, ...] = ()
     """What the check needs to read and what it does when it cannot (`explain` prints it)."""
     family: str = ""
-    """The measured family (harness.profile_model.CONFIRM_FAMILIES: bandwidth, compute, links,
+    """The measured family (harness.profiles.model.CONFIRM_FAMILIES: bandwidth, compute, links,
     training) whose failure is run once more before it is condemned, when the profile's
     `confirm_families` names it; "" for a fact that a second reading cannot change."""
 
@@ -89,7 +89,7 @@ def check(
     family: str = "",
 ) -> Callable[[F], F]:
     """Declare a test function as check `id`: metadata for list/explain, markers for pytest;
-    `reads`: lines saying what it needs to read (harness.gpu_facts.explain_reads); `family`:
+    `reads`: lines saying what it needs to read (harness.base.gpu_facts.explain_reads); `family`:
     its measured family, confirmed by a second run before a failure stands."""
     if tier not in TIERS:
         raise ValueError(f"check {id}: tier {tier!r} is not one of {', '.join(TIERS)}")

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # argparse is imported once the signals are held (entrypoint, _parser)
     import argparse
 
-from harness import __version__, sigmask
+from harness import __version__
+from harness.base import sigmask
+from harness.base.settings import SettingError
+from harness.base.tiers import TIERS
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
-from harness.settings import SettingError
-from harness.tiers import TIERS
 
 __all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
 
@@ -243,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sigmask.release()  # a held SIGINT raises KeyboardInterrupt here: 130
         return command(args)
     except (UsageError, SettingError) as exc:  # it may quote a value the user gave: redacted
-        from harness.redact import redact_text
+        from harness.base.redact import redact_text
 
         print(f"preflight: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -258,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entrypoint() -> None:
     """Console-script entry point (and `python -m harness`). Its first instruction holds the
-    signals (harness.sigmask) until the command is ready for them."""
+    signals (harness.base.sigmask) until the command is ready for them."""
     sigmask.hold()
     code = EXIT_HARNESS
     try:

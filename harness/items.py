@@ -1,6 +1,6 @@
 """What the results file and the plugin say about a collected pytest item: its check metadata
 (the @check spec, or one made for a plain pytest test), the suite it came from, and the session's
-selection. Shared by harness.plugin (which fills the stash) and harness.recorder (which writes
+selection. Shared by harness.plugin (which fills the stash) and harness.run.recorder (which writes
 it), below both, so that neither imports the other."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.jsontypes import JSONObject
 from harness.checking import TIERS, CheckSpec
-from harness.jsontypes import JSONObject
 
 __all__ = ["describe_item", "item_spec", "reused_key", "selection_key", "suite_of", "suites_key"]
 

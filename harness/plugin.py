@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.profiles import Profile
+    from harness.profiles.table import Profile
 
 import pytest
 
 import harness.fixtures as _fixtures_pkg
 from harness import __version__
+from harness.base.deadline import TimeoutHooks
+from harness.base.redact import Redactor
 from harness.checking import (
     TIERS,
     CheckContext,
@@ -34,12 +36,10 @@ from harness.checking import (
     _set_current,
     plain,
 )
-from harness.deadline import TimeoutHooks
-from harness.interrupt import install_session_handlers
 from harness.items import item_spec, reused_key, selection_key, suite_of, suites_key
-from harness.redact import Redactor
 from harness.results import CheckResult, Measurement
-from harness.suites import BUILTIN_SUITE
+from harness.run.interrupt import install_session_handlers
+from harness.run.suites import BUILTIN_SUITE
 
 #: Fact fixtures live in harness/fixtures/*.py (one module per area), registered when the plugin
 #: is in force, so that a conftest.py can override any of them with canned facts.
@@ -52,16 +52,16 @@ PHASES = ("checks", "node-local", "exclusive", "confirm")
 
 HELP_PROFILE = "Profile name (exact instance type, e.g. p5.48xlarge), or 'auto' to detect."
 HELP_PROFILE_FILE = "TOML file with profile overrides or extra profiles."
-HELP_PROFILE_JSON = ("the profile the run resolved (harness.runner writes it): used as it is, "
+HELP_PROFILE_JSON = ("the profile the run resolved (harness.run.runner writes it): used as it is, "
                      "never resolved again")
 HELP_TIER = "Check tier: preflight (fast, every job), certify (nightly), diagnose (one bad node)."
 HELP_RESULTS = "Append one JSON line per check result to this file (the CLI reads it)."
 HELP_SYSROOT = "Root directory probes read /sys, /proc and /dev under (tests point it at a fake)."
 HELP_PHASE = ("Run this phase's share of the selection: node-local (not exclusive), exclusive, "
               "checks (all of it, the default), or confirm (all of it: failed checks run again "
-              "to confirm them, harness.confirm).")
+              "to confirm them, harness.run.confirm).")
 HELP_REUSED = ("Check IDs (comma-separated) a node certificate stands for this run "
-               "(harness.certificate): deselected, never run, never reported as run.")
+               "(harness.memory.certificate): deselected, never run, never reported as run.")
 HELP_SUITE = ("NAME=PATH of a check suite (repeatable): plain tests under PATH get IDs relative "
               "to it, and results name the suite.")
 
@@ -152,13 +152,13 @@ def pytest_configure(config: pytest.Config) -> None:
         suites.append((name, Path(path).resolve()))
     config.stash[suites_key] = suites
     # pytest-timeout: "timeout" when autoloaded, its module's name when loaded with -p (the
-    # runner's sessions); each check's deadline, for harness.proc.
+    # runner's sessions); each check's deadline, for harness.base.proc.
     if any(config.pluginmanager.hasplugin(n) for n in ("timeout", "pytest_timeout")):
         config.pluginmanager.register(TimeoutHooks(), "preflight-deadlines")
     path = config.getoption("preflight_results")
     if path:
-        from harness.recorder import ResultsRecorder
-        from harness.session_redaction import SessionRedaction
+        from harness.run.recorder import ResultsRecorder
+        from harness.run.session_redaction import SessionRedaction
 
         config.pluginmanager.register(SessionRedaction(redactor), "preflight-redaction")
         worker = getattr(config, "workerinput", {}).get("workerid")
@@ -175,9 +175,9 @@ def resolve_profile(config: pytest.Config) -> tuple[Profile, str]:
     if config.getoption("preflight_profile_json"):
         config.stash[_profile_key] = _handed_profile(config.getoption("preflight_profile_json"))
         return config.stash[_profile_key]
-    from harness.detect import detect_instance_type
-    from harness.profiles import BUILTIN_PROFILES, ProfileError, load_profile_file
-    from harness.profiles_derive import resolve_detected
+    from harness.detect.derive import resolve_detected
+    from harness.detect.instance import detect_instance_type
+    from harness.profiles.table import BUILTIN_PROFILES, ProfileError, load_profile_file
 
     try:
         profiles = BUILTIN_PROFILES
@@ -196,7 +196,7 @@ def resolve_profile(config: pytest.Config) -> tuple[Profile, str]:
 
 def _handed_profile(path: str) -> tuple[Profile, str]:
     """(Profile, source) from the file the runner wrote: the run resolved the profile once."""
-    from harness.profiles import Profile
+    from harness.profiles.table import Profile
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.jsontypes import JSONMapping, JSONObject, JSONValue
+from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 
 __all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "measurement_name",
            "plain", "results", "upgrade_v1"]

@@ -26,7 +26,7 @@ def run_handoffs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[s
     """`preflight run` in this process on a neutral environment (no NCCL_, FI_, PREFLIGHT_ or
     SM_ variable, no instance metadata, host `node-a`, cwd tmp_path); the hand-off is recorded
     in the list returned, not performed."""
-    from harness import handoff
+    from harness.base import handoff
 
     for name in list(os.environ):
         if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):
@@ -81,10 +81,10 @@ def process_alive(pid: int) -> bool:
 
 
 def check_session(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """pytester.runpytest_subprocess as harness.runner starts a check session: the plugins it
+    """pytester.runpytest_subprocess as harness.run.runner starts a check session: the plugins it
     names (xdist, pytest-timeout) loaded by name, no other installed plugin autoloaded (this
     venv's hypothesis plugin alone costs ~1.8 s per session)."""
-    from harness.runner import PLUGINS
+    from harness.run.runner import PLUGINS
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")

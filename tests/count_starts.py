@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from harness.proc_result import ProcResult
+from harness.base.proc_result import ProcResult
 
 __all__ = ["answer", "pytest_configure"]
 
@@ -60,7 +60,7 @@ def answer(argv: Sequence[str], real: Any, **kwargs: Any) -> ProcResult:
 def pytest_configure(config: object) -> None:
     import torch
 
-    from harness import proc
+    from harness.base import proc
 
     real = proc.run
     proc.run = lambda argv, **kw: answer(argv, real, **kw)  # type: ignore[assignment]

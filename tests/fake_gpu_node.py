@@ -102,7 +102,7 @@ def use_fake_gpu_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     """A `preflight run` in this process on the fake node: the job's NCCL/FI/PREFLIGHT/SM
     variables cleared, the fake tools and kernel log, the check sessions' plugins, no EC2 or
     SageMaker lookups, no exec. Returns the fake tools' folder."""
-    from harness import handoff
+    from harness.base import handoff
 
     for name in list(os.environ):
         if name.startswith(("NCCL_", "FI_", "PREFLIGHT_", "SM_")):

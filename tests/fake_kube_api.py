@@ -1,4 +1,4 @@
-"""A fake Kubernetes API server (http.server) for harness.kube: it records every request and
+"""A fake Kubernetes API server (http.server) for harness.report.kube: it records every request and
 answers GET/PATCH of a node with `status`. `hold`: each PATCH waits for it to be set (`arrived`
 is set first), so a test can act while the run waits on the API."""
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from harness.base.gpu import GpuInfo, GpuInventory
 from harness.fixtures.reading import Reading
-from harness.gpu import GpuInfo, GpuInventory
 from harness.parsers.dcgm import DcgmDiag, DcgmResult
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.gpu_compute import ComputeResult

@@ -9,7 +9,7 @@ from typing import Any
 from harness.fixtures.links import LinksResult
 from harness.probes.gpu_clocks import ClockSummary, summarize
 from harness.probes.gpu_links import HostCopy, PairCopy
-from harness.probes.torch_bench import BenchRow, TorchBenchResult
+from harness.worker.bandwidth import BenchRow, TorchBenchResult
 from tests.gpu_facts import node
 
 MIB = 1024**2

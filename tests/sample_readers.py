@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import detect
+from harness.detect import instance as detect
 from harness.parsers import ParseError
 from harness.parsers.host import mount_kind, parse_chronyc_tracking, parse_mounts, parse_timedatectl
 from harness.parsers.nccl_mnnvl import health_faults, parse_mnnvl_lines
@@ -173,7 +173,7 @@ PROBE_READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "host-proc-modules": _modules,  # harness.probes.network.loaded_modules
     "efa-installed-packages": _installed_packages,  # harness.probes.network.find_ofi_nccl
     "ofi-nccl-plugin-strings": _plugin_strings,  # harness.probes.network.find_ofi_nccl
-    "host-dmi": _dmi,  # harness.detect on the DMI attributes shown
+    "host-dmi": _dmi,  # harness.detect.instance on the DMI attributes shown
     "host-rdma-sysfs": _rdma,  # harness.probes.fabric.rdma_devices, network.efa_devices
     "host-rdma-counters": _sysfs_counters,  # harness.probes.nic_counters
     "efa-hw-counters-listing": _efa_hw_counters,  # harness.probes.nic_counters

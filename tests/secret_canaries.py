@@ -1,4 +1,4 @@
-"""Canary secrets in every shape harness.redact recognises, the non-secrets that must survive
+"""Canary secrets in every shape harness.base.redact recognises, the non-secrets that must survive
 it, and a scanner that finds a canary in any bytes (as written, JSON-escaped, XML-escaped,
 percent-encoded, or cut to a fragment). Shared by tests/test_redact_channels.py (in process)
 and tests/e2e/test_e2e_redaction.py (every byte the installed `preflight` writes)."""

@@ -14,7 +14,7 @@ from typing import Any
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.snapshot import left_out, not_measured
 from harness.cluster.verdict import FACT_KEYS, decide, node_summary
-from harness.report import Report
+from harness.report.model import Report
 from harness.results import CheckResult, Measurement, results
 
 GIB, MIB = 2**30, 2**20

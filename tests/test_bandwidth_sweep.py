@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from harness.fixtures.worker import bandwidth_args
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 GIB, MIB = 2**30, 2**20
 

@@ -1,4 +1,4 @@
-"""Root cause first (harness.causes): failures that follow from one cause are one cause, the
+"""Root cause first (harness.report.causes): failures that follow from one cause are one cause, the
 check that states it its root, the rest folded under it by ID; a failure of its own stays as
 its check said it. On a recorded no-GPU p5 run (tests/recorded/no_gpu_p5_checks.json)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.causes import find_causes
+from harness.report.causes import find_causes
 
 DATA = Path(__file__).parent / "recorded" / "no_gpu_p5_checks.json"
 

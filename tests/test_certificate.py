@@ -1,4 +1,4 @@
-"""Certification reuse (harness.certificate, harness.identity): the decision on recorded
+"""Certification reuse (harness.memory.certificate, harness.memory.identity): the decision on recorded
 identities, the identity read from a fake sysroot and an emulated nvidia-smi, and real
 `preflight run` processes: a certify pass writes the certificate (folder and S3 store), a
 job-start run reuses it, and a certificate of another node, an edited one, an old one or none
@@ -15,11 +15,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from harness.certificate import REUSABLE, issue, look_up, parse_age, seal
-from harness.identity import NodeIdentity, gather
-from harness.profiles import BUILTIN_PROFILES
+from harness.memory.certificate import REUSABLE, issue, look_up, parse_age, seal
+from harness.memory.identity import NodeIdentity, gather
+from harness.memory.store import Store
+from harness.profiles.table import BUILTIN_PROFILES
 from harness.results import CheckResult
-from harness.store import Store
 from tests.fake_tools import make_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -301,7 +301,7 @@ def test_an_unread_identity_certifies_nothing(tmp_path: Path,
     """A certify pass on a GPU profile whose GPUs cannot be read leaves no certificate, and
     says why (a certificate bound to an unknown identity would match nothing, or anything)."""
     from harness.commands.memory import NodeMemory
-    from harness.report import Report
+    from harness.report.model import Report
 
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     memory = NodeMemory.start(reuse_certified=None, profile=BUILTIN_PROFILES["p5.48xlarge"],

@@ -65,7 +65,7 @@ def test_recorded_output_below_the_nvlink_floor_fails(tmp_path, monkeypatch):
         "checks (PF-GPU: active links, fabric manager), `nvidia-smi topo -m`, and "
         "NCCL_P2P_DISABLE / NCCL_NVLS_ENABLE / NCCL_ALGO in the environment; rerun with "
         "NCCL_DEBUG=INFO and check the channels go `via P2P` or NVLS, not `via SHM` "
-        # the bandwidth family is run once more before the verdict (harness.confirm)
+        # the bandwidth family is run once more before the verdict (harness.run.confirm)
         "(confirmed: failed again when run again: all_reduce busbw at 1 GiB 298.3 GB/s (needs "
         ">= 460.0 GB/s))")
     assert "single-node job (1 node" in checks["PF-BW-002"]["message"]
@@ -89,7 +89,7 @@ def test_hang_fails_completion_and_has_no_gate_row(tmp_path, monkeypatch):
     assert code == 1
     assert checks["PF-BW-005"]["outcome"] == "fail"
     # The run's 8 s (80 % of the check's 10 s) leaves too little to stop it inside the check's
-    # timeout: harness.proc shortens it, and says so.
+    # timeout: harness.base.proc shortens it, and says so.
     assert ("and was killed (its 8 s timeout was shortened to end before check PF-BW-001's 10 s "
             "pytest-timeout)") in checks["PF-BW-005"]["message"]
     tail = next(m for m in checks["PF-BW-005"]["measurements"] if m["what"].endswith("tail"))

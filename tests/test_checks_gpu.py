@@ -601,7 +601,7 @@ def test_p6e_gb200_without_a_fabric_state_is_not_ready_to_judge():
     import checks.test_gpu_nvlink as nvlink_checks
     from harness.checking import run_check
     from harness.probes import gpu
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
     from tests.fake_nvml import FakeGpu, FakeNvml
 
     gb200 = [FakeGpu(i, name="NVIDIA GB200", fabric=(0, 0)) for i in range(4)]

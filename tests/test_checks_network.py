@@ -237,7 +237,7 @@ import pytest
 
 import harness.fixtures.worker as worker_fixture
 import harness.probes.network as network
-from harness.proc_result import ProcResult
+from harness.base.proc_result import ProcResult
 from harness.worker.launch import PartOutcome, WorkerRun
 from tests.network_facts import HEALTHY
 
@@ -367,9 +367,9 @@ def _gdr_log(drop: str | None = None, only_disabled: str | None = None) -> str:
 
 
 def test_single_node_gdr_is_judged_on_nccls_init_verdict_per_gpu():
-    from harness import judges
+    from harness.judges import network as judges
     from harness.parsers.nccl_log import parse_nccl_log
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     p5 = get_profile("p5.48xlarge")
     healthy = judges.net_gdr(p5, parse_nccl_log(_gdr_log()))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, handoff
+from harness import cli
+from harness.base import handoff
 
 HF_TOKEN = "hf_plantedSecretTokenValue0123456789abcd"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTEDKEY"
@@ -501,7 +502,7 @@ def test_suite_replacement_and_overrides_are_announced(tmp_path, execs, monkeypa
 
 
 def test_an_incomplete_install_is_a_harness_error_naming_the_file(tmp_path, execs, monkeypatch):
-    from harness import runner
+    from harness.run import runner
 
     monkeypatch.setattr(runner, "_INI", tmp_path / "gone" / "checks.ini")
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.base.suggest import did_you_mean
 from harness.cli import main
-from harness.suggest import did_you_mean
 
 SAMPLES = Path(__file__).parent / "data"
 

@@ -124,7 +124,7 @@ def test_a_confirmed_bad_node_is_not_flaky():
 
 def test_confirmations_follow_the_profiles_isolation_family():
     from harness.cluster.isolate import confirmations
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     profile = get_profile("p5.48xlarge")
     assert "isolation" in profile.confirm_families and confirmations(profile) == 2

@@ -109,7 +109,7 @@ def test_slow_node_is_isolated_by_pairwise_rounds(tmp_path):
                             for e in evidence)
     assert report["cluster"]["actions"]["slurm_drain"][0].startswith(
         "scontrol update nodename=node1 state=drain reason=\"gpu-preflight: ")
-    from harness.figures import bad_nodes  # the HTML report's bad-node table
+    from harness.report.figures import bad_nodes  # the HTML report's bad-node table
 
     reports = [json.loads((tmp_path / f"node{r}" / "report.json").read_text()) for r in range(4)]
     assert [(b.host, b.source) for b in bad_nodes(reports)] == [("node1", "cluster")]
@@ -154,7 +154,7 @@ def _free_port():
 @pytest.fixture
 def node1_env(monkeypatch, tmp_path):
     """This process as node 1 of 2 whose master (127.0.0.1, a port nobody serves) is absent."""
-    from harness import handoff
+    from harness.base import handoff
 
     calls = []
     monkeypatch.setattr(handoff, "_execvp", lambda file, argv: calls.append(list(argv)))
@@ -213,7 +213,7 @@ def test_watchdog_stops_a_hung_node_at_its_hard_bound(tmp_path):
 import pathlib, time
 from harness.cluster.step import ClusterStep, ClusterTimeouts
 from harness.topology import Topology
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 topo = Topology(node_rank=1, num_nodes=2, master_addr="127.0.0.1", port=1, source="test")
 t = ClusterTimeouts(join_s=0.2, local_s=0.2, gather_s=0.2, collective_s=0.1,
                     isolation_rounds=0, exit_s=0.1)

@@ -195,7 +195,7 @@ def test_a_node_publishes_its_busbw_gate_and_step_time():
 
 def test_node_summary_publishes_the_figures_of_its_report():
     from harness.cluster.snapshot import node_summary
-    from harness.report import Report
+    from harness.report.model import Report
     from harness.results import results
 
     report = Report(host="node2", profile="local-cpu", profile_source="--profile",

@@ -9,7 +9,7 @@ import pytest
 
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.verdict import consistency_outliers, decide, node_summary
-from harness.report import Report
+from harness.report.model import Report
 from harness.results import CheckResult
 
 FACTS = {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5", "ofi_nccl": "1.13.2",
@@ -358,7 +358,7 @@ def test_bad_nodes_within_the_cap_are_drained():
 
 def test_one_bad_node_is_always_drainable():
     """At least one node may be drained: a 2-node run with one bad node is not suspect."""
-    from harness.blast import allowed
+    from harness.base.blast import allowed
 
     v = decide(_failing(_snap(n=2), [1]))
     assert v.blast_radius["suspect"] is False and v.actions["slurm_drain"]

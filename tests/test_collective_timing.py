@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from harness.probes.collective_timing import (
+from harness.worker.collective_timing import (
     CPU_CLOCK,
     CUDA_EVENTS,
     CpuTimer,
@@ -128,7 +128,7 @@ def test_the_guard_bounds_a_hung_collective():
 
 DATA_CHECK = """
 import resource, sys, torch
-from harness.probes import torch_bench as tb
+from harness.worker import bandwidth as tb
 n = 1 << 26  # 256 MiB of float32
 data = tb.fill_pattern(torch.empty(n, dtype=torch.float32), rank=0)
 data.mul_(3)  # as if 2 ranks (1 + 2) had reduced patterns 1 and 2: the exact sum
@@ -141,7 +141,7 @@ print(wrong, grown * 1024 / (n * 4))
 
 def test_the_data_check_counts_right_across_pieces():
     torch = pytest.importorskip("torch")
-    from harness.probes import torch_bench as tb
+    from harness.worker import bandwidth as tb
 
     data = tb.fill_pattern(torch.empty(1000, dtype=torch.float32), rank=0, chunk=7)
     assert data[:14].tolist() == [float(i % 13 + 1) for i in range(14)]

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, handoff
-from harness.metrics import render
+from harness import cli
+from harness.base import handoff
+from harness.report.metrics import render
 from tests.test_cli import clean_env  # noqa: F401 - the fixture, shared
 
 SITE = '''
@@ -154,7 +155,7 @@ def test_no_time_left_leaves_the_failure_standing_unconfirmed(tmp_path):
 
 
 def test_the_clusters_flaky_pairs_are_counted_in_the_total():
-    from harness.confirm import add_isolation
+    from harness.run.confirm import add_isolation
 
     node = {"families": ["bandwidth"], "flaky": ["PF-BW-001"], "flaky_total": 1}
     isolation = {"flaky": [{"first": {"a": 0, "b": 3, "busbw_gb_s": 0.01, "error": None},

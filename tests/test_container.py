@@ -291,7 +291,7 @@ def test_entrypoint_execs_preflight(fake_bin: Path) -> None:
 
 def test_entrypoint_hands_preflight_the_signals_held(fake_bin: Path) -> None:
     """SIGTERM, SIGINT and SIGHUP blocked from before preflight's interpreter starts: one that
-    comes while it loads waits for its handlers (harness.sigmask) instead of killing it."""
+    comes while it loads waits for its handlers (harness.base.sigmask) instead of killing it."""
     held = int(run_entrypoint(fake_bin, "echo", "ok").env["sigblk"], 16)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         assert held & (1 << (sig - 1)), f"{sig.name} not held: SigBlk {held:016x}"

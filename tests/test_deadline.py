@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from harness import deadline, proc
+from harness.base import deadline, proc
 from tests.conftest import REPO, run_checks
 
 SUITE = '''
-from harness import deadline, proc
+from harness.base import deadline, proc
 from harness.checking import check
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.deadline import Deadline
+from harness.base.deadline import Deadline
 from harness.devicecheck import launch, machine, patch, record
 from harness.devicecheck.context import DEVICE, REHEARSE, Context
 from harness.devicecheck.record import Figure, StepResult, settle
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "device-check"
@@ -193,7 +193,7 @@ def _figures_doc() -> dict:
 
 
 def test_profile_patch_cites_where_each_floor_was_measured(tmp_path):
-    from harness.profiles import load_profile_file
+    from harness.profiles.table import load_profile_file
 
     text = patch.profile_patch(_figures_doc())
     assert "# measured on NVIDIA H100 80GB HBM3, driver 550.90.07, 2027-01-05" in text

@@ -1,4 +1,4 @@
-"""CloudWatch Embedded Metric Format (harness.emf): Host a property, never a dimension; the
+"""CloudWatch Embedded Metric Format (harness.report.emf): Host a property, never a dimension; the
 events reach CloudWatch Logs on the moto server."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_publish import recorded, report_folder
 
-from harness.emf import emf_events
-from harness.publish import metric_data, publish
+from harness.report.emf import emf_events
+from harness.report.publish import metric_data, publish
 
 
 def _check_emf(event: dict) -> None:

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.envrules import (
-    RULES,
-    Versions,
-    evaluate,
-    format_problems,
-    ifname_problem,
-    parse_version,
-)
-from harness.profiles import get_profile
+from harness.judges.env import RULES, Versions, evaluate, format_problems, ifname_problem, parse_version
+from harness.profiles.table import get_profile
 
 P5 = get_profile("p5.48xlarge")
 CPU = get_profile("local-cpu")

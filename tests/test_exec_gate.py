@@ -14,7 +14,7 @@ import pytest
 
 SCRIPT = r'''
 import os, signal, sys, time
-from harness.interrupt import RunGuard
+from harness.run.interrupt import RunGuard
 
 log = open(sys.argv[1], "a", buffering=1)
 case = sys.argv[2]

@@ -32,6 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.base.redact import Redactor
 from harness.parsers import ParseError, inspect_kinds
 from harness.parsers.dcgm import parse_dcgm_diag
 from harness.parsers.env import parse_env_dump
@@ -47,8 +48,7 @@ from harness.parsers.nvidia_smi import (
     parse_smi_xml,
 )
 from harness.parsers.train_step import classify_failure, parse_train_step
-from harness.profiles import get_profile
-from harness.redact import Redactor
+from harness.profiles.table import get_profile
 
 DATA = Path(__file__).parent / "data"
 SEED = int(os.environ.get("PREFLIGHT_FUZZ_SEED", "20260601"))

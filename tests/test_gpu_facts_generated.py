@@ -32,7 +32,7 @@ import checks.test_gpu_nvlink as nvlink_checks
 from harness.checking import run_check, spec_of
 from harness.probes import gpu
 from harness.probes.nvidia_smi import SMI_CSV_FIELDS
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 from tests.e2e.fakes import fake_tool
 from tests.fake_nvml import FakeNvml, h100_node
 from tests.fake_tools import make_tool
@@ -42,7 +42,7 @@ DATA = Path(__file__).parent / "data" / "nvidia_smi"
 XML = DATA / "real_xml-580-h100x8-k8s-test-infra.xml"
 GPU = 3  # the GPU a fact is taken from
 
-#: check ID -> the facts it judges (harness.gpu_facts keys; `count`, `driver`, `cuda` and
+#: check ID -> the facts it judges (harness.base.gpu_facts keys; `count`, `driver`, `cuda` and
 #: `nvlink_counters` are node facts or the second NVML sample, not inventory fields).
 CHECKS: dict[str, tuple[str, ...]] = {
     "PF-GPU-001": ("count",),

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import link_floors
 from harness.fixtures.links import links_args, links_result
+from harness.judges import gpu_links as link_floors
 from harness.probes import gpu_clocks, gpu_links
 from harness.probes.gpu_links import HostCopy, PairCopy
-from harness.profiles import BUILTIN_PROFILES, load_data
+from harness.profiles.table import BUILTIN_PROFILES, load_data
 from tests.conftest import copy_check_file, facts_conftest, run_checks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def test_every_gpu_sku_has_link_figures_with_sources():
     _, skus = load_data()
     for name in skus:
         floors = link_floors.floors_for(name)
-        assert floors is not None, f"SKU {name} has no entry in harness/link_floors.py"
+        assert floors is not None, f"SKU {name} has no entry in harness/judges/gpu_links.py"
         for value in (floors.p2p_gb_s_min, floors.latency_us_max):
             assert value is None or value.source
         if floors.host_link == "pcie":

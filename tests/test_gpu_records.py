@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from harness.gpu import (
+from harness.base.gpu import (
     MONITOR,
     REBOOT,
     GpuInfo,
@@ -121,7 +121,7 @@ def test_one_slot_below_the_others_is_a_warning_not_a_reboot():
 
 
 def test_a_host_max_below_nvmls_is_shown_as_information():
-    from harness.gpu import pcie_host_note, pcie_link_gen_max
+    from harness.base.gpu import pcie_host_note, pcie_link_gen_max
 
     gb300 = dataclasses.replace(BASE, pcie_gen_max=6, pcie_gen_device_max=6, pcie_gen_host_max=4,
                                 pcie_gen_current=6)

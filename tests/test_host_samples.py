@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import detect
+from harness.detect import instance as detect
 from harness.probes import network
 from tests.sample_trees import sysroot_files
 

@@ -17,10 +17,10 @@ import synthetic_run as synth
 from test_html_report import Page
 
 from harness import cli
-from harness.html_isolation import round_views
-from harness.html_plots import MANY_NODES
-from harness.html_report import ReportSet, load_reports, render_html
-from harness.verdicts import summarise
+from harness.report.html.isolation import round_views
+from harness.report.html.plots import MANY_NODES
+from harness.report.html.render import ReportSet, load_reports, render_html
+from harness.report.verdicts import summarise
 
 
 def _section(html: str, ident: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.inspect_gate import problems
+from harness.commands.inspect_gate import problems
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,4 +1,4 @@
-"""`preflight inspect` and the checks give one verdict on the same input (harness.judges): each
+"""`preflight inspect` and the checks give one verdict on the same input (harness.judges.network): each
 network check (PF-NET-003, 006 to 011) and bandwidth gate (PF-BW-001/002) is run as a function
 on the facts parsed from a recorded output, and its outcome (pass, warn, fail, error, skip) and
 message are compared with the `verdicts` `inspect` lists for that output and profile."""
@@ -21,7 +21,7 @@ from harness.parsers import inspect_kinds
 from harness.parsers.fi_info import parse_fi_info
 from harness.parsers.nccl_log import parse_nccl_log
 from harness.parsers.nccl_tests import parse_nccl_tests
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 DATA = Path(__file__).parent / "data"
 PROFILES = ["p5.48xlarge", "p4d.24xlarge", "local-cpu"]
@@ -37,7 +37,7 @@ NET_CHECKS = {
 
 
 def _outcome(check_id: str, profile: str, fn: Any, *args: Any) -> tuple[str, str]:
-    """(status in harness.judges' words, message) of running check function `fn`."""
+    """(status in harness.judges.network' words, message) of running check function `fn`."""
     ctx = CheckContext(check_id=check_id, profile=profile)
     token = _set_current(ctx)
     try:

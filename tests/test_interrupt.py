@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import proctree
+from harness.base import proctree
 from tests.conftest import REPO, process_alive
 from tests.e2e import procs
 
@@ -47,7 +47,7 @@ import os
 import signal
 import time
 
-from harness import proc
+from harness.base import proc
 from harness.checking import check
 
 
@@ -58,7 +58,7 @@ def _record():
 
 @check("PF-T-600", title="leaves an orphan", why="w", remedy="r")
 def test_leaves_an_orphan():
-    # started without harness.proc, double-forked into its own session, environment scrubbed
+    # started without harness.base.proc, double-forked into its own session, environment scrubbed
     # (no tag), stdio closed (holds no pipe): only the run being a subreaper keeps it in its tree
     os.system('(setsid env -i sleep 300 </dev/null >/dev/null 2>&1 & echo $! >> "$PIDS") &')
 

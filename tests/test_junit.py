@@ -9,9 +9,9 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.junit import write_junit
-from harness.report import Report
+from harness.report.model import Report
 from harness.results import results
+from harness.run.junit import write_junit
 
 
 def _check(n: int, outcome: str, message: str = "") -> dict:
@@ -76,8 +76,8 @@ def test_an_earlier_runs_file_a_torn_one_and_the_old_phase_file_are_replaced(tmp
 def test_the_check_sessions_write_no_junit_of_their_own(tmp_path):
     """One file from the report: no session is given --junitxml (pytest's would name test
     functions, one file per phase)."""
-    from harness.profiles import get_profile
-    from harness.runner import RunConfig, pytest_phases
+    from harness.profiles.table import get_profile
+    from harness.run.runner import RunConfig, pytest_phases
 
     cfg = RunConfig(profile=get_profile("local-cpu"), profile_source="x", report_dir=tmp_path,
                     host="h", workers=2)

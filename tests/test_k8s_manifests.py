@@ -1,5 +1,5 @@
 """container/k8s/*.yaml and the manifests in docs/container.md: the structure the docs promise,
-checked against what harness.kube does, and the API server's own validation rules
+checked against what harness.report.kube does, and the API server's own validation rules
 (tests/k8s_rules.py: no API server here), each rule shown to refuse what the API server does."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import kube
+from harness.report import kube
 from tests import k8s_rules
 
 K8S = Path(__file__).resolve().parents[1] / "container" / "k8s"

@@ -1,4 +1,4 @@
-"""harness.kube against a fake Kubernetes API server (http.server): the node label, condition and
+"""harness.report.kube against a fake Kubernetes API server (http.server): the node label, condition and
 taint requests, the kubectl fallback, /dev/termination-log."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import re
 import pytest
 import test_cli
 
-from harness import cli, kube
+from harness import cli
+from harness.report import kube
 from tests.fake_kube_api import FakeApi
 
 # The neutral environment of a run and the recorded hand-off (tests/test_cli.py).

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.launch import LaunchError, LaunchSpec, build_request, default_job_name, submit
+from harness.run.launch import LaunchError, LaunchSpec, build_request, default_job_name, submit
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/gpu-preflight:0.1.0"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerPreflight"
@@ -148,7 +148,7 @@ def test_submit_without_sdk_says_how_to_install(
 
 @needs_sdk
 def test_sdk_sends_the_request_dry_run_prints(aws_env: dict[str, str]) -> None:
-    from harness.launch import model_trainer
+    from harness.run.launch import model_trainer
 
     s = spec(training_plan=PLAN, spot=True, max_wait_s=36000, checkpoint_s3_uri="s3://b/ckpt",
              cluster="c", cloudwatch_namespace="NS", environment={"NCCL_DEBUG": "INFO"})

@@ -15,16 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent / "harness"
 #: the CLI and its commands; the run (runner, plugin, report, cluster); the checks' fixtures;
 #: probes and parsers; topology, profiles and the small leaves.
 FORBIDDEN = [
-    ("harness.probes", ("harness.cluster", "harness.cli", "harness.commands", "harness.runner",
+    ("harness.probes", ("harness.cluster", "harness.cli", "harness.commands", "harness.run.runner",
                         "harness.plugin", "harness.fixtures")),
-    ("harness.parsers", ("harness.cluster", "harness.cli", "harness.commands", "harness.runner",
+    ("harness.parsers", ("harness.cluster", "harness.cli", "harness.commands", "harness.run.runner",
                          "harness.plugin", "harness.probes", "harness.fixtures")),
     ("harness.topology", ("harness.cluster", "harness.cli", "harness.commands", "harness.probes",
-                          "harness.parsers", "harness.runner", "harness.plugin")),
+                          "harness.parsers", "harness.run.runner", "harness.plugin")),
     ("harness.cluster", ("harness.cli", "harness.commands")),
     ("harness.fixtures", ("harness.cli", "harness.commands", "harness.cluster")),
-    ("harness.tiers", ("harness",)),
-    ("harness.settings", ("harness",)),
+    ("harness.base.tiers", ("harness",)),
+    ("harness.base.settings", ("harness",)),
 ]
 
 
@@ -140,11 +140,11 @@ def test_the_circle_finder_finds_circles(bad):
 
 def test_the_graph_sees_imports_inside_functions():
     graph = _graph()
-    # harness.launch imports the profiles inside a function only.
-    assert "harness.profiles" in graph["harness.launch"]
+    # harness.run.launch imports the profiles inside a function only.
+    assert "harness.profiles.table" in graph["harness.run.launch"]
     assert "harness.topology" in graph["harness.probes.nccl_tests"]
-    # harness.recorder reads the item metadata inside a hook, from harness.items.
-    assert "harness.items" in graph["harness.recorder"]
+    # harness.run.recorder reads the item metadata inside a hook, from harness.items.
+    assert "harness.items" in graph["harness.run.recorder"]
 
 
 def test_the_graph_sees_relative_imports(tmp_path):

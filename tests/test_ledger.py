@@ -1,4 +1,4 @@
-"""The bad-hardware ledger (harness.ledger, `preflight ledger`, PF-LEDGER-001): which failures
+"""The bad-hardware ledger (harness.memory.ledger, `preflight ledger`, PF-LEDGER-001): which failures
 name hardware, what a clear clears, the CLI on a folder and on S3 (moto), and real runs: a
 failure naming a GPU is appended, the next run names the part in its header and report,
 certify fails on it until `preflight ledger clear` is recorded."""
@@ -14,9 +14,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from harness.ledger import Ledger, hardware_failures, keys_of
+from harness.memory.ledger import Ledger, hardware_failures, keys_of
+from harness.memory.store import Store
 from harness.results import CheckResult, Measurement
-from harness.store import Store
 from tests.fake_tools import make_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,7 +196,7 @@ def _judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tier: str,
     """PF-LEDGER-001 on facts handed to it (no GPU tool on PATH; two NICs in the sysroot)."""
     from checks.test_ledger import test_no_ledgered_hardware
     from harness.checking import run_check
-    from harness.profiles import BUILTIN_PROFILES
+    from harness.profiles.table import BUILTIN_PROFILES
 
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     root = tmp_path / "root"

@@ -1,5 +1,5 @@
 """Every measurement the built-in checks record has a stable name (`name=`), the key of its
-Prometheus series (harness.metrics), and docs/reports.md lists them: a reworded `what` never
+Prometheus series (harness.report.metrics), and docs/reports.md lists them: a reworded `what` never
 moves a series, and renaming one is a visible change to the documented list (read with ast,
 nothing imported)."""
 

@@ -9,7 +9,7 @@ import test_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import cli
-from harness.metrics import check_rows, render, write_metrics_file
+from harness.report.metrics import check_rows, render, write_metrics_file
 
 # The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
 clean_env = test_cli.clean_env

@@ -29,7 +29,7 @@ def count_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tier: str, *,
         tool.chmod(0o755)
     counts = tmp_path / "starts.jsonl"
     monkeypatch.setenv("COUNT_STARTS_FILE", str(counts))
-    # The checks' own starts: no failure is run again to confirm it (harness.confirm's second
+    # The checks' own starts: no failure is run again to confirm it (harness.run.confirm's second
     # session starts its own worker, by design; tests/test_confirm.py).
     profiles = tmp_path / "profiles.toml"
     profiles.write_text('[profiles."p5.48xlarge"]\nconfirm_families = []\n')
@@ -56,7 +56,7 @@ def test_the_torch_sweep_is_wanted_only_where_nothing_else_measures(tmp_path):
     import types
 
     from harness.fixtures.worker import wanted_parts
-    from harness.profiles import BUILTIN_PROFILES
+    from harness.profiles.table import BUILTIN_PROFILES
 
     item = types.SimpleNamespace(fixturenames=("single_node_allreduce",),
                                  module=types.SimpleNamespace(__name__="checks.test_bandwidth"))

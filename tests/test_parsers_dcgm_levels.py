@@ -12,7 +12,7 @@ import pytest
 from harness.parsers import inspect_kind
 from harness.parsers.dcgm import parse_dcgm_diag
 from harness.parsers.dcgm_records import DCGM_LEVEL_TESTS, OPTIONAL_TESTS
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 SAMPLES = Path(__file__).parent / "samples" / "dcgm"

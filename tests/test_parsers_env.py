@@ -10,7 +10,7 @@ import pytest
 
 from harness.parsers import ParseError
 from harness.parsers.env import inspect_env, parse_env_dump
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 ENV_DATA = Path(__file__).parent / "data" / "env"
 

@@ -15,7 +15,7 @@ import pytest
 from harness import cli
 from harness.parsers import ParseError, inspect_kinds, reader
 from harness.parsers.reader import Input
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 DATA = Path(__file__).parent / "data"
 

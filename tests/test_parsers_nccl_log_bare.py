@@ -10,7 +10,7 @@ import io
 import pytest
 
 from harness.parsers import ParseError, inspect_kind
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 FRAGMENT = [
     "ip-172-31-10-20: Test NCCL failure all_reduce.cu:84 'unhandled system error'",

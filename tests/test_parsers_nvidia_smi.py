@@ -61,7 +61,7 @@ def test_parsed_facts_are_read():
 
 
 def test_idle_l4_at_x8_is_not_a_pcie_problem():
-    from harness.gpu import health_problems
+    from harness.base.gpu import health_problems
 
     g = parse_smi_query(_read("l4-550-idle-x8.txt")).gpus[0]
     assert health_problems(g, max_temp_c=85.0, require_ecc=True) == []
@@ -78,7 +78,7 @@ ECC_OFF = "ECC is disabled (enable: nvidia-smi -e 1, then reboot)"
 ])
 def test_ecc_off_is_a_problem_on_a_gpu_profile(name: str, problems: list):
     """The samples' expectations are judged under the local-cpu profile (ECC not required)."""
-    from harness.gpu import health_problems
+    from harness.base.gpu import health_problems
 
     inv = parse_nvidia_smi(_read(name))
     found = [(p.gpu, p.what) for g in inv.gpus
@@ -243,7 +243,7 @@ def test_nvidia_smi_failure_is_named(text: str, message: str):
     ("real_q-565-h100-sxm.txt", 5, 5),
 ])
 def test_the_slots_pcie_generation_is_read(name: str, host_max: int | None, link_max: int):
-    from harness.gpu import pcie_link_gen_max, pcie_slot_limit
+    from harness.base.gpu import pcie_link_gen_max, pcie_slot_limit
 
     g = parse_nvidia_smi(_read(name)).gpus[0]
     assert g.pcie_gen_host_max == host_max

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from harness.parsers import ParseError, inspect_kinds
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 from tests.sample_readers import PROBE_READERS
 
 TESTS = Path(__file__).parent

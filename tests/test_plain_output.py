@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from harness.plain_output import group_failures, print_plain_summary
+from harness.report.plain_output import group_failures, print_plain_summary
 
 LONG = "x" * 300
 
@@ -46,7 +46,7 @@ def test_pass_is_one_line_and_long_messages_never_wrap():
 
 
 def test_progress_lines_are_not_wrapped_when_piped():
-    from harness.summary import print_progress
+    from harness.report.summary import print_progress
 
     out = io.StringIO()
     print_progress({"outcome": "pass", "id": "PF-TRAIN-001", "title": "t" * 200,
@@ -56,7 +56,7 @@ def test_progress_lines_are_not_wrapped_when_piped():
 
 
 def test_summary_data_groups_what_needs_attention():
-    from harness.plain_output import summary_data
+    from harness.report.plain_output import summary_data
 
     checks = [_check("PF-GPU-005", "fail", f"GPU {i} temperature 95 C > 85 C") for i in (0, 3)]
     checks += [_check("PF-ENV-001", "pass", ""), _check("PF-NET-001", "error", "fi_info: hung")]

@@ -324,7 +324,7 @@ def test_recorded_values_are_plain_data_across_xdist(suite):
 def test_a_handed_profile_is_used_as_it_is_never_resolved_again(suite):
     """The run resolves the profile once (harness.commands.run) and hands it over: the session
     takes it even when its name is no profile it knows, and names the run's source."""
-    from harness.profiles import BUILTIN_PROFILES
+    from harness.profiles.table import BUILTIN_PROFILES
 
     suite.makepyfile(test_tiers=TIERED)
     custom = BUILTIN_PROFILES["p5.48xlarge"].derive(name="p5-site", net_busbw_gb_s_min=1.0)

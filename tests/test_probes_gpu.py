@@ -9,9 +9,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from harness import deadline
+from harness.base import deadline
+from harness.base.gpu import REBOOT, REPLACE, RESET, health_problems, pcie_problems, reset_problems
 from harness.checking import ProbeError
-from harness.gpu import REBOOT, REPLACE, RESET, health_problems, pcie_problems, reset_problems
 from harness.probes import gpu, nvml
 from tests.fake_nvml import FakeNvml, b200_node, h100_node
 from tests.fake_tools import empty_path, make_tool

@@ -14,7 +14,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from harness import deadline as dl
+from harness.base import deadline as dl
 from harness.checking import ProbeError
 from harness.probes import chain, gpu
 from tests.fake_nvml import FakeNvml, h100_node
@@ -329,7 +329,7 @@ def test_hung_tools_are_shared_through_the_results_file(tmp_path: Path):
     results.write_text('{"event": "collected", "checks": []}\n')
     dl.share_hung(results)
     dl.mark_hung("nvidia-smi", "`nvidia-smi -q -x` gave no answer within 60 s")
-    from harness.report import load_results
+    from harness.report.model import load_results
 
     assert load_results(results) == ([], {}, [])  # the report reader ignores the event
     dl.forget_hung()  # another process: nothing in memory

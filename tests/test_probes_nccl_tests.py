@@ -279,8 +279,8 @@ def test_real_mpirun_hang_kills_every_rank(tmp_path):
     (8, "all_reduce_perf ran with 1 rank(s) of the 8 launched: the binary was not built with MPI"),
 ])
 def test_a_run_that_saw_fewer_ranks_than_launched_is_not_trusted(launched: int, problem: str):
+    from harness.base.proc import ProcResult
     from harness.parsers.nccl_tests import parse_nccl_tests
-    from harness.proc import ProcResult
 
     one_rank = parse_nccl_tests((DATA / "alltoall_na_in_place.txt").read_text())
     run = nt.NcclTestsRun(("all_reduce_perf",), ProcResult(("all_reduce_perf",), 0), one_rank,

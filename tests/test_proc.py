@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from harness import proc
+from harness.base import proc
 from tests.conftest import process_alive
 
 
@@ -95,7 +95,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from harness import deadline  # noqa: E402
+from harness.base import deadline  # noqa: E402
 
 #: Slack on top of a bound for a loaded machine (other test sessions run beside this one).
 SLACK_S = 5.0
@@ -223,7 +223,7 @@ def test_memory_stays_flat_when_a_tool_prints_200_mb(tools):
     """With the default cap, in a fresh interpreter: peak RSS far below what was printed."""
     _tool(tools, "flood", "head -c 200000000 /dev/zero | tr '\\0' x; echo; echo END")
     # VmHWM, not ru_maxrss: that one starts from the forking parent's RSS (this test session's)
-    code = ("import re; from harness import proc\n"
+    code = ("import re; from harness.base import proc\n"
             "res = proc.run(['flood'], timeout_s=120)\n"
             "assert res.ok and res.stdout.endswith('END\\n') and res.stdout_dropped, res\n"
             "status = open('/proc/self/status').read()\n"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.profile_check import CHOICES, UNSETTABLE, check_value
-from harness.profiles import BUILTIN_PROFILES, ProfileError, load_profile_file
+from harness.profiles.check import CHOICES, UNSETTABLE, check_value
+from harness.profiles.table import BUILTIN_PROFILES, ProfileError, load_profile_file
 
 P5 = '[profiles."p5.48xlarge"]\n'
 

@@ -1,4 +1,4 @@
-"""The built-in profile data (harness/profiles.toml): every SageMaker GPU training type has a
+"""The built-in profile data (harness/profiles/profiles.toml): every SageMaker GPU training type has a
 profile, every number a source, floors their message size; derived profiles per GPU SKU."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.detect.derive import MachineFacts, derive_profile, machine_facts, resolve_profile
 from harness.parsers.nvidia_smi import parse_nvidia_smi
 from harness.probes.fabric import RdmaDevice, RdmaPort
-from harness.profiles import BUILTIN_PROFILES, GIB, SKUS, get_profile, threshold_rows
-from harness.profiles_derive import MachineFacts, derive_profile, machine_facts, resolve_profile
+from harness.profiles.table import BUILTIN_PROFILES, GIB, SKUS, get_profile, threshold_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 SMI = ROOT / "tests" / "data" / "nvidia_smi"
@@ -185,7 +185,7 @@ def test_resolution_derives_for_unknown_detected_types_but_not_for_typos(tmp_pat
     p, source = resolve_profile("p9.48xlarge", "DMI product_name (EC2 Nitro)",
                                 sysroot=tmp_path, facts=facts)
     assert p.name == "derived" and "p9.48xlarge" in source
-    from harness.profiles import ProfileError
+    from harness.profiles.table import ProfileError
 
     with pytest.raises(ProfileError, match=r"unknown profile 'p9\.48xlarge'"):
         resolve_profile("p9.48xlarge", "--profile", sysroot=tmp_path, facts=facts)

@@ -12,7 +12,8 @@ import pytest
 from aws_server import aws_test_env, free_port
 
 from harness import cli
-from harness.publish import (
+from harness.report.model import Report, write_report
+from harness.report.publish import (
     S3Location,
     cluster_name,
     download_reports,
@@ -21,7 +22,6 @@ from harness.publish import (
     parse_s3_uri,
     publish,
 )
-from harness.report import Report, write_report
 from harness.results import results
 
 DATA = Path(__file__).parent / "data" / "reports"

@@ -37,7 +37,7 @@ def test_readme_lists_every_profile_preflight_profiles_lists(capsys):
 
 def test_readme_names_only_report_keys_a_report_has(tmp_path):
     """Every `key` README's Reports section names as a report.json key is one."""
-    from harness.report import Report
+    from harness.report.model import Report
 
     keys = set(Report(host="h", profile="p", profile_source="s", tier="preflight").to_dict())
     keys |= {"cluster", "interrupted"}  # a multi-node run, a signal (cluster.step, interrupted)

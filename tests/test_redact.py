@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.redact import REDACTED, Redactor, is_secret_name
+from harness.base.redact import REDACTED, Redactor, is_secret_name
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_env_dump_secrets_never_reach_inspect_output():
     import json
 
     from harness.parsers.env import inspect_env
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     secrets = {
         "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -206,7 +206,7 @@ def test_three_large_sagemaker_values_are_redacted_quickly():
 
 
 def test_a_reports_pass_count_is_not_a_password() -> None:
-    from harness.redact import Redactor
+    from harness.base.redact import Redactor
 
     data = {"counts": {"pass": 31, "warn": 1, "fail": 0}, "config": {"pass": "hunter2hunter2"},
             "PASS": "s3cr3tvalue", "pin": {"pass": 1234}}

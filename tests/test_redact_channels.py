@@ -1,5 +1,5 @@
 """No canary secret (tests/secret_canaries.py) reaches any channel, in process: a check
-session's pytest output, junit.xml and results.jsonl (harness.session_redaction); every output
+session's pytest output, junit.xml and results.jsonl (harness.run.session_redaction); every output
 the CLI renders from a report (report.json, the summaries, the failure file, junit, metrics,
 Kubernetes, the termination log, EMF events and S3); and the sweep of the report folder. The
 run as users install it: tests/e2e/test_e2e_redaction.py."""
@@ -14,12 +14,12 @@ import pytest
 from secret_canaries import CANARIES, ENV_CANARIES, SURVIVORS, leaks, survivors_missing
 
 from harness.commands import run as run_cmd
-from harness.interrupted import failure_text
-from harness.junit import write_junit
-from harness.plain_output import print_plain_summary
-from harness.report import Report, failure_reason, redact_outputs, write_report
+from harness.report.model import Report, failure_reason, redact_outputs, write_report
+from harness.report.plain_output import print_plain_summary
+from harness.report.summary import print_summary
 from harness.results import CheckResult, Measurement
-from harness.summary import print_summary
+from harness.run.interrupted import failure_text
+from harness.run.junit import write_junit
 from tests.conftest import run_checks
 
 SECRETS = [c.secret for c in CANARIES] + list(ENV_CANARIES.values())
@@ -207,7 +207,7 @@ def test_non_secrets_reach_the_channels(channel, tmp_path) -> None:
 def test_emf_events_and_s3_uploads_carry_no_canary(aws_env, tmp_path) -> None:
     import boto3
 
-    from harness.publish import publish
+    from harness.report.publish import publish
 
     env = {**aws_env, **ENV_CANARIES, "PREFLIGHT_CW_FORMAT": "emf",
            "PREFLIGHT_CW_LOG_GROUP": "/pf/redaction"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from secret_canaries import CANARIES, SURVIVORS, Canary
 
-from harness.redact import REDACTED, Redactor, is_secret_name
+from harness.base.redact import REDACTED, Redactor, is_secret_name
 
 R = REDACTED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.report import Report, failure_reason, load_results, write_report
+from harness.report.model import Report, failure_reason, load_results, write_report
 from harness.results import CheckResult
 
 

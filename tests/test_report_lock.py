@@ -1,4 +1,4 @@
-"""harness.report_lock: one run per report folder. A second run is refused naming the first
+"""harness.run.report_lock: one run per report folder. A second run is refused naming the first
 (pid, machine, start time); a lock whose writer is gone (a dead pid on this machine, a run on
 another machine past its hard bound) is taken over, saying so. tests/e2e/test_e2e_run_guards.py
 runs two real `preflight run`s of the shipped wheel on one folder."""
@@ -18,8 +18,9 @@ import time
 import pytest
 import test_cli
 
-from harness import cli, report_lock
-from harness.report_lock import LOCK_NAME, ReportLock, ReportLockBusy
+from harness import cli
+from harness.run import report_lock
+from harness.run.report_lock import LOCK_NAME, ReportLock, ReportLockBusy
 
 clean_env = test_cli.clean_env
 execs = test_cli.execs
@@ -62,7 +63,7 @@ def test_a_dead_holder_on_this_machine_is_stale_and_taken_over(tmp_path):
 
 def test_a_holder_that_died_without_a_word_leaves_only_its_flock_which_the_kernel_drops(tmp_path):
     """SIGKILL: no release ran, the identity is still in the file; the next run takes over."""
-    code = ("import sys, os; from pathlib import Path; from harness.report_lock import ReportLock;"
+    code = ("import sys, os; from pathlib import Path; from harness.run.report_lock import ReportLock;"
             "ReportLock.acquire(Path(sys.argv[1]), host='node-a'); os.kill(os.getpid(), 9)")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=False)
     assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] > 0
@@ -124,7 +125,7 @@ def test_run_refuses_a_folder_another_run_holds(tmp_path, execs, capsys):
 def test_run_releases_its_folder_when_it_ends_and_before_it_hands_off(tmp_path, execs,
                                                                      monkeypatch):
     seen = []
-    monkeypatch.setattr("harness.handoff._execvp", lambda file, argv: seen.append(
+    monkeypatch.setattr("harness.base.handoff._execvp", lambda file, argv: seen.append(
         (tmp_path / "r" / "node-a" / LOCK_NAME).read_text()))
     assert cli.main(["run", "-k", "PF-ENV-001", "--report-dir", str(tmp_path / "r"),
                      "--", "train"]) == cli.EXIT_OK

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.checking import CheckContext, _set_current, expect, expect_none, measure, plain
-from harness.figures import bandwidth_curves, checks_of, gpus_healthy
-from harness.report import RESULTS_SCHEMA, Report
+from harness.report.figures import bandwidth_curves, checks_of, gpus_healthy
+from harness.report.model import RESULTS_SCHEMA, Report
 from harness.results import CheckResult, Measurement
 
 DATA = Path(__file__).parent / "data" / "reports"

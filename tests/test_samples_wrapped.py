@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from harness.parsers import ParseError, inspect_kind
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 
 ROOTS = (Path(__file__).parent / "data", Path(__file__).parent / "samples")
 KINDS = ("nccl-log", "nccl-tests", "fi-info", "nvidia-smi", "dcgm", "kernel-log", "train-step")

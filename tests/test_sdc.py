@@ -73,7 +73,7 @@ def _ranks(n, flip=None):
 def _node_check(ranks, nproc):
     from checks.test_sdc import test_sdc_cross_check_in_node
     from harness.fixtures.sdc import SdcRun
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     profile = get_profile("local-cpu")
     return run_check(test_sdc_cross_check_in_node, SdcRun("short", ranks, nproc), profile, None,
@@ -215,7 +215,7 @@ def test_the_launch_runs_the_tiers_level_within_its_own_limit(tier, level, limit
     from types import SimpleNamespace
 
     from harness.fixtures.worker import WorkerSession, wanted_parts
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     for name in ("local-cpu", "p5.48xlarge"):
         profile = get_profile(name)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.selection import (
+from harness.run.selection import (
     PhaseRun,
     SelectionError,
     account,

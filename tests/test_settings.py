@@ -1,4 +1,4 @@
-"""The PREFLIGHT_* registry (harness.settings) against the README's table and the code."""
+"""The PREFLIGHT_* registry (harness.base.settings) against the README's table and the code."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.settings import (
+from harness.base.settings import (
     SETTINGS,
     SettingError,
     get_bool,

@@ -1,5 +1,5 @@
-"""No code outside harness/settings.py reads a PREFLIGHT_* variable itself: every read goes
-through the registry's typed accessors (harness.settings.get_str, get_int, ...), which parse
+"""No code outside harness/base/settings.py reads a PREFLIGHT_* variable itself: every read goes
+through the registry's typed accessors (harness.base.settings.get_str, get_int, ...), which parse
 and validate it in one place and name the variable in any error. Read with ast, nothing
 imported: a call `.get(KEY)` / `.pop(KEY)` whose value is used / `getenv(KEY)`, a subscript
 `env[KEY]` that is read, or `KEY in env`, where KEY is a `"PREFLIGHT_..."` literal or a

@@ -1,7 +1,7 @@
 """Every PREFLIGHT_* variable has a rule (a range, a choice of words, a pattern) in the
 registry, and `preflight run` refuses to start on a value that breaks it: exit 2 naming the
 variable, nothing handed off, the report folder kept inside --report-dir. Generated over the
-registry (harness.settings.SETTINGS), so a setting added without a rule, or one whose bad value
+registry (harness.base.settings.SETTINGS), so a setting added without a rule, or one whose bad value
 slips through, fails here. tests/e2e/test_e2e_run_guards.py does the same on the shipped wheel."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import test_cli
 
 from harness import cli
+from harness.base.settings import SETTINGS, Rule, SettingError, parse, problems, setting
+from harness.base.tiers import TIERS
 from harness.cluster.node import FAULTS
 from harness.probes.train_step import FAULT_KINDS
-from harness.settings import SETTINGS, Rule, SettingError, parse, problems, setting
-from harness.tiers import TIERS
 from harness.worker.parts import PARTS
 
 # The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
@@ -63,7 +63,7 @@ def test_edges_of_the_rules(name, bad, good):
 def test_rules_that_mirror_a_constant_elsewhere_match_it():
     """The registry imports nothing (tests/test_layers.py): where a rule lists the words another
     module defines, they must be the same words."""
-    from harness.kube import KINDS
+    from harness.report.kube import KINDS
 
     assert setting("PREFLIGHT_TIER").rule.choices == TIERS
     assert setting("PREFLIGHT_SELFTEST_FAULT").rule.choices == FAULTS

@@ -1,4 +1,4 @@
-"""harness.store: whole objects and appended JSON lines in a folder and under an s3:// prefix
+"""harness.memory.store: whole objects and appended JSON lines in a folder and under an s3:// prefix
 (moto server), with concurrent writers in separate processes."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 import boto3
 import pytest
 
-from harness.store import Store, StoreError
+from harness.memory.store import Store, StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: A writer process: appends N lines `{"w": W, "n": i, "pad": ...}` to ledger.jsonl.
 WRITER = """
 import json, sys
-from harness.store import Store
+from harness.memory.store import Store
 store, w, n = Store.of(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 for i in range(n):
     store.append_line("ledger.jsonl", json.dumps({"w": w, "n": i, "pad": "x" * 3000}),

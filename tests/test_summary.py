@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import progress as progress_mod
-from harness.summary import print_heartbeat
+from harness.report.summary import print_heartbeat
+from harness.run import progress as progress_mod
 
 
 def test_heartbeat_line() -> None:
@@ -50,7 +50,7 @@ def test_progress_prints_results_then_heartbeats(
 
 
 def test_id_ranges_compress_consecutive_ids() -> None:
-    from harness.summary import id_ranges
+    from harness.report.summary import id_ranges
 
     ids = ["PF-GPU-003", "PF-GPU-001", "PF-GPU-002", "PF-GPU-005", "PF-NET-010", "PF-NET-011",
            "odd"]
@@ -60,9 +60,9 @@ def test_id_ranges_compress_consecutive_ids() -> None:
 def test_summary_causes_and_verdict_last_skips_collapsed_passes_show_value() -> None:
     import io
 
-    from harness.report import Report
+    from harness.report.model import Report
+    from harness.report.summary import print_summary
     from harness.results import results
-    from harness.summary import print_summary
 
     checks = [
         {"id": "PF-ENV-001", "title": "env ok", "outcome": "pass", "message": "",
@@ -111,7 +111,7 @@ def test_status_line_says_what_runs_now(tmp_path: Path) -> None:
 
 
 def test_verbose_progress_shows_every_value_and_why() -> None:
-    from harness.summary import print_progress
+    from harness.report.summary import print_progress
 
     record = {"outcome": "skip", "id": "PF-GPU-001", "title": "gpus", "duration_s": 0.0,
               "message": "[PF-GPU-001] not applicable: profile local-cpu has no GPUs",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.probes import torch_bench
-from harness.probes.torch_bench import BenchRow, TorchBenchResult, bus_factor, parse_size
+from harness.worker import bandwidth as torch_bench
+from harness.worker.bandwidth import BenchRow, TorchBenchResult, bus_factor, parse_size
 
 pytest.importorskip("torch")
 
@@ -27,7 +27,7 @@ def _worker(rank: int, world: int, store: str, out: str, plan: str) -> None:
 
     import torch.distributed as dist
 
-    from harness.probes.torch_bench import allreduce_bench
+    from harness.worker.bandwidth import allreduce_bench
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=30))

@@ -130,7 +130,7 @@ def test_parse_fault_errors(text, error):
 )
 def test_launch_timeout_inside_the_check_timeout(profile, tier, timeout_s):
     from harness.fixtures.training import train_step_timeout_s
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     assert train_step_timeout_s(get_profile(profile), tier) == timeout_s
 
@@ -279,7 +279,7 @@ import pytest
 from pathlib import Path
 from harness.parsers.train_step import parse_train_step
 from harness.probes.train_step import TrainStepRun
-from harness.proc import ProcResult
+from harness.base.proc import ProcResult
 
 @pytest.fixture(scope="session")
 def train_step():

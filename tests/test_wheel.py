@@ -1,5 +1,5 @@
 """What ships: the wheel built from this checkout holds every file of the packages the runner
-and the plugin read (a missing harness/checks.ini once made the installed gate pass with zero
+and the plugin read (a missing harness/run/checks.ini once made the installed gate pass with zero
 checks), and installed non-editable in a fresh venv outside the checkout, `preflight run -- echo
 ok` and `preflight list` work from another folder, the list equal to the checkout's.
 
@@ -54,7 +54,7 @@ def test_wheel_holds_every_file_the_runner_and_plugin_read(wheel: Path) -> None:
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         declared = zf.read(entry_points).decode()
     assert [f for f in _package_files() if f not in names] == []
-    assert "harness/checks.ini" in names  # the runner passes it with -c
+    assert "harness/run/checks.ini" in names  # the runner passes it with -c
     if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):  # optional: where it can be
         assert _built_scan(wheel), "the NCCL log scan in C was not built"
     assert "preflight = harness.cli:entrypoint" in declared

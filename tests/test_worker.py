@@ -35,7 +35,7 @@ class LegacyNcclWork:
 
 
 def test_init_group_makes_a_legacy_nccl_wait_bounded(monkeypatch):
-    from harness.probes.torch_bench import _CollectiveError, _Waiter
+    from harness.worker.bandwidth import _CollectiveError, _Waiter
 
     for name in group.BLOCKING_WAIT_VARS:
         monkeypatch.delenv(name, raising=False)
@@ -129,7 +129,7 @@ def test_compute_tflops_are_over_the_matmuls_alone_not_the_nvml_reads():
 
 
 def test_parse_parts_names_the_part_that_was_running():
-    from harness.proc_result import ProcResult
+    from harness.base.proc_result import ProcResult
 
     def line(part, event, rank=0, **kw):
         import json
@@ -236,7 +236,7 @@ def test_te_autocast_passes_the_recipe_and_the_amax_group_by_their_names():
     import types
 
     pytest.importorskip("torch")
-    from harness.probes.train_model import te_autocast
+    from harness.worker.train_model import te_autocast
 
     calls = []
     new = types.SimpleNamespace(autocast=lambda **kw: calls.append(("autocast", kw)),
@@ -293,7 +293,7 @@ def test_records_glued_by_another_rank_on_one_line_are_still_read():
     # line landed between them (seen under load: "no result line in its output").
     import json as _json
 
-    from harness.probes.torch_bench import RESULT_KEY, result_from_output
+    from harness.worker.bandwidth import RESULT_KEY, result_from_output
     from harness.worker.launch import WORKER_SCHEMA, schema_records
 
     bench = {RESULT_KEY: {"backend": "gloo", "nranks": 2, "dtype": "float32", "rows": [],

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from harness.fixtures.worker import WorkerSession, wanted_parts
-from harness.profiles import BUILTIN_PROFILES
+from harness.profiles.table import BUILTIN_PROFILES
 from harness.worker.compute import find_record
 from harness.worker.launch import PartSpec, run_worker
 from harness.worker.links import LINKS_SCHEMA
@@ -43,7 +43,7 @@ def test_the_other_ranks_wait_off_their_gpus_while_rank_0_copies(monkeypatch):
     import torch
     import torch.distributed as dist
 
-    from harness.probes import torch_bench
+    from harness.worker import bandwidth as torch_bench
     from harness.worker import links
 
     events: list[str] = []

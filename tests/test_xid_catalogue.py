@@ -1,4 +1,4 @@
-"""The XID catalogue (harness/gpu_actions.py XID_CATALOGUE): complete against NVIDIA's Xid
+"""The XID catalogue (harness/base/gpu_actions.py XID_CATALOGUE): complete against NVIDIA's Xid
 catalogue for Ampere and newer GPUs, each row with NVIDIA's resolution bucket, an action and a
 source, and one test per boundary between action classes (a range's first and last code and
 the codes either side)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gpu_actions import (
+from harness.base.gpu_actions import (
     ACTIONS,
     BY_TEXT,
     MONITOR,

@@ -1,12 +1,12 @@
-"""XIDs in a window (harness.xid_window) on recorded kernel logs (tests/data/kernel_log)."""
+"""XIDs in a window (harness.judges.xid) on recorded kernel logs (tests/data/kernel_log)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.judges.xid import event_epoch, is_application, summarize
 from harness.parsers.kernel_log import parse_kernel_log
-from harness.xid_window import event_epoch, is_application, summarize
 
 DATA = Path(__file__).parent / "data" / "kernel_log"
 

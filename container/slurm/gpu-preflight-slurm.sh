@@ -6,7 +6,7 @@
 #                resume a node this script drained once it passes again.
 # A usage error (2), a harness error (3), a timeout or a signal is logged (syslog, tag
 # gpu-preflight) and never drains: a broken install must not take the whole cluster out.
-# Blast-radius cap (harness/blast.py, docs/container.md): a job's prologs drain at most
+# Blast-radius cap (harness/base/blast.py, docs/container.md): a job's prologs drain at most
 # floor(PREFLIGHT_DRAIN_CAP x the job's nodes) of them (default 0.5, at least 1); a node failing
 # past it is not drained: the run is suspect (likely a shared cause), said in syslog and in
 # $dir/suspect, the prolog exits 0 (a failed prolog would make Slurm drain the node itself) and

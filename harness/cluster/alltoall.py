@@ -18,11 +18,11 @@ def alltoall_gb_s(group: ProcessGroup, size_bytes: int, device: torch.device, ti
                   iters: int = 3) -> float | None:
     """Bytes each rank sends and receives per all_to_all_single over the mean time, GB/s
     (nccl-tests' alltoall busbw: algbw x (n-1)/n); None when the group has one rank. The wait
-    is bounded (harness.probes.torch_bench.wait_bounded raises past `timeout_s`)."""
+    is bounded (harness.worker.bandwidth.wait_bounded raises past `timeout_s`)."""
     import torch
     import torch.distributed as dist
 
-    from harness.probes.torch_bench import wait_bounded
+    from harness.worker.bandwidth import wait_bounded
 
     n = dist.get_world_size(group)
     if n < 2:

@@ -9,12 +9,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from harness.base.settings import get_float
 from harness.cluster.group_phase import GroupPhases, plan_groups
 from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide, for_nodes
-from harness.settings import get_float
 from harness.topology import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -148,7 +148,7 @@ class CollectivePhases(GroupPhases):
 
     def _bench_all(self, size: int) -> dict[str, Any]:
         """This node's part of the cluster-wide all_reduce (with the selftest's faults)."""
-        from harness.probes.torch_bench import allreduce_bench
+        from harness.worker.bandwidth import allreduce_bench
 
         assert self.plane is not None
         try:
@@ -279,7 +279,7 @@ class CollectivePhases(GroupPhases):
             return self._lost_master("isolation", str(exc))
 
     def _bench_pair(self, group: Any, size: int) -> dict[str, Any]:
-        from harness.probes.torch_bench import allreduce_bench
+        from harness.worker.bandwidth import allreduce_bench
 
         res = allreduce_bench(group=group, sizes_bytes=[size], warmup=1, iters=3,
                               timeout_s=self.t.collective_s, device=self.device)

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.base.jsontypes import JSONObject
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.jsontypes import JSONObject
 
 __all__ = ["FleetSpec", "run_fleet"]
 
@@ -89,7 +89,7 @@ def _summary(rank: int, spec: FleetSpec) -> dict[str, Any]:
 
 def _step(rank: int, spec: FleetSpec, hosts: tuple[str, ...]) -> Any:
     from harness.cluster.step import ClusterStep
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
     from harness.topology import Topology
 
     class SimStep(ClusterStep):
@@ -179,7 +179,7 @@ def _serve(role: str, spec: FleetSpec, ranks: list[int], out_path: str) -> None:
     import torch.distributed  # noqa: F401 (imported before the start: not timed)
 
     import harness.cluster.step
-    import harness.profiles  # noqa: F401
+    import harness.profiles.table  # noqa: F401
 
     threading.stack_size(256 * 1024)
     hosts = tuple(f"sim{r:05d}" for r in range(spec.nodes))  # as Slurm lists them

@@ -17,6 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from harness.base.jsontypes import JSONObject
+from harness.base.settings import get_str
 from harness.cluster.groups import (
     GroupError,
     NodeGroup,
@@ -28,11 +30,9 @@ from harness.cluster.groups import (
 )
 from harness.cluster.node import gate_floor, gate_size
 from harness.cluster.timeouts import MAX_GROUP_ROUNDS
-from harness.jsontypes import JSONObject
-from harness.settings import get_str
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["GroupPhases", "plan_groups"]
 
@@ -134,7 +134,7 @@ class GroupPhases:
         return out
 
     def _bench_group(self, group: Any, own: NodeGroup) -> JSONObject:
-        from harness.probes.torch_bench import allreduce_bench
+        from harness.worker.bandwidth import allreduce_bench
 
         res = allreduce_bench(group=group, sizes_bytes=[own.size_bytes], warmup=1, iters=3,
                               timeout_s=self.t.collective_s, device=self.device)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 
 __all__ = ["DIMS", "GroupError", "Layout", "NodeGroup", "layout_from_env", "node_groups",
            "parse_groups", "rounds"]
@@ -104,7 +104,7 @@ def parse_groups(spec: str, where: str = "--groups") -> Layout:
     """`tp=8,pp=4,ep=2`, or the path of a JSON or TOML file with those keys."""
     text = spec.strip()
     if "=" not in text:
-        from harness.profile_check import read_toml
+        from harness.profiles.check import read_toml
 
         path = Path(text)
         try:

@@ -20,8 +20,8 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.jsontypes import JSONObject
-from harness.profile_model import Profile
+from harness.base.jsontypes import JSONObject
+from harness.profiles.model import Profile
 
 __all__ = ["IsolationResult", "MeasurePairs", "PairResult", "confirmations", "isolate"]
 

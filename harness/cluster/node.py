@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from harness.jsontypes import JSONObject
-from harness.settings import get_float, get_str
+from harness.base.jsontypes import JSONObject
+from harness.base.settings import get_float, get_str
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["FAULTS", "PASSING_FAULTS", "flaky_round", "gate_floor", "gate_size", "inject_fault",
            "node_facts"]
@@ -69,7 +69,7 @@ def gate_size(profile: Profile, env: Mapping[str, str]) -> int:
     """Message size of the cluster gate: PREFLIGHT_CLUSTER_BW_BYTES, else the profile's gate
     size on GPU profiles and 4 MiB on CPU ones (gloo over TCP: a sanity check)."""
     if size := get_str("PREFLIGHT_CLUSTER_BW_BYTES", env):
-        from harness.probes.torch_bench import parse_size
+        from harness.worker.bandwidth import parse_size
 
         return parse_size(size)
     return int(profile.bw_gate_size_bytes) if profile.has_gpus else 4 * 1024**2

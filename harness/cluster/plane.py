@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from harness.jsontypes import JSONValue
+from harness.base.jsontypes import JSONValue
 from harness.topology import Topology
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.base.jsontypes import JSONMapping
 from harness.checking import check, fail, measure, not_applicable, warn
 from harness.cluster.snapshot import ClusterView
-from harness.jsontypes import JSONMapping
 from harness.probes.sdc import differing_outputs, majority, short
 
 __all__ = ["test_no_silent_data_corruption_across_nodes"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.base.jsontypes import JSONObject
 from harness.cluster.node import FAULTS, PASSING_FAULTS
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.jsontypes import JSONObject
 
 __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections", "run_selftest"]
 
@@ -29,7 +29,7 @@ __all__ = ["NodeOutcome", "SelftestConfig", "SelftestResult", "parse_injections"
 HUNG_GRACE_S = 5.0
 #: On a signal: seconds the nodes get to stop their own checks and write their interrupted
 #: reports (~1 s: the driver's SIGTERM reaches their check sessions too) before the driver
-#: SIGKILLs them, within harness.interrupt.EXIT_WITHIN_S.
+#: SIGKILLs them, within harness.run.interrupt.EXIT_WITHIN_S.
 SELFTEST_TERM_GRACE_S = 6.0
 
 
@@ -259,7 +259,7 @@ def run_selftest(cfg: SelftestConfig, base_env: Mapping[str, str] | None = None,
 def _wait_all(procs: Mapping[int, subprocess.Popen[bytes]], cfg: SelftestConfig,
               deadline: float) -> set[int]:
     """Wait for every node; once the fault-free ones are done, give the rest HUNG_GRACE_S."""
-    from harness.proc import kill_tree
+    from harness.base.proc import kill_tree
 
     healthy = [r for r in procs if not cfg.faults.get(r)]
     grace_end: float | None = None
@@ -322,7 +322,7 @@ def format_result(result: SelftestResult) -> str:
 
 def print_interrupted(cfg: SelftestConfig, signum: int) -> None:
     """After a signal (every node stopped): what each node's report says."""
-    from harness.interrupt import signal_name
+    from harness.run.interrupt import signal_name
 
     lines = [f"preflight selftest: INTERRUPTED by {signal_name(signum)}; the nodes' reports:"]
     for rank in range(cfg.nodes):

@@ -9,11 +9,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.jsontypes import JSONMapping, JSONObject, JSONValue
-from harness.redact import Redactor
+from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
+from harness.base.redact import Redactor
 
 if TYPE_CHECKING:
-    from harness.report import Report
+    from harness.report.model import Report
     from harness.results import CheckResult
 
 __all__ = [
@@ -55,7 +55,7 @@ NODE_FIGURES: dict[str, tuple[tuple[str, ...], str, bool]] = {
 
 def cluster_off(env: Mapping[str, str]) -> bool:
     """PREFLIGHT_CLUSTER=off (0, false, no): node-local checks only, no cluster step."""
-    from harness.settings import get_str
+    from harness.base.settings import get_str
 
     return (get_str("PREFLIGHT_CLUSTER", env) or "").strip().lower() in ("0", "off", "false", "no")
 

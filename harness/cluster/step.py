@@ -16,23 +16,23 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.settings import get_str
 from harness.cluster.collectives import CollectivePhases, log
 from harness.cluster.node import FAULTS, node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import cluster_off, left_out, not_measured
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary, verdict_of
-from harness.confirm import add_isolation
-from harness.jsontypes import JSONMapping, JSONObject
 from harness.results import results as typed_results
-from harness.settings import get_str
+from harness.run.confirm import add_isolation
 from harness.topology import Topology, TopologyError, detect_topology
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from harness.profile_model import Profile
-    from harness.report import Report
+    from harness.profiles.model import Profile
+    from harness.report.model import Report
 
 __all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
 
@@ -67,7 +67,7 @@ class ClusterStep(CollectivePhases):
               env: Mapping[str, str], failure_file: Path | None = None) -> ClusterStep | None:
         """None on a single-node job; else joins the control plane (errors are kept for the
         verdict, never raised) and arms the watchdog at the hard upper bound."""
-        from harness.detect import sagemaker_resource_config
+        from harness.detect.instance import sagemaker_resource_config
 
         if cluster_off(env):
             return None  # node-local checks only, on purpose
@@ -268,6 +268,6 @@ class ClusterStep(CollectivePhases):
 
 
 def _host(env: Mapping[str, str]) -> str:
-    from harness.detect import hostname
+    from harness.detect.instance import hostname
 
     return hostname(env)

@@ -118,7 +118,7 @@ def cutoff(median: float, mad: float, *, higher_is_better: bool,
 
 #: The figures judged: (what, unit, higher is better, its key in a node's `figures`). Each is
 #: measured on its node alone. The cluster all_reduce's `per_rank` figure is not one of them:
-#: every rank reports the cluster's mean time (harness.probes.torch_bench all_reduces the
+#: every rank reports the cluster's mean time (harness.worker.bandwidth all_reduces the
 #: timings), so it is the same on every rank and cannot single out a node.
 _SERIES = (
     ("node-local all_reduce busbw", "GB/s", True, "node_busbw_gb_s"),

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.settings import get_float, get_str
+from harness.base.settings import get_float, get_str
 from harness.topology import TopologyError
 
 __all__ = ["ClusterTimeouts"]
 
 
 def _env_float(env: Mapping[str, str], name: str) -> float:
-    """`name` as a number, its default from the settings registry (harness.settings) when unset.
+    """`name` as a number, its default from the settings registry (harness.base.settings) when unset.
     Read as float for every wait, the rounds included (`4.0` is accepted, as it always was)."""
     return get_float(name, env, error=TopologyError) or 0.0
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.blast import DEFAULT_CAP, blast_radius
+from harness.base.blast import DEFAULT_CAP, blast_radius
+from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS, consistency_outliers
 from harness.cluster.snapshot import FACT_KEYS, ClusterView, node_summary
-from harness.jsontypes import JSONMapping, JSONObject
 from harness.topology import compress_hostlist
 
 __all__ = [
@@ -51,7 +51,7 @@ class ClusterVerdict:
     """Set when no node judged anything (every selected check skipped on every node): the
     run ends as an empty selection does, exit 2 on every node."""
     blast_radius: JSONObject = field(default_factory=dict)
-    """harness.blast: the bad nodes against the drain cap; `suspect` past it (no drain)."""
+    """harness.base.blast: the bad nodes against the drain cap; `suspect` past it (no drain)."""
 
     @property
     def passed(self) -> bool:
@@ -151,7 +151,7 @@ def _nothing_judged(cluster: ClusterView) -> str | None:
     return f"on every node, {said[0]}"
 
 
-#: The actions that take a node out of service: held back on a suspect run (harness.blast).
+#: The actions that take a node out of service: held back on a suspect run (harness.base.blast).
 _DRAINS = ("slurm_drain", "hyperpod_replace")
 
 

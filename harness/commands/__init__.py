@@ -24,8 +24,8 @@ def say_crash(exc: BaseException) -> None:
     alone), then, for a bug, its traceback; redacted."""
     import traceback
 
-    from harness.redact import Redactor
-    from harness.report import ReportDirError, describe_crash
+    from harness.base.redact import Redactor
+    from harness.report.model import ReportDirError, describe_crash
 
     redactor = Redactor(os.environ)
     with contextlib.suppress(OSError, ValueError):  # stderr on a full disk: the code says it

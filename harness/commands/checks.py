@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from harness.base.suggest import did_you_mean
+from harness.base.tiers import TIERS
 from harness.catalog import (
     Catalog,
     CatalogError,
@@ -16,8 +18,6 @@ from harness.catalog import (
     list_records,
 )
 from harness.commands import EXIT_HARNESS, EXIT_OK, UsageError
-from harness.suggest import did_you_mean
-from harness.tiers import TIERS
 
 __all__ = ["cmd_explain", "cmd_list"]
 

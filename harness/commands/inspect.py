@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
+from harness.base.redact import Redactor
 from harness.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from harness.parsers import ParseError, inspect_kind, inspect_kinds
-from harness.profiles import ProfileError, get_profile
-from harness.redact import Redactor
+from harness.profiles.table import ProfileError, get_profile
 
 __all__ = ["DEFAULT_PROFILE", "cmd_inspect", "print_plain", "profile_hint"]
 
@@ -45,7 +45,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.profile is None and (hint := profile_hint(result)):
         print(f"preflight inspect: {hint}", file=sys.stderr)
     if args.fail_on:
-        from harness.inspect_gate import problems
+        from harness.commands.inspect_gate import problems
 
         found = problems(args.kind, result, args.fail_on)
         for line in found[:20]:

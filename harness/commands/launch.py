@@ -7,7 +7,7 @@ import json
 import sys
 
 from harness.commands import EXIT_HARNESS, EXIT_OK, UsageError
-from harness.launch import LaunchError, LaunchSpec, build_request, submit
+from harness.run.launch import LaunchError, LaunchSpec, build_request, submit
 
 __all__ = ["cmd_launch"]
 

@@ -1,4 +1,4 @@
-"""`preflight ledger list | clear SERIAL --why TEXT`: the bad-hardware ledger (harness.ledger),
+"""`preflight ledger list | clear SERIAL --why TEXT`: the bad-hardware ledger (harness.memory.ledger),
 read and cleared by people. A clear is a recorded line (who, when, why), never a deletion."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import os
 import socket
 import sys
 
+from harness.base.redact import Redactor
+from harness.base.settings import get_str
 from harness.commands import EXIT_HARNESS, EXIT_OK, UsageError
 from harness.commands.memory import ledger_user
-from harness.ledger import Ledger
-from harness.redact import Redactor
-from harness.settings import get_str
-from harness.store import Store, StoreError
+from harness.memory.ledger import Ledger
+from harness.memory.store import Store, StoreError
 
 __all__ = ["cmd_ledger"]
 

@@ -1,6 +1,6 @@
 """What a run remembers of this node across runs (docs/certification.md): before the checks,
-the certificate it may reuse (harness.certificate) and the ledgered hardware it sees
-(harness.ledger); after them, the certificate a certify pass issues and the failures that name
+the certificate it may reuse (harness.memory.certificate) and the ledgered hardware it sees
+(harness.memory.ledger); after them, the certificate a certify pass issues and the failures that name
 hardware, appended to the ledger. A problem with a store is said and recorded, never a changed
 verdict: a store that cannot be read is a full run, a ledger that cannot be written a warning."""
 
@@ -12,7 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.certificate import (
+from harness.base.jsontypes import JSONObject
+from harness.base.redact import Redactor
+from harness.base.settings import get_str
+from harness.commands import UsageError
+from harness.memory.certificate import (
     CERT_FILE,
     ISSUING_TIERS,
     REUSABLE,
@@ -24,15 +28,11 @@ from harness.certificate import (
     seal,
     store_name,
 )
-from harness.commands import UsageError
-from harness.identity import NodeIdentity, gather
-from harness.jsontypes import JSONObject
-from harness.ledger import Ledger, describe, hardware_failures, keys_of
-from harness.profile_model import Profile
-from harness.redact import Redactor
-from harness.report import Report
-from harness.settings import get_str
-from harness.store import Store, StoreError
+from harness.memory.identity import NodeIdentity, gather
+from harness.memory.ledger import Ledger, describe, hardware_failures, keys_of
+from harness.memory.store import Store, StoreError
+from harness.profiles.model import Profile
+from harness.report.model import Report
 
 __all__ = ["NodeMemory", "ledger_user"]
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.base.settings import get_path
 from harness.commands import EXIT_OK, UsageError
-from harness.profiles import (
+from harness.detect.derive import resolve_profile
+from harness.profiles.table import (
     BUILTIN_PROFILES,
     ProfileError,
     get_profile,
@@ -18,8 +20,6 @@ from harness.profiles import (
     threshold_rows,
     weakened_line,
 )
-from harness.profiles_derive import resolve_profile
-from harness.settings import get_path
 
 __all__ = ["cmd_profiles"]
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from harness.commands import EXIT_FAILED, EXIT_OK, UsageError
-from harness.html_report import ReportSourceError, load_reports, write_html
-from harness.verdicts import summarise
+from harness.report.html.render import ReportSourceError, load_reports, write_html
+from harness.report.verdicts import summarise
 
 __all__ = ["cmd_report"]
 

@@ -1,8 +1,8 @@
 """`preflight run [-- COMMAND]`: resolve the profile and the suites once, join the cluster,
 run the checks, write the report, then exec the training command or stop with the reason.
 
-The run lives under a RunGuard (harness.interrupt): a signal stops everything it started and
-writes the interrupted report (harness.interrupted); nothing it started outlives it."""
+The run lives under a RunGuard (harness.run.interrupt): a signal stops everything it started and
+writes the interrupted report (harness.run.interrupted); nothing it started outlives it."""
 
 from __future__ import annotations
 
@@ -17,28 +17,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from harness import confirm, handoff
+from harness.base import handoff
+from harness.base.deadline import DEADLINE_VAR
+from harness.base.redact import Redactor
+from harness.base.settings import HOST_NAME
+from harness.base.settings import problems as setting_problems
+from harness.base.settings import text as setting
 from harness.cluster import ClusterStep
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
-from harness.deadline import DEADLINE_VAR
-from harness.detect import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
-from harness.interrupt import RunGuard
-from harness.interrupted import RunFinalizer
-from harness.junit import write_junit
-from harness.kube import apply as apply_kube
-from harness.plain_output import print_plain_summary, summary_data
-from harness.profiles import (
-    BUILTIN_PROFILES,
-    Profile,
-    ProfileError,
-    load_profile_file,
-    weakened_line,
-)
-from harness.profiles_derive import resolve_detected
-from harness.publish import parse_s3_uri, publish
-from harness.redact import Redactor
-from harness.report import (
+from harness.detect.derive import resolve_detected
+from harness.detect.instance import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
+from harness.profiles.table import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file, weakened_line
+from harness.report.kube import apply as apply_kube
+from harness.report.model import (
     Report,
     check_report_dir,
     command_for_report,
@@ -48,14 +40,17 @@ from harness.report import (
     redact_outputs,
     write_report,
 )
-from harness.report_lock import ReportLock, ReportLockBusy
-from harness.runner import RunConfig, run_checks
-from harness.selection import SelectionError, check_keyword
-from harness.settings import HOST_NAME
-from harness.settings import problems as setting_problems
-from harness.settings import text as setting
-from harness.suites import SuiteError, describe, resolve_suites, source_overrides
-from harness.summary import print_summary
+from harness.report.plain_output import print_plain_summary, summary_data
+from harness.report.publish import parse_s3_uri, publish
+from harness.report.summary import print_summary
+from harness.run import confirm
+from harness.run.interrupt import RunGuard
+from harness.run.interrupted import RunFinalizer
+from harness.run.junit import write_junit
+from harness.run.report_lock import ReportLock, ReportLockBusy
+from harness.run.runner import RunConfig, run_checks
+from harness.run.selection import SelectionError, check_keyword
+from harness.run.suites import SuiteError, describe, resolve_suites, source_overrides
 from harness.topology import TopologyError
 
 __all__ = ["cmd_run", "write_failure"]
@@ -66,7 +61,7 @@ LOCK_MARGIN_S = 120.0
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The run under a RunGuard; returns the exit code (harness.cli's docstring). The guard
-    takes the signals the console script held (harness.sigmask) once its finalizer knows where
+    takes the signals the console script held (harness.base.sigmask) once its finalizer knows where
     the report goes; an uncaught exception is a harness error (exit 3) that still leaves the
     report and the failure file where they can be written."""
     json_out = None
@@ -78,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         finalizer, bad = _finalizer(args, guard)
 
         def finalize(signum: int) -> None:
-            """The interrupted report, then the folder is free (harness.interrupt's cleaner)."""
+            """The interrupted report, then the folder is free (harness.run.interrupt's cleaner)."""
             try:
                 finalizer(signum)
             finally:
@@ -332,7 +327,7 @@ def _hand_off(command: list[str], report: Report, finalizer: RunFinalizer) -> in
 
 def _lock(report_dir: Path, host: str, failure_file: Path | None,
           env: dict[str, str]) -> list[ReportLock]:
-    """This run's hold on its report folder (harness.report_lock): another run's folder is a
+    """This run's hold on its report folder (harness.run.report_lock): another run's folder is a
     usage error naming that run (exit 2), written to the failure file, not to its report. A
     folder that cannot be written is not locked: the report's own write says so."""
     try:
@@ -399,11 +394,11 @@ def _preload_aws() -> None:
 
 
 def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> None:
-    """--metrics-file (harness.metrics): a problem is a warning, never a changed verdict."""
+    """--metrics-file (harness.report.metrics): a problem is a warning, never a changed verdict."""
     if not path:
         return
     try:
-        from harness.metrics import write_metrics_file  # prometheus_client: an optional extra
+        from harness.report.metrics import write_metrics_file  # prometheus_client: an optional extra
 
         write_metrics_file(report.redacted(env).to_dict(), Path(path))
     except ImportError:
@@ -415,7 +410,7 @@ def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> Non
 
 
 def _kubernetes(report: Report, failure_text: str | None, env: dict[str, str]) -> None:
-    """Kubernetes outputs (harness.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
+    """Kubernetes outputs (harness.report.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
     redactor = Redactor.of(env)
     if report.verdict != "pass":
         failure_text = redactor.text(failure_text or failure_reason(report, env=env))

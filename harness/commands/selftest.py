@@ -17,7 +17,7 @@ from harness.cluster.selftest import (
     selftest_timeouts,
 )
 from harness.commands import UsageError
-from harness.interrupt import RunGuard
+from harness.run.interrupt import RunGuard
 
 __all__ = ["cmd_selftest"]
 

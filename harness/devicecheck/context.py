@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.deadline import Deadline
-from harness.profiles import Profile
+from harness.base.deadline import Deadline
+from harness.profiles.table import Profile
 
 __all__ = ["DEVICE", "REHEARSE", "Context"]
 

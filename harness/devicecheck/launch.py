@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from harness.base.jsontypes import JSONMapping
 from harness.devicecheck.context import Context
 from harness.devicecheck.record import Expected, Figure, StepResult, figure_key, settle
 from harness.fixtures.worker import WorkerSession, bandwidth_args
-from harness.jsontypes import JSONMapping
 from harness.worker.launch import PartOutcome, PartSpec, run_worker, schema_records
 
 __all__ = ["PERTURB", "SEEDS", "nccl_log_figures", "perturbed_scale", "startup_figures",
@@ -30,7 +30,7 @@ PERTURB = "grad-perturb,rank=-1"
 
 
 def _size_of(text: str) -> int:
-    from harness.probes.torch_bench import parse_size
+    from harness.worker.bandwidth import parse_size
 
     return parse_size(text)
 
@@ -183,7 +183,7 @@ def nccl_log_figures(session: WorkerSession) -> list[Figure]:
 
 def worker_step(ctx: Context) -> StepResult:
     """The production worker launch, every part, NCCL at INFO."""
-    from harness.probes.torch_bench import result_from_output
+    from harness.worker.bandwidth import result_from_output
     from harness.worker.compute import COMPUTE_SCHEMA, find_record
     from harness.worker.links import LINKS_SCHEMA
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from harness import proc
+from harness.base import proc
 from harness.devicecheck.context import Context
 from harness.devicecheck.record import Figure, StepResult, figure_key, settle
 

@@ -1,5 +1,5 @@
 """figures.json -> a profile patch (TOML for `preflight run --profile-file`, or to fold into
-harness/profiles.toml): each floor set from a figure measured here, its source citing "measured
+harness/profiles/profiles.toml): each floor set from a figure measured here, its source citing "measured
 on <GPU, driver, date>" and the figure it came from, and the field dropped from `estimates`.
 Figures that are no profile field (the worker's start-up, the training tolerances) are written
 as comments beside the constants they settle.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONMapping, JSONObject
 
 __all__ = ["FLOOR_SHARE", "Floor", "floors", "load", "main", "measured_on", "profile_patch"]
 
@@ -133,7 +133,7 @@ def _toml_string(text: str) -> str:
 
 def profile_patch(doc: JSONMapping) -> str:
     """The patch text: a header saying where it was measured, then one `[profiles."NAME"]`."""
-    from harness.profiles import BUILTIN_PROFILES
+    from harness.profiles.table import BUILTIN_PROFILES
 
     machine = doc.get("machine", {})
     name = str(machine.get("profile") or "derived")
@@ -142,14 +142,14 @@ def profile_patch(doc: JSONMapping) -> str:
              f"# {measured_on(machine)} (host {machine.get('host')}, {machine.get('ranks')} "
              f"ranks, SKU {machine.get('sku')})",
              f"# floors are {FLOOR_SHARE} x the figure measured; use with "
-             "`preflight run --profile-file THIS`, or fold into harness/profiles.toml with the "
+             "`preflight run --profile-file THIS`, or fold into harness/profiles/profiles.toml with the "
              "source", *_notes(doc)]
     if not found:
         return "\n".join([*lines, "# no floor could be set: no step that measures one ended ok",
                           ""])
     if name not in BUILTIN_PROFILES:
         lines.append(f"# {name!r} is no built-in profile: copy these fields to the SKU's table "
-                     f"([skus.\"{machine.get('sku')}\"]) of harness/profiles.toml")
+                     f"([skus.\"{machine.get('sku')}\"]) of harness/profiles/profiles.toml")
     lines.append(f'[profiles."{name}"]')
     lines += [f"{f.field} = {f.value}" for f in found]
     sources = ", ".join(f"{f.field} = {_toml_string(f.source)}" for f in found)

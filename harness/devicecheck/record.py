@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.jsontypes import JSONObject, JSONValue
+from harness.base.jsontypes import JSONObject, JSONValue
 
 __all__ = ["FIGURES_SCHEMA", "Expected", "Figure", "StepResult", "figure_key", "settle",
            "summary_lines", "write_outputs"]

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.deadline import Deadline
+from harness.base.deadline import Deadline
+from harness.base.jsontypes import JSONObject
 from harness.devicecheck import launch, machine, nccl, patch
 from harness.devicecheck.context import DEVICE, REHEARSE, Context
 from harness.devicecheck.record import StepResult, write_outputs
-from harness.jsontypes import JSONObject
-from harness.profiles import Profile
+from harness.profiles.table import Profile
 
 __all__ = ["STEPS", "budget_s", "main", "make_context", "run_steps"]
 
@@ -125,13 +125,13 @@ def _machine_record(ctx: Context, duration: float, budget: float) -> JSONObject:
 
 
 def _profile(name: str | None, rehearsal: bool) -> Profile:
-    from harness.profiles import get_profile
+    from harness.profiles.table import get_profile
 
     if rehearsal:
         return get_profile("local-cpu")
     if name:
         return get_profile(name)
-    from harness.profiles_derive import derive_profile, machine_facts
+    from harness.detect.derive import derive_profile, machine_facts
 
     return derive_profile(machine_facts())
 

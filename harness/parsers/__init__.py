@@ -76,8 +76,8 @@ def not_text(head: str) -> str | None:
 def _with_notes(fn: InspectFn) -> InspectFn:
     """`fn` reading through one Input, its result with `notes` (the reader's, then the
     parser's), and a ParseError that says what the reader cut, with secrets redacted."""
+    from harness.base.redact import Redactor
     from harness.parsers.reader import as_input
-    from harness.redact import Redactor
 
     @functools.wraps(fn)
     def inspect(stream: Any, *, profile: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.dcgm_json import _from_json
 from harness.parsers.dcgm_mndiag import (
@@ -29,7 +29,7 @@ from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import inside_transport
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["INSPECT", "MAX_MESSAGES", "MAX_RESULTS", "DcgmDiag", "DcgmResult", "inspect_dcgm",
            "parse_dcgm_diag"]

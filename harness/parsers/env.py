@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env_script import (
     _ASSIGN,
@@ -37,7 +37,7 @@ from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import RANK_PREFIX
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["INSPECT", "EnvDump", "inspect_env", "parse_env_dump"]
 
@@ -283,8 +283,8 @@ def inspect_env(stream: TextIO | Input, *, profile: Profile) -> JSONObject:
     """`preflight inspect env FILE`: the NCCL/FI/torch variables, redacted, and the rule findings
     for `profile` (keys: profile, format, num_variables, relevant, versions, harmful, required,
     outdated, recommended, malformed)."""
-    from harness.envrules import Versions, evaluate, format_problems
-    from harness.redact import Redactor
+    from harness.base.redact import Redactor
+    from harness.judges.env import Versions, evaluate, format_problems
 
     dump = parse_env_dump(as_input(stream))
     env = dump.variables

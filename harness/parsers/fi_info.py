@@ -21,13 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import Unwrapper
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["INSPECT", "FiInfo", "FiInfoEntry", "inspect_fi_info", "parse_fi_info"]
 
@@ -205,8 +205,8 @@ def parse_fi_info(text: str | Input) -> FiInfo:
 
 def inspect_fi_info(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect fi-info FILE`: efa, efa_devices, providers, endpoint_types,
-    error_code, and `verdicts` (PF-NET-003's judgement for the profile, harness.judges)."""
-    from harness import judges
+    error_code, and `verdicts` (PF-NET-003's judgement for the profile, harness.judges.network)."""
+    from harness.judges import network as judges
 
     info = parse_fi_info(as_input(stream))
     verdicts = [] if profile is None else [judges.fi_info_lists_efa(profile, info).to_json()]

@@ -1,5 +1,5 @@
 """NVIDIA XID events in a kernel log (`dmesg`, `journalctl -k`, syslog, or a saved file), each with
-the action the XID catalogue (harness.gpu.XID_ACTIONS) gives it, and the NVSwitch SXid events."""
+the action the XID catalogue (harness.base.gpu.XID_ACTIONS) gives it, and the NVSwitch SXid events."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from harness.gpu import pci_key, xid_action
-from harness.jsontypes import JSONObject
+from harness.base.gpu import pci_key, xid_action
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify
 from harness.parsers.reader import Input, as_input
@@ -18,7 +18,7 @@ from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["INSPECT", "KernelLog", "SxidEvent", "XidEvent", "inspect_kernel_log", "parse_kernel_log"]
 

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_nranks
 from harness.parsers.nccl_failures import FAILURES, KnownFailure
@@ -34,7 +34,7 @@ from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
 from harness.parsers.unwrap import Unwrapper
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = [
     "FAILURES",
@@ -317,8 +317,8 @@ def inspect_nccl_log(stream: TextIO | Input, *, profile: Profile | None) -> JSON
 
 def _judged(summary: NcclLogSummary, profile: Profile | None) -> JSONObject:
     """The summary's keys, and `verdicts`: the network checks' own judgement of it for the
-    profile (harness.judges; PF-NET-006 to 011)."""
-    from harness import judges
+    profile (harness.judges.network; PF-NET-006 to 011)."""
+    from harness.judges import network as judges
 
     return {**summary.to_json(),
             "verdicts": [v.to_json() for v in judges.nccl_log_verdicts(profile, summary)]}

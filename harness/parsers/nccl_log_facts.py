@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 
 __all__ = ["SOCKET_NETWORKS", "FailureHit", "NcclLogSummary", "WatchdogTimeout"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
@@ -45,7 +45,7 @@ from harness.parsers.unwrap import Unwrapper, is_docker_record
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = [
     "BUS_FACTORS",
@@ -195,8 +195,8 @@ def inspect_nccl_tests(stream: TextIO | Input, *, profile: Profile | None) -> JS
     [{size_bytes, count, oop {time_us, algbw_gb_s, busbw_gb_s, wrong}, ip {...}}],
     avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,
     errors (failure lines, then busbw mismatches), and `verdicts`: the bandwidth gates' own
-    judgement of the busbw for the profile (harness.judges; PF-BW-001/002)."""
-    from harness import judges
+    judgement of the busbw for the profile (harness.judges.network; PF-BW-001/002)."""
+    from harness.judges import network as judges
 
     result = parse_nccl_tests(as_input(stream))
     return {**result.to_dict(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 
 __all__ = [
     "BUS_FACTORS",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
-from harness.gpu import GpuInventory, health_problems
-from harness.jsontypes import JSONObject
+from harness.base.gpu import GpuInventory, health_problems
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
     _ANY_GPU_HEADER,
@@ -27,7 +27,7 @@ from harness.parsers.nvidia_smi_xml import _xml, parse_smi_xml
 from harness.parsers.reader import Input, as_input
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = [
     "INSPECT",

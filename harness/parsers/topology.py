@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input, as_input
 from harness.topology import TopologyError, detect_topology
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["INSPECT", "inspect_topology"]
 

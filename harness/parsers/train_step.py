@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import inside_transport
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:
-    from harness.profile_model import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["INSPECT", "Failure", "TrainStepOutput", "classify_failure", "parse_train_step"]
 

@@ -1,2 +1,2 @@
 """Probes touch the machine (subprocess, NVML, sysfs, env) and return raw text or small records;
-no thresholds, no asserts. Every subprocess goes through `harness.proc.run`."""
+no thresholds, no asserts. Every subprocess goes through `harness.base.proc.run`."""

@@ -1,7 +1,7 @@
 """One step of a probe's fallback chain (NVML, then nvidia-smi -q -x, then -q ...): a tool run,
-or an in-process call waited on, within the check's `harness.deadline.Deadline`, skipped when it
+or an in-process call waited on, within the check's `harness.base.deadline.Deadline`, skipped when it
 hung earlier in this run (the deadline module's hung-tool memory) and remembered when it hangs
-now. Every tool still runs through `harness.proc.run`; this only decides how long it may take
+now. Every tool still runs through `harness.base.proc.run`; this only decides how long it may take
 and says why it stopped."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from harness import proc
-from harness.deadline import HANG_MIN_S, Deadline, hung, mark_hung
+from harness.base import proc
+from harness.base.deadline import HANG_MIN_S, Deadline, hung, mark_hung
 
 __all__ = ["MIN_TRY_S", "HungError", "bounded", "describe", "run"]
 

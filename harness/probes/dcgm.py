@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness import deadline as dl
+from harness.base import deadline as dl
 from harness.checking import ProbeError
 from harness.parsers import ParseError
 from harness.probes import chain

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import deadline as dl
+from harness.base import deadline as dl
+from harness.base.gpu import GpuInfo, GpuInventory
 from harness.checking import ProbeError
-from harness.gpu import GpuInfo, GpuInventory
 from harness.probes import chain
 from harness.probes.dcgm import DCGM_TIMEOUT_S, run_dcgm_diag
 from harness.probes.kernel_log import KERNEL_LOG_ENV, read_kernel_log

@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from harness.gpu import BAD_THROTTLE_REASONS
-from harness.jsontypes import JSONMapping
+from harness.base.gpu import BAD_THROTTLE_REASONS
+from harness.base.jsontypes import JSONMapping
 from harness.probes.gpu import _reasons as reason_names
 
 __all__ = ["ClockSummary", "summaries", "summarize"]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 
 __all__ = ["HostCopy", "PairCopy", "WeakPair", "copy_gb_s", "host_outliers", "matrix_lines",
            "measure_host", "measure_links", "measure_pair", "missing_pairs", "numa_node_cpus",

@@ -3,7 +3,7 @@ open-files limit, processes stuck in D state, clock sync. Files are read under t
 (PREFLIGHT_SYSROOT / --preflight-sysroot), so tests point these at a fake tree.
 
 A path on a network filesystem can hang every call on it (a dead NFS server with `hard`, a
-Lustre OST gone): statvfs and the write test run in a child process under `harness.proc.run`'s
+Lustre OST gone): statvfs and the write test run in a child process under `harness.base.proc.run`'s
 hard timeout, so a hung mount costs its bound and is named, and the child (killable: NFS waits
 are TASK_KILLABLE) is killed. /dev/shm is tmpfs (memory) and is read in-process."""
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness import proc
+from harness.base import proc
 from harness.parsers.host import Mount, limits_row, parse_chronyc_tracking, parse_mounts, parse_stat
 
 __all__ = [

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import proc
+from harness.base import proc
 
 __all__ = ["IMEX_STATES", "NODES_CONFIG", "ImexStatus", "query_imex"]
 

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import deadline as dl
+from harness.base import deadline as dl
+from harness.base.settings import get_str
 from harness.checking import ProbeError
 from harness.parsers import ParseError
 from harness.probes import chain
-from harness.settings import get_str
 
 if TYPE_CHECKING:
     from harness.parsers.kernel_log import KernelLog

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harness import proc
+from harness.base import proc
 from harness.parsers import ParseError
 from harness.parsers.rdma_bench import parse_fabtests, parse_perftest
 

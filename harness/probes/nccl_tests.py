@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import proc
+from harness.base import proc
+from harness.base.settings import get_list, get_str
 from harness.parsers import ParseError
 from harness.parsers.nccl_tests import NOT_MPI, NcclTestsResult, parse_nccl_tests
-from harness.settings import get_list, get_str
 from harness.topology import count_nodes, sagemaker_hosts
 
 __all__ = [

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import proc
+from harness.base import proc
 from harness.parsers import ParseError
 from harness.parsers.fi_info import FiInfo, parse_fi_info
 from harness.parsers.nccl_log import NcclLogSummary, parse_nccl_log_stream
@@ -363,7 +363,7 @@ class CollectiveRun:
                 fh.close()
 
 
-#: Repository root, so that `-m harness.probes.nccl_worker` imports in the ranks.
+#: Repository root, so that `-m harness.worker.nccl` imports in the ranks.
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -394,7 +394,7 @@ def run_collective(
     # The ranks' own timeout fires before ours, so a hang ends as an error message, not a kill.
     rank_timeout_s = max(5.0, timeout_s - 20.0)
     argv = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "harness.probes.nccl_worker", "--backend", backend,
+            "-m", "harness.worker.nccl", "--backend", backend,
             "--timeout-s", f"{rank_timeout_s:g}", *worker_args]
     result = proc.run(argv, timeout_s=timeout_s, env=child, cwd=workdir,
                       output_path=workdir / "torchrun.log")

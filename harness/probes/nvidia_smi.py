@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness import deadline as dl
-from harness import proc
+from harness.base import deadline as dl
+from harness.base import proc
+from harness.base.gpu import GpuInventory
 from harness.checking import ProbeError
-from harness.gpu import GpuInventory
 from harness.parsers import ParseError
 from harness.probes import chain
 

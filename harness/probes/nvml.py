@@ -16,7 +16,7 @@ import threading
 from types import ModuleType
 from typing import Any, TypeAlias
 
-from harness import deadline as dl
+from harness.base import deadline as dl
 
 __all__ = ["NvmlHandle", "NvmlStartError", "NvmlUnavailableError", "Reader", "load", "session",
            "shutdown", "text"]

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions
     import torch

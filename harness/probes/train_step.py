@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from harness import proc
-from harness.settings import get_str
+from harness.base import proc
+from harness.base.settings import get_str
 
 __all__ = [
     "FAULT_KINDS",

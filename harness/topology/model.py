@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from harness.settings import get_int, get_str
+from harness.base.settings import get_int, get_str
 from harness.topology.hostlist import HostlistError
 from harness.topology.hostlist import expand_hostlist as _expand_hostlist
 

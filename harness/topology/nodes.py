@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.settings import get_int
+from harness.base.settings import get_int
 from harness.topology.model import Topology, TopologyError
 from harness.topology.providers import detect_topology
 

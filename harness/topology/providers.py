@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from harness.settings import get_int, get_str
+from harness.base.settings import get_int, get_str
 from harness.topology.model import (
     SET_EXPLICITLY,
     SINGLE,

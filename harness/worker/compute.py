@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-from harness.jsontypes import JSONMapping, JSONObject, JSONValue
+from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.probes import gpu_compute as gc
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from harness.probes.train_step import TrainStepRun
 
-from harness import proc
-from harness.jsontypes import JSONObject
-from harness.proc_result import ProcResult
+from harness.base import proc
+from harness.base.jsontypes import JSONObject
+from harness.base.proc_result import ProcResult
 
 __all__ = ["PartOutcome", "PartSpec", "Startup", "WorkerRun", "parse_parts", "run_worker",
            "startup_allowance_s", "torchrun_argv"]
@@ -154,7 +154,7 @@ def run_worker(
     """Run the parts in one torchrun launch of `nproc` local ranks; parts that never started
     (an earlier part hung or crashed) get one more launch of their own. Each launch's bound is
     the start-up allowance and the parts' own limits, capped at `limit_s` when given (and, as
-    every tool's, by the deadlines in force: harness.deadline)."""
+    every tool's, by the deadlines in force: harness.base.deadline)."""
     child = dict(os.environ if env is None else env)
     child["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, child.get("PYTHONPATH", "")) if p)
     child.setdefault("PYTHONUNBUFFERED", "1")

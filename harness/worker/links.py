@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions
     import torch
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sizes(text: str) -> list[int]:
-    from harness.probes.torch_bench import parse_size
+    from harness.worker.bandwidth import parse_size
 
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
@@ -51,7 +51,7 @@ def run_part(args: argparse.Namespace, device: torch.device, *,
     import torch.distributed as dist
 
     from harness.probes import gpu_links
-    from harness.probes import torch_bench as tb
+    from harness.worker import bandwidth as tb
 
     latency = tb.allreduce_bench(sizes_bytes=_sizes(args.lat_sizes), warmup=5,
                                  iters=args.lat_iters, check_data=False,

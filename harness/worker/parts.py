@@ -21,9 +21,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject
+from harness.base.settings import get_float, get_str
 from harness.probes import train_step as ts
-from harness.settings import get_float, get_str
 from harness.worker import links, sdc
 
 if TYPE_CHECKING:  # torch is imported inside the functions
@@ -63,7 +63,7 @@ def first_collective(device: torch.device, timeout_s: float) -> None:
     import torch
     import torch.distributed as dist
 
-    from harness.probes.torch_bench import wait_bounded
+    from harness.worker.bandwidth import wait_bounded
 
     one = torch.ones(1, device=device)
     wait_bounded(dist.all_reduce(one, async_op=True), timeout_s, "the first all_reduce")
@@ -133,7 +133,7 @@ class _Watchdog:
 
 
 def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
-    from harness.probes import torch_bench as tb
+    from harness.worker import bandwidth as tb
 
     result = tb.allreduce_bench(
         sizes_bytes=[tb.parse_size(s) for s in args.bw_sizes.split(",") if s.strip()],
@@ -147,7 +147,7 @@ def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
 
 
 def _train(args: argparse.Namespace, device: Any, rank: int) -> str:
-    from harness.probes import train_worker
+    from harness.worker import train as train_worker
 
     if not args.train_run:
         result = train_worker.step(args, ts.parse_fault(args.fault), device)
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit
     try:
         import torch  # noqa: F401  (its import is start-up time, measured below)
 
-        from harness.probes import train_worker
+        from harness.worker import train as train_worker
         from harness.worker.group import init_group
 
         imported = time.perf_counter()

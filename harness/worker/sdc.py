@@ -14,9 +14,9 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.jsontypes import JSONObject, JSONValue
+from harness.base.jsontypes import JSONObject, JSONValue
+from harness.base.settings import get_str
 from harness.probes.sdc import LEVELS, SDC_SCHEMA
-from harness.settings import get_str
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions
     import torch

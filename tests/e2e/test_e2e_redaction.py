@@ -1,6 +1,6 @@
 """No secret reaches any channel of a run of the installed `preflight` (issue 26, items 1-2).
 
-Canaries in every shape harness.redact recognises (tests/secret_canaries.py) are placed where
+Canaries in every shape harness.base.redact recognises (tests/secret_canaries.py) are placed where
 secrets come from in a real job: the environment (secret-named variables, and secret-shaped
 values in variables the report keeps: NCCL_*, SM_*, FI_PROVIDER), a tool's output (dcgmi fails
 printing them), a site check's assertion, print, warning, fixture error and parameter

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.settings import SETTINGS
+from harness.base.settings import SETTINGS
 from tests.e2e import procs
 from tests.e2e.shipped import Shipped
 

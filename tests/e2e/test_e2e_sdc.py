@@ -48,7 +48,7 @@ import json, os, sys
 from checks.test_sdc import test_sdc_cross_check_in_node
 from harness.checking import run_check
 from harness.fixtures.sdc import SdcRun
-from harness.profiles import get_profile
+from harness.profiles.table import get_profile
 from harness.worker.compute import find_record
 from harness.worker.launch import PartSpec, run_worker
 run = run_worker(3, [PartSpec("sdc", 90)], env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},

@@ -72,7 +72,7 @@ def test_harness_imports_from_the_venv_not_the_checkout(shipped: Shipped, tmp_pa
 
 @pytest.mark.smoke
 def test_every_package_file_is_installed(shipped: Shipped) -> None:
-    """Each file of harness/ and checks/ in the sources (data files such as harness/checks.ini
+    """Each file of harness/ and checks/ in the sources (data files such as harness/run/checks.ini
     included) is in the installed package: the wheel ships what the checkout runs with."""
     site = shipped.site_packages()
     tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "harness", "checks"],

@@ -105,7 +105,7 @@ def test_sigterm_during_the_training_step(run_node) -> None:
     assert problems == [], "\n".join(problems) + run.describe()
 
 
-# --- start-up: the first instruction on (harness.sigmask) ---------------------------------------
+# --- start-up: the first instruction on (harness.base.sigmask) ---------------------------------------
 
 def _started(pid: int) -> bool:
     """preflight's own code runs: SIGTERM is held (its first instruction) or handled (the

@@ -1,0 +1,160 @@
+"""Values beside credential-like names: which names are credentials' (`is_secret_name`), and
+the value next to such a name in free text: `NAME=value`, `"key": "value"` (quoted, escaped,
+with spaces), config lines (YAML, INI), `Authorization:` headers of every scheme, flags,
+Kubernetes/ECS name-value pairs, Dockerfile `ENV` (harness.base.redact runs them)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+
+from harness.base.redact_shapes import REDACTED, credential_end
+
+__all__ = ["is_secret_flag", "is_secret_name", "redact_pairs"]
+
+# Parts of variable names that mark credentials (matched on the upper-cased name, as words or
+# substrings: HF_TOKEN, WANDB_API_KEY, AWS_SESSION_TOKEN, DB_PASSWORD, GITHUB_PAT, MY_AUTH ...).
+# TOKEN is not TOKENS or TOKENIZER (MAX_TOKENS, TOKENIZERS_PARALLELISM); AUTH is not AUTHOR or
+# AUTHORITY (GIT_AUTHOR_NAME) but is AUTHORIZATION; PRIVATE is not an address (PRIVATE_IP).
+_SECRET_NAME = re.compile(
+    r"SECRET|TOKEN(?!S|IZ)|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY"
+    r"|ACCOUNT_?KEY|CONNECTION_?STRING|AUTH(?!OR(?!I[SZ]))|COOKIE|SESSION_?KEY|SIGNATURE"
+    r"|PRIVATE(?!_?(?:IP|DNS|SUBNET|NETWORK|ADDR|LINK|REGISTRY))"
+    r"|(^|_)PAT($|_)|(^|_)PWD($|_)|(^|_)PASS($|_)|(^|_)KEY($|_)"
+)
+# Names that look secret but are not: a secret's location (`*_FILE`, `*_PATH`, `*_DIR`, a
+# socket), a tokenizer's special tokens and token counts.
+_NOT_SECRET_NAME = re.compile(
+    r"_(?:FILE|PATH|DIR|SOCK)$|(?:^|_)(?:PAD|BOS|EOS|UNK|SEP|CLS|MASK)_TOKEN"
+    r"|TOKEN_(?:IDS?|COUNT|LEN|LENGTH|LIMIT)$"
+)
+# The shell's working directories (exactly these names: a `pwd:` key in a config file is a
+# password): redacting them hid every path under the working directory, /opt/ml/code on
+# SageMaker. MYSQL_PWD, DB_PWD stay secrets.
+_SHELL_DIRS = frozenset({"PWD", "OLDPWD"})
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+# A quote that opens a value: ' or ", JSON-escaped once or more (`\"` inside results.jsonl or
+# a JSON string), or an XML/HTML entity (junit.xml attributes).
+_QUOTE = r"(?:\\*[\"']|&(?:quot|apos|#34|#39);)"
+# NAME=value, NAME: value, "name": "value", \"name\": \"value\" inside free text.
+_ASSIGNMENT = re.compile(
+    rf"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>{_QUOTE}?[ \t]*[=:]\s*)(?=(?P<value>[^\s,;]))")
+# A config line: `key: value` (YAML), `key = value` (INI, TOML), `password=pass word` (INI):
+# its value runs to the end of the line (a trailing ` # comment` aside).
+_CONFIG_LINE = re.compile(
+    r"(?m)^[ \t]*(?:-[ \t]+)?(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)"
+    r"(?P<sep>[ \t]*:[ \t]+|[ \t]*=[ \t]*)(?=(?P<value>\S))")
+# Dockerfile's legacy `ENV NAME value` and csh's `setenv NAME value`.
+_SPACED_ASSIGNMENT = re.compile(
+    r"(?<![\w-])(?:ENV|setenv)[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[ \t]+)"
+    r"(?=(?P<value>[^\s=]))")
+# `--flag value`, `--flag "a b"`, `"--flag", "value"` (command lines, SM_USER_ARGS).
+_FLAG_VALUE = re.compile(
+    r"(?P<flag>(?<![\w-])--?(?P<name>[A-Za-z][\w-]*))(?P<sep>[\"']?[ \t]*,[ \t]*|[ \t]+)"
+    r"(?=(?P<value>[\"']?[^\s\"',;\]-]))")
+# Kubernetes / ECS name-value pairs: `- name: HF_TOKEN` + `value: "..."`, `{"name": .., "value": ..}`.
+_NAME_VALUE = re.compile(
+    r"(?P<head>(?<![\w-])[\"']?name[\"']?\s*[:=]\s*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_]*)[\"']?"
+    r"\s*(?:,\s*)?[\"']?value[\"']?\s*[:=]\s*)(?=(?P<value>[^\s,}]))")
+# Each pattern above matches a name and what separates it from its value, and only looks at the
+# value's first character: the value itself is measured (`_measure`) only for a credential's
+# name, so that no search runs over the same long value again and again (`a=a=a=...`), and the
+# search goes on inside a value that is not a secret (`CMD="python t.py HF_TOKEN=x"`).
+_OPEN_QUOTE = re.compile(_QUOTE)
+_BARE = {_ASSIGNMENT: re.compile(r"[^\s\"',;&]+"), _SPACED_ASSIGNMENT: re.compile(r"\S+"),
+         _FLAG_VALUE: re.compile(r"[^\s\"',;\]]+"), _NAME_VALUE: re.compile(r"[^\s\"',}]+"),
+         _CONFIG_LINE: re.compile(r"[^\n]*")}
+_COMMENT = re.compile(r"[ \t]+[#;]")
+#: The header whose value is a credential after any scheme word (`Authorization: Foo x`).
+_AUTH_HEADERS = frozenset({"authorization", "proxy-authorization", "proxy_authorization"})
+
+
+@functools.lru_cache(maxsize=4096)  # text repeats its names (`"name":`, `value:`) thousands of times
+def is_secret_name(name: str) -> bool:
+    """True when an environment variable's (or a key's) name says its value is a credential."""
+    if name in _SHELL_DIRS:
+        return False
+    upper = _CAMEL_HUMP.sub("_", name).upper().replace("-", "_")  # wandbKey -> WANDB_KEY
+    return bool(_SECRET_NAME.search(upper)) and not _NOT_SECRET_NAME.search(upper)
+
+
+def redact_pairs(text: str) -> str:
+    """`text` with the value beside every credential-like name redacted."""
+    if "name" in text:
+        text = _redact_values(_NAME_VALUE, text, is_secret_flag)
+    if "-" in text:
+        text = _redact_values(_FLAG_VALUE, text, is_secret_flag)
+    if "=" in text or ":" in text:
+        text = _redact_values(_CONFIG_LINE, text, is_secret_name)
+        text = _redact_values(_ASSIGNMENT, text, is_secret_name)
+    if "ENV" in text or "setenv" in text:
+        text = _redact_values(_SPACED_ASSIGNMENT, text, is_secret_name)
+    return text
+
+
+def is_secret_flag(name: str) -> bool:
+    """A flag (`--hf-token`) or a name-value pair's name that names a credential."""
+    return is_secret_name(name.replace("-", "_"))
+
+
+@functools.lru_cache(maxsize=16)
+def _closing(quote: str) -> re.Pattern[str]:
+    """The end of a value opened by `quote`: the same quote, not escaped, or the line's end."""
+    return re.compile(r"(?<!\\)" + re.escape(quote) + r"|\n")
+
+
+def _measure(pattern: re.Pattern[str], m: re.Match[str], text: str) -> tuple[int, int, int] | None:
+    """(start, end) of the secret in the value `m` found, and where the value ends; None when
+    there is nothing to redact. A quoted value is its quotes' content, spaces and all; after a
+    scheme word (`Basic`, `Bearer`, any after `Authorization:`) it is the credential; on a
+    config line, the rest of the line; else one word."""
+    start = m.start("value")
+    if text.startswith(REDACTED, start):  # its secret went already (a shape, a known value)
+        return None
+    quote = _OPEN_QUOTE.match(text, start)
+    if quote is not None:
+        close = _closing(quote.group(0)).search(text, quote.end())
+        if close is None:
+            return quote.end(), len(text), len(text)
+        end = close.end() if close.group(0) != "\n" else close.start()
+        return quote.end(), close.start(), end
+    name = m["name"].lower()
+    span = credential_end(text, start, any_scheme=name in _AUTH_HEADERS)
+    if span is not None:
+        return span[0], span[1], span[1]
+    found = _BARE[pattern].match(text, start)
+    if found is None or found.end() == start:
+        return None
+    end = found.end()
+    if pattern is _CONFIG_LINE:
+        if m["name"].isupper() and ":" not in m["sep"] and " " not in m["sep"]:
+            end = _BARE[_ASSIGNMENT].match(text, start).end()  # type: ignore[union-attr]
+        else:  # shell's `NAME=x cmd` keeps its command; a config value runs to the line's end
+            comment = _COMMENT.search(text, start, end)
+            end = len(text[start:comment.start() if comment else end].rstrip()) + start
+    return start, end, end
+
+
+def _redact_values(pattern: re.Pattern[str], text: str, secret: Callable[[str], bool]) -> str:
+    """Replace the value of each `pattern` match whose `name` is a secret's. The value is
+    matched in a lookahead, so the search goes on inside it (`CMD="... HF_TOKEN=x"`)."""
+    out: list[str] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        if m.start("value") < pos or not secret(m["name"]):
+            continue
+        span = _measure(pattern, m, text)
+        if span is None:
+            continue
+        start, stop, end = span
+        inner = text[start:stop]
+        if not inner or inner == REDACTED:
+            continue
+        out += [text[pos:start], REDACTED, text[stop:end]]
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)

@@ -1,0 +1,113 @@
+"""`preflight inspect KIND FILE --fail-on problem|harmful`: the inspect result as a CI gate.
+
+`problems(kind, result)` lists, in words, what the parsed output shows wrong; `inspect` exits 1
+when the list is not empty (0 otherwise; 2 when nothing was recognised, as before). Unknown is
+never a pass: a dcgmi run whose verdict is unknown (a table cut short) is a problem, and so is
+an nccl-tests sweep that did not finish. The judging is the checks' own where they have one:
+GPU health is harness.base.gpu.health_problems (the `problems` nvidia-smi's inspect lists), the env
+rules are harness.judges.env.evaluate (the `harmful`/`required` inspect env lists), an Xid's action
+is harness.base.gpu.xid_action (kernel-log's `action`), and the network and bandwidth checks'
+verdicts (harness.judges.network: provider, Socket fallback, GPUDirect, NIC count, WARN lines, busbw vs
+the floor) are the `verdicts` the fi-info, nccl-log and nccl-tests kinds list: a verdict that
+fails or is unknown is a problem.
+
+`--fail-on harmful` (env) fails only on the harmful rules: a CI step that lints a job's env file
+without the profile's required variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from harness.base.jsontypes import JSONObject
+
+__all__ = ["FAIL_ON", "problems"]
+
+#: What `--fail-on` accepts.
+FAIL_ON = ("problem", "harmful")
+
+
+def _named(items: list[Any], what: str) -> list[str]:
+    return [f"{what}: {item.get('name', item) if isinstance(item, dict) else item}"
+            for item in items]
+
+
+def _env(result: dict[str, Any], harmful_only: bool) -> list[str]:
+    found = _named(result.get("harmful", []), "harmful")
+    if not harmful_only:
+        found += _named(result.get("required", []), "required but unset or wrong")
+        found += [f"malformed: {m}" for m in result.get("malformed", [])]
+    return found
+
+
+def _nvidia_smi(result: dict[str, Any]) -> list[str]:
+    return [f"GPU {p.get('gpu')}: {p.get('what')}" for p in result.get("problems", [])]
+
+
+def _nccl_log(result: dict[str, Any]) -> list[str]:
+    found = [f"{e['cause']}: {e['line']}" for e in result.get("errors", [])]
+    found += [f"watchdog timeout: {t['line']}" for t in result.get("timeouts", [])]
+    found += [f"NCCL warning: {w}" for w in result.get("warnings", [])]
+    return found
+
+
+def _nccl_tests(result: dict[str, Any]) -> list[str]:
+    found = list(result.get("errors", []))
+    if result.get("num_wrong"):
+        found.append(f"{result['num_wrong']} wrong element(s)")
+    if result.get("out_of_bounds"):
+        found.append(f"{result['out_of_bounds']} out-of-bounds value(s)")
+    if not result.get("completed"):
+        found.append("the sweep did not finish (no `# Avg bus bandwidth` footer)")
+    return found
+
+
+def _dcgm(result: dict[str, Any]) -> list[str]:
+    found = [f"{t.get('test')}: {t.get('message')}" for t in result.get("failed_tests", [])]
+    if result.get("passed") is not True and not found:
+        found.append("no verdict: the diagnostic's results are incomplete (unknown is not a pass)")
+    return found
+
+
+def _kernel_log(result: dict[str, Any]) -> list[str]:
+    found = [f"Xid {e.get('xid')} on {e.get('pci')}: {e.get('action')}"
+             for e in result.get("xid_events", [])]
+    found += [f"SXid {e.get('sxid')} on {e.get('switch') or e.get('pci')}"
+              for e in result.get("sxid_events", []) if e.get("fatal") is not False]  # unknown too
+    return found
+
+
+def _fi_info(result: dict[str, Any]) -> list[str]:
+    code = result.get("error_code")
+    return [] if code is None else [f"fi_info failed with {code}"]
+
+
+def _train_step(result: dict[str, Any]) -> list[str]:
+    found = [str(e) for e in result.get("errors", [])]
+    if result.get("failure"):
+        found.append(str(result["failure"].get("message", result["failure"])))
+    return found
+
+
+_BY_KIND: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "nvidia-smi": _nvidia_smi, "nccl-log": _nccl_log, "nccl-tests": _nccl_tests,
+    "dcgm": _dcgm, "kernel-log": _kernel_log, "fi-info": _fi_info, "train-step": _train_step,
+}
+
+
+def problems(kind: str, result: JSONObject, fail_on: str = "problem") -> list[str]:
+    """What `result` (an `inspect KIND` result) shows wrong; `fail_on="harmful"` keeps only the
+    env kind's harmful settings. A kind without judgement (topology) has none."""
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"--fail-on {fail_on!r}: one of {', '.join(FAIL_ON)}")
+    if kind == "env":
+        return _env(result, harmful_only=fail_on == "harmful")
+    if fail_on == "harmful":
+        return []
+    judge = _BY_KIND.get(kind)
+    found = judge(result) if judge is not None else [str(e) for e in result.get("errors", [])]
+    # The checks' verdicts for the profile (harness.judges.network): what would fail or error the run.
+    found += [f"{v['check']} {v['status']}: {v['message']}" for v in result.get("verdicts", [])
+              if v.get("status") in ("fail", "unknown")]
+    return found

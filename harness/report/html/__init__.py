@@ -1,0 +1,1 @@
+"""The self-contained HTML report page (`preflight report --html`)."""

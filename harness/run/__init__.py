@@ -1,0 +1,1 @@
+"""The run: the pytest sessions, what they selected and reported, progress, signals."""
