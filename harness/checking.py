@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
+from harness.base.errors import ProbeError
 from harness.base.tiers import TIERS
 from harness.profiles.model import CONFIRM_FAMILIES
 from harness.results import CheckResult, Measurement, measurement_name, plain
@@ -144,11 +145,6 @@ def _set_current(ctx: CheckContext | None) -> contextvars.Token[CheckContext | N
 
 class CheckFailure(AssertionError):
     """A check's fact missed its threshold; str() is the full message."""
-
-
-class ProbeError(RuntimeError):
-    """A probe could not produce the fact a check needs (tool missing, hung, garbage output).
-    The check's outcome is `error`, which counts as a failure."""
 
 
 _OPS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
