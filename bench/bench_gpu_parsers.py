@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.parsers.dcgm import parse_dcgm_diag
 from harness.parsers.kernel_log import parse_kernel_log
-from harness.parsers.nvidia_smi import parse_smi_query
+from harness.parsers.nvidia_smi_query import parse_smi_query
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 

@@ -52,7 +52,7 @@ def _node(rank: int, n: int, port: int, iters: int, out: mp.Queue) -> None:
     import torch.distributed as dist
 
     from harness.cluster.plane import ControlPlane
-    from harness.topology import Topology
+    from harness.topology.model import Topology
 
     topo = Topology(node_rank=rank, num_nodes=n, master_addr="127.0.0.1", port=port,
                     source="bench")

@@ -6,27 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from harness.base.gpu import (
-    MONITOR,
-    REBOOT,
-    REPLACE,
-    RESET,
-    GpuInfo,
-    GpuInventory,
-    Problem,
-    gpu_label,
-    worst_action,
-)
+from harness.base.errors import ProbeError
+from harness.base.gpu_actions import MONITOR, REBOOT, REPLACE, RESET, Problem, worst_action
 from harness.base.gpu_facts import FACTS, NOT_SUPPORTED, UNREAD, FactState, fact_state, needed, unread_why
-from harness.checking import (
-    ProbeError,
-    expect_none,
-    measure,
-    measurement_name,
-    not_applicable,
-    warn,
-)
-from harness.profiles.table import Profile
+from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label
+from harness.checking import expect_none, measure, not_applicable, warn
+from harness.profiles.model import Profile
+from harness.results import measurement_name
 
 #: What each action means for the operator (the remedy of a failed check names the worst one).
 ACTION_REMEDY = {

@@ -3,19 +3,13 @@ nccl-tests' out-of-bounds count, completion within the budget, and gloo on CPU-o
 
 from __future__ import annotations
 
-from harness.checking import (
-    ProbeError,
-    check,
-    expect_none,
-    measure,
-    not_applicable,
-    warn,
-)
+from harness.base.errors import ProbeError
+from harness.checking import check, expect_none, measure, not_applicable, warn
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
 from harness.judges import network as judges
-from harness.judges.network import settle
-from harness.profiles.table import Profile
-from harness.topology import NodeCount
+from harness.judges.judgement import settle
+from harness.profiles.model import Profile
+from harness.topology.nodes import NodeCount
 
 NEXT_NVLINK = (
     "look at the NVLink checks (PF-GPU: active links, fabric manager), `nvidia-smi topo -m`, "

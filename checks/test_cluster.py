@@ -13,8 +13,9 @@ from collections.abc import Mapping
 
 import pytest
 
+from harness.base.errors import ProbeError
 from harness.base.settings import get_str
-from harness.checking import ProbeError, current, not_applicable
+from harness.checking import current, not_applicable
 from harness.cluster.checks import (
     test_cluster_bandwidth_meets_floor,
     test_every_node_passed_its_checks,
@@ -26,7 +27,9 @@ from harness.cluster.group_check import test_job_shaped_groups_meet_their_thresh
 from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
 from harness.cluster.snapshot import ClusterView, cluster_off
 from harness.cluster.straggler import test_no_straggler_node
-from harness.topology import NodeCount, TopologyError, detect_topology
+from harness.topology.model import TopologyError
+from harness.topology.nodes import NodeCount
+from harness.topology.providers import detect_topology
 
 __all__ = [
     "test_cluster_bandwidth_meets_floor",

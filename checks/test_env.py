@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.base.redact import Redactor
 from harness.checking import check, expect_none, fail, not_applicable, warn
 from harness.judges.env import Versions, evaluate, format_problems, ifname_problem
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 
 def _shown(env: dict[str, str], findings: list) -> list[str]:

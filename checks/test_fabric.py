@@ -5,11 +5,12 @@ fabric state completed with a zero cluster UUID, which is not a domain (NCCL src
 
 from __future__ import annotations
 
-from harness.checking import ProbeError, check, expect_none, measure, warn
+from harness.base.errors import ProbeError
+from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.fabric import IMEX_CHANNELS, domain_gpus, one_domain, require_ib
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import FabricInfo, RdmaDevice
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 REMEDY_PORT = ("check the cable and the switch port (`ibstat`, `iblinkinfo`), that the subnet "
                "manager runs (`sminfo`), and `mlxlink -d <dev> -m` for errors; a port stuck in "

@@ -11,28 +11,27 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from checks.gpu_common import ACTION_REMEDY, judge_gpus, reader
+from harness.base.errors import ProbeError
 from harness.base.gpu import (
-    MONITOR,
-    RESET,
-    GpuInfo,
-    GpuInventory,
-    Problem,
     ecc_problems,
-    gpu_label,
-    pcie_host_note,
-    pcie_link_gen_max,
-    pcie_problems,
-    pcie_slot_limit,
-    pcie_slot_outliers,
     remap_problems,
     reset_problems,
     retirement_problems,
     thermal_problems,
 )
+from harness.base.gpu_actions import MONITOR, RESET, Problem
 from harness.base.gpu_facts import explain_other, explain_reads
-from harness.checking import ProbeError, check, expect, measure, warn
+from harness.base.gpu_pcie import (
+    pcie_host_note,
+    pcie_link_gen_max,
+    pcie_problems,
+    pcie_slot_limit,
+    pcie_slot_outliers,
+)
+from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label
+from harness.checking import check, expect, measure, warn
 from harness.fixtures.gpu import require_gpus
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 #: The facts each inventory check judges (harness.base.gpu_facts): `explain` lists them, the judge
 #: reads them, the generated test removes each in turn (tests/test_gpu_facts_generated.py).

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checking import ProbeError, check, expect_none, measure, not_applicable, warn
+from harness.base.errors import ProbeError
+from harness.checking import check, expect_none, measure, not_applicable, warn
 from harness.fixtures.links import gpu_of, inventory_or_none
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 #: A sustained SM clock this far below the window's peak is reported (percent). Under a bf16
 #: GEMM a healthy GPU at its power cap moves its clock by a few percent; HW slowdown halves it.

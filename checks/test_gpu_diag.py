@@ -7,14 +7,16 @@ from __future__ import annotations
 import pytest
 
 from checks.gpu_common import ACTION_REMEDY, remedy_for
-from harness.base.gpu import REPLACE, RESET, GpuInfo, GpuInventory, gpu_label
+from harness.base.errors import ProbeError
+from harness.base.gpu_actions import REPLACE, RESET
 from harness.base.gpu_facts import explain_other
-from harness.checking import ProbeError, check, expect_none, fail, measure, not_applicable, warn
+from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label
+from harness.checking import check, expect_none, fail, measure, not_applicable, warn
 from harness.fixtures.gpu import require_gpus
 from harness.fixtures.reading import Reading
-from harness.parsers.dcgm import DcgmDiag
+from harness.parsers.dcgm_records import DcgmDiag
 from harness.probes.gpu_compute import ComputeResult, below_floor, sdc_suspects
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 #: DCGM tests whose failure is a setting of the node, not a fault of the GPU.
 _DCGM_SOFTWARE = {"software", "denylist", "nvml library", "cuda main library",

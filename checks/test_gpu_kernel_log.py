@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 from checks.gpu_common import ACTION_REMEDY, UNREADABLE_LOG, Found, judge
-from harness.base.gpu import MONITOR, REBOOT, GpuInventory, gpu_label, worst_action
+from harness.base.errors import ProbeError
+from harness.base.gpu_actions import MONITOR, REBOOT, worst_action
 from harness.base.gpu_facts import explain_other
-from harness.checking import ProbeError, check, measure, not_applicable, warn
+from harness.base.gpu_record import GpuInventory, gpu_label
+from harness.checking import check, measure, not_applicable, warn
 from harness.fixtures.gpu import require_gpus
 from harness.fixtures.reading import Reading
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.kernel_log import IncompleteLogError
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 
 @check(

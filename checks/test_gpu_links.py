@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from harness.base.gpu import pcie_link_gen_max
-from harness.checking import ProbeError, check, expect_none, measure, not_applicable, warn
+from harness.base.errors import ProbeError
+from harness.base.gpu_pcie import pcie_link_gen_max
+from harness.checking import check, expect_none, measure, not_applicable, warn
 from harness.fixtures.links import LinksResult, gpu_of, inventory_or_none
 from harness.judges.gpu_links import Sourced, floors_for, host_copy_floor, pcie_model_gb_s
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 MIB = 1024**2
 #: A host copy below this share of NCCL's model of its link is broken whatever the estimate

@@ -4,12 +4,14 @@ every GPU registered with the fabric manager (PF-GPU-017)."""
 from __future__ import annotations
 
 from checks.gpu_common import ACTION_REMEDY, Found, judge_all, judge_gpus, judged, unread_facts
-from harness.base.gpu import MONITOR, RESET, GpuInventory, fabric_problems, gpu_label
+from harness.base.gpu import fabric_problems
+from harness.base.gpu_actions import MONITOR, RESET
 from harness.base.gpu_facts import FACTS, explain_reads, fact_state
+from harness.base.gpu_record import GpuInventory, gpu_label
 from harness.checking import check, measure, not_applicable
 from harness.fixtures.gpu import require_gpus
 from harness.probes.nvml_nvlink import CRC_COUNTERS, CRC_FAIL_PER_S, NvlinkCounters
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 #: What the NVLink counters are, for `explain` (they come from two NVML samples, not the
 #: inventory: harness.probes.nvml_nvlink).

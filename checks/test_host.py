@@ -3,7 +3,8 @@ processes stuck in D state and clock sync. Every profile, local-cpu included (do
 
 from __future__ import annotations
 
-from harness.checking import ProbeError, check, expect, expect_none, fail, measure, not_applicable, warn
+from harness.base.errors import ProbeError
+from harness.checking import check, expect, expect_none, fail, measure, not_applicable, warn
 from harness.fixtures.host import (
     OUTPUT_PATHS_ENV,
     REQUIRED_MOUNTS_ENV,
@@ -13,7 +14,7 @@ from harness.fixtures.host import (
 )
 from harness.parsers.host import mount_kind
 from harness.probes.host import PathSpace, Stuck
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 GIB = 1024**3
 #: |clock offset| past which AWS rejects signed requests (SigV4: a request must reach AWS within

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 
 import pytest
 
-from harness.checking import ProbeError, check, fail, measure, not_applicable, warn
+from harness.base.errors import ProbeError
+from harness.checking import check, fail, measure, not_applicable, warn
 from harness.fixtures.fabric import require_ib
-from harness.profiles.table import Profile
-from harness.topology import NodeCount
+from harness.profiles.model import Profile
+from harness.topology.nodes import NodeCount
 
 REMEDY_SHARP = ("check that the SHARP aggregation manager runs beside the subnet manager "
                 "(`systemctl status sharp_am` on the UFM/opensm host) and answers "

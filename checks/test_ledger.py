@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.base.errors import ProbeError
 from harness.base.settings import get_str
-from harness.checking import ProbeError, check, fail, measure, not_applicable, warn
+from harness.checking import check, fail, measure, not_applicable, warn
 from harness.memory.identity import gpu_keys, read_gpus, read_nics
 from harness.memory.ledger import Ledger, describe, keys_of
 from harness.memory.store import Store, StoreError
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 
 @check(

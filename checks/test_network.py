@@ -3,21 +3,14 @@ log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUD
 
 from __future__ import annotations
 
-from harness.checking import (
-    ProbeError,
-    check,
-    expect,
-    expect_none,
-    fail,
-    measure,
-    warn,
-)
+from harness.base.errors import ProbeError
+from harness.checking import check, expect, expect_none, fail, measure, warn
 from harness.fixtures.network import NcclNetEvidence, require_efa
 from harness.judges import network as judges
-from harness.judges.network import settle
+from harness.judges.judgement import settle
 from harness.parsers.fi_info import FiInfo
 from harness.probes.network import EfaDevices, OfiNcclLib
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 REMEDY_DEVICES = ("pass every EFA device to the container (docker run --device "
                   "/dev/infiniband/uverbsN for each, or the EKS vpc.amazonaws.com/efa resource); "

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.checking import ProbeError, check, expect_none, measure, warn
+from harness.base.errors import ProbeError
+from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.network import require_fabric
 from harness.probes import nic_counters
 from harness.probes.network import EfaDevices
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 REMEDY_LINK = ("check the cable/switch port of the device named (`ibstat`, `rdma link`), "
                "then reboot or drain the node if the link stays down")

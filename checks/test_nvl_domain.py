@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checking import ProbeError, check, expect_none, fail, measure, not_applicable, warn
+from harness.base.errors import ProbeError
+from harness.checking import check, expect_none, fail, measure, not_applicable, warn
 from harness.fixtures.fabric import domain_gpus, one_domain
 from harness.fixtures.nvl_domain import NVLS_GATE_SIZE, FabricEvidence
 from harness.parsers.nccl_mnnvl import health_faults
 from harness.probes.fabric import FabricInfo
 from harness.probes.imex import ImexStatus
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 REMEDY_MNNVL = ("check every tray's fabric (`nvidia-smi -q | grep -A8 Fabric`: State Completed, "
                 "Status Success, one Cluster UUID and Clique ID), the NVLink switch trays and "

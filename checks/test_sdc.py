@@ -8,13 +8,15 @@ from __future__ import annotations
 import pytest
 
 from checks.gpu_common import ACTION_REMEDY
-from harness.base.gpu import REPLACE, GpuInventory, gpu_label
+from harness.base.errors import ProbeError
+from harness.base.gpu_actions import REPLACE
 from harness.base.gpu_facts import explain_other
-from harness.checking import ProbeError, check, expect_none, measure
+from harness.base.gpu_record import GpuInventory, gpu_label
+from harness.checking import check, expect_none, measure
 from harness.fixtures.reading import Reading
 from harness.fixtures.sdc import SdcRun
 from harness.probes import sdc
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 
 def _label(rank: dict, inventory: GpuInventory | None) -> tuple[str, int | None]:

@@ -7,18 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.checking import (
-    ProbeError,
-    check,
-    expect,
-    expect_none,
-    fail,
-    measure,
-    not_applicable,
-    warn,
-)
+from harness.base.errors import ProbeError
+from harness.checking import check, expect, expect_none, fail, measure, not_applicable, warn
 from harness.probes.train_step import FP8_RECIPES, TrainStepRun
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 _SDC = ("possible silent data corruption or a stack bug: rerun on another node; if it follows "
         "this node, drain it and run `dcgmi diag -r 3`; if it follows the image, check the "

@@ -8,14 +8,14 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.base.gpu import MONITOR
+from harness.base.gpu_actions import MONITOR
 from harness.base.gpu_facts import explain_other
 from harness.base.settings import get_float
 from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.gpu import require_gpus
 from harness.judges.xid import summarize
 from harness.parsers.kernel_log import KernelLog, XidEvent
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 #: Hours of kernel log judged (Azure AzHC azure_gpu_xid.nhc: time_threshold default 2 h).
 WINDOW_ENV = "PREFLIGHT_XID_WINDOW_H"

@@ -19,11 +19,9 @@ from harness.results import CheckResult, Measurement, measurement_name, plain
 
 __all__ = [
     "OUTCOMES",
-    "TIERS",
     "CheckContext",
     "CheckFailure",
     "CheckSpec",
-    "ProbeError",
     "check",
     "current",
     "expect",
@@ -31,10 +29,8 @@ __all__ = [
     "fail",
     "fmt",
     "measure",
-    "measurement_name",
     "not_applicable",
     "not_run",
-    "plain",
     "registry",
     "run_check",
     "spec_of",
@@ -196,7 +192,6 @@ def measure(
         size_bytes=size_bytes, gpu_index=gpu_index, node=node,
         name=name or measurement_name(what),
     ).to_dict())
-
 
 
 def expect(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.base.jsontypes import JSONObject
-from harness.checking import TIERS, CheckSpec
+from harness.base.tiers import TIERS
+from harness.checking import CheckSpec
 
 __all__ = ["describe_item", "item_spec", "reused_key", "selection_key", "suite_of", "suites_key"]
 

@@ -19,25 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.profiles.table import Profile
+    from harness.profiles.model import Profile
 
 import pytest
 
 import harness.fixtures as _fixtures_pkg
 from harness import __version__
 from harness.base.deadline import TimeoutHooks
+from harness.base.errors import ProbeError
 from harness.base.redact import Redactor
-from harness.checking import (
-    TIERS,
-    CheckContext,
-    CheckFailure,
-    CheckSpec,
-    ProbeError,
-    _set_current,
-    plain,
-)
+from harness.base.tiers import TIERS
+from harness.checking import CheckContext, CheckFailure, CheckSpec, _set_current
 from harness.items import item_spec, reused_key, selection_key, suite_of, suites_key
-from harness.results import CheckResult, Measurement
+from harness.results import CheckResult, Measurement, plain
 from harness.run.interrupt import install_session_handlers
 from harness.run.suites import BUILTIN_SUITE
 
@@ -177,7 +171,8 @@ def resolve_profile(config: pytest.Config) -> tuple[Profile, str]:
         return config.stash[_profile_key]
     from harness.detect.derive import resolve_detected
     from harness.detect.instance import detect_instance_type
-    from harness.profiles.table import BUILTIN_PROFILES, ProfileError, load_profile_file
+    from harness.profiles.model import ProfileError
+    from harness.profiles.table import BUILTIN_PROFILES, load_profile_file
 
     try:
         profiles = BUILTIN_PROFILES
@@ -193,10 +188,9 @@ def resolve_profile(config: pytest.Config) -> tuple[Profile, str]:
     return config.stash[_profile_key]
 
 
-
 def _handed_profile(path: str) -> tuple[Profile, str]:
     """(Profile, source) from the file the runner wrote: the run resolved the profile once."""
-    from harness.profiles.table import Profile
+    from harness.profiles.model import Profile
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

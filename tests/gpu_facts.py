@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from harness.base.gpu import GpuInfo, GpuInventory
+from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.fixtures.reading import Reading
-from harness.parsers.dcgm import DcgmDiag, DcgmResult
+from harness.parsers.dcgm_records import DcgmDiag, DcgmResult
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
 from harness.probes.gpu_compute import ComputeResult
 from harness.probes.nvml_nvlink import NvlinkCounters

@@ -11,7 +11,7 @@ from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.nvl_domain import NVLS_GATE_SIZE, FabricEvidence
 from harness.parsers.nccl_fabric import parse_fabric_log
 from harness.probes.imex import ImexStatus
-from harness.topology import NodeCount
+from harness.topology.nodes import NodeCount
 from tests.fabric_facts import GB200, HGX
 
 LOGS = Path(__file__).resolve().parent / "data" / "nccl_log"

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cluster.isolate import isolate, simulate_measure
-from harness.cluster.snapshot import left_out, not_measured
-from harness.cluster.verdict import FACT_KEYS, decide, node_summary
+from harness.cluster.snapshot import FACT_KEYS, left_out, node_summary, not_measured
+from harness.cluster.verdict import decide
 from harness.report.model import Report
 from harness.results import CheckResult, Measurement, results
 

@@ -367,7 +367,7 @@ def test_real_probes_on_this_machine_error_on_a_gpu_profile(
 
 UNREADABLE_LOG = '''
 import pytest
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.fixtures.reading import Reading
 from tests.gpu_facts import SCENARIOS
 

@@ -9,9 +9,9 @@ import importlib
 import pytest
 
 from conftest import run_check_file
+from harness.base.errors import ProbeError
 from harness.checking import (
     CheckSpec,
-    ProbeError,
     check,
     expect,
     fail,

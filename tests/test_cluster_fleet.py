@@ -50,7 +50,7 @@ def plane():
     import torch.distributed as dist
 
     from harness.cluster.plane import ControlPlane
-    from harness.topology import Topology
+    from harness.topology.model import Topology
 
     server = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10),
                            wait_for_workers=False)
@@ -166,7 +166,7 @@ def test_a_changed_snapshot_is_decided_again():
 ])
 def test_the_plane_connects_gloo_lazily_without_a_barrier_per_pair(env, wanted):
     from harness.cluster.plane import _plane_env
-    from harness.topology import Topology
+    from harness.topology.model import Topology
 
     topo = Topology(node_rank=1, num_nodes=4, master_addr="10.0.0.1", port=29501,
                     source="test")

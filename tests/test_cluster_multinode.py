@@ -109,7 +109,7 @@ def test_slow_node_is_isolated_by_pairwise_rounds(tmp_path):
                             for e in evidence)
     assert report["cluster"]["actions"]["slurm_drain"][0].startswith(
         "scontrol update nodename=node1 state=drain reason=\"gpu-preflight: ")
-    from harness.report.figures import bad_nodes  # the HTML report's bad-node table
+    from harness.report.verdicts import bad_nodes  # the HTML report's bad-node table
 
     reports = [json.loads((tmp_path / f"node{r}" / "report.json").read_text()) for r in range(4)]
     assert [(b.host, b.source) for b in bad_nodes(reports)] == [("node1", "cluster")]
@@ -211,8 +211,9 @@ def test_watchdog_stops_a_hung_node_at_its_hard_bound(tmp_path):
 
     code = f"""
 import pathlib, time
-from harness.cluster.step import ClusterStep, ClusterTimeouts
-from harness.topology import Topology
+from harness.cluster.step import ClusterStep
+from harness.cluster.timeouts import ClusterTimeouts
+from harness.topology.model import Topology
 from harness.profiles.table import get_profile
 topo = Topology(node_rank=1, num_nodes=2, master_addr="127.0.0.1", port=1, source="test")
 t = ClusterTimeouts(join_s=0.2, local_s=0.2, gather_s=0.2, collective_s=0.1,

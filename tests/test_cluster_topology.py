@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.topology import (
-    DEFAULT_PORT,
-    TopologyError,
-    compress_hostlist,
-    detect_topology,
-    expand_hostlist,
-)
+from harness.topology.hostlist import compress_hostlist
+from harness.topology.model import DEFAULT_PORT, TopologyError, expand_hostlist
+from harness.topology.providers import detect_topology
 
 SM_RC = {"current_host": "algo-3", "hosts": ["algo-1", "algo-2", "algo-3", "algo-4"],
          "current_instance_type": "ml.p5.48xlarge", "current_group_name": "homogeneousCluster"}

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from harness.cluster.checks import consistency_outliers
 from harness.cluster.isolate import isolate, simulate_measure
-from harness.cluster.verdict import consistency_outliers, decide, node_summary
+from harness.cluster.snapshot import node_summary
+from harness.cluster.verdict import decide
 from harness.report.model import Report
 from harness.results import CheckResult
 
@@ -152,7 +154,7 @@ def test_node_summary_from_a_report():
 
 def test_cluster_timeouts_round_trip_through_the_environment():
     from harness.cluster.selftest import selftest_timeouts
-    from harness.cluster.step import ClusterTimeouts
+    from harness.cluster.timeouts import ClusterTimeouts
 
     t = selftest_timeouts(1.5)
     assert ClusterTimeouts.from_env(t.to_env(), local_s=t.local_s) == t

@@ -40,13 +40,11 @@ from harness.parsers.fi_info import parse_fi_info
 from harness.parsers.kernel_log import parse_kernel_log
 from harness.parsers.nccl_log import parse_nccl_log
 from harness.parsers.nccl_tests import parse_nccl_tests
-from harness.parsers.nvidia_smi import (
-    parse_nvidia_smi,
-    parse_smi_csv,
-    parse_smi_query,
-    parse_smi_table,
-    parse_smi_xml,
-)
+from harness.parsers.nvidia_smi import parse_nvidia_smi
+from harness.parsers.nvidia_smi_csv import parse_smi_csv
+from harness.parsers.nvidia_smi_query import parse_smi_query
+from harness.parsers.nvidia_smi_table import parse_smi_table
+from harness.parsers.nvidia_smi_xml import parse_smi_xml
 from harness.parsers.train_step import classify_failure, parse_train_step
 from harness.profiles.table import get_profile
 

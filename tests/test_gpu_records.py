@@ -6,18 +6,9 @@ import dataclasses
 
 import pytest
 
-from harness.base.gpu import (
-    MONITOR,
-    REBOOT,
-    GpuInfo,
-    GpuInventory,
-    gpu_label,
-    pci_key,
-    pcie_problems,
-    pcie_slot_limit,
-    pcie_slot_outliers,
-    worst_action,
-)
+from harness.base.gpu_actions import MONITOR, REBOOT, worst_action
+from harness.base.gpu_pcie import pcie_problems, pcie_slot_limit, pcie_slot_outliers
+from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label, pci_key
 
 
 @pytest.mark.parametrize(("text", "key"), [
@@ -121,7 +112,7 @@ def test_one_slot_below_the_others_is_a_warning_not_a_reboot():
 
 
 def test_a_host_max_below_nvmls_is_shown_as_information():
-    from harness.base.gpu import pcie_host_note, pcie_link_gen_max
+    from harness.base.gpu_pcie import pcie_host_note, pcie_link_gen_max
 
     gb300 = dataclasses.replace(BASE, pcie_gen_max=6, pcie_gen_device_max=6, pcie_gen_host_max=4,
                                 pcie_gen_current=6)

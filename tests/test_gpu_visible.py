@@ -9,7 +9,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.fixtures.reading import Reading
 from harness.probes import gpu
 from harness.probes.gpu_visible import device_nodes, no_gpu_cause

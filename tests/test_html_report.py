@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.report.figures import bad_nodes, bandwidth_curves, format_size, gpus_healthy, parse_size
+from harness.report.figures import bandwidth_curves, format_size, gpus_healthy, parse_size
 from harness.report.html.render import ReportSet, ReportSourceError, load_reports, render_html
+from harness.report.verdicts import bad_nodes
 
 DATA = Path(__file__).parent / "data" / "reports"
 HOSTS = ["algo-1", "algo-2", "algo-3", "algo-4"]

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from checks import test_bandwidth, test_network
-from harness.checking import CheckContext, CheckFailure, ProbeError, _set_current
+from harness.base.errors import ProbeError
+from harness.checking import CheckContext, CheckFailure, _set_current
 from harness.cli import main
 from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.network import NcclNetEvidence

@@ -113,7 +113,7 @@ def test_pytorchjob_preflight_runs_in_the_container_the_operator_gives_the_topol
     containers, never on its init containers (kubeflow/training-operator
     pkg/controller.v1/pytorch/envvar.go setPodEnv, over spec.containers): the preflight runs
     in `pytorch` and, with that env, checks the whole job, with the trainer's NCCL/FI env."""
-    from harness.topology import detect_topology
+    from harness.topology.providers import detect_topology
 
     (job,) = docs("pytorchjob.yaml")
     replicas = job["spec"]["pytorchReplicaSpecs"]
@@ -135,7 +135,7 @@ def test_pytorchjob_preflight_runs_in_the_container_the_operator_gives_the_topol
 def test_jobset_gives_the_preflight_and_torchrun_one_topology():
     """JobSet sets no rendezvous variables: the manifest writes them once, from the Job's
     completion index and the JobSet's stable pod names, for the preflight and torchrun alike."""
-    from harness.topology import detect_topology
+    from harness.topology.providers import detect_topology
 
     (js,) = docs("jobset.yaml")
     (rjob,) = js["spec"]["replicatedJobs"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.base.gpu import MONITOR, REBOOT, REPLACE, RESET, xid_action
+from harness.base.gpu_actions import MONITOR, REBOOT, REPLACE, RESET, xid_action
 from harness.parsers import ParseError
 from harness.parsers.kernel_log import parse_kernel_log
 

@@ -233,8 +233,8 @@ def test_a_parse_error_that_quotes_the_input_is_redacted(tmp_path, capsys):
     ("harness.parsers.dcgm:parse_dcgm_diag", "dcgm/dcgmi-text-3.3.9-targeted-power-fail.txt",
      "results"),
     ("harness.parsers.dcgm:parse_dcgm_diag", "dcgm/dcgmi-text-deployment-error.txt", "results"),
-    ("harness.parsers.nvidia_smi:parse_smi_query", "nvidia_smi/real_q-565-h100-sxm.txt", "gpus"),
-    ("harness.parsers.nvidia_smi:parse_smi_table", "nvidia_smi/table-470-v100-old-layout.txt",
+    ("harness.parsers.nvidia_smi_query:parse_smi_query", "nvidia_smi/real_q-565-h100-sxm.txt", "gpus"),
+    ("harness.parsers.nvidia_smi_table:parse_smi_table", "nvidia_smi/table-470-v100-old-layout.txt",
      "gpus"),
     ("harness.parsers.fi_info:parse_fi_info", "fi_info/composed_p5_efa_direct_32.txt", "entries"),
 ])

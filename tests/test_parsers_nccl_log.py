@@ -12,7 +12,8 @@ import pytest
 
 from harness.cli import main
 from harness.parsers import nccl_log
-from harness.parsers.nccl_log import FAILURES, parse_nccl_log, parse_nccl_log_stream
+from harness.parsers.nccl_failures import FAILURES
+from harness.parsers.nccl_log import parse_nccl_log, parse_nccl_log_stream
 
 DATA = Path(__file__).parent / "data" / "nccl_log"
 

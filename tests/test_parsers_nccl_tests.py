@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import ParseError
-from harness.parsers.nccl_tests import bus_factor, inspect_nccl_tests, parse_nccl_tests
+from harness.parsers.nccl_tests import inspect_nccl_tests, parse_nccl_tests
+from harness.parsers.nccl_tests_model import bus_factor
 from tests import expect_parsed
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"

@@ -7,13 +7,11 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import ParseError
-from harness.parsers.nvidia_smi import (
-    parse_nvidia_smi,
-    parse_smi_csv,
-    parse_smi_query,
-    parse_smi_table,
-    parse_smi_xml,
-)
+from harness.parsers.nvidia_smi import parse_nvidia_smi
+from harness.parsers.nvidia_smi_csv import parse_smi_csv
+from harness.parsers.nvidia_smi_query import parse_smi_query
+from harness.parsers.nvidia_smi_table import parse_smi_table
+from harness.parsers.nvidia_smi_xml import parse_smi_xml
 from tests import expect_parsed
 
 DATA = Path(__file__).parent / "data" / "nvidia_smi"
@@ -243,7 +241,7 @@ def test_nvidia_smi_failure_is_named(text: str, message: str):
     ("real_q-565-h100-sxm.txt", 5, 5),
 ])
 def test_the_slots_pcie_generation_is_read(name: str, host_max: int | None, link_max: int):
-    from harness.base.gpu import pcie_link_gen_max, pcie_slot_limit
+    from harness.base.gpu_pcie import pcie_link_gen_max, pcie_slot_limit
 
     g = parse_nvidia_smi(_read(name)).gpus[0]
     assert g.pcie_gen_host_max == host_max

@@ -10,7 +10,8 @@ from tests.conftest import check_session, run_checks
 
 CHECKS = '''
 import pytest
-from harness.checking import ProbeError, check, expect, expect_none, not_applicable, warn
+from harness.checking import check, expect, expect_none, not_applicable, warn
+from harness.base.errors import ProbeError
 
 @check("PF-T-001", title="passes", why="w", remedy="r1")
 def test_pass():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.base.deadline import Deadline
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.parsers.dcgm import parse_dcgm_diag
 from harness.probes.dcgm import DcgmContentionError, run_dcgm_diag
 from tests.fake_tools import empty_path, make_tool

@@ -10,8 +10,10 @@ import pynvml
 import pytest
 
 from harness.base import deadline
-from harness.base.gpu import REBOOT, REPLACE, RESET, health_problems, pcie_problems, reset_problems
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
+from harness.base.gpu import health_problems, reset_problems
+from harness.base.gpu_actions import REBOOT, REPLACE, RESET
+from harness.base.gpu_pcie import pcie_problems
 from harness.probes import gpu, nvml
 from tests.fake_nvml import FakeNvml, b200_node, h100_node
 from tests.fake_tools import empty_path, make_tool

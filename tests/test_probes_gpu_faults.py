@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from harness.base import deadline as dl
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.probes import chain, gpu
 from tests.fake_nvml import FakeNvml, h100_node
 from tests.fake_tools import empty_path, make_tool

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.probes.kernel_log import IncompleteLogError, read_kernel_log
 from tests.conftest import REPO, copy_check_file, run_checks
 from tests.fake_tools import empty_path, make_tool
@@ -87,7 +87,7 @@ def test_a_kernel_log_file_cut_mid_line_is_incomplete(tmp_path: Path):
 
 CUT_LOG = '''
 import pytest
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.fixtures.reading import Reading
 from harness.probes.kernel_log import IncompleteLogError
 

@@ -12,7 +12,7 @@ from nccl_emu import NEW_HELP, OLD_HELP, make_tool
 
 from harness.probes import nccl_tests as nt
 from harness.probes.nccl_tests import Features, LaunchPlan, Sweep, build_command
-from harness.topology import NodeCount, count_nodes, is_leader
+from harness.topology.nodes import NodeCount, count_nodes, is_leader
 from tests.conftest import process_alive
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"
@@ -279,7 +279,7 @@ def test_real_mpirun_hang_kills_every_rank(tmp_path):
     (8, "all_reduce_perf ran with 1 rank(s) of the 8 launched: the binary was not built with MPI"),
 ])
 def test_a_run_that_saw_fewer_ranks_than_launched_is_not_trusted(launched: int, problem: str):
-    from harness.base.proc import ProcResult
+    from harness.base.proc_result import ProcResult
     from harness.parsers.nccl_tests import parse_nccl_tests
 
     one_rank = parse_nccl_tests((DATA / "alltoall_na_in_place.txt").read_text())

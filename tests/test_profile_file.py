@@ -13,7 +13,8 @@ import pytest
 
 from harness import cli
 from harness.profiles.check import CHOICES, UNSETTABLE, check_value
-from harness.profiles.table import BUILTIN_PROFILES, ProfileError, load_profile_file
+from harness.profiles.model import ProfileError
+from harness.profiles.table import BUILTIN_PROFILES, load_profile_file
 
 P5 = '[profiles."p5.48xlarge"]\n'
 

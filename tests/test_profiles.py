@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.detect import instance as detect
-from harness.profiles.table import BUILTIN_PROFILES, ProfileError, get_profile, load_profile_file
+from harness.profiles.model import ProfileError
+from harness.profiles.table import BUILTIN_PROFILES, get_profile, load_profile_file
 
 EXPECTED = {"local-cpu", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge",
             "p5en.48xlarge", "p6-b200.48xlarge"}

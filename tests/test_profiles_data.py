@@ -16,7 +16,8 @@ import pytest
 from harness.detect.derive import MachineFacts, derive_profile, machine_facts, resolve_profile
 from harness.parsers.nvidia_smi import parse_nvidia_smi
 from harness.probes.fabric import RdmaDevice, RdmaPort
-from harness.profiles.table import BUILTIN_PROFILES, GIB, SKUS, get_profile, threshold_rows
+from harness.profiles.model import GIB
+from harness.profiles.table import BUILTIN_PROFILES, SKUS, get_profile, threshold_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 SMI = ROOT / "tests" / "data" / "nvidia_smi"
@@ -185,7 +186,7 @@ def test_resolution_derives_for_unknown_detected_types_but_not_for_typos(tmp_pat
     p, source = resolve_profile("p9.48xlarge", "DMI product_name (EC2 Nitro)",
                                 sysroot=tmp_path, facts=facts)
     assert p.name == "derived" and "p9.48xlarge" in source
-    from harness.profiles.table import ProfileError
+    from harness.profiles.model import ProfileError
 
     with pytest.raises(ProfileError, match=r"unknown profile 'p9\.48xlarge'"):
         resolve_profile("p9.48xlarge", "--profile", sysroot=tmp_path, facts=facts)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.base.redact import REDACTED, Redactor, is_secret_name
+from harness.base.redact import Redactor
+from harness.base.redact_pairs import is_secret_name
+from harness.base.redact_shapes import REDACTED
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from secret_canaries import CANARIES, SURVIVORS, Canary
 
-from harness.base.redact import REDACTED, Redactor, is_secret_name
+from harness.base.redact import Redactor
+from harness.base.redact_pairs import is_secret_name
+from harness.base.redact_shapes import REDACTED
 
 R = REDACTED
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.checking import CheckContext, _set_current, expect, expect_none, measure, plain
-from harness.report.figures import bandwidth_curves, checks_of, gpus_healthy
+from harness.checking import CheckContext, _set_current, expect, expect_none, measure
+from harness.report.figures import bandwidth_curves, gpus_healthy
 from harness.report.model import RESULTS_SCHEMA, Report
-from harness.results import CheckResult, Measurement
+from harness.report.verdicts import checks_of
+from harness.results import CheckResult, Measurement, plain
 
 DATA = Path(__file__).parent / "data" / "reports"
 

@@ -123,7 +123,8 @@ def test_given_says_what_is_set_never_a_default():
 def test_a_malformed_variable_read_by_the_harness_names_itself():
     """Read through the registry, a malformed node count is an error naming it (in the
     topology's own error class), no longer ignored."""
-    from harness.topology import TopologyError, count_nodes
+    from harness.topology.model import TopologyError
+    from harness.topology.nodes import count_nodes
 
     with pytest.raises(TopologyError, match=re.escape("PREFLIGHT_NUM_NODES='two' is not an integer")):
         count_nodes({"PREFLIGHT_NUM_NODES": "two"})

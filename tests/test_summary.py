@@ -50,7 +50,7 @@ def test_progress_prints_results_then_heartbeats(
 
 
 def test_id_ranges_compress_consecutive_ids() -> None:
-    from harness.report.summary import id_ranges
+    from harness.report.causes import id_ranges
 
     ids = ["PF-GPU-003", "PF-GPU-001", "PF-GPU-002", "PF-GPU-005", "PF-NET-010", "PF-NET-011",
            "odd"]

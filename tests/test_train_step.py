@@ -129,7 +129,7 @@ def test_parse_fault_errors(text, error):
      ("p5.48xlarge", "certify", 90.0)],
 )
 def test_launch_timeout_inside_the_check_timeout(profile, tier, timeout_s):
-    from harness.fixtures.training import train_step_timeout_s
+    from harness.fixtures.worker import train_step_timeout_s
     from harness.profiles.table import get_profile
 
     assert train_step_timeout_s(get_profile(profile), tier) == timeout_s
@@ -279,7 +279,7 @@ import pytest
 from pathlib import Path
 from harness.parsers.train_step import parse_train_step
 from harness.probes.train_step import TrainStepRun
-from harness.base.proc import ProcResult
+from harness.base.proc_result import ProcResult
 
 @pytest.fixture(scope="session")
 def train_step():

@@ -5,7 +5,6 @@ actions and the XID catalogue live in harness.base.gpu_actions, re-exported here
 from __future__ import annotations
 
 from harness.base.gpu_actions import (
-    ACTIONS,
     BAD_THROTTLE_REASONS,
     MONITOR,
     REBOOT,
@@ -14,48 +13,21 @@ from harness.base.gpu_actions import (
     XID_ACTIONS,
     Problem,
     plural,
-    worst_action,
     xid_action,
 )
-from harness.base.gpu_pcie import (
-    idle,
-    pcie_host_note,
-    pcie_link_gen_max,
-    pcie_problems,
-    pcie_slot_limit,
-    pcie_slot_outliers,
-)
-from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label, pci_key  # re-exported
+from harness.base.gpu_pcie import pcie_problems
+from harness.base.gpu_record import GpuInfo
 
 __all__ = [
-    "ACTIONS",
-    "BAD_THROTTLE_REASONS",
-    "MONITOR",
-    "REBOOT",
     "RECOVERY_ACTIONS",
-    "REPLACE",
-    "RESET",
     "XID_ACTIONS",
-    "GpuInfo",
-    "GpuInventory",
-    "Problem",
     "ecc_problems",
     "fabric_problems",
-    "gpu_label",
     "health_problems",
-    "idle",
-    "pci_key",
-    "pcie_host_note",
-    "pcie_link_gen_max",
-    "pcie_problems",
-    "pcie_slot_limit",
-    "pcie_slot_outliers",
-    "plural",
     "remap_problems",
     "reset_problems",
     "retirement_problems",
     "thermal_problems",
-    "worst_action",
     "xid_action",
 ]
 

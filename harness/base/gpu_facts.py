@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.base.gpu import GpuInfo, GpuInventory, idle, pcie_link_gen_max
+from harness.base.gpu_pcie import idle, pcie_link_gen_max
+from harness.base.gpu_record import GpuInfo, GpuInventory
 
 __all__ = ["FACTS", "NOT_SUPPORTED", "READ", "UNREAD", "FactState", "GpuFact", "explain_other",
            "explain_reads", "fact_state", "needed", "not_supported_means", "unread_why"]

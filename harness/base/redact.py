@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from harness.base.redact_pairs import is_secret_flag, is_secret_name, redact_pairs
 from harness.base.redact_shapes import REDACTED, SHAPES, Shape, shortened_tokens
 
-__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_env", "redact_text"]
+__all__ = ["Redactor", "redact_env", "redact_text"]
 
 # user:password@ in URLs (proxies, MLflow, git remotes). Found from the `://` (a letter, digit
 # or + . - before it: the end of a scheme), not from every letter that could start a scheme:

@@ -1,7 +1,3 @@
 """Multi-node preflight: the control plane, the cluster verdict, bad-node isolation and the
 local selftest (the topology they stand on is harness.topology). Nothing here imports torch at
 module level."""
-
-from harness.cluster.step import ClusterStep, ClusterTimeouts
-
-__all__ = ["ClusterStep", "ClusterTimeouts"]

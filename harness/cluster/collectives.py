@@ -15,7 +15,7 @@ from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_faul
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide, for_nodes
-from harness.topology import Topology
+from harness.topology.model import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
 

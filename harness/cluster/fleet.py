@@ -90,7 +90,7 @@ def _summary(rank: int, spec: FleetSpec) -> dict[str, Any]:
 def _step(rank: int, spec: FleetSpec, hosts: tuple[str, ...]) -> Any:
     from harness.cluster.step import ClusterStep
     from harness.profiles.table import get_profile
-    from harness.topology import Topology
+    from harness.topology.model import Topology
 
     class SimStep(ClusterStep):
         def _bench_all(self, size: int) -> dict[str, Any]:  # the only simulated collective

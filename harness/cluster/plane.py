@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from harness.base.jsontypes import JSONValue
-from harness.topology import Topology
+from harness.topology.model import Topology
 
 if TYPE_CHECKING:
     import torch

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.base.settings import get_str
 from harness.cluster.collectives import CollectivePhases, log
-from harness.cluster.node import FAULTS, node_facts
+from harness.cluster.node import node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
-from harness.cluster.snapshot import cluster_off, left_out, not_measured
+from harness.cluster.snapshot import cluster_off, left_out, node_summary, not_measured
 from harness.cluster.timeouts import ClusterTimeouts
-from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, node_summary, verdict_of
+from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, verdict_of
 from harness.results import results as typed_results
 from harness.run.confirm import add_isolation
-from harness.topology import Topology, TopologyError, detect_topology
+from harness.topology.model import Topology, TopologyError
+from harness.topology.providers import detect_topology
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from harness.profiles.model import Profile
     from harness.report.model import Report
 
-__all__ = ["FAULTS", "ClusterStep", "ClusterTimeouts"]
+__all__ = ["ClusterStep"]
 
 #: Exit status of a node whose own watchdog stopped it at the hard upper bound.
 EXIT_WATCHDOG = 1

@@ -23,18 +23,9 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.checking import (
-    check,
-    current,
-    fail,
-    fmt,
-    measure,
-    measurement_name,
-    not_applicable,
-    not_run,
-    warn,
-)
+from harness.checking import check, current, fail, fmt, measure, not_applicable, not_run, warn
 from harness.cluster.snapshot import NODE_FIGURES, ClusterView
+from harness.results import measurement_name
 
 __all__ = ["FAILING_TIERS", "MIN_NODES", "MIN_REL_DEV", "Z_THRESHOLD", "Straggler",
            "StragglerResult", "cutoff", "find_stragglers", "test_no_straggler_node"]

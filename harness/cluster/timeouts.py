@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.base.settings import get_float, get_str
-from harness.topology import TopologyError
+from harness.topology.model import TopologyError
 
 __all__ = ["ClusterTimeouts"]
 
@@ -89,7 +89,6 @@ class ClusterTimeouts:
             exit_s=_env_float(env, "PREFLIGHT_EXIT_TIMEOUT_S"),
             groups=_has_layout(env),
         )
-
 
 
 def _has_layout(env: Mapping[str, str]) -> bool:

@@ -15,19 +15,15 @@ from typing import Any
 from harness.base.blast import DEFAULT_CAP, blast_radius
 from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import run_check, spec_of
-from harness.cluster.checks import CLUSTER_CHECKS, consistency_outliers
-from harness.cluster.snapshot import FACT_KEYS, ClusterView, node_summary
-from harness.topology import compress_hostlist
+from harness.cluster.checks import CLUSTER_CHECKS
+from harness.cluster.snapshot import ClusterView
+from harness.topology.hostlist import compress_hostlist
 
 __all__ = [
-    "CLUSTER_CHECKS",
     "CLUSTER_IDS",
-    "FACT_KEYS",
     "ClusterVerdict",
-    "consistency_outliers",
     "decide",
     "for_nodes",
-    "node_summary",
     "verdict_of",
 ]
 

@@ -9,7 +9,8 @@ import sys
 from harness.base.redact import Redactor
 from harness.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from harness.parsers import ParseError, inspect_kind, inspect_kinds
-from harness.profiles.table import ProfileError, get_profile
+from harness.profiles.model import ProfileError
+from harness.profiles.table import get_profile
 
 __all__ = ["DEFAULT_PROFILE", "cmd_inspect", "print_plain", "profile_hint"]
 

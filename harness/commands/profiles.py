@@ -12,9 +12,9 @@ from rich.table import Table
 from harness.base.settings import get_path
 from harness.commands import EXIT_OK, UsageError
 from harness.detect.derive import resolve_profile
+from harness.profiles.model import ProfileError
 from harness.profiles.table import (
     BUILTIN_PROFILES,
-    ProfileError,
     get_profile,
     load_profile_file,
     threshold_rows,

@@ -23,12 +23,13 @@ from harness.base.redact import Redactor
 from harness.base.settings import HOST_NAME
 from harness.base.settings import problems as setting_problems
 from harness.base.settings import text as setting
-from harness.cluster import ClusterStep
+from harness.cluster.step import ClusterStep
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
 from harness.detect.derive import resolve_detected
 from harness.detect.instance import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
-from harness.profiles.table import BUILTIN_PROFILES, Profile, ProfileError, load_profile_file, weakened_line
+from harness.profiles.model import Profile, ProfileError
+from harness.profiles.table import BUILTIN_PROFILES, load_profile_file, weakened_line
 from harness.report.kube import apply as apply_kube
 from harness.report.model import (
     Report,
@@ -51,7 +52,7 @@ from harness.run.report_lock import ReportLock, ReportLockBusy
 from harness.run.runner import RunConfig, run_checks
 from harness.run.selection import SelectionError, check_keyword
 from harness.run.suites import SuiteError, describe, resolve_suites, source_overrides
-from harness.topology import TopologyError
+from harness.topology.model import TopologyError
 
 __all__ = ["cmd_run", "write_failure"]
 

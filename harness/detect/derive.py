@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from harness.detect.instance import Detection
 
-from harness.base.gpu import GpuInventory
+from harness.base.gpu_record import GpuInventory
 from harness.base.settings import get_path
 from harness.probes import fabric
-from harness.profiles.table import BUILTIN_PROFILES, SKUS, Profile, get_profile
+from harness.profiles.model import Profile
+from harness.profiles.table import BUILTIN_PROFILES, SKUS, get_profile
 
 __all__ = ["DERIVED", "MachineFacts", "derive_profile", "machine_facts", "match_sku",
            "resolve_detected", "resolve_profile", "sysroot_from"]
@@ -54,7 +55,7 @@ def machine_facts(sysroot: Path = Path("/"), nvml: object | None = None,
     recorded output); else NVML, then nvidia-smi (harness.probes.gpu.inventory)."""
     error = None
     if inventory is None:
-        from harness.checking import ProbeError
+        from harness.base.errors import ProbeError
         from harness.probes import gpu
 
         try:
@@ -188,4 +189,3 @@ def resolve_detected(found: Detection | None,
 
 def sysroot_from(env: Mapping[str, str] | None = None) -> Path:
     return get_path("PREFLIGHT_SYSROOT", env) or Path("/")
-

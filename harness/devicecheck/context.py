@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.base.deadline import Deadline
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 __all__ = ["DEVICE", "REHEARSE", "Context"]
 

@@ -88,7 +88,7 @@ def versions_step(ctx: Context) -> StepResult:
 def nvml_step(ctx: Context) -> StepResult:
     """NVML's inventory beside `nvidia-smi -q -x`'s, field by field; each GPU's PCIe maximum
     as NVML gives it for the device in this system, and the host's as nvidia-smi reports it."""
-    from harness.checking import ProbeError
+    from harness.base.errors import ProbeError
     from harness.probes import gpu
     from harness.probes.nvidia_smi import smi_query, smi_query_xml
 
@@ -138,7 +138,7 @@ def nvml_step(ctx: Context) -> StepResult:
 
 def dcgm_step(ctx: Context) -> StepResult:
     """`dcgmi diag -r 1 -j`: how many of NVIDIA's own quick tests passed."""
-    from harness.checking import ProbeError
+    from harness.base.errors import ProbeError
     from harness.probes.dcgm import run_dcgm_diag
 
     step = StepResult("dcgm", "dcgmi diag -r 1 -j")

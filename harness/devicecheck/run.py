@@ -18,7 +18,7 @@ from harness.base.jsontypes import JSONObject
 from harness.devicecheck import launch, machine, nccl, patch
 from harness.devicecheck.context import DEVICE, REHEARSE, Context
 from harness.devicecheck.record import StepResult, write_outputs
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 __all__ = ["STEPS", "budget_s", "main", "make_context", "run_steps"]
 

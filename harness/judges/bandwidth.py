@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from harness.judges.judgement import Verdict, expect, na
 
 if TYPE_CHECKING:
-    from harness.profiles.table import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["Floor", "busbw_floor", "cpu_floor", "intra_node_floor", "nccl_tests_verdicts",
            "net_floor", "size_text"]

@@ -11,7 +11,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 
 __all__ = [
     "FORMATS",

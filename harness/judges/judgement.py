@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from harness.base.jsontypes import JSONObject, JSONScalar
 
 if TYPE_CHECKING:
-    from harness.profiles.table import Profile
+    from harness.profiles.model import Profile
 
 __all__ = ["Verdict", "efa_not_applicable", "expect", "fabric_not_applicable", "na", "none", "settle"]
 
@@ -102,16 +102,9 @@ def na(check_id: str, reason: str) -> Verdict:
 def settle(v: Verdict) -> None:
     """Apply a verdict inside a running check: record its measurement, then pass, warn, fail,
     error (unknown) or skip (n/a) with its message."""
-    from harness.checking import (
-        ProbeError,
-        expect,
-        expect_none,
-        fail,
-        measure,
-        measurement_name,
-        not_applicable,
-        warn,
-    )
+    from harness.base.errors import ProbeError
+    from harness.checking import expect, expect_none, fail, measure, not_applicable, warn
+    from harness.results import measurement_name
 
     if v.status == "n/a":
         not_applicable(v.message)

@@ -26,23 +26,15 @@ from harness.judges.bandwidth import (
     net_floor,
     size_text,
 )
-from harness.judges.judgement import (
-    Verdict,
-    efa_not_applicable,
-    expect,
-    fabric_not_applicable,
-    na,
-    none,
-    settle,
-)
+from harness.judges.judgement import Verdict, efa_not_applicable, expect, fabric_not_applicable, na, none
 
 if TYPE_CHECKING:
-    from harness.profiles.table import Profile
+    from harness.profiles.model import Profile
 
-__all__ = ["Floor", "Verdict", "busbw_floor", "cpu_floor", "efa_not_applicable",
-           "fabric_not_applicable", "fi_info_lists_efa", "intra_node_floor", "nccl_log_verdicts",
-           "nccl_tests_verdicts", "net_floor", "net_gdr", "net_nic_count", "net_no_warnings",
-           "net_not_socket", "net_provider", "ofi_plugin", "settle", "size_text"]
+__all__ = ["Floor", "busbw_floor", "cpu_floor", "efa_not_applicable", "fabric_not_applicable",
+           "fi_info_lists_efa", "intra_node_floor", "nccl_log_verdicts", "nccl_tests_verdicts",
+           "net_floor", "net_gdr", "net_nic_count", "net_no_warnings", "net_not_socket", "net_provider",
+           "ofi_plugin", "size_text"]
 
 
 class _Failure(Protocol):

@@ -196,4 +196,3 @@ def gather(profile: Profile, host: str, env: Mapping[str, str], sysroot: Path = 
     if ident.gpus or profile.has_gpus:
         _xids(ident, env)
     return ident
-

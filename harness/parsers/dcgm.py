@@ -16,14 +16,7 @@ from harness.parsers.dcgm_mndiag import (
     mndiag_from_json,
     mndiag_from_text,
 )
-from harness.parsers.dcgm_records import (
-    MAX_MESSAGES,
-    MAX_RESULTS,
-    DcgmDiag,
-    DcgmResult,
-    level_of,
-    tests_not_seen,
-)
+from harness.parsers.dcgm_records import MAX_RESULTS, DcgmDiag, level_of, tests_not_seen
 from harness.parsers.dcgm_text import _from_text
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import inside_transport
@@ -31,8 +24,7 @@ from harness.parsers.unwrap import inside_transport
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
-__all__ = ["INSPECT", "MAX_MESSAGES", "MAX_RESULTS", "DcgmDiag", "DcgmResult", "inspect_dcgm",
-           "parse_dcgm_diag"]
+__all__ = ["INSPECT", "inspect_dcgm", "parse_dcgm_diag"]
 
 
 def parse_dcgm_diag(text: str | Input) -> DcgmDiag:

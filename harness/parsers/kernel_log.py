@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from harness.base.gpu import pci_key, xid_action
+from harness.base.gpu_actions import xid_action
+from harness.base.gpu_record import pci_key
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify

@@ -20,16 +20,10 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_nranks
-from harness.parsers.nccl_failures import FAILURES, KnownFailure
 from harness.parsers.nccl_log_chunk import HEAD_BYTES, ChunkScan, scan_chunk
-from harness.parsers.nccl_log_facts import (
-    SOCKET_NETWORKS,
-    FailureHit,
-    NcclLogSummary,
-    WatchdogTimeout,
-)
+from harness.parsers.nccl_log_facts import NcclLogSummary
 from harness.parsers.nccl_log_lines import DOCKER_LINE, OLD_PLUGIN, RANK_LINE, VERSION, payload_text
-from harness.parsers.nccl_log_payloads import MAX_KEPT, MAX_NAMES, MAX_TEXT, PayloadFacts
+from harness.parsers.nccl_log_payloads import MAX_KEPT, PayloadFacts
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
 from harness.parsers.unwrap import Unwrapper
 
@@ -37,16 +31,8 @@ if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
 __all__ = [
-    "FAILURES",
     "INSPECT",
-    "MAX_KEPT",
-    "MAX_NAMES",
-    "MAX_TEXT",
-    "SOCKET_NETWORKS",
-    "FailureHit",
-    "KnownFailure",
     "NcclLogSummary",
-    "WatchdogTimeout",
     "inspect_nccl_log",
     "parse_nccl_log",
     "parse_nccl_log_stream",

@@ -20,16 +20,7 @@ from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
-from harness.parsers.nccl_tests_model import (
-    BUS_FACTORS,
-    MAX_ERRORS,
-    MAX_ROWS,
-    MAX_RUN_NAMES,
-    Measurement,
-    NcclTestsResult,
-    Row,
-    bus_factor,
-)
+from harness.parsers.nccl_tests_model import MAX_ERRORS, MAX_ROWS, MAX_RUN_NAMES, NcclTestsResult
 from harness.parsers.nccl_tests_table import (
     COMM_NRANKS,
     NOT_MPI,
@@ -48,13 +39,7 @@ if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
 __all__ = [
-    "BUS_FACTORS",
     "INSPECT",
-    "NOT_MPI",
-    "Measurement",
-    "NcclTestsResult",
-    "Row",
-    "bus_factor",
     "inspect_nccl_tests",
     "parse_nccl_tests",
 ]

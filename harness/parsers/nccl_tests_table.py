@@ -308,7 +308,6 @@ def feed_line(state: TableState, printed: str, line: str) -> None:
         state.truncated += 1
 
 
-
 def infer_collective(rows: list[Row], nranks: int | None) -> str | None:
     """From redop/root and the busbw/algbw ratio, when the banner named no collective."""
     if not rows:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
-from harness.base.gpu import GpuInventory, health_problems
+from harness.base.gpu import health_problems
+from harness.base.gpu_record import GpuInventory
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
@@ -20,10 +21,10 @@ from harness.parsers.nvidia_smi_common import (
     _lines,
     _Side,
 )
-from harness.parsers.nvidia_smi_csv import SmiCsv, _csv, parse_smi_csv
-from harness.parsers.nvidia_smi_query import _query, parse_smi_query
-from harness.parsers.nvidia_smi_table import _TABLE_ROW1, _table, parse_smi_table
-from harness.parsers.nvidia_smi_xml import _xml, parse_smi_xml
+from harness.parsers.nvidia_smi_csv import _csv
+from harness.parsers.nvidia_smi_query import _query
+from harness.parsers.nvidia_smi_table import _TABLE_ROW1, _table
+from harness.parsers.nvidia_smi_xml import _xml
 from harness.parsers.reader import Input, as_input
 
 if TYPE_CHECKING:
@@ -31,13 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSPECT",
-    "SmiCsv",
     "inspect_nvidia_smi",
     "parse_nvidia_smi",
-    "parse_smi_csv",
-    "parse_smi_query",
-    "parse_smi_table",
-    "parse_smi_xml",
 ]
 
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.base.gpu import GpuInfo, pci_key
+from harness.base.gpu_record import GpuInfo, pci_key
 from harness.parsers import ParseError
 from harness.parsers.reader import Input
 from harness.parsers.unwrap import Unwrapper

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.base.gpu import GpuInfo, GpuInventory
+from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
     _CSV_REASONS,

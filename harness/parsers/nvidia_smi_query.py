@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.base.gpu import GpuInfo, GpuInventory, pci_key
+from harness.base.gpu_record import GpuInfo, GpuInventory, pci_key
 from harness.parsers.nvidia_smi_common import (
     _ERROR_VALUES,
     _GPU_HEADER,

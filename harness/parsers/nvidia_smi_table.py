@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from harness.base.gpu import GpuInfo, GpuInventory
+from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers.nvidia_smi_common import (
     _BUS,
     MAX_GPUS,

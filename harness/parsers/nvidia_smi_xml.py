@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness.base.gpu import GpuInfo, GpuInventory
+from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
     _CSV_REASONS,

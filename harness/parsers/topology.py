@@ -10,7 +10,8 @@ from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input, as_input
-from harness.topology import TopologyError, detect_topology
+from harness.topology.model import TopologyError
+from harness.topology.providers import detect_topology
 
 if TYPE_CHECKING:
     from harness.profiles.model import Profile

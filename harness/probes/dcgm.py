@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from harness.base import deadline as dl
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
 from harness.parsers import ParseError
 from harness.probes import chain
 
 if TYPE_CHECKING:
-    from harness.parsers.dcgm import DcgmDiag
+    from harness.parsers.dcgm_records import DcgmDiag
 
 __all__ = ["CONTENTION_WAIT_S", "DCGM_TIMEOUT_S", "DcgmContentionError", "run_dcgm_diag"]
 

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.base import deadline as dl
-from harness.base.gpu import GpuInfo, GpuInventory
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
+from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.probes import chain
-from harness.probes.dcgm import DCGM_TIMEOUT_S, run_dcgm_diag
-from harness.probes.kernel_log import KERNEL_LOG_ENV, read_kernel_log
+from harness.probes.dcgm import run_dcgm_diag
+from harness.probes.kernel_log import read_kernel_log
 from harness.probes.nvidia_smi import SMI_TIMEOUT_S, smi_query, smi_query_csv, smi_query_xml
 from harness.probes.nvml import NvmlUnavailableError, Reader, session, text
 from harness.probes.nvml_nvlink import (
@@ -28,10 +28,7 @@ from harness.probes.nvml_nvlink import (
 )
 
 __all__ = [
-    "DCGM_TIMEOUT_S",
-    "KERNEL_LOG_ENV",
     "NVML_TIMEOUT_S",
-    "SMI_TIMEOUT_S",
     "GpusUnreadableError",
     "NvlinkCounters",
     "NvmlUnavailableError",
@@ -43,7 +40,6 @@ __all__ = [
     "sample_nvlink_errors",
     "smi_query",
     "smi_query_csv",
-    "smi_query_xml",
 ]
 
 #: Bound on NVML's answer (nvmlInit and every device query), s: a few seconds on 8 GPUs even

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from harness.base.gpu import BAD_THROTTLE_REASONS
+from harness.base.gpu_actions import BAD_THROTTLE_REASONS
 from harness.base.jsontypes import JSONMapping
 from harness.probes.gpu import _reasons as reason_names
 

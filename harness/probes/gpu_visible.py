@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from harness.probes.nvml import NvmlStartError
 
 if TYPE_CHECKING:
-    from harness.base.gpu import GpuInventory
+    from harness.base.gpu_record import GpuInventory
 
 __all__ = ["DEVICE_NODE_PATTERNS", "NO_GPU_FIX", "device_nodes", "no_gpu_cause"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.base import deadline as dl
+from harness.base.errors import ProbeError
 from harness.base.settings import get_str
-from harness.checking import ProbeError
 from harness.parsers import ParseError
 from harness.probes import chain
 

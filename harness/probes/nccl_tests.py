@@ -13,8 +13,10 @@ from pathlib import Path
 from harness.base import proc
 from harness.base.settings import get_list, get_str
 from harness.parsers import ParseError
-from harness.parsers.nccl_tests import NOT_MPI, NcclTestsResult, parse_nccl_tests
-from harness.topology import count_nodes, sagemaker_hosts
+from harness.parsers.nccl_tests import parse_nccl_tests
+from harness.parsers.nccl_tests_model import NcclTestsResult
+from harness.parsers.nccl_tests_table import NOT_MPI
+from harness.topology.nodes import count_nodes, sagemaker_hosts
 
 __all__ = [
     "SEARCH_DIRS",

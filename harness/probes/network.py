@@ -14,7 +14,8 @@ from pathlib import Path
 from harness.base import proc
 from harness.parsers import ParseError
 from harness.parsers.fi_info import FiInfo, parse_fi_info
-from harness.parsers.nccl_log import NcclLogSummary, parse_nccl_log_stream
+from harness.parsers.nccl_log import parse_nccl_log_stream
+from harness.parsers.nccl_log_facts import NcclLogSummary
 
 __all__ = [
     "CollectiveRun",

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from harness.base import deadline as dl
 from harness.base import proc
-from harness.base.gpu import GpuInventory
-from harness.checking import ProbeError
+from harness.base.errors import ProbeError
+from harness.base.gpu_record import GpuInventory
 from harness.parsers import ParseError
 from harness.probes import chain
 
@@ -30,7 +30,7 @@ def _smi(args: list[str], timeout_s: float, deadline: dl.Deadline | None,
 def smi_query_xml(timeout_s: float = SMI_TIMEOUT_S, *,
                   deadline: dl.Deadline | None = None) -> GpuInventory:
     """`nvidia-smi -q -x`, parsed; ProbeError when it cannot run or prints something else."""
-    from harness.parsers.nvidia_smi import parse_smi_xml
+    from harness.parsers.nvidia_smi_xml import parse_smi_xml
 
     return _smi(["-q", "-x"], timeout_s, deadline, parse_smi_xml, "`nvidia-smi -q -x`")
 
@@ -38,7 +38,7 @@ def smi_query_xml(timeout_s: float = SMI_TIMEOUT_S, *,
 def smi_query(timeout_s: float = SMI_TIMEOUT_S, *,
               deadline: dl.Deadline | None = None) -> GpuInventory:
     """`nvidia-smi -q`, parsed; ProbeError when it cannot run or prints something else."""
-    from harness.parsers.nvidia_smi import parse_smi_query
+    from harness.parsers.nvidia_smi_query import parse_smi_query
 
     return _smi(["-q"], timeout_s, deadline, parse_smi_query, "`nvidia-smi -q`")
 
@@ -84,7 +84,7 @@ SMI_CSV_FIELDS = (
 def smi_query_csv(timeout_s: float = SMI_TIMEOUT_S, *,
                   deadline: dl.Deadline | None = None) -> GpuInventory:
     """`nvidia-smi --query-gpu=... --format=csv,noheader,nounits`, parsed."""
-    from harness.parsers.nvidia_smi import parse_smi_csv
+    from harness.parsers.nvidia_smi_csv import parse_smi_csv
 
     args = [f"--query-gpu={','.join(SMI_CSV_FIELDS)}", "--format=csv,noheader,nounits"]
     return _smi(args, timeout_s, deadline,

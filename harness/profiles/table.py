@@ -10,13 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.base.jsontypes import JSONObject
-from harness.profiles.model import GIB, Profile, ProfileError
+from harness.profiles.model import Profile, ProfileError
 
 __all__ = [  # Profile, ProfileError and GIB live in harness.profiles.model (the record)
     "BUILTIN_PROFILES",
-    "GIB",
-    "Profile",
-    "ProfileError",
     "get_profile",
     "load_profile_file",
     "threshold_rows",

@@ -17,18 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.base.jsontypes import JSONMapping
-from harness.report.verdicts import BadNode, bad_nodes, checks_of, natural_key
+from harness.report.verdicts import checks_of
 from harness.results import Measurement, legacy_size
 
 __all__ = [
-    "BadNode",
     "Curve",
-    "bad_nodes",
     "bandwidth_curves",
     "checks_of",
     "format_size",
     "gpus_healthy",
-    "natural_key",
     "parse_size",
 ]
 

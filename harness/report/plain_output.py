@@ -58,7 +58,7 @@ def print_plain_summary(report: Report | JSONMapping, file: TextIO | None = None
     """The summary as plain lines (see the module docstring), from the redacted report (or
     report.json's data, redacted the same way)."""
     from harness.base.redact import Redactor
-    from harness.report.summary import id_ranges
+    from harness.report.causes import id_ranges
 
     out = file or sys.stdout
     if isinstance(report, Mapping):

@@ -127,7 +127,8 @@ def metric_data(report: JSONMapping, env: Mapping[str, str]) -> list[JSONObject]
 
 
 def _expected_gpus(profile_name: str) -> int | None:
-    from harness.profiles.table import ProfileError, get_profile
+    from harness.profiles.model import ProfileError
+    from harness.profiles.table import get_profile
 
     try:
         return get_profile(profile_name).num_gpus or None

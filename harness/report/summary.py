@@ -14,8 +14,7 @@ from harness.results import Measurement
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["id_ranges", "measured_lines", "not_measured_text", "print_heartbeat", "print_progress",
-           "print_summary"]
+__all__ = ["measured_lines", "not_measured_text", "print_heartbeat", "print_progress", "print_summary"]
 
 _STYLE = {"pass": "green", "warn": "yellow", "skip": "dim", "fail": "bold red", "error": "bold red"}
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}

@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 from harness.base import proc, proctree, sigmask
 from harness.base.sigmask import SIGNALS
 
-__all__ = ["EXIT_WITHIN_S", "SIGNALS", "RunGuard", "install_session_handlers", "signal_name"]
+__all__ = ["EXIT_WITHIN_S", "RunGuard", "install_session_handlers", "signal_name"]
 
 #: The bound the issue sets from signal to exit, s.
 EXIT_WITHIN_S = 10.0

@@ -42,7 +42,8 @@ def default_job_name(tier: str, now: datetime | None = None) -> str:
 
 
 def _max_runtime(instance_type: str, tier: str) -> int:
-    from harness.profiles.table import ProfileError, get_profile
+    from harness.profiles.model import ProfileError
+    from harness.profiles.table import get_profile
 
     try:
         budget = get_profile(instance_type).run_budget_s.get(tier)

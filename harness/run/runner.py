@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.base import proc, settings
 from harness.base.deadline import run_deadline_env
-from harness.profiles.table import Profile
+from harness.profiles.model import Profile
 from harness.report.model import Report, now_iso, report_environment
 from harness.results import CheckResult
 from harness.results import results as typed_results

@@ -160,4 +160,3 @@ def is_loopback(addr: str) -> bool:
 
 def own_host(env: Mapping[str, str]) -> str:
     return get_str("PREFLIGHT_HOSTNAME", env) or socket.gethostname()
-

@@ -158,8 +158,6 @@ def make_batch(cfg: StepConfig, world: int, device: torch.device) -> tuple[torch
     return tokens[:, :-1], tokens[:, 1:]
 
 
-
-
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The mean next-token cross-entropy over every token of `x`."""
     logits = model(x)
