@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.base.errors import ProbeError
 from harness.checking import check, expect_none, measure, not_applicable, warn
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
-from harness.judges import network as judges
+from harness.judges import bandwidth
 from harness.judges.judgement import settle
 from harness.profiles.model import Profile
 from harness.topology.nodes import NodeCount
@@ -23,11 +23,11 @@ NEXT_NETWORK = (
 NEXT_CPU = "the node is overloaded or its loopback is throttled: check `top` and cgroup CPU limits"
 
 
-_size = judges.size_text
+_size = bandwidth.size_text
 
 
-def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str) -> None:
-    """Judge busbw at the floor's size (harness.judges.network.busbw_floor, which `preflight inspect
+def _gate(run: BandwidthRun, floor: bandwidth.Floor, profile: Profile, remedy: str) -> None:
+    """Judge busbw at the floor's size (harness.judges.bandwidth.busbw_floor, which `preflight inspect
     nccl-tests` applies too); a run with no row there is a probe error naming the run."""
     size = floor.size_bytes
     busbw = run.busbw_at(size)
@@ -45,7 +45,7 @@ def _gate(run: BandwidthRun, floor: judges.Floor, profile: Profile, remedy: str)
                          f"{largest}); command: {run.command}")
     if run.nccl_log:
         remedy = f"the NCCL log says {run.nccl_log}; {remedy}"
-    settle(judges.busbw_floor(floor, profile, busbw, remedy=remedy, detail=run.where()))
+    settle(bandwidth.busbw_floor(floor, profile, busbw, remedy=remedy, detail=run.where()))
 
 
 def _measured(run: BandwidthRun | None, profile: Profile) -> BandwidthRun:
@@ -67,7 +67,7 @@ def _measured(run: BandwidthRun | None, profile: Profile) -> BandwidthRun:
 )
 def test_single_node_busbw_meets_nvlink_floor(profile: Profile,
                                               single_node_allreduce: BandwidthRun | None):
-    floor = judges.intra_node_floor(profile)
+    floor = bandwidth.intra_node_floor(profile)
     if isinstance(floor, str):
         not_applicable(floor)
     if floor.field == "pcie_busbw_gb_s_min":
@@ -89,7 +89,7 @@ def test_single_node_busbw_meets_nvlink_floor(profile: Profile,
 def test_multi_node_busbw_meets_network_floor(
     profile: Profile, node_count: NodeCount, multi_node_allreduce: BandwidthRun | None
 ):
-    floor = judges.net_floor(profile, node_count.num_nodes, node_count.source)
+    floor = bandwidth.net_floor(profile, node_count.num_nodes, node_count.source)
     if isinstance(floor, str):
         not_applicable(floor)
     run = multi_node_allreduce
@@ -192,7 +192,7 @@ def test_bandwidth_runs_completed(profile: Profile, bandwidth_runs: list[Bandwid
     exclusive=True,
 )
 def test_cpu_gloo_busbw_meets_floor(profile: Profile, cpu_allreduce: BandwidthRun | None):
-    floor = judges.cpu_floor(profile, CPU_GATE_SIZE)
+    floor = bandwidth.cpu_floor(profile, CPU_GATE_SIZE)
     if isinstance(floor, str):
         not_applicable(floor)
     _gate(_measured(cpu_allreduce, profile), floor, profile, NEXT_CPU)

@@ -38,7 +38,7 @@ NET_CHECKS = {
 
 
 def _outcome(check_id: str, profile: str, fn: Any, *args: Any) -> tuple[str, str]:
-    """(status in harness.judges.network' words, message) of running check function `fn`."""
+    """(status in harness.judges.judgement's words, message) of running check function `fn`."""
     ctx = CheckContext(check_id=check_id, profile=profile)
     token = _set_current(ctx)
     try:

@@ -1,6 +1,6 @@
 """The bandwidth gates' judgement (checks/test_bandwidth.py, PF-BW-001/002/006): which all_reduce
 floor applies to a profile and a run, and busbw at its message size against it; `preflight
-inspect nccl-tests` lists the same verdicts (harness.judges.network re-exports these)."""
+inspect nccl-tests` lists the same verdicts."""
 
 from __future__ import annotations
 

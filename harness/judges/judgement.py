@@ -1,4 +1,4 @@
-"""A check's conclusion as data (harness.judges.network has the network and bandwidth judges that
+"""A check's conclusion as data (harness.judges has the network and bandwidth judges that
 make them): pass, fail, warn, unknown (the check's outcome is `error`: the fact is not proven) or
 n/a (the profile does not ask for it). Its `message` is the check's own message body (the check
 ID and the remedy are added by harness.checking); a measurement, when there is one, is `what

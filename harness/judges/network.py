@@ -4,8 +4,7 @@ apply them with `settle()`; `preflight inspect` (fi-info, nccl-log, nccl-tests) 
 `verdicts`, and `--fail-on problem` fails on the same ones the run would fail on. So a log
 pasted into `inspect --profile p5.48xlarge` and the same log seen by the check give one verdict.
 
-Verdicts are harness.judges.judgement; the bandwidth judges are harness.judges.bandwidth (re-exported
-here).
+Verdicts are harness.judges.judgement; the bandwidth judges are harness.judges.bandwidth.
 
 The facts are read through their attributes only (NcclLogSummary, FiInfo, the lib found on
 disk): this module imports no parser, so the parsers can call it (tests/test_layers.py).
@@ -17,24 +16,13 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from harness.judges.bandwidth import (
-    Floor,
-    busbw_floor,
-    cpu_floor,
-    intra_node_floor,
-    nccl_tests_verdicts,
-    net_floor,
-    size_text,
-)
 from harness.judges.judgement import Verdict, efa_not_applicable, expect, fabric_not_applicable, na, none
 
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
-__all__ = ["Floor", "busbw_floor", "cpu_floor", "efa_not_applicable", "fabric_not_applicable",
-           "fi_info_lists_efa", "intra_node_floor", "nccl_log_verdicts", "nccl_tests_verdicts",
-           "net_floor", "net_gdr", "net_nic_count", "net_no_warnings", "net_not_socket", "net_provider",
-           "ofi_plugin", "size_text"]
+__all__ = ["fi_info_lists_efa", "nccl_log_verdicts", "net_gdr", "net_nic_count", "net_no_warnings",
+           "net_not_socket", "net_provider", "ofi_plugin"]
 
 
 class _Failure(Protocol):

@@ -180,12 +180,12 @@ def inspect_nccl_tests(stream: TextIO | Input, *, profile: Profile | None) -> JS
     [{size_bytes, count, oop {time_us, algbw_gb_s, busbw_gb_s, wrong}, ip {...}}],
     avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,
     errors (failure lines, then busbw mismatches), and `verdicts`: the bandwidth gates' own
-    judgement of the busbw for the profile (harness.judges.network; PF-BW-001/002)."""
-    from harness.judges import network as judges
+    judgement of the busbw for the profile (harness.judges.bandwidth; PF-BW-001/002)."""
+    from harness.judges import bandwidth
 
     result = parse_nccl_tests(as_input(stream))
     return {**result.to_dict(),
-            "verdicts": [v.to_json() for v in judges.nccl_tests_verdicts(profile, result)]}
+            "verdicts": [v.to_json() for v in bandwidth.nccl_tests_verdicts(profile, result)]}
 
 
 INSPECT = {"nccl-tests": inspect_nccl_tests}
