@@ -4,10 +4,9 @@ nccl-tests' out-of-bounds count, completion within the budget, and gloo on CPU-o
 from __future__ import annotations
 
 from harness.base.errors import ProbeError
-from harness.checking import check, expect_none, measure, not_applicable, warn
+from harness.checking import check, expect_none, measure, not_applicable, settle, warn
 from harness.fixtures.bandwidth import CPU_GATE_SIZE, BandwidthRun
 from harness.judges import bandwidth
-from harness.judges.judgement import settle
 from harness.profiles.model import Profile
 from harness.topology.nodes import NodeCount
 

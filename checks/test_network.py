@@ -4,10 +4,9 @@ log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUD
 from __future__ import annotations
 
 from harness.base.errors import ProbeError
-from harness.checking import check, expect, expect_none, fail, measure, warn
+from harness.checking import check, expect, expect_none, fail, measure, settle, warn
 from harness.fixtures.network import NcclNetEvidence, require_efa
 from harness.judges import network as judges
-from harness.judges.judgement import settle
 from harness.parsers.fi_info import FiInfo
 from harness.probes.network import EfaDevices, OfiNcclLib
 from harness.profiles.model import Profile

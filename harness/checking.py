@@ -5,17 +5,20 @@ threshold (`expect`, `expect_none`), warn, or say it does not apply. Messages al
 from __future__ import annotations
 
 import contextvars
-import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pytest
 
+from harness.base.compare import OPS, fmt
 from harness.base.errors import ProbeError
 from harness.base.tiers import TIERS
 from harness.profiles.model import CONFIRM_FAMILIES
 from harness.results import CheckResult, Measurement, measurement_name, plain
+
+if TYPE_CHECKING:
+    from harness.judges.judgement import Verdict
 
 __all__ = [
     "OUTCOMES",
@@ -27,12 +30,12 @@ __all__ = [
     "expect",
     "expect_none",
     "fail",
-    "fmt",
     "measure",
     "not_applicable",
     "not_run",
     "registry",
     "run_check",
+    "settle",
     "spec_of",
     "warn",
 ]
@@ -143,27 +146,6 @@ class CheckFailure(AssertionError):
     """A check's fact missed its threshold; str() is the full message."""
 
 
-_OPS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
-    ">=": (operator.ge, "<"),
-    ">": (operator.gt, "<="),
-    "<=": (operator.le, ">"),
-    "<": (operator.lt, ">="),
-    "==": (operator.eq, "!="),
-    "!=": (operator.ne, "=="),
-}
-
-
-def fmt(value: object, unit: str = "") -> str:
-    """A value for a message: floats to 1 decimal (3 significant digits when small), with unit."""
-    if isinstance(value, bool):
-        text = str(value).lower()
-    elif isinstance(value, float):
-        text = f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-    else:
-        text = str(value)
-    return f"{text} {unit}" if unit else text
-
-
 def _message(ctx: CheckContext, body: str, remedy: str | None) -> str:
     remedy = remedy if remedy is not None else ctx.remedy
     return f"[{ctx.check_id}] {body}" + (f"; {remedy}" if remedy else "")
@@ -208,7 +190,7 @@ def expect(
     name: str | None = None,
 ) -> None:
     """Pass when `value op threshold`; else fail with the value, threshold, profile and remedy."""
-    compare, negated = _OPS[op]
+    compare, negated = OPS[op]
     ok = bool(compare(value, threshold))
     measure(what, value, unit, op=op, threshold=threshold, ok=ok, size_bytes=size_bytes,
             gpu_index=gpu_index, name=name)
@@ -308,3 +290,26 @@ def run_check(fn: Callable[..., object], *args: object, profile: str, nodeid: st
         measurements=tuple(Measurement.from_dict(m) for m in ctx.measurements),
         remedy=spec.remedy, worker=worker,
     )
+
+
+def settle(v: Verdict) -> None:
+    """Apply a verdict inside a running check: record its measurement, then pass, warn, fail,
+    error (unknown) or skip (n/a) with its message."""
+    if v.status == "n/a":
+        not_applicable(v.message)
+    if v.status == "unknown":
+        raise ProbeError(v.message)
+    # The judges' figures are named by the check that judges them (one figure per verdict).
+    name = measurement_name(f"{v.check_id} {v.style}")
+    if v.style == "expect":
+        expect(v.what or "", v.value, v.op or "==", v.threshold, v.unit, remedy=v.remedy,
+               detail=v.detail, size_bytes=v.size_bytes, name=name)
+    elif v.style == "none":
+        expect_none(v.what or "", v.offenders, remedy=v.remedy, name=name)
+    elif v.style == "measure":
+        measure(v.what or "", v.value, v.unit, op=v.op, threshold=v.threshold,
+                ok=v.status == "pass", size_bytes=v.size_bytes, name=name)
+    if v.status == "fail":
+        fail(v.message, remedy=v.remedy)
+    if v.status == "warn":
+        warn(v.message, remedy=v.remedy)

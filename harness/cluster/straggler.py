@@ -23,7 +23,8 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.checking import check, current, fail, fmt, measure, not_applicable, not_run, warn
+from harness.base.compare import fmt
+from harness.checking import check, current, fail, measure, not_applicable, not_run, warn
 from harness.cluster.snapshot import NODE_FIGURES, ClusterView
 from harness.results import measurement_name
 

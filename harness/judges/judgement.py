@@ -2,19 +2,20 @@
 make them): pass, fail, warn, unknown (the check's outcome is `error`: the fact is not proven) or
 n/a (the profile does not ask for it). Its `message` is the check's own message body (the check
 ID and the remedy are added by harness.checking); a measurement, when there is one, is `what
-value op threshold`. A check applies one with `settle()`; `preflight inspect` lists them."""
+value op threshold`. A check applies one with `harness.checking.settle()`; `preflight inspect` lists them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.base.compare import OPS, fmt
 from harness.base.jsontypes import JSONObject, JSONScalar
 
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
-__all__ = ["Verdict", "efa_not_applicable", "expect", "fabric_not_applicable", "na", "none", "settle"]
+__all__ = ["Verdict", "efa_not_applicable", "expect", "fabric_not_applicable", "na", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,21 +53,13 @@ class Verdict:
         return out
 
 
-def _fmt(value: object, unit: str = "") -> str:
-    from harness.checking import fmt  # the checks' own formatting of a value
-
-    return fmt(value, unit)
-
-
 def expect(check_id: str, profile: Profile, what: str, value: JSONScalar, op: str,
            threshold: JSONScalar, unit: str = "", *, remedy: str | None = None,
            detail: str | None = None, size_bytes: int | None = None) -> Verdict:
     """`value op threshold`, with harness.checking.expect's failure message."""
-    from harness.checking import _OPS  # the checks' own operators and their negations
-
-    compare, negated = _OPS[op]
+    compare, negated = OPS[op]
     ok = bool(compare(value, threshold))
-    message = "" if ok else (f"{what} {_fmt(value, unit)} {negated} {_fmt(threshold, unit)} "
+    message = "" if ok else (f"{what} {fmt(value, unit)} {negated} {fmt(threshold, unit)} "
                              f"required for {profile.name}" + (f" ({detail})" if detail else ""))
     return Verdict(check_id, "pass" if ok else "fail", message, remedy, "expect", what, value, op,
                    threshold, unit, detail, size_bytes)
@@ -97,30 +90,3 @@ def fabric_not_applicable(profile: Profile) -> str | None:
 
 def na(check_id: str, reason: str) -> Verdict:
     return Verdict(check_id, "n/a", reason)
-
-
-def settle(v: Verdict) -> None:
-    """Apply a verdict inside a running check: record its measurement, then pass, warn, fail,
-    error (unknown) or skip (n/a) with its message."""
-    from harness.base.errors import ProbeError
-    from harness.checking import expect, expect_none, fail, measure, not_applicable, warn
-    from harness.results import measurement_name
-
-    if v.status == "n/a":
-        not_applicable(v.message)
-    if v.status == "unknown":
-        raise ProbeError(v.message)
-    # The judges' figures are named by the check that judges them (one figure per verdict).
-    name = measurement_name(f"{v.check_id} {v.style}")
-    if v.style == "expect":
-        expect(v.what or "", v.value, v.op or "==", v.threshold, v.unit, remedy=v.remedy,
-               detail=v.detail, size_bytes=v.size_bytes, name=name)
-    elif v.style == "none":
-        expect_none(v.what or "", v.offenders, remedy=v.remedy, name=name)
-    elif v.style == "measure":
-        measure(v.what or "", v.value, v.unit, op=v.op, threshold=v.threshold,
-                ok=v.status == "pass", size_bytes=v.size_bytes, name=name)
-    if v.status == "fail":
-        fail(v.message, remedy=v.remedy)
-    if v.status == "warn":
-        warn(v.message, remedy=v.remedy)

@@ -52,7 +52,7 @@ def print_progress(result: JSONObject, file: TextIO | None = None, *, verbose: b
 def measured_lines(measurements: Sequence[JSONObject]) -> list[str]:
     """Every measurement: `busbw at 1 GiB = 412.3 GB/s (>= 370.0 GB/s)`, `GPU 3 temperature = 41 C`
     (no threshold: recorded, not judged)."""
-    from harness.checking import fmt
+    from harness.base.compare import fmt
 
     lines = []
     for m in map(Measurement.from_dict, measurements):
@@ -71,7 +71,7 @@ def print_heartbeat(done: int, total: int, elapsed_s: float, budget_s: float,
 
 def _judged(measurements: Sequence[Measurement]) -> str:
     """The measurements a check was judged on: `busbw at 1 GiB = 412.3 GB/s (>= 370.0)`."""
-    from harness.checking import fmt
+    from harness.base.compare import fmt
 
     judged = [m for m in measurements if m.op]
     return "; ".join(f"{m.what} = {fmt(m.value, m.unit)} ({m.op} {fmt(m.threshold)})"
