@@ -11,20 +11,48 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "harness"
 
-#: (importer prefix, imported prefixes it must never reach): the layers, top to bottom, are
-#: the CLI and its commands; the run (runner, plugin, report, cluster); the checks' fixtures;
-#: probes and parsers; topology, profiles and the small leaves.
+#: The folders (rooms) of harness/, bottom to top, and the modules the root keeps (its doors:
+#: the CLI, the pytest plugin, the check model and its records, the check catalogue).
+ROOMS = ("base", "topology", "profiles", "judges", "parsers", "probes", "worker", "detect",
+         "fixtures", "report", "run", "cluster", "devicecheck", "commands")
+ROOT_MODULES = {"__init__", "__main__", "cli", "plugin", "checking", "results", "catalog", "items"}
+
+
+def _above(*allowed: str) -> tuple[str, ...]:
+    """Every room and root door but `allowed` (and the package's own __init__, `harness`)."""
+    doors = tuple(f"harness.{m}" for m in sorted(ROOT_MODULES - {"__init__"}))
+    return tuple(f"harness.{r}" for r in ROOMS if r not in allowed) + tuple(
+        d for d in doors if d.removeprefix("harness.") not in allowed)
+
+
+#: (importer prefix, imported prefixes it must never reach): docs/architecture.md's layers.
+#: `harness` itself (the package face: __version__) is allowed everywhere but base/.
 FORBIDDEN = [
-    ("harness.probes", ("harness.cluster", "harness.cli", "harness.commands", "harness.run.runner",
-                        "harness.plugin", "harness.fixtures")),
-    ("harness.parsers", ("harness.cluster", "harness.cli", "harness.commands", "harness.run.runner",
-                         "harness.plugin", "harness.probes", "harness.fixtures")),
-    ("harness.topology", ("harness.cluster", "harness.cli", "harness.commands", "harness.probes",
-                          "harness.parsers", "harness.run.runner", "harness.plugin")),
-    ("harness.cluster", ("harness.cli", "harness.commands")),
-    ("harness.fixtures", ("harness.cli", "harness.commands", "harness.cluster")),
-    ("harness.base.tiers", ("harness",)),
-    ("harness.base.settings", ("harness",)),
+    # foundations: nothing of the harness outside base/
+    ("harness.base", ("harness",)),
+    ("harness.topology", _above("base")),
+    ("harness.profiles", _above("base")),
+    # judges: pure functions of facts and the profile (never a probe, parser, fixture, the run,
+    # a writer, a command or the cluster); the check model's records only
+    ("harness.judges", _above("base", "profiles", "results")),
+    # facts: parsers may call the judges for `preflight inspect`'s verdicts
+    ("harness.parsers", _above("base", "topology", "profiles", "judges")),
+    ("harness.probes", _above("base", "topology", "profiles", "parsers")),
+    # what runs under torchrun: the probes' pure helpers and parsers, never the run
+    ("harness.worker", _above("base", "topology", "profiles", "parsers", "probes")),
+    ("harness.detect", _above("base", "topology", "profiles", "parsers", "probes")),
+    # the checks' facts
+    ("harness.fixtures", _above("base", "topology", "profiles", "judges", "parsers", "probes",
+                                "worker", "detect", "checking", "results", "plugin")),
+    # writers of a finished report: never the run, the commands, the cluster or a probe
+    ("harness.report", _above("base", "topology", "profiles", "judges", "results", "checking")),
+    ("harness.run", _above("base", "topology", "profiles", "judges", "report", "results",
+                           "checking", "items")),
+    ("harness.cluster", _above("base", "topology", "profiles", "judges", "parsers", "probes",
+                               "worker", "detect", "report", "run", "checking", "results")),
+    ("harness.devicecheck", _above("base", "topology", "profiles", "judges", "parsers", "probes",
+                                   "worker", "detect", "fixtures", "checking", "results")),
+    ("harness.commands", ("harness.cli", "harness.plugin")),
 ]
 
 
@@ -107,16 +135,36 @@ def _package_face(graph: dict[str, set[str]], name: str) -> bool:
     return name.count(".") >= 1 and any(m.startswith(name + ".") for m in graph)
 
 
-def test_layers_import_only_downward():
-    graph = _graph()
-    climbing = [f"{importer} imports {imported}"
+def _climbing(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{importer} imports {imported}"
                 for importer, imports in sorted(graph.items())
                 for prefix, banned in FORBIDDEN
                 if importer == prefix or importer.startswith(prefix + ".")
                 for imported in sorted(imports)
                 if any(imported == b or imported.startswith(b + ".") for b in banned)
-                and not (imported == prefix or imported.startswith(prefix + "."))]
-    assert climbing == []
+                and not (imported == prefix or imported.startswith(prefix + "."))
+                and not (imported == "harness" and prefix != "harness.base")]
+
+
+def test_layers_import_only_downward():
+    assert _climbing(_graph()) == []
+
+
+def test_the_root_holds_only_its_doors():
+    """New code goes into a room (docs/architecture.md says which), never the root."""
+    assert {p.stem for p in ROOT.glob("*.py")} <= ROOT_MODULES
+    assert {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ROOMS)
+
+
+def test_every_room_has_a_rule():
+    assert {prefix.removeprefix("harness.") for prefix, _ in FORBIDDEN} == set(ROOMS)
+
+
+def test_a_climbing_import_is_found(monkeypatch):
+    """The rule above is live: a judge that imports a parser is reported."""
+    graph = {"harness.judges.x": {"harness.parsers.y"}, "harness.parsers.y": set()}
+    monkeypatch.setattr(__import__(__name__), "_graph", lambda: graph, raising=False)
+    assert _climbing(graph) == ["harness.judges.x imports harness.parsers.y"]
 
 
 def test_no_import_circles():
@@ -142,7 +190,7 @@ def test_the_graph_sees_imports_inside_functions():
     graph = _graph()
     # harness.run.launch imports the profiles inside a function only.
     assert "harness.profiles.table" in graph["harness.run.launch"]
-    assert "harness.topology" in graph["harness.probes.nccl_tests"]
+    assert "harness.topology.nodes" in graph["harness.probes.nccl_tests"]
     # harness.run.recorder reads the item metadata inside a hook, from harness.items.
     assert "harness.items" in graph["harness.run.recorder"]
 
