@@ -160,10 +160,9 @@ def test_every_room_has_a_rule():
     assert {prefix.removeprefix("harness.") for prefix, _ in FORBIDDEN} == set(ROOMS)
 
 
-def test_a_climbing_import_is_found(monkeypatch):
-    """The rule above is live: a judge that imports a parser is reported."""
-    graph = {"harness.judges.x": {"harness.parsers.y"}, "harness.parsers.y": set()}
-    monkeypatch.setattr(__import__(__name__), "_graph", lambda: graph, raising=False)
+def test_a_climbing_import_is_found():
+    """The rules are live: a judge that imports a parser is reported, a parser calling a judge is not."""
+    graph = {"harness.judges.x": {"harness.parsers.y"}, "harness.parsers.y": {"harness.judges.x"}}
     assert _climbing(graph) == ["harness.judges.x imports harness.parsers.y"]
 
 
