@@ -1,5 +1,6 @@
-"""XIDs in a window: the last PREFLIGHT_XID_WINDOW_H hours (default 2, AzHC's), their rate, and
-application-caused XIDs (13, 31, 43, 45) told apart from hardware ones (harness/judges/xid.py).
+"""XIDs in a window: the last `xid_window_h` hours of the profile (default 2, AzHC's;
+PREFLIGHT_XID_WINDOW_H for one run), their rate, and application-caused XIDs (13, 31, 43, 45)
+told apart from hardware ones (harness/judges/xid.py).
 PF-GPU-006 judges every XID since boot; this check says what is recent and whose it is."""
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from harness.judges.xid import summarize
 from harness.parsers.kernel_log import KernelLog, XidEvent
 from harness.profiles.model import Profile
 
-#: Hours of kernel log judged (Azure AzHC azure_gpu_xid.nhc: time_threshold default 2 h).
+#: Hours of kernel log judged instead of the profile's `xid_window_h` (default 2 h, AzHC's).
 WINDOW_ENV = "PREFLIGHT_XID_WINDOW_H"
-DEFAULT_WINDOW_H = 2.0
 #: Epoch seconds the job started (set by a launcher that knows it): nothing older is judged.
 JOB_START_ENV = "PREFLIGHT_JOB_START_EPOCH"
 
@@ -57,7 +57,7 @@ def test_xids_in_window(profile: Profile, sysroot: Path, environ: dict[str, str]
                         kernel_log: KernelLog):
     require_gpus(profile)
     log = kernel_log
-    hours = get_float(WINDOW_ENV, environ) or DEFAULT_WINDOW_H
+    hours = get_float(WINDOW_ENV, environ) or profile.xid_window_h
     boot = _boot_epoch(sysroot if sysroot != Path("/") else Path(os.sep))
     window = summarize(log.events, window_s=hours * 3600, now=datetime.now(UTC),
                        boot_epoch=boot, since_epoch=get_float(JOB_START_ENV, environ))

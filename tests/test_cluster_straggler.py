@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from harness.cluster.straggler import find_stragglers
 from harness.cluster.verdict import decide
+from harness.judges.cluster import find_stragglers
 
 
 def test_slow_node_above_floor_is_flagged():
@@ -206,3 +206,24 @@ def test_node_summary_publishes_the_figures_of_its_report():
          "threshold": 0.05, "ok": True}]}])
     summary = node_summary(report, rank=2, facts={}, env={})
     assert summary["figures"] == {"node_busbw_gb_s": 1.25, "step_time_s": None}
+
+
+# --- the limits are the leader's profile's (Profile.straggler_*), carried by the snapshot -----
+
+def test_the_snapshot_carries_the_profile_limits_and_the_check_uses_them():
+    from dataclasses import replace
+
+    from harness.judges.cluster import DEFAULT_LIMITS, StragglerLimits
+    from harness.profiles.table import get_profile
+
+    profile = get_profile("p5.48xlarge")
+    assert StragglerLimits.of(profile) == DEFAULT_LIMITS == StragglerLimits(3.5, 4, 0.05)
+    three = [450.0, 450.0, 300.0]
+    assert _straggler_check(decide(_snap(three)))["outcome"] == "skip"  # 3 nodes < 4 by default
+    snap = _snap(three) | {"straggler_limits": StragglerLimits.of(
+        replace(profile, straggler_min_nodes=3)).to_dict()}
+    check = _straggler_check(decide(snap))
+    assert check["outcome"] == "warn" and "300" in check["message"]
+    # A looser z limit lets the same node through.
+    snap["straggler_limits"] = {"z_max": 1e9, "min_nodes": 3, "min_rel_dev": 0.5}
+    assert _straggler_check(decide(snap))["outcome"] == "pass"

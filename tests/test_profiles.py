@@ -229,3 +229,15 @@ def test_gpu_machine_without_a_type_is_undetected(tmp_path):
     (tmp_path / "dev" / "nvidia0").write_text("")
     env = {"PREFLIGHT_OPT_ML": str(tmp_path / "none"), **NO_IMDS}
     assert detect.detect_instance_type(None, env, Path(tmp_path)) is None
+
+
+def test_judges_thresholds_are_profile_fields_shown_with_their_source():
+    """PF-GPU-019's window and PF-CLUSTER-006's limits are Profile fields; `preflight profiles
+    NAME` (threshold_rows) shows each with a source."""
+    from harness.profiles.table import get_profile, threshold_rows
+
+    rows = {f: (v, src) for f, v, src in threshold_rows(get_profile("p5.48xlarge"))}
+    for name, value in [("xid_window_h", "2.0"), ("straggler_z_max", "3.5"),
+                        ("straggler_min_nodes", "4"), ("straggler_min_rel_dev", "0.05")]:
+        assert rows[name][0] == value
+        assert rows[name][1], f"{name} has no source"

@@ -213,7 +213,8 @@ SETTINGS: tuple[Setting, ...] = (
        "PF-HOST-002 beside SageMaker's (docs/host.md)", PATH, sep=":,"),
     _s("REQUIRED_MOUNTS", list, None, "mount points (colon-separated) that must be present and "
        "answer (PF-HOST-003)", PATH, sep=":,"),
-    _s("XID_WINDOW_H", float, 2.0, "hours of kernel log judged for recent XIDs (PF-GPU-019)",
+    _s("XID_WINDOW_H", float, None, "hours of kernel log judged for recent XIDs (PF-GPU-019), "
+       "instead of the profile's xid_window_h",
        between(0.01, 1e6)),
     _s("JOB_START_EPOCH", float, None, "XIDs before this Unix time do not count (PF-GPU-019)",
        between(0, 4102444800)),  # up to 2100-01-01

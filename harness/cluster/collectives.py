@@ -15,6 +15,7 @@ from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_faul
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide, for_nodes
+from harness.judges.cluster import StragglerLimits
 from harness.topology.model import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -57,7 +58,7 @@ class CollectivePhases(GroupPhases):
 
     def _base(self) -> dict[str, Any]:
         return {"num_nodes": self.topo.num_nodes, "profile": self.profile.name,
-                "tier": self.tier,
+                "tier": self.tier, "straggler_limits": StragglerLimits.of(self.profile).to_dict(),
                 # the master's cap, in the snapshot: every node takes the same verdict
                 "drain_cap": get_float("PREFLIGHT_DRAIN_CAP", self.env),
                 "hosts": {str(r): h for r, h in enumerate(self.topo.hosts)}}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.base.redact import Redactor
+from harness.judges.cluster import StragglerLimits
 
 if TYPE_CHECKING:
     from harness.report.model import Report
@@ -185,6 +186,11 @@ class ClusterView:
     @property
     def profile(self) -> str:
         return str(self.snap.get("profile") or "?")
+
+    @property
+    def straggler_limits(self) -> StragglerLimits:
+        """PF-CLUSTER-006's limits: the leader's profile's, as the snapshot carries them."""
+        return StragglerLimits.from_dict(self.snap.get("straggler_limits"))
 
     def host(self, rank: int) -> str:
         return self.hosts.get(rank, f"rank {rank}")

@@ -20,6 +20,17 @@ GIB = 1024**3
 CONFIRM_FAMILIES = ("bandwidth", "compute", "links", "training", "isolation")
 
 
+#: The source of a field's default, shown by `preflight profiles NAME` where the profile's own
+#: data (profiles.toml `src`) gives none.
+DEFAULT_SOURCES = {
+    "xid_window_h": "Azure/azurehpc-health-checks azure_gpu_xid.nhc: time_threshold default 2 h",
+    "straggler_z_max": "Iglewicz & Hoaglin (1993) modified z-score cut-off 3.5, NIST/SEMATECH "
+                       "e-Handbook 1.3.5.17",
+    "straggler_min_nodes": "this project: a median of fewer than 4 figures cannot single one out",
+    "straggler_min_rel_dev": "AMD CVS: 5 % tolerance against the expected value",
+}
+
+
 class ProfileError(ValueError):
     """A profile that does not exist or a profile file that does not parse; str() is the message."""
 
@@ -132,6 +143,21 @@ class Profile:
     """Single-node all_reduce busbw floor on PCIe-only multi-GPU nodes, GB/s."""
     cpu_busbw_gb_s_min: float | None = None
     """gloo all_reduce busbw floor on CPU-only profiles, GB/s (a sanity floor, not a benchmark)."""
+
+    # --- Recent XIDs (PF-GPU-019) ---
+    xid_window_h: float = 2.0
+    """Hours of kernel log judged for recent XIDs, h; PREFLIGHT_XID_WINDOW_H replaces it for one
+    run. Source: Azure AzHC azure_gpu_xid.nhc (time_threshold default 2 h)."""
+
+    # --- Stragglers (PF-CLUSTER-006, harness.judges.cluster) ---
+    straggler_z_max: float = 3.5
+    """|modified z-score| above which a node's figure is an outlier (Iglewicz & Hoaglin 1993,
+    NIST/SEMATECH e-Handbook 1.3.5.17)."""
+    straggler_min_nodes: int = 4
+    """Fewest per-node figures the straggler check judges (a median of 2 or 3 says little)."""
+    straggler_min_rel_dev: float = 0.05
+    """Smallest relative distance from the cluster median that can flag a node (AMD CVS's 5 %
+    tolerance)."""
 
     # --- Training step ---
     te_required: bool = False

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.base.jsontypes import JSONObject
-from harness.profiles.model import Profile, ProfileError
+from harness.profiles.model import DEFAULT_SOURCES, Profile, ProfileError
 
 __all__ = [  # Profile, ProfileError and GIB live in harness.profiles.model (the record)
     "BUILTIN_PROFILES",
@@ -276,7 +276,7 @@ def threshold_rows(profile: Profile) -> list[tuple[str, str, str]]:
                  else str(value))
         if profile.is_estimate(f.name):
             shown += " (estimate: a warning until measured)"
-        rows.append((f.name, shown, profile.sources.get(f.name, "")))
+        rows.append((f.name, shown, profile.sources.get(f.name) or DEFAULT_SOURCES.get(f.name, "")))
     return rows
 
 
