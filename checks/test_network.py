@@ -4,7 +4,7 @@ log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUD
 from __future__ import annotations
 
 from harness.base.errors import ProbeError
-from harness.checking import check, expect, expect_none, fail, measure, settle, warn
+from harness.checking import check, expect, fail, measure, settle
 from harness.fixtures.network import NcclNetEvidence, require_efa
 from harness.judges import network as judges
 from harness.parsers.fi_info import FiInfo
@@ -17,11 +17,6 @@ REMEDY_DEVICES = ("pass every EFA device to the container (docker run --device "
 REMEDY_PLUGIN = ("install aws-ofi-nccl (EFA installer >= 1.38 ships it in /opt/amazon/ofi-nccl) "
                  "and put its lib directory on LD_LIBRARY_PATH; read the NET/OFI lines of an "
                  "NCCL_DEBUG=INFO log")
-
-#: Peer-memory modules that give the NIC GPU memory: NVIDIA's, the EFA installer's own for EFAv3
-#: (efa-nv-peermem package; openucx/ucx #10704), and Mellanox's older one.
-GDR_MODULES = frozenset({"nvidia_peermem", "efa_nv_peermem", "nv_peer_mem"})
-
 
 @check(
     "PF-NET-001",
@@ -88,14 +83,8 @@ def test_fi_info_lists_efa(profile: Profile, fi_info_efa: FiInfo):
     remedy="install the EFA driver (EFA installer) on the host; `modprobe nvidia_peermem`",
 )
 def test_efa_kernel_module_loaded(profile: Profile, kernel_modules: frozenset[str]):
-    require_efa(profile)
-    expect_none("kernel modules missing", [m for m in ("efa",) if m not in kernel_modules],
-                remedy="install the EFA driver on the host (efa_installer.sh) and reboot or "
-                "`modprobe efa`", name="kernel_modules_missing")
-    if profile.gdr_required and not GDR_MODULES & kernel_modules:
-        warn("kernel module nvidia_peermem is not loaded: GPUDirect RDMA then relies on DMA-BUF "
-             "(driver >= 515 with the open kernel modules); PF-NET-009 shows whether GDR works",
-             remedy="`modprobe nvidia_peermem` if PF-NET-009 fails")
+    for verdict in judges.efa_kernel_modules(profile, kernel_modules):
+        settle(verdict)
 
 
 @check(

@@ -381,3 +381,17 @@ def test_single_node_gdr_is_judged_on_nccls_init_verdict_per_gpu():
     unknown = judges.net_gdr(p5, parse_nccl_log(_gdr_log(drop="GPU Direct RDMA")))
     assert unknown.status == "unknown"
     assert "no NET channel line and no `GPU Direct RDMA Enabled for GPU` line" in unknown.message
+
+
+def test_pf_net_004_judge_is_a_function_of_the_modules_and_the_profile():
+    """harness.judges.network.efa_kernel_modules: what the check settles, without a session."""
+    from harness.judges.network import efa_kernel_modules
+    from harness.profiles.table import get_profile
+
+    p5 = get_profile("p5.48xlarge")
+    assert p5.gdr_required
+    assert [v.status for v in efa_kernel_modules(p5, frozenset({"efa", "nvidia_peermem"}))] == ["pass"]
+    assert [v.status for v in efa_kernel_modules(p5, frozenset({"efa"}))] == ["pass", "warn"]
+    missing = efa_kernel_modules(p5, frozenset({"nvidia_peermem"}))
+    assert [v.status for v in missing] == ["fail"] and missing[0].offenders == ("efa",)
+    assert [v.status for v in efa_kernel_modules(get_profile("local-cpu"), frozenset())] == ["n/a"]

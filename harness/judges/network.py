@@ -21,8 +21,8 @@ from harness.judges.judgement import Verdict, efa_not_applicable, expect, fabric
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
-__all__ = ["fi_info_lists_efa", "nccl_log_verdicts", "net_gdr", "net_nic_count", "net_no_warnings",
-           "net_not_socket", "net_provider", "ofi_plugin"]
+__all__ = ["GDR_MODULES", "efa_kernel_modules", "fi_info_lists_efa", "nccl_log_verdicts", "net_gdr",
+           "net_nic_count", "net_no_warnings", "net_not_socket", "net_provider", "ofi_plugin"]
 
 
 class _Failure(Protocol):
@@ -106,6 +106,29 @@ class FiInfoFacts(Protocol):
     def omitted(self) -> int: ...
 
 # ---- network (checks/test_network.py) ----
+
+#: Peer-memory modules that give the NIC GPU memory: NVIDIA's, the EFA installer's own for EFAv3
+#: (efa-nv-peermem package; openucx/ucx #10704), and Mellanox's older one.
+GDR_MODULES = frozenset({"nvidia_peermem", "efa_nv_peermem", "nv_peer_mem"})
+
+
+def efa_kernel_modules(profile: Profile, modules: frozenset[str]) -> list[Verdict]:
+    """PF-NET-004: the efa kernel module is loaded (a failure without it); on a profile that
+    requires GPUDirect RDMA, no peer-memory module is a warning (DMA-BUF may serve instead:
+    PF-NET-009 shows whether GDR works)."""
+    if (why := efa_not_applicable(profile)) is not None:
+        return [na("PF-NET-004", why)]
+    out = [none("PF-NET-004", profile, "kernel modules missing",
+                [m for m in ("efa",) if m not in modules],
+                remedy="install the EFA driver on the host (efa_installer.sh) and reboot or "
+                "`modprobe efa`")]
+    if profile.gdr_required and not GDR_MODULES & modules:
+        out.append(Verdict("PF-NET-004", "warn", "kernel module nvidia_peermem is not loaded: "
+                           "GPUDirect RDMA then relies on DMA-BUF (driver >= 515 with the open "
+                           "kernel modules); PF-NET-009 shows whether GDR works",
+                           remedy="`modprobe nvidia_peermem` if PF-NET-009 fails"))
+    return out
+
 
 def fi_info_lists_efa(profile: Profile, info: FiInfoFacts) -> Verdict:
     """PF-NET-003: `fi_info -p efa` lists the efa provider on as many EFA devices (distinct
