@@ -169,19 +169,13 @@ def resolve_profile(config: pytest.Config) -> tuple[Profile, str]:
     if config.getoption("preflight_profile_json"):
         config.stash[_profile_key] = _handed_profile(config.getoption("preflight_profile_json"))
         return config.stash[_profile_key]
-    from harness.detect.derive import resolve_detected
-    from harness.detect.instance import detect_instance_type
+    from harness.detect.resolve import resolve
     from harness.profiles.model import ProfileError
-    from harness.profiles.table import BUILTIN_PROFILES, load_profile_file
 
     try:
-        profiles = BUILTIN_PROFILES
-        if config.getoption("preflight_profile_file"):
-            profiles = load_profile_file(config.getoption("preflight_profile_file"))
-        sysroot = Path(config.getoption("preflight_sysroot"))
-        found = detect_instance_type(config.getoption("preflight_profile"), sysroot=sysroot,
-                                     known=profiles)
-        profile, source = resolve_detected(found, profiles, sysroot=sysroot)
+        profile, source = resolve(config.getoption("preflight_profile"),
+                                  config.getoption("preflight_profile_file") or None,
+                                  sysroot=Path(config.getoption("preflight_sysroot")))
     except ProfileError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_profile_key] = (profile, source)

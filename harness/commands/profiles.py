@@ -11,7 +11,7 @@ from rich.table import Table
 
 from harness.base.settings import get_path
 from harness.commands import EXIT_OK, UsageError
-from harness.detect.derive import resolve_profile
+from harness.detect.resolve import resolve
 from harness.profiles.model import ProfileError
 from harness.profiles.table import (
     BUILTIN_PROFILES,
@@ -29,7 +29,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
         if args.derive:
             sysroot = get_path("PREFLIGHT_SYSROOT") or Path("/")
-            chosen = [resolve_profile("derived", "--derive", profiles, sysroot=sysroot)[0]]
+            chosen = [resolve("derived", args.profile_file, sysroot=sysroot)[0]]
             args.name = chosen[0].name
         else:
             chosen = [get_profile(args.name, profiles)] if args.name else list(profiles.values())

@@ -26,10 +26,10 @@ from harness.base.settings import text as setting
 from harness.cluster.step import ClusterStep
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
-from harness.detect.derive import resolve_detected
-from harness.detect.instance import detect_instance_type, hostname, opt_ml_dir, sagemaker_resource_config
+from harness.detect.instance import hostname, opt_ml_dir, sagemaker_resource_config
+from harness.detect.resolve import resolve
 from harness.profiles.model import Profile, ProfileError
-from harness.profiles.table import BUILTIN_PROFILES, load_profile_file, weakened_line
+from harness.profiles.table import weakened_line
 from harness.report.kube import apply as apply_kube
 from harness.report.model import (
     Report,
@@ -193,10 +193,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     namespace = args.cloudwatch_namespace or setting(env, "PREFLIGHT_CW_NAMESPACE")
 
     try:
-        profiles = load_profile_file(args.profile_file) if args.profile_file else BUILTIN_PROFILES
         sysroot = Path(setting(env, "PREFLIGHT_SYSROOT") or "/")
-        found = detect_instance_type(args.profile, env, sysroot=sysroot, known=profiles)
-        profile, profile_source = resolve_detected(found, profiles, sysroot=sysroot)
+        profile, profile_source = resolve(args.profile, args.profile_file, env=env, sysroot=sysroot)
     except ProfileError as exc:
         _write_early_failure(str(exc), finalizer)
         raise UsageError(str(exc)) from None
