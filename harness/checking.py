@@ -26,7 +26,10 @@ __all__ = [
     "CheckFailure",
     "CheckSpec",
     "check",
+    "classify",
+    "combine",
     "current",
+    "error_text",
     "expect",
     "expect_none",
     "fail",
@@ -251,6 +254,51 @@ def spec_of(fn: Callable[..., object]) -> CheckSpec:
     return spec
 
 
+#: Which phase's outcome a check's record takes when its phases differ (skip beats pass).
+_SEVERITY = {"error": 4, "fail": 3, "skip": 2, "pass": 0}
+
+
+def classify(spec: CheckSpec, exc: BaseException | None, *, when: str = "call",
+             where: str = "") -> tuple[str, str]:
+    """(outcome, message) of one phase of a check whose code raised `exc` (None: it returned).
+    The one classification: the plugin (each pytest phase) and `run_check` (the cluster
+    checks) both ask here. `where` (` (file:line)`) is added to a test's failure."""
+    if exc is None:
+        return "pass", ""
+    text = str(exc)
+    if isinstance(exc, pytest.skip.Exception):
+        return "skip", str(exc.msg)
+    if isinstance(exc, CheckFailure):
+        return "fail", text
+    if isinstance(exc, pytest.fail.Exception) and "Timeout" in text:
+        return "error", f"[{spec.id}] check did not finish: {text.strip()}"
+    if isinstance(exc, AssertionError | pytest.fail.Exception) and when == "call":
+        first = text.strip().splitlines()[0] if text.strip() else "assertion failed"
+        return "fail", (first if first.startswith(f"[{spec.id}]") else f"[{spec.id}] {first}") + where
+    if isinstance(exc, ProbeError):
+        return "error", f"[{spec.id}] {text}"
+    return "error", error_text(spec, type(exc).__name__, text, when, where)
+
+
+def error_text(spec: CheckSpec, name: str, text: str, when: str, where: str) -> str:
+    phase = f" in {when}" if when != "call" else ""
+    what = "harness error" if spec.kind == "check" else "error"
+    return f"[{spec.id}] {what}{phase}: {name}: {text.strip()[:2000]}{where}"
+
+
+def combine(phases: Iterable[tuple[str, str]], warnings: Iterable[str]) -> tuple[str, str]:
+    """A check's outcome from its phases' (setup, call, teardown): the most severe, a skip over
+    a pass; a pass with warnings is `warn`, its message the warnings."""
+    outcome, message = "pass", ""
+    for o, m in phases:
+        if _SEVERITY[o] > _SEVERITY[outcome]:
+            outcome, message = o, m
+    warnings = list(warnings)
+    if outcome == "pass" and warnings:
+        outcome, message = "warn", "\n".join(warnings)
+    return outcome, message
+
+
 def run_check(fn: Callable[..., object], *args: object, profile: str, nodeid: str = "",
               worker: str = "main") -> CheckResult:
     """Run a @check function outside pytest, on facts handed to it (the cluster verdict judges
@@ -261,28 +309,14 @@ def run_check(fn: Callable[..., object], *args: object, profile: str, nodeid: st
     spec = spec_of(fn)
     ctx = CheckContext(check_id=spec.id, profile=profile, remedy=spec.remedy)
     token = _set_current(ctx)
+    raised: BaseException | None = None
     try:
         fn(*args)
-        outcome, message = "pass", ""
-    except CheckFailure as exc:
-        outcome, message = "fail", str(exc)
-    except ProbeError as exc:
-        outcome, message = "error", f"[{spec.id}] {exc}"
-    except pytest.skip.Exception as exc:
-        outcome, message = "skip", str(exc.msg)
-    except pytest.fail.Exception as exc:  # pytest.fail() in a check: a failure, as in a session
-        outcome, message = "fail", f"[{spec.id}] {exc.msg}"
-    except AssertionError as exc:
-        first = (str(exc).strip().splitlines() or ["assertion failed"])[0]
-        outcome, message = "fail", first if first.startswith(f"[{spec.id}]") else \
-            f"[{spec.id}] {first}"
-    except Exception as exc:  # a defect in the judge: an error (a failure), never a pass
-        outcome = "error"
-        message = f"[{spec.id}] harness error: {type(exc).__name__}: {str(exc).strip()[:2000]}"
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # judged below
+        raised = exc
     finally:
         _CURRENT.reset(token)
-    if outcome == "pass" and ctx.warnings:
-        outcome, message = "warn", "\n".join(ctx.warnings)
+    outcome, message = combine([classify(spec, raised)], ctx.warnings)
     return CheckResult(
         id=spec.id, nodeid=nodeid or f"{spec.module}::{spec.function}", title=spec.title,
         tier=spec.tier, kind=spec.kind, outcome=outcome, message=message,

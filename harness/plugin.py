@@ -26,10 +26,9 @@ import pytest
 import harness.fixtures as _fixtures_pkg
 from harness import __version__
 from harness.base.deadline import TimeoutHooks
-from harness.base.errors import ProbeError
 from harness.base.redact import Redactor
 from harness.base.tiers import TIERS
-from harness.checking import CheckContext, CheckFailure, CheckSpec, _set_current
+from harness.checking import CheckContext, CheckSpec, _set_current, classify, combine, error_text
 from harness.items import item_spec, reused_key, selection_key, suite_of, suites_key
 from harness.results import CheckResult, Measurement, plain
 from harness.run.interrupt import install_session_handlers
@@ -284,21 +283,10 @@ def _classify(spec: CheckSpec, call: pytest.CallInfo[None], rep: pytest.TestRepo
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         return "skip", reason.removeprefix("Skipped: ")
     exc = call.excinfo.value if call.excinfo is not None else None
-    text = str(exc) if exc is not None else str(rep.longrepr)
     where = _where(rep) if spec.kind == "test" else ""
-    if isinstance(exc, CheckFailure):
-        return "fail", text
-    if isinstance(exc, pytest.fail.Exception) and "Timeout" in text:
-        return "error", f"[{spec.id}] check did not finish: {text.strip()}"
-    if isinstance(exc, AssertionError | pytest.fail.Exception) and rep.when == "call":
-        first = text.strip().splitlines()[0] if text.strip() else "assertion failed"
-        return "fail", (first if first.startswith(f"[{spec.id}]") else f"[{spec.id}] {first}") + where
-    if isinstance(exc, ProbeError):
-        return "error", f"[{spec.id}] {text}"
-    name = type(exc).__name__ if exc is not None else "error"
-    when = f" in {rep.when}" if rep.when != "call" else ""
-    what = "harness error" if spec.kind == "check" else "error"
-    return "error", f"[{spec.id}] {what}{when}: {name}: {text.strip()[:2000]}{where}"
+    if exc is None:  # a failed report without an exception: what pytest wrote is the message
+        return "error", error_text(spec, "error", str(rep.longrepr), rep.when, where)
+    return classify(spec, exc, when=rep.when, where=where)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -324,15 +312,8 @@ def pytest_runtest_makereport(
 def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[str, Any]:
     ctx: CheckContext = state["ctx"]
     phases = state["phases"]
-    order = {"error": 4, "fail": 3, "skip": 2, "pass": 0}
-    outcome, message = "pass", ""
-    for when in ("setup", "call", "teardown"):
-        if when in phases:
-            o, m, _ = phases[when]
-            if order[o] > order[outcome] or (o == "skip" and outcome == "pass"):
-                outcome, message = o, m
-    if outcome == "pass" and ctx.warnings:
-        outcome, message = "warn", "\n".join(ctx.warnings)
+    outcome, message = combine((phases[w][:2] for w in ("setup", "call", "teardown") if w in phases),
+                                ctx.warnings)
     suite = suite_of(item)
     # Built as the typed record, sent as plain data: it crosses xdist's channel, ends in JSON.
     return CheckResult(
