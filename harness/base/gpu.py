@@ -1,6 +1,7 @@
 """GPU health vocabulary shared by the NVML probe, the nvidia-smi / DCGM / kernel-log parsers and
 the checks: one per-GPU record, the problems a record shows, and the action each needs (the
-actions and the XID catalogue live in harness.base.gpu_actions, re-exported here)."""
+actions and the XID catalogue live in harness.base.gpu_actions, PCIe links in gpu_pcie, the
+record in gpu_record)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What a bad GPU needs: the actions, most severe first, and the XID catalogue that maps each
-kernel-log XID to one. The vocabulary under harness.base.gpu (which re-exports it), the parsers and
+kernel-log XID to one. The vocabulary under harness.base.gpu, the parsers and
 the checks; it imports nothing.
 
 The catalogue (XID_CATALOGUE, at the end) is NVIDIA's Xid catalogue for Ampere and newer GPUs:

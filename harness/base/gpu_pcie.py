@@ -1,7 +1,6 @@
 """PCIe links of the GPUs: the generation a link can train to (NVML's maximum for the device in
 this system; the host's maximum is information), a slot older than its GPU (the host's design,
-recorded), a slot below its siblings (a warning), and a busy GPU's link below its maximum
-(harness.base.gpu re-exports these)."""
+recorded), a slot below its siblings (a warning), and a busy GPU's link below its maximum."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One GPU's record (GpuInfo: what it reports about itself, None where the source gave no value)
 and the node's inventory (GpuInventory, from one source), with the PCI address spellings they are
-matched by and the label every message names a GPU with. harness.base.gpu re-exports them."""
+matched by and the label every message names a GPU with."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Profile record: what a healthy node of one instance type looks like (thresholds, counts,
 budgets, each with its source), and the error a bad profile gives. harness.profiles.table holds the
-data (the built-in profiles, a user's TOML file) and re-exports both."""
+data (the built-in profiles, a user's TOML file)."""
 
 from __future__ import annotations
 

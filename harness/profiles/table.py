@@ -12,7 +12,7 @@ from typing import Any
 from harness.base.jsontypes import JSONObject
 from harness.profiles.model import DEFAULT_SOURCES, Profile, ProfileError
 
-__all__ = [  # Profile, ProfileError and GIB live in harness.profiles.model (the record)
+__all__ = [  # the Profile record itself: harness.profiles.model
     "BUILTIN_PROFILES",
     "get_profile",
     "load_profile_file",
@@ -121,7 +121,8 @@ def load_data(path: Path = DATA_FILE) -> tuple[dict[str, Profile], dict[str, JSO
         build(name)
     public = {n: p for n, p in built.items() if not n.startswith("_")}
     if LOCAL_CPU.name in public:
-        raise ProfileError(f"{path.name}: [profiles.{LOCAL_CPU.name!r}] is built in (harness/profiles/table.py)")  # noqa: E501
+        raise ProfileError(f"{path.name}: [profiles.{LOCAL_CPU.name!r}] is built in "
+                           "(harness/profiles/table.py)")
     return {LOCAL_CPU.name: LOCAL_CPU, **public}, skus
 
 

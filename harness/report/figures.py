@@ -1,7 +1,7 @@
 """Key figures read from `gpu-preflight.report/v1` dicts: busbw by message size, GPUs healthy,
 the bad-node list. Pure functions (no I/O) shared by the HTML report and the CloudWatch metrics.
 
-The bad-node list and the per-node verdicts live in harness.report.verdicts (re-exported here).
+The bad-node list and the per-node verdicts live in harness.report.verdicts.
 
 Where bandwidth comes from, in order: each check's measurements whose unit is GB/s and whose
 `what` names busbw, at their `size_bytes` (harness.results.Measurement; a v1 report's sizes are
@@ -23,7 +23,6 @@ from harness.results import Measurement, legacy_size
 __all__ = [
     "Curve",
     "bandwidth_curves",
-    "checks_of",
     "format_size",
     "gpus_healthy",
     "parse_size",

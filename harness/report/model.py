@@ -40,7 +40,7 @@ __all__ = [
 
 REPORT_SCHEMA = "gpu-preflight.report/v1"
 #: The check records' version (harness.results): 2 has `size_bytes`/`gpu_index`/`node` on
-#: measurements. A report without the key is read as a v1 report (harness.report.figures.checks_of).
+#: measurements. A report without the key is read as a v1 report (harness.report.verdicts.checks_of).
 RESULTS_SCHEMA = 2
 #: SageMaker shows the first 1024 characters of the failure file as the job's FailureReason.
 FAILURE_REASON_CHARS = 1024
