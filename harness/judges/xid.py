@@ -1,5 +1,6 @@
-"""XIDs in a window (the last N hours, since the job or node started), their rate, and
-application-caused XIDs told apart from hardware ones. Pure functions over KernelLog events.
+"""PF-GPU-019's judge: XIDs in a window (the profile's `xid_window_h` hours, since the job or
+node started), their rate, and application-caused XIDs told apart from hardware ones. Pure
+functions over KernelLog events.
 
 Application-caused: 13 (Graphics Engine Exception), 31 (GPU memory page fault), 43 (GPU stopped
 processing) and 45 (preemptive cleanup) unless its text names another Xid as the cause

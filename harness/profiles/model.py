@@ -102,7 +102,8 @@ class Profile:
     efa_gbps: int = 0
     """EFA bandwidth per node, Gbit/s. Source: domain-facts.md, Instances."""
     gdr_required: bool = False
-    """GPUDirect RDMA must be used on every inter-node channel. Source: domain-facts.md
+    """GPUDirect RDMA must be used on every inter-node channel (PF-NET-004 warns without a
+    peer-memory module, PF-NET-009 judges it). Source: domain-facts.md
     ("GDR is required by the plugin on p4d, p4de, p5*, p6*")."""
     min_ofi_nccl_version: str | None = None
     """Oldest acceptable aws-ofi-nccl. 1.7.3 is the first release whose notes cover P5 with RDMA."""
@@ -132,7 +133,7 @@ class Profile:
     """Single-node all_reduce busbw floor at `bw_gate_size_bytes`, GB/s. Sources: Azure AzHC
     (8xH100 >= 460, 8xA100 >= 228), domain-facts.md."""
     net_busbw_gb_s_min: float | None = None
-    """Multi-node (2+ nodes) all_reduce busbw floor at `bw_gate_size_bytes`, GB/s: 85% of the
+    """PF-BW-002: multi-node (2+ nodes) all_reduce busbw floor at `bw_gate_size_bytes`, GB/s: 85% of the
     2-node reference run (aws-samples awsome-distributed-training, domain-facts.md)."""
     bw_gate_size_bytes: int = GIB
     """Message size the multi-node gate is read at, bytes: the size its source measured at."""
