@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "harness"
 #: The folders (rooms) of harness/, bottom to top, and the modules the root keeps (its doors:
 #: the CLI, the pytest plugin, the check model and its records, the check catalogue).
 ROOMS = ("base", "topology", "profiles", "judges", "parsers", "probes", "worker", "detect",
-         "fixtures", "report", "run", "cluster", "devicecheck", "commands")
+         "fixtures", "report", "run", "memory", "cluster", "devicecheck", "commands")
 ROOT_MODULES = {"__init__", "__main__", "cli", "plugin", "checking", "results", "catalog", "items"}
 
 
@@ -48,6 +48,10 @@ FORBIDDEN = [
     ("harness.report", _above("base", "topology", "profiles", "judges", "results", "checking")),
     ("harness.run", _above("base", "topology", "profiles", "judges", "report", "results",
                            "checking", "items")),
+    # a node's memory across runs: reads the node (detect, probes), writes through report/'s
+    # S3 client; never the run, the cluster or the commands
+    ("harness.memory", _above("base", "topology", "profiles", "judges", "parsers", "probes",
+                              "detect", "report", "results", "checking")),
     ("harness.cluster", _above("base", "topology", "profiles", "judges", "parsers", "probes",
                                "worker", "detect", "report", "run", "checking", "results")),
     ("harness.devicecheck", _above("base", "topology", "profiles", "judges", "parsers", "probes",

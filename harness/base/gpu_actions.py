@@ -17,8 +17,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ACTIONS", "BAD_THROTTLE_REASONS", "MONITOR", "REBOOT", "REPLACE", "RESET",
-           "XID_ACTIONS", "XID_CATALOGUE", "XID_SOURCES", "Problem", "plural", "worst_action", "xid_action"]
+__all__ = [
+    "ACTIONS",
+    "BAD_THROTTLE_REASONS",
+    "MONITOR",
+    "NO_GPU_FIX",
+    "REBOOT",
+    "REPLACE",
+    "RESET",
+    "XID_ACTIONS",
+    "XID_CATALOGUE",
+    "XID_SOURCES",
+    "Problem",
+    "plural",
+    "worst_action",
+    "xid_action",
+]
 
 # What a bad GPU needs, most severe first (automation keys on these exact words).
 REPLACE = "replace node"
@@ -246,3 +260,11 @@ XID_CATALOGUE: tuple[tuple[int, str, str, str, str], ...] = (
 #: XID code -> action (the codes whose action is in their text are `monitor` here).
 XID_ACTIONS: dict[int, str] = {code: MONITOR if action == BY_TEXT else action
                                for code, _mnemonic, _bucket, action, _source in XID_CATALOGUE}
+
+
+#: How to give the container its GPUs (the toolkit's page above; Kubernetes: the NVIDIA device
+#: plugin's `nvidia.com/gpu` resource).
+NO_GPU_FIX = ("start the container with the NVIDIA runtime (`docker run --gpus all`, or "
+              "`--runtime=nvidia` with NVIDIA_VISIBLE_DEVICES=all; on Kubernetes a "
+              "`nvidia.com/gpu` resource limit) and check that the host's `nvidia-smi` lists the "
+              "GPUs")

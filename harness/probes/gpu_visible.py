@@ -21,22 +21,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.base.gpu_actions import NO_GPU_FIX
 from harness.probes.nvml import NvmlStartError
 
 if TYPE_CHECKING:
     from harness.base.gpu_record import GpuInventory
 
-__all__ = ["DEVICE_NODE_PATTERNS", "NO_GPU_FIX", "device_nodes", "no_gpu_cause"]
+__all__ = ["DEVICE_NODE_PATTERNS", "device_nodes", "no_gpu_cause"]
 
 #: Device nodes under `<sysroot>/dev` that mean a GPU is exposed to this container.
 DEVICE_NODE_PATTERNS = ("nvidia[0-9]*", "dxg")
 
-#: How to give the container its GPUs (the toolkit's page above; Kubernetes: the NVIDIA device
-#: plugin's `nvidia.com/gpu` resource).
-NO_GPU_FIX = ("start the container with the NVIDIA runtime (`docker run --gpus all`, or "
-              "`--runtime=nvidia` with NVIDIA_VISIBLE_DEVICES=all; on Kubernetes a "
-              "`nvidia.com/gpu` resource limit) and check that the host's `nvidia-smi` lists the "
-              "GPUs")
 
 
 def device_nodes(sysroot: Path = Path("/")) -> list[Path]:

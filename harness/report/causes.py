@@ -135,7 +135,7 @@ def _shorten(text: str, width: int) -> str:
 def _key_of(message: str) -> tuple[str, str, str] | None:
     """(key, cause, fix) of the first rule the message matches; None: a cause of its own."""
     if _NO_GPU.search(message):
-        from harness.probes.gpu_visible import NO_GPU_FIX
+        from harness.base.gpu_actions import NO_GPU_FIX
 
         said = _NO_GPU_SENTENCE.search(message)
         text = said.group(0) if said else "no NVIDIA GPU is visible (NVML could not start)"
