@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -264,6 +264,9 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     failure_text = None
     guard.checkpoint()  # after a signal: parks here; the peers get the interrupted result
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
+        # The node-local results' junit.xml first: a node that dies in the cluster step (a
+        # crash, kill -9) still leaves it, as its check sessions did; replaced below.
+        _write_junit(report, report_dir, env)
         failure_text = _cluster_finish(cluster, report)
     _remember(lambda: memory.after(report), env)  # the reuse, the ledger, a certificate
     # The record is complete: from here on only its redacted form exists, and every output
@@ -272,11 +275,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     finalizer.report = report
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
         write_report(report, report_dir, env)  # ReportDirError: the crash path, exit 3
-        try:  # one junit.xml, every selected check by its ID, from the finished report
-            write_junit(report, report_dir, env=env)
-        except OSError as exc:
-            print(f"preflight: cannot write junit.xml in {report_dir}: {exc.strerror or exc}",
-                  file=sys.stderr, flush=True)
+        _write_junit(report, report_dir, env)  # one junit.xml, every selected check by its ID
         redact_outputs(report_dir, env)  # what pytest itself wrote beside the results
         outputs(report)
         _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
@@ -344,6 +343,16 @@ def _lock(report_dir: Path, host: str, failure_file: Path | None,
               f"{stale.get('machine', '?')} (started {stale.get('started_at', '?')}) was stale: "
               "that run is gone; taken over", flush=True)
     return [lock]
+
+
+def _write_junit(report: Report, report_dir: Path, env: Mapping[str, str]) -> None:
+    """junit.xml from `report` (redacted there); a folder that cannot take it is said, not
+    raised (report.json decides the run's exit)."""
+    try:
+        write_junit(report, report_dir, env=env)
+    except OSError as exc:
+        print(f"preflight: cannot write junit.xml in {report_dir}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
 
 
 def _cluster_start(cfg: RunConfig, finalizer: RunFinalizer) -> ClusterStep | None:
