@@ -153,7 +153,9 @@ class _Runs:
             ended = current.avg is not None or current.concluded
             if ended and ("nThread" in line or STARTING.search(line)):
                 self._close()
-                self.current = TableState()
+                # Only the first run and the first of `collective` are reported: the others'
+                # rows are not read (their name and end are).
+                self.current = TableState(skim=not self.collective or self.chosen is not None)
                 self.count += 1
             # Failure lines are kept as the tool printed them: its `host: ` prefix (which node
             # failed), not the launcher's or log shipper's wrappers around it.
