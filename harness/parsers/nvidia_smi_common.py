@@ -106,7 +106,9 @@ class _Side:
             for m in _LOST.finditer(line):
                 self.lost.setdefault(m.group(0).strip(), (m["index"], m["bus"] or m["bus2"],
                                                            m.group(0).strip()))
-        if self.failure is None and (m := _FAILURE.match(line)):
+        # (prefiltered: each failure line holds `ail`, `No devices` or `mismatch`)
+        if self.failure is None and ("ail" in line or "No devices" in line or "mismatch" in line
+                                     ) and (m := _FAILURE.match(line)):
             self.failure = m[1].strip()
         if self.attached is None and "ttached" in line and (m := _ATTACHED.search(line)):
             self.attached = ascii_int(m.group(1) or m.group(2))
