@@ -140,8 +140,15 @@ class _Runs:
         unwrapper = self.unwrapper
         candidates = unwrapper.candidates(lines)
         for i, raw in enumerate(lines):
-            raw = raw.rstrip()
             plain = candidates is not None and i not in candidates and not unwrapper.pending()
+            if (plain and self.current.skim and "Collective test" not in raw
+                    and "Avg bus" not in raw and "nThread" not in raw and "NCCL " not in raw
+                    and "[" not in raw[:160]):
+                # A skimmed run's plain line that neither names nor ends a run (its rows): only
+                # what clean_line does to a plain line.
+                unwrapper.host = None
+                continue
+            raw = raw.rstrip()
             line = clean_line(raw, unwrapper, plain)
             current = self.current
             if not line:
