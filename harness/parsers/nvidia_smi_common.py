@@ -127,15 +127,20 @@ def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
     unwrapper = Unwrapper()
     seen = 0
     for batch in source.batches():
+        if side is None:
+            yield from unwrapper.lines(batch)
+            continue
         for line in unwrapper.lines(batch):
-            if side is not None:
-                if len(unwrapper.commands) != seen:
-                    seen = len(unwrapper.commands)
-                    m = _SELECT.search(unwrapper.commands[-1])
-                    side.pending_index = ascii_int(m[1]) if m else None
-                    q = _QUERY_NOHEADER.search(unwrapper.commands[-1])
-                    if q:
-                        side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+            if len(unwrapper.commands) != seen:
+                seen = len(unwrapper.commands)
+                m = _SELECT.search(unwrapper.commands[-1])
+                side.pending_index = ascii_int(m[1]) if m else None
+                q = _QUERY_NOHEADER.search(unwrapper.commands[-1])
+                if q:
+                    side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+            # (the literals _Side.see looks for first, here: no call for the other lines)
+            if ("ail" in line or "Unable" in line or "ttached" in line or "No devices" in line
+                    or "mismatch" in line):
                 side.see(line)
             yield line
     if side is not None:
