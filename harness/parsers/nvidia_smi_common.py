@@ -130,12 +130,13 @@ def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
         if side is None:
             yield from unwrapper.lines(batch)
             continue
+        commands = unwrapper.commands  # (appended to, never replaced)
         for line in unwrapper.lines(batch):
-            if len(unwrapper.commands) != seen:
-                seen = len(unwrapper.commands)
-                m = _SELECT.search(unwrapper.commands[-1])
+            if len(commands) != seen:
+                seen = len(commands)
+                m = _SELECT.search(commands[-1])
                 side.pending_index = ascii_int(m[1]) if m else None
-                q = _QUERY_NOHEADER.search(unwrapper.commands[-1])
+                q = _QUERY_NOHEADER.search(commands[-1])
                 if q:
                     side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
             # (the literals _Side.see looks for first, here: no call for the other lines)

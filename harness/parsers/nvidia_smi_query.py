@@ -86,8 +86,7 @@ def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Quer
         if not stripped:
             continue
         indent = len(line) - len(line.lstrip(" \t"))
-        header = _GPU_HEADER.match(stripped) if stripped[:3] == "GPU" else None
-        if header:
+        if stripped[:3] == "GPU" and (header := _GPU_HEADER.match(stripped)):
             key = pci_key(header["bus"]) or header["bus"]
             block = _Block(header["bus"])
             if side.pending_index is not None:
