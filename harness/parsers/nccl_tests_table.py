@@ -147,6 +147,8 @@ def _resolution(token: str) -> float:
     """Half the last printed digit of a number (nccl-tests rounds to 2, 1 or 0 decimals)."""
     mantissa, _, exp = token.lower().partition("e")
     decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    if not exp:  # (the common case; ascii_int("") is None, read as 0)
+        return 0.5 * 10.0 ** -decimals
     try:
         return 0.5 * 10.0 ** ((ascii_int(exp) or 0) - decimals)
     except OverflowError:
@@ -198,9 +200,9 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
             break
         wrong = _wrong(part[offsets["wrong"]])
         cells = (part[offsets["time"]], part[offsets["algbw"]], part[offsets["busbw"]])
-        values = [_num(c) for c in cells]
-        if wrong is False or any(v is None and not _is_nan(c)
-                                 for v, c in zip(values, cells, strict=True)):
+        values = [ascii_float(c) for c in cells]  # (_num, without a call per cell)
+        if wrong is False or (None in values and any(
+                v is None and not _is_nan(c) for v, c in zip(values, cells, strict=True))):
             if h == 0:
                 return None, True
             break
