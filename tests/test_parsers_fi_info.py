@@ -47,3 +47,20 @@ def test_inspect_cli(capsys: pytest.CaptureFixture[str]):
     assert out["notes"] == [] and out["commands_seen"] == []
     assert main(["inspect", "fi-info", str(DATA / "garbage.txt"), "--json"]) == 2
     assert "nothing recognised" in json.loads(capsys.readouterr().out)["error"]
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("fi_getinfo: -61 (No data available)\n", -61),
+    ("provider: efa\n    domain: rdmap16s27-rdm\n  -61\n", -61),  # `-` and digit elsewhere too
+    ("provider: tcp\n    domain: eth-0\n    fabric: 10-1\n", None),  # no error line
+    ("x -2\n  fi_getinfo: -2\n -61\n", -2),  # the first error line wins
+    ("-61abc\n-22\n", -22),
+])
+def test_error_line_is_found_among_other_lines(text: str, code: int | None):
+    """The first error line (found per batch, around each `-digit`) gives the error code."""
+    if code is None:
+        assert parse_fi_info(text).error_code is None
+        return
+    blank = "\n" * 70_000  # (the error line in a later batch of the reader too)
+    for variant in (text, blank + text):
+        assert parse_fi_info(variant).error_code == code

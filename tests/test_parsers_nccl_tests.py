@@ -184,3 +184,22 @@ def test_nranks_from_nccl_init_lines_let_the_busbw_be_checked():
     checked (1.875 x algbw): a busbw edited off it is a mismatch."""
     text = _read("real_p4d_efa_old_error_info_in_table.txt").replace("32.02  5e-07", "30.00  5e-07")
     assert len(parse_nccl_tests(text).busbw_mismatches) == 1
+
+
+def test_runs_not_reported_are_skimmed_but_still_named_and_chosen():
+    """A log of three runs: only the first (or the first of the collective asked for) is read in
+    full; the others' rows and failure lines never reach the result, their names still count."""
+    first = (DATA / "current_2node_h100.txt").read_text()
+    gather = ((DATA / "newest_complete_constructed.txt").read_text()
+              .replace("all_reduce", "all_gather")
+              + "Test NCCL failure common.cu:1030 'unhandled system error'\n")
+    log = first + gather + first
+    alone_first, alone_gather = parse_nccl_tests(first), parse_nccl_tests(gather)
+    r = parse_nccl_tests(log)
+    assert (r.collective, r.rows, r.errors, r.num_runs) == (
+        "all_reduce", alone_first.rows, (), 3)
+    assert "3 runs (?, all_gather, ?)" in r.warnings[-1]  # (the h100 log has no banner)
+    g = parse_nccl_tests(log, collective="all_gather")
+    assert g.rows == alone_gather.rows and len(g.rows) == 4
+    assert g.errors == ("Test NCCL failure common.cu:1030 'unhandled system error'",)
+    assert g.avg_busbw_gb_s == alone_gather.avg_busbw_gb_s

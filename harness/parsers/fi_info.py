@@ -104,6 +104,10 @@ class FiInfo:
 # rescanned a run of blanks from each of its characters.)
 _FIELD = re.compile(r"^\s*(provider|fabric|domain|version|type|protocol):\s*(.*)$")
 _ERROR = re.compile(r"^\s*(?:fi_getinfo:\s*)?(-[0-9]{1,9})\b(?:\s*\(.*\))?\s*$")
+# The field lines of a whole batch of lines joined by `\n` (`[^\S\n]`: `\s` within one line).
+_FIELD_LINES = re.compile(r"^[^\S\n]*(provider|fabric|domain|version|type|protocol):[^\S\n]*(.*)$",
+                          re.MULTILINE)
+_MINUS_DIGIT = re.compile(r"-[0-9]")
 #: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
 _VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
 _VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*)$")
@@ -126,13 +130,18 @@ class _Entries:
     def __init__(self) -> None:
         self.kept: dict[FiInfoEntry, None] = {}
         self.omitted = 0
+        self._seen: set[tuple[tuple[str, str], ...]] = set()  # the fields of the kept entries
 
     def add(self, fields: dict[str, str]) -> None:
+        key = tuple(fields.items())  # (an entry seen again, the common case: no entry built)
+        if key in self._seen:
+            return
         entry = FiInfoEntry(**fields)
         if entry in self.kept:
             return
         if len(self.kept) < MAX_ENTRIES:
             self.kept[entry] = None
+            self._seen.add(key)
         else:
             self.omitted += 1
 
@@ -170,6 +179,35 @@ class _Reader:
         elif self.error_code is None and "-" in line and (m := _ERROR.match(line)):
             self.error_code = int(m[1])
 
+    def feed_batch(self, lines: list[str]) -> None:
+        """`feed` for each of `lines`; without the verbose form, the field lines and the first
+        error line are found with one regex pass over the batch (a line matching `_ERROR` never
+        matches `_FIELD`)."""
+        text = "\n".join(lines)
+        if self.block is not None or "fi_info:" in text:
+            for line in lines:
+                self.feed(line)
+            return
+        current, listing = self.current, self.listing
+        for key, value in _FIELD_LINES.findall(text):
+            value = value.rstrip()
+            if key == "provider":
+                if current is not None:
+                    listing.add(current)
+                current = {"provider": value}
+            elif current is not None:
+                current.setdefault(key, value)
+        self.current = current
+        if self.error_code is None:
+            # An error line holds `-` and a digit (rare elsewhere): only the lines around those
+            # are matched, the first one that is an error line wins.
+            for hit in _MINUS_DIGIT.finditer(text):
+                start = text.rfind("\n", 0, hit.start()) + 1
+                end = text.find("\n", hit.end())
+                if m := _ERROR.match(text[start:end if end >= 0 else len(text)]):
+                    self.error_code = int(m[1])
+                    break
+
     def _close_block(self) -> None:
         if self.block is not None and "provider" in self.block:  # blocks without prov_name: dropped
             self.verbose.add(self.block)
@@ -191,8 +229,7 @@ def parse_fi_info(text: str | Input) -> FiInfo:
     reader = _Reader()
     unwrapper = Unwrapper()
     for batch in as_input(text).batches():
-        for line in unwrapper.lines(batch):
-            reader.feed(line)
+        reader.feed_batch(list(unwrapper.lines(batch)))
     info = dataclasses.replace(reader.finish(), commands=tuple(unwrapper.commands),
                                ranks=tuple(unwrapper.ranks_sorted()))
     if not info.entries and info.error_code is None:

@@ -140,8 +140,15 @@ class _Runs:
         unwrapper = self.unwrapper
         candidates = unwrapper.candidates(lines)
         for i, raw in enumerate(lines):
-            raw = raw.rstrip()
             plain = candidates is not None and i not in candidates and not unwrapper.pending()
+            if (plain and self.current.skim and "Collective test" not in raw
+                    and "Avg bus" not in raw and "nThread" not in raw and "NCCL " not in raw
+                    and "[" not in raw[:160]):
+                # A skimmed run's plain line that neither names nor ends a run (its rows): only
+                # what clean_line does to a plain line.
+                unwrapper.host = None
+                continue
+            raw = raw.rstrip()
             line = clean_line(raw, unwrapper, plain)
             current = self.current
             if not line:
@@ -153,7 +160,9 @@ class _Runs:
             ended = current.avg is not None or current.concluded
             if ended and ("nThread" in line or STARTING.search(line)):
                 self._close()
-                self.current = TableState()
+                # Only the first run and the first of `collective` are reported: the others'
+                # rows are not read (their name and end are).
+                self.current = TableState(skim=not self.collective or self.chosen is not None)
                 self.count += 1
             # Failure lines are kept as the tool printed them: its `host: ` prefix (which node
             # failed), not the launcher's or log shipper's wrappers around it.

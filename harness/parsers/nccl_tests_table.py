@@ -75,6 +75,14 @@ class _Layout:
     def __post_init__(self) -> None:
         self.at = {name: i for i, name in enumerate(self.lead)}  # as dict(zip()): the last wins
 
+    def cell(self, tokens: list[str], *names: str) -> str | None:
+        """The first of the lead columns `names` this table has, in a row's `tokens`."""
+        at = self.at
+        for name in names:
+            if name in at:
+                return tokens[at[name]]
+        return None
+
     @classmethod
     def from_header(cls, names: list[str]) -> _Layout | None:
         starts = [i for i, n in enumerate(names) if n in _TIME_NAMES]
@@ -139,6 +147,8 @@ def _resolution(token: str) -> float:
     """Half the last printed digit of a number (nccl-tests rounds to 2, 1 or 0 decimals)."""
     mantissa, _, exp = token.lower().partition("e")
     decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    if not exp:  # (the common case; ascii_int("") is None, read as 0)
+        return 0.5 * 10.0 ** -decimals
     try:
         return 0.5 * 10.0 ** ((ascii_int(exp) or 0) - decimals)
     except OverflowError:
@@ -167,6 +177,9 @@ class TableState:
     num_errors: int = 0
     max_rank: int = -1
     omitted_rows: int = 0
+    #: A run whose facts are not reported (harness.parsers.nccl_tests._Runs: not the first run,
+    #: nor the first of the collective asked for): only its name and end are read, no rows.
+    skim: bool = False
 
 
 def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
@@ -174,16 +187,9 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     lead = len(layout.lead)
     if len(tokens) < lead + layout.width:
         return None, True
-    at = layout.at
-
-    def cell(*names: str) -> str | None:
-        for name in names:
-            if name in at:
-                return tokens[at[name]]
-        return None
-
-    size = ascii_int(cell("size", "bytes"))
-    count = ascii_int(cell("count", "N"))
+    cell = layout.cell  # (no closure per row)
+    size = ascii_int(cell(tokens, "size", "bytes"))
+    count = ascii_int(cell(tokens, "count", "N"))
     if size is None or count is None:
         return None, False
     halves: list[Measurement] = []
@@ -194,9 +200,9 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
             break
         wrong = _wrong(part[offsets["wrong"]])
         cells = (part[offsets["time"]], part[offsets["algbw"]], part[offsets["busbw"]])
-        values = [_num(c) for c in cells]
-        if wrong is False or any(v is None and not _is_nan(c)
-                                 for v, c in zip(values, cells, strict=True)):
+        values = [ascii_float(c) for c in cells]  # (_num, without a call per cell)
+        if wrong is False or (None in values and any(
+                v is None and not _is_nan(c) for v, c in zip(values, cells, strict=True))):
             if h == 0:
                 return None, True
             break
@@ -211,9 +217,9 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
     if not halves:
         return None, True
     return Row(
-        size_bytes=size, count=count, dtype=cell("type"),
-        redop=cell("redop", "op"),
-        root=ascii_int(cell("root")),
+        size_bytes=size, count=count, dtype=cell(tokens, "type"),
+        redop=cell(tokens, "redop", "op"),
+        root=ascii_int(cell(tokens, "root")),
         oop=halves[0], ip=halves[1] if len(halves) > 1 else None,
     ), len(halves) < len(layout.halves)
 
@@ -244,6 +250,9 @@ def feed_line(state: TableState, printed: str, line: str) -> None:
     prefix kept; failure lines are kept so)."""
     stripped = line.strip()
     if not stripped:
+        return
+    if state.skim:
+        _skim_line(state, printed, stripped)
         return
     if any(literal in printed for literal in _ERROR_LITERALS):
         for rx in _ERROR_LINES:
@@ -306,6 +315,22 @@ def feed_line(state: TableState, printed: str, line: str) -> None:
             state.omitted_rows += 1
     if cut:
         state.truncated += 1
+
+
+def _skim_line(state: TableState, printed: str, stripped: str) -> None:
+    """A line of a run that is not reported: its name and its end (the footer), as feed_line
+    reads them, nothing else."""
+    if "Collective test" in stripped or "Avg bus" in stripped:
+        if any(literal in printed for literal in _ERROR_LITERALS) and any(
+                rx.search(printed) for rx in _ERROR_LINES):
+            return  # a failure line (feed_line reads it as one)
+        if (m := STARTING.search(stripped)) is not None:
+            state.collective = collective_name(m[1])
+        elif (m := _CONCLUDED.search(stripped)) is not None:
+            state.concluded = True
+            state.collective = state.collective or collective_name(m[1])
+        elif "Avg bus" in stripped and (m := _AVG.search(stripped)) is not None:
+            state.avg = _num(m[1])
 
 
 def infer_collective(rows: list[Row], nranks: int | None) -> str | None:

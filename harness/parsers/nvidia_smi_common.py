@@ -106,7 +106,9 @@ class _Side:
             for m in _LOST.finditer(line):
                 self.lost.setdefault(m.group(0).strip(), (m["index"], m["bus"] or m["bus2"],
                                                            m.group(0).strip()))
-        if self.failure is None and (m := _FAILURE.match(line)):
+        # (prefiltered: each failure line holds `ail`, `No devices` or `mismatch`)
+        if self.failure is None and ("ail" in line or "No devices" in line or "mismatch" in line
+                                     ) and (m := _FAILURE.match(line)):
             self.failure = m[1].strip()
         if self.attached is None and "ttached" in line and (m := _ATTACHED.search(line)):
             self.attached = ascii_int(m.group(1) or m.group(2))
@@ -125,15 +127,21 @@ def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
     unwrapper = Unwrapper()
     seen = 0
     for batch in source.batches():
+        if side is None:
+            yield from unwrapper.lines(batch)
+            continue
+        commands = unwrapper.commands  # (appended to, never replaced)
         for line in unwrapper.lines(batch):
-            if side is not None:
-                if len(unwrapper.commands) != seen:
-                    seen = len(unwrapper.commands)
-                    m = _SELECT.search(unwrapper.commands[-1])
-                    side.pending_index = ascii_int(m[1]) if m else None
-                    q = _QUERY_NOHEADER.search(unwrapper.commands[-1])
-                    if q:
-                        side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+            if len(commands) != seen:
+                seen = len(commands)
+                m = _SELECT.search(commands[-1])
+                side.pending_index = ascii_int(m[1]) if m else None
+                q = _QUERY_NOHEADER.search(commands[-1])
+                if q:
+                    side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+            # (the literals _Side.see looks for first, here: no call for the other lines)
+            if ("ail" in line or "Unable" in line or "ttached" in line or "No devices" in line
+                    or "mismatch" in line):
                 side.see(line)
             yield line
     if side is not None:

@@ -79,13 +79,14 @@ def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Quer
     if fragment:
         block, base = _Block(""), -1
         blocks[""] = block
+    path: tuple[str, ...] = ()  # the names on `stack`, rebuilt only when it changes
+    key_value = _KEY_VALUE.match
     for line in lines:
-        if not line.strip():
+        stripped = line.strip()
+        if not stripped:
             continue
         indent = len(line) - len(line.lstrip(" \t"))
-        stripped = line.strip()
-        header = _GPU_HEADER.match(stripped) if stripped[:3] == "GPU" else None
-        if header:
+        if stripped[:3] == "GPU" and (header := _GPU_HEADER.match(stripped)):
             key = pci_key(header["bus"]) or header["bus"]
             block = _Block(header["bus"])
             if side.pending_index is not None:
@@ -95,26 +96,29 @@ def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Quer
                 blocks[key] = block  # a GPU seen before keeps its place
             else:
                 side.omitted += 1  # read, not kept
-            stack, base = [], indent
+            stack, path, base = [], (), indent
             continue
-        m = _KEY_VALUE.match(stripped)
+        m = key_value(stripped)
         if block is None or indent <= base:
             if m and len(top) < MAX_KEYS:
                 top[m["key"].strip().lower()] = m["value"].strip()
             if block is not None and indent <= base:
                 block = None
             continue
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        path = tuple(name for _, name in stack)
-        if m and m["value"].strip():
+        if stack and stack[-1][0] >= indent:
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = tuple(name for _, name in stack)
+        value = m["value"].strip() if m else ""
+        if value:
             if len(block.values) < MAX_KEYS:
-                block.values[(*path, m["key"].strip().lower())] = m["value"].strip()
+                block.values[(*path, m["key"].strip().lower())] = value  # type: ignore[index]
         elif len(stack) < MAX_DEPTH:  # a section header (`ECC Errors`), or `Key :` with nothing after it
             name = (m["key"] if m else stripped).strip().lower()[:200]
             if not stack and name in FRAGMENT_SECTIONS:
                 side.sections[name] = None
             stack.append((indent, name))
+            path = (*path, name)
     attached = _int(top.get("attached gpus"))
     # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
     driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
