@@ -27,6 +27,20 @@ def timed(argv: list[str], env: dict[str, str], runs: int, cwd: str | None = Non
     return statistics.median(samples)
 
 
+def write_suites(tmp: Path) -> tuple[Path, Path]:
+    """(a suite of one do-nothing check, a directory of one empty plain test) under tmp."""
+    suite = tmp / "suite"
+    suite.mkdir()
+    (suite / "test_noop.py").write_text(
+        "from harness.checking import check\n"
+        "@check('PF-B-001', title='noop', why='w', remedy='r')\n"
+        "def test_noop():\n    pass\n")
+    empty = tmp / "empty"
+    empty.mkdir()
+    (empty / "test_empty.py").write_text("def test_empty():\n    pass\n")
+    return suite, empty
+
+
 def main() -> None:
     runs = int(os.environ.get("BENCH_RUNS", "11"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_EC2_METADATA_DISABLED": "true"}
@@ -43,15 +57,7 @@ def main() -> None:
     print(f"preflight --help         median {helps * 1000:7.1f} ms  (ratio {helps / bare:.2f}x)")
 
     with tempfile.TemporaryDirectory() as tmp:
-        suite = Path(tmp) / "suite"
-        suite.mkdir()
-        (suite / "test_noop.py").write_text(
-            "from harness.checking import check\n"
-            "@check('PF-B-001', title='noop', why='w', remedy='r')\n"
-            "def test_noop():\n    pass\n")
-        empty = Path(tmp) / "empty"
-        empty.mkdir()
-        (empty / "test_empty.py").write_text("def test_empty():\n    pass\n")
+        suite, empty = write_suites(Path(tmp))
         runs_slow = max(3, runs // 2)
         pytest_bare = timed([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(empty)], env,
                             runs_slow, cwd=tmp)

@@ -16,6 +16,7 @@ from harness.judges.cluster import StragglerLimits
 if TYPE_CHECKING:
     from harness.report.model import Report
     from harness.results import CheckResult
+    from harness.topology.model import Topology
 
 __all__ = [
     "ENV_PREFIXES",
@@ -25,6 +26,7 @@ __all__ = [
     "BadNodes",
     "ClusterView",
     "cluster_off",
+    "job_topology",
     "left_out",
     "node_figures",
     "node_sdc",
@@ -59,6 +61,19 @@ def cluster_off(env: Mapping[str, str]) -> bool:
     from harness.base.settings import get_str
 
     return (get_str("PREFLIGHT_CLUSTER", env) or "").strip().lower() in ("0", "off", "false", "no")
+
+
+def job_topology(env: Mapping[str, str]) -> Topology | None:
+    """The multi-node job this node is part of (None: a single-node job, or PREFLIGHT_CLUSTER
+    off): the one decision on whether a cluster step runs, light enough to make before
+    harness.cluster.step (torch.distributed's store, the verdict, pytest) is imported.
+    Raises TopologyError on a malformed launcher variable."""
+    from harness.detect.instance import sagemaker_resource_config
+    from harness.topology.providers import detect_topology
+
+    if cluster_off(env):
+        return None  # node-local checks only, on purpose
+    return detect_topology(env, sagemaker_resource_config(env))
 
 
 def _get(record: Any, key: str) -> Any:

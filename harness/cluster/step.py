@@ -21,13 +21,12 @@ from harness.base.settings import get_str
 from harness.cluster.collectives import CollectivePhases, log
 from harness.cluster.node import node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
-from harness.cluster.snapshot import cluster_off, left_out, node_summary, not_measured
+from harness.cluster.snapshot import job_topology, left_out, node_summary, not_measured
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, verdict_of
 from harness.results import results as typed_results
 from harness.run.confirm import add_isolation
 from harness.topology.model import Topology, TopologyError
-from harness.topology.providers import detect_topology
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -68,11 +67,7 @@ class ClusterStep(CollectivePhases):
               env: Mapping[str, str], failure_file: Path | None = None) -> ClusterStep | None:
         """None on a single-node job; else joins the control plane (errors are kept for the
         verdict, never raised) and arms the watchdog at the hard upper bound."""
-        from harness.detect.instance import sagemaker_resource_config
-
-        if cluster_off(env):
-            return None  # node-local checks only, on purpose
-        topo = detect_topology(env, sagemaker_resource_config(env))
+        topo = job_topology(env)
         if topo is None:
             return None
         if topo.local_rank > 0:

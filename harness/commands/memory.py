@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.base.jsontypes import JSONObject
 from harness.base.redact import Redactor
@@ -28,11 +29,14 @@ from harness.memory.certificate import (
     seal,
     store_name,
 )
-from harness.memory.identity import NodeIdentity, gather
 from harness.memory.ledger import Ledger, describe, hardware_failures, keys_of
-from harness.memory.store import Store, StoreError
 from harness.profiles.model import Profile
 from harness.report.model import Report
+
+if TYPE_CHECKING:  # imported where used: a run without a certificate, a ledger or a store
+    # (the default preflight) never reads the node's identity or opens a store
+    from harness.memory.identity import NodeIdentity
+    from harness.memory.store import Store
 
 __all__ = ["NodeMemory", "ledger_user"]
 
@@ -41,6 +45,8 @@ def _store(env: Mapping[str, str], name: str) -> Store | None:
     where = get_str(name, env)
     if not where:
         return None
+    from harness.memory.store import Store
+
     try:
         return Store.of(where)
     except ValueError as exc:
@@ -91,6 +97,8 @@ class NodeMemory:
                    ledger=Ledger(ledger_store) if ledger_store else None, keyword=keyword)
 
     def _identity(self) -> NodeIdentity:
+        from harness.memory.identity import gather
+
         return gather(self.profile, self.host, self.env, self.sysroot)
 
     def before(self, *, multi_node: bool) -> list[str]:
@@ -114,6 +122,8 @@ class NodeMemory:
         return lines
 
     def _look_in_ledger(self, identity: NodeIdentity) -> list[str]:
+        from harness.memory.store import StoreError  # the ledger has its store: imported
+
         keys = keys_of(identity.gpus, identity.nics)
         self.section = {"where": str(self.ledger.store) if self.ledger else None,
                         "parts": len(keys), "seen": [], "appended": [], "problems": []}
@@ -154,6 +164,7 @@ class NodeMemory:
                                     host=self.host, instance_id=identity.fields.get("instance_id"),
                                     report=str(self.report_dir / "report.json"))
         entries = [Redactor.of(self.env).obj(e) for e in entries]  # type: ignore[misc]
+        from harness.memory.store import StoreError
         self.section.setdefault("appended", [])
         lines = []
         for entry in entries:
@@ -178,6 +189,7 @@ class NodeMemory:
                      report_dir=self.report_dir)
         cert = seal(Redactor.of(self.env).obj(cert))  # type: ignore[arg-type]
         data = (json.dumps(cert, indent=2, sort_keys=True) + "\n").encode()
+        from harness.memory.store import Store, StoreError
         written, problems = [], []
         try:
             Store.of(str(self.report_dir)).put(CERT_FILE, data)

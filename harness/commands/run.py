@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness.base import handoff
 from harness.base.deadline import DEADLINE_VAR
@@ -23,7 +23,7 @@ from harness.base.redact import Redactor
 from harness.base.settings import HOST_NAME
 from harness.base.settings import problems as setting_problems
 from harness.base.settings import text as setting
-from harness.cluster.step import ClusterStep
+from harness.cluster.snapshot import job_topology
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
 from harness.detect.instance import hostname, opt_ml_dir, sagemaker_resource_config
@@ -53,6 +53,9 @@ from harness.run.runner import RunConfig, run_checks
 from harness.run.selection import SelectionError, check_keyword
 from harness.run.suites import SuiteError, describe, resolve_suites, source_overrides
 from harness.topology.model import TopologyError
+
+if TYPE_CHECKING:
+    from harness.cluster.step import ClusterStep
 
 __all__ = ["cmd_run", "write_failure"]
 
@@ -358,6 +361,10 @@ def _write_junit(report: Report, report_dir: Path, env: Mapping[str, str]) -> No
 def _cluster_start(cfg: RunConfig, finalizer: RunFinalizer) -> ClusterStep | None:
     """Multi-node jobs: join the control plane before the local checks (harness.cluster)."""
     try:
+        if job_topology(cfg.env) is None:
+            return None  # single-node: the cluster step's imports (the verdict, pytest) not made
+        from harness.cluster.step import ClusterStep
+
         return ClusterStep.start(profile=cfg.profile, tier=cfg.tier,
                                  local_budget_s=cfg.budget_s, env=cfg.env,
                                  failure_file=finalizer.failure_file)

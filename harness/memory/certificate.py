@@ -19,11 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.base.jsontypes import JSONObject
-from harness.memory.identity import NodeIdentity
-from harness.memory.store import Store, StoreError
 from harness.results import CheckResult
+
+if TYPE_CHECKING:  # their modules are imported where a node's identity or a store is used
+    from harness.memory.identity import NodeIdentity
+    from harness.memory.store import Store
 
 __all__ = ["CERT_FILE", "CERT_SCHEMA", "ISSUING_TIERS", "REUSABLE", "REUSE_TIERS", "Reuse", "issue",
            "look_up", "parse_age", "seal", "store_name"]
@@ -176,6 +179,8 @@ def _find(store: Store | None, report_dir: Path, host: str) -> tuple[JSONObject 
     """The certificate (store first, else the report folder), where, and why none."""
     why = []
     if store is not None:
+        from harness.memory.store import StoreError  # already imported: `store` is one
+
         try:
             data = store.get(store_name(host))
         except StoreError as exc:

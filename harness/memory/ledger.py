@@ -15,10 +15,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from harness.base.jsontypes import JSONObject
-from harness.memory.store import Store
 from harness.results import CheckResult
+
+if TYPE_CHECKING:  # a Ledger is given its Store: harness.memory.store is imported by then
+    from harness.memory.store import Store
 
 __all__ = ["LEDGER_FILE", "LEDGER_SCHEMA", "Ledger", "describe", "hardware_failures", "keys_of",
            "now_iso"]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from harness.base.compare import fmt
 from harness.base.jsontypes import JSONMapping, JSONObject
-from harness.checking import fmt
 from harness.results import CheckResult, Measurement
 from harness.run.selection import Events
 
