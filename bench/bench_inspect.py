@@ -38,7 +38,8 @@ MB = 1_000_000
 
 def _samples(kind: str, pattern: str = "*") -> list[str]:
     files = sorted(p for p in (DATA / kind).glob(pattern)
-                   if p.is_file() and p.suffix not in (".md",) and "garbage" not in p.name)
+                   if p.is_file() and p.suffix not in (".md",) and "garbage" not in p.name
+                   and not p.name.endswith(".expect.json"))
     return [p.read_text(encoding="utf-8", errors="replace") for p in files if p.stat().st_size]
 
 

@@ -17,6 +17,7 @@ and the same facts from `fi_info -v` (`---` / `fi_info:` blocks: `fi_fabric_attr
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
@@ -108,6 +109,10 @@ _ERROR = re.compile(r"^\s*(?:fi_getinfo:\s*)?(-[0-9]{1,9})\b(?:\s*\(.*\))?\s*$")
 _FIELD_LINES = re.compile(r"^[^\S\n]*(provider|fabric|domain|version|type|protocol):[^\S\n]*(.*)$",
                           re.MULTILINE)
 _MINUS_DIGIT = re.compile(r"-[0-9]")
+#: Where a line starts that is not a listing's field line, in a batch joined with `\n` in front.
+_NOT_FIELD = re.compile(r"\n(?![^\S\n]*+(?:provider|fabric|domain|version|type|protocol):)")
+#: Where each `provider:` line starts, in a batch joined by `\n`: a block runs to the next one.
+_PROVIDER_LINES = re.compile(r"^[^\S\n]*provider:", re.MULTILINE)
 #: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
 _VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
 _VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*)$")
@@ -122,6 +127,9 @@ _VERBOSE_FIELDS = {
 #: Distinct entries kept: a node lists a few hundred (p5: 32 EFA devices x a few providers);
 #: more is many outputs concatenated, and memory stays flat.
 MAX_ENTRIES = 10_000
+#: Blocks remembered by their text (a block read again is not parsed again): at most MAX_BLOCKS
+#: of at most MAX_BLOCK_CHARS (a listing's block is ~130 characters), 1 MB in all.
+MAX_BLOCKS, MAX_BLOCK_CHARS = 1_000, 1_024
 
 
 class _Entries:
@@ -156,6 +164,7 @@ class _Reader:
         self.section = ""
         self.error_code: int | None = None
         self.saw_verbose = False
+        self._blocks: set[str] = set()  # the text of blocks read whole (MAX_BLOCKS)
 
     def feed(self, line: str) -> None:
         if "fi_info:" in line and _VERBOSE_BLOCK.match(line):  # (the literal first: ~5x cheaper)
@@ -181,13 +190,46 @@ class _Reader:
 
     def feed_batch(self, lines: list[str]) -> None:
         """`feed` for each of `lines`; without the verbose form, the field lines and the first
-        error line are found with one regex pass over the batch (a line matching `_ERROR` never
-        matches `_FIELD`)."""
+        error line are found with regex passes over the batch (a line matching `_ERROR` never
+        matches `_FIELD`), and a block whose text was read before (every node's listing of a
+        fleet, concatenated) is not read again: its entry is already kept."""
         text = "\n".join(lines)
         if self.block is not None or "fi_info:" in text:
             for line in lines:
                 self.feed(line)
             return
+        starts = [m.start() for m in _PROVIDER_LINES.finditer(text)]
+        # The open block's rest (before the batch's first `provider:` line), then each block
+        # that ends in this batch, then the one left open.
+        self._fields(text[:starts[0]] if starts else text)
+        if starts and self.current is not None:
+            self.listing.add(self.current)
+            self.current = None
+        for start, end in itertools.pairwise(starts):
+            block = text[start:end]
+            if block in self._blocks:
+                continue  # read before, and its entry kept
+            self._fields(block)
+            if self.current is not None:
+                kept = len(self.listing.kept) < MAX_ENTRIES  # then add keeps it (or had it)
+                self.listing.add(self.current)
+                self.current = None
+                if kept and len(block) <= MAX_BLOCK_CHARS and len(self._blocks) < MAX_BLOCKS:
+                    self._blocks.add(block)
+        if starts:
+            self._fields(text[starts[-1]:])
+        if self.error_code is None:
+            # An error line holds `-` and a digit (rare elsewhere): only the lines around those
+            # are matched, the first one that is an error line wins.
+            for hit in _MINUS_DIGIT.finditer(text):
+                start = text.rfind("\n", 0, hit.start()) + 1
+                end = text.find("\n", hit.end())
+                if m := _ERROR.match(text[start:end if end >= 0 else len(text)]):
+                    self.error_code = int(m[1])
+                    break
+
+    def _fields(self, text: str) -> None:
+        """Read the field lines of `text` (lines of the listing form) into the open block."""
         current, listing = self.current, self.listing
         for key, value in _FIELD_LINES.findall(text):
             value = value.rstrip()
@@ -198,15 +240,6 @@ class _Reader:
             elif current is not None:
                 current.setdefault(key, value)
         self.current = current
-        if self.error_code is None:
-            # An error line holds `-` and a digit (rare elsewhere): only the lines around those
-            # are matched, the first one that is an error line wins.
-            for hit in _MINUS_DIGIT.finditer(text):
-                start = text.rfind("\n", 0, hit.start()) + 1
-                end = text.find("\n", hit.end())
-                if m := _ERROR.match(text[start:end if end >= 0 else len(text)]):
-                    self.error_code = int(m[1])
-                    break
 
     def _close_block(self) -> None:
         if self.block is not None and "provider" in self.block:  # blocks without prov_name: dropped
@@ -222,6 +255,43 @@ class _Reader:
         return FiInfo(tuple(self.listing.kept), self.error_code, self.listing.omitted)
 
 
+def _unwrapped(batch: list[str], unwrapper: Unwrapper) -> list[str]:
+    """`unwrapper.lines(batch)`, with the listing's field lines (`    fabric: efa`: no wrapper
+    starts so, tests/test_parsers_fi_info_fast.py) handed on without the unwrapper's pass:
+    only the other lines are looked at, unless a command continues into a field line."""
+    text = "\n" + "\n".join(batch)
+    if "\x1b" in text or "\ufffd[" in text or "\r" in text:
+        return list(unwrapper.lines(batch))
+    others: list[int] = []  # the lines that are not field lines
+    newlines = seen = 0
+    for m in _NOT_FIELD.finditer(text):
+        newlines += text.count("\n", seen, m.start() + 1)
+        seen = m.start() + 1
+        others.append(newlines - 1)
+    if len(others) * 2 > len(batch):  # mostly other lines (`fi_info -v`): the unwrapper's pass
+        return list(unwrapper.lines(batch))
+    found = unwrapper.candidates([batch[i] for i in others])
+    candidates = set(others) if found is None else {others[j] for j in found}
+    unwrap, pending = unwrapper.unwrap, unwrapper.pending
+    out: list[str] = []
+    done = 0  # lines of batch handed on
+    for index in [*others, len(batch)]:
+        while done < index and pending():  # a command continues into these lines
+            line = unwrap(batch[done])
+            done += 1
+            if line is not None:
+                out.append(line)
+        if done < index:
+            unwrapper.rank = unwrapper.host = None
+            out.extend(batch[done:index])
+        if index < len(batch):
+            line = unwrap(batch[index]) if index in candidates or pending() else batch[index]
+            if line is not None:
+                out.append(line)
+        done = index + 1
+    return out
+
+
 def parse_fi_info(text: str | Input) -> FiInfo:
     """Parse `fi_info` / `fi_info -p efa` / `fi_info -v` output (a str, or an Input streamed in
     one pass); ParseError when it holds neither provider blocks nor an error code. An entry
@@ -229,7 +299,7 @@ def parse_fi_info(text: str | Input) -> FiInfo:
     reader = _Reader()
     unwrapper = Unwrapper()
     for batch in as_input(text).batches():
-        reader.feed_batch(list(unwrapper.lines(batch)))
+        reader.feed_batch(_unwrapped(batch, unwrapper))
     info = dataclasses.replace(reader.finish(), commands=tuple(unwrapper.commands),
                                ranks=tuple(unwrapper.ranks_sorted()))
     if not info.entries and info.error_code is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -13,7 +12,7 @@ from harness.base.gpu_actions import xid_action
 from harness.base.gpu_record import pci_key
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
-from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify
+from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify, lines_to_read
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
@@ -179,69 +178,59 @@ def _pid(raw: str | None) -> int | None:
     return ascii_int(raw) if raw else None
 
 
-def _unwrapped(source: Input, unwrapper: Unwrapper) -> Iterator[str | None]:
-    """Each line unwrapped (None: only wrapping), one per input line (the line numbers are the
-    file's); only the lines that may carry one go through `unwrap` (Unwrapper.candidates)."""
-    unwrap = unwrapper.unwrap
-    for batch in source.batches():
-        candidates = unwrapper.candidates(batch)
-        if candidates is None:
-            yield from map(unwrap, batch)
-            continue
-        for i, line in enumerate(batch):
-            yield unwrap(line) if i in candidates or unwrapper.pending() else line
+class _Reader:
+    """The state of one pass over a log: `feed` reads one unwrapped line, `plain` a run of
+    ordinary dmesg lines (the lines kernel_log_format.lines_to_read leaves out) by counting them."""
 
+    def __init__(self) -> None:
+        self.events = _Kept()
+        self.sxids = _Kept()
+        self.fallen: dict[object, XidEvent] = {}  # the first report per GPU without an Xid line
+        self.tally = Tally()
+        self.boots: list[tuple[int, str | None]] = []
+        self.first: Line | None = None
+        self.fallen_pci: str | None = None
+        self.fallen_at, self.fallen_time = 0, None
+        self.json_time: str | None = None
+        self.json_at = 0
+        self.headed: dict[tuple[int, str, int], bool] = {}  # (switch, pci, SXid): first line read
 
-def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) -> KernelLog:
-    """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
-    fallen off the bus.` in any prefix (dmesg, syslog, journalctl, its JSON), the Xid-less `NVRM:
-    The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has
-    fallen off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79
-    line is in the log) and NVSwitch `SXid` lines. Raises ParseError when nothing was found and
-    the text is not positively a kernel log (harness.parsers.kernel_log_format: empty input, a
-    tool's error message, random bytes are not, and their lack of Xid lines proves nothing).
-    Memory stays flat on a flooded log: see MAX_EVENTS."""
-    events = _Kept()
-    sxids = _Kept()
-    fallen: dict[object, XidEvent] = {}  # the first report per GPU (pci_key) without an Xid line
-    tally = Tally()
-    boots: list[tuple[int, str | None]] = []
-    first: Line | None = None
-    fallen_pci: str | None = None
-    fallen_at, fallen_time = 0, None
-    json_time, json_at = None, 0
-    headed: dict[tuple[int, str, int], bool] = {}  # (switch, pci, SXid): its first line was read
-
-    def lost(pci: str, when: str | None, at: int) -> None:
+    def lost(self, pci: str, when: str | None, at: int) -> None:
         key = pci_key(pci) or pci
-        if key not in fallen and len(fallen) < MAX_EVENTS:
-            fallen[key] = _fallen(pci, when, at)
+        if key not in self.fallen and len(self.fallen) < MAX_EVENTS:
+            self.fallen[key] = _fallen(pci, when, at)
 
-    unwrapper = Unwrapper(timestamps=False)  # kernel-log stamps are read by classify()
-    for n, raw in enumerate(_unwrapped(as_input(text), unwrapper), 1):
-        if raw is None:  # a fence, a `# dmesg | grep Xid` command line
-            continue
+    def plain(self, lines: list[str]) -> None:
+        """A run of ordinary dmesg lines (`[ 12.345678] text` without a word any rule reads):
+        all each of them changes is the count of kernel lines, and the first line."""
+        self.tally.kernel += len(lines)
+        if self.first is None and lines:
+            self.first = classify(lines[0])
+
+    def feed(self, n: int, raw: str) -> None:
+        """Read line `n` (1-based, the file's numbering), unwrapped."""
         ln = classify(raw)
         if ln.kind == KERNEL:
-            tally.kernel += 1  # the common case, counted here (Tally.add does the same)
+            self.tally.kernel += 1  # the common case, counted here (Tally.add does the same)
         else:
-            tally.add(ln)
+            self.tally.add(ln)
         line, when = ln.text, ln.time
         if line[:1] in ' \t"' and '"' in line and (jt := _JSON_TIME.match(line)):
-            json_time, json_at = jt["time"], n  # an event's time, on its own line
-        elif when is None and json_time is not None and n - json_at <= JSON_TIME_LINES:
-            when = json_time  # the untimed message of that event (a pretty-printed JSON)
-        if ln.kind == KERNEL and first is None:
-            first = ln
-        if ln.boot and len(boots) < MAX_EVENTS:
-            boots.append((n, when))
+            self.json_time, self.json_at = jt["time"], n  # an event's time, on its own line
+        elif when is None and self.json_time is not None and n - self.json_at <= JSON_TIME_LINES:
+            when = self.json_time  # the untimed message of that event (a pretty-printed JSON)
+        if ln.kind == KERNEL and self.first is None:
+            self.first = ln
+        if ln.boot and len(self.boots) < MAX_EVENTS:
+            self.boots.append((n, when))
+        fallen_pci = self.fallen_pci
         if "NVRM:" not in line:
-            if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-                lost(fallen_pci, fallen_time, fallen_at)
-                fallen_pci = None
-            elif "SXid" in line and (sx := _sxid(line, when, n, headed)) is not None:
-                sxids.add(*sx)
-            continue
+            if fallen_pci and n - self.fallen_at <= 3 and _FALLEN.search(line):
+                self.lost(fallen_pci, self.fallen_time, self.fallen_at)
+                self.fallen_pci = None
+            elif "SXid" in line and (sx := _sxid(line, when, n, self.headed)) is not None:
+                self.sxids.add(*sx)
+            return
         m = _XID.search(line)
         xid = ascii_int(m["xid"]) if m else None
         if m and xid is not None:
@@ -250,23 +239,80 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
                 msg = msg.partition('"')[0].strip()
             name = (m["name"] or "").strip().strip("'") or None
             action = xid_action(xid, msg)
-            events.add(XidEvent(xid, m["pci"], _pid(m["pid"]),
-                                None if name == "<unknown>" else name, msg,
-                                action, when, n, m["mig"].strip() or None),
-                       (pci_key(m["pci"]), xid, action))
-            continue
+            self.events.add(XidEvent(xid, m["pci"], _pid(m["pid"]),
+                                     None if name == "<unknown>" else name, msg,
+                                     action, when, n, m["mig"].strip() or None),
+                            (pci_key(m["pci"]), xid, action))
+            return
         start = _FALLEN_START.search(line)
         if start:
-            fallen_pci, fallen_at, fallen_time = start["pci"], n, when
-            continue
-        if fallen_pci and n - fallen_at <= 3 and _FALLEN.search(line):
-            lost(fallen_pci, fallen_time, fallen_at)
-            fallen_pci = None
-            continue
+            self.fallen_pci, self.fallen_at, self.fallen_time = start["pci"], n, when
+            return
+        if fallen_pci and n - self.fallen_at <= 3 and _FALLEN.search(line):
+            self.lost(fallen_pci, self.fallen_time, self.fallen_at)
+            self.fallen_pci = None
+            return
         one_line = _FALLEN_LINE.search(line) if "fallen" in line else None
         if one_line:
-            lost(one_line["pci"], when, n)
-    problem = tally.shape.problem
+            self.lost(one_line["pci"], when, n)
+
+
+def _read(source: Input, reader: _Reader, *, by_line: bool = False) -> None:
+    """Feed every line of `source` to `reader`, unwrapped, numbered as in the file. Only the
+    lines that are not ordinary dmesg lines (lines_to_read) are read one by one, and of them only
+    those that may carry a wrapper (Unwrapper.candidates) go through `unwrap`: the runs between
+    them are counted. (An ordinary dmesg line, `[ 12.345678] text`, starts with no wrapper:
+    tests/test_parsers_kernel_log_fast.py.) `by_line`: every line read one by one, each
+    candidate unwrapped: the reference the tests hold the fast path to."""
+    unwrapper = Unwrapper(timestamps=False)  # kernel-log stamps are read by classify()
+    unwrap, pending, feed = unwrapper.unwrap, unwrapper.pending, reader.feed
+    n = 0  # lines before the batch
+    for batch in source.batches():
+        to_read = None if by_line else lines_to_read(batch)
+        if to_read is None:
+            candidates = unwrapper.candidates(batch)
+            for i, line in enumerate(batch, n + 1):
+                raw = unwrap(line) if candidates is None or i - n - 1 in candidates or pending() \
+                    else line
+                if raw is not None:  # None: a fence, a `# dmesg | grep Xid` command line
+                    feed(i, raw)
+            n += len(batch)
+            continue
+        found = unwrapper.candidates([batch[i] for i in to_read])
+        candidates = set(to_read) if found is None else {to_read[j] for j in found}
+        done = 0  # lines of batch read
+        for index in [*to_read, len(batch)]:
+            while done < index and pending():  # a command continues into these lines
+                raw = unwrap(batch[done])
+                done += 1
+                if raw is not None:
+                    feed(n + done, raw)
+            if done < index:
+                reader.plain(batch[done:index])
+            if index < len(batch):
+                line = batch[index]
+                raw = unwrap(line) if index in candidates or pending() else line
+                if raw is not None:
+                    feed(n + index + 1, raw)
+            done = index + 1
+        n += len(batch)
+
+
+def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True,
+                     by_line: bool = False) -> KernelLog:
+    """Parse a kernel log. Reads `NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python, GPU has
+    fallen off the bus.` in any prefix (dmesg, syslog, journalctl, its JSON), the Xid-less `NVRM:
+    The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus` and `NVRM: GPU 0000:b3:00.0: GPU has
+    fallen off the bus.` (reported as Xid 79, once per GPU, and not at all for a GPU whose Xid 79
+    line is in the log) and NVSwitch `SXid` lines. Raises ParseError when nothing was found and
+    the text is not positively a kernel log (harness.parsers.kernel_log_format: empty input, a
+    tool's error message, random bytes are not, and their lack of Xid lines proves nothing).
+    Memory stays flat on a flooded log: see MAX_EVENTS. `by_line`: see _read."""
+    reader = _Reader()
+    _read(as_input(text), reader, by_line=by_line)
+    events, sxids, fallen, first, boots = (reader.events, reader.sxids, reader.fallen,
+                                           reader.first, reader.boots)
+    problem = reader.tally.shape.problem
     found: list[XidEvent] = events.items
     if require_kernel_lines and problem and not (found or fallen or sxids.items):
         # Only "no XID" needs the text to be a kernel log; an Xid line is evidence of a fault
@@ -278,7 +324,7 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True) ->
         seen = {pci_key(e.pci) for e in found if e.xid == 79}
         found = sorted([*found, *(e for e in fallen.values() if pci_key(e.pci) not in seen)],
                        key=lambda e: e.line)
-    return KernelLog(tuple(found), tally.kernel, tuple(sxids.items),
+    return KernelLog(tuple(found), reader.tally.kernel, tuple(sxids.items),
                      first_time=first.time if first else None,
                      from_boot=_from_boot(first, boots), boots=tuple(boots),
                      omitted=events.omitted + sxids.omitted)

@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 from harness.parsers.values import ascii_int
 
-__all__ = ["KERNEL", "LOG", "NEUTRAL", "OTHER", "Line", "LogShape", "Tally", "classify"]
+__all__ = ["KERNEL", "LOG", "NEUTRAL", "OTHER", "WORDS", "Line", "LogShape", "Tally", "classify",
+           "lines_to_read"]
 
 #: Line kinds: written by the kernel / a record of another program in a log format (a syslog
 #: file's daemons, `systemd[1]:` in dmesg) / nothing to judge (blank, continuation, journal
@@ -171,6 +172,39 @@ def classify(line: str) -> Line:
     if _MESSAGE_SHAPE.match(line):
         return Line(LOG, line)
     return Line(OTHER, line)
+
+
+#: Where a line starts that classify() does not read as an ordinary dmesg line (_PLAIN_DMESG, in
+#: a batch joined with `\n` in front: `[^\S\n]` is `\s` inside one line).
+_NOT_PLAIN = re.compile(r"\n(?!\[[^\S\n]*\d+\.\d+\] )")
+#: The words the kernel-log reader's rules look for (Xid and fallen-off-the-bus lines, SXids,
+#: the boot banner): a plain dmesg line without any of them changes nothing but the line count.
+WORDS = ("NVRM:", "SXid", "fallen", "Linux version ")
+
+
+def lines_to_read(batch: list[str]) -> list[int] | None:
+    """The indices, in order, of the lines of `batch` that are not ordinary dmesg lines without
+    WORDS: all the others classify() as KERNEL lines with a time and no banner, and no rule
+    reads them. None: every line is to be read (the batch has a colour code, which the
+    unwrapper removes from any line). (One regex pass and a `str.find` per word over the
+    joined batch instead of Python code per line: most of a large log is such lines.)"""
+    text = "\n" + "\n".join(batch)
+    if "\x1b" in text or "\ufffd[" in text or "\r" in text:
+        return None
+    at = [m.start() for m in _NOT_PLAIN.finditer(text)]
+    for word in WORDS:
+        p = text.find(word)
+        while p >= 0:
+            at.append(p)
+            p = text.find(word, p + len(word))
+    found: list[int] = []
+    newlines = seen = 0
+    for p in sorted(at):  # the line holding each position: the `\n`s before it, counted once
+        newlines += text.count("\n", seen, p + 1)
+        seen = p + 1
+        if not found or found[-1] != newlines - 1:
+            found.append(newlines - 1)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
