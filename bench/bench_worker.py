@@ -9,6 +9,17 @@ launch (harness.worker.launch.run_worker, parts bandwidth + train: its TinyLM st
 reference and the comparisons); the hand side is `HAND` below, a bare script. Runs alternate
 (pairs), so load on the shared machine hits both; the ratio is the median of the per-pair
 ratios. Writes bench/out/worker.json.
+
+    nice -n 10 python bench/bench_worker.py --whole [--pairs 5]
+
+The WHOLE local preflight (issue 28 item 6; goal: ratio <= 1.15): `preflight run` on this
+machine's default profile (detected: local-cpu without a GPU; the built-in suite, tier
+preflight: CLI, check sessions, the one worker launch, reports) against `HAND` doing the torch
+work that run's worker does on CPU (all_reduce of 1 and 16 MiB, 1 warm-up + 3 timed, with the
+data check; the FSDP2 steps; the SDC part's short CPU workload through harness.probes.sdc's
+own `run_sdc`, so both sides multiply the same matrices), both in one torchrun launch of 2
+gloo ranks. Wall seconds and CPU seconds (user + sys of the process and every child it waited
+for, os.wait4), each the median of per-pair ratios. Writes bench/out/whole_preflight.json.
 """
 
 from __future__ import annotations
@@ -29,11 +40,13 @@ sys.path.insert(0, str(ROOT))
 HAND = '''
 import os, datetime, torch, torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
+ITERS, SDC = int(os.environ.get("HAND_ITERS", "10")), os.environ.get("HAND_SDC") == "1"
+STEPS = int(os.environ.get("HAND_STEPS", "3"))
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 r, w = dist.get_rank(), dist.get_world_size()
 for n in (2**18, 2**22):  # 1 and 16 MiB of float32
     t = torch.full((n,), float(r + 1))
-    for _ in range(10):
+    for _ in range(ITERS):
         dist.all_reduce(t)
     t = torch.full((n,), float(r + 1)); dist.all_reduce(t)
     assert bool((t == w * (w + 1) / 2).all())
@@ -44,8 +57,11 @@ for layer in (m[0], m[2]):
 fully_shard(m)
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
 x = torch.randn(8, 64)
-for _ in range(3):
+for _ in range(STEPS):
     opt.zero_grad(); m(x).pow(2).mean().backward(); opt.step()
+if SDC:  # the SDC part's short workload on CPU (the same GEMMs the worker's sdc part runs)
+    from harness.probes.sdc import run_sdc
+    run_sdc(torch.device("cpu"), "short")
 dist.barrier(); dist.destroy_process_group()
 print("hand ok", flush=True)
 os._exit(0)
@@ -84,10 +100,66 @@ def run_preflight() -> float:
     return wall
 
 
+def cpu_wall(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, str]:
+    """(wall s, CPU s of the process and every child it waited for, output) of one run."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{argv} failed: {text[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, text
+
+
+def whole(pairs_n: int) -> int:
+    """The whole local preflight against the hand-scripted torch work (module docstring)."""
+    env = {**_env(), "AWS_EC2_METADATA_DISABLED": "true"}
+    hand_env = {**env, "HAND_ITERS": "4", "HAND_SDC": "1", "HAND_STEPS": "5"}
+    pairs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "hand.py"
+        script.write_text(HAND)
+        hand = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node=2", str(script)]
+        run = [sys.executable, "-m", "harness", "run", "--report-dir", str(Path(tmp) / "r")]
+        _, _, text = cpu_wall(run, env, tmp)  # warm-up (page cache, bytecode); not counted
+        verdict = next((ln for ln in text.splitlines() if " in " in ln and "pass" in ln), "")
+        cpu_wall(hand, hand_env, tmp)
+        for i in range(pairs_n):
+            order = [("run", run, env), ("hand", hand, hand_env)]
+            got = {name: cpu_wall(argv, e, tmp)[:2]
+                   for name, argv, e in (order if i % 2 == 0 else order[::-1])}
+            (pw, pc), (hw, hc) = got["run"], got["hand"]
+            pairs.append({"preflight_wall_s": round(pw, 3), "hand_wall_s": round(hw, 3),
+                          "preflight_cpu_s": round(pc, 3), "hand_cpu_s": round(hc, 3),
+                          "wall_ratio": round(pw / hw, 3), "cpu_ratio": round(pc / hc, 3)})
+            print(f"pair {i}: preflight {pw:.2f} s ({pc:.2f} CPU s), hand {hw:.2f} s "
+                  f"({hc:.2f} CPU s), ratio wall {pw / hw:.2f} CPU {pc / hc:.2f}", flush=True)
+    med = {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
+    summary = {"bench": "whole_preflight", "run": verdict, "pairs": pairs, "median": med,
+               "loadavg": os.getloadavg()}
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "whole_preflight.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"{verdict}\nwhole local preflight / hand-scripted torch work, median of {len(pairs)} "
+          f"paired ratios: wall {med['wall_ratio']:.2f}x ({med['preflight_wall_s']:.1f} s vs "
+          f"{med['hand_wall_s']:.1f} s), CPU {med['cpu_ratio']:.2f}x "
+          f"({med['preflight_cpu_s']:.1f} vs {med['hand_cpu_s']:.1f} CPU s); goal <= 1.15; "
+          f"load {os.getloadavg()[0]:.1f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--whole", action="store_true",
+                        help="the whole local preflight against the hand-scripted work")
     args = parser.parse_args()
+    if args.whole:
+        return whole(args.pairs)
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "hand.py"

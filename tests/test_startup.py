@@ -1,12 +1,18 @@
 """Start-up (issue 28): what `preflight run` imports before its checks start. The imports only
 some paths need (the cluster step on a multi-node job, the node's identity and the stores with
-a certificate or a ledger, pytest in the check sessions) are made where those paths need them;
-bench/bench_startup.py measures the CPU time."""
+a certificate or a ledger, pytest in the check sessions) are made where those paths need them,
+and a check session imports a fixture's probes, parsers and worker launch only when a check uses
+that fixture; bench/bench_startup.py measures the CPU time."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import harness
 
 #: Modules a single-node `preflight run` without a certificate or a ledger never needs in the
 #: CLI process: each line the path that imports it.
@@ -38,3 +44,52 @@ def test_the_paths_that_need_them_still_import_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == ["True", "True"]
+
+
+#: Rooms a check session of one do-nothing check never needs: the fact fixtures (registered at
+#: configure, harness.plugin.FIXTURE_MODULES) import them inside the fixture that uses them.
+NOT_IN_A_SESSION = ("harness.probes", "harness.parsers", "harness.worker", "harness.judges",
+                    "harness.topology", "harness.detect", "harness.cluster", "torch")
+INI = Path(harness.__file__).parent / "run" / "checks.ini"
+
+
+def _session_modules(tmp_path: Path, body: str) -> tuple[int, list[str]]:
+    """Run one check in a pytest session started the way the runner starts one (checks.ini,
+    autoload off, the plugin in force with a results file and the handed profile); the exit
+    code and the harness/torch modules loaded when the session ended."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text(
+        "from harness.checking import check\n"
+        "@check('PF-B-001', title='one', why='w', remedy='r')\n" + body)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"profile": {"name": "local-cpu"}, "source": "test"}))
+    argv = [str(suite), "-q", "-c", str(INI), "--rootdir", str(tmp_path), "-p", "pytest_timeout",
+            "-p", "no:cacheprovider", "-p", "harness.plugin",
+            "--preflight-results", str(tmp_path / "results.jsonl"),
+            "--preflight-profile-json", str(profile)]
+    code = (f"import sys, pytest; rc = pytest.main({argv!r}); "
+            "print(int(rc), ' '.join(m for m in sys.modules "
+            "if m.startswith(('harness.', 'torch'))))")
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120, env=env, cwd=tmp_path).stdout
+    rc, *modules = out.strip().splitlines()[-1].split()
+    return int(rc), modules
+
+
+def test_a_check_session_imports_no_probe_it_does_not_use(tmp_path):
+    rc, modules = _session_modules(tmp_path, "def test_one():\n    pass\n")
+    assert rc == 0
+    assert "harness.fixtures.host" in modules  # every fixture module is registered
+    assert [m for m in modules if m.startswith(NOT_IN_A_SESSION)] == []
+
+
+def test_a_fixture_imports_its_probe_when_a_check_uses_it(tmp_path):
+    """The check above fails when a fixture's probe is imported: here one is, by the fixture
+    that reads it (and the fixture still gives its fact)."""
+    rc, modules = _session_modules(
+        tmp_path, "def test_one(nofile_limits):\n    assert nofile_limits[0]\n")
+    assert rc == 0
+    assert "harness.probes.host" in modules
+    assert "harness.probes.network" not in modules
