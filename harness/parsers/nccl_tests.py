@@ -22,7 +22,7 @@ from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
 from harness.parsers.nccl_tests_model import MAX_ERRORS, MAX_ROWS, MAX_RUN_NAMES, NcclTestsResult
-from harness.parsers.nccl_tests_rows import ROW_SHAPED, quick_row, rows_pattern
+from harness.parsers.nccl_tests_rows import ROW_SHAPED, ROW_WORDS, quick_row, rows_pattern
 from harness.parsers.nccl_tests_table import (
     COMM_NRANKS,
     NOT_MPI,
@@ -171,6 +171,10 @@ class _Runs:
                     i += skipped
                     pos = text.rfind("\n", 0, at)
                 self._line(lines[i], False)
+            elif (read := self._rows(lines, text, i, pos, len(text)))[0]:
+                i += read[0]
+                pos = read[1]
+                continue
             elif (m := ROW_SHAPED.match(text, pos)) is not None:
                 count = text.count("\n", pos, m.end())
                 self._block(lines, text, i, i + count, pos, m.end())
@@ -198,27 +202,38 @@ class _Runs:
         time (rows_pattern), any other line alone."""
         unwrapper = self.unwrapper
         while i < stop:
-            state = self.current
-            pattern = None
-            if unwrapper.pending():
-                pass
-            elif state.skim:
-                if _SKIM_STOP.search(text, pos, end) is None:
-                    unwrapper.host = None  # (what clean_line does to a plain line)
-                    return
-            else:
-                pattern = self._pattern(state)
-            m = None if pattern is None else pattern.match(text, pos, end)
-            if m is None:  # read alone
-                self._line(lines[i], not unwrapper.pending())
-                pos += len(lines[i]) + 1
-                i += 1
+            count, after = self._rows(lines, text, i, pos, end)
+            if count:
+                i += count
+                pos = after
                 continue
-            count = text.count("\n", m.start(), m.end())
+            if (self.current.skim and not unwrapper.pending()
+                    and _SKIM_STOP.search(text, pos, end) is None):
+                unwrapper.host = None  # (what clean_line does to a plain line)
+                return
+            self._line(lines[i], not unwrapper.pending())  # read alone
+            pos += len(lines[i]) + 1
+            i += 1
+
+    def _rows(self, lines: list[str], text: str, i: int, pos: int, end: int) -> tuple[int, int]:
+        """(how many, where they end): the reported run's well-formed rows from line i of the
+        batch (at text[pos], up to `end`), read a stretch at a time; (0, pos) for none."""
+        state = self.current
+        if state.skim or self.unwrapper.pending():
+            return 0, pos
+        pattern = self._pattern(state)
+        m = None if pattern is None else pattern.match(text, pos, end)
+        if m is None:
+            return 0, pos
+        start, stop = m.span()
+        count = text.count("\n", start, stop)
+        if any(text.find(word, start, stop) >= 0 for word in ROW_WORDS):
+            for raw in lines[i:i + count]:  # a word feed_line looks for: each line alone
+                self._line(raw, True)
+        else:
             _add_rows(state, lines[i:i + count])
-            unwrapper.host = None
-            i += count
-            pos = m.end()
+            self.unwrapper.host = None  # (what clean_line does to a plain line)
+        return count, stop
 
     def _pattern(self, state: TableState) -> re.Pattern[str] | None:
         layout = state.layout

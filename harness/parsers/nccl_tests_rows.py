@@ -3,16 +3,21 @@
 A table is mostly rows (`   1048576   262144   float   sum   -1   203.2   5.16 ...`). Read line by
 line, each costs a clean-up, a dozen literal tests and a token-by-token parse; a sweep of tens of
 rows does not notice, a long table (a soak run's thousands of rows) or a log of concatenated runs
-does. Here one regex pass over a reader's batch (joined by `\\n`) finds the blocks of
-*row-shaped* lines (blanks, digits, a blank, no `[`, colour, CR or U+FFFD: never a wrapper of
-harness.parsers.unwrap, whose every rule needs a `:`, `@`, `/`, `-`, a letter or another mark
-after a leading digit run, see `_candidate` there), and inside them one anchored match of the
-table's own row pattern (`rows_pattern`: every column of the header's layout, numbers spelt as
-harness.parsers.values reads them, lower-case words with none of the literals a failure, header
-or banner test looks for) takes every well-formed row of a stretch at once. What the pattern
-does not take (a `nan` cell, a cut row, upper-case words...) goes the line-by-line way, so the
-result is the same as reading every line alone (tests/test_parsers_nccl_tests_rows.py reads
-every recorded sample both ways, bare, CRLF and under each wrapper).
+does. The reader's batch is joined by `\\n` and read with anchored matches:
+
+- `rows_pattern(layout)`: a stretch of the table's well-formed rows (every column of the header's
+  layout, numbers spelt as harness.parsers.values reads them, lower-case words) is taken by one
+  match; each is a row `_parse_row` reads whole (`quick_row` builds it without the checks), so
+  past MAX_ROWS they are only counted;
+- `ROW_SHAPED`: a stretch of lines that start with blanks, digits and a blank and hold only
+  printable ASCII without `[`: never a wrapper of harness.parsers.unwrap (every rule there needs
+  a `:`, `@`, `/`, `-` or a letter after a leading digit run: `_candidate`), so each is its own
+  text; a skimmed run's are passed over unless one names or ends a run.
+
+What neither takes (a `nan` cell, a cut row, an upper-case word, a word holding ROW_WORDS) is read
+line by line, so the result is that of reading every line alone
+(tests/test_parsers_nccl_tests_rows.py reads every recorded sample both ways, bare, CRLF and under
+each wrapper, and concatenated and long logs made to reach each path).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import re
 from harness.parsers.nccl_tests_model import Measurement, Row
 from harness.parsers.nccl_tests_table import _Layout
 
-__all__ = ["ROW_SHAPED", "quick_row", "row_blocks", "rows_pattern"]
+__all__ = ["ROW_SHAPED", "ROW_WORDS", "quick_row", "rows_pattern"]
 
 #: A stretch of row-shaped lines, each after its `\n` (the batch is read as `"\n" + "\n".join`).
 ROW_SHAPED = re.compile(r"(?:\n[ \t]*+[0-9]++[ \t][\t -Z\\\]-~]*+)++")  # (ASCII, no `[`: 2x the
@@ -35,25 +40,13 @@ _SIGNED = r"[-+]?+[0-9]{1,18}+"
 # values.ascii_float: finite (30 digits and a 2-digit exponent cannot overflow a float).
 _FLOAT = r"[0-9]{1,30}+(?:\.[0-9]{1,30}+)?+(?:[eE][-+]?+[0-9]{1,2}+)?+"
 _WRONG = r"(?:[0-9]{1,15}+|N/A)"  # exactly round(float(cell)) / None, as _wrong reads it
-# A word cell (type, redop, other columns): lower case, none of feed_line's literals in it
-# (`failure`, `timeout`, `algbw`; the others hold an upper-case letter, `#` or a blank).
-_WORD = r"(?![a-z0-9_.+-]*?(?:ailure|imeout|algbw))[a-z0-9_.+-]++"
-
-
-def row_blocks(text: str) -> list[tuple[int, int, int, int]]:
-    """(index of the first line, number of lines, start, end) of every stretch of row-shaped
-    lines in `text` (`"\\n" + "\\n".join(batch)`); start is the `\\n` before the first line."""
-    blocks = []
-    newlines = 0  # `\n`s before `seen`: the index of the line after the next one
-    seen = 0
-    for m in ROW_SHAPED.finditer(text):
-        start, end = m.span()
-        newlines += text.count("\n", seen, start)
-        count = text.count("\n", start, end)
-        blocks.append((newlines, count, start, end))
-        newlines += count
-        seen = end
-    return blocks
+# A word cell (type, redop, other columns): lower case, so none of feed_line's literals but
+# ROW_WORDS (the others hold an upper-case letter, `#` or a blank) can be in it.
+_WORD = r"[a-z0-9_.+-]++"
+#: feed_line's literals a lower-case word can hold (`failure`, `timeout`, `algbw`): a stretch
+#: holding one is read line by line (one `str.find` each over the stretch; a lookahead in
+#: _WORD cost a third of the pattern's time).
+ROW_WORDS = ("ailure", "imeout", "algbw")
 
 
 def _position(at: dict[str, int], *names: str) -> int | None:
