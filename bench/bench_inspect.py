@@ -101,6 +101,22 @@ def _one_long_line(path: Path, size: int) -> None:
             fh.write("x" * MB)
 
 
+def _one_table(path: Path, size: int) -> None:
+    """One nccl-tests run whose table goes on for `size` bytes (current_2node_h100.txt's banner,
+    its rows repeated, its footer): a soak run's single long table."""
+    lines = (DATA / "nccl_tests" / "current_2node_h100.txt").read_text(encoding="utf-8").splitlines()
+    head = [ln for ln in lines if ln.startswith("#") and "Out of" not in ln and "Avg bus" not in ln]
+    rows = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
+    foot = [ln for ln in lines if "Out of" in ln or "Avg bus" in ln]
+    with path.open("w", encoding="utf-8") as fh:
+        written = fh.write("\n".join(head) + "\n")
+        i = 0
+        while written < size:
+            written += fh.write(rows[i % len(rows)] + "\n")
+            i += 1
+        fh.write("\n".join(foot) + "\n")
+
+
 def generators() -> dict[str, tuple[str, Callable[[Path, int], None]]]:
     """name -> (inspect kind, writer(path, size in bytes))."""
     rng = random.Random(12)
@@ -112,6 +128,7 @@ def generators() -> dict[str, tuple[str, Callable[[Path, int], None]]]:
         "fi-info": ("fi-info", _cycle(_samples("fi_info", "composed_p5*")
                                       + _samples("fi_info", "real_p4d*"))),
         "nccl-tests": ("nccl-tests", _cycle([s for s in nccl_tests if "Avg bus" in s])),
+        "nccl-tests (one table)": ("nccl-tests", _one_table),
         "kernel-log": ("kernel-log", _repeat(_kernel_block)),
         "nvidia-smi": ("nvidia-smi", _cycle(_samples("nvidia_smi", "real_q-565*"))),
         "dcgm": ("dcgm", _cycle(_samples("dcgm", "*.txt"))),

@@ -14,6 +14,7 @@ harness.parsers.nccl_tests_table (the text table's lines), harness.parsers.nccl_
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, TextIO
 
 from harness.base.jsontypes import JSONObject
@@ -21,18 +22,21 @@ from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
 from harness.parsers.nccl_tests_model import MAX_ERRORS, MAX_ROWS, MAX_RUN_NAMES, NcclTestsResult
+from harness.parsers.nccl_tests_rows import ROW_SHAPED, ROW_WORDS, quick_row, rows_pattern
 from harness.parsers.nccl_tests_table import (
     COMM_NRANKS,
     NOT_MPI,
     STARTING,
     TableState,
+    _Layout,
+    _parse_row,
     clean_line,
     feed_line,
     infer_collective,
     table_mismatches,
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
-from harness.parsers.unwrap import Unwrapper, is_docker_record
+from harness.parsers.unwrap import MAX_COMMANDS, Unwrapper, is_docker_record
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:
@@ -45,13 +49,15 @@ __all__ = [
 ]
 
 
-def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> NcclTestsResult:
+def parse_nccl_tests(text: str | Input, *, collective: str | None = None,
+                     fast: bool = True) -> NcclTestsResult:
     """Parse nccl-tests output (text table or the `-J` JSON document), a str or an Input read
     in one streaming pass.
 
     `collective` names the test when the caller knows it (the binary it ran); otherwise it comes
     from the `# Collective test starting: all_reduce_perf` banner or the table's columns.
     Raises ParseError when the input holds neither a table row, a footer, nor a failure line.
+    `fast=False` reads every line alone (the reference the batch reader is tested against).
     """
     source = as_input(text)
     head = source.head(4096).lstrip()
@@ -61,7 +67,7 @@ def parse_nccl_tests(text: str | Input, *, collective: str | None = None) -> Ncc
             raise ParseError(f"JSON input larger than {MAX_DOCUMENT_CHARS >> 20} MiB: not an "
                              "nccl-tests -J document (those are a few KB)")
         return parse_json(doc, collective)
-    runs = _Runs(collective)
+    runs = _Runs(collective, fast)
     for batch in source.batches():
         runs.feed(batch)
     state = runs.finish()
@@ -125,7 +131,7 @@ class _Runs:
     table. Only the first run and the first run of `collective` are kept (flat memory); the
     others are counted and named."""
 
-    def __init__(self, collective: str | None) -> None:
+    def __init__(self, collective: str | None, fast: bool = True) -> None:
         self.collective = collective
         self.current = TableState()
         self.first: TableState | None = None
@@ -133,41 +139,150 @@ class _Runs:
         self.count = 1
         self.names: list[str] = []
         self.unwrapper = Unwrapper(host_prefix=True)
+        self.fast = fast
+        self._layout: _Layout | None = None
+        self._rows_pattern: re.Pattern[str] | None = None
 
     def feed(self, lines: list[str]) -> None:
+        """One reader batch. `fast` (harness.parsers.nccl_tests_rows): a skimmed run's lines
+        that cannot name or end a run are passed over a stretch at a time, a reported run's
+        well-formed rows are read a stretch at a time; every other line is read alone."""
+        if not self.fast:
+            self._lines(lines, 0, len(lines))
+            return
+        self._candidates: set[int] | bool | None = False  # (computed when first needed)
+        unwrapper = self.unwrapper
+        text = "\n" + "\n".join(lines)
+        i, pos = 0, 0  # line i starts after the `\n` at text[pos]
+        marks = _Marks(text, _SKIM_MARKS)
+        while i < len(lines):
+            if (self.current.skim and not unwrapper.pending()
+                    and len(unwrapper.commands) >= MAX_COMMANDS):
+                # Nothing of a skimmed run's line counts but its name and end, and the command
+                # lines (only the first MAX_COMMANDS are kept): pass over to the next line
+                # that may hold one of _SKIM_MARKS (read whole: never as plain).
+                at = marks.next(pos + 1)
+                if at < 0:
+                    unwrapper.host = None
+                    return
+                skipped = text.count("\n", pos + 1, at)
+                if skipped:
+                    unwrapper.host = None
+                    i += skipped
+                    pos = text.rfind("\n", 0, at)
+                self._line(lines[i], False)
+            elif (read := self._rows(lines, text, i, pos, len(text)))[0]:
+                i += read[0]
+                pos = read[1]
+                continue
+            elif (m := ROW_SHAPED.match(text, pos)) is not None:
+                count = text.count("\n", pos, m.end())
+                self._block(lines, text, i, i + count, pos, m.end())
+                i += count
+                pos = m.end()
+                continue
+            else:
+                self._line(lines[i], self._plain(lines, i))
+            pos += len(lines[i]) + 1
+            i += 1
+
+    def _plain(self, lines: list[str], i: int) -> bool:
+        """Line i of the batch carries no wrapper (Unwrapper.candidates over the whole batch,
+        once it is first asked)."""
+        if self._candidates is False:
+            self._candidates = self.unwrapper.candidates(lines)
+        candidates = self._candidates
+        return (candidates is not None and i not in candidates  # type: ignore[operator]
+                and not self.unwrapper.pending())
+
+    def _block(self, lines: list[str], text: str, i: int, stop: int, pos: int, end: int) -> None:
+        """Lines i..stop of the batch, row-shaped, at text[pos:end]: never a wrapper, so each is
+        its own text (unless a command continues into it): a skimmed run's are skipped unless
+        one names or ends a run; a reported run's well-formed rows are read a stretch at a
+        time (rows_pattern), any other line alone."""
+        unwrapper = self.unwrapper
+        while i < stop:
+            count, after = self._rows(lines, text, i, pos, end)
+            if count:
+                i += count
+                pos = after
+                continue
+            if (self.current.skim and not unwrapper.pending()
+                    and _SKIM_STOP.search(text, pos, end) is None):
+                unwrapper.host = None  # (what clean_line does to a plain line)
+                return
+            self._line(lines[i], not unwrapper.pending())  # read alone
+            pos += len(lines[i]) + 1
+            i += 1
+
+    def _rows(self, lines: list[str], text: str, i: int, pos: int, end: int) -> tuple[int, int]:
+        """(how many, where they end): the reported run's well-formed rows from line i of the
+        batch (at text[pos], up to `end`), read a stretch at a time; (0, pos) for none."""
+        state = self.current
+        if state.skim or self.unwrapper.pending():
+            return 0, pos
+        pattern = self._pattern(state)
+        m = None if pattern is None else pattern.match(text, pos, end)
+        if m is None:
+            return 0, pos
+        start, stop = m.span()
+        count = text.count("\n", start, stop)
+        if any(text.find(word, start, stop) >= 0 for word in ROW_WORDS):
+            for raw in lines[i:i + count]:  # a word feed_line looks for: each line alone
+                self._line(raw, True)
+        else:
+            _add_rows(state, lines[i:i + count])
+            self.unwrapper.host = None  # (what clean_line does to a plain line)
+        return count, stop
+
+    def _pattern(self, state: TableState) -> re.Pattern[str] | None:
+        layout = state.layout
+        if layout is None:
+            return None
+        if self._layout is not layout:
+            self._layout, self._rows_pattern = layout, rows_pattern(layout)
+        return self._rows_pattern
+
+    def _lines(self, lines: list[str], first: int, stop: int) -> None:
+        """Lines first..stop of the batch, one at a time."""
         # Lines that cannot carry a wrapper (Unwrapper.candidates) skip the per-line unwrapping;
         # NCCL's own lines and hydra-style rank tags are still taken out (clean_line).
         unwrapper = self.unwrapper
-        candidates = unwrapper.candidates(lines)
-        for i, raw in enumerate(lines):
-            plain = candidates is not None and i not in candidates and not unwrapper.pending()
-            if (plain and self.current.skim and "Collective test" not in raw
-                    and "Avg bus" not in raw and "nThread" not in raw and "NCCL " not in raw
-                    and "[" not in raw[:160]):
-                # A skimmed run's plain line that neither names nor ends a run (its rows): only
-                # what clean_line does to a plain line.
-                unwrapper.host = None
-                continue
-            raw = raw.rstrip()
-            line = clean_line(raw, unwrapper, plain)
-            current = self.current
-            if not line:
-                if "Init COMPLETE" in raw and (m := COMM_NRANKS.search(raw)) is not None:
-                    nranks = ascii_int(m[1])
-                    if nranks is not None:
-                        current.comm_nranks = max(current.comm_nranks or 0, nranks)
-                continue
-            ended = current.avg is not None or current.concluded
-            if ended and ("nThread" in line or STARTING.search(line)):
-                self._close()
-                # Only the first run and the first of `collective` are reported: the others'
-                # rows are not read (their name and end are).
-                self.current = TableState(skim=not self.collective or self.chosen is not None)
-                self.count += 1
-            # Failure lines are kept as the tool printed them: its `host: ` prefix (which node
-            # failed), not the launcher's or log shipper's wrappers around it.
-            host = self.unwrapper.host
-            feed_line(self.current, f"{host}: {line}" if host else line, line)
+        part = lines[first:stop] if first or stop < len(lines) else lines
+        candidates = unwrapper.candidates(part)
+        for i, raw in enumerate(part):
+            self._line(raw, candidates is not None and i not in candidates
+                       and not unwrapper.pending())
+
+    def _line(self, raw: str, plain: bool) -> None:
+        """One line; `plain`: it carries no wrapper and no command continues into it."""
+        if (plain and self.current.skim and "Collective test" not in raw
+                and "Avg bus" not in raw and "nThread" not in raw and "NCCL " not in raw
+                and "[" not in raw[:160]):
+            # A skimmed run's plain line that neither names nor ends a run (its rows): only
+            # what clean_line does to a plain line.
+            self.unwrapper.host = None
+            return
+        raw = raw.rstrip()
+        line = clean_line(raw, self.unwrapper, plain)
+        current = self.current
+        if not line:
+            if "Init COMPLETE" in raw and (m := COMM_NRANKS.search(raw)) is not None:
+                nranks = ascii_int(m[1])
+                if nranks is not None:
+                    current.comm_nranks = max(current.comm_nranks or 0, nranks)
+            return
+        ended = current.avg is not None or current.concluded
+        if ended and ("nThread" in line or STARTING.search(line)):
+            self._close()
+            # Only the first run and the first of `collective` are reported: the others'
+            # rows are not read (their name and end are).
+            self.current = TableState(skim=not self.collective or self.chosen is not None)
+            self.count += 1
+        # Failure lines are kept as the tool printed them: its `host: ` prefix (which node
+        # failed), not the launcher's or log shipper's wrappers around it.
+        host = self.unwrapper.host
+        feed_line(self.current, f"{host}: {line}" if host else line, line)
 
     def _close(self) -> None:
         state = self.current
@@ -182,6 +297,50 @@ class _Runs:
         self._close()
         assert self.first is not None
         return self.chosen or self.first
+
+
+#: What a skimmed run's row-shaped line must hold to matter (the `_line` skip test, a stretch
+#: at a time).
+_SKIM_STOP = re.compile("Collective test|Avg bus|nThread|NCCL ")
+#: What a skimmed run's line may hold once MAX_COMMANDS command lines were seen: the start of
+#: what names or ends a run (`Collective test`, `Avg bus`, `nThread`: a hydra rank tag inside
+#: them is replaced by a blank, so their first word stays), a `which` command (its path lines
+#: are output), and what unwrapping can turn into them (a colour, a CR, U+FFFD, a docker
+#: record's `\u` escape).
+_SKIM_MARKS = ("Collective", "Avg", "nThread", "which", "\\u", "\x1b", "\r", "\ufffd")
+
+
+class _Marks:
+    """The next position of any of `literals` in `text`, by `str.find` (a regex alternation of
+    them tries every position in sre), each literal's next one kept until it is passed."""
+
+    def __init__(self, text: str, literals: tuple[str, ...]) -> None:
+        self.text = text
+        self.found = dict.fromkeys(literals, -2)  # literal -> its next position; -1: no more
+
+    def next(self, pos: int) -> int:
+        """The first position >= pos of one of the literals, -1 when none is left."""
+        best = -1
+        for literal, at in self.found.items():
+            if -1 < at < pos or at == -2:
+                at = self.found[literal] = self.text.find(literal, pos)
+            if at >= 0 and (best < 0 or at < best):
+                best = at
+        return best
+
+
+def _add_rows(state: TableState, lines: list[str]) -> None:
+    """Well-formed rows (rows_pattern matched them) into `state`, as feed_line adds them."""
+    layout = state.layout
+    assert layout is not None
+    keep = lines[:max(MAX_ROWS - len(state.rows), 0)]
+    width = len(layout.lead) + 2 * layout.width
+    for line in keep:
+        tokens = line.split()
+        state.rows.append(quick_row(tokens, layout) if layout.counts_wrong
+                          else _parse_row(tokens, layout)[0])  # type: ignore[arg-type]
+        state.cells.append((tokens[:width], layout))
+    state.omitted_rows += len(lines) - len(keep)
 
 
 def inspect_nccl_tests(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:

@@ -363,6 +363,7 @@ def table_mismatches(state: TableState, collective: str | None, nranks: int | No
     if factor is None:
         return []
     problems = []
+    resolutions: dict[str, float] = {}  # cell -> _resolution(cell): a table repeats its cells
     for row, (tokens, layout) in zip(state.rows, state.cells, strict=True):
         lead = len(layout.lead)
         for h, (name, m) in enumerate((("out-of-place", row.oop), ("in-place", row.ip))):
@@ -371,7 +372,13 @@ def table_mismatches(state: TableState, collective: str | None, nranks: int | No
             start = lead + h * layout.width
             offsets = layout.halves[h]
             alg_tok, bus_tok = tokens[start + offsets["algbw"]], tokens[start + offsets["busbw"]]
-            tolerance = _resolution(alg_tok) * factor + _resolution(bus_tok) + 1e-9
+            alg_res = resolutions.get(alg_tok)
+            if alg_res is None:
+                alg_res = resolutions[alg_tok] = _resolution(alg_tok)
+            bus_res = resolutions.get(bus_tok)
+            if bus_res is None:
+                bus_res = resolutions[bus_tok] = _resolution(bus_tok)
+            tolerance = alg_res * factor + bus_res + 1e-9
             expected = m.algbw_gb_s * factor
             if abs(expected - m.busbw_gb_s) > tolerance:
                 problems.append(

@@ -74,6 +74,23 @@ _NO_TORCH = re.compile(r"^.*No module named '?torch(?:\.distributed)?'?.*$", re.
 _NO_GPU = re.compile(r"no GPU for LOCAL_RANK [0-9]+: torch sees [0-9]+ CUDA devices[^\n]*")
 _RANK_PREFIX = re.compile(r"\[rank(?P<rank>[0-9]+)\]")
 
+# Prefilters: the rules above start with `^.*` or ignore case, so sre tries them at every line
+# (or character) of a long log; a C-speed substring test first skips the texts they cannot
+# match. `_may_hold`: under re.I a non-ASCII letter can match an ASCII one (`ſ` is `s`, `K`
+# is `k`), so the lower-case test decides only on ASCII text.
+_TE_WORDS = ("transformer", "cudnn shared object not found")
+_OOM_WORDS = ("out of memory",)
+_NCCL_CODE_WORD = re.compile(r"nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|"
+                             r"InvalidArgument)Error")
+
+
+def _may_hold(text: str, words: tuple[str, ...]) -> bool:
+    """`text` may hold one of the lower-case ASCII `words`, case ignored as re.I does."""
+    if not text.isascii():
+        return True
+    lower = text.lower()
+    return any(word in lower for word in words)
+
 
 def _rank_of(text: str, pos: int) -> int | None:
     start = text.rfind("\n", 0, pos) + 1
@@ -82,7 +99,7 @@ def _rank_of(text: str, pos: int) -> int | None:
 
 
 def _no_torch(text: str) -> Failure | None:
-    m = _NO_TORCH.search(text)
+    m = _NO_TORCH.search(text) if "No module named" in text else None  # (prefilter: C speed)
     if not m:
         return None
     return Failure("no_torch", f"torch is not importable: {m.group(0).strip()[:300]}")
@@ -94,7 +111,7 @@ def _no_gpu(text: str) -> Failure | None:
 
 
 def _oom(text: str) -> Failure | None:
-    m = _OOM.search(text)
+    m = _OOM.search(text) if _may_hold(text, _OOM_WORDS) else None
     if not m:
         return None
     tail = text[m.end(): m.end() + 400]
@@ -110,7 +127,7 @@ def _oom(text: str) -> Failure | None:
 
 
 def _te(text: str) -> Failure | None:
-    m = _TE_LINE.search(text)
+    m = _TE_LINE.search(text) if _may_hold(text, _TE_WORDS) else None
     if not m:
         return None
     line = re.sub(r"^\[rank[0-9]+\]:\s*", "", m.group(0).strip())
@@ -126,7 +143,9 @@ def _nccl(text: str) -> Failure | None:
         return Failure("nccl_timeout", f"NCCL collective timed out: {m.group('work')[:500]} ran "
                        f"for {took}", _rank_of(text, m.start()))
     m = _NCCL_ERROR.search(text)
-    code = _NCCL_CODE.search(text)
+    code = None
+    if (first := _NCCL_CODE_WORD.search(text)) is not None:  # the code's line, then the rule
+        code = _NCCL_CODE.search(text, text.rfind("\n", 0, first.start()) + 1)
     if not m and not code:
         return None
     parts = [m.group("what").strip()] if m else []
@@ -138,7 +157,8 @@ def _nccl(text: str) -> Failure | None:
 
 
 def _gloo(text: str) -> Failure | None:
-    m = _GLOO_TIMEOUT.search(text)
+    m = (_GLOO_TIMEOUT.search(text) if "imed out" in text or "monitoredBarrier" in text
+         else None)
     if not m:
         return None
     return Failure("collective_timeout", f"collective timed out: {m.group('line').strip()[:300]}",
@@ -146,7 +166,8 @@ def _gloo(text: str) -> Failure | None:
 
 
 def _abort(text: str) -> Failure | None:
-    m = _ABORT.search(text)
+    m = (_ABORT.search(text) if "terminate called" in text or "SIGABRT" in text
+         or "exitcode" in text else None)
     if not m:
         return None
     return Failure("abort_at_exit", f"a rank aborted (SIGABRT): {m.group(0).strip()}",
@@ -162,14 +183,31 @@ def _peer(text: str) -> Failure | None:
 
 
 def _exception(text: str) -> Failure | None:
-    found = [m for m in _EXCEPTION.finditer(text) if "ChildFailedError" not in m.group("line")]
-    if not found:
+    m = _last_exception(text)
+    if m is None:
         return None
-    m = found[-1]
     return Failure("exception", m.group("line").strip()[:500], _rank_of(text, m.start()))
 
 
+def _last_exception(text: str) -> re.Match[str] | None:
+    """The last line _EXCEPTION matches whose exception is not torchrun's ChildFailedError: the
+    lines holding `Error: ` or `Exception: ` (what every match holds), last first, each tried
+    with the rule from its start (the rule matches whole lines only: the same lines as a
+    `finditer` over the text, without a regex attempt at every line of a long log)."""
+    end = len(text)
+    while True:
+        at = max(text.rfind("Error: ", 0, end), text.rfind("Exception: ", 0, end))
+        if at < 0:
+            return None
+        start = text.rfind("\n", 0, at) + 1
+        m = _EXCEPTION.match(text, start)
+        if m is not None and "ChildFailedError" not in m.group("line"):
+            return m
+        end = start
+
+
 _CLASSIFIERS = (_no_torch, _no_gpu, _te, _oom, _nccl, _gloo, _abort, _peer, _exception)
+_ABORT_AT = _CLASSIFIERS.index(_abort)
 
 
 def classify_failure(text: str) -> Failure:
@@ -193,20 +231,25 @@ class TrainStepOutput:
     aborted_at_exit: bool = False
 
 
+#: What ends a line for str.splitlines (the result lines are read from the schema prefix to it).
+_LINE_END = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def _json_lines(text: str) -> list[dict[str, Any]]:
-    if SCHEMA_PREFIX not in text:
-        return []
+    """The JSON records of the lines holding SCHEMA_PREFIX, each read from its first prefix to
+    the line's end (found by `str.find`: no Python work for the other lines)."""
     records = []
-    for line in text.splitlines():
-        at = line.find(SCHEMA_PREFIX)
-        if at < 0:
-            continue
+    at = text.find(SCHEMA_PREFIX)
+    while at >= 0:
+        end_match = _LINE_END.search(text, at)
+        end = len(text) if end_match is None else end_match.start()
         try:
-            record = json.loads(line[at:])
+            record = json.loads(text[at:end])
         except (ValueError, RecursionError):
-            continue
+            record = None
         if isinstance(record, dict):
             records.append(record)
+        at = text.find(SCHEMA_PREFIX, end)
     return records
 
 
@@ -230,11 +273,12 @@ def parse_train_step(text: str | Input) -> TrainStepOutput:
                 result = record
             elif isinstance(record.get("error"), dict) and len(errors) < MAX_ERRORS:
                 errors.append(record["error"])
-        aborted = aborted or _abort(chunk) is not None
+        abort = None if aborted and _ABORT_AT in found else _abort(chunk)  # (one search)
+        aborted = aborted or abort is not None
         for i, classify in enumerate(_CLASSIFIERS):
             if i in found and classify is not _exception:
                 continue
-            failure = classify(chunk)
+            failure = abort if classify is _abort else classify(chunk)
             if failure is not None:
                 found[i] = failure
     if result is not None:
