@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.base.fabric import FABRIC_ENV_PREFIXES
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.base.redact import Redactor
 from harness.judges.cluster import StragglerLimits
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from harness.topology.model import Topology
 
 __all__ = [
-    "ENV_PREFIXES",
     "FACT_KEYS",
     "NODE_FIGURES",
     "SDC_CHECK_ID",
@@ -37,8 +37,6 @@ __all__ = [
 #: Node facts that must be equal on every node (versions, GPU inventory).
 FACT_KEYS = ("driver", "cuda", "nccl", "ofi_nccl", "libfabric", "torch", "gpu_count",
              "gpu_model")
-#: Environment prefixes whose variables must be equal on every node.
-ENV_PREFIXES = ("NCCL_", "FI_")
 #: The node-local SDC check whose measurements a node publishes (harness/cluster/sdc.py).
 SDC_CHECK_ID = "PF-GPU-020"
 #: Bound on the devices one node publishes SDC digests for.
@@ -145,7 +143,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "num_failed": len(report.failed),
         "harness_errors": [e[:MAX_MESSAGE_CHARS] for e in report.harness_errors[:MAX_FAILED]],
         "facts": {k: facts.get(k) for k in FACT_KEYS},
-        "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(FABRIC_ENV_PREFIXES)},
         "figures": node_figures(report.checks),
         "sdc": node_sdc(report.checks),
         "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
