@@ -87,7 +87,7 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
     snap: dict[str, Any] = {
         "num_nodes": num_nodes, "profile": PROFILE, "tier": tier,
         "hosts": {str(r): h for r, h in hosts.items()},
-        "nodes": {str(r): node_summary(rep, rank=r, facts=facts, env={})
+        "nodes": {str(r): node_summary(rep, rank=r, facts=facts, env={}).to_json()
                   for r, rep in enumerate(reports)},
     }
     # As step.py does: after a node-local failure, preflight stops before the collectives

@@ -131,7 +131,8 @@ def test_isolate_alone_can_miss_the_one_slow_link_of_a_small_group():
 
 def _snap(plan, results=None):
     nodes = {str(r): {"rank": r, "host": f"node{r}", "verdict": "pass", "failed": [],
-                      "harness_errors": [], "facts": {}, "env": {}, "figures": {}}
+                      "num_failed": 0, "harness_errors": [], "facts": {}, "env": {},
+                      "figures": {}, "sdc": None, "nothing_judged": None}
              for r in range(4)}
     snap = {"num_nodes": 4, "profile": "local-cpu", "tier": "preflight", "nodes": nodes,
             "hosts": {str(r): f"node{r}" for r in range(4)}, "missing": {},

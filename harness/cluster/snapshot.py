@@ -1,6 +1,12 @@
-"""The snapshot the cluster verdict judges: what one node publishes (`node_summary`), and the
-view of the whole snapshot the cluster checks read (`ClusterView`), with the bad nodes they
-name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is gathered."""
+"""The snapshot the cluster verdict judges: what one node publishes (`node_summary`, a typed
+`NodeSummary`), and the view of the whole snapshot the cluster checks read (`ClusterView`), with
+the bad nodes they name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is
+gathered.
+
+The wire edge is here: a node summary travels over the TCPStore as `NodeSummary.to_json()` and
+is read back once, by `ClusterView.of`, with `NodeSummary.from_dict`. A summary with a field
+missing or of the wrong type is never read with a default (unknown is never healthy): its node
+is named as one whose summary could not be read (`ClusterView.missing`)."""
 
 from __future__ import annotations
 
@@ -25,6 +31,10 @@ __all__ = [
     "SDC_CHECK_ID",
     "BadNodes",
     "ClusterView",
+    "FailedCheck",
+    "MissingNode",
+    "NodeSummary",
+    "SnapshotError",
     "cluster_off",
     "job_topology",
     "left_out",
@@ -123,7 +133,7 @@ def node_sdc(checks: Iterable[object]) -> JSONObject | None:
 
 
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
-                 env: Mapping[str, str], cluster_ids: Iterable[str] = ()) -> JSONObject:
+                 env: Mapping[str, str], cluster_ids: Iterable[str] = ()) -> NodeSummary:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
     the figures the straggler check compares, and `nothing_judged`: why its selection judged
     nothing (every check skipped, none of them a cluster check: `cluster_ids`, which the
@@ -135,7 +145,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
     idle = report.selection.get("nothing_judged") if report.selection else None
     if idle and set(cluster_ids) & {c.id for c in report.checks}:
         idle = None
-    return Redactor.of(env).obj({  # type: ignore[return-value]
+    wire = Redactor.of(env).obj({
         "rank": rank,
         "host": report.host,
         "verdict": report.verdict,
@@ -148,6 +158,113 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "sdc": node_sdc(report.checks),
         "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
     })
+    assert isinstance(wire, dict)  # the redactor keeps a JSON object's shape
+    return NodeSummary.from_dict(wire, f"rank {rank}'s summary")
+
+
+class SnapshotError(ValueError):
+    """A node summary (or one of its parts) that cannot be read: names the field."""
+
+
+def _req(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """`d[key]`, which must be there and of `kind` (SnapshotError naming it otherwise)."""
+    if not isinstance(d, Mapping):
+        raise SnapshotError(f"{where} is not a JSON object")
+    if key not in d:
+        raise SnapshotError(f"{where} has no {key!r}")
+    value = d[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise SnapshotError(f"{where}'s {key!r} is {type(value).__name__}, not "
+                            f"{getattr(kind, '__name__', kind)}")
+    return value
+
+
+_OPT_STR = (str, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCheck:
+    """One failed check a node publishes (its message cut to MAX_MESSAGE_CHARS)."""
+
+    id: str
+    outcome: str
+    message: str
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a failed check") -> FailedCheck:
+        return cls(id=_req(d, "id", str, where), outcome=_req(d, "outcome", str, where),
+                   message=_req(d, "message", str, where))
+
+    def to_json(self) -> JSONObject:
+        return {"id": self.id, "outcome": self.outcome, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class MissingNode:
+    """A node that did not report (or whose summary could not be read), and why."""
+
+    host: str
+    reason: str
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a missing node") -> MissingNode:
+        return cls(host=_req(d, "host", str, where), reason=_req(d, "reason", str, where))
+
+    def to_json(self) -> JSONObject:
+        return {"host": self.host, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """What one node publishes after its node-local checks (`node_summary`). Its JSON form
+    (`to_json`, the fields in this order) is what travels over the TCPStore; `from_dict` reads
+    it back, every field required."""
+
+    rank: int
+    host: str
+    verdict: str
+    failed: tuple[FailedCheck, ...]
+    num_failed: int
+    harness_errors: tuple[str, ...]
+    facts: JSONMapping
+    """FACT_KEYS -> the node's value (None where it was not read)."""
+    env: Mapping[str, str]
+    """The node's NCCL_* and FI_* variables."""
+    figures: JSONMapping
+    """NODE_FIGURES -> the node's figure (None where none was measured). Read as published:
+    PF-CLUSTER-006 names a node whose figure is not a finite number (harness.cluster.straggler)."""
+    sdc: JSONMapping | None
+    """The node's PF-GPU-020 figures (`node_sdc`), None when it measured none."""
+    nothing_judged: str | None
+    """Why the node's selection judged nothing, else None."""
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a node summary") -> NodeSummary:
+        failed = _req(d, "failed", list, where)
+        errors = _req(d, "harness_errors", list, where)
+        env = _req(d, "env", dict, where)
+        figures = _req(d, "figures", dict, where)
+        if not all(isinstance(e, str) for e in errors):
+            raise SnapshotError(f"{where}'s 'harness_errors' holds a value that is not text")
+        if not all(isinstance(v, str) for v in env.values()):
+            raise SnapshotError(f"{where}'s 'env' holds a value that is not text")
+        return cls(rank=_req(d, "rank", int, where), host=_req(d, "host", str, where),
+                   verdict=_req(d, "verdict", str, where),
+                   failed=tuple(FailedCheck.from_dict(f, f"{where}'s 'failed'") for f in failed),
+                   num_failed=_req(d, "num_failed", int, where), harness_errors=tuple(errors),
+                   facts=_req(d, "facts", dict, where), env=env, figures=figures,
+                   sdc=_req(d, "sdc", (dict, type(None)), where),
+                   nothing_judged=_req(d, "nothing_judged", _OPT_STR, where))
+
+    def to_json(self) -> JSONObject:
+        """The wire form: `from_dict(s.to_json()) == s`, and the bytes `json.dumps` makes of
+        it are those of the dict it was read from."""
+        return {"rank": self.rank, "host": self.host, "verdict": self.verdict,
+                "failed": [f.to_json() for f in self.failed], "num_failed": self.num_failed,
+                "harness_errors": list(self.harness_errors), "facts": dict(self.facts),
+                "env": dict(self.env), "figures": dict(self.figures),
+                "sdc": dict(self.sdc) if self.sdc is not None else None,
+                "nothing_judged": self.nothing_judged}
 
 
 class BadNodes:
@@ -176,8 +293,9 @@ class ClusterView:
     snap: JSONMapping
     num_nodes: int
     hosts: dict[int, str]
-    nodes: dict[int, JSONMapping]
-    missing: dict[int, JSONMapping]
+    nodes: dict[int, NodeSummary]
+    missing: dict[int, MissingNode]
+    """The nodes that did not report, and those whose summary could not be read."""
     bad: BadNodes
     links: list[JSONObject] = field(default_factory=list)
     suspects: list[JSONObject] = field(default_factory=list)
@@ -185,12 +303,25 @@ class ClusterView:
 
     @classmethod
     def of(cls, snap: JSONMapping) -> ClusterView:
+        """Read the snapshot's node summaries (`NodeSummary.from_dict`, once per verdict); a node
+        whose summary cannot be read is missing, with the field that was wrong. The nodes' copy
+        (harness.cluster.verdict.for_nodes) carries no summaries."""
         hosts = {int(r): h for r, h in snap.get("hosts", {}).items()}
-        nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
-        hosts.update({r: s["host"] for r, s in nodes.items() if s.get("host")})
-        missing = {int(r): m for r, m in snap.get("missing", {}).items()}
+        missing = {int(r): MissingNode.from_dict(m, f"rank {r}'s missing entry")
+                   for r, m in snap.get("missing", {}).items()}
+        nodes: dict[int, NodeSummary] = {}
+        for r, raw in snap.get("nodes", {}).items():
+            try:
+                nodes[int(r)] = NodeSummary.from_dict(raw, f"rank {r}'s summary")
+            except SnapshotError as exc:
+                host = raw.get("host") if isinstance(raw, Mapping) else None
+                missing[int(r)] = MissingNode(
+                    host if isinstance(host, str) and host else hosts.get(int(r), f"rank {r}"),
+                    f"published a node summary that cannot be read ({exc}): a node running "
+                    "another gpu-preflight version, or a corrupted store")
+        hosts.update({r: s.host for r, s in nodes.items() if s.host})
         return cls(snap=snap, num_nodes=int(snap["num_nodes"]), hosts=hosts, nodes=nodes,
-                   missing=missing, bad=BadNodes(hosts))
+                   missing=dict(sorted(missing.items())), bad=BadNodes(hosts))
 
     @property
     def tier(self) -> str:
@@ -216,13 +347,14 @@ class ClusterView:
 def left_out(snap: JSONMapping, bad_nodes: Iterable[JSONMapping]) -> dict[int, str]:
     """The nodes the collectives leave out after the node-local gather (`bad_nodes`: its verdict's),
     rank -> why, in a few words: did not report, failed its own checks, differs from the rest."""
-    missing = {int(r) for r in snap.get("missing", {})}
-    nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
+    view = ClusterView.of(snap)
     out: dict[int, str] = {}
     for b in bad_nodes:
         r = int(b["rank"])
-        out[r] = ("did not report" if r in missing
-                  else "failed its own checks" if nodes.get(r, {}).get("verdict") != "pass"
+        node = view.nodes.get(r)
+        out[r] = ("its summary cannot be read" if node is None and str(r) in snap.get("nodes", {})
+                  else "did not report" if node is None
+                  else "failed its own checks" if node.verdict != "pass"
                   else "differs from the other nodes (PF-CLUSTER-003)")
     return dict(sorted(out.items()))
 

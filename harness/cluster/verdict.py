@@ -141,7 +141,7 @@ def _nothing_judged(cluster: ClusterView) -> str | None:
     the multi-node test the others take part in). None when any node judged anything."""
     if cluster.missing or len(cluster.nodes) < cluster.num_nodes:
         return None
-    said = [cluster.nodes[r].get("nothing_judged") for r in sorted(cluster.nodes)]
+    said = [cluster.nodes[r].nothing_judged for r in sorted(cluster.nodes)]
     if not said or not all(said):
         return None
     return f"on every node, {said[0]}"
