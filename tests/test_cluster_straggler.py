@@ -7,7 +7,7 @@ import math
 import pytest
 
 from harness.cluster.verdict import decide
-from harness.judges.cluster import find_stragglers
+from harness.judges.cluster import DEFAULT_LIMITS, find_stragglers
 
 
 def test_slow_node_above_floor_is_flagged():
@@ -56,6 +56,7 @@ def _snap(busbw, *, tier="preflight", gpus=8, step=None, per_rank=None):
                          "num_failed": 0, "harness_errors": [], "facts": {"gpu_count": gpus},
                          "env": {}, "figures": figures, "sdc": None, "nothing_judged": None}
     snap = {"num_nodes": len(busbw), "profile": "p5.48xlarge", "tier": tier,
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(len(busbw))}, "nodes": nodes,
             "missing": {}}
     if per_rank is not None:

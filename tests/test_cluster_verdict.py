@@ -11,6 +11,7 @@ from harness.cluster.checks import consistency_outliers
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.snapshot import node_summary
 from harness.cluster.verdict import decide
+from harness.judges.cluster import DEFAULT_LIMITS
 from harness.report.model import Report
 from harness.results import CheckResult
 
@@ -28,6 +29,7 @@ def _summary(rank, verdict="pass", failed=(), facts=None, env=None):
 
 def _snap(n=4, **changes):
     snap = {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(n)},
             "nodes": {str(r): _summary(r) for r in range(n)}, "missing": {}}
     snap.update(changes)
@@ -410,3 +412,32 @@ def test_one_bad_node_is_always_drainable():
     v = decide(_failing(_snap(n=2), [1]))
     assert v.blast_radius["suspect"] is False and v.actions["slurm_drain"]
     assert [allowed(n, 0.5) for n in (1, 2, 3, 4, 5, 1000)] == [1, 1, 1, 2, 2, 500]
+
+
+HEAD_KEYS = ("num_nodes", "profile", "tier", "straggler_limits", "drain_cap", "hosts")
+
+
+@pytest.mark.parametrize("key", HEAD_KEYS)
+def test_a_snapshot_missing_a_head_field_judges_nothing_and_names_it(key):
+    """The snapshot's head (harness.cluster.wire.SnapshotHead) has no default either: without
+    one field the verdict is an error naming it, never a pass."""
+    snap = _snap()
+    del snap[key]
+    v = decide(snap)
+    assert (v.verdict, v.exit_code, v.checks) == ("error", 1, [])
+    assert f"the cluster snapshot has no {key!r}" in v.text
+
+
+def test_a_snapshot_head_round_trips_byte_for_byte():
+    """What the master writes (`_base`: SnapshotHead.to_json) reads back to the same bytes."""
+    import json
+
+    from harness.cluster.wire import SnapshotHead
+
+    head = {k: v for k, v in _snap(drain_cap=0.25).items() if k in HEAD_KEYS}
+    assert list(head) == list(HEAD_KEYS)  # the order _base writes
+    wire = json.dumps(head)
+    assert json.dumps(SnapshotHead.from_dict(json.loads(wire)).to_json()) == wire
+    limits = {**head, "straggler_limits": {"z_max": 3.5, "min_nodes": 4}}
+    with pytest.raises(ValueError, match="'straggler_limits' has no 'min_rel_dev'"):
+        SnapshotHead.from_dict(limits)

@@ -3,10 +3,11 @@
 the bad nodes they name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is
 gathered.
 
-The wire edge is here: a node summary travels over the TCPStore as `NodeSummary.to_json()` and
-is read back once, by `ClusterView.of`, with `NodeSummary.from_dict`. A summary with a field
+The snapshot is read once, by `ClusterView.of`, through the wire types (harness.cluster.wire):
+its head (`SnapshotHead`) and every node's summary (`NodeSummary`). A summary with a field
 missing or of the wrong type is never read with a default (unknown is never healthy): its node
-is named as one whose summary could not be read (`ClusterView.missing`)."""
+is named as one whose summary could not be read (`ClusterView.missing`); a head that cannot
+be read is a SnapshotError (the verdict says so)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.base.fabric import FABRIC_ENV_PREFIXES
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.base.redact import Redactor
+from harness.cluster.wire import MissingNode, NodeSummary, SnapshotError, SnapshotHead
 from harness.judges.cluster import StragglerLimits
 
 if TYPE_CHECKING:
@@ -31,10 +33,6 @@ __all__ = [
     "SDC_CHECK_ID",
     "BadNodes",
     "ClusterView",
-    "FailedCheck",
-    "MissingNode",
-    "NodeSummary",
-    "SnapshotError",
     "cluster_off",
     "job_topology",
     "left_out",
@@ -162,111 +160,6 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
     return NodeSummary.from_dict(wire, f"rank {rank}'s summary")
 
 
-class SnapshotError(ValueError):
-    """A node summary (or one of its parts) that cannot be read: names the field."""
-
-
-def _req(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    """`d[key]`, which must be there and of `kind` (SnapshotError naming it otherwise)."""
-    if not isinstance(d, Mapping):
-        raise SnapshotError(f"{where} is not a JSON object")
-    if key not in d:
-        raise SnapshotError(f"{where} has no {key!r}")
-    value = d[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise SnapshotError(f"{where}'s {key!r} is {type(value).__name__}, not "
-                            f"{getattr(kind, '__name__', kind)}")
-    return value
-
-
-_OPT_STR = (str, type(None))
-
-
-@dataclass(frozen=True, slots=True)
-class FailedCheck:
-    """One failed check a node publishes (its message cut to MAX_MESSAGE_CHARS)."""
-
-    id: str
-    outcome: str
-    message: str
-
-    @classmethod
-    def from_dict(cls, d: JSONMapping, where: str = "a failed check") -> FailedCheck:
-        return cls(id=_req(d, "id", str, where), outcome=_req(d, "outcome", str, where),
-                   message=_req(d, "message", str, where))
-
-    def to_json(self) -> JSONObject:
-        return {"id": self.id, "outcome": self.outcome, "message": self.message}
-
-
-@dataclass(frozen=True, slots=True)
-class MissingNode:
-    """A node that did not report (or whose summary could not be read), and why."""
-
-    host: str
-    reason: str
-
-    @classmethod
-    def from_dict(cls, d: JSONMapping, where: str = "a missing node") -> MissingNode:
-        return cls(host=_req(d, "host", str, where), reason=_req(d, "reason", str, where))
-
-    def to_json(self) -> JSONObject:
-        return {"host": self.host, "reason": self.reason}
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSummary:
-    """What one node publishes after its node-local checks (`node_summary`). Its JSON form
-    (`to_json`, the fields in this order) is what travels over the TCPStore; `from_dict` reads
-    it back, every field required."""
-
-    rank: int
-    host: str
-    verdict: str
-    failed: tuple[FailedCheck, ...]
-    num_failed: int
-    harness_errors: tuple[str, ...]
-    facts: JSONMapping
-    """FACT_KEYS -> the node's value (None where it was not read)."""
-    env: Mapping[str, str]
-    """The node's NCCL_* and FI_* variables."""
-    figures: JSONMapping
-    """NODE_FIGURES -> the node's figure (None where none was measured). Read as published:
-    PF-CLUSTER-006 names a node whose figure is not a finite number (harness.cluster.straggler)."""
-    sdc: JSONMapping | None
-    """The node's PF-GPU-020 figures (`node_sdc`), None when it measured none."""
-    nothing_judged: str | None
-    """Why the node's selection judged nothing, else None."""
-
-    @classmethod
-    def from_dict(cls, d: JSONMapping, where: str = "a node summary") -> NodeSummary:
-        failed = _req(d, "failed", list, where)
-        errors = _req(d, "harness_errors", list, where)
-        env = _req(d, "env", dict, where)
-        figures = _req(d, "figures", dict, where)
-        if not all(isinstance(e, str) for e in errors):
-            raise SnapshotError(f"{where}'s 'harness_errors' holds a value that is not text")
-        if not all(isinstance(v, str) for v in env.values()):
-            raise SnapshotError(f"{where}'s 'env' holds a value that is not text")
-        return cls(rank=_req(d, "rank", int, where), host=_req(d, "host", str, where),
-                   verdict=_req(d, "verdict", str, where),
-                   failed=tuple(FailedCheck.from_dict(f, f"{where}'s 'failed'") for f in failed),
-                   num_failed=_req(d, "num_failed", int, where), harness_errors=tuple(errors),
-                   facts=_req(d, "facts", dict, where), env=env, figures=figures,
-                   sdc=_req(d, "sdc", (dict, type(None)), where),
-                   nothing_judged=_req(d, "nothing_judged", _OPT_STR, where))
-
-    def to_json(self) -> JSONObject:
-        """The wire form: `from_dict(s.to_json()) == s`, and the bytes `json.dumps` makes of
-        it are those of the dict it was read from."""
-        return {"rank": self.rank, "host": self.host, "verdict": self.verdict,
-                "failed": [f.to_json() for f in self.failed], "num_failed": self.num_failed,
-                "harness_errors": list(self.harness_errors), "facts": dict(self.facts),
-                "env": dict(self.env), "figures": dict(self.figures),
-                "sdc": dict(self.sdc) if self.sdc is not None else None,
-                "nothing_judged": self.nothing_judged}
-
-
 class BadNodes:
     """Bad-node entries merged per rank (one node can fail several ways)."""
 
@@ -291,7 +184,8 @@ class ClusterView:
     links, suspects, stragglers) for the verdict to report. Built once per verdict."""
 
     snap: JSONMapping
-    num_nodes: int
+    """The whole snapshot: the sections the collectives add (bandwidth, isolation, groups)."""
+    head: SnapshotHead
     hosts: dict[int, str]
     nodes: dict[int, NodeSummary]
     missing: dict[int, MissingNode]
@@ -303,10 +197,12 @@ class ClusterView:
 
     @classmethod
     def of(cls, snap: JSONMapping) -> ClusterView:
-        """Read the snapshot's node summaries (`NodeSummary.from_dict`, once per verdict); a node
-        whose summary cannot be read is missing, with the field that was wrong. The nodes' copy
-        (harness.cluster.verdict.for_nodes) carries no summaries."""
-        hosts = {int(r): h for r, h in snap.get("hosts", {}).items()}
+        """Read the snapshot's head and node summaries (harness.cluster.wire, once per verdict);
+        a node whose summary cannot be read is missing, with the field that was wrong. The
+        nodes' copy (harness.cluster.verdict.for_nodes) carries no summaries. Raises
+        SnapshotError naming what of the head is missing or malformed."""
+        head = SnapshotHead.from_dict(snap)
+        hosts = dict(head.hosts)
         missing = {int(r): MissingNode.from_dict(m, f"rank {r}'s missing entry")
                    for r, m in snap.get("missing", {}).items()}
         nodes: dict[int, NodeSummary] = {}
@@ -320,21 +216,25 @@ class ClusterView:
                     f"published a node summary that cannot be read ({exc}): a node running "
                     "another gpu-preflight version, or a corrupted store")
         hosts.update({r: s.host for r, s in nodes.items() if s.host})
-        return cls(snap=snap, num_nodes=int(snap["num_nodes"]), hosts=hosts, nodes=nodes,
+        return cls(snap=snap, head=head, hosts=hosts, nodes=nodes,
                    missing=dict(sorted(missing.items())), bad=BadNodes(hosts))
 
     @property
+    def num_nodes(self) -> int:
+        return self.head.num_nodes
+
+    @property
     def tier(self) -> str:
-        return str(self.snap.get("tier") or "preflight")
+        return self.head.tier
 
     @property
     def profile(self) -> str:
-        return str(self.snap.get("profile") or "?")
+        return self.head.profile
 
     @property
     def straggler_limits(self) -> StragglerLimits:
         """PF-CLUSTER-006's limits: the leader's profile's, as the snapshot carries them."""
-        return StragglerLimits.from_dict(self.snap.get("straggler_limits"))
+        return self.head.straggler_limits
 
     def host(self, rank: int) -> str:
         return self.hosts.get(rank, f"rank {rank}")

@@ -17,6 +17,7 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS
 from harness.cluster.snapshot import ClusterView
+from harness.cluster.wire import SnapshotError
 from harness.topology.hostlist import compress_hostlist
 
 __all__ = [
@@ -79,8 +80,14 @@ EXIT_USAGE = 2
 
 
 def decide(snap: JSONMapping) -> ClusterVerdict:
-    """The verdict from a gathered snapshot (see `harness.cluster.plane` for its keys)."""
-    cluster = ClusterView.of(snap)
+    """The verdict from a gathered snapshot (see `harness.cluster.plane` for its keys). A
+    snapshot whose head cannot be read (harness.cluster.wire) judges nothing: an error that
+    names the field, never a pass."""
+    try:
+        cluster = ClusterView.of(snap)
+    except SnapshotError as exc:
+        text = f"gpu-preflight could not read the cluster snapshot, so judged nothing: {exc}\n"
+        return ClusterVerdict(verdict="error", exit_code=1, checks=[], bad_nodes=[], text=text)
     if (idle := _nothing_judged(cluster)) is not None:
         text = (f"gpu-preflight could not judge anything on a {cluster.num_nodes}-node cluster "
                 f"({cluster.profile}, tier {cluster.tier}): {idle}\n")
@@ -93,14 +100,14 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
     failed = [c for c in checks if c["outcome"] in ("fail", "error")]
     verdict = "fail" if failed or bad_nodes else "pass"
     radius = blast_radius(cluster.num_nodes, len(bad_nodes),
-                          float(snap.get("drain_cap") or DEFAULT_CAP))
+                          cluster.head.drain_cap or DEFAULT_CAP)
     actions = _actions(bad_nodes, snap) if bad_nodes else {}
     if radius["suspect"]:  # a shared cause, likely: the drains are held back, and said
         actions = {k: v for k, v in actions.items() if k not in _DRAINS}
         actions["held_back"] = {k: v for k, v in _actions(bad_nodes, snap).items()
                                 if k in _DRAINS}
         actions["suspect"] = radius["why"]
-    text = _text(snap, failed, bad_nodes, cluster.suspects, cluster.links, actions) \
+    text = _text(cluster, failed, bad_nodes, cluster.suspects, cluster.links, actions) \
         if verdict == "fail" else ""
     return ClusterVerdict(verdict=verdict, exit_code=0 if verdict == "pass" else 1,
                           checks=checks, bad_nodes=bad_nodes, bad_links=cluster.links,
@@ -183,12 +190,12 @@ def _quote(text: str) -> str:
     return text.replace('"', "'").replace("\n", " ")
 
 
-def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
+def _text(cluster: ClusterView, failed: Sequence[Mapping[str, Any]],
           bad_nodes: Sequence[Mapping[str, Any]], suspects: Sequence[Mapping[str, Any]],
           links: Sequence[Mapping[str, Any]], actions: Mapping[str, Any]) -> str:
     """The failure file: its first 1024 characters name the bad nodes on their own."""
-    head = (f"gpu-preflight FAILED on a {snap['num_nodes']}-node cluster "
-            f"({snap.get('profile', '?')}, tier {snap.get('tier', '?')}): ")
+    head = (f"gpu-preflight FAILED on a {cluster.num_nodes}-node cluster "
+            f"({cluster.profile}, tier {cluster.tier}): ")
     parts = []
     if actions.get("suspect"):
         head += f"{actions['suspect']}. "
@@ -204,7 +211,7 @@ def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
         parts.extend(c["message"] for c in failed)
     if actions.get("slurm_exclude"):
         parts.append(f"Slurm: --exclude={actions['slurm_exclude']}")
-    unmeasured = _not_measured(snap)
+    unmeasured = _not_measured(cluster.snap)
     if unmeasured:
         parts.append(unmeasured)
     head += " | ".join(parts)
