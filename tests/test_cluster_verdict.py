@@ -441,3 +441,22 @@ def test_a_snapshot_head_round_trips_byte_for_byte():
     limits = {**head, "straggler_limits": {"z_max": 3.5, "min_nodes": 4}}
     with pytest.raises(ValueError, match="'straggler_limits' has no 'min_rel_dev'"):
         SnapshotHead.from_dict(limits)
+
+
+def test_the_masters_verdict_is_read_whole_or_not_at_all():
+    """What the master publishes (`for_nodes`) reads back on a node to the master's verdict;
+    one field missing or of the wrong type is an error naming it, never a pass."""
+    import json
+
+    from harness.cluster.verdict import for_nodes, verdict_of
+
+    snap = _snap()
+    shared = json.loads(json.dumps(for_nodes(snap)))
+    assert verdict_of(shared) == decide(snap)
+    for key in ("verdict", "exit_code", "text", "blast_radius"):
+        broken = {**shared, "verdict": {k: v for k, v in shared["verdict"].items() if k != key}}
+        v = verdict_of(broken)
+        assert (v.verdict, v.exit_code) == ("error", 1)
+        assert f"the master's verdict has no {key!r}" in v.text
+    v = verdict_of({**shared, "verdict": {**shared["verdict"], "exit_code": "0"}})
+    assert not v.passed and "the master's verdict's 'exit_code' is str, not int" in v.text

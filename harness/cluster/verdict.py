@@ -9,7 +9,7 @@ failure text and the actions (Slurm exclude and drain, HyperPod replace)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.base.blast import DEFAULT_CAP, blast_radius
@@ -17,7 +17,7 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS
 from harness.cluster.snapshot import ClusterView
-from harness.cluster.wire import SnapshotError
+from harness.cluster.wire import SnapshotError, required
 from harness.topology.hostlist import compress_hostlist
 
 __all__ = [
@@ -69,8 +69,18 @@ class ClusterVerdict:
 
     @classmethod
     def from_full(cls, data: JSONMapping) -> ClusterVerdict:
-        return cls(**data)  # type: ignore[arg-type]
+        """The master's verdict as `for_nodes` published it: every field required, of its
+        type (SnapshotError naming the first that is not)."""
+        where = "the master's verdict"
+        return cls(**{f.name: required(data, f.name, _FULL_TYPES[f.name], where)
+                      for f in fields(cls)})
 
+
+#: The JSON type of each ClusterVerdict field, as `from_full` checks it.
+_FULL_TYPES: dict[str, type] = {
+    "verdict": str, "exit_code": int, "checks": list, "bad_nodes": list, "bad_links": list,
+    "suspects": list, "actions": dict, "text": str, "stragglers": list, "usage_error": str,
+    "blast_radius": dict}
 
 #: The IDs of the cluster checks: a node's selection holding one is judged by the cluster step.
 CLUSTER_IDS = frozenset(spec_of(judge).id for judge in CLUSTER_CHECKS)
@@ -86,8 +96,7 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
     try:
         cluster = ClusterView.of(snap)
     except SnapshotError as exc:
-        text = f"gpu-preflight could not read the cluster snapshot, so judged nothing: {exc}\n"
-        return ClusterVerdict(verdict="error", exit_code=1, checks=[], bad_nodes=[], text=text)
+        return _unread(exc)
     if (idle := _nothing_judged(cluster)) is not None:
         text = (f"gpu-preflight could not judge anything on a {cluster.num_nodes}-node cluster "
                 f"({cluster.profile}, tier {cluster.tier}): {idle}\n")
@@ -138,8 +147,17 @@ def verdict_of(snap: JSONMapping) -> ClusterVerdict:
     """The verdict of a snapshot: the master's when it published one (`for_nodes`), else
     decided here (the master, and a node that lost the master)."""
     if isinstance(snap.get("verdict"), Mapping):
-        return ClusterVerdict.from_full(snap["verdict"])
+        try:
+            return ClusterVerdict.from_full(snap["verdict"])
+        except SnapshotError as exc:
+            return _unread(exc)
     return decide(snap)
+
+
+def _unread(exc: SnapshotError) -> ClusterVerdict:
+    """The verdict of a snapshot that cannot be read: an error naming what, never a pass."""
+    text = f"gpu-preflight could not read the cluster snapshot, so judged nothing: {exc}\n"
+    return ClusterVerdict(verdict="error", exit_code=1, checks=[], bad_nodes=[], text=text)
 
 
 def _nothing_judged(cluster: ClusterView) -> str | None:

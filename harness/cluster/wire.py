@@ -16,14 +16,14 @@ from typing import Any
 from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.judges.cluster import StragglerLimits
 
-__all__ = ["FailedCheck", "MissingNode", "NodeSummary", "SnapshotError", "SnapshotHead"]
+__all__ = ["FailedCheck", "MissingNode", "NodeSummary", "SnapshotError", "SnapshotHead", "required"]
 
 
 class SnapshotError(ValueError):
     """A node summary (or one of its parts) that cannot be read: names the field."""
 
 
-def _req(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def required(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     """`d[key]`, which must be there and of `kind` (SnapshotError naming it otherwise)."""
     if not isinstance(d, Mapping):
         raise SnapshotError(f"{where} is not a JSON object")
@@ -49,8 +49,8 @@ class FailedCheck:
 
     @classmethod
     def from_dict(cls, d: JSONMapping, where: str = "a failed check") -> FailedCheck:
-        return cls(id=_req(d, "id", str, where), outcome=_req(d, "outcome", str, where),
-                   message=_req(d, "message", str, where))
+        return cls(id=required(d, "id", str, where), outcome=required(d, "outcome", str, where),
+                   message=required(d, "message", str, where))
 
     def to_json(self) -> JSONObject:
         return {"id": self.id, "outcome": self.outcome, "message": self.message}
@@ -65,7 +65,7 @@ class MissingNode:
 
     @classmethod
     def from_dict(cls, d: JSONMapping, where: str = "a missing node") -> MissingNode:
-        return cls(host=_req(d, "host", str, where), reason=_req(d, "reason", str, where))
+        return cls(host=required(d, "host", str, where), reason=required(d, "reason", str, where))
 
     def to_json(self) -> JSONObject:
         return {"host": self.host, "reason": self.reason}
@@ -97,21 +97,21 @@ class NodeSummary:
 
     @classmethod
     def from_dict(cls, d: JSONMapping, where: str = "a node summary") -> NodeSummary:
-        failed = _req(d, "failed", list, where)
-        errors = _req(d, "harness_errors", list, where)
-        env = _req(d, "env", dict, where)
-        figures = _req(d, "figures", dict, where)
+        failed = required(d, "failed", list, where)
+        errors = required(d, "harness_errors", list, where)
+        env = required(d, "env", dict, where)
+        figures = required(d, "figures", dict, where)
         if not all(isinstance(e, str) for e in errors):
             raise SnapshotError(f"{where}'s 'harness_errors' holds a value that is not text")
         if not all(isinstance(v, str) for v in env.values()):
             raise SnapshotError(f"{where}'s 'env' holds a value that is not text")
-        return cls(rank=_req(d, "rank", int, where), host=_req(d, "host", str, where),
-                   verdict=_req(d, "verdict", str, where),
+        return cls(rank=required(d, "rank", int, where), host=required(d, "host", str, where),
+                   verdict=required(d, "verdict", str, where),
                    failed=tuple(FailedCheck.from_dict(f, f"{where}'s 'failed'") for f in failed),
-                   num_failed=_req(d, "num_failed", int, where), harness_errors=tuple(errors),
-                   facts=_req(d, "facts", dict, where), env=env, figures=figures,
-                   sdc=_req(d, "sdc", (dict, type(None)), where),
-                   nothing_judged=_req(d, "nothing_judged", _OPT_STR, where))
+                   num_failed=required(d, "num_failed", int, where), harness_errors=tuple(errors),
+                   facts=required(d, "facts", dict, where), env=env, figures=figures,
+                   sdc=required(d, "sdc", (dict, type(None)), where),
+                   nothing_judged=required(d, "nothing_judged", _OPT_STR, where))
 
     def to_json(self) -> JSONObject:
         """The wire form: `from_dict(s.to_json()) == s`, and the bytes `json.dumps` makes of
@@ -140,18 +140,18 @@ class SnapshotHead:
 
     @classmethod
     def from_dict(cls, d: JSONMapping, where: str = "the cluster snapshot") -> SnapshotHead:
-        limits = _req(d, "straggler_limits", dict, where)
+        limits = required(d, "straggler_limits", dict, where)
         lw = f"{where}'s 'straggler_limits'"
-        hosts = _req(d, "hosts", dict, where)
+        hosts = required(d, "hosts", dict, where)
         if not all(isinstance(h, str) and r.isdigit() for r, h in hosts.items()):
             raise SnapshotError(f"{where}'s 'hosts' is not rank -> host name")
-        cap = _req(d, "drain_cap", (int, float, type(None)), where)
-        return cls(num_nodes=_req(d, "num_nodes", int, where),
-                   profile=_req(d, "profile", str, where), tier=_req(d, "tier", str, where),
+        cap = required(d, "drain_cap", (int, float, type(None)), where)
+        return cls(num_nodes=required(d, "num_nodes", int, where),
+                   profile=required(d, "profile", str, where), tier=required(d, "tier", str, where),
                    straggler_limits=StragglerLimits(
-                       float(_req(limits, "z_max", (int, float), lw)),
-                       _req(limits, "min_nodes", int, lw),
-                       float(_req(limits, "min_rel_dev", (int, float), lw))),
+                       float(required(limits, "z_max", (int, float), lw)),
+                       required(limits, "min_nodes", int, lw),
+                       float(required(limits, "min_rel_dev", (int, float), lw))),
                    drain_cap=None if cap is None else float(cap),
                    hosts={int(r): h for r, h in hosts.items()})
 
