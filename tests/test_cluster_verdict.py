@@ -460,3 +460,15 @@ def test_the_masters_verdict_is_read_whole_or_not_at_all():
         assert f"the master's verdict has no {key!r}" in v.text
     v = verdict_of({**shared, "verdict": {**shared["verdict"], "exit_code": "0"}})
     assert not v.passed and "the master's verdict's 'exit_code' is str, not int" in v.text
+
+
+def test_a_node_whose_summary_cannot_be_read_is_left_out_of_the_collectives_saying_so():
+    from harness.cluster.snapshot import left_out
+
+    snap = _snap()
+    del snap["nodes"]["1"]["figures"]
+    del snap["nodes"]["2"]
+    snap["missing"] = {"2": {"host": "node2", "reason": "never joined"}}
+    snap["nodes"]["3"]["verdict"] = "fail"
+    assert left_out(snap, decide(snap).bad_nodes) == {
+        1: "its summary cannot be read", 2: "did not report", 3: "failed its own checks"}
