@@ -18,6 +18,7 @@ from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide, for_nodes
 from harness.cluster.wire import SnapshotHead
 from harness.judges.cluster import StragglerLimits
+from harness.profiles.model import Profile
 from harness.topology.model import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -39,7 +40,7 @@ class CollectivePhases(GroupPhases):
 
     topo: Topology
     t: ClusterTimeouts
-    profile: Any
+    profile: Profile
     tier: str
     env: Mapping[str, str]
     plane: ControlPlane | None
