@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cluster.verdict import decide
+from harness.judges.cluster import DEFAULT_LIMITS
 
 FACTS = {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5", "ofi_nccl": "1.13.2",
          "libfabric": "1.22.0amzn4.0", "torch": "2.13.0", "gpu_count": 8,
@@ -42,13 +43,17 @@ def snapshot(n: int) -> dict:
                          "failed": failed, "num_failed": len(failed), "harness_errors": [],
                          "facts": dict(FACTS), "env": env,
                          "figures": {"node_busbw_gb_s": 400.0 if r == n // 5 else 480.0 + r % 7,
-                                     "step_time_s": 0.5 + (r % 3) / 100}}
+                                     "step_time_s": 0.5 + (r % 3) / 100},
+                         "sdc": None, "nothing_judged": None}
     return {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(n)}, "nodes": nodes, "missing": {}}
 
 
 def timed(n: int, iters: int) -> float:
     snap = snapshot(n)
+    judged = decide(snap)  # a snapshot it cannot read would time the error path
+    assert judged.verdict == "fail" and len(judged.checks) > 1, judged.text
     times = []
     for _ in range(iters):
         began = time.perf_counter()

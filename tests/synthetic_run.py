@@ -14,6 +14,7 @@ from typing import Any
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.snapshot import FACT_KEYS, left_out, node_summary, not_measured
 from harness.cluster.verdict import decide
+from harness.judges.cluster import DEFAULT_LIMITS
 from harness.report.model import Report
 from harness.results import CheckResult, Measurement, results
 
@@ -86,8 +87,9 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
     facts = {k: "same" for k in FACT_KEYS}
     snap: dict[str, Any] = {
         "num_nodes": num_nodes, "profile": PROFILE, "tier": tier,
+        "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
         "hosts": {str(r): h for r, h in hosts.items()},
-        "nodes": {str(r): node_summary(rep, rank=r, facts=facts, env={})
+        "nodes": {str(r): node_summary(rep, rank=r, facts=facts, env={}).to_json()
                   for r, rep in enumerate(reports)},
     }
     # As step.py does: after a node-local failure, preflight stops before the collectives

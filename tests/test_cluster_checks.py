@@ -25,14 +25,17 @@ from harness.checking import (
 )
 from harness.cluster import verdict
 from harness.cluster.checks import CLUSTER_CHECKS
+from harness.judges.cluster import DEFAULT_LIMITS
 
 IDS = [f"PF-CLUSTER-00{i}" for i in range(1, 9)]
 
 
 def _snap(n=4):
-    node = {"verdict": "pass", "failed": [], "harness_errors": [], "facts": {"gpu_count": 8},
-            "env": {}}
+    node = {"verdict": "pass", "failed": [], "num_failed": 0, "harness_errors": [],
+            "facts": {"gpu_count": 8}, "env": {}, "figures": {}, "sdc": None,
+            "nothing_judged": None}
     return {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(n)},
             "nodes": {str(r): {**node, "rank": r, "host": f"node{r}"} for r in range(n)},
             "missing": {}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cluster.fleet import FleetSpec, run_fleet
+from harness.judges.cluster import DEFAULT_LIMITS
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -122,8 +123,9 @@ def _snap(n: int, missing: tuple[int, ...] = ()) -> dict:
 
     spec = FleetSpec(nodes=n, slow=[2])
     return {"num_nodes": n, "profile": "local-cpu", "tier": "preflight",
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"sim{r:05d}" for r in range(n)},
-            "nodes": {str(r): _summary(r, spec) for r in range(n) if r not in missing},
+            "nodes": {str(r): _summary(r, spec).to_json() for r in range(n) if r not in missing},
             "missing": {str(r): {"host": f"sim{r:05d}", "reason": "never joined"}
                         for r in missing}}
 

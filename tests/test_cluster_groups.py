@@ -21,6 +21,7 @@ from harness.cluster.groups import (
 )
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.verdict import decide
+from harness.judges.cluster import DEFAULT_LIMITS
 
 
 def test_spec_file_and_launcher_env(tmp_path):
@@ -131,9 +132,11 @@ def test_isolate_alone_can_miss_the_one_slow_link_of_a_small_group():
 
 def _snap(plan, results=None):
     nodes = {str(r): {"rank": r, "host": f"node{r}", "verdict": "pass", "failed": [],
-                      "harness_errors": [], "facts": {}, "env": {}, "figures": {}}
+                      "num_failed": 0, "harness_errors": [], "facts": {}, "env": {},
+                      "figures": {}, "sdc": None, "nothing_judged": None}
              for r in range(4)}
     snap = {"num_nodes": 4, "profile": "local-cpu", "tier": "preflight", "nodes": nodes,
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(4)}, "missing": {},
             "groups_plan": plan}
     if results is not None:

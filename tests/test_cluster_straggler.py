@@ -7,7 +7,7 @@ import math
 import pytest
 
 from harness.cluster.verdict import decide
-from harness.judges.cluster import find_stragglers
+from harness.judges.cluster import DEFAULT_LIMITS, find_stragglers
 
 
 def test_slow_node_above_floor_is_flagged():
@@ -53,9 +53,10 @@ def _snap(busbw, *, tier="preflight", gpus=8, step=None, per_rank=None):
     for r, value in enumerate(busbw):
         figures = {"node_busbw_gb_s": value, "step_time_s": step[r] if step else None}
         nodes[str(r)] = {"rank": r, "host": f"node{r}", "verdict": "pass", "failed": [],
-                         "harness_errors": [], "facts": {"gpu_count": gpus}, "env": {},
-                         "figures": figures}
+                         "num_failed": 0, "harness_errors": [], "facts": {"gpu_count": gpus},
+                         "env": {}, "figures": figures, "sdc": None, "nothing_judged": None}
     snap = {"num_nodes": len(busbw), "profile": "p5.48xlarge", "tier": tier,
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(len(busbw))}, "nodes": nodes,
             "missing": {}}
     if per_rank is not None:
@@ -205,7 +206,7 @@ def test_node_summary_publishes_the_figures_of_its_report():
         {"what": "all_reduce busbw at 16 MiB", "value": 1.25, "unit": "GB/s", "op": ">=",
          "threshold": 0.05, "ok": True}]}])
     summary = node_summary(report, rank=2, facts={}, env={})
-    assert summary["figures"] == {"node_busbw_gb_s": 1.25, "step_time_s": None}
+    assert summary.figures == {"node_busbw_gb_s": 1.25, "step_time_s": None}
 
 
 # --- the limits are the leader's profile's (Profile.straggler_*), carried by the snapshot -----

@@ -11,6 +11,7 @@ from harness.cluster.checks import consistency_outliers
 from harness.cluster.isolate import isolate, simulate_measure
 from harness.cluster.snapshot import node_summary
 from harness.cluster.verdict import decide
+from harness.judges.cluster import DEFAULT_LIMITS
 from harness.report.model import Report
 from harness.results import CheckResult
 
@@ -22,11 +23,13 @@ FACTS = {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5", "ofi_nccl": "1
 def _summary(rank, verdict="pass", failed=(), facts=None, env=None):
     return {"rank": rank, "host": f"node{rank}", "verdict": verdict, "failed": list(failed),
             "num_failed": len(failed), "harness_errors": [], "facts": dict(facts or FACTS),
-            "env": dict(env or {"NCCL_DEBUG": "WARN"})}
+            "env": dict(env or {"NCCL_DEBUG": "WARN"}), "figures": {}, "sdc": None,
+            "nothing_judged": None}
 
 
 def _snap(n=4, **changes):
     snap = {"num_nodes": n, "profile": "p5.48xlarge", "tier": "preflight",
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(n)},
             "nodes": {str(r): _summary(r) for r in range(n)}, "missing": {}}
     snap.update(changes)
@@ -146,10 +149,10 @@ def test_node_summary_from_a_report():
                      CheckResult(id="PF-ENV-001", outcome="pass")]
     s = node_summary(report, rank=7, facts=FACTS,
                      env={"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa", "HOME": "/root"})
-    assert s["verdict"] == "fail" and s["host"] == "node7" and s["rank"] == 7
-    assert len(s["failed"][0]["message"]) == 600
-    assert s["env"] == {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN"}
-    assert s["facts"]["nccl"] == "2.21.5"
+    assert s.verdict == "fail" and s.host == "node7" and s.rank == 7
+    assert len(s.failed[0].message) == 600
+    assert s.env == {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN"}
+    assert s.facts["nccl"] == "2.21.5"
 
 
 def test_cluster_timeouts_round_trip_through_the_environment():
@@ -184,19 +187,63 @@ def test_a_node_whose_own_verdict_is_error_fails_the_cluster_and_says_why():
     assert "harness could not judge" in v.actions["sagemaker_failure_reason"]
 
 
-@pytest.mark.parametrize("summary", [
-    {"rank": 1, "host": "node1"},  # a node that published no verdict at all
-    {"rank": 1, "host": "node1", "verdict": "warn", "failed": [], "harness_errors": []},
-    {"rank": 1, "host": "node1", "verdict": None},
-])
-def test_a_node_verdict_that_is_not_pass_never_passes(summary):
+def test_a_node_verdict_that_is_not_pass_never_passes():
     snap = _snap()
-    snap["nodes"]["1"] = {**summary, "facts": dict(FACTS), "env": {"NCCL_DEBUG": "WARN"}}
+    snap["nodes"]["1"]["verdict"] = "warn"
     v = decide(snap)
     assert not v.passed
     assert [b["host"] for b in v.bad_nodes] == ["node1"]
+    assert v.bad_nodes[0]["reason"].startswith("node-local verdict warn")
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"verdict": None}, "rank 1's summary's 'verdict' is NoneType, not str"),
+    ({"failed": [{"id": "PF-GPU-001", "outcome": "fail"}]},
+     "rank 1's summary's 'failed' has no 'message'"),
+    ({"env": {"NCCL_DEBUG": 3}}, "rank 1's summary's 'env' holds a value that is not text"),
+    ({"rank": True}, "rank 1's summary's 'rank' is bool, not int"),
+])
+def test_a_node_summary_that_cannot_be_read_names_the_field(change, named):
+    snap = _snap()
+    snap["nodes"]["1"].update(change)
+    v = decide(snap)
+    assert not v.passed and [b["host"] for b in v.bad_nodes] == ["node1"]
     assert v.bad_nodes[0]["reason"].startswith(
-        f"node-local verdict {summary.get('verdict') or 'missing'}")
+        f"published a node summary that cannot be read ({named})")
+
+
+@pytest.mark.parametrize("key", list(_summary(0)))
+def test_a_node_summary_missing_one_field_is_never_read_with_a_default(key):
+    """Unknown is never healthy: every field of a summary is required; a node whose summary
+    lacks one is named (PF-CLUSTER-001, a bad node) with the field, never judged a pass."""
+    snap = _snap()
+    del snap["nodes"]["2"][key]
+    v = decide(snap)
+    assert not v.passed and [b["host"] for b in v.bad_nodes] == ["node2"]
+    assert f"rank 2's summary has no {key!r}" in v.bad_nodes[0]["reason"]
+    assert "PF-CLUSTER-001" in _ids(v, "fail")
+
+
+def test_a_node_summary_round_trips_byte_for_byte():
+    """The wire form: what a node publishes (node_summary -> to_json) reads back (from_dict)
+    to the same summary and the same bytes, SDC figures and a failed check included."""
+    import json
+
+    from harness.cluster.snapshot import NodeSummary
+
+    report = Report(host="node3", profile="local-cpu", profile_source="--profile",
+                    tier="preflight")
+    report.checks = [CheckResult(id="PF-ENV-004", outcome="fail", message="bad env"),
+                     CheckResult(id="PF-BW-006", outcome="pass")]
+    report.harness_errors = ["a harness error"]
+    summary = node_summary(report, rank=3, facts=FACTS, env={"NCCL_DEBUG": "WARN"})
+    wire = json.dumps(summary.to_json())
+    assert NodeSummary.from_dict(json.loads(wire)) == summary
+    assert json.dumps(NodeSummary.from_dict(json.loads(wire)).to_json()) == wire
+    full = {**_summary(1), "sdc": {"spec": "sdc/v1", "devices": {"GPU 0": "d"}, "outputs": {},
+                                   "totals": {}, "sm_count": 132, "outcome": "pass"},
+            "figures": {"node_busbw_gb_s": 1.5, "step_time_s": None}, "nothing_judged": "idle"}
+    assert json.dumps(NodeSummary.from_dict(full).to_json()) == json.dumps(full)
 
 
 IDLE = ("every selected check was skipped, nothing was judged (profile local-cpu; tier "
@@ -243,11 +290,11 @@ def test_node_summary_says_nothing_judged_unless_a_cluster_check_was_selected():
     report.checks = [CheckResult(id="PF-GPU-001", outcome="skip", message="not applicable")]
     report.selection = {"nothing_judged": IDLE}
     assert node_summary(report, rank=1, facts=FACTS, env={},
-                        cluster_ids=CLUSTER_IDS)["nothing_judged"] == IDLE
+                        cluster_ids=CLUSTER_IDS).nothing_judged == IDLE
     report.checks.append(CheckResult(id="PF-CLUSTER-004", outcome="skip",
                                      message="judged by the cluster step"))
     assert node_summary(report, rank=1, facts=FACTS, env={},
-                        cluster_ids=CLUSTER_IDS)["nothing_judged"] is None
+                        cluster_ids=CLUSTER_IDS).nothing_judged is None
 
 
 def test_preflight_says_what_it_did_not_measure_and_why():
@@ -365,3 +412,63 @@ def test_one_bad_node_is_always_drainable():
     v = decide(_failing(_snap(n=2), [1]))
     assert v.blast_radius["suspect"] is False and v.actions["slurm_drain"]
     assert [allowed(n, 0.5) for n in (1, 2, 3, 4, 5, 1000)] == [1, 1, 1, 2, 2, 500]
+
+
+HEAD_KEYS = ("num_nodes", "profile", "tier", "straggler_limits", "drain_cap", "hosts")
+
+
+@pytest.mark.parametrize("key", HEAD_KEYS)
+def test_a_snapshot_missing_a_head_field_judges_nothing_and_names_it(key):
+    """The snapshot's head (harness.cluster.wire.SnapshotHead) has no default either: without
+    one field the verdict is an error naming it, never a pass."""
+    snap = _snap()
+    del snap[key]
+    v = decide(snap)
+    assert (v.verdict, v.exit_code, v.checks) == ("error", 1, [])
+    assert f"the cluster snapshot has no {key!r}" in v.text
+
+
+def test_a_snapshot_head_round_trips_byte_for_byte():
+    """What the master writes (`_base`: SnapshotHead.to_json) reads back to the same bytes."""
+    import json
+
+    from harness.cluster.wire import SnapshotHead
+
+    head = {k: v for k, v in _snap(drain_cap=0.25).items() if k in HEAD_KEYS}
+    assert list(head) == list(HEAD_KEYS)  # the order _base writes
+    wire = json.dumps(head)
+    assert json.dumps(SnapshotHead.from_dict(json.loads(wire)).to_json()) == wire
+    limits = {**head, "straggler_limits": {"z_max": 3.5, "min_nodes": 4}}
+    with pytest.raises(ValueError, match="'straggler_limits' has no 'min_rel_dev'"):
+        SnapshotHead.from_dict(limits)
+
+
+def test_the_masters_verdict_is_read_whole_or_not_at_all():
+    """What the master publishes (`for_nodes`) reads back on a node to the master's verdict;
+    one field missing or of the wrong type is an error naming it, never a pass."""
+    import json
+
+    from harness.cluster.verdict import for_nodes, verdict_of
+
+    snap = _snap()
+    shared = json.loads(json.dumps(for_nodes(snap)))
+    assert verdict_of(shared) == decide(snap)
+    for key in ("verdict", "exit_code", "text", "blast_radius"):
+        broken = {**shared, "verdict": {k: v for k, v in shared["verdict"].items() if k != key}}
+        v = verdict_of(broken)
+        assert (v.verdict, v.exit_code) == ("error", 1)
+        assert f"the master's verdict has no {key!r}" in v.text
+    v = verdict_of({**shared, "verdict": {**shared["verdict"], "exit_code": "0"}})
+    assert not v.passed and "the master's verdict's 'exit_code' is str, not int" in v.text
+
+
+def test_a_node_whose_summary_cannot_be_read_is_left_out_of_the_collectives_saying_so():
+    from harness.cluster.snapshot import left_out
+
+    snap = _snap()
+    del snap["nodes"]["1"]["figures"]
+    del snap["nodes"]["2"]
+    snap["missing"] = {"2": {"host": "node2", "reason": "never joined"}}
+    snap["nodes"]["3"]["verdict"] = "fail"
+    assert left_out(snap, decide(snap).bad_nodes) == {
+        1: "its summary cannot be read", 2: "did not report", 3: "failed its own checks"}

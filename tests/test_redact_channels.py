@@ -175,7 +175,7 @@ def _peers(report: Report, tmp: Path, env: dict[str, str]) -> str:
     from harness.cluster.snapshot import node_summary
 
     env = {**env, "NCCL_DEBUG_FILE": CANARIES[8].text, "FI_PROVIDER": CANARIES[14].secret}
-    return json.dumps(node_summary(report, rank=0, facts={}, env=env))
+    return json.dumps(node_summary(report, rank=0, facts={}, env=env).to_json())
 
 
 CHANNELS = {"report.json": _report_json, "failure file": _failure_file,

@@ -13,6 +13,7 @@ import pytest
 from harness.checking import run_check
 from harness.cluster.snapshot import node_sdc
 from harness.cluster.verdict import decide
+from harness.judges.cluster import DEFAULT_LIMITS
 from harness.probes import sdc
 
 torch = pytest.importorskip("torch")
@@ -134,9 +135,11 @@ H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "driver": "570.1", "cuda": "12.8",
 
 def _snap(sdcs, facts=None):
     nodes = {str(r): {"rank": r, "host": f"node{r}", "verdict": "pass", "failed": [],
-                      "harness_errors": [], "facts": (facts or {}).get(r, H100), "env": {},
-                      "figures": {}, "sdc": s} for r, s in enumerate(sdcs)}
+                      "num_failed": 0, "harness_errors": [],
+                      "facts": (facts or {}).get(r, H100), "env": {}, "figures": {}, "sdc": s,
+                      "nothing_judged": None} for r, s in enumerate(sdcs)}
     return {"num_nodes": len(sdcs), "profile": "p5.48xlarge", "tier": "preflight",
+            "straggler_limits": DEFAULT_LIMITS.to_dict(), "drain_cap": None,
             "hosts": {str(r): f"node{r}" for r in range(len(sdcs))}, "nodes": nodes,
             "missing": {}}
 

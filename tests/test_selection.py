@@ -9,6 +9,7 @@ import json
 import pytest
 
 from harness.run.selection import (
+    Events,
     PhaseRun,
     SelectionError,
     account,
@@ -224,3 +225,17 @@ def test_judged_counts_the_results_that_are_no_skip(tmp_path):
     proof = _account(tmp_path, [_collected("checks", [_item(1), _item(2)]), _result(1, "skip"),
                                 _result(2, "fail")], OK)
     assert proof.selection["judged"] == 1
+
+
+def test_a_phase_is_skipped_only_when_the_selection_proves_it_empty():
+    """The runner skips a phase (`Events.has_phase`) only on a known selection holding none of
+    its checks; an unknown selection (no collection record yet) runs every phase."""
+    assert Events().has_phase("exclusive") and Events().has_phase("node-local")
+    local_only = Events(collected=[_collected("node-local", [_item(1)])])
+    assert local_only.has_phase("node-local") and local_only.has_phase("checks")
+    assert not local_only.has_phase("exclusive")
+    both = Events(collected=[{"selected": [_item(1), _item(2, exclusive=True)]}])
+    assert both.has_phase("exclusive") and both.has_phase("node-local")
+    deep = Events(collected=[{"selected": [_item(2, exclusive=True)]}])
+    assert deep.has_phase("exclusive") and not deep.has_phase("node-local")
+    assert not Events(collected=[{"selected": []}]).has_phase("checks")

@@ -16,7 +16,7 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import check, fail, measure, not_run, warn
 from harness.cluster.group_check import test_job_shaped_groups_meet_their_threshold
 from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
-from harness.cluster.snapshot import FACT_KEYS, ClusterView
+from harness.cluster.snapshot import FACT_KEYS, ClusterView, NodeSummary
 from harness.cluster.straggler import test_no_straggler_node
 
 __all__ = ["CLUSTER_CHECKS", "consistency_outliers"]
@@ -41,9 +41,9 @@ def _gb(v: float | None) -> str:
 def test_every_node_reported(cluster: ClusterView) -> None:
     missing = cluster.missing
     for r, m in sorted(missing.items()):
-        cluster.bad.add(r, m["reason"])
+        cluster.bad.add(r, m.reason)
     if missing:
-        gone = "; ".join(f"{cluster.name(r)}: {m['reason']}" for r, m in sorted(missing.items()))
+        gone = "; ".join(f"{cluster.name(r)}: {m.reason}" for r, m in sorted(missing.items()))
         fail(f"{len(missing)} of {cluster.num_nodes} nodes did not report: {gone}")
 
 
@@ -55,37 +55,33 @@ def test_every_node_reported(cluster: ClusterView) -> None:
 )
 def test_every_node_passed_its_checks(cluster: ClusterView) -> None:
     # Anything but an explicit pass is not a pass (a missing verdict, warn, error).
-    local_bad = {r: s for r, s in cluster.nodes.items() if s.get("verdict") != "pass"}
+    local_bad = {r: s for r, s in cluster.nodes.items() if s.verdict != "pass"}
     for r, s in sorted(local_bad.items()):
-        cluster.bad.add(r, _local_reason(s), [f.get("message", "") for f in s.get("failed") or []]
-                        + [f"harness: {e}" for e in s.get("harness_errors") or []])
+        cluster.bad.add(r, _local_reason(s), [f.message for f in s.failed]
+                        + [f"harness: {e}" for e in s.harness_errors])
     if local_bad:
         fail(f"{len(local_bad)} of {len(cluster.nodes)} nodes failed node-local checks: "
              + "; ".join(f"{cluster.name(r)}: {_local_summary(s)}"
                          for r, s in sorted(local_bad.items())))
 
 
-def _local_reason(s: Mapping[str, Any]) -> str:
+def _local_reason(s: NodeSummary) -> str:
     """Why a node's own verdict is not pass: its failed checks, or what stopped the harness."""
-    failed = s.get("failed") or []
-    if failed:
-        return "node-local checks failed: " + ", ".join(
-            dict.fromkeys(str(f.get("id", "?")) for f in failed))
-    errors = s.get("harness_errors") or []
+    if s.failed:
+        return "node-local checks failed: " + ", ".join(dict.fromkeys(f.id for f in s.failed))
+    errors = s.harness_errors
     why = f": {errors[0]}" if errors else ": no reason published"
-    if s.get("verdict") == "error":
+    if s.verdict == "error":
         return f"node-local verdict error (the harness could not judge the node){why}"
-    return f"node-local verdict {s.get('verdict') or 'missing'} (not pass){why}"
+    return f"node-local verdict {s.verdict or 'missing'} (not pass){why}"
 
 
-def _local_summary(s: Mapping[str, Any]) -> str:
+def _local_summary(s: NodeSummary) -> str:
     """A node's first failures (their first clauses), else its verdict and harness error."""
-    failed = s.get("failed") or []
-    if failed:
-        return " | ".join(str(f.get("message", "")).split(";")[0] for f in failed[:3])
-    errors = s.get("harness_errors") or []
-    return f"verdict {s.get('verdict') or 'missing'}: " + (errors[0] if errors else
-                                                             "no reason published")
+    if s.failed:
+        return " | ".join(f.message.split(";")[0] for f in s.failed[:3])
+    return f"verdict {s.verdict or 'missing'}: " + (s.harness_errors[0] if s.harness_errors
+                                                    else "no reason published")
 
 
 @check(
@@ -98,10 +94,10 @@ def _local_summary(s: Mapping[str, Any]) -> str:
     "everywhere",
 )
 def test_nodes_are_consistent(cluster: ClusterView) -> None:
-    values = {r: {**{k: (s.get("facts") or {}).get(k) for k in FACT_KEYS},
-                  **{f"env {k}": v for k, v in (s.get("env") or {}).items()}}
+    values = {r: {**{k: s.facts.get(k) for k in FACT_KEYS},
+                  **{f"env {k}": v for k, v in s.env.items()}}
               for r, s in cluster.nodes.items()
-              if s.get("verdict") != "interrupted"}  # a signal stopped it before it read its facts
+              if s.verdict != "interrupted"}  # a signal stopped it before it read its facts
     # A variable set on some nodes only: unset elsewhere is a value too. The set of names is
     # built once (built per node it made the verdict quadratic in N: bench/bench_verdict.py).
     env_keys = {k for v in values.values() for k in v if k.startswith("env ")}

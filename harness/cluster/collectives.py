@@ -9,13 +9,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_float
 from harness.cluster.group_phase import GroupPhases, plan_groups
 from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_fault
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide, for_nodes
+from harness.cluster.wire import SnapshotHead
 from harness.judges.cluster import StragglerLimits
+from harness.profiles.model import Profile
 from harness.topology.model import Topology
 
 __all__ = ["CollectivePhases", "log", "short"]
@@ -37,7 +40,7 @@ class CollectivePhases(GroupPhases):
 
     topo: Topology
     t: ClusterTimeouts
-    profile: Any
+    profile: Profile
     tier: str
     env: Mapping[str, str]
     plane: ControlPlane | None
@@ -56,12 +59,13 @@ class CollectivePhases(GroupPhases):
     def is_master(self) -> bool:
         return self.rank == 0
 
-    def _base(self) -> dict[str, Any]:
-        return {"num_nodes": self.topo.num_nodes, "profile": self.profile.name,
-                "tier": self.tier, "straggler_limits": StragglerLimits.of(self.profile).to_dict(),
-                # the master's cap, in the snapshot: every node takes the same verdict
-                "drain_cap": get_float("PREFLIGHT_DRAIN_CAP", self.env),
-                "hosts": {str(r): h for r, h in enumerate(self.topo.hosts)}}
+    def _base(self) -> JSONObject:
+        """The snapshot's head (harness.cluster.wire.SnapshotHead), as it travels."""
+        return SnapshotHead(
+            num_nodes=self.topo.num_nodes, profile=self.profile.name, tier=self.tier,
+            straggler_limits=StragglerLimits.of(self.profile),
+            drain_cap=get_float("PREFLIGHT_DRAIN_CAP", self.env),
+            hosts=dict(enumerate(self.topo.hosts))).to_json()
 
     def _lost_master(self, phase: str, why: str) -> dict[str, Any]:
         """What a node decides alone when the master is gone: the master is the bad node, for

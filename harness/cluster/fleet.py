@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.base.jsontypes import JSONObject
+from harness.cluster.snapshot import NodeSummary
 from harness.cluster.timeouts import ClusterTimeouts
 
 __all__ = ["FleetSpec", "run_fleet"]
@@ -77,14 +78,14 @@ class FleetSpec:
                                isolation_rounds=0, exit_s=self.exit_s)
 
 
-def _summary(rank: int, spec: FleetSpec) -> dict[str, Any]:
+def _summary(rank: int, spec: FleetSpec) -> NodeSummary:
     """What `node_summary` publishes for a healthy node (the straggler: a third of the busbw)."""
     busbw = 100.0 + (rank % 7) * 0.5
-    return {"rank": rank, "host": f"sim{rank:05d}", "verdict": "pass", "failed": [],
-            "num_failed": 0, "harness_errors": [], "facts": dict(_FACTS), "env": dict(_ENV),
-            "figures": {"node_busbw_gb_s": busbw / 3 if rank in spec.slow else busbw,
-                        "step_time_s": None},
-            "nothing_judged": None}
+    return NodeSummary(rank=rank, host=f"sim{rank:05d}", verdict="pass", failed=(), num_failed=0,
+                       harness_errors=(), facts=dict(_FACTS), env=dict(_ENV),
+                       figures={"node_busbw_gb_s": busbw / 3 if rank in spec.slow else busbw,
+                                "step_time_s": None},
+                       sdc=None, nothing_judged=None)
 
 
 def _step(rank: int, spec: FleetSpec, hosts: tuple[str, ...]) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_str
@@ -29,10 +29,8 @@ from harness.cluster.groups import (
     rounds,
 )
 from harness.cluster.node import gate_floor, gate_size
-from harness.cluster.timeouts import MAX_GROUP_ROUNDS
-
-if TYPE_CHECKING:
-    from harness.profiles.model import Profile
+from harness.cluster.timeouts import MAX_GROUP_ROUNDS, ClusterTimeouts
+from harness.profiles.model import Profile
 
 __all__ = ["GroupPhases", "plan_groups"]
 
@@ -60,8 +58,8 @@ class GroupPhases:
     """The groups phase; `ClusterStep` holds the state (plane, timeouts, device, rank)."""
 
     plane: Any
-    t: Any
-    profile: Any
+    t: ClusterTimeouts
+    profile: Profile
     device: Any
     clean: bool
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.base.jsontypes import JSONMapping
 from harness.checking import check, fail, measure, not_applicable, warn
-from harness.cluster.snapshot import ClusterView
+from harness.cluster.snapshot import ClusterView, NodeSummary
 from harness.probes.sdc import differing_outputs, majority, short
 
 __all__ = ["test_no_silent_data_corruption_across_nodes"]
@@ -25,10 +24,9 @@ GROUP_FACTS = ("gpu_model", "driver", "cuda", "torch")
 MAX_DEVICES = 72
 
 
-def _group_key(summary: JSONMapping) -> tuple[Any, ...]:
-    facts = summary.get("facts") or {}
-    sdc = summary.get("sdc") or {}
-    return (*(facts.get(k) for k in GROUP_FACTS), sdc.get("spec"), sdc.get("sm_count"))
+def _group_key(summary: NodeSummary) -> tuple[Any, ...]:
+    sdc = summary.sdc or {}
+    return (*(summary.facts.get(k) for k in GROUP_FACTS), sdc.get("spec"), sdc.get("sm_count"))
 
 
 def _describe(key: tuple[Any, ...]) -> str:
@@ -48,7 +46,7 @@ def _describe(key: tuple[Any, ...]) -> str:
     "a third node of its kind to tell which result is good",
 )
 def test_no_silent_data_corruption_across_nodes(cluster: ClusterView) -> None:
-    published = {r: s.get("sdc") for r, s in cluster.nodes.items()}
+    published = {r: s.sdc for r, s in cluster.nodes.items()}
     if not any(published.values()):
         not_applicable("no node ran the SDC cross-check (PF-GPU-020 not selected, or it "
                        "measured nothing)")
@@ -88,7 +86,7 @@ def test_no_silent_data_corruption_across_nodes(cluster: ClusterView) -> None:
 
 
 def digests_of(cluster: ClusterView, rank: int) -> str | None:
-    sdc = cluster.nodes[rank].get("sdc") or {}
+    sdc = cluster.nodes[rank].sdc or {}
     good, _ = majority({str(k): str(v) for k, v in (sdc.get("devices") or {}).items()})
     return good
 
@@ -96,11 +94,11 @@ def digests_of(cluster: ClusterView, rank: int) -> str | None:
 def _figures(cluster: ClusterView, rank: int, ref_rank: int | None, digests: Mapping[int, str],
              good: str | None, label: str) -> str:
     """The minority node's figures against the group's majority (or why none is known)."""
-    mine = cluster.nodes[rank].get("sdc") or {}
+    mine = cluster.nodes[rank].sdc or {}
     if good is None or ref_rank is None:
         return (f"digest {short(digests[rank])}; no strict majority among the "
                 f"{len(digests)} nodes of {label}: the good result cannot be told apart")
-    ref = cluster.nodes[ref_rank].get("sdc") or {}
+    ref = cluster.nodes[ref_rank].sdc or {}
     agree = sum(1 for d in digests.values() if d == good)
     diff = differing_outputs(mine.get("outputs") or {}, ref.get("outputs") or {})
     totals, ref_totals = mine.get("totals") or {}, ref.get("totals") or {}

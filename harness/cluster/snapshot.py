@@ -1,6 +1,13 @@
-"""The snapshot the cluster verdict judges: what one node publishes (`node_summary`), and the
-view of the whole snapshot the cluster checks read (`ClusterView`), with the bad nodes they
-name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is gathered."""
+"""The snapshot the cluster verdict judges: what one node publishes (`node_summary`, a typed
+`NodeSummary`), and the view of the whole snapshot the cluster checks read (`ClusterView`), with
+the bad nodes they name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is
+gathered.
+
+The snapshot is read once, by `ClusterView.of`, through the wire types (harness.cluster.wire):
+its head (`SnapshotHead`) and every node's summary (`NodeSummary`). A summary with a field
+missing or of the wrong type is never read with a default (unknown is never healthy): its node
+is named as one whose summary could not be read (`ClusterView.missing`); a head that cannot
+be read is a SnapshotError (the verdict says so)."""
 
 from __future__ import annotations
 
@@ -9,8 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.base.fabric import FABRIC_ENV_PREFIXES
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.base.redact import Redactor
+from harness.cluster.wire import MissingNode, NodeSummary, SnapshotError, SnapshotHead
 from harness.judges.cluster import StragglerLimits
 
 if TYPE_CHECKING:
@@ -19,7 +28,6 @@ if TYPE_CHECKING:
     from harness.topology.model import Topology
 
 __all__ = [
-    "ENV_PREFIXES",
     "FACT_KEYS",
     "NODE_FIGURES",
     "SDC_CHECK_ID",
@@ -37,8 +45,6 @@ __all__ = [
 #: Node facts that must be equal on every node (versions, GPU inventory).
 FACT_KEYS = ("driver", "cuda", "nccl", "ofi_nccl", "libfabric", "torch", "gpu_count",
              "gpu_model")
-#: Environment prefixes whose variables must be equal on every node.
-ENV_PREFIXES = ("NCCL_", "FI_")
 #: The node-local SDC check whose measurements a node publishes (harness/cluster/sdc.py).
 SDC_CHECK_ID = "PF-GPU-020"
 #: Bound on the devices one node publishes SDC digests for.
@@ -125,7 +131,7 @@ def node_sdc(checks: Iterable[object]) -> JSONObject | None:
 
 
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
-                 env: Mapping[str, str], cluster_ids: Iterable[str] = ()) -> JSONObject:
+                 env: Mapping[str, str], cluster_ids: Iterable[str] = ()) -> NodeSummary:
     """What one node publishes: host, local verdict, failed checks, facts, the NCCL/FI env,
     the figures the straggler check compares, and `nothing_judged`: why its selection judged
     nothing (every check skipped, none of them a cluster check: `cluster_ids`, which the
@@ -137,7 +143,7 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
     idle = report.selection.get("nothing_judged") if report.selection else None
     if idle and set(cluster_ids) & {c.id for c in report.checks}:
         idle = None
-    return Redactor.of(env).obj({  # type: ignore[return-value]
+    wire = Redactor.of(env).obj({
         "rank": rank,
         "host": report.host,
         "verdict": report.verdict,
@@ -145,11 +151,13 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
         "num_failed": len(report.failed),
         "harness_errors": [e[:MAX_MESSAGE_CHARS] for e in report.harness_errors[:MAX_FAILED]],
         "facts": {k: facts.get(k) for k in FACT_KEYS},
-        "env": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(FABRIC_ENV_PREFIXES)},
         "figures": node_figures(report.checks),
         "sdc": node_sdc(report.checks),
         "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
     })
+    assert isinstance(wire, dict)  # the redactor keeps a JSON object's shape
+    return NodeSummary.from_dict(wire, f"rank {rank}'s summary")
 
 
 class BadNodes:
@@ -176,10 +184,12 @@ class ClusterView:
     links, suspects, stragglers) for the verdict to report. Built once per verdict."""
 
     snap: JSONMapping
-    num_nodes: int
+    """The whole snapshot: the sections the collectives add (bandwidth, isolation, groups)."""
+    head: SnapshotHead
     hosts: dict[int, str]
-    nodes: dict[int, JSONMapping]
-    missing: dict[int, JSONMapping]
+    nodes: dict[int, NodeSummary]
+    missing: dict[int, MissingNode]
+    """The nodes that did not report, and those whose summary could not be read."""
     bad: BadNodes
     links: list[JSONObject] = field(default_factory=list)
     suspects: list[JSONObject] = field(default_factory=list)
@@ -187,25 +197,44 @@ class ClusterView:
 
     @classmethod
     def of(cls, snap: JSONMapping) -> ClusterView:
-        hosts = {int(r): h for r, h in snap.get("hosts", {}).items()}
-        nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
-        hosts.update({r: s["host"] for r, s in nodes.items() if s.get("host")})
-        missing = {int(r): m for r, m in snap.get("missing", {}).items()}
-        return cls(snap=snap, num_nodes=int(snap["num_nodes"]), hosts=hosts, nodes=nodes,
-                   missing=missing, bad=BadNodes(hosts))
+        """Read the snapshot's head and node summaries (harness.cluster.wire, once per verdict);
+        a node whose summary cannot be read is missing, with the field that was wrong. The
+        nodes' copy (harness.cluster.verdict.for_nodes) carries no summaries. Raises
+        SnapshotError naming what of the head is missing or malformed."""
+        head = SnapshotHead.from_dict(snap)
+        hosts = dict(head.hosts)
+        missing = {int(r): MissingNode.from_dict(m, f"rank {r}'s missing entry")
+                   for r, m in snap.get("missing", {}).items()}
+        nodes: dict[int, NodeSummary] = {}
+        for r, raw in snap.get("nodes", {}).items():
+            try:
+                nodes[int(r)] = NodeSummary.from_dict(raw, f"rank {r}'s summary")
+            except SnapshotError as exc:
+                host = raw.get("host") if isinstance(raw, Mapping) else None
+                missing[int(r)] = MissingNode(
+                    host if isinstance(host, str) and host else hosts.get(int(r), f"rank {r}"),
+                    f"published a node summary that cannot be read ({exc}): a node running "
+                    "another gpu-preflight version, or a corrupted store")
+        hosts.update({r: s.host for r, s in nodes.items() if s.host})
+        return cls(snap=snap, head=head, hosts=hosts, nodes=nodes,
+                   missing=dict(sorted(missing.items())), bad=BadNodes(hosts))
+
+    @property
+    def num_nodes(self) -> int:
+        return self.head.num_nodes
 
     @property
     def tier(self) -> str:
-        return str(self.snap.get("tier") or "preflight")
+        return self.head.tier
 
     @property
     def profile(self) -> str:
-        return str(self.snap.get("profile") or "?")
+        return self.head.profile
 
     @property
     def straggler_limits(self) -> StragglerLimits:
         """PF-CLUSTER-006's limits: the leader's profile's, as the snapshot carries them."""
-        return StragglerLimits.from_dict(self.snap.get("straggler_limits"))
+        return self.head.straggler_limits
 
     def host(self, rank: int) -> str:
         return self.hosts.get(rank, f"rank {rank}")
@@ -218,13 +247,14 @@ class ClusterView:
 def left_out(snap: JSONMapping, bad_nodes: Iterable[JSONMapping]) -> dict[int, str]:
     """The nodes the collectives leave out after the node-local gather (`bad_nodes`: its verdict's),
     rank -> why, in a few words: did not report, failed its own checks, differs from the rest."""
-    missing = {int(r) for r in snap.get("missing", {})}
-    nodes = {int(r): s for r, s in snap.get("nodes", {}).items()}
+    view = ClusterView.of(snap)
     out: dict[int, str] = {}
     for b in bad_nodes:
         r = int(b["rank"])
-        out[r] = ("did not report" if r in missing
-                  else "failed its own checks" if nodes.get(r, {}).get("verdict") != "pass"
+        node = view.nodes.get(r)
+        out[r] = ("its summary cannot be read" if node is None and str(r) in snap.get("nodes", {})
+                  else "did not report" if node is None
+                  else "failed its own checks" if node.verdict != "pass"
                   else "differs from the other nodes (PF-CLUSTER-003)")
     return dict(sorted(out.items()))
 

@@ -16,12 +16,18 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_str
 from harness.cluster.collectives import CollectivePhases, log
 from harness.cluster.node import node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
-from harness.cluster.snapshot import job_topology, left_out, node_summary, not_measured
+from harness.cluster.snapshot import (
+    NodeSummary,
+    job_topology,
+    left_out,
+    node_summary,
+    not_measured,
+)
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, verdict_of
 from harness.results import results as typed_results
@@ -152,7 +158,7 @@ class ClusterStep(CollectivePhases):
         log(f"local verdict {report.verdict}; publishing it and gathering every node's")
         return self.exchange(summary)
 
-    def exchange(self, summary: JSONMapping) -> JSONObject:
+    def exchange(self, summary: NodeSummary) -> JSONObject:
         """Everything after the node-local checks: publish this node's summary, gather every
         node's (master) or receive the snapshot, the collective phases when it passes, and the
         exit handshake. The fleet simulator (harness.cluster.fleet) runs this very code."""
@@ -161,7 +167,7 @@ class ClusterStep(CollectivePhases):
         local_deadline = self.t0 + self.t.join_s + self.t.local_s + self.t.gather_s
         try:
             self.published = True
-            plane.publish(f"result/{self.rank}", summary, counter="count/result")
+            plane.publish(f"result/{self.rank}", summary.to_json(), counter="count/result")
             if self.is_master:
                 snap = self._share("snap/local", self._plan(self._gather_local(local_deadline)))
             else:
@@ -250,7 +256,8 @@ class ClusterStep(CollectivePhases):
         self.published = True
         try:
             self.plane.publish(f"result/{self.rank}",
-                               node_summary(report, rank=self.rank, facts={}, env=self.env),
+                               node_summary(report, rank=self.rank, facts={},
+                                            env=self.env).to_json(),
                                counter="count/result")
         except PlaneError as exc:
             log(f"could not tell the peers that this node was interrupted: {exc}")

@@ -34,7 +34,7 @@ def _series(cluster: ClusterView) -> list[tuple[str, str, bool, dict[int, object
     """Each figure some node published, by rank (a node without it is kept: None, named)."""
     out = []
     for what, unit, higher, key in _SERIES:
-        values = {r: (s.get("figures") or {}).get(key) for r, s in cluster.nodes.items()}
+        values = {r: s.figures.get(key) for r, s in cluster.nodes.items()}
         if any(v is not None for v in values.values()):
             out.append((what, unit, higher, values))
     return out
@@ -107,5 +107,5 @@ def test_no_straggler_node(cluster: ClusterView) -> None:
 
 def _has_gpus(cluster: ClusterView) -> bool:
     """Every node that published facts reports GPUs (the snapshot's own evidence)."""
-    counts = [(s.get("facts") or {}).get("gpu_count") for s in cluster.nodes.values()]
+    counts = [s.facts.get("gpu_count") for s in cluster.nodes.values()]
     return bool(counts) and all(isinstance(c, int) and c > 0 for c in counts)

@@ -9,7 +9,7 @@ failure text and the actions (Slurm exclude and drain, HyperPod replace)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.base.blast import DEFAULT_CAP, blast_radius
@@ -17,6 +17,7 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS
 from harness.cluster.snapshot import ClusterView
+from harness.cluster.wire import SnapshotError, required
 from harness.topology.hostlist import compress_hostlist
 
 __all__ = [
@@ -68,8 +69,18 @@ class ClusterVerdict:
 
     @classmethod
     def from_full(cls, data: JSONMapping) -> ClusterVerdict:
-        return cls(**data)  # type: ignore[arg-type]
+        """The master's verdict as `for_nodes` published it: every field required, of its
+        type (SnapshotError naming the first that is not)."""
+        where = "the master's verdict"
+        return cls(**{f.name: required(data, f.name, _FULL_TYPES[f.name], where)
+                      for f in fields(cls)})
 
+
+#: The JSON type of each ClusterVerdict field, as `from_full` checks it.
+_FULL_TYPES: dict[str, type] = {
+    "verdict": str, "exit_code": int, "checks": list, "bad_nodes": list, "bad_links": list,
+    "suspects": list, "actions": dict, "text": str, "stragglers": list, "usage_error": str,
+    "blast_radius": dict}
 
 #: The IDs of the cluster checks: a node's selection holding one is judged by the cluster step.
 CLUSTER_IDS = frozenset(spec_of(judge).id for judge in CLUSTER_CHECKS)
@@ -79,8 +90,13 @@ EXIT_USAGE = 2
 
 
 def decide(snap: JSONMapping) -> ClusterVerdict:
-    """The verdict from a gathered snapshot (see `harness.cluster.plane` for its keys)."""
-    cluster = ClusterView.of(snap)
+    """The verdict from a gathered snapshot (see `harness.cluster.plane` for its keys). A
+    snapshot whose head cannot be read (harness.cluster.wire) judges nothing: an error that
+    names the field, never a pass."""
+    try:
+        cluster = ClusterView.of(snap)
+    except SnapshotError as exc:
+        return _unread(exc)
     if (idle := _nothing_judged(cluster)) is not None:
         text = (f"gpu-preflight could not judge anything on a {cluster.num_nodes}-node cluster "
                 f"({cluster.profile}, tier {cluster.tier}): {idle}\n")
@@ -93,14 +109,14 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
     failed = [c for c in checks if c["outcome"] in ("fail", "error")]
     verdict = "fail" if failed or bad_nodes else "pass"
     radius = blast_radius(cluster.num_nodes, len(bad_nodes),
-                          float(snap.get("drain_cap") or DEFAULT_CAP))
+                          cluster.head.drain_cap or DEFAULT_CAP)
     actions = _actions(bad_nodes, snap) if bad_nodes else {}
     if radius["suspect"]:  # a shared cause, likely: the drains are held back, and said
         actions = {k: v for k, v in actions.items() if k not in _DRAINS}
         actions["held_back"] = {k: v for k, v in _actions(bad_nodes, snap).items()
                                 if k in _DRAINS}
         actions["suspect"] = radius["why"]
-    text = _text(snap, failed, bad_nodes, cluster.suspects, cluster.links, actions) \
+    text = _text(cluster, failed, bad_nodes, cluster.suspects, cluster.links, actions) \
         if verdict == "fail" else ""
     return ClusterVerdict(verdict=verdict, exit_code=0 if verdict == "pass" else 1,
                           checks=checks, bad_nodes=bad_nodes, bad_links=cluster.links,
@@ -131,8 +147,17 @@ def verdict_of(snap: JSONMapping) -> ClusterVerdict:
     """The verdict of a snapshot: the master's when it published one (`for_nodes`), else
     decided here (the master, and a node that lost the master)."""
     if isinstance(snap.get("verdict"), Mapping):
-        return ClusterVerdict.from_full(snap["verdict"])
+        try:
+            return ClusterVerdict.from_full(snap["verdict"])
+        except SnapshotError as exc:
+            return _unread(exc)
     return decide(snap)
+
+
+def _unread(exc: SnapshotError) -> ClusterVerdict:
+    """The verdict of a snapshot that cannot be read: an error naming what, never a pass."""
+    text = f"gpu-preflight could not read the cluster snapshot, so judged nothing: {exc}\n"
+    return ClusterVerdict(verdict="error", exit_code=1, checks=[], bad_nodes=[], text=text)
 
 
 def _nothing_judged(cluster: ClusterView) -> str | None:
@@ -141,7 +166,7 @@ def _nothing_judged(cluster: ClusterView) -> str | None:
     the multi-node test the others take part in). None when any node judged anything."""
     if cluster.missing or len(cluster.nodes) < cluster.num_nodes:
         return None
-    said = [cluster.nodes[r].get("nothing_judged") for r in sorted(cluster.nodes)]
+    said = [cluster.nodes[r].nothing_judged for r in sorted(cluster.nodes)]
     if not said or not all(said):
         return None
     return f"on every node, {said[0]}"
@@ -183,12 +208,12 @@ def _quote(text: str) -> str:
     return text.replace('"', "'").replace("\n", " ")
 
 
-def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
+def _text(cluster: ClusterView, failed: Sequence[Mapping[str, Any]],
           bad_nodes: Sequence[Mapping[str, Any]], suspects: Sequence[Mapping[str, Any]],
           links: Sequence[Mapping[str, Any]], actions: Mapping[str, Any]) -> str:
     """The failure file: its first 1024 characters name the bad nodes on their own."""
-    head = (f"gpu-preflight FAILED on a {snap['num_nodes']}-node cluster "
-            f"({snap.get('profile', '?')}, tier {snap.get('tier', '?')}): ")
+    head = (f"gpu-preflight FAILED on a {cluster.num_nodes}-node cluster "
+            f"({cluster.profile}, tier {cluster.tier}): ")
     parts = []
     if actions.get("suspect"):
         head += f"{actions['suspect']}. "
@@ -204,7 +229,7 @@ def _text(snap: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
         parts.extend(c["message"] for c in failed)
     if actions.get("slurm_exclude"):
         parts.append(f"Slurm: --exclude={actions['slurm_exclude']}")
-    unmeasured = _not_measured(snap)
+    unmeasured = _not_measured(cluster.snap)
     if unmeasured:
         parts.append(unmeasured)
     head += " | ".join(parts)

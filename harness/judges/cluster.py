@@ -46,16 +46,6 @@ class StragglerLimits:
     def to_dict(self) -> JSONObject:
         return {"z_max": self.z_max, "min_nodes": self.min_nodes, "min_rel_dev": self.min_rel_dev}
 
-    @classmethod
-    def from_dict(cls, data: object) -> StragglerLimits:
-        """From a snapshot's `straggler_limits` (the leader's profile); the Profile defaults
-        where the snapshot has none (a snapshot from an older harness)."""
-        default = DEFAULT_LIMITS
-        if not isinstance(data, dict):
-            return default
-        return cls(float(data.get("z_max", default.z_max)), int(data.get("min_nodes", default.min_nodes)),
-                   float(data.get("min_rel_dev", default.min_rel_dev)))
-
 
 #: The Profile defaults (Iglewicz & Hoaglin's 3.5, 4 figures, AMD CVS's 5 %).
 DEFAULT_LIMITS = StragglerLimits.of(Profile(name="defaults"))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.base import proc
+from harness.base.fabric import FABRIC_ENV_PREFIXES
 from harness.base.gpu_record import GpuInventory
 from harness.base.jsontypes import JSONObject, JSONValue
 from harness.base.redact import Redactor
@@ -23,11 +24,6 @@ from harness.detect.instance import has_gpu
 from harness.profiles.model import Profile
 
 __all__ = ["NodeIdentity", "gather", "gpu_keys", "profile_sha256", "read_gpus", "read_nics"]
-
-#: The variables in the identity: those that change what NCCL and libfabric do (the same
-#: prefixes PF-CLUSTER-003 compares across nodes, harness.cluster.snapshot; the memory room
-#: does not import the cluster).
-IDENTITY_ENV_PREFIXES = ("NCCL_", "FI_")
 
 #: An EC2 instance id, as Nitro's DMI board_asset_tag holds it.
 _INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
@@ -110,7 +106,7 @@ def _packages_sha256() -> str:
 def _network_env(env: Mapping[str, str]) -> JSONObject:
     """The NCCL and libfabric variables (what the bandwidth and training figures were measured
     under: the cluster's own consistency set), redacted as every output is."""
-    kept = {k: v for k, v in sorted(env.items()) if k.startswith(IDENTITY_ENV_PREFIXES)}
+    kept = {k: v for k, v in sorted(env.items()) if k.startswith(FABRIC_ENV_PREFIXES)}
     return dict(Redactor.of(env).env(kept))
 
 

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 # The one AWS client with bounded timeouts and retries (publish.py's): a store never hangs a run.
-from harness.report.publish import _client as aws_client
-from harness.report.publish import parse_s3_uri
+from harness.report.publish import aws_client, parse_s3_uri
 
 __all__ = ["Store", "StoreError"]
 

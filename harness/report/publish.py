@@ -20,6 +20,7 @@ __all__ = [
     "CW_NAMESPACE_ENV",
     "S3_URI_ENV",
     "S3Location",
+    "aws_client",
     "cluster_name",
     "download_reports",
     "job_id",
@@ -81,7 +82,7 @@ def cluster_name(env: Mapping[str, str]) -> str:
     return get_str(CLUSTER_ENV, env) or env.get("SLURM_CLUSTER_NAME") or "default"
 
 
-def _client(service: str) -> Any:
+def aws_client(service: str) -> Any:
     """A boto3 client with bounded timeouts and retries (endpoint, region and credentials come
     from the usual AWS variables and files, AWS_ENDPOINT_URL included)."""
     import boto3
@@ -137,7 +138,7 @@ def _expected_gpus(profile_name: str) -> int | None:
 
 
 def _put_metrics(namespace: str, data: list[dict[str, Any]]) -> None:
-    client = _client("cloudwatch")
+    client = aws_client("cloudwatch")
     for start in range(0, len(data), 500):  # PutMetricData takes at most 1000 items per call
         client.put_metric_data(Namespace=namespace, MetricData=data[start:start + 500])
 
@@ -178,7 +179,7 @@ def publish(
 
             as_dict = report.redacted(env).to_dict()
             uploads["cloudwatch"] = put_emf(as_dict, metric_data(as_dict, env), env, namespace,
-                                            _client("logs"))
+                                            aws_client("logs"))
         except Exception as exc:  # any AWS/network/import problem is a warning, never a crash
             uploads["cloudwatch"] = {"namespace": namespace, "ok": False, "format": "emf"}
             problem(f"putting CloudWatch EMF events for namespace {namespace}", exc)
@@ -203,7 +204,7 @@ def publish(
                        if p.is_file() and not p.name.startswith(".") and p != local)
         uploads["s3"] = {"uri": str(target), "ok": False, "files": []}
         try:
-            s3_client = _client("s3")
+            s3_client = aws_client("s3")
             for path in files:
                 uploads["s3"]["files"].append(_upload(s3_client, path, target.child(
                     *path.parent.relative_to(report_dir).parts)))
@@ -229,7 +230,7 @@ def publish(
 def download_reports(uri: str) -> list[tuple[str, bytes]]:
     """(s3 URI, content) of every `report.json` under an S3 prefix (for `preflight report`)."""
     location = parse_s3_uri(uri)
-    client = _client("s3")
+    client = aws_client("s3")
     found = []
     for page in client.get_paginator("list_objects_v2").paginate(
             Bucket=location.bucket, Prefix=location.prefix):

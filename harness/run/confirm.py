@@ -5,28 +5,79 @@ then passed: a `flaky` warning with both figures, counted in report.json and the
 a failure and so never a drain. A second run that could not judge (an error, no time left) leaves
 the failure standing, `unconfirmed`, and says why.
 
-The second run is one more check session (phase `confirm`, harness.run.runner) selecting only those
-checks: their facts are measured again (session fixtures are new), not judged again from the
-first figures. This module is the pure part: what to run again, and the merged results."""
+The second run is one more check session (phase `confirm`; harness.run.runner builds it and hands
+it in as a `Session`) selecting only those checks: their facts are measured again (session
+fixtures are new), not judged again from the first figures. `run_again` decides whether it fits
+in the budget, runs it and merges; the rest is pure: what to run again, and the merged results."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from harness.base.compare import fmt
 from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.proc_result import ProcResult
+from harness.report.model import Report
 from harness.results import CheckResult, Measurement
-from harness.run.selection import Events
+from harness.results import results as typed_results
+from harness.run.selection import Events, load_events
 
-__all__ = ["CONFIRM_PHASE", "RESULTS_FILE", "add_isolation", "budget_line", "families_of",
-           "keyword", "merge", "to_confirm"]
+__all__ = ["CONFIRM_PHASE", "RESULTS_FILE", "Session", "add_isolation", "budget_line",
+           "families_of", "keyword", "merge", "run_again", "to_confirm"]
 
 CONFIRM_PHASE = "confirm"
 #: The second session's results file (beside results.jsonl, which proves the first run).
 RESULTS_FILE = "confirm-results.jsonl"
 #: Figures quoted per run in a message (the record keeps them all).
 _FIGURES_SHOWN = 4
+#: What a check session takes to start before its first check (pytest, the plugin), s.
+SESSION_START_S = 5.0
+
+
+class Session(Protocol):
+    """Runs the confirming check session: the checks `ids`, results to `results`, within
+    `timeout_s`; returns its argv and how it ended."""
+
+    def __call__(self, ids: Sequence[str], results: Path, timeout_s: float
+                 ) -> tuple[list[str], ProcResult]: ...
+
+
+def run_again(report: Report, events: Events, families: Sequence[str], *, deadline: float,
+              budget_s: float, results: Path, session: Session, announce: bool) -> None:
+    """Run the failed checks of the profile's confirm `families` once more, in what is left of
+    the budget (`deadline`, monotonic), and judge each on both runs: the report's checks, its
+    `confirmation` section and its `confirm` phase."""
+    asked = to_confirm(report.checks, events, families)
+    if not asked:
+        report.extra["confirmation"] = merge(report.checks, [], {}, families)[1]
+        return
+    # As long again as the first run of these checks took, and a session's start.
+    need = sum(c.duration_s for c in asked) + SESSION_START_S
+    left = deadline - time.monotonic()
+    again: dict[str, CheckResult] = {}
+    why_not, took = None, 0.0
+    if left < need:
+        why_not = (f"{left:.0f} s were left of the run's {budget_s:g} s budget; running it "
+                   f"again needs about {need:.0f} s")
+    else:
+        if announce:
+            print(f"gpu-preflight: {', '.join(c.id for c in asked)} failed: running "
+                  f"{'it' if len(asked) == 1 else 'them'} once more to confirm (up to "
+                  f"{left:.0f} s left of the budget)", flush=True)
+        results.unlink(missing_ok=True)
+        argv, res = session([c.id for c in asked], results, left)
+        took = res.duration_s
+        report.phases.append({"phase": CONFIRM_PHASE, "argv": list(argv),
+                              "exit_code": res.returncode, "timed_out": res.timed_out,
+                              "duration_s": round(took, 3)})
+        again = {r.id: r for r in typed_results(load_events(results).results)}
+        if res.error or res.timed_out:
+            why_not = f"the confirming session {res.describe()}"
+    report.checks, report.extra["confirmation"] = merge(
+        report.checks, asked, again, families, why_not=why_not, duration_s=took)
 
 
 def families_of(events: Events) -> dict[str, str]:

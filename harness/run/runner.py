@@ -18,13 +18,13 @@ from typing import Any
 
 from harness.base import proc, settings
 from harness.base.deadline import run_deadline_env
+from harness.base.proc_result import ProcResult
 from harness.profiles.model import Profile
 from harness.report.model import Report, now_iso, report_environment
-from harness.results import CheckResult
 from harness.results import results as typed_results
 from harness.run import confirm
 from harness.run.progress import Progress
-from harness.run.selection import Events, PhaseRun, account, collection_problems, error_lines, load_events
+from harness.run.selection import PhaseRun, account, collection_problems, error_lines, load_events
 from harness.run.suites import BUILTIN_SUITE, Suite, resolve_suites, source_overrides
 
 __all__ = ["PROFILE_FILE", "Collection", "RunConfig", "checks_dir", "collect_checks", "list_command",
@@ -214,7 +214,7 @@ def run_checks(cfg: RunConfig) -> Report:
     runs: list[PhaseRun] = []
     try:
         for name, argv in pytest_phases(cfg, results):
-            if runs and not _phase_has_checks(load_events(results), name):
+            if runs and not load_events(results).has_phase(name):
                 report.phases.append({"phase": name, "argv": list(argv), "exit_code": None,
                                       "timed_out": False, "duration_s": 0.0,
                                       "skipped": "no selected check belongs to this phase"})
@@ -224,9 +224,8 @@ def run_checks(cfg: RunConfig) -> Report:
                 timed_out = True
                 break
             offset = log.stat().st_size if log.exists() else 0
-            env = {**_child_env(cfg), **run_deadline_env(
-                deadline, f"the run's {cfg.budget_s:g} s budget (tier {cfg.tier})")}
-            res = proc.run(argv, timeout_s=remaining, env=env, output_path=log)
+            res = proc.run(argv, timeout_s=remaining, env=_session_env(cfg, deadline),
+                           output_path=log)
             report.phases.append({
                 "phase": name, "argv": list(argv), "exit_code": res.returncode,
                 "timed_out": res.timed_out, "duration_s": round(res.duration_s, 3),
@@ -247,7 +246,10 @@ def run_checks(cfg: RunConfig) -> Report:
                     unfinished=unfinished)
     report.checks = typed_results(proof.checks)
     if not timed_out and not proof.harness_errors:
-        _confirm(cfg, report, load_events(results), deadline, log)
+        confirm.run_again(report, load_events(results), cfg.profile.confirm_families,
+                          deadline=deadline, budget_s=cfg.budget_s,
+                          results=cfg.report_dir / confirm.RESULTS_FILE,
+                          session=_confirm_session(cfg, deadline, log), announce=cfg.progress)
     report.harness_errors.extend(proof.harness_errors)
     report.usage_error = proof.usage_error
     report.selection = {"tier": cfg.tier, "keyword": cfg.keyword,
@@ -267,60 +269,22 @@ def run_checks(cfg: RunConfig) -> Report:
     return report
 
 
-def _confirm(cfg: RunConfig, report: Report, events: Events, deadline: float, log: Path) -> None:
-    """Run the failed checks of the profile's confirm families once more (harness.run.confirm),
-    in what is left of the budget, and judge each on both runs."""
-    families = cfg.profile.confirm_families
-    asked = confirm.to_confirm(report.checks, events, families)
-    if not asked:
-        report.extra["confirmation"] = confirm.merge(report.checks, [], {}, families)[1]
-        return
-    # As long again as the first run of these checks took, and a session's start.
-    need = sum(c.duration_s for c in asked) + _SESSION_START_S
-    left = deadline - time.monotonic()
-    again: dict[str, CheckResult] = {}
-    why_not, took = None, 0.0
-    if left < need:
-        why_not = (f"{left:.0f} s were left of the run's {cfg.budget_s:g} s budget; running it "
-                   f"again needs about {need:.0f} s")
-    else:
-        if cfg.progress:
-            print(f"gpu-preflight: {', '.join(c.id for c in asked)} failed: running "
-                  f"{'it' if len(asked) == 1 else 'them'} once more to confirm (up to "
-                  f"{left:.0f} s left of the budget)", flush=True)
-        path = cfg.report_dir / confirm.RESULTS_FILE
-        path.unlink(missing_ok=True)
-        again_cfg = dataclasses.replace(cfg, workers=0, keyword=confirm.keyword(
-            [c.id for c in asked], cfg.keyword))
-        argv = pytest_phases(again_cfg, path)[0][1]
+def _session_env(cfg: RunConfig, deadline: float) -> dict[str, str]:
+    """A check session's environment: the child's, and the run's deadline."""
+    return {**_child_env(cfg), **run_deadline_env(
+        deadline, f"the run's {cfg.budget_s:g} s budget (tier {cfg.tier})")}
+
+
+def _confirm_session(cfg: RunConfig, deadline: float, log: Path) -> confirm.Session:
+    """The confirming check session (harness.run.confirm): the first phase's, serial, selecting
+    only the checks asked, writing to the same output file."""
+    def run(ids: Sequence[str], results: Path, timeout_s: float) -> tuple[list[str], ProcResult]:
+        again = dataclasses.replace(cfg, workers=0, keyword=confirm.keyword(ids, cfg.keyword))
+        argv = pytest_phases(again, results)[0][1]
         argv[argv.index("--preflight-phase") + 1] = confirm.CONFIRM_PHASE
-        env = {**_child_env(cfg), **run_deadline_env(
-            deadline, f"the run's {cfg.budget_s:g} s budget (tier {cfg.tier})")}
-        res = proc.run(argv, timeout_s=left, env=env, output_path=log)
-        took = res.duration_s
-        report.phases.append({"phase": confirm.CONFIRM_PHASE, "argv": list(argv),
-                              "exit_code": res.returncode, "timed_out": res.timed_out,
-                              "duration_s": round(took, 3)})
-        again = {r.id: r for r in typed_results(load_events(path).results)}
-        if res.error or res.timed_out:
-            why_not = f"the confirming session {res.describe()}"
-    report.checks, report.extra["confirmation"] = confirm.merge(
-        report.checks, asked, again, families, why_not=why_not, duration_s=took)
-
-
-#: What a check session takes to start before its first check (pytest, the plugin), s.
-_SESSION_START_S = 5.0
-
-
-def _phase_has_checks(events: Events, phase: str) -> bool:
-    """Does the selection (known from the first phase) hold a check of `phase`? True when the
-    selection is unknown: only a proven-empty phase is skipped."""
-    if not events.collected:
-        return True
-    selected = [i for record in events.collected for i in record.get("selected", [])]
-    if phase == "exclusive":
-        return any(i.get("exclusive") for i in selected)
-    return bool(selected) if phase == "checks" else any(not i.get("exclusive") for i in selected)
+        return argv, proc.run(argv, timeout_s=timeout_s, env=_session_env(cfg, deadline),
+                              output_path=log)
+    return run
 
 
 #: How much of a phase's output is kept to find pytest's own error lines in.

@@ -70,6 +70,16 @@ class Events:
     internal_errors: list[str] = field(default_factory=list)
     finished: dict[str, int] = field(default_factory=dict)
 
+    def has_phase(self, phase: str) -> bool:
+        """Does the selection (known from the first phase) hold a check of `phase`? True when
+        the selection is unknown: only a proven-empty phase is skipped."""
+        if not self.collected:
+            return True
+        selected = [i for record in self.collected for i in record.get("selected", [])]
+        if phase == "exclusive":
+            return any(i.get("exclusive") for i in selected)
+        return bool(selected) if phase == "checks" else any(not i.get("exclusive") for i in selected)
+
 
 def load_events(path: Path) -> Events:
     """The events of a results file; a torn last line (a killed session) is ignored."""

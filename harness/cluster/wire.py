@@ -1,0 +1,163 @@
+"""The cluster snapshot's wire types: what travels over the TCPStore as JSON, read back once
+(harness.cluster.snapshot.ClusterView.of) with `from_dict`, written with `to_json`. Every field
+is required and checked for its type: a missing or malformed one is a SnapshotError naming it,
+never a default (unknown is never healthy). `from_dict(x).to_json()` gives back the same
+JSON, key for key and in the same order, so the bytes on the wire are unchanged.
+
+Hand-written rather than a schema library's: the package keeps its dependencies to those it
+names in DEVELOPERS.md, and these few records need only presence and type checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.judges.cluster import StragglerLimits
+
+__all__ = ["FailedCheck", "MissingNode", "NodeSummary", "SnapshotError", "SnapshotHead", "required"]
+
+
+class SnapshotError(ValueError):
+    """A node summary (or one of its parts) that cannot be read: names the field."""
+
+
+def required(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """`d[key]`, which must be there and of `kind` (SnapshotError naming it otherwise)."""
+    if not isinstance(d, Mapping):
+        raise SnapshotError(f"{where} is not a JSON object")
+    if key not in d:
+        raise SnapshotError(f"{where} has no {key!r}")
+    value = d[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise SnapshotError(f"{where}'s {key!r} is {type(value).__name__}, not "
+                            f"{getattr(kind, '__name__', kind)}")
+    return value
+
+
+_OPT_STR = (str, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCheck:
+    """One failed check a node publishes (its message cut to MAX_MESSAGE_CHARS)."""
+
+    id: str
+    outcome: str
+    message: str
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a failed check") -> FailedCheck:
+        return cls(id=required(d, "id", str, where), outcome=required(d, "outcome", str, where),
+                   message=required(d, "message", str, where))
+
+    def to_json(self) -> JSONObject:
+        return {"id": self.id, "outcome": self.outcome, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class MissingNode:
+    """A node that did not report (or whose summary could not be read), and why."""
+
+    host: str
+    reason: str
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a missing node") -> MissingNode:
+        return cls(host=required(d, "host", str, where), reason=required(d, "reason", str, where))
+
+    def to_json(self) -> JSONObject:
+        return {"host": self.host, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """What one node publishes after its node-local checks (`node_summary`). Its JSON form
+    (`to_json`, the fields in this order) is what travels over the TCPStore; `from_dict` reads
+    it back, every field required."""
+
+    rank: int
+    host: str
+    verdict: str
+    failed: tuple[FailedCheck, ...]
+    num_failed: int
+    harness_errors: tuple[str, ...]
+    facts: JSONMapping
+    """FACT_KEYS -> the node's value (None where it was not read)."""
+    env: Mapping[str, str]
+    """The node's NCCL_* and FI_* variables."""
+    figures: JSONMapping
+    """NODE_FIGURES -> the node's figure (None where none was measured). Read as published:
+    PF-CLUSTER-006 names a node whose figure is not a finite number (harness.cluster.straggler)."""
+    sdc: JSONMapping | None
+    """The node's PF-GPU-020 figures (`node_sdc`), None when it measured none."""
+    nothing_judged: str | None
+    """Why the node's selection judged nothing, else None."""
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a node summary") -> NodeSummary:
+        failed = required(d, "failed", list, where)
+        errors = required(d, "harness_errors", list, where)
+        env = required(d, "env", dict, where)
+        figures = required(d, "figures", dict, where)
+        if not all(isinstance(e, str) for e in errors):
+            raise SnapshotError(f"{where}'s 'harness_errors' holds a value that is not text")
+        if not all(isinstance(v, str) for v in env.values()):
+            raise SnapshotError(f"{where}'s 'env' holds a value that is not text")
+        return cls(rank=required(d, "rank", int, where), host=required(d, "host", str, where),
+                   verdict=required(d, "verdict", str, where),
+                   failed=tuple(FailedCheck.from_dict(f, f"{where}'s 'failed'") for f in failed),
+                   num_failed=required(d, "num_failed", int, where), harness_errors=tuple(errors),
+                   facts=required(d, "facts", dict, where), env=env, figures=figures,
+                   sdc=required(d, "sdc", (dict, type(None)), where),
+                   nothing_judged=required(d, "nothing_judged", _OPT_STR, where))
+
+    def to_json(self) -> JSONObject:
+        """The wire form: `from_dict(s.to_json()) == s`, and the bytes `json.dumps` makes of
+        it are those of the dict it was read from."""
+        return {"rank": self.rank, "host": self.host, "verdict": self.verdict,
+                "failed": [f.to_json() for f in self.failed], "num_failed": self.num_failed,
+                "harness_errors": list(self.harness_errors), "facts": dict(self.facts),
+                "env": dict(self.env), "figures": dict(self.figures),
+                "sdc": dict(self.sdc) if self.sdc is not None else None,
+                "nothing_judged": self.nothing_judged}
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHead:
+    """What every cluster snapshot opens with (the master's `_base`): the job's size, profile,
+    tier, PF-CLUSTER-006's limits and the drain cap from the master's profile and environment,
+    and the hosts by rank."""
+
+    num_nodes: int
+    profile: str
+    tier: str
+    straggler_limits: StragglerLimits
+    drain_cap: float | None
+    """PREFLIGHT_DRAIN_CAP on the master; None: the default cap (harness.base.blast)."""
+    hosts: Mapping[int, str]
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "the cluster snapshot") -> SnapshotHead:
+        limits = required(d, "straggler_limits", dict, where)
+        lw = f"{where}'s 'straggler_limits'"
+        hosts = required(d, "hosts", dict, where)
+        if not all(isinstance(h, str) and r.isdigit() for r, h in hosts.items()):
+            raise SnapshotError(f"{where}'s 'hosts' is not rank -> host name")
+        cap = required(d, "drain_cap", (int, float, type(None)), where)
+        return cls(num_nodes=required(d, "num_nodes", int, where),
+                   profile=required(d, "profile", str, where), tier=required(d, "tier", str, where),
+                   straggler_limits=StragglerLimits(
+                       float(required(limits, "z_max", (int, float), lw)),
+                       required(limits, "min_nodes", int, lw),
+                       float(required(limits, "min_rel_dev", (int, float), lw))),
+                   drain_cap=None if cap is None else float(cap),
+                   hosts={int(r): h for r, h in hosts.items()})
+
+    def to_json(self) -> JSONObject:
+        return {"num_nodes": self.num_nodes, "profile": self.profile, "tier": self.tier,
+                "straggler_limits": self.straggler_limits.to_dict(),
+                # the master's cap, in the snapshot: every node takes the same verdict
+                "drain_cap": self.drain_cap,
+                "hosts": {str(r): h for r, h in self.hosts.items()}}
