@@ -43,6 +43,10 @@ _LOST = re.compile(
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
     re.I,
 )
+#: A `Fabric > State` line pasted without its section header (`nvidia-smi -q | grep -A1 State`,
+#: or a copy of the two lines): a fabric state NVML names (nvmlGpuFabricState_t, in nvidia-smi's
+#: words) is unambiguous: no other `-q` key is a bare `State`.
+_FABRIC_STATE = r"State\s+:\s*(?:Not Supported|Not Started|In Progress|Completed)\s*$"
 #: `nvidia-smi -q` sections a fragment is recognised by when pasted without its GPU line
 #: (`ECC Errors`, `Retired Pages`, `Remapped Rows`, `Fabric` (`nvidia-smi -q | grep -A5
 #: Fabric`), or grep's `SRAM Uncorrectable : 1` lines).
@@ -51,7 +55,12 @@ FRAGMENT_SECTIONS = ("ecc mode", "ecc errors", "retired pages", "remapped rows",
 _FRAGMENT_KEYS = re.compile(
     r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status|Fabric)\s*$|"
     r"(?:[SD]RAM (?:Unc|C)orrectable|Pending Page Blacklist|Double Bit ECC|Single Bit ECC)"
-    r"[\w -]*?\s+:)")
+    r"[\w -]*?\s+:|" + _FABRIC_STATE + ")")
+#: A bare `State :` / `Status :` line whatever its value (the refusal names it when it is not
+#: a fabric state).
+_STATE_KEY = re.compile(r"^\s*(?P<key>State|Status)\s+:\s?(?P<value>.*)$")
+#: The keys of the Fabric section a header-less fragment files under `fabric`.
+FABRIC_KEYS = frozenset(("state", "status"))
 #: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
 _ANNOTATION = re.compile(r"\s+(?:<=+|<-+|←|#\s).*$")
 _ATTACHED = re.compile(r"^\s*Attached GPUs\s*:\s*([0-9]+)|<attached_gpus>([0-9]+)<")
@@ -99,6 +108,9 @@ class _Side:
     """The columns of a `nvidia-smi --query-gpu=A,B --format=csv,noheader` command line seen
     above the rows (which then have no header line)."""
     bus_index: dict[object, int] = dataclasses.field(default_factory=dict)
+    headerless_fabric: bool = False
+    """A fragment whose `State : <fabric state>` line came without its `Fabric` header: its bare
+    `State` / `Status` are the Fabric section's."""
     """GPU sections (by pci_key) whose index a `-i N` command line above them gave."""
 
     def see(self, line: str) -> None:
@@ -118,13 +130,18 @@ class _Side:
         return ParseError(f"{what}; nvidia-smi says: {self.failure}" if self.failure else what)
 
     def notes(self) -> list[str]:
-        return [f"{self.omitted} more GPUs after the first {MAX_GPUS} not kept"] if self.omitted else []
+        notes = [f"{self.omitted} more GPUs after the first {MAX_GPUS} not kept"] if self.omitted else []
+        if self.headerless_fabric:
+            notes.append("`State` / `Status` without their `Fabric` header line: read as the Fabric "
+                         "section's (the state is one only the Fabric section prints)")
+        return notes
 
 
 def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
     """The input's lines, unwrapped (harness.parsers.unwrap); each one shown to `side`, which
-    keeps the command lines seen."""
-    unwrapper = Unwrapper()
+    keeps the command lines seen. nvidia-smi starts no line with `#` or `//`: such a marker is a
+    quote (a section commented out in a script or a doc) and is removed."""
+    unwrapper = Unwrapper(comments=True)
     seen = 0
     for batch in source.batches():
         if side is None:

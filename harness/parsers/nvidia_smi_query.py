@@ -12,6 +12,7 @@ from harness.parsers.nvidia_smi_common import (
     _GPU_HEADER,
     _KEY_VALUE,
     _RESET_VALUES,
+    FABRIC_KEYS,
     FRAGMENT_SECTIONS,
     MAX_DEPTH,
     MAX_GPUS,
@@ -81,6 +82,7 @@ def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Quer
         blocks[""] = block
     path: tuple[str, ...] = ()  # the names on `stack`, rebuilt only when it changes
     key_value = _KEY_VALUE.match
+    headerless = fragment and side.headerless_fabric  # bare State / Status: the Fabric section's
     for line in lines:
         stripped = line.strip()
         if not stripped:
@@ -112,7 +114,12 @@ def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Quer
         value = m["value"].strip() if m else ""
         if value:
             if len(block.values) < MAX_KEYS:
-                block.values[(*path, m["key"].strip().lower())] = value  # type: ignore[index]
+                key = m["key"].strip().lower()  # type: ignore[index]
+                if not path and headerless and key in FABRIC_KEYS:
+                    block.values[("fabric", key)] = value
+                    side.sections["fabric"] = None
+                else:
+                    block.values[(*path, key)] = value
         elif len(stack) < MAX_DEPTH:  # a section header (`ECC Errors`), or `Key :` with nothing after it
             name = (m["key"] if m else stripped).strip().lower()[:200]
             if not stack and name in FRAGMENT_SECTIONS:

@@ -64,6 +64,11 @@ _CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text
 ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"^\s*>(?: |$)")
+#: A comment marker before any line (`# `, `//`), for tools that never start a line with one
+#: (`Unwrapper(comments=True)`: nvidia-smi): a section pasted into a script or a doc, each line
+#: commented out. One blank after the marker goes with it; the line's own indentation stays
+#: (nvidia-smi -q nests by it).
+_COMMENT = re.compile(r"^\s*(?:#|//) ?")
 #: A comment marker before a table's line (`# +----+`, `# | Memory | Pass |`, `// |...`): a
 #: table quoted into a script or a doc, each line commented out. (No tool prints `#` before a
 #: `|`/`+` table line: nccl-tests' own `#` lines are followed by words and blanks.)
@@ -178,7 +183,7 @@ _COMMAND = (r"(?:[A-Za-z_]\w*+=\S*+[^\S\n]++)*+!?(?:[^\s/]*+/)*+!?(?:(?:"
             + rf"){_END}|[^\s/]*+(?:(?<=_perf)|(?<=_perf_mpi)){_END})")
 
 
-def _candidate(timestamps: bool, host_prefix: bool) -> re.Pattern[str]:
+def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Pattern[str]:
     """A line (after `\\n`) that some rule of `Unwrapper._strip_once` may change: a superset of
     the rules' first wrappers, each written so that sre never backtracks into a word
     (possessive), run once over a whole batch joined by `\\n`: the lines between matches are
@@ -198,11 +203,14 @@ def _candidate(timestamps: bool, host_prefix: bool) -> re.Pattern[str]:
         rules += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
     if host_prefix:
         rules.append(r"[A-Za-z][\w.-]*+:(?=\s)")
+    if comments:
+        rules.append(r"(?:\#|//)")
     # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
     return re.compile(r"\n[^\S\n]*+(?:" + "|".join(rules) + ")")
 
 
-_CANDIDATES = {(t, h): _candidate(t, h) for t in (False, True) for h in (False, True)}
+_CANDIDATES = {(t, h, c): _candidate(t, h, c)
+               for t in (False, True) for h in (False, True) for c in (False, True)}
 
 
 @dataclass(slots=True)
@@ -215,6 +223,11 @@ class Unwrapper:
     """Also remove a pdsh / MPIJob `host: ` prefix (`worker: `, `node-1: `; nccl-tests only:
     elsewhere `Name: value` is the tool's own line)."""
     keep_commands: bool = False
+    comments: bool = False
+    """Remove a `# ` or `//` comment marker before any line (a section quoted line by line into
+    a script or a doc), for tools that never start a line with one (nvidia-smi). Elsewhere only
+    a table's quoted lines (`# | ... |`) lose it: nccl-tests prints `#` lines of its own, fi_info
+    `# FI_...` ones, and `# cmd` is a root prompt."""
     """Hand command lines on (with their prompt removed) instead of dropping them (the env
     parser reads `mpirun -x NAME=value` lines)."""
     commands: list[str] = field(default_factory=list)
@@ -289,6 +302,8 @@ class Unwrapper:
             return None
         if head in "#/>" and (m := _TABLE_QUOTE.match(line)) is not None:
             return line[m.end():]
+        if self.comments and head in "#/" and (m := _COMMENT.match(line)) is not None:
+            return line[m.end():] if line[m.end():].strip() else None
         if head == ">" and (m := _QUOTE.match(line)) is not None:
             return line[m.end():]
         if head in "….":
@@ -341,7 +356,7 @@ class Unwrapper:
         text = "\n" + "\n".join(lines)
         if "\x1b" in text or "\r" in text or "\ufffd[" in text:
             return self._unwrapped(lines)
-        found = _CANDIDATES[self.timestamps, self.host_prefix].finditer(text)
+        found = _CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text)
         first = next(found, None)
         if first is None and not (self.continued or self.which_output):
             self.rank = self.host = None
@@ -358,7 +373,7 @@ class Unwrapper:
             return None
         found: set[int] = set()
         newlines, seen = 0, 0
-        for m in _CANDIDATES[self.timestamps, self.host_prefix].finditer(text):
+        for m in _CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text):
             newlines += text.count("\n", seen, m.start() + 1)
             seen = m.start() + 1
             found.add(newlines - 1)
