@@ -5,7 +5,7 @@ CRLF line ends, under each wrapper a launcher or log shipper puts around every l
 inputs and a `nvidia-smi -q -l` loop are), parsed to the full record (every field of the
 GpuInventory / DcgmDiag, or the ParseError's text).
 
-The old readers' records are kept in tests/data/golden/key_value_readers.json, written by the
+The old readers' records are kept in tests/golden/key_value_readers.json, written by the
 readers of commit d298e39 (before the batch readers) with
 
     .venv/bin/python -m tests.test_parsers_key_value_equivalence --write
@@ -31,7 +31,7 @@ from harness.parsers.nvidia_smi import parse_nvidia_smi
 from tests.test_samples_wrapped import WRAPPERS
 
 TESTS = Path(__file__).parent
-GOLDEN = TESTS / "data" / "golden" / "key_value_readers.json"
+GOLDEN = TESTS / "golden" / "key_value_readers.json"
 KINDS: dict[str, tuple[list[Path], Callable[[str], Any]]] = {
     "nvidia-smi": ([TESTS / "data" / "nvidia_smi", TESTS / "samples" / "nvidia-smi"],
                    parse_nvidia_smi),
