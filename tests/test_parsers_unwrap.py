@@ -184,7 +184,8 @@ def test_a_batch_unwraps_as_its_lines_one_by_one(flags):
         "Thu Jun 18 14:28:58 2020[1,0]<stdout>:x", "(venv) $ python x.py", "+ mpirun -np 2 x",
         "root@box:~# ./build/alltoall_perf", '{"log":"x\\n","stream":"stdout"}', "`srun x`",
         "/usr/bin/fi_info", "!nvidia-smi -q", "x\x1b[0m", "x\r", "# x", "//     x", "#",
-        "  # $ nvidia-smi -q", "#GPU 00000000:18:00.0"]]
+        "  # $ nvidia-smi -q", "#GPU 00000000:18:00.0", "Build/all_reduce_perf -b 8",
+        "X_perf -g 1", "NCCL_DEBUG=INFO srun x", "Srun x", "0_perf x", '"a_perf x']]
     wrong = []
     for name, lines in [*_recorded_lines(), *(("wrapped", w) for w in wrapped)]:
         for size in (1, 3, 50, len(lines) or 1):

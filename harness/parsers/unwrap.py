@@ -189,24 +189,34 @@ def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Patter
     (possessive), run once over a whole batch joined by `\\n`: the lines between matches are
     handed on as they are (the fast path: no per-line Python work). Kept beside the rules: a
     rule added there needs its first characters here (tests/test_parsers_unwrap.py unwraps every
-    recorded sample both ways and compares)."""
+    recorded sample both ways and compares).
+
+    The rules are split by the line's first character: a line starting with a letter (most
+    lines of most tools: `Product Name : ...`, `provider: efa`) tries only the rules that can
+    start with one, and a command only where its first word can be one (a capitalised word is
+    a program only with a path or an assignment in it, `FOO=1 cmd`, `Build/x_perf`, or as an
+    nccl-tests binary's name, `X_perf`: every known program's name is lower case)."""
     iso = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]"
-    rules = [
+    command = (r"(?=(?![A-Z])|[A-Z][^\s=/]*+(?:[=/]|(?<=_perf)|(?<=_perf_mpi)))"  # (docstring)
+               + _COMMAND)
+    letter = [r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
+              r"Warning:[ ]Permanently", r"[\w.-]++@", command]
+    other = [
         r'\{"log":', r"[0-9]++:[ ]", r"\[(?:pod/|[0-9]++,[0-9]++\]<std)",
-        r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
-        r"Warning:[ ]Permanently", r"```", r"~~~", r">(?=[ \n]|\Z)",
+        r"```", r"~~~", r">(?=[ \n]|\Z)",
         r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
         r"(?:#++|//|>)[ \t]*+[|+]",
-        r"[\w.-]++@", r"➜", r"[$%]", _COMMAND,
+        r"[\w.-]++@", r"➜", r"[$%]", command,
     ]
     if timestamps:
-        rules += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
+        other += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
     if host_prefix:
-        rules.append(r"[A-Za-z][\w.-]*+:(?=\s)")
+        letter.append(r"[A-Za-z][\w.-]*+:(?=\s)")
     if comments:
-        rules.append(r"(?:\#|//)")
+        other.append(r"(?:\#|//)")
     # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
-    return re.compile(r"\n[^\S\n]*+(?:" + "|".join(rules) + ")")
+    return re.compile(r"\n[^\S\n]*+(?:(?=[A-Za-z])(?:" + "|".join(letter) + ")|(?![A-Za-z])(?:"
+                      + "|".join(other) + "))")
 
 
 _CANDIDATES = {(t, h, c): _candidate(t, h, c)
