@@ -197,26 +197,29 @@ def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Patter
     a program only with a path or an assignment in it, `FOO=1 cmd`, `Build/x_perf`, or as an
     nccl-tests binary's name, `X_perf`: every known program's name is lower case)."""
     iso = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]"
-    command = (r"(?=(?![A-Z])|[A-Z][^\s=/]*+(?:[=/]|(?<=_perf)|(?<=_perf_mpi)))"  # (docstring)
-               + _COMMAND)
-    letter = [r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
-              r"Warning:[ ]Permanently", r"[\w.-]++@", command]
+    word_rules = [r"[\w.-]++@", _COMMAND]  # `user@host$ cmd`, `FOO=1 cmd`, `srun ...`
+    host = [r"[A-Za-z][\w.-]*+:(?=\s)"] if host_prefix else []
+    # A capitalised first word is one of word_rules' only with `=`, `/` or `@` in it, or as an
+    # nccl-tests binary's name (`X_perf`): one scan of the word rules out the rest.
+    upper = [r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
+             r"Warning:[ ]Permanently",
+             r"(?=[^\s=/@]*+(?:[=/@]|(?<=_perf)|(?<=_perf_mpi)))(?:" + "|".join(word_rules) + ")",
+             *host]
+    lower = [*word_rules, *host]
     other = [
         r'\{"log":', r"[0-9]++:[ ]", r"\[(?:pod/|[0-9]++,[0-9]++\]<std)",
         r"```", r"~~~", r">(?=[ \n]|\Z)",
         r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
         r"(?:#++|//|>)[ \t]*+[|+]",
-        r"[\w.-]++@", r"➜", r"[$%]", command,
+        r"➜", r"[$%]", *word_rules,
     ]
     if timestamps:
         other += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
-    if host_prefix:
-        letter.append(r"[A-Za-z][\w.-]*+:(?=\s)")
     if comments:
         other.append(r"(?:\#|//)")
     # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
-    return re.compile(r"\n[^\S\n]*+(?:(?=[A-Za-z])(?:" + "|".join(letter) + ")|(?![A-Za-z])(?:"
-                      + "|".join(other) + "))")
+    return re.compile(r"\n[^\S\n]*+(?:(?=[A-Z])(?:" + "|".join(upper) + ")|(?=[a-z])(?:"
+                      + "|".join(lower) + ")|(?![A-Za-z])(?:" + "|".join(other) + "))")
 
 
 _CANDIDATES = {(t, h, c): _candidate(t, h, c)
