@@ -125,6 +125,15 @@ class _Side:
         if self.attached is None and "ttached" in line and (m := _ATTACHED.search(line)):
             self.attached = ascii_int(m.group(1) or m.group(2))
 
+    def command(self, line: str) -> None:
+        """A command line seen above the lines to come: `-i N` gives the next GPU section's index,
+        `--query-gpu=A,B --format=csv,noheader` the columns of the rows after it."""
+        m = _SELECT.search(line)
+        self.pending_index = ascii_int(m[1]) if m else None
+        q = _QUERY_NOHEADER.search(line)
+        if q:
+            self.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+
     def not_read(self, what: str) -> ParseError:
         """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
         return ParseError(f"{what}; nvidia-smi says: {self.failure}" if self.failure else what)
@@ -137,32 +146,71 @@ class _Side:
         return notes
 
 
-def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
-    """The input's lines, unwrapped (harness.parsers.unwrap); each one shown to `side`, which
-    keeps the command lines seen. nvidia-smi starts no line with `#` or `//`: such a marker is a
-    quote (a section commented out in a script or a doc) and is removed."""
+#: The literals every line `_Side.see` reads holds: one search over a batch tells whether any does.
+_SEEN = re.compile("ail|Unable|ttached|No devices|mismatch")
+
+
+def _see(side: _Side, lines: list[str]) -> None:
+    """Show `side` each line of a batch that may be a failure, a lost GPU or `Attached GPUs`
+    (one search over the batch finds them; each line shown once)."""
+    text = "\n".join(lines)
+    end = -1
+    for m in _SEEN.finditer(text):
+        if m.start() < end:
+            continue  # (in the line just shown)
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end
+        side.see(text[start:end])
+
+
+def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
+    """The input's lines, unwrapped (harness.parsers.unwrap), in lists: a reader's batch as it
+    is when no line of it may carry a wrapper (Unwrapper.candidates: one regex pass), else its
+    lines unwrapped, the list cut where a command line was seen, so that the readers read the
+    lines after `nvidia-smi -i N ...` with its `side.pending_index` set. `side` keeps the
+    command lines seen, and sees each line that may name a failure. nvidia-smi starts no line
+    with `#` or `//`: such a marker is a quote (a section commented out in a script or a doc)
+    and is removed."""
     unwrapper = Unwrapper(comments=True)
+    unwrap, pending, commands = unwrapper.unwrap, unwrapper.pending, unwrapper.commands
     seen = 0
     for batch in source.batches():
-        if side is None:
-            yield from unwrapper.lines(batch)
+        found = unwrapper.candidates(batch)
+        if found is not None and not found and not pending():  # the fast path
+            if side is not None:
+                _see(side, batch)
+            yield batch
             continue
-        commands = unwrapper.commands  # (appended to, never replaced)
-        for line in unwrapper.lines(batch):
-            if len(commands) != seen:
-                seen = len(commands)
-                m = _SELECT.search(commands[-1])
-                side.pending_index = ascii_int(m[1]) if m else None
-                q = _QUERY_NOHEADER.search(commands[-1])
-                if q:
-                    side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
-            # (the literals _Side.see looks for first, here: no call for the other lines)
-            if ("ail" in line or "Unable" in line or "ttached" in line or "No devices" in line
-                    or "mismatch" in line):
-                side.see(line)
-            yield line
+        out: list[str] = []
+        for i, line in enumerate(batch):
+            if found is None or i in found or pending():
+                text = unwrap(line)
+                if len(commands) != seen:  # (appended to, never replaced)
+                    seen = len(commands)
+                    if side is not None:
+                        if out:
+                            _see(side, out)
+                            yield out
+                            out = []
+                        side.command(commands[-1])
+                if text is None:
+                    continue
+                line = text
+            out.append(line)
+        if out:
+            if side is not None:
+                _see(side, out)
+            yield out
     if side is not None:
         side.commands = unwrapper.commands
+
+
+def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
+    """The input's lines, unwrapped, one by one (see _batches)."""
+    for batch in _batches(source, side):
+        yield from batch
+
 
 def _clean(value: str | None) -> str | None:
     if value is None:
