@@ -70,14 +70,16 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
     seen = {"nonblank": False, "bar": False, "error": ""}
 
     def watched() -> Iterator[str]:
-        for line in lines:
+        it = iter(lines)
+        for line in it:
             if not seen["nonblank"] and line.strip():
                 seen["nonblank"] = True
-            if not seen["bar"] and "|" in line:
-                seen["bar"] = True
             if not seen["error"] and line.startswith("Error: "):
                 seen["error"] = line.strip()
             yield line
+            if "|" in line:  # a table line: the rest is the table's (nothing more to watch)
+                seen["bar"] = seen["nonblank"] = True
+                yield from it
 
     try:
         return _from_text(watched())

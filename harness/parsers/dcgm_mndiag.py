@@ -34,7 +34,9 @@ from harness.parsers.values import ascii_int
 __all__ = ["is_mndiag_json", "is_mndiag_text", "mndiag_from_json", "mndiag_from_text"]
 
 CATEGORY = "Multi-Node"
-_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*?)\|?\s*$")
+# (The closing `|` is cut in Python, see `_cell`: a lazy group before `\|?\s*$` rescanned the
+# rest of the row from each of its characters.)
+_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*)$")
 _SECTION = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z]+(?: [A-Za-z]+)*)\s+-+\+")
 _HOST = re.compile(r"^Host\s+([0-9]{1,6})$")
 _GPU = re.compile(r"^GPU\s+([0-9]{1,6})$")
@@ -148,21 +150,31 @@ def _text(chunks: list[list[str]]) -> str:
     return " ".join(t for t in texts if t)
 
 
+def _cell(value: str) -> str:
+    """A stripped row's value cell as `(?P<value>.*?)\\|?\\s*$` took it: without the one closing
+    `|` (the row has no trailing blanks)."""
+    return value[:-1] if value.endswith("|") else value
+
+
 def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     """The `dcgmi mndiag` table: the test's overall result, each host's GPUs with their
     result and error, and the errors of no GPU (MPI)."""
     table = _Table()
     for line in lines:
-        stripped = table_line(line).strip()
+        stripped = line.strip()
         if stripped[:1] not in ("|", "+"):
-            continue
-        if section := _SECTION.match(stripped):
+            if stripped[:1] not in ("#", "/", ">"):
+                continue
+            stripped = table_line(line).strip()  # a quoted table's line
+            if stripped[:1] not in ("|", "+"):
+                continue
+        if stripped[1:2] == "-" and (section := _SECTION.match(stripped)):
             table.section, table.message = section["name"], None
             continue
         m = _ROW.match(stripped)
         if m is None:
             continue
-        value = m["value"]
+        value = _cell(m["value"])
         # dcgmi's cells: one pad blank, 45 characters (a message cut mid-word), then blanks.
         raw = value[1:46] if value.startswith(" ") else value
         table.row(m["name"].strip(), value.strip(), raw)

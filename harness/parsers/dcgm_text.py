@@ -92,19 +92,24 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
     in_category = False  # a test row came since the last category header
     ended = False  # the closing border came after the last category header
     for line in lines:
-        stripped = table_line(line).strip()
+        stripped = line.strip()
         if stripped[:1] not in ("|", "+"):
-            continue
-        header = _CATEGORY.match(stripped)
-        if header:
-            message, in_category, category, ended = None, False, header["name"], False
-            continue
-        if _BORDER.match(stripped):
-            # dcgmi prints a category's header even when none of its tests ran (`-r 2`: the
-            # `Stress` header, then the footer; dcgmi/Diag.cpp HelperDisplayCategory): a header
-            # followed by the table's end is an empty category, not a paste cut there.
-            ended = bool(category)
-            continue
+            if stripped[:1] not in ("#", "/", ">"):
+                continue
+            stripped = table_line(line).strip()  # a quoted table's line (`# | Memory | Pass |`)
+            if stripped[:1] not in ("|", "+"):
+                continue
+        if stripped[1:2] == "-":  # (only a border or a category header starts `+-` / `|-`)
+            header = _CATEGORY.match(stripped)
+            if header:
+                message, in_category, category, ended = None, False, header["name"], False
+                continue
+            if _BORDER.match(stripped):
+                # dcgmi prints a category's header even when none of its tests ran (`-r 2`:
+                # the `Stress` header, then the footer; dcgmi/Diag.cpp HelperDisplayCategory):
+                # a header followed by the table's end is an empty category, not a paste cut.
+                ended = bool(category)
+                continue
         m = _ROW.match(stripped)
         if not m:
             continue
