@@ -146,22 +146,26 @@ class _Side:
         return notes
 
 
-#: The literals every line `_Side.see` reads holds: one search over a batch tells whether any does.
-_SEEN = re.compile("ail|Unable|ttached|No devices|mismatch")
+#: The literals every line `_Side.see` reads holds (each found with `str.find`: memchr speed,
+#: where an alternation is tried at every character).
+_SEEN = ("ail", "Unable", "ttached", "No devices", "mismatch")
 
 
 def _see(side: _Side, lines: list[str]) -> None:
-    """Show `side` each line of a batch that may be a failure, a lost GPU or `Attached GPUs`
-    (one search over the batch finds them; each line shown once)."""
+    """Show `side` each line of a batch that may be a failure, a lost GPU or `Attached GPUs`,
+    once, in order."""
     text = "\n".join(lines)
-    end = -1
-    for m in _SEEN.finditer(text):
-        if m.start() < end:
-            continue  # (in the line just shown)
-        start = text.rfind("\n", 0, m.start()) + 1
-        end = text.find("\n", m.end())
-        end = len(text) if end < 0 else end
-        side.see(text[start:end])
+    starts = set()
+    for literal in _SEEN:
+        at = text.find(literal)
+        while at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            starts.add(start)
+            end = text.find("\n", at)
+            at = text.find(literal, end) if end >= 0 else -1
+    for start in sorted(starts):
+        end = text.find("\n", start)
+        side.see(text[start:] if end < 0 else text[start:end])
 
 
 def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:

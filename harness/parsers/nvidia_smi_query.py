@@ -3,21 +3,13 @@ and its sections pasted alone (a fragment), read into a GpuInventory."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.base.gpu_record import GpuInfo, GpuInventory, pci_key
 from harness.parsers.nvidia_smi_common import (
     _ERROR_VALUES,
-    _GPU_HEADER,
-    _KEY_VALUE,
     _RESET_VALUES,
-    FABRIC_KEYS,
-    FRAGMENT_SECTIONS,
-    MAX_DEPTH,
-    MAX_GPUS,
-    MAX_KEYS,
     _batches,
     _clean,
     _fabric_status,
@@ -31,6 +23,7 @@ from harness.parsers.nvidia_smi_common import (
     _with_lost,
     _yes,
 )
+from harness.parsers.nvidia_smi_tree import Tree
 from harness.parsers.reader import Input, as_input
 
 
@@ -69,104 +62,25 @@ class _Query:
     blocks: list[_Block]
 
 
-#: One line of the tree, read by one `findall` over a batch: (indent, key, value, other); a
-#: `key : value` line fills key and value (value unstripped), any other line `other`
-#: (unstripped; empty for a blank line). The same split as `_KEY_VALUE` on the stripped line,
-#: for lines whose only blanks are spaces and tabs (`_ODD_SPACE` sends the others to `_split`).
-_LINE = re.compile(r"^([ \t]*+)(?:([^:\n]*?\S)[ \t]++:[ \t]?([^\n]*)|([^\n]*))$", re.M)
-_ODD_SPACE = re.compile(r"[^\S \t\n]")
-
-
-def _odd_space(text: str) -> bool:
-    """`text` holds a blank other than space, tab and newline (then `str.strip` and `_LINE`
-    differ): the ASCII ones looked for with `in` (memchr), the regex only for non-ASCII text."""
-    if text.isascii():
-        return "\r" in text or "\x0b" in text or "\x0c" in text or "\x1c" in text or (
-            "\x1d" in text or "\x1e" in text or "\x1f" in text)
-    return _ODD_SPACE.search(text) is not None
-
-
-def _split(lines: list[str]) -> list[tuple[str, str, str, str]]:
-    """`_LINE`'s tuples, line by line (`_KEY_VALUE` on the stripped line, all whitespace)."""
-    out = []
-    for line in lines:
-        stripped = line.strip()
-        indent = line[:len(line) - len(line.lstrip(" \t"))]
-        m = _KEY_VALUE.match(stripped)
-        out.append((indent, m["key"], m["value"], "") if m else (indent, "", "", stripped))
-    return out
-
-
 def _tree(batches: Iterable[list[str]], side: _Side, *, fragment: bool = False) -> _Query:
-    """Read the indented key : value tree; GPU sections start at `GPU 00000000:53:00.0`. A GPU
-    seen again (a `nvidia-smi -q -l` loop) keeps its latest section, in its first place. A
-    `fragment` (sections pasted without their GPU line) is read as one GPU of unknown bus.
-    Each batch is split into (indent, key, value) by one regex pass; the key path is rebuilt
-    only when the nesting changes."""
-    top: dict[str, str] = {}
-    blocks: dict[str, _Block] = {}
-    block: _Block | None = None
-    stack: list[tuple[int, str]] = []
-    base = 0
-    if fragment:
-        block, base = _Block(""), -1
-        blocks[""] = block
-    path: tuple[str, ...] = ()  # the names on `stack`, rebuilt only when it changes
-    values: dict[tuple[str, ...], str] = block.values if block is not None else {}
-    headerless = fragment and side.headerless_fabric  # bare State / Status: the Fabric section's
+    """Read the indented key : value tree (harness.parsers.nvidia_smi_tree); GPU sections start
+    at `GPU 00000000:53:00.0`. A GPU seen again (a `nvidia-smi -q -l` loop) keeps its latest
+    section, in its first place. A `fragment` (sections pasted without their GPU line) is read
+    as one GPU of unknown bus."""
+    tree = Tree(side, fragment=fragment)
     for batch in batches:
-        text = "\n".join(batch)
-        rows = _split(batch) if _odd_space(text) else _LINE.findall(text)
-        for indent_text, key, value, other in rows:
-            if key:
-                value = value.strip()
-            else:
-                other = other.strip()
-                if not other:
-                    continue
-            indent = len(indent_text)
-            if not key and other[:3] == "GPU" and (header := _GPU_HEADER.match(other)):
-                bus = pci_key(header["bus"]) or header["bus"]
-                block = _Block(header["bus"])
-                values = block.values
-                if side.pending_index is not None:
-                    side.bus_index[bus] = side.pending_index
-                    side.pending_index = None
-                if bus in blocks or len(blocks) < MAX_GPUS:
-                    blocks[bus] = block  # a GPU seen before keeps its place
-                else:
-                    side.omitted += 1  # read, not kept
-                stack, path, base = [], (), indent
-                continue
-            if block is None or indent <= base:
-                if key and len(top) < MAX_KEYS:
-                    top[key.lower()] = value
-                if block is not None and indent <= base:
-                    block = None
-                continue
-            if stack and stack[-1][0] >= indent:
-                while stack and stack[-1][0] >= indent:
-                    stack.pop()
-                path = tuple(name for _, name in stack)
-            if value:
-                if len(values) < MAX_KEYS:
-                    name = key.lower()
-                    if not path and headerless and name in FABRIC_KEYS:
-                        values[("fabric", name)] = value
-                        side.sections["fabric"] = None
-                    else:
-                        values[(*path, name)] = value
-            elif len(stack) < MAX_DEPTH:  # a section header (`ECC Errors`), or `Key :` with nothing after it
-                name = (key or other).lower()[:200]
-                if not stack and name in FRAGMENT_SECTIONS:
-                    side.sections[name] = None
-                stack.append((indent, name))
-                path = (*path, name)
+        tree.feed(batch)
+    top, read = tree.finish()
+    blocks = []
+    for b in read:
+        block = _Block(b.bus_id)
+        block.values = b.values
+        blocks.append(block)
     attached = _int(top.get("attached gpus"))
     # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
     driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
     cuda = _version(top.get("cuda umd version")) or _version(top.get("cuda version"))
-    return _Query(driver, cuda, attached, list(blocks.values()))
+    return _Query(driver, cuda, attached, blocks)
 
 
 def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
