@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TextIO
@@ -37,7 +38,7 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
         if is_mndiag_text(source.head(16384)):
             return mndiag_from_text(source.lines())
-        return _table_or_error(source.lines())
+        return _table_or_error(itertools.chain.from_iterable(source.batches()))
     start = doc.find("{")
     if start >= 0 and not doc[:start].lstrip().startswith(("|", "+")):
         try:
@@ -70,6 +71,7 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
     seen = {"nonblank": False, "bar": False, "error": ""}
 
     def watched() -> Iterator[str]:
+        """The lines, watched up to the first table line (after it the rest is the table's)."""
         it = iter(lines)
         for line in it:
             if not seen["nonblank"] and line.strip():
@@ -77,7 +79,7 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
             if not seen["error"] and line.startswith("Error: "):
                 seen["error"] = line.strip()
             yield line
-            if "|" in line:  # a table line: the rest is the table's (nothing more to watch)
+            if "|" in line:
                 seen["bar"] = seen["nonblank"] = True
                 yield from it
 
