@@ -88,6 +88,34 @@ class _Tests(list):  # type: ignore[type-arg]
         return self
 
 
+#: Distinct table lines whose split `_from_text` keeps (a log of dcgmi runs prints the same
+#: lines again and again; the bound keeps memory flat).
+MAX_CACHED = 4096
+_MISS = ("",)
+
+
+def _split(stripped: str) -> tuple[str, ...] | None:
+    """A table line: ("category", name), ("border",), ("row", name, value, raw value: the
+    cell's text as dcgmi cut it), or None (not a table line)."""
+    if stripped[1:2] == "-":  # (only a border or a category header starts `+-` / `|-`)
+        header = _CATEGORY.match(stripped)
+        if header:
+            return ("category", header["name"])
+        if _BORDER.match(stripped):
+            return ("border",)
+    m = _ROW.match(stripped)
+    if not m:
+        return None
+    # dcgmi writes a message in fixed-width chunks (45 characters in a 48-wide cell: one pad
+    # space before, two after), cutting mid-word; keep the chunk exactly so they rejoin.
+    cell = m["value"].rstrip()
+    close = cell.endswith("|")
+    if close:
+        cell = cell[:-1]
+    raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
+    return ("row", m["name"].strip(), raw_value.strip(), raw_value)
+
+
 def _from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
@@ -100,6 +128,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
     message: list[str] | None = None  # the Warning/Error being continued
     in_category = False  # a test row came since the last category header
     ended = False  # the closing border came after the last category header
+    cells: dict[str, tuple[str, ...] | None] = {}  # a line's split (a table printed again)
     for line in lines:
         stripped = line.strip()
         if stripped[:1] not in ("|", "+"):
@@ -108,28 +137,23 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             stripped = table_line(line).strip()  # a quoted table's line (`# | Memory | Pass |`)
             if stripped[:1] not in ("|", "+"):
                 continue
-        if stripped[1:2] == "-":  # (only a border or a category header starts `+-` / `|-`)
-            header = _CATEGORY.match(stripped)
-            if header:
-                message, in_category, category, ended = None, False, header["name"], False
-                continue
-            if _BORDER.match(stripped):
-                # dcgmi prints a category's header even when none of its tests ran (`-r 2`:
-                # the `Stress` header, then the footer; dcgmi/Diag.cpp HelperDisplayCategory):
-                # a header followed by the table's end is an empty category, not a paste cut.
-                ended = bool(category)
-                continue
-        m = _ROW.match(stripped)
-        if not m:
+        got = cells.get(stripped, _MISS)
+        if got is _MISS:
+            got = _split(stripped)
+            if len(cells) < MAX_CACHED:
+                cells[stripped] = got
+        if got is None:
             continue
-        # dcgmi writes a message in fixed-width chunks (45 characters in a 48-wide cell: one pad
-        # space before, two after), cutting mid-word; keep the chunk exactly so they rejoin.
-        cell = m["value"].rstrip()
-        close = cell.endswith("|")
-        if close:
-            cell = cell[:-1]
-        raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
-        name, value = m["name"].strip(), raw_value.strip()
+        if got[0] == "category":
+            message, in_category, category, ended = None, False, got[1], False
+            continue
+        if got[0] == "border":
+            # dcgmi prints a category's header even when none of its tests ran (`-r 2`: the
+            # `Stress` header, then the footer; dcgmi/Diag.cpp HelperDisplayCategory): a header
+            # followed by the table's end is an empty category, not a paste cut there.
+            ended = bool(category)
+            continue
+        _, name, value, raw_value = got
         if name in ("Diagnostic", "") and value == "Result":
             continue
         if name == "DCGM Version":
