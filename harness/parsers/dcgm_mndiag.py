@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, _status
+from harness.parsers.dcgm_text import _MISS, MAX_CACHED
 from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
 
@@ -160,6 +161,7 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     """The `dcgmi mndiag` table: the test's overall result, each host's GPUs with their
     result and error, and the errors of no GPU (MPI)."""
     table = _Table()
+    cells: dict[str, tuple[str, ...] | None] = {}  # a line's split (lines printed again)
     for line in lines:
         stripped = line.strip()
         if stripped[:1] not in ("|", "+"):
@@ -168,17 +170,32 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
             stripped = table_line(line).strip()  # a quoted table's line
             if stripped[:1] not in ("|", "+"):
                 continue
-        if stripped[1:2] == "-" and (section := _SECTION.match(stripped)):
-            table.section, table.message = section["name"], None
+        got = cells.get(stripped, _MISS)
+        if got is _MISS:
+            got = _split(stripped)
+            if len(cells) < MAX_CACHED:
+                cells[stripped] = got
+        if got is None:
             continue
-        m = _ROW.match(stripped)
-        if m is None:
+        if len(got) == 1:
+            table.section, table.message = got[0], None
             continue
-        value = _cell(m["value"])
-        # dcgmi's cells: one pad blank, 45 characters (a message cut mid-word), then blanks.
-        raw = value[1:46] if value.startswith(" ") else value
-        table.row(m["name"].strip(), value.strip(), raw)
+        table.row(*got)
     return table.diag()
+
+
+def _split(stripped: str) -> tuple[str, ...] | None:
+    """A table line: (section name,), (name, value, raw value: the cell as dcgmi cut it), or
+    None (not a table line)."""
+    if stripped[1:2] == "-" and (section := _SECTION.match(stripped)):
+        return (section["name"],)
+    m = _ROW.match(stripped)
+    if m is None:
+        return None
+    value = _cell(m["value"])
+    # dcgmi's cells: one pad blank, 45 characters (a message cut mid-word), then blanks.
+    raw = value[1:46] if value.startswith(" ") else value
+    return (m["name"].strip(), value.strip(), raw)
 
 
 def mndiag_from_json(document: dict[str, object]) -> DcgmDiag:
