@@ -151,10 +151,15 @@ class _Side:
 _SEEN = ("ail", "Unable", "ttached", "No devices", "mismatch")
 
 
-def _see(side: _Side, lines: list[str]) -> None:
-    """Show `side` each line of a batch that may be a failure, a lost GPU or `Attached GPUs`,
-    once, in order."""
-    text = "\n".join(lines)
+class Batch(list):  # type: ignore[type-arg]
+    """A batch of lines with its text (`"\\n".join` of them), joined once for every reader."""
+
+    text: str = ""
+
+
+def _see(side: _Side, text: str) -> None:
+    """Show `side` each line of a batch's text that may be a failure, a lost GPU or `Attached
+    GPUs`, once, in order."""
     starts = set()
     for literal in _SEEN:
         at = text.find(literal)
@@ -179,11 +184,13 @@ def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
     unwrapper = Unwrapper(comments=True)
     unwrap, pending, commands = unwrapper.unwrap, unwrapper.pending, unwrapper.commands
     seen = 0
-    for batch in source.batches():
-        found = unwrapper.candidates(batch)
+    for lines in source.batches():
+        batch = Batch(lines)
+        batch.text = "\n".join(lines)
+        found = unwrapper.candidates(batch, batch.text)
         if found is not None and not found and not pending():  # the fast path
             if side is not None:
-                _see(side, batch)
+                _see(side, batch.text)
             yield batch
             continue
         out: list[str] = []
@@ -194,7 +201,7 @@ def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
                     seen = len(commands)
                     if side is not None:
                         if out:
-                            _see(side, out)
+                            _see(side, "\n".join(out))
                             yield out
                             out = []
                         side.command(commands[-1])
@@ -204,7 +211,7 @@ def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
             out.append(line)
         if out:
             if side is not None:
-                _see(side, out)
+                _see(side, "\n".join(out))
             yield out
     if side is not None:
         side.commands = unwrapper.commands

@@ -120,7 +120,7 @@ class Tree:
     # ---- deferred: whole sections ----
 
     def feed(self, batch: list[str]) -> None:
-        text = "\n".join(batch)
+        text = getattr(batch, "text", None) or "\n".join(batch)  # (a Batch has it joined)
         if not self.live and _odd_space(text):
             self._go_live()
         if self.live:

@@ -376,12 +376,13 @@ class Unwrapper:
             return iter(lines)
         return self._sparse(lines, text, first, found)
 
-    def candidates(self, batch: list[str]) -> set[int] | None:
+    def candidates(self, batch: list[str], joined: str | None = None) -> set[int] | None:
         """The indices of the lines of `batch` that may carry a wrapper (one regex pass,
         `_candidate`); the others are their own text as long as no command continues into
         them (`continued`, `which_output`: check before each line). None: every line may (a
-        colour or a CR in the batch). For parsers that unwrap line by line (they count lines)."""
-        text = "\n" + "\n".join(batch)
+        colour or a CR in the batch). For parsers that unwrap line by line (they count lines).
+        `joined`: `"\\n".join(batch)`, when the caller has it already."""
+        text = "\n" + ("\n".join(batch) if joined is None else joined)
         if "\x1b" in text or "\r" in text or "\ufffd[" in text:
             return None
         found: set[int] = set()
