@@ -218,7 +218,9 @@ def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Patter
     if comments:
         other.append(r"(?:\#|//)")
     # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
-    return re.compile(r"\n[^\S\n]*+(?:(?=[A-Z])(?:" + "|".join(upper) + ")|(?=[a-z])(?:"
+    # (`[ ]*+` first: sre runs a one-character repeat in a tight C loop; the indentation's
+    # other blanks, if any, are then taken by `[^\S\n]*+`, as before.)
+    return re.compile(r"\n[ ]*+[^\S\n]*+(?:(?=[A-Z])(?:" + "|".join(upper) + ")|(?=[a-z])(?:"
                       + "|".join(lower) + ")|(?![A-Za-z])(?:" + "|".join(other) + "))")
 
 
