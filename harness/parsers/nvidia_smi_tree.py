@@ -38,7 +38,7 @@ __all__ = ["Tree", "TreeBlock"]
 _LINE = re.compile(r"^([ \t]*+)(?:([^:\n]*?\S)[ \t]++:[ \t]?([^\n]*)|([^\n]*))$", re.M)
 _ODD_SPACE = re.compile(r"[^\S \t\n]")
 #: A GPU section's first line, as the line reader sees one (`_GPU_HEADER` on the stripped line).
-_HEADER = rf"([ \t]*)GPU[ \t]+({_BUS})[ \t]*$"
+_HEADER = rf"([ ]*+[ \t]*+)GPU[ \t]+({_BUS})[ \t]*$"  # (`[ ]*+`: a tight C loop)
 _ENDS: dict[int, tuple[re.Pattern[str], re.Pattern[str]]] = {}
 
 
