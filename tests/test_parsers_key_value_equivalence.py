@@ -113,3 +113,17 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     GOLDEN.write_text(json.dumps({k: _records(k) for k in KINDS}, indent=1, sort_keys=True,
                                  default=str) + "\n", encoding="utf-8")
     print(GOLDEN, GOLDEN.stat().st_size)
+
+
+@pytest.mark.parametrize("before", [0, 10, 5000])
+def test_a_long_preamble_before_the_dcgm_table(before: int):
+    """The lines before the first table line are watched (kept up to 4,096, then one at a
+    time): the table after them is read, and without one dcgmi's own error is named."""
+    table = (TESTS / "data" / "dcgm" / "dcgmi-text-4.2.3-pcie-fail.txt").read_text()
+    preamble = "".join(f"banner line {i}\n" for i in range(before))
+    want = dataclasses.asdict(parse_dcgm_diag(table))
+    assert dataclasses.asdict(parse_dcgm_diag(preamble + table)) == want
+    with pytest.raises(ParseError, match="dcgmi reported an error and no results: Error: x"):
+        parse_dcgm_diag(preamble + "Error: x\n" + preamble)
+    with pytest.raises(ParseError, match="empty input"):
+        parse_dcgm_diag("\n" * before)

@@ -65,26 +65,43 @@ def _looks_json(source: Input) -> bool:
     return False
 
 
+#: Lines before the first table line kept while looking for it (then watched one at a time).
+_WATCHED = 4096
+
+
 def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
     """The text table's results; without one, the ParseError says what the input held instead
     (nothing, or dcgmi's own `Error: ...` line)."""
     seen = {"nonblank": False, "bar": False, "error": ""}
 
+    it = iter(lines)
+
+    def watch(line: str) -> None:
+        if not seen["nonblank"] and line.strip():
+            seen["nonblank"] = True
+        if not seen["error"] and line.startswith("Error: "):
+            seen["error"] = line.strip()
+        if "|" in line:
+            seen["bar"] = seen["nonblank"] = True
+
     def watched() -> Iterator[str]:
-        """The lines, watched up to the first table line (after it the rest is the table's)."""
-        it = iter(lines)
         for line in it:
-            if not seen["nonblank"] and line.strip():
-                seen["nonblank"] = True
-            if not seen["error"] and line.startswith("Error: "):
-                seen["error"] = line.strip()
+            watch(line)
             yield line
-            if "|" in line:
-                seen["bar"] = seen["nonblank"] = True
+            if seen["bar"]:
                 yield from it
 
+    # The lines up to the first table line are watched here (at most _WATCHED kept, then a
+    # generator watches the rest); from a table line on, the rest is the table's: handed on by
+    # itertools.chain, no Python call per line.
+    head: list[str] = []
+    for line in it:
+        watch(line)
+        head.append(line)
+        if seen["bar"] or len(head) >= _WATCHED:
+            break
     try:
-        return _from_text(watched())
+        return _from_text(itertools.chain(head, it if seen["bar"] else watched()))
     except ParseError:
         if not seen["nonblank"]:
             raise ParseError("empty input: no dcgmi diag output") from None
