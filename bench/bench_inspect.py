@@ -131,7 +131,9 @@ def generators() -> dict[str, tuple[str, Callable[[Path, int], None]]]:
         "nccl-tests (one table)": ("nccl-tests", _one_table),
         "kernel-log": ("kernel-log", _repeat(_kernel_block)),
         "nvidia-smi": ("nvidia-smi", _cycle(_samples("nvidia_smi", "real_q-565*"))),
-        "dcgm": ("dcgm", _cycle(_samples("dcgm", "*.txt"))),
+        # (dcgmi diag tables; `dcgmi mndiag`'s are its own row: a file holds one or the other)
+        "dcgm": ("dcgm", _cycle(_samples("dcgm", "dcgmi-*.txt") + _samples("dcgm", "real_dcgmi*.txt"))),
+        "dcgm (mndiag)": ("dcgm", _cycle(_samples("dcgm", "mndiag-text-*.txt"))),
         "nccl-log": ("nccl-log", _cycle(_samples("nccl_log", "*.log"),
                                         lambda s, i: re.sub(r"(?m)^", f"[1,{i % 64}]<stdout>:", s))),
         "train-step": ("train-step", _cycle(_samples("train_step", "*.txt"))),

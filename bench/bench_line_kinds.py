@@ -34,7 +34,7 @@ from bench_inspect import MB, generators
 
 #: The line-based kinds (nccl-log has its own bench: bench_nccl_log.py; its figure is here too).
 KINDS = ("env (env dumps)", "env (scripts)", "fi-info", "nccl-tests", "nccl-tests (one table)",
-         "kernel-log", "nvidia-smi", "dcgm", "train-step", "topology", "nccl-log")
+         "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)", "train-step", "topology", "nccl-log")
 LOOP = "import sys\nfor line in open(sys.argv[1], errors='replace'): pass\n"
 
 

@@ -166,13 +166,16 @@ def _recorded_lines() -> list[tuple[str, list[str]]]:
             if p.is_file() and p.suffix not in (".json", ".md")]
 
 
-@pytest.mark.parametrize("flags", [(True, False), (False, False), (True, True), (False, True)])
+@pytest.mark.parametrize("flags", [(True, False, False), (False, False, False),
+                                   (True, True, False), (False, True, False),
+                                   (True, False, True)])  # the last: nvidia-smi's
 def test_a_batch_unwraps_as_its_lines_one_by_one(flags):
     """The fast path (a batch's lines without a wrapper handed on untouched) is exact: every
     recorded sample, and each of the wrappers above inside a plain log, read in batches of 1,
     3, 50 and whole, gives the same lines, commands, ranks and hosts as `unwrap` on each line.
     A wrapper rule whose first characters `_candidate` lacks fails here."""
-    timestamps, host_prefix = flags
+    timestamps, host_prefix, comments = flags
+    opts = {"timestamps": timestamps, "host_prefix": host_prefix, "comments": comments}
     plain = ["    domain: rdmap79s27-rdm", "provider: efa", "  Product Name : NVIDIA H100"]
     wrapped = [[*plain, w, *plain] for w in [
         "[1,3]<stdout>:x", "3: x", "[pod/w-1/c] x", "2024-06-25T18:45:27Z x", "> x", "```",
@@ -180,19 +183,21 @@ def test_a_batch_unwraps_as_its_lines_one_by_one(flags):
         "OMPI_X=1 srun all_reduce_perf_mpi -g 1 \\", "which fi_info", "... cut ...",
         "Thu Jun 18 14:28:58 2020[1,0]<stdout>:x", "(venv) $ python x.py", "+ mpirun -np 2 x",
         "root@box:~# ./build/alltoall_perf", '{"log":"x\\n","stream":"stdout"}', "`srun x`",
-        "/usr/bin/fi_info", "!nvidia-smi -q", "x\x1b[0m", "x\r"]]
+        "/usr/bin/fi_info", "!nvidia-smi -q", "x\x1b[0m", "x\r", "# x", "//     x", "#",
+        "  # $ nvidia-smi -q", "#GPU 00000000:18:00.0", "Build/all_reduce_perf -b 8",
+        "X_perf -g 1", "NCCL_DEBUG=INFO srun x", "Srun x", "0_perf x", '"a_perf x']]
     wrong = []
     for name, lines in [*_recorded_lines(), *(("wrapped", w) for w in wrapped)]:
         for size in (1, 3, 50, len(lines) or 1):
-            one = Unwrapper(timestamps=timestamps, host_prefix=host_prefix)
-            batched = Unwrapper(timestamps=timestamps, host_prefix=host_prefix)
+            one = Unwrapper(**opts)
+            batched = Unwrapper(**opts)
             want = [x for x in map(one.unwrap, lines) if x is not None]
             got = [x for i in range(0, len(lines), size) for x in batched.lines(lines[i:i + size])]
             if (got, batched.commands, batched.ranks, batched.hosts, batched.elided) != (
                     want, one.commands, one.ranks, one.hosts, one.elided):
                 wrong.append((name, size))
             # Unwrapper.candidates: a line it leaves out (no command pending) is its own text.
-            by_line = Unwrapper(timestamps=timestamps, host_prefix=host_prefix)
+            by_line = Unwrapper(**opts)
             for i in range(0, len(lines), size):
                 batch = lines[i:i + size]
                 candidates = by_line.candidates(batch)

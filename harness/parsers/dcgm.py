@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TextIO
@@ -37,7 +38,7 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
     if doc is None:  # a table (or many), or larger than any JSON dcgmi writes: read line by line
         if is_mndiag_text(source.head(16384)):
             return mndiag_from_text(source.lines())
-        return _table_or_error(source.lines())
+        return _table_or_error(itertools.chain.from_iterable(source.batches()))
     start = doc.find("{")
     if start >= 0 and not doc[:start].lstrip().startswith(("|", "+")):
         try:
@@ -64,23 +65,43 @@ def _looks_json(source: Input) -> bool:
     return False
 
 
+#: Lines before the first table line kept while looking for it (then watched one at a time).
+_WATCHED = 4096
+
+
 def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
     """The text table's results; without one, the ParseError says what the input held instead
     (nothing, or dcgmi's own `Error: ...` line)."""
     seen = {"nonblank": False, "bar": False, "error": ""}
 
-    def watched() -> Iterator[str]:
-        for line in lines:
-            if not seen["nonblank"] and line.strip():
-                seen["nonblank"] = True
-            if not seen["bar"] and "|" in line:
-                seen["bar"] = True
-            if not seen["error"] and line.startswith("Error: "):
-                seen["error"] = line.strip()
-            yield line
+    it = iter(lines)
 
+    def watch(line: str) -> None:
+        if not seen["nonblank"] and line.strip():
+            seen["nonblank"] = True
+        if not seen["error"] and line.startswith("Error: "):
+            seen["error"] = line.strip()
+        if "|" in line:
+            seen["bar"] = seen["nonblank"] = True
+
+    def watched() -> Iterator[str]:
+        for line in it:
+            watch(line)
+            yield line
+            if seen["bar"]:
+                yield from it
+
+    # The lines up to the first table line are watched here (at most _WATCHED kept, then a
+    # generator watches the rest); from a table line on, the rest is the table's: handed on by
+    # itertools.chain, no Python call per line.
+    head: list[str] = []
+    for line in it:
+        watch(line)
+        head.append(line)
+        if seen["bar"] or len(head) >= _WATCHED:
+            break
     try:
-        return _from_text(watched())
+        return _from_text(itertools.chain(head, it if seen["bar"] else watched()))
     except ParseError:
         if not seen["nonblank"]:
             raise ParseError("empty input: no dcgmi diag output") from None

@@ -28,13 +28,16 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, _status
+from harness.parsers.dcgm_text import _MISS, MAX_CACHED
 from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
 
 __all__ = ["is_mndiag_json", "is_mndiag_text", "mndiag_from_json", "mndiag_from_text"]
 
 CATEGORY = "Multi-Node"
-_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*?)\|?\s*$")
+# (The closing `|` is cut in Python, see `_cell`: a lazy group before `\|?\s*$` rescanned the
+# rest of the row from each of its characters.)
+_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>.*)$")
 _SECTION = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z]+(?: [A-Za-z]+)*)\s+-+\+")
 _HOST = re.compile(r"^Host\s+([0-9]{1,6})$")
 _GPU = re.compile(r"^GPU\s+([0-9]{1,6})$")
@@ -148,25 +151,51 @@ def _text(chunks: list[list[str]]) -> str:
     return " ".join(t for t in texts if t)
 
 
+def _cell(value: str) -> str:
+    """A stripped row's value cell as `(?P<value>.*?)\\|?\\s*$` took it: without the one closing
+    `|` (the row has no trailing blanks)."""
+    return value[:-1] if value.endswith("|") else value
+
+
 def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     """The `dcgmi mndiag` table: the test's overall result, each host's GPUs with their
     result and error, and the errors of no GPU (MPI)."""
     table = _Table()
+    cells: dict[str, tuple[str, ...] | None] = {}  # a line's split (lines printed again)
     for line in lines:
-        stripped = table_line(line).strip()
+        stripped = line.strip()
         if stripped[:1] not in ("|", "+"):
+            if stripped[:1] not in ("#", "/", ">"):
+                continue
+            stripped = table_line(line).strip()  # a quoted table's line
+            if stripped[:1] not in ("|", "+"):
+                continue
+        got = cells.get(stripped, _MISS)
+        if got is _MISS:
+            got = _split(stripped)
+            if len(cells) < MAX_CACHED:
+                cells[stripped] = got
+        if got is None:
             continue
-        if section := _SECTION.match(stripped):
-            table.section, table.message = section["name"], None
+        if len(got) == 1:
+            table.section, table.message = got[0], None
             continue
-        m = _ROW.match(stripped)
-        if m is None:
-            continue
-        value = m["value"]
-        # dcgmi's cells: one pad blank, 45 characters (a message cut mid-word), then blanks.
-        raw = value[1:46] if value.startswith(" ") else value
-        table.row(m["name"].strip(), value.strip(), raw)
+        table.row(*got)
     return table.diag()
+
+
+def _split(stripped: str) -> tuple[str, ...] | None:
+    """A table line: (section name,), (name, value, raw value: the cell as dcgmi cut it), or
+    None (not a table line)."""
+    if stripped[1:2] == "-" and (section := _SECTION.match(stripped)):
+        return (section["name"],)
+    m = _ROW.match(stripped)
+    if m is None:
+        return None
+    value = _cell(m["value"])
+    # dcgmi's cells: one pad blank, 45 characters (a message cut mid-word), then blanks.
+    raw = value[1:46] if value.startswith(" ") else value
+    return (m["name"].strip(), value.strip(), raw)
 
 
 def mndiag_from_json(document: dict[str, object]) -> DcgmDiag:

@@ -4,6 +4,7 @@ read into a DcgmDiag."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -37,12 +38,20 @@ class _Message(list):  # type: ignore[type-arg]
     gpu: int | None = None
 
 
-def _who(who: str | None) -> list[int | None]:
-    """`All`, `GPU: 1`, `GPUs: 0, 2, 3` -> GPU ids (None: every GPU / the node)."""
+@functools.lru_cache(maxsize=1024)
+def _who(who: str | None) -> tuple[int | None, ...]:
+    """`All`, `GPU: 1`, `GPUs: 0, 2, 3` -> GPU ids (None: every GPU / the node). (Cached: a
+    table printed again names the same GPUs.)"""
     if not who or who.strip().lower() == "all":
-        return [None]
+        return (None,)
     ids = re.findall(r"[0-9]+", who.split(":", 1)[-1])[:MAX_MESSAGES]
-    return [n for i in ids if (n := ascii_int(i)) is not None] or [None]
+    return tuple(n for i in ids if (n := ascii_int(i)) is not None) or (None,)
+
+
+#: `_status` of a cell's text (cached: a handful of words).
+_text_status = functools.lru_cache(maxsize=256)(_status)
+#: The first characters of `Warning`, `Error`, `Info` rows (`_ENTITY_MESSAGE` only after them).
+_MESSAGE_FIRST = ("W", "E", "I")
 
 
 class _Tests(list):  # type: ignore[type-arg]
@@ -79,6 +88,34 @@ class _Tests(list):  # type: ignore[type-arg]
         return self
 
 
+#: Distinct table lines whose split `_from_text` keeps (a log of dcgmi runs prints the same
+#: lines again and again; the bound keeps memory flat).
+MAX_CACHED = 4096
+_MISS = ("",)
+
+
+def _split(stripped: str) -> tuple[str, ...] | None:
+    """A table line: ("category", name), ("border",), ("row", name, value, raw value: the
+    cell's text as dcgmi cut it), or None (not a table line)."""
+    if stripped[1:2] == "-":  # (only a border or a category header starts `+-` / `|-`)
+        header = _CATEGORY.match(stripped)
+        if header:
+            return ("category", header["name"])
+        if _BORDER.match(stripped):
+            return ("border",)
+    m = _ROW.match(stripped)
+    if not m:
+        return None
+    # dcgmi writes a message in fixed-width chunks (45 characters in a 48-wide cell: one pad
+    # space before, two after), cutting mid-word; keep the chunk exactly so they rejoin.
+    cell = m["value"].rstrip()
+    close = cell.endswith("|")
+    if close:
+        cell = cell[:-1]
+    raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
+    return ("row", m["name"].strip(), raw_value.strip(), raw_value)
+
+
 def _from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
@@ -91,31 +128,32 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
     message: list[str] | None = None  # the Warning/Error being continued
     in_category = False  # a test row came since the last category header
     ended = False  # the closing border came after the last category header
+    cells: dict[str, tuple[str, ...] | None] = {}  # a line's split (a table printed again)
     for line in lines:
-        stripped = table_line(line).strip()
+        stripped = line.strip()
         if stripped[:1] not in ("|", "+"):
+            if stripped[:1] not in ("#", "/", ">"):
+                continue
+            stripped = table_line(line).strip()  # a quoted table's line (`# | Memory | Pass |`)
+            if stripped[:1] not in ("|", "+"):
+                continue
+        got = cells.get(stripped, _MISS)
+        if got is _MISS:
+            got = _split(stripped)
+            if len(cells) < MAX_CACHED:
+                cells[stripped] = got
+        if got is None:
             continue
-        header = _CATEGORY.match(stripped)
-        if header:
-            message, in_category, category, ended = None, False, header["name"], False
+        if got[0] == "category":
+            message, in_category, category, ended = None, False, got[1], False
             continue
-        if _BORDER.match(stripped):
+        if got[0] == "border":
             # dcgmi prints a category's header even when none of its tests ran (`-r 2`: the
             # `Stress` header, then the footer; dcgmi/Diag.cpp HelperDisplayCategory): a header
             # followed by the table's end is an empty category, not a paste cut there.
             ended = bool(category)
             continue
-        m = _ROW.match(stripped)
-        if not m:
-            continue
-        # dcgmi writes a message in fixed-width chunks (45 characters in a 48-wide cell: one pad
-        # space before, two after), cutting mid-word; keep the chunk exactly so they rejoin.
-        cell = m["value"].rstrip()
-        close = cell.endswith("|")
-        if close:
-            cell = cell[:-1]
-        raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
-        name, value = m["name"].strip(), raw_value.strip()
+        _, name, value, raw_value = got
         if name in ("Diagnostic", "") and value == "Result":
             continue
         if name == "DCGM Version":
@@ -124,7 +162,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             driver = value
         elif name in ("GPU Device IDs Detected",):
             pass
-        elif (entity := _ENTITY_MESSAGE.match(name)) is not None:
+        elif name[:1] in _MESSAGE_FIRST and (entity := _ENTITY_MESSAGE.match(name)) is not None:
             # DCGM 4 (dcgmi/Diag.cpp HelperDisplayEntityResults): `| Warning: GPU1 | <msg> |`
             # under the test's `GPU1: Fail` line is that GPU's reason (`Info: GPU1`, -v only,
             # is read and not kept).
@@ -153,12 +191,12 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
                 # Not a result row (a markdown table, a key/value line someone pasted).
                 message = None
                 continue
-            status = outcome["status"] if outcome else value
+            status = _text_status(outcome["status"] if outcome else value)
             who = _who(outcome["who"] if outcome else None)
             plain = not (outcome and outcome["who"])
             # A row without a value states nothing (its per-GPU lines may follow); a test that
             # never gets an outcome is not a result (random `|x|` text is not a failed test).
-            outcomes = [(g, _status(status)) for g in who] if value else []
+            outcomes = [(g, status) for g in who] if value else []
             current = tests.add([name, outcomes, [], category, plain])
             message, in_category = None, True
         else:  # continuation line
@@ -166,10 +204,10 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             if current is not None and len(current[1]) >= MAX_MESSAGES:
                 pass  # more GPUs than any node has: the rest is not kept
             elif per_gpu and current is not None:
-                current[1].append((ascii_int(per_gpu["gpu"]), _status(per_gpu["status"])))
+                current[1].append((int(per_gpu["gpu"]), _text_status(per_gpu["status"])))
                 message = None
             elif outcome and current is not None and message is None:
-                current[1].extend((g, _status(outcome["status"])) for g in _who(outcome["who"]))
+                current[1].extend((g, _text_status(outcome["status"])) for g in _who(outcome["who"]))
             elif message is not None and len(message) < MAX_MESSAGES:
                 message.append(raw_value)
     results: list[DcgmResult] = []

@@ -17,6 +17,7 @@ from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
     _ANY_GPU_HEADER,
     _FRAGMENT_KEYS,
+    _STATE_KEY,
     FRAGMENT_SECTIONS,
     _lines,
     _Side,
@@ -44,8 +45,10 @@ def parse_nvidia_smi(text: str | Input) -> GpuInventory:
     return _parse(as_input(text), _Side())
 
 
-def _form(source: Input) -> str:
-    """Which form the input is (one pass, stopped at the first `-q` section)."""
+def _form(source: Input, side: _Side | None = None) -> str:
+    """Which form the input is (one pass, stopped at the first `-q` section). A fragment whose
+    fabric `State` came without its `Fabric` header marks `side.headerless_fabric`; bare `State`
+    / `Status` lines that are not that are form "state" (refused: see _parse)."""
     head: list[str] = []
     size = 0
     for line in _lines(source):
@@ -55,7 +58,7 @@ def _form(source: Input) -> str:
             break
     if "<nvidia_smi_log" in "\n".join(head)[:2000]:
         return "xml"
-    banner = bus = row = fragment = False
+    banner = bus = row = fragment = fabric_header = fabric_state = state_key = False
     for line in _lines(source):
         if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and _ANY_GPU_HEADER.match(line)):
             return "query"
@@ -63,15 +66,40 @@ def _form(source: Input) -> str:
         bus = bus or "Bus-Id" in line
         stripped = line.strip()
         row = row or (stripped[:1] == "|" and bool(_TABLE_ROW1.match(stripped)))
-        fragment = fragment or bool(_FRAGMENT_KEYS.match(line))
+        if _FRAGMENT_KEYS.match(line) is not None:
+            fragment = True
+            fabric_header = fabric_header or stripped == "Fabric"
+            fabric_state = fabric_state or stripped.startswith("State")
+        elif "tat" in line and _STATE_KEY.match(line):
+            state_key = True
     # The banner may be cut from a pasted excerpt: a GPU row is enough.
     if (banner and bus) or row:
         return "table"
+    if fabric_state and not fabric_header and side is not None:
+        side.headerless_fabric = True
+    if not fragment and state_key:
+        return "state"
     return "fragment" if fragment else "csv"
 
 
+def _refuse_state(source: Input) -> ParseError:
+    """Bare `State :` / `Status :` lines that are not a fabric state: say what they are and what
+    is missing."""
+    lines = [m for line in _lines(source) if (m := _STATE_KEY.match(line)) is not None][:4]
+    said = " / ".join(f"`{m['key']} : {m['value'].strip()}`" for m in lines)
+    state = next((m["value"].strip() for m in lines if m["key"] == "State"), None)
+    why = (f"`{state}` is not a fabric state (Not Supported, Not Started, In Progress, Completed)"
+           if state is not None else "there is no `State` line")
+    return ParseError(
+        f"{said} without the `nvidia-smi -q` section they belong to: not read as the Fabric "
+        f"section's, since {why}; the `Fabric` header line (or the GPU's `GPU 0000xxxx:BB:DD.F` "
+        "section around it) is missing")
+
+
 def _parse(source: Input, side: _Side) -> GpuInventory:
-    form = _form(source)
+    form = _form(source, side)
+    if form == "state":
+        raise _refuse_state(source)
     if form == "xml":
         return _xml(source, side)
     if form in ("query", "fragment"):

@@ -43,6 +43,10 @@ _LOST = re.compile(
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]))?)[ \t]*:[^\n]*",
     re.I,
 )
+#: A `Fabric > State` line pasted without its section header (`nvidia-smi -q | grep -A1 State`,
+#: or a copy of the two lines): a fabric state NVML names (nvmlGpuFabricState_t, in nvidia-smi's
+#: words) is unambiguous: no other `-q` key is a bare `State`.
+_FABRIC_STATE = r"State\s+:\s*(?:Not Supported|Not Started|In Progress|Completed)\s*$"
 #: `nvidia-smi -q` sections a fragment is recognised by when pasted without its GPU line
 #: (`ECC Errors`, `Retired Pages`, `Remapped Rows`, `Fabric` (`nvidia-smi -q | grep -A5
 #: Fabric`), or grep's `SRAM Uncorrectable : 1` lines).
@@ -51,7 +55,12 @@ FRAGMENT_SECTIONS = ("ecc mode", "ecc errors", "retired pages", "remapped rows",
 _FRAGMENT_KEYS = re.compile(
     r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status|Fabric)\s*$|"
     r"(?:[SD]RAM (?:Unc|C)orrectable|Pending Page Blacklist|Double Bit ECC|Single Bit ECC)"
-    r"[\w -]*?\s+:)")
+    r"[\w -]*?\s+:|" + _FABRIC_STATE + ")")
+#: A bare `State :` / `Status :` line whatever its value (the refusal names it when it is not
+#: a fabric state).
+_STATE_KEY = re.compile(r"^\s*(?P<key>State|Status)\s+:\s?(?P<value>.*)$")
+#: The keys of the Fabric section a header-less fragment files under `fabric`.
+FABRIC_KEYS = frozenset(("state", "status"))
 #: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
 _ANNOTATION = re.compile(r"\s+(?:<=+|<-+|←|#\s).*$")
 _ATTACHED = re.compile(r"^\s*Attached GPUs\s*:\s*([0-9]+)|<attached_gpus>([0-9]+)<")
@@ -99,6 +108,9 @@ class _Side:
     """The columns of a `nvidia-smi --query-gpu=A,B --format=csv,noheader` command line seen
     above the rows (which then have no header line)."""
     bus_index: dict[object, int] = dataclasses.field(default_factory=dict)
+    headerless_fabric: bool = False
+    """A fragment whose `State : <fabric state>` line came without its `Fabric` header: its bare
+    `State` / `Status` are the Fabric section's."""
     """GPU sections (by pci_key) whose index a `-i N` command line above them gave."""
 
     def see(self, line: str) -> None:
@@ -113,39 +125,103 @@ class _Side:
         if self.attached is None and "ttached" in line and (m := _ATTACHED.search(line)):
             self.attached = ascii_int(m.group(1) or m.group(2))
 
+    def command(self, line: str) -> None:
+        """A command line seen above the lines to come: `-i N` gives the next GPU section's index,
+        `--query-gpu=A,B --format=csv,noheader` the columns of the rows after it."""
+        m = _SELECT.search(line)
+        self.pending_index = ascii_int(m[1]) if m else None
+        q = _QUERY_NOHEADER.search(line)
+        if q:
+            self.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
+
     def not_read(self, what: str) -> ParseError:
         """The ParseError for input without GPUs, quoting nvidia-smi's own failure line if any."""
         return ParseError(f"{what}; nvidia-smi says: {self.failure}" if self.failure else what)
 
     def notes(self) -> list[str]:
-        return [f"{self.omitted} more GPUs after the first {MAX_GPUS} not kept"] if self.omitted else []
+        notes = [f"{self.omitted} more GPUs after the first {MAX_GPUS} not kept"] if self.omitted else []
+        if self.headerless_fabric:
+            notes.append("`State` / `Status` without their `Fabric` header line: read as the Fabric "
+                         "section's (the state is one only the Fabric section prints)")
+        return notes
+
+
+#: The literals every line `_Side.see` reads holds (each found with `str.find`: memchr speed,
+#: where an alternation is tried at every character).
+_SEEN = ("ail", "Unable", "ttached", "No devices", "mismatch")
+
+
+class Batch(list):  # type: ignore[type-arg]
+    """A batch of lines with its text (`"\\n".join` of them), joined once for every reader."""
+
+    text: str = ""
+
+
+def _see(side: _Side, text: str) -> None:
+    """Show `side` each line of a batch's text that may be a failure, a lost GPU or `Attached
+    GPUs`, once, in order."""
+    starts = set()
+    for literal in _SEEN:
+        at = text.find(literal)
+        while at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            starts.add(start)
+            end = text.find("\n", at)
+            at = text.find(literal, end) if end >= 0 else -1
+    for start in sorted(starts):
+        end = text.find("\n", start)
+        side.see(text[start:] if end < 0 else text[start:end])
+
+
+def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
+    """The input's lines, unwrapped (harness.parsers.unwrap), in lists: a reader's batch as it
+    is when no line of it may carry a wrapper (Unwrapper.candidates: one regex pass), else its
+    lines unwrapped, the list cut where a command line was seen, so that the readers read the
+    lines after `nvidia-smi -i N ...` with its `side.pending_index` set. `side` keeps the
+    command lines seen, and sees each line that may name a failure. nvidia-smi starts no line
+    with `#` or `//`: such a marker is a quote (a section commented out in a script or a doc)
+    and is removed."""
+    unwrapper = Unwrapper(comments=True)
+    unwrap, pending, commands = unwrapper.unwrap, unwrapper.pending, unwrapper.commands
+    seen = 0
+    for lines in source.batches():
+        batch = Batch(lines)
+        batch.text = "\n".join(lines)
+        found = unwrapper.candidates(batch, batch.text)
+        if found is not None and not found and not pending():  # the fast path
+            if side is not None:
+                _see(side, batch.text)
+            yield batch
+            continue
+        out: list[str] = []
+        for i, line in enumerate(batch):
+            if found is None or i in found or pending():
+                text = unwrap(line)
+                if len(commands) != seen:  # (appended to, never replaced)
+                    seen = len(commands)
+                    if side is not None:
+                        if out:
+                            _see(side, "\n".join(out))
+                            yield out
+                            out = []
+                        side.command(commands[-1])
+                if text is None:
+                    continue
+                line = text
+            out.append(line)
+        if out:
+            if side is not None:
+                _see(side, "\n".join(out))
+            yield out
+    if side is not None:
+        side.commands = unwrapper.commands
 
 
 def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
-    """The input's lines, unwrapped (harness.parsers.unwrap); each one shown to `side`, which
-    keeps the command lines seen."""
-    unwrapper = Unwrapper()
-    seen = 0
-    for batch in source.batches():
-        if side is None:
-            yield from unwrapper.lines(batch)
-            continue
-        commands = unwrapper.commands  # (appended to, never replaced)
-        for line in unwrapper.lines(batch):
-            if len(commands) != seen:
-                seen = len(commands)
-                m = _SELECT.search(commands[-1])
-                side.pending_index = ascii_int(m[1]) if m else None
-                q = _QUERY_NOHEADER.search(commands[-1])
-                if q:
-                    side.noheader_columns = tuple(c for c in q[1].strip("'\"").split(",") if c)
-            # (the literals _Side.see looks for first, here: no call for the other lines)
-            if ("ail" in line or "Unable" in line or "ttached" in line or "No devices" in line
-                    or "mismatch" in line):
-                side.see(line)
-            yield line
-    if side is not None:
-        side.commands = unwrapper.commands
+    """The input's lines, unwrapped, one by one (see _batches)."""
+    for batch in _batches(source, side):
+        yield from batch
+
 
 def _clean(value: str | None) -> str | None:
     if value is None:

@@ -9,17 +9,11 @@ from dataclasses import dataclass
 from harness.base.gpu_record import GpuInfo, GpuInventory, pci_key
 from harness.parsers.nvidia_smi_common import (
     _ERROR_VALUES,
-    _GPU_HEADER,
-    _KEY_VALUE,
     _RESET_VALUES,
-    FRAGMENT_SECTIONS,
-    MAX_DEPTH,
-    MAX_GPUS,
-    MAX_KEYS,
+    _batches,
     _clean,
     _fabric_status,
     _int,
-    _lines,
     _num,
     _recovery,
     _reset,
@@ -29,6 +23,7 @@ from harness.parsers.nvidia_smi_common import (
     _with_lost,
     _yes,
 )
+from harness.parsers.nvidia_smi_tree import Tree
 from harness.parsers.reader import Input, as_input
 
 
@@ -67,63 +62,25 @@ class _Query:
     blocks: list[_Block]
 
 
-def _tree(lines: Iterable[str], side: _Side, *, fragment: bool = False) -> _Query:
-    """Read the indented key : value tree; GPU sections start at `GPU 00000000:53:00.0`. A GPU
-    seen again (a `nvidia-smi -q -l` loop) keeps its latest section, in its first place. A
-    `fragment` (sections pasted without their GPU line) is read as one GPU of unknown bus."""
-    top: dict[str, str] = {}
-    blocks: dict[str, _Block] = {}
-    block: _Block | None = None
-    stack: list[tuple[int, str]] = []
-    base = 0
-    if fragment:
-        block, base = _Block(""), -1
-        blocks[""] = block
-    path: tuple[str, ...] = ()  # the names on `stack`, rebuilt only when it changes
-    key_value = _KEY_VALUE.match
-    for line in lines:
-        stripped = line.strip()
-        if not stripped:
-            continue
-        indent = len(line) - len(line.lstrip(" \t"))
-        if stripped[:3] == "GPU" and (header := _GPU_HEADER.match(stripped)):
-            key = pci_key(header["bus"]) or header["bus"]
-            block = _Block(header["bus"])
-            if side.pending_index is not None:
-                side.bus_index[key] = side.pending_index
-                side.pending_index = None
-            if key in blocks or len(blocks) < MAX_GPUS:
-                blocks[key] = block  # a GPU seen before keeps its place
-            else:
-                side.omitted += 1  # read, not kept
-            stack, path, base = [], (), indent
-            continue
-        m = key_value(stripped)
-        if block is None or indent <= base:
-            if m and len(top) < MAX_KEYS:
-                top[m["key"].strip().lower()] = m["value"].strip()
-            if block is not None and indent <= base:
-                block = None
-            continue
-        if stack and stack[-1][0] >= indent:
-            while stack and stack[-1][0] >= indent:
-                stack.pop()
-            path = tuple(name for _, name in stack)
-        value = m["value"].strip() if m else ""
-        if value:
-            if len(block.values) < MAX_KEYS:
-                block.values[(*path, m["key"].strip().lower())] = value  # type: ignore[index]
-        elif len(stack) < MAX_DEPTH:  # a section header (`ECC Errors`), or `Key :` with nothing after it
-            name = (m["key"] if m else stripped).strip().lower()[:200]
-            if not stack and name in FRAGMENT_SECTIONS:
-                side.sections[name] = None
-            stack.append((indent, name))
-            path = (*path, name)
+def _tree(batches: Iterable[list[str]], side: _Side, *, fragment: bool = False) -> _Query:
+    """Read the indented key : value tree (harness.parsers.nvidia_smi_tree); GPU sections start
+    at `GPU 00000000:53:00.0`. A GPU seen again (a `nvidia-smi -q -l` loop) keeps its latest
+    section, in its first place. A `fragment` (sections pasted without their GPU line) is read
+    as one GPU of unknown bus."""
+    tree = Tree(side, fragment=fragment)
+    for batch in batches:
+        tree.feed(batch)
+    top, read = tree.finish()
+    blocks = []
+    for b in read:
+        block = _Block(b.bus_id)
+        block.values = b.values
+        blocks.append(block)
     attached = _int(top.get("attached gpus"))
     # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
     driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
     cuda = _version(top.get("cuda umd version")) or _version(top.get("cuda version"))
-    return _Query(driver, cuda, attached, list(blocks.values()))
+    return _Query(driver, cuda, attached, blocks)
 
 
 def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
@@ -224,7 +181,7 @@ def parse_smi_query(text: str | Input) -> GpuInventory:
 
 
 def _query(source: Input, side: _Side, *, fragment: bool = False) -> GpuInventory:
-    q = _tree(_lines(source, side), side, fragment=fragment)
+    q = _tree(_batches(source, side), side, fragment=fragment)
     if q.blocks and not q.blocks[0].bus_id:
         side.fragment = True
     if not q.blocks and not side.lost:

@@ -64,6 +64,11 @@ _CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text
 ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"^\s*>(?: |$)")
+#: A comment marker before any line (`# `, `//`), for tools that never start a line with one
+#: (`Unwrapper(comments=True)`: nvidia-smi): a section pasted into a script or a doc, each line
+#: commented out. One blank after the marker goes with it; the line's own indentation stays
+#: (nvidia-smi -q nests by it).
+_COMMENT = re.compile(r"^\s*(?:#|//) ?")
 #: A comment marker before a table's line (`# +----+`, `# | Memory | Pass |`, `// |...`): a
 #: table quoted into a script or a doc, each line commented out. (No tool prints `#` before a
 #: `|`/`+` table line: nccl-tests' own `#` lines are followed by words and blanks.)
@@ -178,31 +183,49 @@ _COMMAND = (r"(?:[A-Za-z_]\w*+=\S*+[^\S\n]++)*+!?(?:[^\s/]*+/)*+!?(?:(?:"
             + rf"){_END}|[^\s/]*+(?:(?<=_perf)|(?<=_perf_mpi)){_END})")
 
 
-def _candidate(timestamps: bool, host_prefix: bool) -> re.Pattern[str]:
+def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Pattern[str]:
     """A line (after `\\n`) that some rule of `Unwrapper._strip_once` may change: a superset of
     the rules' first wrappers, each written so that sre never backtracks into a word
     (possessive), run once over a whole batch joined by `\\n`: the lines between matches are
     handed on as they are (the fast path: no per-line Python work). Kept beside the rules: a
     rule added there needs its first characters here (tests/test_parsers_unwrap.py unwraps every
-    recorded sample both ways and compares)."""
+    recorded sample both ways and compares).
+
+    The rules are split by the line's first character: a line starting with a letter (most
+    lines of most tools: `Product Name : ...`, `provider: efa`) tries only the rules that can
+    start with one, and a command only where its first word can be one (a capitalised word is
+    a program only with a path or an assignment in it, `FOO=1 cmd`, `Build/x_perf`, or as an
+    nccl-tests binary's name, `X_perf`: every known program's name is lower case)."""
     iso = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]"
-    rules = [
+    word_rules = [r"[\w.-]++@", _COMMAND]  # `user@host$ cmd`, `FOO=1 cmd`, `srun ...`
+    host = [r"[A-Za-z][\w.-]*+:(?=\s)"] if host_prefix else []
+    # A capitalised first word is one of word_rules' only with `=`, `/` or `@` in it, or as an
+    # nccl-tests binary's name (`X_perf`): one scan of the word rules out the rest.
+    upper = [r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
+             r"Warning:[ ]Permanently",
+             r"(?=[^\s=/@]*+(?:[=/@]|(?<=_perf)|(?<=_perf_mpi)))(?:" + "|".join(word_rules) + ")",
+             *host]
+    lower = [*word_rules, *host]
+    other = [
         r'\{"log":', r"[0-9]++:[ ]", r"\[(?:pod/|[0-9]++,[0-9]++\]<std)",
-        r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
-        r"Warning:[ ]Permanently", r"```", r"~~~", r">(?=[ \n]|\Z)",
+        r"```", r"~~~", r">(?=[ \n]|\Z)",
         r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
         r"(?:#++|//|>)[ \t]*+[|+]",
-        r"[\w.-]++@", r"➜", r"[$%]", _COMMAND,
+        r"➜", r"[$%]", *word_rules,
     ]
     if timestamps:
-        rules += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
-    if host_prefix:
-        rules.append(r"[A-Za-z][\w.-]*+:(?=\s)")
+        other += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
+    if comments:
+        other.append(r"(?:\#|//)")
     # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
-    return re.compile(r"\n[^\S\n]*+(?:" + "|".join(rules) + ")")
+    # (`[ ]*+` first: sre runs a one-character repeat in a tight C loop; the indentation's
+    # other blanks, if any, are then taken by `[^\S\n]*+`, as before.)
+    return re.compile(r"\n[ ]*+[^\S\n]*+(?:(?=[A-Z])(?:" + "|".join(upper) + ")|(?=[a-z])(?:"
+                      + "|".join(lower) + ")|(?![A-Za-z])(?:" + "|".join(other) + "))")
 
 
-_CANDIDATES = {(t, h): _candidate(t, h) for t in (False, True) for h in (False, True)}
+_CANDIDATES = {(t, h, c): _candidate(t, h, c)
+               for t in (False, True) for h in (False, True) for c in (False, True)}
 
 
 @dataclass(slots=True)
@@ -215,6 +238,11 @@ class Unwrapper:
     """Also remove a pdsh / MPIJob `host: ` prefix (`worker: `, `node-1: `; nccl-tests only:
     elsewhere `Name: value` is the tool's own line)."""
     keep_commands: bool = False
+    comments: bool = False
+    """Remove a `# ` or `//` comment marker before any line (a section quoted line by line into
+    a script or a doc), for tools that never start a line with one (nvidia-smi). Elsewhere only
+    a table's quoted lines (`# | ... |`) lose it: nccl-tests prints `#` lines of its own, fi_info
+    `# FI_...` ones, and `# cmd` is a root prompt."""
     """Hand command lines on (with their prompt removed) instead of dropping them (the env
     parser reads `mpirun -x NAME=value` lines)."""
     commands: list[str] = field(default_factory=list)
@@ -289,6 +317,8 @@ class Unwrapper:
             return None
         if head in "#/>" and (m := _TABLE_QUOTE.match(line)) is not None:
             return line[m.end():]
+        if self.comments and head in "#/" and (m := _COMMENT.match(line)) is not None:
+            return line[m.end():] if line[m.end():].strip() else None
         if head == ">" and (m := _QUOTE.match(line)) is not None:
             return line[m.end():]
         if head in "….":
@@ -341,24 +371,25 @@ class Unwrapper:
         text = "\n" + "\n".join(lines)
         if "\x1b" in text or "\r" in text or "\ufffd[" in text:
             return self._unwrapped(lines)
-        found = _CANDIDATES[self.timestamps, self.host_prefix].finditer(text)
+        found = _CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text)
         first = next(found, None)
         if first is None and not (self.continued or self.which_output):
             self.rank = self.host = None
             return iter(lines)
         return self._sparse(lines, text, first, found)
 
-    def candidates(self, batch: list[str]) -> set[int] | None:
+    def candidates(self, batch: list[str], joined: str | None = None) -> set[int] | None:
         """The indices of the lines of `batch` that may carry a wrapper (one regex pass,
         `_candidate`); the others are their own text as long as no command continues into
         them (`continued`, `which_output`: check before each line). None: every line may (a
-        colour or a CR in the batch). For parsers that unwrap line by line (they count lines)."""
-        text = "\n" + "\n".join(batch)
+        colour or a CR in the batch). For parsers that unwrap line by line (they count lines).
+        `joined`: `"\\n".join(batch)`, when the caller has it already."""
+        text = "\n" + ("\n".join(batch) if joined is None else joined)
         if "\x1b" in text or "\r" in text or "\ufffd[" in text:
             return None
         found: set[int] = set()
         newlines, seen = 0, 0
-        for m in _CANDIDATES[self.timestamps, self.host_prefix].finditer(text):
+        for m in _CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text):
             newlines += text.count("\n", seen, m.start() + 1)
             seen = m.start() + 1
             found.add(newlines - 1)
