@@ -68,8 +68,8 @@ def node_checks(host: str, peak: float, fault: str | None = None) -> list[dict[s
 
 def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
         faults: Mapping[int, str] | None = None, prefix: str = "node",
-        tier: str = "certify") -> list[dict[str, Any]]:
-    """Every node's report dict. `slow`: rank -> factor on its network busbw (the cluster
+        tier: str = "certify") -> list[Report]:
+    """Every node's report. `slow`: rank -> factor on its network busbw (the cluster
     isolates it); `faults`: rank -> a node-local fault ("xid"); `tier`: certify measures the
     nodes that passed their own checks, preflight stops after the node-local gather (as
     harness.cluster.step does)."""
@@ -110,7 +110,6 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
             result = isolate(members, simulate_measure(healthy_gb_s=200.0, bad_nodes=slow,
                                                        seed=1), floor_gb_s=100.0)
             snap["isolation"] = result.to_dict()
-    out = []
     if num_nodes > 1:
         verdict = decide(snap)
         for r, rep in enumerate(reports):
@@ -120,14 +119,13 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
                                     "isolation": snap.get("isolation"),
                                     "not_measured": snap.get("not_measured") or {},
                                     "left_out": snap.get("left_out") or {}}
-    for rep in reports:
-        out.append(rep.to_dict())
-    return out
+    return reports
 
 
-def write_run(directory: Path, reports: list[dict[str, Any]]) -> Path:
+def write_run(directory: Path, reports: list[Report]) -> Path:
     """One folder per host with its report.json (what `--report-dir` leaves)."""
     for r in reports:
-        (directory / r["host"]).mkdir(parents=True, exist_ok=True)
-        (directory / r["host"] / "report.json").write_text(json.dumps(r), encoding="utf-8")
+        (directory / r.host).mkdir(parents=True, exist_ok=True)
+        (directory / r.host / "report.json").write_text(json.dumps(r.to_dict()),
+                                                        encoding="utf-8")
     return directory

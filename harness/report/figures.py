@@ -1,11 +1,11 @@
-"""Key figures read from `gpu-preflight.report/v1` dicts: busbw by message size, GPUs healthy,
+"""Key figures read from typed reports (harness.report.model.Report): busbw by message size, GPUs healthy,
 the bad-node list. Pure functions (no I/O) shared by the HTML report and the CloudWatch metrics.
 
 The bad-node list and the per-node verdicts live in harness.report.verdicts.
 
 Where bandwidth comes from, in order: each check's measurements whose unit is GB/s and whose
 `what` names busbw, at their `size_bytes` (harness.results.Measurement; a v1 report's sizes are
-recovered there), then a top-level `bandwidth` section holding nccl-tests rows
+recovered by harness.report.v1), then a top-level `bandwidth` section holding nccl-tests rows
 (`preflight inspect nccl-tests --json` shape: `rows` [{`size_bytes`, `oop`: {`busbw_gb_s`}}]).
 """
 
@@ -16,16 +16,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.base.jsontypes import JSONMapping
-from harness.report.verdicts import checks_of
-from harness.results import Measurement, legacy_size
+from harness.report.model import Report
+from harness.results import Measurement
 
 __all__ = [
     "Curve",
     "bandwidth_curves",
     "format_size",
     "gpus_healthy",
-    "parse_size",
 ]
 
 _COLLECTIVE = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|"
@@ -33,8 +31,6 @@ _COLLECTIVE = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?a
 _GB_S_UNITS = {"gb/s", "gbps", "gb/sec", "gbyte/s"}
 _GPU_COUNT_WHAT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detected)\b|"
                              r"\b(count|number) of gpus\b", re.I)
-#: Bytes from `1 GiB`, `size_bytes=4096`: reading a v1 report only (harness.results).
-parse_size = legacy_size
 
 
 def format_size(size: float) -> str:
@@ -128,10 +124,10 @@ def _section_curves(section: object) -> Iterable[Curve]:
             yield curve
 
 
-def bandwidth_curves(report: JSONMapping) -> list[Curve]:
+def bandwidth_curves(report: Report) -> list[Curve]:
     """Every busbw curve in one report, from check measurements then the `bandwidth` section."""
     curves: dict[str, Curve] = {}
-    for check in checks_of(report):
+    for check in report.checks:
         for m in check.measurements:
             busbw = _number(m.value)
             if not _is_busbw(m) or busbw is None:
@@ -149,11 +145,11 @@ def bandwidth_curves(report: JSONMapping) -> list[Curve]:
     for curve in curves.values():
         curve.points = sorted(dict(curve.points).items())
     result = list(curves.values())
-    result.extend(_section_curves(report.get("bandwidth")))
+    result.extend(_section_curves(report.extra.get("bandwidth")))
     return result
 
 
-def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
+def gpus_healthy(report: Report, expected: int | None) -> int | None:
     """GPUs on this node that no GPU check named as faulty; None when that cannot be told.
 
     `report["gpus"]["healthy"]` wins when present. Otherwise: the GPUs seen (a `GPU count`
@@ -161,7 +157,7 @@ def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
     failed PF-GPU checks. A failed GPU check that names no GPU (nvidia-smi missing, DCGM hung)
     leaves the count unknown (None), never "all healthy".
     """
-    section = report.get("gpus")
+    section = report.extra.get("gpus")
     if isinstance(section, Mapping) and _number(section.get("healthy")) is not None:
         return int(section["healthy"])
     if not expected:
@@ -169,7 +165,7 @@ def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
     seen = expected
     named: set[int] = set()
     unknown = False
-    for check in checks_of(report):
+    for check in report.checks:
         if not check.id.startswith("PF-GPU-"):
             continue
         for m in check.measurements:
