@@ -86,7 +86,7 @@ def plain(value: object, _depth: int = 0) -> JSONValue:
 #: The keys a measurement has always had, in report.json's order.
 _MEASUREMENT_KEYS = ("what", "value", "unit", "op", "threshold", "ok")
 #: Added in report schema v2: written only when known.
-_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node", "name")
+_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node", "name", "collective")
 #: A result's keys, in report.json's order (v1).
 _RESULT_KEYS = ("id", "nodeid", "title", "tier", "kind", "suite", "outcome", "message",
                 "warnings", "measurements", "remedy", "duration_s", "worker")
@@ -124,6 +124,10 @@ class Measurement:
     name: str | None = None
     """Its stable name (`gpu_temperature`): what the metrics key it by (docs/reports.md);
     `what` is its text for people, free to change."""
+    collective: str | None = None
+    """Set on a bus-bandwidth figure (busbw): the collective measured (`all_reduce`,
+    `all_gather`, ...); "" when the report that held it did not say which. The figures plot
+    these, labelled by it."""
 
     def to_dict(self) -> JSONObject:
         out = {k: plain(getattr(self, k)) for k in _MEASUREMENT_KEYS}
@@ -137,12 +141,13 @@ class Measurement:
         what = str(data.get("what") or "")
         size, gpu = _int(data.get("size_bytes")), _int(data.get("gpu_index"))
         ok = data.get("ok")
-        node, name = data.get("node"), data.get("name")
+        node, name, collective = data.get("node"), data.get("name"), data.get("collective")
         return cls(what=what, value=data.get("value"), unit=str(data.get("unit") or ""),
                    op=data.get("op") or None, threshold=data.get("threshold"),
                    ok=ok if isinstance(ok, bool) else None, size_bytes=size, gpu_index=gpu,
                    node=str(node) if node is not None else None,
-                   name=str(name) if name else None)
+                   name=str(name) if name else None,
+                   collective=str(collective) if collective is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

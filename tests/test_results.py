@@ -90,13 +90,14 @@ def test_a_v1_report_recovers_sizes_from_its_text():
 def test_a_new_report_reads_sizes_from_fields_never_from_the_text():
     report = copy.deepcopy(recorded("algo-3"))
     report["results_schema"] = RESULTS_SCHEMA
-    net = {c.label: c for c in bandwidth_curves(Report.from_dict(report))}["PF-BW-002 all_reduce"]
-    assert net.points == []  # no size_bytes recorded: the prose is not read
+    # no collective or size recorded: not a busbw figure (not recorded), the prose is not read
+    assert bandwidth_curves(Report.from_dict(report)) == []
     for check in report["checks"]:
         for m in check["measurements"]:
             if "busbw" in m["what"]:
-                m["what"] = "all_reduce busbw"
+                m["what"] = "busbw"
                 m["size_bytes"] = 1 << 20
+                m["collective"] = "all_reduce"
     net = {c.label: c for c in bandwidth_curves(Report.from_dict(report))}["PF-BW-002 all_reduce"]
     assert [size for size, _ in net.points] == [1 << 20]
 

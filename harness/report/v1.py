@@ -2,9 +2,10 @@
 without `results_schema`): the one place prose is read. `upgrade` gives today's shape, which
 `Report.from_dict` types; nothing else reads a v1 report's text.
 
-A v1 measurement had no `size_bytes` or `gpu_index`: they are recovered from its `what`
-(`all_reduce busbw at 1 GiB`, `GPU 3 temperature`), and the GPUs a failed check's message
-names (`GPU 5 fell off the bus`) become failed measurements with their index."""
+A v1 measurement had no `size_bytes`, `gpu_index`, `collective` or `name`: they are recovered
+from its `what` (`all_reduce busbw at 1 GiB`, `GPU 3 temperature`, `GPU count`), and the GPUs a
+failed check's message names (`GPU 5 fell off the bus`) become failed measurements with their
+index. A report of this version that lacks a field is not read here: it says "not recorded"."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ _SIZE_IN_TEXT = re.compile(
 _SIZE_BYTES_IN_TEXT = re.compile(r"size[_ ]?bytes\s*[=:]\s*(\d+)", re.I)
 # A GPU named in a v1 message: `GPU 3`, `GPU#3`, `gpu 3:`.
 _GPU_INDEX = re.compile(r"\bGPU\s*#?(\d+)\b", re.I)
+_COLLECTIVE = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|"
+                         r"broadcast|reduce|sendrecv)\b", re.I)
+_BUSBW = re.compile(r"busbw|bus bandwidth|bus bw", re.I)
+_GPU_COUNT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detected)\b|"
+                        r"\b(count|number) of gpus\b", re.I)
+#: The name today's PF-GPU-001 gives the GPUs it saw (harness.report.figures.GPU_COUNT_NAME).
+GPU_COUNT_NAME = "gpus_visible"
 #: What a GPU a v1 message named is recorded as (a failed measurement with its index).
 NAMED_GPU = "GPU named by the message (v1 report)"
 
@@ -59,6 +67,11 @@ def _measurement(m: Mapping[str, Any]) -> JSONObject:
         out["size_bytes"] = size
     if out.get("gpu_index") is None and (gpus := sorted(legacy_gpus(what))):
         out["gpu_index"] = gpus[0]
+    if out.get("collective") is None and _BUSBW.search(what):
+        found = _COLLECTIVE.search(what)
+        out["collective"] = found.group(1).lower() if found else ""
+    if not out.get("name") and out.get("gpu_index") is None and _GPU_COUNT.search(what):
+        out["name"] = GPU_COUNT_NAME
     return out
 
 
