@@ -429,7 +429,7 @@ def _kubernetes(report: Report, failure_text: str | None, env: dict[str, str]) -
     redactor = Redactor.of(env)
     if report.verdict != "pass":
         failure_text = redactor.text(failure_text or failure_reason(report, env=env))
-    apply_kube(report.redacted(env).to_dict(), env, failure_text,
+    apply_kube(report.redacted(env), env, failure_text,
                say=lambda text: print(redactor.text(text), file=sys.stderr, flush=True))
 
 
