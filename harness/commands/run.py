@@ -390,7 +390,7 @@ def _print_summary(report: Report, report_dir: Path, env: dict[str, str],
     """The table on a terminal, plain lines in a log, or (`--format json`) one JSON object on
     the real stdout, `json_out`."""
     if json_out is not None:
-        data = summary_data(report.redacted(env).to_dict(), str(report_dir / "report.json"))
+        data = summary_data(report.redacted(env), str(report_dir / "report.json"))
         print(json.dumps(data), file=json_out, flush=True)
         return
     if sys.stdout.isatty():
