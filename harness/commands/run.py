@@ -415,7 +415,7 @@ def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> Non
     try:
         from harness.report.metrics import write_metrics_file  # prometheus_client: an optional extra
 
-        write_metrics_file(report.redacted(env).to_dict(), Path(path))
+        write_metrics_file(report.redacted(env), Path(path))
     except ImportError:
         print("preflight: warning: --metrics-file needs prometheus_client "
               "(pip install 'gpu-preflight[metrics]')", file=sys.stderr, flush=True)
