@@ -41,11 +41,11 @@ def _check(cid: str, outcome: str = "pass", message: str = "", title: str = "",
 def node_checks(host: str, peak: float, fault: str | None = None) -> list[dict[str, Any]]:
     """A node's own checks; `fault` "xid" makes PF-GPU-003 fail (GPU 5 fell off the bus)."""
     sweep = tuple(Measurement(what=f"all_reduce busbw at {s}", value=busbw(s, peak), unit="GB/s",
-                              size_bytes=s) for s in SWEEP if s != GATE)
+                              size_bytes=s, collective="all_reduce") for s in SWEEP if s != GATE)
     gate_value = busbw(GATE, peak)
     judged = Measurement(what="all_reduce busbw at 16 GiB", value=gate_value, unit="GB/s",
                          op=">=", threshold=FLOOR_GB_S, ok=gate_value >= FLOOR_GB_S,
-                         size_bytes=GATE)
+                         size_bytes=GATE, collective="all_reduce")
     bw_outcome = "pass" if judged.ok else "fail"
     checks = [
         _check("PF-ENV-001", title="NCCL/FI variables are set as the profile needs"),
