@@ -1,5 +1,6 @@
 """`preflight report --html` at cluster scale: render time and page size for N nodes built from
-the recorded 4-node reports (tests/data/reports), as medians, and the ratio to loading the JSON.
+the recorded 4-node reports (tests/data/reports), as medians, and the ratio to loading the JSON
+(json.loads and Report.from_dict: the file edge).
 
 A second table renders synthetic runs in the shape a real multi-node run leaves (the cluster
 verdict and the pairwise isolation rounds in every report: tests/synthetic_run.py), one node
@@ -22,6 +23,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from harness.report.html.render import ReportSet, render_html  # noqa: E402
+from harness.report.model import Report  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "reports"
 
@@ -48,13 +50,13 @@ def median_s(fn, runs: int) -> float:
 
 def main() -> None:
     runs = int(os.environ.get("BENCH_RUNS", "5"))
-    print(f"{'nodes':>6} {'render ms':>10} {'json.loads ms':>14} {'ratio':>6} {'page KiB':>9}")
+    print(f"{'nodes':>6} {'render ms':>10} {'load ms':>14} {'ratio':>6} {'page KiB':>9}")
     for n in (4, 64, 256, 1024):
         reports = cluster(n)
         text = [json.dumps(r) for r in reports]
-        rs = ReportSet(source="bench", reports=reports)
+        rs = ReportSet(source="bench", reports=[Report.from_dict(r) for r in reports])
         render = median_s(lambda rs=rs: render_html(rs), runs)
-        load = median_s(lambda text=text: [json.loads(t) for t in text], runs)
+        load = median_s(lambda text=text: [Report.from_dict(json.loads(t)) for t in text], runs)
         size = len(render_html(rs).encode()) / 1024
         print(f"{n:>6} {render * 1000:>10.1f} {load * 1000:>14.1f} {render / load:>6.1f} "
               f"{size:>9.0f}")

@@ -35,7 +35,7 @@ def _gate(run: BandwidthRun, floor: bandwidth.Floor, profile: Profile, remedy: s
     for swept, value in sorted(run.busbw_by_size.items()):
         if swept != size:
             measure(f"all_reduce busbw at {_size(swept)}", value, "GB/s", size_bytes=swept,
-                    name="all_reduce_busbw_at")
+                    name="all_reduce_busbw_at", collective="all_reduce")
     if busbw is None:
         if run.problem:
             raise ProbeError(f"all_reduce over {run.where()}: {run.problem}")
@@ -218,7 +218,7 @@ def test_other_collectives_complete_and_exact(profile: Profile,
             continue
         for size, busbw in sorted(r.busbw_by_size.items()):  # the whole sweep, for the plots
             measure(f"{r.scope} busbw at {_size(size)}", busbw, "GB/s", size_bytes=size,
-                    name="busbw_at")
+                    name="busbw_at", collective=r.scope)
         if r.problem:
             offenders.append(f"{r.scope}: {r.problem}")
             measure(f"{r.scope} output tail", r.output_tail, ok=False, name="output_tail")

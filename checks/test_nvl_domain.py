@@ -161,7 +161,7 @@ def test_nvls_allreduce(profile: Profile, environ: dict[str, str],
     ok = floor is None or busbw >= floor
     measure("NVLS all_reduce busbw at 1 GiB", busbw, "GB/s", op=">=" if floor else None,
             threshold=floor, ok=ok, size_bytes=NVLS_GATE_SIZE,
-            name="nvls_all_reduce_busbw_at_1_gib")
+            name="nvls_all_reduce_busbw_at_1_gib", collective="all_reduce")
     if not ok:
         fail(f"NVLS all_reduce busbw at 1 GiB {busbw:g} GB/s < {floor:g} GB/s required "
              f"({run.where()}; floor: {profile.sources.get('nvls_busbw_gb_s_min', 'profile')})")

@@ -166,16 +166,18 @@ def measure(
     gpu_index: int | None = None,
     node: str | None = None,
     name: str | None = None,
+    collective: str | None = None,
 ) -> None:
     """Record a measured value (and the threshold it was judged against) in the report;
     `size_bytes` (a bandwidth figure's message size), `gpu_index` and `node` say what it
     belongs to, for the figures (never read back from `what`). `name` is its stable name, the
     key of its metrics series (docs/reports.md): every built-in check gives one; without one
-    it is `measurement_name(what)`, which a reworded `what` changes."""
+    it is `measurement_name(what)`, which a reworded `what` changes. `collective` marks a
+    bus-bandwidth figure and says which collective it measured (the figures plot it)."""
     current().measurements.append(Measurement(
         what=what, value=plain(value), unit=unit, op=op, threshold=plain(threshold), ok=ok,
         size_bytes=size_bytes, gpu_index=gpu_index, node=node,
-        name=name or measurement_name(what),
+        name=name or measurement_name(what), collective=collective,
     ).to_dict())
 
 
@@ -191,12 +193,13 @@ def expect(
     size_bytes: int | None = None,
     gpu_index: int | None = None,
     name: str | None = None,
+    collective: str | None = None,
 ) -> None:
     """Pass when `value op threshold`; else fail with the value, threshold, profile and remedy."""
     compare, negated = OPS[op]
     ok = bool(compare(value, threshold))
     measure(what, value, unit, op=op, threshold=threshold, ok=ok, size_bytes=size_bytes,
-            gpu_index=gpu_index, name=name)
+            gpu_index=gpu_index, name=name, collective=collective)
     if not ok:
         ctx = current()
         body = (f"{what} {fmt(value, unit)} {negated} {fmt(threshold, unit)} required for "
@@ -337,12 +340,13 @@ def settle(v: Verdict) -> None:
     name = measurement_name(f"{v.check_id} {v.style}")
     if v.style == "expect":
         expect(v.what or "", v.value, v.op or "==", v.threshold, v.unit, remedy=v.remedy,
-               detail=v.detail, size_bytes=v.size_bytes, name=name)
+               detail=v.detail, size_bytes=v.size_bytes, name=name, collective=v.collective)
     elif v.style == "none":
         expect_none(v.what or "", v.offenders, remedy=v.remedy, name=name)
     elif v.style == "measure":
         measure(v.what or "", v.value, v.unit, op=v.op, threshold=v.threshold,
-                ok=v.status == "pass", size_bytes=v.size_bytes, name=name)
+                ok=v.status == "pass", size_bytes=v.size_bytes, name=name,
+                collective=v.collective)
     if v.status == "fail":
         fail(v.message, remedy=v.remedy)
     if v.status == "warn":

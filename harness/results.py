@@ -5,8 +5,8 @@
 On the wire (results.jsonl across pytest-xdist's channel, report.json) a record is plain data:
 `to_dict()` gives the keys report.json has always had (v1), plus `size_bytes`, `gpu_index` and
 `node` on a measurement when they are known; `from_dict()` reads both. A v1 report (written
-before these fields) is read with `legacy=True`: its sizes and GPU indices are recovered from
-the text once, here (`legacy_size`, `legacy_gpus`), so no reader parses prose."""
+before these fields) is brought to today's shape by harness.report.v1 before it is read here,
+so no reader parses prose."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ from typing import Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 
-__all__ = ["CheckResult", "Measurement", "legacy_gpus", "legacy_size", "measurement_name",
-           "plain", "results", "upgrade_v1"]
+__all__ = ["CheckResult", "Measurement", "measurement_name", "plain", "results"]
 
 #: Nesting deeper than this is written as text (a cycle, or a structure no report needs).
 _PLAIN_DEPTH = 12
@@ -87,7 +86,7 @@ def plain(value: object, _depth: int = 0) -> JSONValue:
 #: The keys a measurement has always had, in report.json's order.
 _MEASUREMENT_KEYS = ("what", "value", "unit", "op", "threshold", "ok")
 #: Added in report schema v2: written only when known.
-_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node", "name")
+_OPTIONAL_KEYS = ("size_bytes", "gpu_index", "node", "name", "collective")
 #: A result's keys, in report.json's order (v1).
 _RESULT_KEYS = ("id", "nodeid", "title", "tier", "kind", "suite", "outcome", "message",
                 "warnings", "measurements", "remedy", "duration_s", "worker")
@@ -125,6 +124,10 @@ class Measurement:
     name: str | None = None
     """Its stable name (`gpu_temperature`): what the metrics key it by (docs/reports.md);
     `what` is its text for people, free to change."""
+    collective: str | None = None
+    """Set on a bus-bandwidth figure (busbw): the collective measured (`all_reduce`,
+    `all_gather`, ...); "" when the report that held it did not say which. The figures plot
+    these, labelled by it."""
 
     def to_dict(self) -> JSONObject:
         out = {k: plain(getattr(self, k)) for k in _MEASUREMENT_KEYS}
@@ -133,20 +136,18 @@ class Measurement:
         return out
 
     @classmethod
-    def from_dict(cls, data: JSONMapping, *, legacy: bool = False) -> Measurement:
-        """From report.json; `legacy` (a v1 report): size and GPU read from `what` once."""
+    def from_dict(cls, data: JSONMapping) -> Measurement:
+        """From report.json or results.jsonl."""
         what = str(data.get("what") or "")
         size, gpu = _int(data.get("size_bytes")), _int(data.get("gpu_index"))
-        if legacy:
-            size = size if size is not None else legacy_size(what)
-            gpu = gpu if gpu is not None else next(iter(legacy_gpus(what)), None)
         ok = data.get("ok")
-        node, name = data.get("node"), data.get("name")
+        node, name, collective = data.get("node"), data.get("name"), data.get("collective")
         return cls(what=what, value=data.get("value"), unit=str(data.get("unit") or ""),
                    op=data.get("op") or None, threshold=data.get("threshold"),
                    ok=ok if isinstance(ok, bool) else None, size_bytes=size, gpu_index=gpu,
                    node=str(node) if node is not None else None,
-                   name=str(name) if name else None)
+                   name=str(name) if name else None,
+                   collective=str(collective) if collective is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,17 +189,11 @@ class CheckResult:
         return {**{k: head[k] for k in _RESULT_KEYS}, **out}
 
     @classmethod
-    def from_dict(cls, data: JSONMapping, *, legacy: bool = False) -> CheckResult:
-        """From report.json or results.jsonl; `legacy` for a v1 report (see the module)."""
-        measurements = tuple(Measurement.from_dict(m, legacy=legacy)
+    def from_dict(cls, data: JSONMapping) -> CheckResult:
+        """From report.json or results.jsonl (a v1 report upgraded by harness.report.v1)."""
+        measurements = tuple(Measurement.from_dict(m)
                              for m in data.get("measurements") or [] if isinstance(m, Mapping))
         outcome = str(data.get("outcome") or "error")
-        if legacy and outcome in ("fail", "error"):  # the GPUs a v1 message named, as fields
-            named = legacy_gpus(str(data.get("message") or "")) - {
-                m.gpu_index for m in measurements if m.ok is False}
-            measurements += tuple(
-                Measurement(what="GPU named by the message (v1 report)", value=1, unit="found",
-                            op="==", threshold=0, ok=False, gpu_index=i) for i in sorted(named))
         return cls(
             id=str(data.get("id", "?")), outcome=outcome, nodeid=str(data.get("nodeid") or ""),
             title=str(data.get("title") or ""), tier=str(data.get("tier") or "preflight"),
@@ -219,42 +214,6 @@ class CheckResult:
         return cls.from_dict(record)
 
 
-def results(records: Iterable[JSONMapping], *, legacy: bool = False) -> list[CheckResult]:
+def results(records: Iterable[JSONMapping]) -> list[CheckResult]:
     """Typed results from report.json's `checks` (anything that is not a record is skipped)."""
-    return [CheckResult.from_dict(r, legacy=legacy) for r in records if isinstance(r, Mapping)]
-
-
-def upgrade_v1(records: Iterable[JSONMapping]) -> list[JSONObject]:
-    """A v1 report's `checks` in today's shape (sizes and GPU indices as fields)."""
-    return [r.to_dict() for r in results(records, legacy=True)]
-
-
-# --- v1 reports only: the one place prose is read -------------------------------------------
-
-_UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 2**10, "kb": 2**10, "kib": 2**10,
-          "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30,
-          "t": 2**40, "tb": 2**40, "tib": 2**40}
-# nccl-tests sizes are powers of two (`-e 16G` is 16 GiB), so K/M/G and KB/MB/GB are binary here.
-# `(?!/s)` keeps the bandwidth unit (`GB/s`) from reading as a size.
-_SIZE_IN_TEXT = re.compile(
-    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B|T|G|M|K)\b(?!/s)"
-)
-_SIZE_BYTES_IN_TEXT = re.compile(r"size[_ ]?bytes\s*[=:]\s*(\d+)", re.I)
-# A GPU named in a v1 message: `GPU 3`, `GPU#3`, `gpu 3:`.
-_GPU_INDEX = re.compile(r"\bGPU\s*#?(\d+)\b", re.I)
-
-
-def legacy_size(text: str) -> int | None:
-    """Bytes from `1 GiB`, `128M`, `8 B`, `size_bytes=1073741824` (binary units); else None."""
-    found = _SIZE_BYTES_IN_TEXT.search(text)
-    if found:
-        return int(found.group(1))
-    found = _SIZE_IN_TEXT.search(text)
-    if not found:
-        return None
-    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
-
-
-def legacy_gpus(text: str) -> set[int]:
-    """The GPU indices a v1 message names."""
-    return {int(i) for i in _GPU_INDEX.findall(text)}
+    return [CheckResult.from_dict(r) for r in records if isinstance(r, Mapping)]

@@ -42,11 +42,11 @@ def _check(cid: str, outcome: str = "pass", message: str = "", title: str = "",
 def node_checks(host: str, peak: float, fault: str | None = None) -> list[dict[str, Any]]:
     """A node's own checks; `fault` "xid" makes PF-GPU-003 fail (GPU 5 fell off the bus)."""
     sweep = tuple(Measurement(what=f"all_reduce busbw at {s}", value=busbw(s, peak), unit="GB/s",
-                              size_bytes=s) for s in SWEEP if s != GATE)
+                              size_bytes=s, collective="all_reduce") for s in SWEEP if s != GATE)
     gate_value = busbw(GATE, peak)
     judged = Measurement(what="all_reduce busbw at 16 GiB", value=gate_value, unit="GB/s",
                          op=">=", threshold=FLOOR_GB_S, ok=gate_value >= FLOOR_GB_S,
-                         size_bytes=GATE)
+                         size_bytes=GATE, collective="all_reduce")
     bw_outcome = "pass" if judged.ok else "fail"
     checks = [
         _check("PF-ENV-001", title="NCCL/FI variables are set as the profile needs"),
@@ -69,8 +69,8 @@ def node_checks(host: str, peak: float, fault: str | None = None) -> list[dict[s
 
 def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
         faults: Mapping[int, str] | None = None, prefix: str = "node",
-        tier: str = "certify") -> list[dict[str, Any]]:
-    """Every node's report dict. `slow`: rank -> factor on its network busbw (the cluster
+        tier: str = "certify") -> list[Report]:
+    """Every node's report. `slow`: rank -> factor on its network busbw (the cluster
     isolates it); `faults`: rank -> a node-local fault ("xid"); `tier`: certify measures the
     nodes that passed their own checks, preflight stops after the node-local gather (as
     harness.cluster.step does)."""
@@ -112,7 +112,6 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
             result = isolate(members, simulate_measure(healthy_gb_s=200.0, bad_nodes=slow,
                                                        seed=1), floor_gb_s=100.0)
             snap["isolation"] = result.to_dict()
-    out = []
     if num_nodes > 1:
         verdict = decide(snap)
         for r, rep in enumerate(reports):
@@ -122,14 +121,13 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
                                     "isolation": snap.get("isolation"),
                                     "not_measured": snap.get("not_measured") or {},
                                     "left_out": snap.get("left_out") or {}}
-    for rep in reports:
-        out.append(rep.to_dict())
-    return out
+    return reports
 
 
-def write_run(directory: Path, reports: list[dict[str, Any]]) -> Path:
+def write_run(directory: Path, reports: list[Report]) -> Path:
     """One folder per host with its report.json (what `--report-dir` leaves)."""
     for r in reports:
-        (directory / r["host"]).mkdir(parents=True, exist_ok=True)
-        (directory / r["host"] / "report.json").write_text(json.dumps(r), encoding="utf-8")
+        (directory / r.host).mkdir(parents=True, exist_ok=True)
+        (directory / r.host / "report.json").write_text(json.dumps(r.to_dict()),
+                                                        encoding="utf-8")
     return directory

@@ -81,6 +81,8 @@ def test_recorded_output_above_a_lower_floor_passes(tmp_path, monkeypatch):
     assert (m["value"], m["threshold"], m["unit"]) == (pytest.approx(298.34), 250.0, "GB/s")
     sweep = [m["what"] for m in checks["PF-BW-001"]["measurements"] if m["threshold"] is None]
     assert "all_reduce busbw at 8 MiB" in sweep and len(sweep) >= 5  # the curve for the report
+    # every busbw figure says its collective in a field: what the report's plots read
+    assert {m.get("collective") for m in checks["PF-BW-001"]["measurements"]} == {"all_reduce"}
 
 
 def test_hang_fails_completion_and_has_no_gate_row(tmp_path, monkeypatch):
@@ -216,6 +218,8 @@ def test_certify_runs_the_other_collectives(tmp_path, monkeypatch):
     by_scope = {w: sorted(m["size_bytes"] for m in swept if m["what"].startswith(w))
                 for w in ("all_gather", "alltoall")}
     assert all(len(v) > 1 for v in by_scope.values()), by_scope
+    assert {m["collective"] for m in swept} >= {"all_gather", "alltoall"}
+    assert all(m["what"].startswith(m["collective"]) for m in swept)
 
 
 def test_certify_without_the_other_binaries_is_an_error(tmp_path, monkeypatch):

@@ -109,9 +109,11 @@ def test_slow_node_is_isolated_by_pairwise_rounds(tmp_path):
                             for e in evidence)
     assert report["cluster"]["actions"]["slurm_drain"][0].startswith(
         "scontrol update nodename=node1 state=drain reason=\"gpu-preflight: ")
+    from harness.report.model import Report
     from harness.report.verdicts import bad_nodes  # the HTML report's bad-node table
 
-    reports = [json.loads((tmp_path / f"node{r}" / "report.json").read_text()) for r in range(4)]
+    reports = [Report.from_dict(json.loads((tmp_path / f"node{r}" / "report.json").read_text()))
+               for r in range(4)]
     assert [(b.host, b.source) for b in bad_nodes(reports)] == [("node1", "cluster")]
 
 

@@ -22,6 +22,7 @@ import pytest
 from harness import cli
 from harness.base import handoff
 from harness.report.metrics import render
+from harness.report.model import Report
 from tests.test_cli import clean_env  # noqa: F401 - the fixture, shared
 
 SITE = '''
@@ -93,9 +94,10 @@ def test_failed_then_passed_is_a_flaky_warning_with_both_figures(tmp_path, capsy
         ["SITE-BW-001"], 1, [])
     assert [p["phase"] for p in report["phases"]][-1] == "confirm"
     assert not (tmp_path / "r" / "node-a" / "junit-confirm.xml").exists()  # one junit.xml
-    assert "preflight_flaky_total{" in render(report)
+    metrics = render(Report.from_dict(report))
+    assert "preflight_flaky_total{" in metrics
     assert 'preflight_flaky_total{Hostname="node-a",profile="local-cpu",tier="preflight"} 1.0' \
-        in render(report)
+        in metrics
     out = capsys.readouterr().out
     assert "which includes running a failed bandwidth, compute, links, training, isolation " \
            "check once more to confirm it before the verdict" in out

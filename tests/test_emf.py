@@ -9,6 +9,7 @@ from pathlib import Path
 from test_publish import recorded, report_folder
 
 from harness.report.emf import emf_events
+from harness.report.model import Report
 from harness.report.publish import metric_data, publish
 
 
@@ -23,7 +24,7 @@ def _check_emf(event: dict) -> None:
 
 
 def test_one_node_event_without_a_host_dimension():
-    report = recorded("algo-3")
+    report = Report.from_dict(recorded("algo-3"))
     events = emf_events(report, metric_data(report, {"PREFLIGHT_CLUSTER": "prod"}), "GPUPreflight",
                         now_ms=1764547200000)
     head, *bandwidth = events

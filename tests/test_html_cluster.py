@@ -178,9 +178,9 @@ def test_1024_nodes_json(big: ReportSet) -> None:
 def test_1024_node_directory_loads(tmp_path: Path) -> None:
     synth.write_run(tmp_path, synth.run(1024, slow={5: 0.3}))
     rs = load_reports(str(tmp_path))
-    assert len(rs.reports) == 1024 and rs.reports[1]["host"] == "node-1"
-    iso = rs.reports[0]["cluster"]["isolation"]
-    assert iso is rs.reports[1]["cluster"]["isolation"]  # the shared part, redacted once
+    assert len(rs.reports) == 1024 and rs.reports[1].host == "node-1"
+    iso = rs.reports[0].extra["cluster"]["isolation"]
+    assert iso is rs.reports[1].extra["cluster"]["isolation"]  # the shared part, redacted once
     assert summarise(rs.reports).bad[0].host == "node-5"
 
 
@@ -217,7 +217,7 @@ def test_screenshot_in_headless_chromium(nodes: int, four: Path, big: ReportSet,
 def test_isolation_with_tiny_values_and_a_pair_without_a_value() -> None:
     """gloo on CPU measures ~0.002 GB/s: the axis fits the values; a null is said, not a crash."""
     reports = synth.run(4, slow={1: 0.3})
-    iso = reports[0]["cluster"]["isolation"]
+    iso = reports[0].extra["cluster"]["isolation"]
     for rnd in iso["rounds"]:
         for p in rnd:
             p["busbw_gb_s"] = p["busbw_gb_s"] / 1e5 if p["busbw_gb_s"] else None

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.report.figures import bandwidth_curves, format_size, gpus_healthy, parse_size
+from harness.report.figures import bandwidth_curves, format_size, gpus_healthy
 from harness.report.html.render import ReportSet, ReportSourceError, load_reports, render_html
+from harness.report.model import Report
+from harness.report.v1 import legacy_size
 from harness.report.verdicts import bad_nodes
 
 DATA = Path(__file__).parent / "data" / "reports"
@@ -25,6 +27,11 @@ HOSTS = ["algo-1", "algo-2", "algo-3", "algo-4"]
 
 def recorded(host: str) -> dict[str, Any]:
     return json.loads((DATA / host / "report.json").read_text())
+
+
+def typed(*reports: dict[str, Any]) -> list[Report]:
+    """Report dicts read as a report.json is (the writers take the typed report)."""
+    return [Report.from_dict(r) for r in reports]
 
 
 class Page(HTMLParser):
@@ -73,8 +80,8 @@ class Page(HTMLParser):
     ("all_reduce busbw 412.0 GB/s", None),
     ("busbw over 8 GPUs", None),
 ])
-def test_parse_size(text: str, size: int | None) -> None:
-    assert parse_size(text) == size
+def test_legacy_size(text: str, size: int | None) -> None:
+    assert legacy_size(text) == size
 
 
 @pytest.mark.parametrize(("size", "text"), [(8, "8 B"), (2**20, "1 MiB"), (3 * 2**29, "1.5 GiB"),
@@ -84,7 +91,7 @@ def test_format_size(size: int, text: str) -> None:
 
 
 def test_bandwidth_curves_from_measurements() -> None:
-    curves = {c.label: c for c in bandwidth_curves(recorded("algo-3"))}
+    curves = {c.label: c for c in bandwidth_curves(*typed(recorded("algo-3")))}
     assert sorted(curves) == ["PF-BW-001 all_reduce", "PF-BW-002 all_reduce"]
     net = curves["PF-BW-002 all_reduce"]
     assert len(net.points) == 12
@@ -104,7 +111,7 @@ def test_bandwidth_curves_from_a_section_and_unsized_values() -> None:
             {"size_bytes": 1024, "ip": {"busbw_gb_s": 1.0}},
             {"size_bytes": 4096},
             "garbage"]}}}
-    curves = {c.label: c for c in bandwidth_curves(report)}
+    curves = {c.label: c for c in bandwidth_curves(*typed(report))}
     assert curves["PF-BW-009 all_gather"].unsized == [101.5]
     assert curves["PF-BW-009 all_gather"].peak == (None, 101.5)
     assert curves["PF-BW-009"].unsized == [3.0]
@@ -122,12 +129,12 @@ def test_bandwidth_curves_from_a_section_and_unsized_values() -> None:
      None),
 ])
 def test_gpus_healthy(report: dict[str, Any], expected: int | None, healthy: int | None) -> None:
-    assert gpus_healthy(report, expected) == healthy
+    assert gpus_healthy(*typed(report), expected) == healthy
 
 
 def test_bad_nodes_union_of_cluster_and_own_verdict() -> None:
     reports = [recorded(h) for h in HOSTS]
-    bad = bad_nodes(reports)
+    bad = bad_nodes(typed(*reports))
     assert [b.host for b in bad] == ["algo-3"]
     assert bad[0].source == "cluster"
     assert bad[0].reasons[0].startswith("pairwise all_reduce: algo-3 with algo-1 112.4 GB/s")
@@ -138,7 +145,7 @@ def test_bad_nodes_union_of_cluster_and_own_verdict() -> None:
     for r in reports:
         r.pop("cluster")
     reports[0]["cluster"] = {"bad_nodes": ["algo-10"]}
-    assert [(b.host, b.source) for b in bad_nodes(reports)] == [
+    assert [(b.host, b.source) for b in bad_nodes(typed(*reports))] == [
         ("algo-3", "node"), ("algo-10", "cluster")]
 
 
@@ -151,8 +158,8 @@ def test_load_reports_folder_newest_per_host(tmp_path: Path) -> None:
     (tmp_path / "r" / "junk").mkdir()
     (tmp_path / "r" / "junk" / "report.json").write_text('{"schema": "other"}')
     rs = load_reports(str(tmp_path / "r"))
-    assert [r["host"] for r in rs.reports] == HOSTS
-    assert rs.reports[0]["started_at"].startswith("2026-11-28")
+    assert [r.host for r in rs.reports] == HOSTS
+    assert rs.reports[0].started_at.startswith("2026-11-28")
     assert len(rs.problems) == 2
     assert any("older report of algo-1" in p for p in rs.problems)
     assert any("not a gpu-preflight report" in p for p in rs.problems)
@@ -163,7 +170,7 @@ def test_load_reports_redacts(tmp_path: Path) -> None:
     report["environment"]["HF_TOKEN"] = "hf_" + "a" * 34
     (tmp_path / "report.json").write_text(json.dumps(report))
     html = render_html(load_reports(str(tmp_path)))
-    assert "hf_aaaa" not in json.dumps(load_reports(str(tmp_path)).reports)
+    assert "hf_aaaa" not in json.dumps([r.to_dict() for r in load_reports(str(tmp_path)).reports])
     assert "hf_aaaa" not in html
 
 
@@ -236,7 +243,7 @@ def test_page_escapes_hostile_text() -> None:
     report = recorded("algo-3")
     report["host"] = "<img src=x onerror=alert(1)>"
     report["checks"][-2]["message"] = "</pre><script>alert(1)</script>"  # PF-BW-002, failed
-    html = render_html(ReportSet(source="x", reports=[report]))
+    html = render_html(ReportSet(source="x", reports=typed(report)))
     assert "<script>" not in html and "<img" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
@@ -249,7 +256,7 @@ def test_page_of_passing_nodes_without_bandwidth() -> None:
         r["checks"] = [c for c in r["checks"] if not c["id"].startswith("PF-BW")]
         r.pop("cluster")
         reports.append(r)
-    text = Page(render_html(ReportSet(source="x", reports=reports))).all_text
+    text = Page(render_html(ReportSet(source="x", reports=typed(*reports)))).all_text
     assert "PASS: 0 bad of 2 nodes" in text
     assert "No node-local check failed." in text
     assert "None: every node passed its own checks and no cluster verdict named one." in text
@@ -266,7 +273,7 @@ def test_page_with_many_nodes_draws_the_spread_not_a_line_per_node() -> None:
     for r in reports[:10]:
         r["verdict"] = "fail"
         r["checks"][0].update(outcome="fail", message=f"[PF-ENV-001] broken on {r['host']}")
-    page = Page(render_html(ReportSet(source="x", reports=reports)))
+    page = Page(render_html(ReportSet(source="x", reports=typed(*reports))))
     assert "FAIL: 10 bad of 40 nodes" in page.all_text
     assert "every node's message (10)" in page.all_text
     assert all(f"broken on node-{i}" in page.all_text for i in range(10))

@@ -10,6 +10,7 @@ import test_cli
 
 from harness import cli
 from harness.report import kube
+from harness.report.model import Report
 from tests.fake_kube_api import FakeApi
 
 # The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
@@ -44,7 +45,7 @@ def test_failed_node_gets_label_taint_and_condition(api, tmp_path):
     server = api()
     (tmp_path / "token").write_text("sa-token-value\n")
     target = kube.KubeTarget.from_env({"PREFLIGHT_K8S_API": _url(server)}, sa_dir=tmp_path)
-    kube.mark_node(kube.node_mark(FAILED, ENV), target)
+    kube.mark_node(kube.node_mark(Report.from_dict(FAILED), ENV), target)
     (get, patch, status) = server.requests
     assert get[:2] == ("GET", "/api/v1/nodes/ip-10-0-0-7")
     assert get[4] == "Bearer sa-token-value"
@@ -66,7 +67,7 @@ def test_pass_clears_our_taint_only(api, tmp_path):
     server.node["spec"]["taints"].append({"key": kube.TAINT_KEY, "value": "true",
                                           "effect": "NoSchedule"})
     target = kube.KubeTarget.from_env({"PREFLIGHT_K8S_API": _url(server)}, sa_dir=tmp_path)
-    kube.mark_node(kube.node_mark(PASSED, ENV), target)
+    kube.mark_node(kube.node_mark(Report.from_dict(PASSED), ENV), target)
     patch = server.requests[1][3]
     assert patch["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
     assert patch["metadata"]["labels"] == {kube.LABEL: "pass"}
@@ -75,27 +76,29 @@ def test_pass_clears_our_taint_only(api, tmp_path):
 
 def test_hyperpod_label_only_on_a_node_verdict():
     env = {"PREFLIGHT_K8S_MARK": "hyperpod", "PREFLIGHT_NODE_NAME": "n1"}
-    assert kube.kubectl_commands(kube.node_mark(FAILED, env)) == [
+    assert kube.kubectl_commands(kube.node_mark(Report.from_dict(FAILED), env)) == [
         "kubectl label node n1 --overwrite "
         "sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement"]
-    assert kube.kubectl_commands(kube.node_mark(PASSED, env)) == []  # never un-set HyperPod's
+    # never un-set HyperPod's
+    assert kube.kubectl_commands(kube.node_mark(Report.from_dict(PASSED), env)) == []
 
 
 @pytest.mark.parametrize("exit_code", [2, 3, 143])
 def test_usage_or_harness_error_marks_nothing(exit_code):
-    assert kube.node_mark({**FAILED, "verdict": "error", "exit_code": exit_code}, ENV) is None
+    report = Report.from_dict({**FAILED, "verdict": "error", "exit_code": exit_code})
+    assert kube.node_mark(report, ENV) is None
 
 
 def test_not_asked_or_unknown_kind():
-    assert kube.node_mark(FAILED, {"PREFLIGHT_NODE_NAME": "n1"}) is None
+    assert kube.node_mark(Report.from_dict(FAILED), {"PREFLIGHT_NODE_NAME": "n1"}) is None
     with pytest.raises(ValueError, match=re.escape("not one of label, condition, taint, hyperpod ('drain')")):
-        kube.node_mark(FAILED, {**ENV, "PREFLIGHT_K8S_MARK": "label,drain"})
+        kube.node_mark(Report.from_dict(FAILED), {**ENV, "PREFLIGHT_K8S_MARK": "label,drain"})
 
 
 def test_refused_by_rbac_prints_the_kubectl_commands(api, tmp_path):
     server = api(403)
     said: list[str] = []
-    kube.apply(FAILED, {**ENV, "PREFLIGHT_K8S_API": _url(server),
+    kube.apply(Report.from_dict(FAILED), {**ENV, "PREFLIGHT_K8S_API": _url(server),
                         "PREFLIGHT_TERMINATION_LOG": str(tmp_path / "none")}, "why", say=said.append)
     assert "HTTP 403" in said[0] and "rbac.yaml" in said[0]
     assert said[1].strip() == (f"kubectl label node ip-10-0-0-7 --overwrite {kube.LABEL}=fail")
@@ -105,7 +108,8 @@ def test_refused_by_rbac_prints_the_kubectl_commands(api, tmp_path):
 
 def test_no_service_account_prints_commands():
     said: list[str] = []
-    kube.apply(FAILED, {**ENV, "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None, say=said.append)
+    kube.apply(Report.from_dict(FAILED), {**ENV, "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None,
+               say=said.append)
     assert "no service account token" in said[0]
 
 
@@ -143,7 +147,7 @@ def test_a_suspect_run_is_labelled_but_never_tainted_nor_replaced(api, tmp_path)
     env = {**ENV, "PREFLIGHT_K8S_MARK": "label,condition,taint,hyperpod",
            "PREFLIGHT_K8S_API": _url(server)}
     said: list[str] = []
-    kube.apply(SUSPECT, env, None, say=said.append)
+    kube.apply(Report.from_dict(SUSPECT), env, None, say=said.append)
     methods = [(r[0], r[1]) for r in server.requests]
     assert ("GET", "/api/v1/nodes/ip-10-0-0-7") not in methods  # no taint read-modify-write
     patch = next(r[3] for r in server.requests if r[1] == "/api/v1/nodes/ip-10-0-0-7")
@@ -160,6 +164,6 @@ def test_a_run_within_the_cap_is_tainted():
     """The removal test: the same report without `suspect` asks for the taint."""
     within = {**FAILED, "cluster": {"blast_radius": {**SUSPECT["cluster"]["blast_radius"],
                                                      "suspect": False}}}
-    mark = kube.node_mark(within, ENV)
+    mark = kube.node_mark(Report.from_dict(within), ENV)
     assert "taint" in mark.kinds and mark.held_back == ()
-    assert kube.node_mark(SUSPECT, ENV).kinds == ("label", "condition")
+    assert kube.node_mark(Report.from_dict(SUSPECT), ENV).kinds == ("label", "condition")

@@ -9,7 +9,8 @@ import test_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import cli
-from harness.report.metrics import check_rows, render, write_metrics_file
+from harness.report.metrics import render, write_metrics_file
+from harness.report.model import Report
 
 # The neutral environment of a run and the recorded hand-off (tests/test_cli.py).
 clean_env = test_cli.clean_env
@@ -32,12 +33,17 @@ REPORT = {
 }
 
 
+def render_dict(data: dict, now: float | None = None) -> str:
+    """The metrics of a report.json's data, read as the file edge reads it."""
+    return render(Report.from_dict(data), now=now)
+
+
 def _samples(text: str) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
 def test_verdict_outcomes_and_labels():
-    fams = _samples(render(REPORT, now=1700000000.0))
+    fams = _samples(render_dict(REPORT, now=1700000000.0))
     base = {"Hostname": "gpu-node-7", "profile": "p5.48xlarge", "tier": "preflight"}
     verdict = {s.labels["verdict"]: s.value for s in fams["preflight_verdict"]}
     assert verdict == {"pass": 0.0, "fail": 1.0, "error": 0.0, "interrupted": 0.0}
@@ -48,11 +54,13 @@ def test_verdict_outcomes_and_labels():
     assert outcome[("PF-GPU-005", "fail")] == 1 and outcome[("PF-GPU-005", "pass")] == 0
     assert outcome[("PF-NET-003", "skip")] == 1
     durations = {s.labels["check"]: s.value for s in fams["preflight_check_duration_seconds"]}
-    assert durations == {"PF-GPU-005": 1.25, "PF-ENV-001": 0.01}  # no duration: no sample
+    # a typed check always has a duration (report.json writes it for every check, 0.0 for
+    # one that never ran): PF-NET-003's `None` reads as 0.0, as a written report says it
+    assert durations == {"PF-GPU-005": 1.25, "PF-ENV-001": 0.01, "PF-NET-003": 0.0}
 
 
 def test_per_gpu_values_carry_dcgm_labels_and_units():
-    fams = _samples(render(REPORT))
+    fams = _samples(render_dict(REPORT))
     hot = [s for s in fams["preflight_measurement"] if s.labels["gpu"] == "3"]
     assert len(hot) == 1
     assert hot[0].value == 91 and hot[0].labels["unit"] == "C"
@@ -81,28 +89,29 @@ def test_series_are_keyed_by_the_stable_measurement_name_not_its_text():
 
     def series(report: dict) -> dict:
         return {tuple(sorted(s.labels.items())): s.value
-                for s in _samples(render(report))["preflight_measurement"]}
+                for s in _samples(render_dict(report))["preflight_measurement"]}
 
     assert series(named) == series(reworded)
-    assert {s.labels["measurement"] for s in _samples(render(named))["preflight_measurement"]} \
+    assert {s.labels["measurement"] for s in _samples(render_dict(named))["preflight_measurement"]} \
         == {"gpu_temperature"}
-    assert "what" not in _samples(render(named))["preflight_measurement"][0].labels
-    legacy = {s.labels["measurement"] for s in _samples(render(REPORT))["preflight_measurement"]}
+    assert "what" not in _samples(render_dict(named))["preflight_measurement"][0].labels
+    legacy = {s.labels["measurement"] for s in _samples(render_dict(REPORT))["preflight_measurement"]}
     assert legacy == {"gpu_temperature"}
 
 
 def test_empty_or_broken_report_is_not_a_pass():
-    fams = _samples(render({"checks": "garbage"}))
+    fams = _samples(render_dict({"checks": "garbage"}))
     assert fams["preflight_passed"][0].value == 0
     assert {s.labels["verdict"] for s in fams["preflight_verdict"] if s.value} == {"error"}
-    assert check_rows({"checks": [None, {"id": "X"}]})[0].outcome == "error"
+    fams = _samples(render_dict({"checks": [None, {"id": "X"}]}))
+    assert {s.labels["outcome"] for s in fams["preflight_check_outcome"] if s.value} == {"error"}
 
 
 def test_write_is_atomic_and_replaces(tmp_path):
     path = tmp_path / "textfile" / "preflight.prom"
-    write_metrics_file(REPORT, path)
+    write_metrics_file(Report.from_dict(REPORT), path)
     first = path.stat().st_ino
-    write_metrics_file({**REPORT, "verdict": "pass"}, path)
+    write_metrics_file(Report.from_dict({**REPORT, "checks": REPORT["checks"][1:2]}), path)
     assert path.stat().st_ino != first  # renamed over, not rewritten in place
     assert os.listdir(path.parent) == ["preflight.prom"]  # no temp file left behind
     assert _samples(path.read_text())["preflight_passed"][0].value == 1

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 
+from harness.report.model import Report
 from harness.report.plain_output import group_failures, print_plain_summary
+from harness.results import results
 
 LONG = "x" * 300
 
@@ -17,7 +19,7 @@ def test_identical_failures_on_many_gpus_are_one_line():
     checks = [_check("PF-GPU-005", "fail", f"[PF-GPU-005] GPU {i} temperature 95 C > 85 C")
               for i in range(16)]
     checks.append(_check("PF-GPU-007", "fail", "[PF-GPU-007] GPU 2 has 3 retired pages"))
-    groups = group_failures(checks)
+    groups = group_failures(results(checks))
     assert groups[0] == ("fail", ["PF-GPU-005"], [str(i) for i in range(16)],
                          "GPU N temperature 95 C > 85 C")
     assert groups[1] == ("fail", ["PF-GPU-007"], [], "GPU 2 has 3 retired pages")
@@ -27,9 +29,9 @@ def test_the_same_error_on_many_checks_is_one_line():
     checks = [_check(f"PF-GPU-00{i}", "error", f"[PF-GPU-00{i}] nvidia-smi: not found on PATH")
               for i in range(1, 6)]
     out = io.StringIO()
-    print_plain_summary({"checks": checks, "verdict": "fail", "counts": {"error": 5},
-                         "duration_s": 2, "host": "n1", "profile": {"name": "p5"},
-                         "tier": "preflight"}, out)
+    print_plain_summary(Report.from_dict({
+        "checks": checks, "verdict": "fail", "counts": {"error": 5}, "duration_s": 2,
+        "host": "n1", "profile": {"name": "p5"}, "tier": "preflight"}), out)
     lines = out.getvalue().splitlines()
     assert lines[0] == "ERROR PF-GPU-001..005: nvidia-smi: not found on PATH"
     assert lines[1] == "FAIL (5 error) in 2.0 s: n1 p5 tier preflight"
@@ -38,8 +40,9 @@ def test_the_same_error_on_many_checks_is_one_line():
 def test_pass_is_one_line_and_long_messages_never_wrap():
     out = io.StringIO()
     checks = [_check("PF-ENV-001", "pass", ""), _check("PF-ENV-003", "warn", f"long\n{LONG}")]
-    print_plain_summary({"checks": checks, "verdict": "pass", "counts": {"pass": 1, "warn": 1},
-                         "duration_s": 1, "host": "n1", "profile": {"name": "p5"}, "tier": "x"}, out)
+    print_plain_summary(Report.from_dict({
+        "checks": checks, "verdict": "pass", "counts": {"pass": 1, "warn": 1}, "duration_s": 1,
+        "host": "n1", "profile": {"name": "p5"}, "tier": "x"}), out)
     lines = out.getvalue().splitlines()
     assert lines == [f"WARN PF-ENV-003: long {LONG}", "PASS (1 pass, 1 warn) in 1.0 s: n1 p5 tier x"]
     assert "PF-ENV-001" not in out.getvalue()  # the progress lines already named it
@@ -60,10 +63,11 @@ def test_summary_data_groups_what_needs_attention():
 
     checks = [_check("PF-GPU-005", "fail", f"GPU {i} temperature 95 C > 85 C") for i in (0, 3)]
     checks += [_check("PF-ENV-001", "pass", ""), _check("PF-NET-001", "error", "fi_info: hung")]
-    data = summary_data({"checks": checks, "verdict": "fail", "exit_code": 1, "host": "n1",
-                         "profile": {"name": "p5.48xlarge"}, "tier": "preflight",
-                         "counts": {"pass": 1, "fail": 2, "error": 1}, "duration_s": 3.5,
-                         "harness_errors": ["one\ntwo"]}, "/r/n1/report.json")
+    data = summary_data(Report.from_dict({
+        "checks": checks, "verdict": "fail", "exit_code": 1, "host": "n1",
+        "profile": {"name": "p5.48xlarge"}, "tier": "preflight",
+        "counts": {"pass": 1, "fail": 2, "error": 1}, "duration_s": 3.5,
+        "harness_errors": ["one\ntwo"]}), "/r/n1/report.json")
     assert data["attention"] == [
         {"outcome": "fail", "checks": ["PF-GPU-005"], "gpus": ["0", "3"],
          "message": "GPU N temperature 95 C > 85 C"},

@@ -22,7 +22,6 @@ from harness.report.publish import (
     parse_s3_uri,
     publish,
 )
-from harness.results import results
 
 DATA = Path(__file__).parent / "data" / "reports"
 
@@ -33,11 +32,7 @@ def recorded(host: str) -> dict[str, Any]:
 
 def as_report(data: dict[str, Any]) -> Report:
     """A Report object holding a recorded report's content (what the CLI has after a run)."""
-    return Report(host=data["host"], profile=data["profile"]["name"],
-                  profile_source=data["profile"]["source"], tier=data["tier"],
-                  started_at=data["started_at"], finished_at=data["finished_at"],
-                  duration_s=data["duration_s"], budget_s=data["budget_s"],
-                  checks=results(data["checks"], legacy=True), exit_code=data["exit_code"])
+    return Report.from_dict(data)
 
 
 def report_folder(tmp_path: Path, host: str) -> tuple[Report, Path]:
@@ -106,7 +101,7 @@ def test_cluster_name() -> None:
 
 
 def test_metric_data_of_a_bad_node() -> None:
-    data = metric_data(recorded("algo-3"), {"PREFLIGHT_CLUSTER": "prod"})
+    data = metric_data(as_report(recorded("algo-3")), {"PREFLIGHT_CLUSTER": "prod"})
     by_name: dict[str, list[dict[str, Any]]] = {}
     for item in data:
         by_name.setdefault(item["MetricName"], []).append(item)
@@ -122,7 +117,7 @@ def test_metric_data_of_a_bad_node() -> None:
 
 
 def test_metric_data_of_a_healthy_node() -> None:
-    by_name = {d["MetricName"]: d for d in metric_data(recorded("algo-1"), {})}
+    by_name = {d["MetricName"]: d for d in metric_data(as_report(recorded("algo-1")), {})}
     assert by_name["Passed"]["Value"] == 1.0
     assert by_name["FailedChecks"]["Value"] == 0.0
     assert by_name["GPUsHealthy"]["Value"] == 8.0

@@ -13,7 +13,6 @@ import pytest
 from harness.checking import CheckContext, _set_current, expect, expect_none, measure
 from harness.report.figures import bandwidth_curves, gpus_healthy
 from harness.report.model import RESULTS_SCHEMA, Report
-from harness.report.verdicts import checks_of
 from harness.results import CheckResult, Measurement, plain
 
 DATA = Path(__file__).parent / "data" / "reports"
@@ -84,21 +83,22 @@ def test_new_reports_say_the_results_schema():
 def test_a_v1_report_recovers_sizes_from_its_text():
     v1 = recorded("algo-3")
     assert "results_schema" not in v1
-    net = {c.label: c for c in bandwidth_curves(v1)}["PF-BW-002 all_reduce"]
+    net = {c.label: c for c in bandwidth_curves(Report.from_dict(v1))}["PF-BW-002 all_reduce"]
     assert len(net.points) == 12 and net.points[-1] == (16 * 2**30, 123.5)
 
 
 def test_a_new_report_reads_sizes_from_fields_never_from_the_text():
     report = copy.deepcopy(recorded("algo-3"))
     report["results_schema"] = RESULTS_SCHEMA
-    net = {c.label: c for c in bandwidth_curves(report)}["PF-BW-002 all_reduce"]
-    assert net.points == []  # no size_bytes recorded: the prose is not read
+    # no collective or size recorded: not a busbw figure (not recorded), the prose is not read
+    assert bandwidth_curves(Report.from_dict(report)) == []
     for check in report["checks"]:
         for m in check["measurements"]:
             if "busbw" in m["what"]:
-                m["what"] = "all_reduce busbw"
+                m["what"] = "busbw"
                 m["size_bytes"] = 1 << 20
-    net = {c.label: c for c in bandwidth_curves(report)}["PF-BW-002 all_reduce"]
+                m["collective"] = "all_reduce"
+    net = {c.label: c for c in bandwidth_curves(Report.from_dict(report))}["PF-BW-002 all_reduce"]
     assert [size for size, _ in net.points] == [1 << 20]
 
 
@@ -109,6 +109,7 @@ def test_gpus_healthy_counts_the_gpu_indices_of_failed_measurements():
                                {"what": "GPUs too hot", "value": 1, "op": "==", "threshold": 0,
                                 "ok": False, "gpu_index": 6}]}
     new = {"results_schema": RESULTS_SCHEMA, "checks": [failed]}
-    assert gpus_healthy(new, 8) == 6  # GPUs 5 and 6 (fields), not GPU 3 (prose)
-    assert gpus_healthy({"checks": [failed]}, 8) == 5  # v1: the message is all there was
-    assert checks_of(new)[0].failed_gpus() == {5, 6}
+    assert gpus_healthy(Report.from_dict(new), 8) == 6  # GPUs 5 and 6 (fields), not GPU 3
+    old = Report.from_dict({"checks": [failed]})  # v1: the message is all there was
+    assert gpus_healthy(old, 8) == 5
+    assert Report.from_dict(new).checks[0].failed_gpus() == {5, 6}

@@ -155,7 +155,8 @@ def test_cluster_bandwidth_meets_floor(cluster: ClusterView) -> None:
     floor, value, size = bw.get("floor_gb_s"), bw.get("busbw_gb_s"), bw.get("size_bytes")
     measure("cluster all_reduce busbw", value, "GB/s", op=">=", threshold=floor,
             ok=None if value is None or floor is None else value >= floor,
-            size_bytes=int(size) if size is not None else None, name="cluster_all_reduce_busbw")
+            size_bytes=int(size) if size is not None else None, name="cluster_all_reduce_busbw",
+            collective="all_reduce")
     problems = []
     if bw.get("missing"):
         problems.append("did not answer during the cluster all_reduce: " + ", ".join(

@@ -54,11 +54,12 @@ def test_job_shaped_groups_meet_their_threshold(cluster: ClusterView) -> None:
         busbw, thr = g.get("busbw_gb_s"), g.get("threshold_gb_s")
         measure(f"{name} all_reduce busbw", busbw, "GB/s", op=">=", threshold=thr,
                 ok=bool(g.get("passed")), size_bytes=int(g.get("size_bytes") or 0) or None,
-                name=f"{g['kind']}_group_{g['index']}_allreduce_busbw")
+                name=f"{g['kind']}_group_{g['index']}_allreduce_busbw", collective="all_reduce")
         if g.get("alltoall_gb_s") is not None:
             measure(f"{name} all_to_all busbw", g["alltoall_gb_s"], "GB/s",
                     size_bytes=int(g.get("size_bytes") or 0) or None,
-                    name=f"{g['kind']}_group_{g['index']}_alltoall_busbw")
+                    name=f"{g['kind']}_group_{g['index']}_alltoall_busbw",
+                    collective="all_to_all")
         if g.get("passed"):
             continue
         why = g.get("error") or f"busbw {busbw} GB/s < {thr} GB/s"

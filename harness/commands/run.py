@@ -390,7 +390,7 @@ def _print_summary(report: Report, report_dir: Path, env: dict[str, str],
     """The table on a terminal, plain lines in a log, or (`--format json`) one JSON object on
     the real stdout, `json_out`."""
     if json_out is not None:
-        data = summary_data(report.redacted(env).to_dict(), str(report_dir / "report.json"))
+        data = summary_data(report.redacted(env), str(report_dir / "report.json"))
         print(json.dumps(data), file=json_out, flush=True)
         return
     if sys.stdout.isatty():
@@ -415,7 +415,7 @@ def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> Non
     try:
         from harness.report.metrics import write_metrics_file  # prometheus_client: an optional extra
 
-        write_metrics_file(report.redacted(env).to_dict(), Path(path))
+        write_metrics_file(report.redacted(env), Path(path))
     except ImportError:
         print("preflight: warning: --metrics-file needs prometheus_client "
               "(pip install 'gpu-preflight[metrics]')", file=sys.stderr, flush=True)
@@ -429,7 +429,7 @@ def _kubernetes(report: Report, failure_text: str | None, env: dict[str, str]) -
     redactor = Redactor.of(env)
     if report.verdict != "pass":
         failure_text = redactor.text(failure_text or failure_reason(report, env=env))
-    apply_kube(report.redacted(env).to_dict(), env, failure_text,
+    apply_kube(report.redacted(env), env, failure_text,
                say=lambda text: print(redactor.text(text), file=sys.stderr, flush=True))
 
 

@@ -105,9 +105,10 @@ def busbw_floor(floor: Floor, profile: Profile, busbw: float | None, *, remedy: 
             f"{floor.estimate})",
             None if ok else "record this node's figure with scripts/device-check and set the "
             f"floor in a profile file; {remedy}",
-            "measure", what, busbw, ">=", threshold, "GB/s", size_bytes=size)
+            "measure", what, busbw, ">=", threshold, "GB/s", size_bytes=size,
+            collective="all_reduce")
     return expect(cid, profile, what, busbw, ">=", threshold, "GB/s", remedy=remedy,
-                   detail=detail, size_bytes=size)
+                   detail=detail, size_bytes=size, collective="all_reduce")
 
 
 def nccl_tests_verdicts(profile: Profile | None, result: NcclTestsFacts) -> list[Verdict]:

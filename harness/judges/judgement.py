@@ -38,6 +38,8 @@ class Verdict:
     detail: str | None = None
     size_bytes: int | None = None
     offenders: tuple[str, ...] = ()
+    collective: str | None = None
+    """Set on a busbw figure: the collective it measured (harness.results.Measurement)."""
 
     @property
     def problem(self) -> bool:
@@ -55,14 +57,15 @@ class Verdict:
 
 def expect(check_id: str, profile: Profile, what: str, value: JSONScalar, op: str,
            threshold: JSONScalar, unit: str = "", *, remedy: str | None = None,
-           detail: str | None = None, size_bytes: int | None = None) -> Verdict:
+           detail: str | None = None, size_bytes: int | None = None,
+           collective: str | None = None) -> Verdict:
     """`value op threshold`, with harness.checking.expect's failure message."""
     compare, negated = OPS[op]
     ok = bool(compare(value, threshold))
     message = "" if ok else (f"{what} {fmt(value, unit)} {negated} {fmt(threshold, unit)} "
                              f"required for {profile.name}" + (f" ({detail})" if detail else ""))
     return Verdict(check_id, "pass" if ok else "fail", message, remedy, "expect", what, value, op,
-                   threshold, unit, detail, size_bytes)
+                   threshold, unit, detail, size_bytes, collective=collective)
 
 
 def none(check_id: str, profile: Profile, what: str, offenders: list[str], *,

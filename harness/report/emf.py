@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_str
+from harness.report.model import Report
 
 __all__ = ["LOG_GROUP_ENV", "emf_events", "put_emf"]
 
@@ -30,18 +31,15 @@ DEFAULT_LOG_GROUP = "/gpu-preflight/metrics"
 NODE_DIMENSIONS = ("Cluster", "InstanceType")
 
 
-def emf_events(report: JSONMapping, data: list[JSONObject], namespace: str,
+def emf_events(report: Report, data: list[JSONObject], namespace: str,
                now_ms: int | None = None) -> list[JSONObject]:
     """EMF events for one node from its PutMetricData rows (harness.report.publish.metric_data, whose
     Host dimension becomes a property): the node's figures, then one event per bandwidth check."""
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
     base = {d["Name"]: d["Value"] for d in data[0]["Dimensions"]} if data else {}
-    properties = {"Host": base.get("Host", str(report.get("host", "?"))),
-                  "Verdict": str(report.get("verdict") or "error"),
-                  "Tier": str(report.get("tier") or "?"),
-                  "FailedCheckIds": [str(c.get("id")) for c in report.get("checks") or []
-                                     if isinstance(c, Mapping)
-                                     and c.get("outcome") in ("fail", "error")]}
+    properties = {"Host": base.get("Host", report.host or "?"),
+                  "Verdict": report.verdict, "Tier": report.tier or "?",
+                  "FailedCheckIds": [c.id for c in report.checks if c.failed]}
     node: dict[str, Any] = {k: base.get(k, "?") for k in NODE_DIMENSIONS}
     node_metrics: list[dict[str, str]] = []
     events = []
@@ -78,7 +76,7 @@ class LogsClient(Protocol):
     def put_log_events(self, **kwargs: object) -> object: ...
 
 
-def put_emf(report: JSONMapping, data: list[JSONObject], env: Mapping[str, str],
+def put_emf(report: Report, data: list[JSONObject], env: Mapping[str, str],
             namespace: str, client: LogsClient) -> JSONObject:
     """Send the events to the log group (created if missing) with `client` (boto3 `logs`),
     stream = host; returns what the report's `uploads.cloudwatch` records. Raises on an AWS

@@ -1,40 +1,33 @@
-"""Key figures read from `gpu-preflight.report/v1` dicts: busbw by message size, GPUs healthy,
+"""Key figures read from typed reports (harness.report.model.Report): busbw by message size, GPUs healthy,
 the bad-node list. Pure functions (no I/O) shared by the HTML report and the CloudWatch metrics.
 
 The bad-node list and the per-node verdicts live in harness.report.verdicts.
 
-Where bandwidth comes from, in order: each check's measurements whose unit is GB/s and whose
-`what` names busbw, at their `size_bytes` (harness.results.Measurement; a v1 report's sizes are
-recovered there), then a top-level `bandwidth` section holding nccl-tests rows
+Where bandwidth comes from, in order: each check's busbw measurements (a `collective` recorded,
+unit GB/s) at their `size_bytes` (harness.results.Measurement; a v1 report's are recovered by
+harness.report.v1, the one reader of prose), then a top-level `bandwidth` section holding nccl-tests rows
 (`preflight inspect nccl-tests --json` shape: `rows` [{`size_bytes`, `oop`: {`busbw_gb_s`}}]).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.base.jsontypes import JSONMapping
-from harness.report.verdicts import checks_of
-from harness.results import Measurement, legacy_size
+from harness.report.model import Report
+from harness.results import Measurement
 
 __all__ = [
     "Curve",
     "bandwidth_curves",
     "format_size",
     "gpus_healthy",
-    "parse_size",
 ]
 
-_COLLECTIVE = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|"
-                         r"broadcast|reduce|sendrecv)\b", re.I)
 _GB_S_UNITS = {"gb/s", "gbps", "gb/sec", "gbyte/s"}
-_GPU_COUNT_WHAT = re.compile(r"\bgpus?\b.*\b(count|visible|found|present|detected)\b|"
-                             r"\b(count|number) of gpus\b", re.I)
-#: Bytes from `1 GiB`, `size_bytes=4096`: reading a v1 report only (harness.results).
-parse_size = legacy_size
+#: The name of PF-GPU-001's measurement of the GPUs the node shows (checks/test_gpu.py).
+GPU_COUNT_NAME = "gpus_visible"
 
 
 def format_size(size: float) -> str:
@@ -79,14 +72,12 @@ def _number(value: object) -> float | None:
 
 
 def _is_busbw(m: Measurement) -> bool:
-    unit, what = m.unit.strip().lower(), m.what.lower()
-    return unit in _GB_S_UNITS and ("busbw" in what or "bus bandwidth" in what
-                                    or "bus bw" in what)
+    return m.collective is not None and m.unit.strip().lower() in _GB_S_UNITS
 
 
-def _label(check_id: str, text: str) -> str:
-    found = _COLLECTIVE.search(text)
-    return f"{check_id} {found.group(1).lower()}" if found else check_id
+def _label(check_id: str, m: Measurement) -> str:
+    """`PF-BW-002 all_reduce`; the check alone when the report did not say the collective."""
+    return f"{check_id} {m.collective}" if m.collective else check_id
 
 
 def _row_busbw(row: Mapping[str, Any]) -> float | None:
@@ -128,15 +119,15 @@ def _section_curves(section: object) -> Iterable[Curve]:
             yield curve
 
 
-def bandwidth_curves(report: JSONMapping) -> list[Curve]:
+def bandwidth_curves(report: Report) -> list[Curve]:
     """Every busbw curve in one report, from check measurements then the `bandwidth` section."""
     curves: dict[str, Curve] = {}
-    for check in checks_of(report):
+    for check in report.checks:
         for m in check.measurements:
             busbw = _number(m.value)
             if not _is_busbw(m) or busbw is None:
                 continue
-            label = _label(check.id, m.what)
+            label = _label(check.id, m)
             curve = curves.setdefault(label, Curve(check_id=check.id, label=label))
             if m.size_bytes is None:
                 curve.unsized.append(busbw)
@@ -149,19 +140,19 @@ def bandwidth_curves(report: JSONMapping) -> list[Curve]:
     for curve in curves.values():
         curve.points = sorted(dict(curve.points).items())
     result = list(curves.values())
-    result.extend(_section_curves(report.get("bandwidth")))
+    result.extend(_section_curves(report.extra.get("bandwidth")))
     return result
 
 
-def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
+def gpus_healthy(report: Report, expected: int | None) -> int | None:
     """GPUs on this node that no GPU check named as faulty; None when that cannot be told.
 
-    `report["gpus"]["healthy"]` wins when present. Otherwise: the GPUs seen (a `GPU count`
+    `report["gpus"]["healthy"]` wins when present. Otherwise: the GPUs seen (the `gpus_visible`
     measurement, else `expected`, the profile's count) minus the distinct GPU indices named in
     failed PF-GPU checks. A failed GPU check that names no GPU (nvidia-smi missing, DCGM hung)
     leaves the count unknown (None), never "all healthy".
     """
-    section = report.get("gpus")
+    section = report.extra.get("gpus")
     if isinstance(section, Mapping) and _number(section.get("healthy")) is not None:
         return int(section["healthy"])
     if not expected:
@@ -169,12 +160,12 @@ def gpus_healthy(report: JSONMapping, expected: int | None) -> int | None:
     seen = expected
     named: set[int] = set()
     unknown = False
-    for check in checks_of(report):
+    for check in report.checks:
         if not check.id.startswith("PF-GPU-"):
             continue
         for m in check.measurements:
             value = _number(m.value)
-            if value is not None and m.gpu_index is None and _GPU_COUNT_WHAT.search(m.what):
+            if value is not None and m.gpu_index is None and m.name == GPU_COUNT_NAME:
                 seen = min(seen, int(value))
         if check.failed:
             indices = check.failed_gpus()

@@ -27,8 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_list, get_path, get_str, setting
+from harness.report.model import Report
 
 __all__ = ["KubeTarget", "NodeMark", "kubectl_commands", "mark_node", "node_mark",
            "write_termination_log"]
@@ -101,26 +102,24 @@ class KubeTarget:
             return json.loads(resp.read() or b"{}")
 
 
-def node_mark(report: JSONMapping, env: Mapping[str, str]) -> NodeMark | None:
+def node_mark(report: Report, env: Mapping[str, str]) -> NodeMark | None:
     """The mark for this run, or None when not asked for (or no node name)."""
     kinds = tuple(get_list("PREFLIGHT_K8S_MARK", env))
     node = get_str("PREFLIGHT_NODE_NAME", env) or ""
     if not kinds or not node:
         return None
-    if report.get("exit_code") not in (0, 1):  # usage/harness error, signal: not a node verdict
+    if report.exit_code not in (0, 1):  # usage/harness error, signal: not a node verdict
         return None
-    verdict = str(report.get("verdict") or "error")
-    failed_ids = [str(c.get("id")) for c in report.get("checks") or []
-                  if isinstance(c, Mapping) and c.get("outcome") in ("fail", "error")]
-    message = (f"gpu-preflight {verdict} on {report.get('host', node)}"
+    failed_ids = [c.id for c in report.checks if c.failed]
+    message = (f"gpu-preflight {report.verdict} on {report.host or node}"
                + (f": {', '.join(failed_ids[:20])}" if failed_ids else ""))
-    cluster = report.get("cluster")
+    cluster = report.extra.get("cluster")
     radius = cluster.get("blast_radius") if isinstance(cluster, Mapping) else None
     suspect = str(radius.get("why") or "") if isinstance(radius, Mapping) and \
         radius.get("suspect") else ""
     held = tuple(k for k in kinds if k in _DRAINING) if suspect else ()
     return NodeMark(node=node, kinds=tuple(k for k in kinds if k not in held),
-                    failed=report.get("exit_code") == 1,
+                    failed=report.exit_code == 1,
                     reason="SuspectRun" if suspect else "ChecksFailed" if failed_ids else "Passed",
                     message=(f"{message}; {suspect}" if suspect else message)[:1000],
                     held_back=held, suspect=suspect)
@@ -205,10 +204,10 @@ def write_termination_log(text: str, path: Path = Path("/dev/termination-log")) 
     return True
 
 
-def apply(report: JSONMapping, env: Mapping[str, str], failure_text: str | None,
+def apply(report: Report, env: Mapping[str, str], failure_text: str | None,
           say: Callable[[str], object] = print) -> None:
     """The run's Kubernetes outputs, each problem said and never raised (called by the CLI)."""
-    if failure_text and report.get("verdict") != "pass":
+    if failure_text and report.verdict != "pass":
         write_termination_log(failure_text, get_path("PREFLIGHT_TERMINATION_LOG", env))
     try:
         mark = node_mark(report, env)

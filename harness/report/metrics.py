@@ -6,8 +6,7 @@ beside the target and renames it over the target: the collector never reads half
 (`Hostname`, `gpu`, `UUID`: https://github.com/NVIDIA/dcgm-exporter README), so the preflight
 series join the GPU dashboards operators already have.
 
-Results are read from report.json's dict shape through `check_rows`, the one place that knows
-that shape (swap it for the typed records when they land).
+Results are read from the typed report (harness.report.model.Report) and its check records.
 """
 
 from __future__ import annotations
@@ -15,14 +14,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.base.jsontypes import JSONMapping
+from harness.report.model import Report
 from harness.results import measurement_name
 
-__all__ = ["METRICS_FILE_ENV", "MetricRow", "check_rows", "render", "write_metrics_file"]
+__all__ = ["METRICS_FILE_ENV", "render", "write_metrics_file"]
 
 METRICS_FILE_ENV = "PREFLIGHT_METRICS_FILE"
 OUTCOMES = ("pass", "warn", "skip", "fail", "error")
@@ -30,30 +28,6 @@ VERDICTS = ("pass", "fail", "error", "interrupted")
 #: `GPU 3 temperature`, `cuda:3 busbw`: the GPU a measurement is about (its `gpu` label).
 _GPU_IN_WHAT = re.compile(r"\b(?:GPU|cuda:)\s*(\d+)\b")
 _UUID_IN_WHAT = re.compile(r"\b(GPU-[0-9a-fA-F-]{8,})\b")
-
-
-@dataclass(frozen=True, slots=True)
-class MetricRow:
-    """One check as the metrics see it (the adapter's output)."""
-
-    check_id: str
-    outcome: str
-    duration_s: float | None
-    measurements: tuple[Mapping[str, Any], ...]
-
-
-def check_rows(report: JSONMapping) -> list[MetricRow]:
-    """The adapter from report.json's `checks` list (dicts) to MetricRow."""
-    rows = []
-    for c in report.get("checks") or []:
-        if not isinstance(c, Mapping):
-            continue
-        rows.append(MetricRow(
-            check_id=str(c.get("id", "?")), outcome=str(c.get("outcome", "error")),
-            duration_s=_number(c.get("duration_s")),
-            measurements=tuple(m for m in c.get("measurements") or [] if isinstance(m, Mapping)),
-        ))
-    return rows
 
 
 def _number(value: object) -> float | None:
@@ -64,11 +38,9 @@ def _number(value: object) -> float | None:
     return None
 
 
-def _base_labels(report: Mapping[str, Any]) -> dict[str, str]:
-    profile = report.get("profile")
-    name = profile.get("name") if isinstance(profile, Mapping) else profile
-    return {"Hostname": str(report.get("host") or "?"), "profile": str(name or "?"),
-            "tier": str(report.get("tier") or "?")}
+def _base_labels(report: Report) -> dict[str, str]:
+    return {"Hostname": report.host or "?", "profile": report.profile or "?",
+            "tier": report.tier or "?"}
 
 
 def _gpu_labels(what: str, uuids: Mapping[str, str], gpu_index: object = None) -> dict[str, str]:
@@ -81,9 +53,9 @@ def _gpu_labels(what: str, uuids: Mapping[str, str], gpu_index: object = None) -
     return {"gpu": index, "UUID": uuid.group(1) if uuid else uuids.get(index, "")}
 
 
-def _uuids(report: Mapping[str, Any]) -> dict[str, str]:
+def _uuids(report: Report) -> dict[str, str]:
     """GPU index -> UUID from the report's `gpus.inventory` section, where a stage wrote one."""
-    section = report.get("gpus")
+    section = report.extra.get("gpus")
     inventory = section.get("inventory") if isinstance(section, Mapping) else None
     found = {}
     for g in inventory or []:
@@ -95,7 +67,7 @@ def _uuids(report: Mapping[str, Any]) -> dict[str, str]:
 class _ReportCollector:
     """A prometheus_client collector over one report (registered on a private registry)."""
 
-    def __init__(self, report: Mapping[str, Any], now: float) -> None:
+    def __init__(self, report: Report, now: float) -> None:
         self.report = report
         self.now = now
 
@@ -105,7 +77,7 @@ class _ReportCollector:
         report = self.report
         base = _base_labels(report)
         keys = list(base)
-        verdict = str(report.get("verdict") or "error")
+        verdict = report.verdict
         fam = GaugeMetricFamily("preflight_verdict", "1 for the run's verdict (pass, fail, error, "
                                 "interrupted), 0 for the others", labels=[*keys, "verdict"])
         for v in sorted({*VERDICTS, verdict}):
@@ -114,12 +86,12 @@ class _ReportCollector:
         yield _single("preflight_passed", "1 when the verdict is pass, else 0 (unknown is not "
                       "a pass)", base, 1.0 if verdict == "pass" else 0.0)
         yield _single("preflight_exit_code", "the exit status of preflight run", base,
-                      float(_number(report.get("exit_code")) or 0.0))
+                      float(report.exit_code))
         yield _single("preflight_duration_seconds", "wall time of the run", base,
-                      float(_number(report.get("duration_s")) or 0.0))
+                      float(round(report.duration_s, 3)))
         yield _single("preflight_last_run_timestamp_seconds", "when this file was written "
                       "(alert when it gets old)", base, self.now)
-        confirmation = report.get("confirmation")
+        confirmation = report.extra.get("confirmation")
         flaky = _number(confirmation.get("flaky_total")) if isinstance(confirmation, Mapping) \
             else None
         if flaky is not None:  # absent: no confirmation ran (an older report, a crash)
@@ -127,7 +99,6 @@ class _ReportCollector:
                           "when run again (harness.run.confirm): warnings, never a drain", base,
                           flaky)
 
-        rows = check_rows(report)
         outcome = GaugeMetricFamily("preflight_check_outcome", "1 for the check's outcome, 0 for "
                                     "the others", labels=[*keys, "check", "outcome"])
         duration = GaugeMetricFamily("preflight_check_duration_seconds", "time the check took",
@@ -144,29 +115,28 @@ class _ReportCollector:
                                    "threshold, 0 when not", labels=labels)
         uuids = _uuids(report)
         seen: set[tuple[str, ...]] = set()
-        for row in rows:
-            lbl = [*base.values(), row.check_id]
+        for row in report.checks:
+            lbl = [*base.values(), row.id]
             for o in OUTCOMES:
                 outcome.add_metric([*lbl, o], 1.0 if o == row.outcome else 0.0)
-            if row.duration_s is not None:
-                duration.add_metric(lbl, row.duration_s)
+            duration.add_metric(lbl, round(float(row.duration_s), 3))
             for m in row.measurements:
-                number = _number(m.get("value"))
+                number = _number(m.value)
                 if number is None:  # a text fact (a driver version, a path) has no sample
                     continue
-                what, unit = str(m.get("what") or ""), str(m.get("unit") or "")
-                name = str(m.get("name") or measurement_name(what))  # an older report: derived
-                gpu = _gpu_labels(what, uuids, m.get("gpu_index"))
-                key = (row.check_id, name, unit, *gpu.values())
+                what, unit = m.what, m.unit
+                name = m.name or measurement_name(what)  # an older report: derived
+                gpu = _gpu_labels(what, uuids, m.gpu_index)
+                key = (row.id, name, unit, *gpu.values())
                 if key in seen:  # one sample per series: the first measurement wins
                     continue
                 seen.add(key)
                 value.add_metric([*lbl, name, unit, *gpu.values()], number)
-                limit = _number(m.get("threshold"))
-                if limit is not None and m.get("op"):
-                    threshold.add_metric([*lbl, name, unit, str(m["op"]), *gpu.values()], limit)
-                if isinstance(m.get("ok"), bool):
-                    judged.add_metric([*lbl, name, unit, *gpu.values()], 1.0 if m["ok"] else 0.0)
+                limit = _number(m.threshold)
+                if limit is not None and m.op:
+                    threshold.add_metric([*lbl, name, unit, m.op, *gpu.values()], limit)
+                if m.ok is not None:
+                    judged.add_metric([*lbl, name, unit, *gpu.values()], 1.0 if m.ok else 0.0)
         yield from (outcome, duration, value, threshold, judged)
 
 
@@ -178,7 +148,7 @@ def _single(name: str, doc: str, labels: Mapping[str, str], value: float) -> Any
     return fam
 
 
-def _registry(report: Mapping[str, Any], now: float | None) -> Any:
+def _registry(report: Report, now: float | None) -> Any:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
@@ -186,14 +156,14 @@ def _registry(report: Mapping[str, Any], now: float | None) -> Any:
     return registry
 
 
-def render(report: JSONMapping, now: float | None = None) -> str:
+def render(report: Report, now: float | None = None) -> str:
     """The report as Prometheus text exposition format."""
     from prometheus_client import generate_latest
 
     return generate_latest(_registry(report, now)).decode("utf-8")
 
 
-def write_metrics_file(report: JSONMapping, path: Path, now: float | None = None) -> Path:
+def write_metrics_file(report: Report, path: Path, now: float | None = None) -> Path:
     """Write the metrics atomically (temp file in the same folder, then rename)."""
     from prometheus_client import write_to_textfile
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.base.redact import Redactor
 from harness.report.causes import find_causes, id_ranges
-from harness.results import CheckResult
+from harness.report.v1 import is_v1, upgrade
+from harness.results import CheckResult, results
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -40,7 +41,7 @@ __all__ = [
 
 REPORT_SCHEMA = "gpu-preflight.report/v1"
 #: The check records' version (harness.results): 2 has `size_bytes`/`gpu_index`/`node` on
-#: measurements. A report without the key is read as a v1 report (harness.report.verdicts.checks_of).
+#: measurements. A report without the key is read as a v1 report (harness.report.v1).
 RESULTS_SCHEMA = 2
 #: SageMaker shows the first 1024 characters of the failure file as the job's FailureReason.
 FAILURE_REASON_CHARS = 1024
@@ -88,6 +89,42 @@ class Report:
     """Sections later stages add (the cluster verdict, uploads)."""
     interrupted: dict[str, Any] | None = None
     """Set when a signal stopped the run (harness.run.interrupted): the verdict is `interrupted`."""
+    harness_version: str = __version__
+    """The harness that wrote it (another for a report read from a file)."""
+    source: str = ""
+    """Where it was read from (a file, an S3 key); never written into report.json."""
+
+    @classmethod
+    def from_dict(cls, data: JSONMapping) -> Report:
+        """A report.json read back (the file edge: `preflight report`, a peer's report): what
+        `to_dict` wrote gives the same dict again; the derived keys (`verdict`, `counts`,
+        `causes`) are judged again from the checks, keys this version does not know are kept
+        in `extra`. A v1 report (no `results_schema`) is read through harness.report.v1."""
+        if is_v1(data):
+            data = upgrade(data)
+        profile = data.get("profile")
+        profile = profile if isinstance(profile, Mapping) else {"name": str(profile or "?")}
+        interrupted = data.get("interrupted")
+        return cls(
+            host=str(data.get("host") or ""), profile=str(profile.get("name") or "?"),
+            profile_source=str(profile.get("source") or ""),
+            profile_detail=dict(profile.get("resolved") or {}), tier=str(data.get("tier") or ""),
+            started_at=str(data.get("started_at") or ""),
+            finished_at=str(data.get("finished_at") or ""),
+            duration_s=_number(data.get("duration_s")), budget_s=_number(data.get("budget_s")),
+            checks=results(data.get("checks") or []),
+            harness_errors=[str(e) for e in data.get("harness_errors") or []],
+            command=[str(a) for a in data.get("command") or []],
+            warn_only=bool(data.get("warn_only")),
+            environment={str(k): str(v) for k, v in (data.get("environment") or {}).items()},
+            phases=list(data.get("phases") or []), exit_code=int(data.get("exit_code") or 0),
+            suites=list(data.get("suites") or []), overrides=list(data.get("overrides") or []),
+            selection=dict(data.get("selection") or {}),
+            usage_error=str(data.get("usage_error") or ""),
+            interrupted=dict(interrupted) if isinstance(interrupted, Mapping) else None,
+            harness_version=str(data.get("harness_version") or ""),
+            extra={k: v for k, v in data.items() if k not in _WRITTEN},
+        )
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("pass", "warn", "skip", "fail", "error"), 0)
@@ -135,7 +172,7 @@ class Report:
         return {
             "schema": REPORT_SCHEMA,
             "results_schema": RESULTS_SCHEMA,
-            "harness_version": __version__,
+            "harness_version": self.harness_version,
             "host": self.host,
             "profile": {"name": self.profile, "source": self.profile_source,
                         "resolved": self.profile_detail},
@@ -161,6 +198,19 @@ class Report:
             **({"interrupted": self.interrupted} if self.interrupted else {}),
             **self.extra,
         }
+
+
+#: The keys `to_dict` writes itself (the rest of a read report is its `extra`).
+_WRITTEN = frozenset((
+    "schema", "results_schema", "harness_version", "host", "profile", "tier", "started_at",
+    "finished_at", "duration_s", "budget_s", "verdict", "exit_code", "counts", "checks",
+    "causes", "harness_errors", "command", "warn_only", "environment", "phases", "suites",
+    "overrides", "selection", "usage_error", "interrupted"))
+
+
+def _number(value: object) -> float:
+    """A figure read back as written (600 stays 600: the file's bytes do not change)."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def report_environment(env: Mapping[str, str]) -> dict[str, str]:

@@ -12,10 +12,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from harness.base.jsontypes import JSONObject
+
 if TYPE_CHECKING:
     from harness.report.model import Report
-
-from harness.base.jsontypes import JSONMapping, JSONObject
+    from harness.results import CheckResult
 
 __all__ = ["group_failures", "print_plain_summary", "summary_data"]
 
@@ -28,19 +29,19 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def group_failures(checks: Sequence[JSONMapping]) -> list[tuple[str, list[str], list[str], str]]:
+def group_failures(checks: Sequence[CheckResult]) -> list[tuple[str, list[str], list[str], str]]:
     """(outcome, check IDs, GPU indices, message) per distinct cause, in first-seen order: the
     same message on many checks, or on many GPUs (`GPU 3` -> `GPU N`), is one line."""
     groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     for c in checks:
-        if c.get("outcome") not in ("fail", "error", "warn"):
+        if c.outcome not in ("fail", "error", "warn"):
             continue
-        message = _one_line(_ID_PREFIX.sub("", str(c.get("message") or "")))
+        message = _one_line(_ID_PREFIX.sub("", c.message))
         gpus = _GPU.findall(message)
-        key = (str(c["outcome"]), _GPU.sub("GPU N", message) if len(set(gpus)) == 1 else message)
+        key = (c.outcome, _GPU.sub("GPU N", message) if len(set(gpus)) == 1 else message)
         ids, seen_gpus = groups.setdefault(key, ([], []))
-        if c.get("id") not in ids:
-            ids.append(str(c.get("id")))
+        if c.id not in ids:
+            ids.append(c.id)
         if len(set(gpus)) == 1 and gpus[0] not in seen_gpus:
             seen_gpus.append(gpus[0])
     order = {"fail": 0, "error": 1, "warn": 2}
@@ -53,63 +54,51 @@ def group_failures(checks: Sequence[JSONMapping]) -> list[tuple[str, list[str], 
     return sorted(out, key=lambda g: order[g[0]])
 
 
-def print_plain_summary(report: Report | JSONMapping, file: TextIO | None = None,
+def print_plain_summary(report: Report, file: TextIO | None = None,
                         env: Mapping[str, str] | None = None) -> None:
-    """The summary as plain lines (see the module docstring), from the redacted report (or
-    report.json's data, redacted the same way)."""
-    from harness.base.redact import Redactor
-    from harness.report.causes import id_ranges
-
-    out = file or sys.stdout
-    if isinstance(report, Mapping):
-        data: JSONMapping = Redactor.of(env).obj(report)  # type: ignore[assignment]
-    else:
-        data = report.redacted(env).to_dict()
-    from harness.report.causes import find_causes
+    """The summary as plain lines (see the module docstring), from the redacted report."""
+    from harness.report.causes import find_causes, id_ranges
     from harness.report.summary import not_measured_text
 
-    checks = data.get("checks") or []
-    for outcome, ids, gpus, message in group_failures(checks):
+    out = file or sys.stdout
+    report = report.redacted(env)
+    for outcome, ids, gpus, message in group_failures(report.checks):
         if outcome == "warn":  # failures: by cause, below
             on = f" on GPUs {','.join(gpus)}" if gpus else ""
             print(f"{_LABEL[outcome]} {id_ranges(ids)}{on}: {message or outcome}", file=out)
-    for c in checks:
-        if c.get("outcome") == "skip" and "] not run: " in str(c.get("message") or ""):
-            print(f"NOT MEASURED {c.get('id')}: {not_measured_text(str(c['message']))}", file=out)
-    for err in data.get("harness_errors") or []:
+    for c in report.checks:
+        if c.outcome == "skip" and "] not run: " in c.message:
+            print(f"NOT MEASURED {c.id}: {not_measured_text(c.message)}", file=out)
+    for err in report.harness_errors:
         print(f"ERROR harness: {_one_line(err)}", file=out)
-    for cause in find_causes(checks):  # root cause first, the verdict last
+    for cause in find_causes(report.checks):  # root cause first, the verdict last
         print(f"{_LABEL[cause.outcome]} {cause.line(10_000)}", file=out)
         if cause.fix:
             print(f"  fix: {cause.fix}", file=out)
-    counts = data.get("counts") or {}
-    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no check ran"
-    print(f"{str(data.get('verdict', 'error')).upper()} ({tally}) in "
-          f"{float(data.get('duration_s') or 0):.1f} s: {data.get('host')} "
-          f"{(data.get('profile') or {}).get('name', '?')} tier {data.get('tier')}",
-          file=out, flush=True)
+    tally = ", ".join(f"{n} {k}" for k, n in report.counts().items() if n) or "no check ran"
+    print(f"{report.verdict.upper()} ({tally}) in {report.duration_s:.1f} s: {report.host} "
+          f"{report.profile} tier {report.tier}", file=out, flush=True)
 
 
-def summary_data(report: JSONMapping, report_path: str) -> JSONObject:
+def summary_data(report: Report, report_path: str) -> JSONObject:
     """`preflight run --format json`: the run's outcome as one JSON object on stdout (the
     progress lines go to stderr), for scripts: verdict, exit code, counts, each check that needs
     attention (grouped as in the plain summary), harness errors and where the report is."""
     from harness.report.causes import find_causes
 
-    profile = report.get("profile") or {}
-    cluster = report.get("cluster") or {}
+    cluster = report.extra.get("cluster") or {}
     return {
-        "verdict": report.get("verdict", "error"),
-        "exit_code": report.get("exit_code"),
-        "host": report.get("host"),
-        "profile": profile.get("name") if isinstance(profile, Mapping) else profile,
-        "tier": report.get("tier"),
-        "duration_s": report.get("duration_s"),
-        "counts": report.get("counts") or {},
+        "verdict": report.verdict,
+        "exit_code": report.exit_code,
+        "host": report.host,
+        "profile": report.profile,
+        "tier": report.tier,
+        "duration_s": round(report.duration_s, 3),
+        "counts": report.counts(),
         "attention": [{"outcome": outcome, "checks": ids, "gpus": gpus, "message": message}
-                      for outcome, ids, gpus, message in group_failures(report.get("checks") or [])],
-        "causes": [c.to_dict() for c in find_causes(report.get("checks") or [])],
-        "harness_errors": [_one_line(e) for e in report.get("harness_errors") or []],
+                      for outcome, ids, gpus, message in group_failures(report.checks)],
+        "causes": [c.to_dict() for c in find_causes(report.checks)],
+        "harness_errors": [_one_line(e) for e in report.harness_errors],
         "cluster": ({"verdict": cluster.get("verdict"), "text": cluster.get("text")}
                     if isinstance(cluster, Mapping) and cluster else None),
         "report": report_path,

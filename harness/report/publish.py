@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.base.redact import Redactor
 from harness.base.settings import get_str
 from harness.report.figures import bandwidth_curves, gpus_healthy
@@ -100,20 +100,19 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:500]
 
 
-def metric_data(report: JSONMapping, env: Mapping[str, str]) -> list[JSONObject]:
+def metric_data(report: Report, env: Mapping[str, str]) -> list[JSONObject]:
     """CloudWatch MetricData for one node: verdict, failed/warned checks, GPUs healthy, duration,
     and busbw at the largest measured size per bandwidth check (extra dimension `Check`)."""
-    profile = report.get("profile") or {}
-    profile_name = str(profile.get("name", "?")) if isinstance(profile, Mapping) else "?"
+    profile_name = report.profile or "?"
     dims = [{"Name": "Cluster", "Value": cluster_name(env)},
             {"Name": "InstanceType", "Value": profile_name},
-            {"Name": "Host", "Value": str(report.get("host", "?"))}]
-    counts = report.get("counts") or {}
+            {"Name": "Host", "Value": report.host or "?"}]
+    counts = report.counts()
     data = [
-        ("Passed", 1.0 if report.get("verdict") == "pass" else 0.0, "Count", []),
+        ("Passed", 1.0 if report.verdict == "pass" else 0.0, "Count", []),
         ("FailedChecks", float(counts.get("fail", 0) + counts.get("error", 0)), "Count", []),
         ("WarnedChecks", float(counts.get("warn", 0)), "Count", []),
-        ("DurationSeconds", float(report.get("duration_s") or 0.0), "Seconds", []),
+        ("DurationSeconds", float(round(report.duration_s, 3)), "Seconds", []),
     ]
     healthy = gpus_healthy(report, _expected_gpus(profile_name))
     if healthy is not None:
@@ -177,15 +176,15 @@ def publish(
         try:
             from harness.report.emf import put_emf
 
-            as_dict = report.redacted(env).to_dict()
-            uploads["cloudwatch"] = put_emf(as_dict, metric_data(as_dict, env), env, namespace,
+            shown = report.redacted(env)
+            uploads["cloudwatch"] = put_emf(shown, metric_data(shown, env), env, namespace,
                                             aws_client("logs"))
         except Exception as exc:  # any AWS/network/import problem is a warning, never a crash
             uploads["cloudwatch"] = {"namespace": namespace, "ok": False, "format": "emf"}
             problem(f"putting CloudWatch EMF events for namespace {namespace}", exc)
     elif namespace:  # PREFLIGHT_CW_FORMAT=metrics: PutMetricData, Host as a dimension
         try:
-            data = metric_data(report.redacted(env).to_dict(), env)
+            data = metric_data(report.redacted(env), env)
             _put_metrics(namespace, data)
             uploads["cloudwatch"] = {
                 "namespace": namespace, "ok": True,

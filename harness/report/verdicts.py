@@ -1,4 +1,5 @@
-"""Which nodes of a run are bad, and why, read from many nodes' `gpu-preflight.report/v1` dicts:
+"""Which nodes of a run are bad, and why, read from many nodes' typed reports (report.json
+files read by `Report.from_dict`):
 one node's own verdict (its checks without the cluster-wide ones), the cluster's verdict, and
 the summary that `preflight report` prints, writes as JSON (`--json`) and draws as HTML.
 
@@ -9,12 +10,12 @@ bad when they fail or when the cluster's verdict names it. Pure functions, no I/
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.base.jsontypes import JSONMapping, JSONObject
-from harness.results import CheckResult, results
+from harness.report.model import Report
+from harness.results import CheckResult
 
 __all__ = [
     "CLUSTER_PREFIX",
@@ -22,7 +23,6 @@ __all__ = [
     "NodeVerdict",
     "RunSummary",
     "bad_nodes",
-    "checks_of",
     "natural_key",
     "summarise",
 ]
@@ -37,36 +37,6 @@ _WORST = {"error": 0, "fail": 1, "warn": 2, "skip": 3, "pass": 4}
 def natural_key(text: str) -> tuple[int | str, ...]:
     """Sort `algo-2` before `algo-10`."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
-
-
-#: Inside `typed_once()`: report id -> (the report, its typed results).
-_MEMO: dict[int, tuple[JSONMapping, list[CheckResult]]] | None = None
-
-
-@contextmanager
-def typed_once() -> Iterator[None]:
-    """Within the block each report's checks are typed once: a page reads them in every
-    section (at 1024 nodes typing them again per section was 90% of the render time)."""
-    global _MEMO
-    outer, _MEMO = _MEMO, {} if _MEMO is None else _MEMO
-    try:
-        yield
-    finally:
-        _MEMO = outer
-
-
-def checks_of(report: JSONMapping) -> list[CheckResult]:
-    """The report's check results as typed records; a report written before the typed fields
-    (no `results_schema`) is read as v1 (sizes and GPU indices recovered once, in results)."""
-    if _MEMO is not None:
-        hit = _MEMO.get(id(report))
-        if hit is not None and hit[0] is report:
-            return hit[1]
-    legacy = report.get("results_schema") is None
-    typed = results(report.get("checks") or [], legacy=legacy)
-    if _MEMO is not None:
-        _MEMO[id(report)] = (report, typed)
-    return typed
 
 
 def is_cluster_check(check_id: str) -> bool:
@@ -153,16 +123,22 @@ def _reason(c: CheckResult) -> str:
     return _short(f"{c.id}: {message or c.outcome}")
 
 
-def own_verdict(report: JSONMapping) -> tuple[str, list[CheckResult]]:
+def cluster_section(report: Report) -> JSONMapping | None:
+    """The report's `cluster` section (the multi-node verdict), when it holds one."""
+    section = report.extra.get("cluster")
+    return section if isinstance(section, Mapping) else None
+
+
+def own_verdict(report: Report) -> tuple[str, list[CheckResult]]:
     """The node's verdict on its own checks (the cluster checks left out), and the failed ones.
     No own check result, a harness error or a usage error is never a pass."""
-    own = [c for c in checks_of(report) if not is_cluster_check(c.id)]
+    own = [c for c in report.checks if not is_cluster_check(c.id)]
     failed = [c for c in own if c.failed]
-    if report.get("interrupted") or report.get("verdict") == "interrupted":
+    if report.interrupted:
         return "interrupted", failed
     if failed:
         return "fail", failed
-    if report.get("harness_errors") or report.get("usage_error") or not own:
+    if report.harness_errors or report.usage_error or not own:
         return "error", failed
     return "pass", failed
 
@@ -201,16 +177,16 @@ def _pair_evidence(evidence: object) -> str:
     return ", ".join(said)
 
 
-def _ranks(reports: Sequence[JSONMapping]) -> dict[int, str]:
+def _ranks(reports: Sequence[Report]) -> dict[int, str]:
     """rank -> host, from each report's `cluster.node_rank` and the cluster's named nodes."""
     out: dict[int, str] = {}
     for r in reports:
-        section = r.get("cluster")
-        if not isinstance(section, Mapping):
+        section = cluster_section(r)
+        if section is None:
             continue
         rank = section.get("node_rank")
-        if isinstance(rank, int) and r.get("host"):
-            out[rank] = str(r["host"])
+        if isinstance(rank, int) and r.host:
+            out[rank] = r.host
         for key in ("bad_nodes", "suspects"):
             for e in section.get(key) or []:
                 if (isinstance(e, Mapping) and isinstance(e.get("rank"), int)
@@ -219,10 +195,10 @@ def _ranks(reports: Sequence[JSONMapping]) -> dict[int, str]:
     return out
 
 
-def _cluster_checks(reports: Sequence[JSONMapping]) -> list[CheckResult]:
+def _cluster_checks(reports: Sequence[Report]) -> list[CheckResult]:
     worst: dict[str, CheckResult] = {}
     for r in reports:
-        for c in checks_of(r):
+        for c in r.checks:
             known = worst.get(c.id)
             if is_cluster_check(c.id) and (
                     known is None or _WORST.get(c.outcome, 9) < _WORST.get(known.outcome, 9)):
@@ -230,9 +206,9 @@ def _cluster_checks(reports: Sequence[JSONMapping]) -> list[CheckResult]:
     return [worst[k] for k in sorted(worst, key=natural_key)]
 
 
-def summarise(reports: Sequence[JSONMapping]) -> RunSummary:
+def summarise(reports: Sequence[Report]) -> RunSummary:
     """Every node's verdict (bad nodes first, each group in natural host order) and the run's."""
-    sections = [r["cluster"] for r in reports if isinstance(r.get("cluster"), Mapping)]
+    sections = [s for s in map(cluster_section, reports) if s is not None]
     ranks = _ranks(reports)
     rank_of = {h: k for k, h in ranks.items()}
     named: dict[str, list[str]] = {}
@@ -245,14 +221,14 @@ def summarise(reports: Sequence[JSONMapping]) -> RunSummary:
                 rank_of.setdefault(host, rank)
     nodes: dict[str, NodeVerdict] = {}
     for r in reports:
-        host = str(r.get("host") or r.get("_source") or "?")
+        host = r.host or r.source or "?"
         verdict, failed = own_verdict(r)
         why = [_reason(c) for c in failed]
-        why += [_short(f"harness: {e}") for e in r.get("harness_errors") or []]
+        why += [_short(f"harness: {e}") for e in r.harness_errors]
         if verdict == "error" and not why:
-            why.append(str(r.get("usage_error") or "no check reported a result"))
+            why.append(r.usage_error or "no check reported a result")
         if verdict == "interrupted":
-            why.append("interrupted: " + str((r.get("interrupted") or {}).get("signal", "signal")))
+            why.append("interrupted: " + str((r.interrupted or {}).get("signal", "signal")))
         by = (("cluster",) if host in named else ()) + (("node",) if verdict != "pass" else ())
         nodes[host] = NodeVerdict(
             host=host, verdict=verdict, bad=bool(by), why=tuple(named.get(host, []) + why),
@@ -282,7 +258,7 @@ class BadNode:
     """`cluster` (named by the multi-node verdict) or `node` (its own checks failed)."""
 
 
-def bad_nodes(reports: Sequence[JSONMapping]) -> list[BadNode]:
+def bad_nodes(reports: Sequence[Report]) -> list[BadNode]:
     """The bad nodes of `summarise`, in natural host order (the Slurm exclude list's order)."""
     bad = sorted(summarise(reports).bad, key=lambda n: natural_key(n.host))
     return [BadNode(host=n.host, reasons=n.why, source=n.named_by[0]) for n in bad]

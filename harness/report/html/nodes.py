@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from harness.base.jsontypes import JSONMapping
 from harness.report.html.page import esc
-from harness.report.verdicts import NodeVerdict, RunSummary, checks_of, is_cluster_check
+from harness.report.model import Report
+from harness.report.verdicts import NodeVerdict, RunSummary, is_cluster_check
 from harness.results import CheckResult
 
 __all__ = ["bad_nodes_section", "cluster_band", "matrix_section"]
@@ -60,10 +60,10 @@ def bad_nodes_section(summary: RunSummary) -> str:
             f"<code>{esc(hosts)}</code></p>")
 
 
-def _worst(report: JSONMapping) -> dict[str, CheckResult]:
+def _worst(report: Report) -> dict[str, CheckResult]:
     """The report's node-local checks by ID (several nodeids of one ID: the worst outcome)."""
     out: dict[str, CheckResult] = {}
-    for c in checks_of(report):
+    for c in report.checks:
         if is_cluster_check(c.id):
             continue
         known = out.get(c.id)
@@ -93,9 +93,9 @@ def _rows(nodes: Sequence[NodeVerdict], checks: Mapping[str, Mapping[str, CheckR
     return "".join(rows)
 
 
-def matrix_section(summary: RunSummary, reports: Sequence[JSONMapping]) -> str:
+def matrix_section(summary: RunSummary, reports: Sequence[Report]) -> str:
     """Node x node-local check; the bad nodes' rows first, the passing ones in a fold."""
-    checks = {str(r.get("host")): _worst(r) for r in reports}
+    checks = {r.host: _worst(r) for r in reports}
     ids = sorted({cid for per in checks.values() for cid in per})
     titles: dict[str, str] = {}
     for per in checks.values():

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from harness.base.jsontypes import JSONMapping
-from harness.report.verdicts import RunSummary, checks_of, is_cluster_check
+from harness.report.model import Report
+from harness.report.verdicts import RunSummary, is_cluster_check
 from harness.results import CheckResult
 
 __all__ = ["CSS", "esc", "failures_section", "header", "reports_section", "warnings_section"]
@@ -47,14 +47,14 @@ def esc(value: object) -> str:
     return escape(str(value), quote=True)
 
 
-def header(summary: RunSummary, reports: Sequence[JSONMapping], source: str,
+def header(summary: RunSummary, reports: Sequence[Report], source: str,
            generated_at: str) -> str:
     """The title, `FAIL: 1 bad of 4 nodes` with the bad hosts, and what the run was."""
     verdict = summary.verdict
-    profiles = sorted({str((r.get("profile") or {}).get("name", "?")) for r in reports})
-    tiers = sorted({str(r.get("tier", "?")) for r in reports})
-    starts = sorted(str(r.get("started_at", "")) for r in reports if r.get("started_at"))
-    ends = sorted(str(r.get("finished_at", "")) for r in reports if r.get("finished_at"))
+    profiles = sorted({r.profile or "?" for r in reports})
+    tiers = sorted({r.tier or "?" for r in reports})
+    starts = sorted(r.started_at for r in reports if r.started_at)
+    ends = sorted(r.finished_at for r in reports if r.finished_at)
     bad = summary.bad
     names = ", ".join(n.host for n in bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8
                                                    else "")
@@ -71,16 +71,16 @@ def header(summary: RunSummary, reports: Sequence[JSONMapping], source: str,
     return "\n".join(parts)
 
 
-def failures_section(reports: Sequence[JSONMapping]) -> str:
+def failures_section(reports: Sequence[Report]) -> str:
     """Each node-local check that failed, on which nodes, its message and remedy."""
     by_check: dict[str, list[tuple[str, CheckResult]]] = {}
     for r in reports:
         seen: set[str] = set()
-        for c in checks_of(r):
+        for c in r.checks:
             if c.failed and not is_cluster_check(c.id) and c.id not in seen:
                 seen.add(c.id)
-                by_check.setdefault(c.id, []).append((str(r.get("host")), c))
-    errors = [(str(r.get("host")), e) for r in reports for e in r.get("harness_errors") or []]
+                by_check.setdefault(c.id, []).append((r.host, c))
+    errors = [(r.host, e) for r in reports for e in r.harness_errors]
     if not by_check and not errors:
         return "<h2>Failures</h2><p>No node-local check failed.</p>"
     parts = [f"<h2>Failures ({sum(len(v) for v in by_check.values())} on "
@@ -107,15 +107,15 @@ def failures_section(reports: Sequence[JSONMapping]) -> str:
     return "\n".join(parts)
 
 
-def warnings_section(reports: Sequence[JSONMapping], problems: Sequence[str]) -> str:
+def warnings_section(reports: Sequence[Report], problems: Sequence[str]) -> str:
     items = []
     for r in reports:
-        for c in checks_of(r):
+        for c in r.checks:
             if c.outcome == "warn":
-                items.append((str(r.get("host")), c.id, c.message))
-        uploads = r.get("uploads")
+                items.append((r.host, c.id, c.message))
+        uploads = r.extra.get("uploads")
         if isinstance(uploads, Mapping):
-            items.extend((str(r.get("host")), "uploads", str(w))
+            items.extend((r.host, "uploads", str(w))
                          for w in uploads.get("warnings") or [])
     items.extend(("-", "source", p) for p in problems)
     if not items:
@@ -126,21 +126,17 @@ def warnings_section(reports: Sequence[JSONMapping], problems: Sequence[str]) ->
             f"<th>host</th><th>what</th><th>message</th></tr>{rows}</table></details>")
 
 
-def reports_section(reports: Sequence[JSONMapping]) -> str:
+def reports_section(reports: Sequence[Report]) -> str:
     """Where each node's report came from (folded: one row per node)."""
     rows = []
     for r in reports:
-        counts: dict[str, int] = {}
-        for c in checks_of(r):  # from the records (a loaded report's `counts` is redacted)
-            counts[c.outcome] = counts.get(c.outcome, 0) + 1
-        tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        profile = r.get("profile") or {}
+        tally = ", ".join(f"{n} {k}" for k, n in sorted(r.counts().items()) if n)
         rows.append(
-            f"<tr><th>{esc(r.get('host'))}</th><td>{esc(r.get('verdict'))}</td>"
-            f"<td>{esc(profile.get('name', '?'))}</td><td>{esc(r.get('tier'))}</td>"
-            f"<td>{esc(tally)}</td><td>{float(r.get('duration_s') or 0):.1f} s</td>"
-            f"<td>{esc(r.get('started_at', ''))}</td><td>{esc(r.get('harness_version', ''))}</td>"
-            f"<td>{esc(r.get('_source', ''))}</td></tr>")
+            f"<tr><th>{esc(r.host)}</th><td>{esc(r.verdict)}</td>"
+            f"<td>{esc(r.profile)}</td><td>{esc(r.tier)}</td>"
+            f"<td>{esc(tally)}</td><td>{float(r.duration_s):.1f} s</td>"
+            f"<td>{esc(r.started_at)}</td><td>{esc(r.harness_version)}</td>"
+            f"<td>{esc(r.source)}</td></tr>")
     return (f"<h2>Reports ({len(reports)})</h2><details><summary>every node's report.json"
             "</summary><table><tr><th>host</th><th>report verdict</th><th>profile</th>"
             "<th>tier</th><th>checks</th><th>duration</th><th>started</th><th>harness</th>"

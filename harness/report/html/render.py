@@ -16,7 +16,8 @@ from harness.report.html.isolation import isolation_section
 from harness.report.html.nodes import bad_nodes_section, cluster_band, matrix_section
 from harness.report.html.page import CSS, esc, failures_section, header, reports_section, warnings_section
 from harness.report.html.plots import bandwidth_section
-from harness.report.verdicts import is_cluster_check, natural_key, summarise, typed_once
+from harness.report.model import Report
+from harness.report.verdicts import is_cluster_check, natural_key, summarise
 
 __all__ = ["ReportSet", "ReportSourceError", "load_reports", "render_html", "write_html"]
 
@@ -32,7 +33,7 @@ class ReportSet:
     """The newest report of every host found in a source, and what was skipped and why."""
 
     source: str
-    reports: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -70,8 +71,9 @@ class _Redact:
         return out
 
 
-def _add(found: dict[str, dict[str, Any]], where: str, raw: bytes | str,
+def _add(found: dict[str, Report], where: str, raw: bytes | str,
          problems: list[str], redact: _Redact) -> None:
+    """The file edge: one report.json's bytes, redacted, read as the typed report."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -80,21 +82,21 @@ def _add(found: dict[str, dict[str, Any]], where: str, raw: bytes | str,
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX):
         problems.append(f"{where}: not a gpu-preflight report (no schema {SCHEMA_PREFIX}v1)")
         return
-    data = redact(data)
-    host = str(data.get("host") or where)
-    data["_source"] = where
+    report = Report.from_dict(redact(data))
+    report.source = where
+    host = report.host or where
     known = found.get(host)
-    if known is None or str(data.get("started_at", "")) > str(known.get("started_at", "")):
+    if known is None or report.started_at > known.started_at:
         if known is not None:
-            problems.append(f"{known['_source']}: older report of {host}, not shown")
-        found[host] = data
+            problems.append(f"{known.source}: older report of {host}, not shown")
+        found[host] = report
     else:
         problems.append(f"{where}: older report of {host}, not shown")
 
 
 def load_reports(source: str) -> ReportSet:
     """Every report.json under a folder (or one file) or an `s3://` prefix, newest per host."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Report] = {}
     result = ReportSet(source=source)
     redact = _Redact()
     if source.startswith("s3://"):
@@ -134,16 +136,11 @@ def render_html(rs: ReportSet, generated_at: str | None = None) -> str:
     """The whole page as one string (every value escaped; no external resource): the verdict,
     the cluster-wide checks, the bad nodes and why, the matrix, bandwidth, isolation rounds."""
     generated_at = generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    with typed_once():
-        return _render(rs, generated_at)
-
-
-def _render(rs: ReportSet, generated_at: str) -> str:
     reports = rs.reports
     summary = summarise(reports)
     bad = {n.host for n in summary.bad}
     # Per node only: a cluster check's figure is the cluster's (shown in its band).
-    curves = [(str(r.get("host")), str(r.get("host")) in bad,
+    curves = [(r.host, r.host in bad,
                [c for c in bandwidth_curves(r) if not is_cluster_check(c.check_id)])
               for r in reports]
     body = "\n".join(s for s in (
