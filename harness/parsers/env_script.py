@@ -55,10 +55,16 @@ class Variables(dict[str, str]):
         self.total += grow
 
 
+_COMMENT = re.compile(r"#(?<!\S#)")
+
+
 def _strip_comment(line: str) -> str:
     """`line` up to an unquoted `#` that starts a word (as the shell reads it)."""
     if "#" not in line:
         return line
+    if _UNQUOTED.fullmatch(line):  # no quote or escape: the first `#` that starts a word
+        m = _COMMENT.search(line)
+        return line if m is None else line[:m.start()]
     quote = ""
     escaped = False
     for i, ch in enumerate(line):
@@ -80,6 +86,11 @@ def _strip_comment(line: str) -> str:
 _MAX_CONTINUED_LINES = 1000
 
 
+#: A line that is no command when nothing is pending: blank or a comment (one that does not end
+#: in a backslash, which _logical_lines reads as a continuation).
+_NOOP_LINE = re.compile(r"[ \t]*(?:#.*)?", re.S)
+
+
 def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]]:
     """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
     comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
@@ -95,6 +106,8 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
     prompted = False
     for line in lines:
         if not parts:
+            if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
+                continue  # blank or a comment, nothing pending: no command (most of a script)
             prompted = line.startswith("$ ")  # a pasted terminal prompt
             line = line[2:] if prompted else line
         elif continued and line.lstrip().startswith("#"):
@@ -135,6 +148,8 @@ _BLANKS = re.compile(r"[ \t\r\n]+")
 _PIECE = r"[^ \t\r\n\"'\\;&|]+|\"(?:[^\"\\]|\\[\s\S])*\"|'[^']*'|\\[\s\S]"
 _TOKEN = re.compile(rf"(?P<word>(?:{_PIECE})+)|(?P<punct>[;&|]+)|[ \t\r\n]+")
 _PART = re.compile(_PIECE)
+_UNQUOTED = re.compile(r"[^\"'\\]*")
+_ANY_TOKEN = re.compile(rf"(?:{_PIECE})+|[;&|]+|[ \t\r\n]+")
 _ESCAPED_IN_DOUBLE = re.compile(r"\\([\"\\])")
 
 
@@ -150,6 +165,12 @@ def _shell_words(text: str) -> list[str]:
         for i, (a, b) in reversed(list(enumerate(spans))):
             text = f"{text[:a]}\x00{i}\x00{text[b:]}"
         return [_HELD.sub(lambda m: held[int(m[1])], w) for w in _shell_words(text)]
+    # One findall for all the tokens; when they cover the text (no unclosed quote, no trailing
+    # backslash) they are the ones the loop below finds one match at a time.
+    tokens = _ANY_TOKEN.findall(text)
+    if sum(map(len, tokens)) == len(text):
+        return [(t if _UNQUOTED.fullmatch(t) else "".join(map(_unquote, _PART.findall(t))))
+                for t in tokens if t[0] not in " \t\r\n"]
     words = []
     pos = 0
     while pos < len(text):
@@ -171,53 +192,72 @@ def _substitutions(text: str) -> list[tuple[int, int]]:
     """The (start, end) of each outermost `$(...)` of `text` outside single quotes. Bash reads a
     command substitution as a new quoting context, inside double quotes too (bash manual, Command
     Substitution: `"$(python3 -c 'print("x")')"` is one word), where shlex ends the word at the
-    first inner `"`. ValueError when one is not closed (its command goes on in the next line)."""
+    first inner `"`. ValueError when one is not closed (its command goes on in the next line).
+    (The scan jumps from one character that matters to the next with a regex search.)"""
     spans = []
     i, quote = 0, ""
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and quote != "'":
+    while True:
+        if quote == "'":  # nothing is special up to the closing quote
+            i = text.find("'", i) + 1
+            if not i:
+                return spans
+            quote = ""
+            continue
+        m = _SUB_STOP.search(text, i)
+        if m is None:
+            return spans
+        i, ch = m.start(), m[0][0]
+        if ch == "\\":
             i += 2
-        elif quote == "'":
-            quote = "" if ch == "'" else quote
-            i += 1
-        elif text.startswith("$(", i):
+        elif ch == "$":
             end = _substitution_end(text, i + 2)
             spans.append((i, end))
             i = end
         elif ch == quote:
             quote, i = "", i + 1
-        elif not quote and ch in "\"'":
+        elif not quote:
             quote, i = ch, i + 1
-        else:
+        else:  # a `'` inside double quotes
             i += 1
-    return spans
+
+
+_SUB_STOP = re.compile(r"[\\'\"]|\$\(")
+_END_STOP = re.compile(r"[\\'\"()]|\$\(")
+_DOUBLE_STOP = re.compile(r"[\\\"]|\$\(")
 
 
 def _substitution_end(text: str, i: int) -> int:
     """The index after the `)` that closes the `$(` before text[i] (quotes, escapes and
     parentheses inside it balanced)."""
     depth, quote = 1, ""
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and quote != "'":
-            i += 2
+    while True:
+        if quote == "'":
+            i = text.find("'", i) + 1
+            if not i:
+                break
+            quote = ""
             continue
-        if quote:
-            if ch == quote:
-                quote = ""
-            elif quote == '"' and text.startswith("$(", i):
+        m = (_DOUBLE_STOP if quote else _END_STOP).search(text, i)
+        if m is None:
+            break
+        i, ch = m.start(), m[0][0]
+        if ch == "\\":
+            i += 2
+        elif quote:  # `"` closes the double quotes; a `$(` inside them is read whole
+            if ch == '"':
+                quote, i = "", i + 1
+            else:
                 i = _substitution_end(text, i + 2)
-                continue
         elif ch in "\"'":
-            quote = ch
-        elif ch == "(":
-            depth += 1
+            quote, i = ch, i + 1
         elif ch == ")":
             depth -= 1
             if not depth:
                 return i + 1
-        i += 1
+            i += 1
+        else:  # `(` or `$(`
+            depth += 1
+            i += len(m[0])
     raise ValueError("No closing parenthesis")
 
 
