@@ -355,6 +355,10 @@ def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
     return variables, skipped
 
 
+#: Where a word of _read_command's second loop is (its words joined with NULs around each).
+_FLAG_WORD = re.compile(r"\0(?:-x\0|-e\0|--env[\0=]|--export=|env\0)|/env\0")
+
+
 def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
     """Record the assignments of one simple command through `add`; whether there were any."""
     found = False
@@ -382,6 +386,9 @@ def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
         found = True
         i += 1
     # launcher flags anywhere in the command: mpirun -x, docker -e/--env, srun --export=
+    # (first one search for any of them over the command's words: most commands have none)
+    if not _FLAG_WORD.search("\0".join(["", *words, ""])):
+        return found
     for j, word in enumerate(words):
         if word in FLAG_WORDS and j + 1 < len(words):
             found |= add(words[j + 1])
