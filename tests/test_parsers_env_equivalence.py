@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import ParseError
-from harness.parsers.env import parse_env_dump
+from harness.parsers.env import _is_script_line, parse_env_dump
+from harness.parsers.env_yaml import _INLINE_ENV
 from harness.parsers.reader import Input
 
 TESTS = Path(__file__).parent
@@ -91,6 +94,38 @@ def test_the_digest_sees_a_changed_variable() -> None:
     text = "NCCL_DEBUG=INFO\nFI_PROVIDER=efa\n"
     assert _reading(text, None) != _reading(text.replace("efa", "efb"), None)
     assert _reading(text, None) != _reading(text + "# note\nstray words\n", None)  # skipped
+
+
+#: The two patterns as they were before their literal comes first (the reference).
+_OLD_INLINE_ENV = re.compile(
+    r"(?:\b|[\"'])(?:environment|env|env_vars|envVars|environment_variables)[\"']?\s*[=:]\s*"
+    r"\{(?P<body>[^{}]*)\}")
+_OLD_SCRIPT_LINE = re.compile(
+    r"^\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|ARG|RUN|FROM)\s)"
+    r"|\\$|(?:^|\s)(?:(?:-x|-e|--env)\s+|--env=|--export=[\"']?(?:[^\s,]*,)*)"
+    r"[A-Za-z_][A-Za-z0-9_]*=")
+_EDGES = [
+    "env={A: 1}", "x env: {A: 1}", "'env': {A: 1}", '"environment"={"A": "b"}', "myenv={A: 1}",
+    "env_vars : {A: 2}", "envVars:{}", "environment_variables={A: 3}", "environment_x={A: 1}",
+    "ENV={A: 1}", "é env={A: 1}", "éenv={A: 1}", "_env={A: 1}", "env={A: {B}}", "env",
+    "-x A=1", " -x A=1", "a-x A=1", "mpirun -x  NCCL_DEBUG=INFO", "docker run -e A=1 img",
+    "--env=A=1", "x --env A=1", "srun --export=ALL,A=1", "srun --export='ALL,B=2' x",
+    "\t-e\tA=1", "a --export=A=1", "-x 1A=1", "x\\", "  # c", "$ env", "export A=1",
+    "RUN a=1", "echo -- A=1", "--x A=1", "\u3000-x A=1",
+]
+
+
+def test_fast_patterns_match_as_the_reference() -> None:
+    """_INLINE_ENV finds the same body and _is_script_line says the same as the patterns they
+    replace, on the edges of each branch and on random lines made of their pieces."""
+    rng = random.Random(32)
+    pieces = ["env", "environment", "_vars", "Vars", "-x", "-e", "--env", "--export=", "=",
+              "A", "é", " ", "\t", "'", '"', ":", "{", "}", ",", "B=1", "#", "$ ", "\\", "x"]
+    lines = _EDGES + ["".join(rng.choices(pieces, k=rng.randint(1, 12))) for _ in range(20000)]
+    for line in lines:
+        old, new = _OLD_INLINE_ENV.search(line), _INLINE_ENV.search(line)
+        assert (old and old["body"]) == (new and new["body"]), line
+        assert bool(_OLD_SCRIPT_LINE.search(line)) == _is_script_line(line), line
 
 
 def _write() -> None:
