@@ -110,6 +110,14 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
                 continue  # blank or a comment, nothing pending: no command (most of a script)
             prompted = line.startswith("$ ")  # a pasted terminal prompt
             line = line[2:] if prompted else line
+            if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
+                try:
+                    words = _shell_words(_strip_comment(line))
+                except ValueError:
+                    pass
+                else:
+                    yield prompted, line, words
+                    continue
         elif continued and line.lstrip().startswith("#"):
             continue  # Docker drops comment lines inside a continued instruction
         new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
@@ -347,9 +355,14 @@ def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
             continue
         if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env
             continue
-        found = False
-        for command in _commands(words):
-            found |= _read_command(command, add)
+        if not words:
+            continue
+        if ";" in text or "&" in text or "|" in text:
+            found = False
+            for command in _commands(words):
+                found |= _read_command(command, add)
+        else:  # one simple command (a `;`, `&` or `|` word comes from one of these characters)
+            found = _read_command(words, add)
         if not found and words:
             skipped += 1
     return variables, skipped
