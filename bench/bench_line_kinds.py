@@ -11,10 +11,12 @@ long log holds them) is written at `--mb` MB; then, `--runs` times, interleaved,
 
 and prints the median of the per-pair ratios, both medians in CPU ms per MB, and the peak RSS.
 `--rss 20,500` also runs one kind (default kernel-log) at two sizes and prints its peak RSS
-growth (memory flat in the file size).
+growth (memory flat in the file size). `--base DIR` (a worktree of a baseline revision) also
+runs that revision's `preflight inspect` in the same pairs (its harness imported from DIR ahead
+of this checkout's editable install) and prints its ratio first: before and after in one run.
 
     .venv/bin/python bench/bench_line_kinds.py [--mb 20] [--runs 5] [--kinds env,fi-info]
-        [--rss 20,500 --rss-kind kernel-log]
+        [--rss 20,500 --rss-kind kernel-log] [--base /tmp/base-worktree]
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from bench_inspect import MB, generators
 KINDS = ("env (env dumps)", "env (scripts)", "fi-info", "nccl-tests", "nccl-tests (one table)",
          "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)", "train-step", "topology", "nccl-log")
 LOOP = "import sys\nfor line in open(sys.argv[1], errors='replace'): pass\n"
+#: `preflight` with the harness of the folder in argv[1] (the editable install's finder removed).
+BASE = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]"
+        "\nsys.path.insert(0, sys.argv.pop(1))\nsys.argv[0] = 'preflight'\n"
+        "from harness.cli import entrypoint\nsys.exit(entrypoint())\n")
 
 
 def _run(cmd: list[str]) -> tuple[float, float]:
@@ -70,6 +76,7 @@ def main() -> None:
     ap.add_argument("--rss", default="", help="two sizes in MB for the memory row, e.g. 20,500")
     ap.add_argument("--rss-kind", default="kernel-log")
     ap.add_argument("--keep", default="", help="folder to keep (and reuse) the inputs in")
+    ap.add_argument("--base", default="", help="a baseline worktree, run in the same pairs")
     args = ap.parse_args()
     wanted = {k.strip() for k in args.kinds.split(",") if k.strip()}
     folder = Path(args.keep or tempfile.mkdtemp(prefix="bench-lines-"))
@@ -83,14 +90,21 @@ def main() -> None:
                 continue
             kind, path = _input(folder, name, args.mb)
             mb = path.stat().st_size / MB
-            ratios, ours, loops, rss = [], [], [], 0.0
+            ratios, ours, loops, rss, base = [], [], [], 0.0, []
             for _ in range(args.runs):
+                if args.base:
+                    base.append(_run([sys.executable, "-c", BASE, args.base, "inspect", kind,
+                                      str(path), "--json"])[0])
                 cpu, peak = _run([pre, "inspect", kind, str(path), "--json"])
                 floor, _ = _run([sys.executable, "-c", LOOP, str(path)])
                 ratios.append(cpu / floor)
                 ours.append(cpu)
                 loops.append(floor)
                 rss = max(rss, peak)
+            if base:
+                before = statistics.median(b / f for b, f in zip(base, loops, strict=True))
+                print(f"{name + ' (base)':18s} {before:6.1f} "
+                      f"{statistics.median(base) * 1000 / mb:14.1f}", flush=True)
             print(f"{name:18s} {statistics.median(ratios):6.1f} "
                   f"{statistics.median(ours) * 1000 / mb:14.1f} "
                   f"{statistics.median(loops) * 1000 / mb:11.1f} {rss:7.1f}", flush=True)

@@ -141,7 +141,7 @@ def test_inspect_takes_the_plugin_version_an_image_names():
     ("bash -c 'echo $(hostname): x'", ["bash", "-c", "echo $(hostname): x"]),  # single quotes
 ])
 def test_a_command_substitution_is_one_piece_of_its_word(line: str, words: list[str]):
-    from harness.parsers.env_script import _shell_words
+    from harness.parsers.shell_words import shell_words as _shell_words
 
     assert _shell_words(line) == words
     with pytest.raises(ValueError, match="No closing parenthesis"):
@@ -154,7 +154,8 @@ def test_the_shell_word_splitter_reads_words_as_shlex_does():
     random lines of quotes, escapes and separators."""
     import random
 
-    from harness.parsers.env_script import _shell_words, _shlex_words
+    from harness.parsers.shell_words import shell_words as _shell_words
+    from harness.parsers.shell_words import shlex_words as _shlex_words
 
     lines = [line for path in sorted(Path(__file__).parent.joinpath("data").rglob("*"))
              if path.is_file() for line in path.read_text(errors="replace").splitlines()

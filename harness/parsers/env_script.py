@@ -5,10 +5,11 @@ every form of harness.parsers.env fills."""
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable, Iterable, Iterator
 
 from harness.parsers.reader import MAX_LINE_CHARS
+from harness.parsers.shell_words import shell_words as _shell_words
+from harness.parsers.shell_words import strip_comment as _strip_comment
 
 __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
            "parse_script"]
@@ -55,29 +56,13 @@ class Variables(dict[str, str]):
         self.total += grow
 
 
-def _strip_comment(line: str) -> str:
-    """`line` up to an unquoted `#` that starts a word (as the shell reads it)."""
-    if "#" not in line:
-        return line
-    quote = ""
-    escaped = False
-    for i, ch in enumerate(line):
-        if escaped:
-            escaped = False
-        elif ch == "\\" and quote != "'":
-            escaped = True
-        elif quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i]
-    return line
-
-
 #: Backslash-continued lines joined into one command at most (a Dockerfile RUN has tens).
 _MAX_CONTINUED_LINES = 1000
+
+
+#: A line that is no command when nothing is pending: blank or a comment (one that does not end
+#: in a backslash, which _logical_lines reads as a continuation).
+_NOOP_LINE = re.compile(r"[ \t]*(?:#.*)?", re.S)
 
 
 def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]]:
@@ -95,8 +80,18 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
     prompted = False
     for line in lines:
         if not parts:
+            if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
+                continue  # blank or a comment, nothing pending: no command (most of a script)
             prompted = line.startswith("$ ")  # a pasted terminal prompt
             line = line[2:] if prompted else line
+            if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
+                try:
+                    words = _shell_words(_strip_comment(line))
+                except ValueError:
+                    pass
+                else:
+                    yield prompted, line, words
+                    continue
         elif continued and line.lstrip().startswith("#"):
             continue  # Docker drops comment lines inside a continued instruction
         new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
@@ -124,121 +119,6 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
 
 
 _PUNCTUATION = frozenset(";&|")
-_PLAIN_WORDS = re.compile(r"[^\"'\\;&|]*")
-_BLANKS = re.compile(r"[ \t\r\n]+")
-# The words of a line as Python's shlex reads them (posix, whitespace_split, punctuation_chars
-# ";&|", no comments): runs of unquoted characters, "double-quoted" (backslash escapes only `"`
-# and `\`), 'single-quoted' and \-escaped pieces glued into one word; runs of ;&| on their own.
-# shlex itself reads one character at a time in Python (half the time of a script); these
-# patterns find the same words (tests/test_parsers_env.py compares them with shlex on every
-# sample line and on fuzzed ones). Each piece is unambiguous, so the scan is linear.
-_PIECE = r"[^ \t\r\n\"'\\;&|]+|\"(?:[^\"\\]|\\[\s\S])*\"|'[^']*'|\\[\s\S]"
-_TOKEN = re.compile(rf"(?P<word>(?:{_PIECE})+)|(?P<punct>[;&|]+)|[ \t\r\n]+")
-_PART = re.compile(_PIECE)
-_ESCAPED_IN_DOUBLE = re.compile(r"\\([\"\\])")
-
-
-def _shell_words(text: str) -> list[str]:
-    """Shell words, with `;`, `&&`, `||`, `|` and `&` as words of their own; ValueError for an
-    unclosed quote, `$(` or a trailing backslash (as shlex). A `$(...)` command substitution
-    is kept as written, its own quotes included (see _substitutions)."""
-    if _PLAIN_WORDS.fullmatch(text):  # nothing for the shell to interpret: split at blanks
-        return [w for w in _BLANKS.split(text) if w]
-    if "$(" in text and "\x00" not in text and (spans := _substitutions(text)):
-        # Each `$(...)` stands in as a placeholder no rule reads, and comes back in its word.
-        held = [text[a:b] for a, b in spans]
-        for i, (a, b) in reversed(list(enumerate(spans))):
-            text = f"{text[:a]}\x00{i}\x00{text[b:]}"
-        return [_HELD.sub(lambda m: held[int(m[1])], w) for w in _shell_words(text)]
-    words = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise ValueError("No closing quotation" if text[pos] in "\"'" else "No escaped character")
-        pos = m.end()
-        if m["punct"]:
-            words.append(m["punct"])
-        elif m["word"] is not None:
-            words.append("".join(_unquote(p) for p in _PART.findall(m["word"])))
-    return words
-
-
-_HELD = re.compile("\x00([0-9]+)\x00")
-
-
-def _substitutions(text: str) -> list[tuple[int, int]]:
-    """The (start, end) of each outermost `$(...)` of `text` outside single quotes. Bash reads a
-    command substitution as a new quoting context, inside double quotes too (bash manual, Command
-    Substitution: `"$(python3 -c 'print("x")')"` is one word), where shlex ends the word at the
-    first inner `"`. ValueError when one is not closed (its command goes on in the next line)."""
-    spans = []
-    i, quote = 0, ""
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and quote != "'":
-            i += 2
-        elif quote == "'":
-            quote = "" if ch == "'" else quote
-            i += 1
-        elif text.startswith("$(", i):
-            end = _substitution_end(text, i + 2)
-            spans.append((i, end))
-            i = end
-        elif ch == quote:
-            quote, i = "", i + 1
-        elif not quote and ch in "\"'":
-            quote, i = ch, i + 1
-        else:
-            i += 1
-    return spans
-
-
-def _substitution_end(text: str, i: int) -> int:
-    """The index after the `)` that closes the `$(` before text[i] (quotes, escapes and
-    parentheses inside it balanced)."""
-    depth, quote = 1, ""
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and quote != "'":
-            i += 2
-            continue
-        if quote:
-            if ch == quote:
-                quote = ""
-            elif quote == '"' and text.startswith("$(", i):
-                i = _substitution_end(text, i + 2)
-                continue
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if not depth:
-                return i + 1
-        i += 1
-    raise ValueError("No closing parenthesis")
-
-
-def _unquote(piece: str) -> str:
-    if piece[0] == '"':
-        return _ESCAPED_IN_DOUBLE.sub(r"\1", piece[1:-1])
-    if piece[0] == "'":
-        return piece[1:-1]
-    if piece[0] == "\\":
-        return piece[1]
-    return piece
-
-
-def _shlex_words(text: str) -> list[str]:
-    """The same words by Python's shlex (the reference _shell_words is tested against)."""
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    return list(lexer)
-
-
 def _commands(words: list[str]) -> Iterator[list[str]]:
     """The simple commands of a command line (split at `;`, `&&`, `||`, `|`, `&`)."""
     if not any(w[:1] in _PUNCTUATION for w in words):
@@ -307,12 +187,21 @@ def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
             continue
         if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env
             continue
-        found = False
-        for command in _commands(words):
-            found |= _read_command(command, add)
+        if not words:
+            continue
+        if ";" in text or "&" in text or "|" in text:
+            found = False
+            for command in _commands(words):
+                found |= _read_command(command, add)
+        else:  # one simple command (a `;`, `&` or `|` word comes from one of these characters)
+            found = _read_command(words, add)
         if not found and words:
             skipped += 1
     return variables, skipped
+
+
+#: Where a word of _read_command's second loop is (its words joined with NULs around each).
+_FLAG_WORD = re.compile(r"\0(?:-x\0|-e\0|--env[\0=]|--export=|env\0)|/env\0")
 
 
 def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
@@ -342,6 +231,9 @@ def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
         found = True
         i += 1
     # launcher flags anywhere in the command: mpirun -x, docker -e/--env, srun --export=
+    # (first one search for any of them over the command's words: most commands have none)
+    if not _FLAG_WORD.search("\0".join(["", *words, ""])):
+        return found
     for j, word in enumerate(words):
         if word in FLAG_WORDS and j + 1 < len(words):
             found |= add(words[j + 1])
