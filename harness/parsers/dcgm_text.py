@@ -10,12 +10,12 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import (
-    _STATUS,
     MAX_MESSAGES,
     MAX_RESULTS,
+    STATUS_WORDS,
     DcgmDiag,
     DcgmResult,
-    _status,
+    status_of,
 )
 from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
@@ -79,7 +79,7 @@ class _Tests(list):  # type: ignore[type-arg]
         return self
 
 
-def _from_text(lines: Iterable[str]) -> DcgmDiag:
+def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
     error_seen: set[str] = set()  # node-level errors already listed (a table printed again)
@@ -149,7 +149,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
                     errors.append(message)
         elif name:
             outcome = _OUTCOME.match(value)
-            if outcome is None and value and value.lower() not in _STATUS:
+            if outcome is None and value and value.lower() not in STATUS_WORDS:
                 # Not a result row (a markdown table, a key/value line someone pasted).
                 message = None
                 continue
@@ -158,7 +158,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             plain = not (outcome and outcome["who"])
             # A row without a value states nothing (its per-GPU lines may follow); a test that
             # never gets an outcome is not a result (random `|x|` text is not a failed test).
-            outcomes = [(g, _status(status)) for g in who] if value else []
+            outcomes = [(g, status_of(status)) for g in who] if value else []
             current = tests.add([name, outcomes, [], category, plain])
             message, in_category = None, True
         else:  # continuation line
@@ -166,10 +166,10 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
             if current is not None and len(current[1]) >= MAX_MESSAGES:
                 pass  # more GPUs than any node has: the rest is not kept
             elif per_gpu and current is not None:
-                current[1].append((ascii_int(per_gpu["gpu"]), _status(per_gpu["status"])))
+                current[1].append((ascii_int(per_gpu["gpu"]), status_of(per_gpu["status"])))
                 message = None
             elif outcome and current is not None and message is None:
-                current[1].extend((g, _status(outcome["status"])) for g in _who(outcome["who"]))
+                current[1].extend((g, status_of(outcome["status"])) for g in _who(outcome["who"]))
             elif message is not None and len(message) < MAX_MESSAGES:
                 message.append(raw_value)
     results: list[DcgmResult] = []

@@ -15,16 +15,16 @@ from harness.base.gpu_record import GpuInventory
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
-    _ANY_GPU_HEADER,
-    _FRAGMENT_KEYS,
+    ANY_GPU_HEADER,
+    FRAGMENT_KEYS,
     FRAGMENT_SECTIONS,
-    _lines,
-    _Side,
+    Side,
+    smi_lines,
 )
-from harness.parsers.nvidia_smi_csv import _csv
-from harness.parsers.nvidia_smi_query import _query
-from harness.parsers.nvidia_smi_table import _TABLE_ROW1, _table
-from harness.parsers.nvidia_smi_xml import _xml
+from harness.parsers.nvidia_smi_csv import read_smi_csv
+from harness.parsers.nvidia_smi_query import read_smi_query
+from harness.parsers.nvidia_smi_table import TABLE_ROW1, read_smi_table
+from harness.parsers.nvidia_smi_xml import read_smi_xml
 from harness.parsers.reader import Input, as_input
 
 if TYPE_CHECKING:
@@ -41,14 +41,14 @@ def parse_nvidia_smi(text: str | Input) -> GpuInventory:
     """`nvidia-smi -q` text, `-q -x` XML, the plain `nvidia-smi` table or a `--query-gpu` CSV,
     whichever the text is, also with a launcher's prefix on every line (`[1,0]<stdout>:`, srun
     `0: `, ISO timestamps)."""
-    return _parse(as_input(text), _Side())
+    return _parse(as_input(text), Side())
 
 
 def _form(source: Input) -> str:
     """Which form the input is (one pass, stopped at the first `-q` section)."""
     head: list[str] = []
     size = 0
-    for line in _lines(source):
+    for line in smi_lines(source):
         head.append(line)
         size += len(line) + 1
         if size >= 2000:
@@ -56,30 +56,30 @@ def _form(source: Input) -> str:
     if "<nvidia_smi_log" in "\n".join(head)[:2000]:
         return "xml"
     banner = bus = row = fragment = False
-    for line in _lines(source):
-        if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and _ANY_GPU_HEADER.match(line)):
+    for line in smi_lines(source):
+        if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and ANY_GPU_HEADER.match(line)):
             return "query"
         banner = banner or "NVIDIA-SMI" in line
         bus = bus or "Bus-Id" in line
         stripped = line.strip()
-        row = row or (stripped[:1] == "|" and bool(_TABLE_ROW1.match(stripped)))
-        fragment = fragment or bool(_FRAGMENT_KEYS.match(line))
+        row = row or (stripped[:1] == "|" and bool(TABLE_ROW1.match(stripped)))
+        fragment = fragment or bool(FRAGMENT_KEYS.match(line))
     # The banner may be cut from a pasted excerpt: a GPU row is enough.
     if (banner and bus) or row:
         return "table"
     return "fragment" if fragment else "csv"
 
 
-def _parse(source: Input, side: _Side) -> GpuInventory:
+def _parse(source: Input, side: Side) -> GpuInventory:
     form = _form(source)
     if form == "xml":
-        return _xml(source, side)
+        return read_smi_xml(source, side)
     if form in ("query", "fragment"):
-        return _query(source, side, fragment=form == "fragment")
+        return read_smi_query(source, side, fragment=form == "fragment")
     if form == "table":
-        return _table(source, side)
+        return read_smi_table(source, side)
     try:
-        return _csv(source, side).inventory
+        return read_smi_csv(source, side).inventory
     except ParseError:
         if side.failure:
             raise ParseError(f"nvidia-smi could not read the GPUs: {side.failure}") from None
@@ -92,7 +92,7 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
     retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
     (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
-    side = _Side()
+    side = Side()
     inventory = _parse(as_input(stream), side)
     attached = side.attached
     keys = ("index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
