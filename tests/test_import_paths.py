@@ -55,9 +55,11 @@ class Tree:
                       if not p.relative_to(root).as_posix().startswith(FROZEN)}
         self.trees = {rel: ast.parse(p.read_text(encoding="utf-8"), rel) for rel, p in self.files.items()}
         self.modules = {_module(rel): rel for rel in self.files if rel.startswith("harness/")}
+        # C extension modules (setup.py builds harness/x/_y.c into harness.x._y), built or not
         self.modules.update({_module(p.relative_to(root).as_posix().split(".")[0] + ".py"): ""
-                             for p in (root / "harness").rglob("*.so")})
-        #: module -> {local name: (owner module, its name)} for names (not modules) imported from harness
+                             for pattern in ("*.so", "*.c") for p in (root / "harness").rglob(pattern)})
+        #: module -> {local name: (owner module, its name)}: what it imported from the harness (a
+        #: name, or a module of another package: `from harness.base import proc` in probes/network)
         self.imported = {mod: dict(self.from_imports(rel, module_level=True))
                          for mod, rel in self.modules.items() if rel}
 
@@ -79,8 +81,7 @@ class Tree:
             if not owner.startswith("harness"):
                 continue
             for alias in node.names:
-                if f"{owner}.{alias.name}" not in self.modules:
-                    yield alias.asname or alias.name, (owner, alias.name)
+                yield alias.asname or alias.name, (owner, alias.name)
 
     def module_aliases(self, rel: str) -> dict[str, str]:
         """Local names bound to harness modules in a file (`from harness.probes import gpu`)."""
@@ -94,7 +95,11 @@ class Tree:
         return out
 
     def reexported(self, mod: str, name: str) -> bool:
-        return name in self.imported.get(mod, {})
+        """`mod.name` is reached through `mod` though another module defines it (a package's own
+        submodule is the package's: `harness.parsers.common`; a private binding is the module's
+        inside, `private_crossings` judges those: `nccl_log_chunk._nccl_scan`, None without C)."""
+        return (name in self.imported.get(mod, {}) and f"{mod}.{name}" not in self.modules
+                and not name.startswith("_"))
 
 
 def reexports(tree: Tree) -> list[str]:
@@ -135,7 +140,8 @@ def private_crossings(tree: Tree) -> list[tuple[str, str, str]]:
             continue
         me = _module(rel)
         for _, (owner, name) in tree.from_imports(rel):
-            if name.startswith("_") and not name.startswith("__") and owner != me:
+            if (name.startswith("_") and not name.startswith("__") and owner != me
+                    and f"{owner}.{name}" not in tree.modules):
                 found.add((rel, owner, name))
         for node in ast.walk(tree.trees[rel]):
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -176,13 +182,14 @@ def _write(root: Path, package: str, files: dict[str, str]) -> Tree:
 def test_a_reexport_is_found_every_way_it_is_read(tmp_path: Path):
     tree = _write(tmp_path, "base", {
         "harness/base/owner.py": "def helper(): ...\n",
-        "harness/base/shim.py": 'from harness.base.owner import helper\n\n__all__ = ["helper"]\n',
+        "harness/base/shim.py": 'from harness.base import owner\nfrom harness.base.owner import helper\n\n'
+                                '__all__ = ["helper"]\n',
         "harness/user.py": "from harness.base.shim import helper\n",
-        "tests/test_x.py": "from harness.base import shim\n\nshim.helper()\n",
+        "tests/test_x.py": "from harness.base import shim\n\nshim.helper()\nshim.owner.helper()\n",
         "docs/x.md": "`harness.base.shim.helper` is the helper\n",
     })
     assert [f.split(":")[0] for f in reexports(tree)] == [
-        "docs/x.md", "harness/base/shim.py", "harness/user.py", "tests/test_x.py"]
+        "docs/x.md", "harness/base/shim.py", "harness/user.py", "tests/test_x.py", "tests/test_x.py"]
     (tmp_path / "harness/base/shim.py").write_text("from harness.base.owner import helper\n\nhelper()\n")
     for rel in ("harness/user.py", "tests/test_x.py", "docs/x.md"):
         (tmp_path / rel).write_text("from harness.base.owner import helper\n")
