@@ -38,6 +38,7 @@ __all__ = [
     "not_run",
     "registry",
     "run_check",
+    "set_current",
     "settle",
     "spec_of",
     "warn",
@@ -141,7 +142,7 @@ def current() -> CheckContext:
     return ctx if ctx is not None else CheckContext(check_id="PF-ADHOC", profile="?")
 
 
-def _set_current(ctx: CheckContext | None) -> contextvars.Token[CheckContext | None]:
+def set_current(ctx: CheckContext | None) -> contextvars.Token[CheckContext | None]:
     return _CURRENT.set(ctx)
 
 
@@ -311,7 +312,7 @@ def run_check(fn: Callable[..., object], *args: object, profile: str, nodeid: st
     function of its snapshot)."""
     spec = spec_of(fn)
     ctx = CheckContext(check_id=spec.id, profile=profile, remedy=spec.remedy)
-    token = _set_current(ctx)
+    token = set_current(ctx)
     raised: BaseException | None = None
     try:
         fn(*args)

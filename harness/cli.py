@@ -32,9 +32,9 @@ from harness import __version__
 from harness.base import sigmask
 from harness.base.settings import SettingError
 from harness.base.tiers import TIERS
-from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
+from harness.commands import EXIT_HARNESS, EXIT_USAGE, UsageError, say_crash
 
-__all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "EXIT_USAGE", "entrypoint", "main"]
+__all__ = ["entrypoint", "main"]
 
 EXTRA_HELP = ("site checks to run beside the built-in suite: a folder of test_*.py files (plain "
               "pytest tests or @check functions) or one such file; repeatable; also "

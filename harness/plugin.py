@@ -28,7 +28,7 @@ from harness import __version__
 from harness.base.deadline import TimeoutHooks
 from harness.base.redact import Redactor
 from harness.base.tiers import TIERS
-from harness.checking import CheckContext, CheckSpec, _set_current, classify, combine, error_text
+from harness.checking import CheckContext, CheckSpec, classify, combine, error_text, set_current
 from harness.items import item_spec, reused_key, selection_key, suite_of, suites_key
 from harness.results import CheckResult, Measurement, plain
 from harness.run.interrupt import install_session_handlers
@@ -264,7 +264,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     except pytest.UsageError:
         profile_name = "?"
     ctx = CheckContext(check_id=spec.id, profile=profile_name, remedy=spec.remedy)
-    item.stash[_phases_key] = {"ctx": ctx, "token": _set_current(ctx), "phases": {}}
+    item.stash[_phases_key] = {"ctx": ctx, "token": set_current(ctx), "phases": {}}
 
 
 def _where(rep: pytest.TestReport) -> str:
@@ -302,7 +302,7 @@ def pytest_runtest_makereport(
     # A test's own record_property values cross xdist's channel too: plain data only.
     rep.user_properties = [(str(k), plain(v)) for k, v in rep.user_properties]
     if rep.when == "teardown":
-        _set_current(None)
+        set_current(None)
         # JSON text: junit.xml shows it as is (a dict would be its Python repr there).
         record = item.config.stash[_redactor_key].obj(_final(spec, item, state))  # as it is made
         rep.user_properties.append(("preflight_result", json.dumps(record, default=str)))

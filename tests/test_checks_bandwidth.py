@@ -138,21 +138,26 @@ def test_out_of_bounds_and_wrong_elements_fail(tmp_path, monkeypatch):
         "[PF-BW-004] nccl-tests runs with out-of-bounds values: 1 found")
 
 
-def test_multi_node_gate_through_mpirun(tmp_path, monkeypatch):
-    make_tool(tmp_path)
+def _two_node_gate_fails(tmp_path, monkeypatch, **tool) -> str:
+    """PF-BW-002's message on two 8-GPU nodes through mpirun, where the gate fails."""
+    make_tool(tmp_path, **tool)
     make_mpirun(tmp_path)
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node-a slots=8\nnode-b slots=8\n")
     code, checks = _run(tmp_path, monkeypatch, extra="nvlink_busbw_gb_s_min = 250.0",
                         env={"WORLD_SIZE": "2", "PREFLIGHT_HOSTFILE": str(hostfile)})
     assert code == 1 and checks["PF-BW-002"]["outcome"] == "fail"
-    assert checks["PF-BW-002"]["message"].startswith(
+    return checks["PF-BW-002"]["message"]
+
+
+def test_multi_node_gate_through_mpirun(tmp_path, monkeypatch):
+    assert _two_node_gate_fails(tmp_path, monkeypatch).startswith(
         "[PF-BW-002] all_reduce busbw at 1 GiB 298.3 GB/s < 370.0 GB/s required for emu-h100 "
         "(16 ranks on 2 nodes (WORLD_SIZE), nccl-tests all_reduce_perf via mpirun); check the "
         "NCCL log (NCCL_DEBUG=INFO) for NET/Socket or missing GDRDMA")
     mpirun = next(line for line in (tmp_path / "calls.log").read_text().splitlines()
                   if line.startswith("mpirun"))
-    assert f"-np 16 --map-by ppr:8:node --hostfile {hostfile}" in mpirun
+    assert f"-np 16 --map-by ppr:8:node --hostfile {tmp_path / 'hosts'}" in mpirun
     assert "-x PATH" in mpirun and " -g 1 " in mpirun
 
 
@@ -240,14 +245,7 @@ def test_low_network_busbw_names_what_the_nccl_log_says(tmp_path, monkeypatch):
         "node-a:100:100 [0] NCCL INFO Using network Socket\n"
         "node-a:100:100 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/Socket/0\n"
         + (DATA / "current_2node_h100.txt").read_text())
-    make_tool(tmp_path, data=log)
-    make_mpirun(tmp_path)
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("node-a slots=8\nnode-b slots=8\n")
-    code, checks = _run(tmp_path, monkeypatch, extra="nvlink_busbw_gb_s_min = 250.0",
-                        env={"WORLD_SIZE": "2", "PREFLIGHT_HOSTFILE": str(hostfile)})
-    assert code == 1 and checks["PF-BW-002"]["outcome"] == "fail"
-    message = checks["PF-BW-002"]["message"]
+    message = _two_node_gate_fails(tmp_path, monkeypatch, data=log)
     assert message.startswith("[PF-BW-002] all_reduce busbw at 1 GiB 298.3 GB/s < 370.0 GB/s")
     assert ("the NCCL log says NET/Socket: aws-ofi-nccl loaded but failed to initialise"
             in message)

@@ -408,14 +408,14 @@ def test_unreadable_kernel_log_warns_in_preflight_errors_in_certify(
 
 
 DCGM_EXPLODES = '''
-from harness.probes import gpu
+from harness.probes import dcgm
 
 
 def _explode(*args, **kwargs):
     raise AssertionError("dcgmi must not run when the profile sets level 0")
 
 
-gpu.run_dcgm_diag = _explode
+dcgm.run_dcgm_diag = _explode
 '''
 
 

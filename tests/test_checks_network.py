@@ -269,7 +269,7 @@ def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
     if LOG.name:
         (workdir / "nccl-host-1.log").write_bytes(LOG.read_bytes())
     logs = tuple(sorted(workdir.glob("nccl-*.log")))
-    result = network.proc.ProcResult(("torchrun",), {rc}, stdout="rank 3 died")
+    result = ProcResult(("torchrun",), {rc}, stdout="rank 3 died")
     return network.CollectiveRun(result, logs, workdir)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from harness import cli
 from harness.base import handoff
+from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 
 HF_TOKEN = "hf_plantedSecretTokenValue0123456789abcd"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTEDKEY"
@@ -44,7 +45,7 @@ def _report(directory: Path) -> dict:
 def test_passing_run_execs_the_exact_command(tmp_path, execs, capsys):
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--",
                    "torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"])
-    assert rc == cli.EXIT_OK
+    assert rc == EXIT_OK
     assert execs == [["torchrun", "--nproc-per-node=8", "train.py", "--lr", "3e-4"]]
     report = _report(tmp_path / "r")
     assert report["schema"] == "gpu-preflight.report/v1"
@@ -59,7 +60,7 @@ def test_passing_run_execs_the_exact_command(tmp_path, execs, capsys):
 
 
 def test_no_command_only_checks(tmp_path, execs):
-    assert cli.main(["run", "--report-dir", str(tmp_path / "r")]) == cli.EXIT_OK
+    assert cli.main(["run", "--report-dir", str(tmp_path / "r")]) == EXIT_OK
     assert execs == []
 
 
@@ -68,7 +69,7 @@ def test_failing_run_never_execs_and_explains(tmp_path, execs, monkeypatch, caps
     failure = tmp_path / "failure"
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
                    "--failure-file", str(failure), "--", "echo", "ok"])
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     assert execs == []
     report = _report(tmp_path / "r")
     assert report["verdict"] == "fail" and report["exit_code"] == 1
@@ -91,7 +92,7 @@ def test_warn_only_execs_despite_failures(tmp_path, execs, monkeypatch):
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--warn-only",
                    "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
     assert execs == [["echo", "ok"]]
-    assert rc == cli.EXIT_OK  # the recorded exec returns; a real one never does
+    assert rc == EXIT_OK  # the recorded exec returns; a real one never does
     assert _report(tmp_path / "r")["warn_only"] is True
 
 
@@ -100,7 +101,7 @@ def test_unknown_profile_is_usage_error_listing_known(tmp_path, execs, capsys):
     # usage error (a typo must not run a derived profile).
     rc = cli.main(["run", "--profile", "g5.xlarg", "--report-dir", str(tmp_path / "r"), "--",
                    "echo"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == EXIT_USAGE and execs == []
     err = capsys.readouterr().err
     assert "unknown profile 'g5.xlarg'; did you mean 'g5.xlarge'" in err
     assert "; known profiles: g5.12xlarge," in err
@@ -124,7 +125,7 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
     monkeypatch.delenv("PREFLIGHT_HOSTNAME")
     monkeypatch.setenv("FI_PROVIDER", "tcp")
     rc = cli.main(["run", "--", "python", "train.py"])
-    assert rc == cli.EXIT_FAILED and execs == []
+    assert rc == EXIT_FAILED and execs == []
     report = json.loads((opt_ml / "output/data/preflight/algo-2/report.json").read_text())
     resolved = report["profile"].pop("resolved")  # the whole profile (docs/profiles.md)
     assert report["profile"] == {"name": "p5.48xlarge", "source": "SageMaker resourceconfig.json"}
@@ -146,7 +147,7 @@ def test_sagemaker_profile_report_dir_and_failure_file(tmp_path, execs, monkeypa
 def test_sagemaker_unknown_instance_type_writes_failure(tmp_path, execs, monkeypatch):
     # A GPU family type with no profile and no GPU visible (with a GPU it would be derived).
     opt_ml = _sagemaker(tmp_path, "ml.p9.48xlarge")
-    assert cli.main(["run", "--", "python", "train.py"]) == cli.EXIT_USAGE
+    assert cli.main(["run", "--", "python", "train.py"]) == EXIT_USAGE
     reason = (opt_ml / "output" / "failure").read_text()
     assert "unknown profile 'p9.48xlarge'" in reason and "p5.48xlarge" in reason
 
@@ -161,7 +162,7 @@ def test_secrets_never_reach_any_output(tmp_path, execs, monkeypatch, capsys):
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
                    "--failure-file", str(failure), "-v", "--",
                    "train.py", f"--hf-token={HF_TOKEN}"])
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     captured = capsys.readouterr()
     outputs = {"stdout": captured.out, "stderr": captured.err, "failure": failure.read_text()}
     for path in (tmp_path / "r" / "node-a").iterdir():
@@ -203,7 +204,7 @@ def test_budget_bounds_the_run_and_report_is_written(tmp_path, execs, monkeypatc
     rc = cli.main(["run", "--profile-file", str(profiles), "--report-dir", str(tmp_path / "r"),
                    "--", "echo", "ok"])
     elapsed = time.monotonic() - start
-    assert rc == cli.EXIT_FAILED and execs == []
+    assert rc == EXIT_FAILED and execs == []
     assert elapsed < 40.0 + 10  # budget, plus kill grace and slow-machine margin
     report = _report(tmp_path / "r")
     outcomes = {c["id"]: (c["outcome"], c["message"]) for c in report["checks"]}
@@ -219,7 +220,7 @@ def test_broken_check_file_is_a_harness_error(tmp_path, execs, monkeypatch):
     (suite / "test_broken.py").write_text("import no_such_module_xyz\n")
     monkeypatch.setenv("PREFLIGHT_SUITE", str(suite))
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
-    assert rc == cli.EXIT_HARNESS and execs == []
+    assert rc == EXIT_HARNESS and execs == []
     report = _report(tmp_path / "r")
     assert report["verdict"] == "error"
     assert "no_such_module_xyz" in report["harness_errors"][0]
@@ -256,7 +257,7 @@ def test_a_crash_is_a_harness_error_that_still_leaves_its_files(tmp_path, execs,
     failure = tmp_path / "failure"
     rc = cli.main(["run", "-k", "PF-ENV-001", "--report-dir", str(tmp_path / "r"),
                    "--failure-file", str(failure), "--", "echo", "ok"])
-    assert rc == cli.EXIT_HARNESS and execs == []
+    assert rc == EXIT_HARNESS and execs == []
     report = _report(tmp_path / "r")
     assert (report["verdict"], report["exit_code"]) == ("error", 3)
     assert [c["id"] for c in report["checks"]] == ["PF-ENV-001"]  # what ran is kept
@@ -276,7 +277,7 @@ def test_an_unusable_report_folder_is_exit_3_naming_it(tmp_path, execs, capsys):
     failure = tmp_path / "failure"
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--failure-file", str(failure),
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_HARNESS and execs == []
+    assert rc == EXIT_HARNESS and execs == []
     said = f"the report folder {tmp_path / 'r' / 'node-a'} cannot be written: Not a directory"
     assert f"preflight: harness error: {said}" in capsys.readouterr().err
     assert said in failure.read_text()
@@ -286,7 +287,7 @@ def test_xdist_workers_give_the_same_verdict(tmp_path, execs, monkeypatch):
     monkeypatch.setenv("NCCL_NET", "Socket")
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--workers", "2",
                    "--report-dir", str(tmp_path / "r"), "-k", "env"])
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     report = _report(tmp_path / "r")
     ids = [c["id"] for c in report["checks"]]
     assert len(ids) == len(set(ids)) and "PF-ENV-001" in ids
@@ -300,7 +301,7 @@ def test_list_explain_profiles(capsys):
     assert cli.main(["explain", "pf-env-001"]) == 0
     out = capsys.readouterr().out
     assert "why:" in out and "remedy:" in out
-    assert cli.main(["explain", "PF-NOPE-999"]) == cli.EXIT_USAGE
+    assert cli.main(["explain", "PF-NOPE-999"]) == EXIT_USAGE
     assert "unknown check 'PF-NOPE-999'" in capsys.readouterr().err
     assert cli.main(["profiles", "--json"]) == 0
     profiles = json.loads(capsys.readouterr().out)
@@ -310,9 +311,9 @@ def test_list_explain_profiles(capsys):
 
 
 def test_bad_usage_exit_code(capsys):
-    assert cli.main(["run", "--tier", "nightly"]) == cli.EXIT_USAGE
-    assert cli.main(["frobnicate"]) == cli.EXIT_USAGE
-    assert cli.main(["run", "--workers", "many"]) == cli.EXIT_USAGE
+    assert cli.main(["run", "--tier", "nightly"]) == EXIT_USAGE
+    assert cli.main(["frobnicate"]) == EXIT_USAGE
+    assert cli.main(["run", "--workers", "many"]) == EXIT_USAGE
 
 
 def test_inspect_env(tmp_path, capsys):
@@ -329,9 +330,9 @@ def test_inspect_env(tmp_path, capsys):
 def test_inspect_garbage_exits_2_with_json_error(tmp_path, capsys):
     garbage = tmp_path / "g.txt"
     garbage.write_bytes(b"\x00\x01 not an env dump \xff")
-    assert cli.main(["inspect", "env", str(garbage), "--json"]) == cli.EXIT_USAGE
+    assert cli.main(["inspect", "env", str(garbage), "--json"]) == EXIT_USAGE
     assert "error" in json.loads(capsys.readouterr().out)
-    assert cli.main(["inspect", "nope", str(garbage)]) == cli.EXIT_USAGE
+    assert cli.main(["inspect", "nope", str(garbage)]) == EXIT_USAGE
     assert "unknown kind 'nope'" in capsys.readouterr().err
 
 
@@ -359,14 +360,14 @@ def test_k_matching_nothing_is_a_usage_error_and_never_execs(tmp_path, execs, ca
     failure = tmp_path / "failure"
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-NOPE-999",
                    "--failure-file", str(failure), "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == EXIT_USAGE and execs == []
     out, err = capsys.readouterr()
     assert "ERROR (no check ran)" in out + err and "()" not in out + err
     assert "no check selected (profile local-cpu; tier preflight; -k 'PF-NOPE-999'; suites " \
            "built-in (" in err
     assert "`preflight list --tier preflight -k PF-NOPE-999` shows what this selection" in err
     report = _report(tmp_path / "r")
-    assert report["verdict"] == "error" and report["exit_code"] == cli.EXIT_USAGE
+    assert report["verdict"] == "error" and report["exit_code"] == EXIT_USAGE
     assert report["usage_error"].startswith("no check selected")
     assert report["selection"]["selected"] == 0 and report["checks"] == []
     assert "no check selected" in failure.read_text()
@@ -375,10 +376,10 @@ def test_k_matching_nothing_is_a_usage_error_and_never_execs(tmp_path, execs, ca
 def test_malformed_k_is_a_usage_error_before_any_check_runs(tmp_path, execs, capsys):
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU and (",
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == EXIT_USAGE and execs == []
     assert "-k 'PF-GPU and (' is not a valid expression: at column 13" in capsys.readouterr().err
     assert not (tmp_path / "r" / "node-a" / "results.jsonl").exists()  # no session started
-    assert _report(tmp_path / "r")["exit_code"] == cli.EXIT_USAGE
+    assert _report(tmp_path / "r")["exit_code"] == EXIT_USAGE
 
 
 def test_k_selects_by_check_id_and_prefix(tmp_path, execs):
@@ -419,7 +420,7 @@ def test_a_failing_plain_site_check_fails_the_run(tmp_path, execs, capsys):
     site = _site(tmp_path)
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--extra-checks", str(site),
                    "-k", "PF-ENV-001 or site", "--", "echo", "ok"])
-    assert rc == cli.EXIT_FAILED and execs == []
+    assert rc == EXIT_FAILED and execs == []
     out = capsys.readouterr().out
     assert "gpu-preflight: suites: built-in (" in out
     assert f"site-checks ({site}, added by --extra-checks)" in out
@@ -459,7 +460,7 @@ def test_extra_checks_env_var_list_and_explain(tmp_path, monkeypatch, capsys):
 def test_missing_extra_checks_folder_is_a_usage_error(tmp_path, execs, capsys):
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--extra-checks",
                    str(tmp_path / "nope"), "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == EXIT_USAGE and execs == []
     assert f"--extra-checks: {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
 
 
@@ -467,14 +468,14 @@ def test_a_site_check_file_that_does_not_import_is_a_harness_error(tmp_path, exe
     site = _site(tmp_path, "import no_such_site_module\n")
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--extra-checks", str(site),
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_HARNESS and execs == []
+    assert rc == EXIT_HARNESS and execs == []
     errors = _report(tmp_path / "r")["harness_errors"]
     assert errors == [f"check file {site / 'test_site.py'} could not be collected: "
                       "ModuleNotFoundError: No module named 'no_such_site_module'"]
     report = _report(tmp_path / "r")
     assert report["verdict"] == "error"
     assert {c["outcome"] for c in report["checks"]} <= {"pass", "warn", "skip"}  # the rest still ran
-    assert cli.main(["list", "--extra-checks", str(site)]) == cli.EXIT_HARNESS
+    assert cli.main(["list", "--extra-checks", str(site)]) == EXIT_HARNESS
     captured = capsys.readouterr()
     assert "No module named 'no_such_site_module'" in captured.err
     assert "PF-ENV-001" in captured.out  # the rest is listed
@@ -486,7 +487,7 @@ def test_suite_replacement_and_overrides_are_announced(tmp_path, execs, monkeypa
     log.write_text("")
     monkeypatch.setenv("PREFLIGHT_SUITE", str(suite))
     monkeypatch.setenv("PREFLIGHT_KERNEL_LOG", str(log))
-    assert cli.main(["run", "--report-dir", str(tmp_path / "r")]) == cli.EXIT_OK
+    assert cli.main(["run", "--report-dir", str(tmp_path / "r")]) == EXIT_OK
     out = capsys.readouterr().out
     assert (f"gpu-preflight: suites: my-suite ({suite}, from PREFLIGHT_SUITE: REPLACES the "
             "built-in suite)") in out
@@ -506,7 +507,7 @@ def test_an_incomplete_install_is_a_harness_error_naming_the_file(tmp_path, exec
 
     monkeypatch.setattr(runner, "_INI", tmp_path / "gone" / "checks.ini")
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
-    assert rc == cli.EXIT_HARNESS and execs == []
+    assert rc == EXIT_HARNESS and execs == []
     assert _report(tmp_path / "r")["harness_errors"] == [
         f"gpu-preflight is incomplete: the check sessions' pytest configuration "
         f"{tmp_path / 'gone' / 'checks.ini'} is missing (reinstall the package)"]
@@ -531,7 +532,7 @@ def test_the_images_pytest_plugins_are_not_loaded_unless_named(tmp_path, execs, 
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-ENV-001", "--",
                    "echo", "ok"])
     report = _report(tmp_path / "r")
-    assert (rc, report["verdict"], report["harness_errors"]) == (cli.EXIT_OK, "pass", [])
+    assert (rc, report["verdict"], report["harness_errors"]) == (EXIT_OK, "pass", [])
     assert [c["id"] for c in report["checks"]] == ["PF-ENV-001"]
     assert (tmp_path / "named-loaded").is_file()
 
@@ -540,5 +541,5 @@ def test_a_named_pytest_plugin_that_is_not_installed_stops_the_run(tmp_path, exe
                                                                    capsys):
     monkeypatch.setenv("PREFLIGHT_PYTEST_PLUGINS", "no_such_plugin_xyz")
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "echo", "ok"])
-    assert rc != cli.EXIT_OK and execs == []
+    assert rc != EXIT_OK and execs == []
     assert "no_such_plugin_xyz" in capsys.readouterr().err

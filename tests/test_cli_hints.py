@@ -56,7 +56,7 @@ def test_selftest_json_is_one_object_of_the_outcome(tmp_path, capsys, monkeypatc
                  for r in range(2)]
         return selftest.SelftestResult(nodes, 3.0, 228.0)
 
-    monkeypatch.setattr("harness.commands.selftest.run_selftest", fake_run)
+    monkeypatch.setattr("harness.cluster.selftest.run_selftest", fake_run)
     assert main(["selftest", "cluster", "--nodes", "2", "--work-dir", str(tmp_path),
                  "--json"]) == 1
     data = json.loads(capsys.readouterr().out)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.commands import EXIT_USAGE
 from harness.topology.hostlist import compress_hostlist
 from harness.topology.model import DEFAULT_PORT, TopologyError, expand_hostlist
 from harness.topology.providers import detect_topology
@@ -332,7 +333,7 @@ def test_inspect_topology_rejects_text_without_variables(tmp_path):
 
     garbage = tmp_path / "notes.txt"
     garbage.write_text("no variables here\n")
-    assert cli.main(["inspect", "topology", str(garbage), "--json"]) == cli.EXIT_USAGE
+    assert cli.main(["inspect", "topology", str(garbage), "--json"]) == EXIT_USAGE
 
 
 # --- malformed and huge host lists: an error naming the variable, never a traceback or a hang --
@@ -393,9 +394,9 @@ def test_preflight_run_with_a_bad_hostlist_is_a_usage_error_with_a_report(
                         "SLURM_NODEID": "0", "SLURM_STEP_ID": "0"}.items():
         monkeypatch.setenv(name, value)
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--", "true"])
-    assert rc == cli.EXIT_USAGE
+    assert rc == EXIT_USAGE
     err = capsys.readouterr().err
     assert "SLURM_STEP_NODELIST=" in err and "Traceback" not in err
     report = json.loads((tmp_path / "r" / "node-a" / "report.json").read_text())
-    assert report["exit_code"] == cli.EXIT_USAGE
+    assert report["exit_code"] == EXIT_USAGE
     assert "SLURM_STEP_NODELIST" in " ".join(report["harness_errors"])

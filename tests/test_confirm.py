@@ -21,6 +21,7 @@ import pytest
 
 from harness import cli
 from harness.base import handoff
+from harness.commands import EXIT_FAILED, EXIT_OK
 from harness.report.metrics import render
 from harness.report.model import Report
 from tests.test_cli import clean_env  # noqa: F401 - the fixture, shared
@@ -76,7 +77,7 @@ def _site_check(report: dict) -> dict:
 
 def test_failed_then_passed_is_a_flaky_warning_with_both_figures(tmp_path, capsys):
     rc, report = _run(tmp_path, "42.0, 180.0")
-    assert rc == cli.EXIT_OK and report["verdict"] == "pass"
+    assert rc == EXIT_OK and report["verdict"] == "pass"
     assert _runs(tmp_path) == 2
     site = _site_check(report)
     assert site["outcome"] == "warn"
@@ -106,7 +107,7 @@ def test_failed_then_passed_is_a_flaky_warning_with_both_figures(tmp_path, capsy
 
 def test_failed_twice_is_a_confirmed_failure(tmp_path):
     rc, report = _run(tmp_path, "42.0, 37.5")
-    assert rc == cli.EXIT_FAILED and report["verdict"] == "fail"
+    assert rc == EXIT_FAILED and report["verdict"] == "fail"
     assert _runs(tmp_path) == 2
     site = _site_check(report)
     assert site["outcome"] == "fail"
@@ -121,7 +122,7 @@ def test_failed_twice_is_a_confirmed_failure(tmp_path):
 def test_a_check_of_no_family_is_condemned_at_once(tmp_path):
     """The removal test: the same check without its family is never run again."""
     rc, report = _run(tmp_path, "42.0, 180.0", family="")
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     assert _runs(tmp_path) == 1
     assert "confirmation" not in _site_check(report)
     assert report["confirmation"]["asked"] == []
@@ -132,7 +133,7 @@ def test_a_profile_that_confirms_nothing_condemns_at_once(tmp_path, capsys):
     profiles.write_text('[profiles.strict]\nbase = "local-cpu"\nconfirm_families = []\n')
     rc, report = _run(tmp_path, "42.0, 180.0", "--profile-file", str(profiles),
                       "--profile", "strict")
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     assert _runs(tmp_path) == 1
     assert report["confirmation"]["families"] == []
     assert "no failure is run again before the verdict" in capsys.readouterr().out
@@ -147,7 +148,7 @@ def test_no_time_left_leaves_the_failure_standing_unconfirmed(tmp_path):
                         '[profiles.tight.run_budget_s]\npreflight = 60.0\n')
     rc, report = _run(tmp_path, "42.0, 180.0", "--profile-file", str(profiles),
                       "--profile", "tight", first_run_s=30.0)
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     site = _site_check(report)
     assert site["confirmation"]["status"] == "unconfirmed"
     assert re.search(r"\(not confirmed: \d+ s were left of the run's 60 s budget; running it "

@@ -59,7 +59,7 @@ def test_a_flipped_bit_changes_the_digest():
 
 def test_run_matmul_digest_matches_reference():
     torch = pytest.importorskip("torch")
-    a, b = gc._inputs(32, seed=7)
+    a, b = gc.make_inputs(32, seed=7)
     _, d = gc.run_matmul(torch.device("cpu"), iters=1, inputs=(a, b))
     assert d == gc.digest(a @ b)
 

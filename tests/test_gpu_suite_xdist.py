@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from harness import cli
+from harness.commands import EXIT_FAILED
 from tests.fake_gpu_node import use_fake_gpu_node
 
 
@@ -35,4 +36,4 @@ def test_gpu_profile_under_xdist_every_check_reports_once(tmp_path, monkeypatch)
     assert {m["what"]: m["value"] for m in gpu["PF-GPU-011"]["measurements"]} == {
         "NVIDIA driver": "550.90.07", "CUDA version supported by the driver": "12.4"}
     assert {"gw0", "gw1"} & {c["worker"] for c in gpu.values()}  # ran under xdist workers
-    assert rc == cli.EXIT_FAILED  # no EFA, no CUDA here: those checks fail, by name
+    assert rc == EXIT_FAILED  # no EFA, no CUDA here: those checks fail, by name

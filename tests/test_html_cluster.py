@@ -17,6 +17,7 @@ import synthetic_run as synth
 from test_html_report import Page
 
 from harness import cli
+from harness.commands import EXIT_FAILED, EXIT_OK
 from harness.report.html.isolation import round_views
 from harness.report.html.plots import MANY_NODES
 from harness.report.html.render import ReportSet, load_reports, render_html
@@ -120,7 +121,7 @@ def test_node_failing_its_own_checks_is_red_and_says_why(tmp_path: Path) -> None
 def test_report_json_gives_the_same_facts(four: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = four.parent / "page.html"
     code = cli.main(["report", str(four), "--json", "--html", str(out)])
-    assert code == cli.EXIT_FAILED
+    assert code == EXIT_FAILED
     captured = capsys.readouterr()
     data = json.loads(captured.out)  # stdout is the JSON document only
     assert "FAIL: 1 bad of 4 nodes" in captured.err
@@ -141,7 +142,7 @@ def test_report_json_gives_the_same_facts(four: Path, capsys: pytest.CaptureFixt
 
 def test_report_json_of_a_passing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     synth.write_run(tmp_path, synth.run(4))
-    assert cli.main(["report", str(tmp_path), "--json"]) == cli.EXIT_OK
+    assert cli.main(["report", str(tmp_path), "--json"]) == EXIT_OK
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "pass" and data["num_bad"] == 0 and len(data["nodes"]) == 4
     assert all(n["verdict"] == "pass" and not n["bad"] for n in data["nodes"])

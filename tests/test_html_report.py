@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from harness import cli
+from harness.commands import EXIT_FAILED, EXIT_USAGE
 from harness.report.figures import bandwidth_curves, format_size, gpus_healthy
 from harness.report.html.render import ReportSet, ReportSourceError, load_reports, render_html
 from harness.report.model import Report
@@ -288,7 +289,7 @@ def test_page_with_many_nodes_draws_the_spread_not_a_line_per_node() -> None:
 def test_cli_report_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out" / "cluster.html"
     code = cli.main(["report", str(DATA), "--html", str(out)])
-    assert code == cli.EXIT_FAILED  # a node failed
+    assert code == EXIT_FAILED  # a node failed
     printed = capsys.readouterr().out
     assert "FAIL: 1 bad of 4 nodes" in printed
     assert ("bad node algo-3 (own checks: fail; named by the cluster verdict and its own "
@@ -298,7 +299,7 @@ def test_cli_report_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_cli_report_bad_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["report", str(tmp_path / "none")]) == cli.EXIT_USAGE
+    assert cli.main(["report", str(tmp_path / "none")]) == EXIT_USAGE
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -312,7 +313,7 @@ def test_cli_report_from_s3(aws_env: dict[str, str], tmp_path: Path) -> None:
                           Body=(DATA / host / "report.json").read_bytes())
     out = tmp_path / "s3.html"
     assert cli.main(["report", "s3://pf-html/certify/2026-11-28/job-7/", "--html",
-                     str(out)]) == cli.EXIT_FAILED
+                     str(out)]) == EXIT_FAILED
     text = Page(out.read_text()).all_text
     assert "s3://pf-html/certify/2026-11-28/job-7/algo-4/report.json" in text
     assert "FAIL: 1 bad of 4 nodes" in text
@@ -323,7 +324,7 @@ def test_cli_report_from_unreachable_s3(aws_env: dict[str, str], capsys: pytest.
     from aws_server import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
-    assert cli.main(["report", "s3://pf-html-none/x/"]) == cli.EXIT_USAGE
+    assert cli.main(["report", "s3://pf-html-none/x/"]) == EXIT_USAGE
     assert "cannot read s3://pf-html-none/x/: EndpointConnectionError" in capsys.readouterr().err
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from checks import test_bandwidth, test_network
 from harness.base.errors import ProbeError
-from harness.checking import CheckContext, CheckFailure, _set_current
+from harness.checking import CheckContext, CheckFailure, set_current
 from harness.cli import main
 from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.network import NcclNetEvidence
@@ -40,7 +40,7 @@ NET_CHECKS = {
 def _outcome(check_id: str, profile: str, fn: Any, *args: Any) -> tuple[str, str]:
     """(status in harness.judges.judgement's words, message) of running check function `fn`."""
     ctx = CheckContext(check_id=check_id, profile=profile)
-    token = _set_current(ctx)
+    token = set_current(ctx)
     try:
         fn(*args)
     except CheckFailure as exc:
@@ -50,7 +50,7 @@ def _outcome(check_id: str, profile: str, fn: Any, *args: Any) -> tuple[str, str
     except pytest.skip.Exception as exc:
         return "n/a", str(exc)
     finally:
-        _set_current(None)
+        set_current(None)
         del token
     return ("warn", " ".join(ctx.warnings)) if ctx.warnings else ("pass", "")
 

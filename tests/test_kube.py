@@ -9,6 +9,7 @@ import pytest
 import test_cli
 
 from harness import cli
+from harness.commands import EXIT_FAILED
 from harness.report import kube
 from harness.report.model import Report
 from tests.fake_kube_api import FakeApi
@@ -130,7 +131,7 @@ def test_run_writes_the_termination_log(tmp_path, execs, monkeypatch):
     monkeypatch.setenv("NCCL_NET", "Socket")
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
                    "-k", "PF-ENV-001"])
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     assert log.read_text().startswith("gpu-preflight FAILED on node-a")
     assert "NCCL_NET=Socket" in log.read_text()
 

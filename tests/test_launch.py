@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from harness import cli
+from harness.commands import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from harness.run.launch import LaunchError, LaunchSpec, build_request, default_job_name, submit
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/gpu-preflight:0.1.0"
@@ -62,7 +63,7 @@ def test_dry_run_prints_the_request_without_the_sdk(
                      "--checkpoint-s3-uri", "s3://pf-launch/ckpt/", "--cluster", "p5-prod",
                      "--cloudwatch-namespace", "GPUPreflight", "--env", "NCCL_DEBUG=INFO",
                      "--job-name", "nightly-42", "--dry-run"])
-    assert code == cli.EXIT_OK
+    assert code == EXIT_OK
     request = json.loads(capsys.readouterr().out)
     assert request == {
         "TrainingJobName": "nightly-42",
@@ -130,11 +131,11 @@ def test_spec_rejects(overrides: dict[str, Any], message: str) -> None:
 
 
 def test_cli_launch_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main([*BASE, "--spot", "--dry-run"]) == cli.EXIT_USAGE
+    assert cli.main([*BASE, "--spot", "--dry-run"]) == EXIT_USAGE
     assert "--spot needs --max-wait" in capsys.readouterr().err
-    assert cli.main([*BASE, "--env", "NOEQUALS", "--dry-run"]) == cli.EXIT_USAGE
+    assert cli.main([*BASE, "--env", "NOEQUALS", "--dry-run"]) == EXIT_USAGE
     assert "--env wants NAME=VALUE, got 'NOEQUALS'" in capsys.readouterr().err
-    assert cli.main(["launch", "--instance-count", "2"]) == cli.EXIT_USAGE
+    assert cli.main(["launch", "--instance-count", "2"]) == EXIT_USAGE
 
 
 def test_submit_without_sdk_says_how_to_install(
@@ -142,7 +143,7 @@ def test_submit_without_sdk_says_how_to_install(
 ) -> None:
     with pytest.raises(LaunchError, match=r"pip install 'gpu-preflight\[launch\]'"):
         submit(spec())
-    assert cli.main(BASE) == cli.EXIT_HARNESS
+    assert cli.main(BASE) == EXIT_HARNESS
     assert "the sagemaker SDK is not installed" in capsys.readouterr().err
 
 
@@ -181,7 +182,7 @@ def test_sdk_creates_the_job_on_the_server(aws_env: dict[str, str]) -> None:
 def test_cli_launch_submits(aws_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     import boto3
 
-    assert cli.main([*BASE, "--job-name", "pf-cli-launch"]) == cli.EXIT_OK
+    assert cli.main([*BASE, "--job-name", "pf-cli-launch"]) == EXIT_OK
     out = capsys.readouterr().out
     assert out.startswith("started training job pf-cli-launch-")
     name = out.split()[3].rstrip(":")
@@ -201,5 +202,5 @@ def test_cli_launch_server_down(aws_env: dict[str, str]) -> None:
            "AWS_MAX_ATTEMPTS": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
     res = subprocess.run([sys.executable, "-m", "harness", *BASE], env=env, capture_output=True,
                          text=True, timeout=120, check=False)
-    assert res.returncode == cli.EXIT_HARNESS, res.stderr[-2000:]
+    assert res.returncode == EXIT_HARNESS, res.stderr[-2000:]
     assert "preflight launch: CreateTrainingJob failed: EndpointConnectionError" in res.stderr

@@ -9,6 +9,7 @@ import test_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import cli
+from harness.commands import EXIT_FAILED, EXIT_OK
 from harness.report.metrics import render, write_metrics_file
 from harness.report.model import Report
 
@@ -123,7 +124,7 @@ def test_run_writes_the_metrics_file_and_junit_json(tmp_path, execs, monkeypatch
     monkeypatch.setenv("NCCL_NET", "Socket")
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--report-dir", str(tmp_path / "r"),
                    "-k", "PF-ENV-001"])
-    assert rc == cli.EXIT_FAILED
+    assert rc == EXIT_FAILED
     fams = _samples(prom.read_text())
     report = json.loads((tmp_path / "r" / "node-a" / "report.json").read_text())
     assert fams["preflight_exit_code"][0].value == report["exit_code"] == 1
@@ -144,7 +145,7 @@ def test_unwritable_metrics_file_is_a_warning(tmp_path, execs, capsys):
     blocker.write_text("")
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-ENV-001",
                    "--metrics-file", str(blocker / "x.prom")])
-    assert rc == cli.EXIT_OK
+    assert rc == EXIT_OK
     assert "cannot write metrics file" in capsys.readouterr().err
 
 

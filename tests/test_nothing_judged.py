@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.commands import EXIT_OK, EXIT_USAGE
 
 
 def _report(tmp_path: Path) -> dict:
@@ -28,7 +29,7 @@ def test_every_check_skipped_is_a_usage_error_never_a_hand_off(
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU-001",
                    "--failure-file", str(failure), *(["--warn-only"] if warn_only else []),
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and run_handoffs == []
+    assert rc == EXIT_USAGE and run_handoffs == []
     out, err = capsys.readouterr()
     said = ("every selected check was skipped, nothing was judged (profile local-cpu; tier "
             "preflight; -k 'PF-GPU-001'; suites built-in (")
@@ -38,7 +39,7 @@ def test_every_check_skipped_is_a_usage_error_never_a_hand_off(
             "PF-GPU-001` shows what this selection matches, `preflight list` every check") in err
     assert "PASS" not in out
     report = _report(tmp_path)
-    assert (report["verdict"], report["exit_code"]) == ("error", cli.EXIT_USAGE)
+    assert (report["verdict"], report["exit_code"]) == ("error", EXIT_USAGE)
     assert report["usage_error"].startswith(said)
     assert report["selection"]["judged"] == 0 and report["selection"]["selected"] == 1
     assert [c["outcome"] for c in report["checks"]] == ["skip"]
@@ -53,7 +54,7 @@ def test_the_issues_case_a_p5_file_without_gpus_and_one_gpu_check(
     path.write_text('[profiles."p5.48xlarge"]\nnum_gpus = 0\nweakened_because = "a test"\n')
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--profile-file", str(path),
                    "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU-001", "--", "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and run_handoffs == []
+    assert rc == EXIT_USAGE and run_handoffs == []
     assert "(profile p5.48xlarge; tier preflight; -k 'PF-GPU-001'" in _report(tmp_path)[
         "usage_error"]
 
@@ -62,7 +63,7 @@ def test_one_judged_check_among_skips_is_a_run_like_any_other(
         tmp_path: Path, run_handoffs: list[list[str]]):
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "-k", "PF-GPU-001 or PF-ENV-001",
                    "--", "echo", "ok"])
-    assert rc == cli.EXIT_OK and run_handoffs == [["echo", "ok"]]
+    assert rc == EXIT_OK and run_handoffs == [["echo", "ok"]]
     report = _report(tmp_path)
     assert report["verdict"] == "pass" and report["selection"]["judged"] == 1
     assert report["selection"]["nothing_judged"] is None

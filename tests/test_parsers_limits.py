@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.commands import EXIT_USAGE
 from harness.parsers import ParseError, inspect_kinds, reader
 from harness.parsers.reader import Input
 from harness.profiles.table import get_profile
@@ -202,7 +203,7 @@ def test_inspect_answers_garbage_with_a_result_or_a_json_error(kind, text, tmp_p
     path.write_text(text, encoding="utf-8")
     code = cli.main(["inspect", kind, str(path), "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert (code, set(out) >= {"error"}) in ((0, False), (cli.EXIT_USAGE, True)), out
+    assert (code, set(out) >= {"error"}) in ((0, False), (EXIT_USAGE, True)), out
 
 
 def test_a_wrong_cell_that_is_not_a_count_is_never_zero_wrong():
@@ -224,7 +225,7 @@ def test_unicode_digits_are_not_gpu_ids():
 def test_a_parse_error_that_quotes_the_input_is_redacted(tmp_path, capsys):
     path = tmp_path / "smi.csv"
     path.write_text("index, name\n0, x, HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789\n")
-    assert cli.main(["inspect", "nvidia-smi", str(path), "--json"]) == cli.EXIT_USAGE
+    assert cli.main(["inspect", "nvidia-smi", str(path), "--json"]) == EXIT_USAGE
     out = capsys.readouterr().out
     assert "CSV row has 3 values" in out and "hf_abcdefghijklmnopqrstuvwxyz" not in out
 

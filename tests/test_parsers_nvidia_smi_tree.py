@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import nvidia_smi_tree
-from harness.parsers.nvidia_smi_common import _Side
+from harness.parsers.nvidia_smi_common import Side
 from harness.parsers.nvidia_smi_tree import Tree
 
 DATA = Path(__file__).parent / "data" / "nvidia_smi"
@@ -24,7 +24,7 @@ FULL = DATA / "real_q-565-h100-sxm.txt"
 
 
 def _read(lines: list[str], size: int, *, live: bool) -> tuple[object, ...]:
-    side = _Side()
+    side = Side()
     tree = Tree(side)
     tree.live = live
     for i in range(0, len(lines), size):
@@ -116,7 +116,7 @@ def test_the_comparison_can_fail():
     an earlier section had a section name the last one lacks."""
     full = FULL.read_text()
     lines = _loop([full, _without(full, "Retired Pages")], ["00000000:18:00.0"]).split("\n")
-    side = _Side()
+    side = Side()
     tree = Tree(side)
     tree._replaced = lambda base, text: None  # type: ignore[method-assign]  (the check undone)
     tree.feed(lines)

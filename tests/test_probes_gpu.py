@@ -14,7 +14,7 @@ from harness.base.errors import ProbeError
 from harness.base.gpu import health_problems, reset_problems
 from harness.base.gpu_actions import REBOOT, REPLACE, RESET
 from harness.base.gpu_pcie import pcie_problems
-from harness.probes import gpu, nvml
+from harness.probes import dcgm, gpu, kernel_log, nvidia_smi, nvml
 from tests.fake_nvml import FakeNvml, b200_node, h100_node
 from tests.fake_tools import empty_path, make_tool
 
@@ -160,7 +160,7 @@ def test_nvml_initialised_once_per_process_and_shut_down_at_the_end():
 
 def test_a_failed_start_is_not_kept():
     fake = CountingNvml(h100_node(), init_error=pynvml.NVMLError_DriverNotLoaded)
-    with pytest.raises(gpu.NvmlUnavailableError):
+    with pytest.raises(nvml.NvmlUnavailableError):
         gpu.query_gpus(fake)
     fake.init_error = None
     assert len(gpu.query_gpus(fake).gpus) == 8
@@ -194,7 +194,7 @@ gpu.nvlink_error_growth(fake, interval_s=0)
 @pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound,
                                    pynvml.NVMLError_DriverNotLoaded])
 def test_no_driver_is_nvml_unavailable(error):
-    with pytest.raises(gpu.NvmlUnavailableError, match="NVML could not start: "):
+    with pytest.raises(nvml.NvmlUnavailableError, match="NVML could not start: "):
         gpu.query_gpus(FakeNvml([], init_error=error))
 
 
@@ -341,10 +341,10 @@ def test_no_nvml_and_no_nvidia_smi_is_a_probe_error_naming_both(bin_dir: Path):
 def test_nvidia_smi_hang_crash_garbage(bin_dir: Path, body: str, message: str):
     _tool(bin_dir, "nvidia-smi", body)
     with pytest.raises(ProbeError, match="^" + _re(message)):
-        gpu.smi_query(timeout_s=1)
+        nvidia_smi.smi_query(timeout_s=1)
 
 
-@pytest.mark.parametrize("probe", [gpu.smi_query, gpu.smi_query_csv])
+@pytest.mark.parametrize("probe", [nvidia_smi.smi_query, nvidia_smi.smi_query_csv])
 def test_a_lost_gpu_is_read_even_when_nvidia_smi_exits_non_zero(bin_dir: Path, probe):
     lost = "Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error"
     dump = DATA / "nvidia_smi/h100-550-constructed-faults.txt"
@@ -362,7 +362,7 @@ def test_a_non_zero_exit_without_a_lost_gpu_is_a_probe_error(bin_dir: Path):
     dump = DATA / "nvidia_smi/l4-550-idle-x8.txt"
     _tool(bin_dir, "nvidia-smi", f"cat '{dump}'; exit 3")
     with pytest.raises(ProbeError, match="exited with status 3"):
-        gpu.smi_query(timeout_s=10)
+        nvidia_smi.smi_query(timeout_s=10)
 
 
 def _re(text: str) -> str:
@@ -372,7 +372,7 @@ def _re(text: str) -> str:
 def test_dcgmi_json_read_despite_failing_exit_status(bin_dir: Path):
     sample = DATA / "dcgm/dcgm4-gb10-r1-software-fail.json"
     _tool(bin_dir, "dcgmi", f"cat '{sample}'; exit 226")
-    diag = gpu.run_dcgm_diag(1, timeout_s=10)
+    diag = dcgm.run_dcgm_diag(1, timeout_s=10)
     assert diag.passed is False
     assert [(r.test, r.gpu) for r in diag.failed] == [("software", 0)]
 
@@ -381,7 +381,7 @@ def test_dcgmi_receives_level_and_json_flag(bin_dir: Path, tmp_path: Path):
     args = tmp_path / "args"
     sample = DATA / "dcgm/dcgm4-r3-diagnostic-pass-excerpt.json"
     _tool(bin_dir, "dcgmi", f"echo \"$@\" > '{args}'; cat '{sample}'")
-    assert gpu.run_dcgm_diag(3, timeout_s=10).passed is True
+    assert dcgm.run_dcgm_diag(3, timeout_s=10).passed is True
     assert args.read_text().strip() == "diag -r 3 -j"
 
 
@@ -389,7 +389,7 @@ def test_dcgmi_remote_host_engine(bin_dir: Path, tmp_path: Path):
     args = tmp_path / "args"
     sample = DATA / "dcgm/dcgm4-r3-diagnostic-pass-excerpt.json"
     _tool(bin_dir, "dcgmi", f"echo \"$@\" > '{args}'; cat '{sample}'")
-    gpu.run_dcgm_diag(1, timeout_s=10, host="nvidia-dcgm.gpu-operator.svc:5555")
+    dcgm.run_dcgm_diag(1, timeout_s=10, host="nvidia-dcgm.gpu-operator.svc:5555")
     assert args.read_text().strip() == "diag -r 1 -j --host nvidia-dcgm.gpu-operator.svc:5555"
 
 
@@ -406,14 +406,14 @@ def test_dcgmi_missing_hang_error_crash(bin_dir: Path, body: str | None, message
     if body is not None:
         _tool(bin_dir, "dcgmi", body)
     with pytest.raises(ProbeError, match="^" + _re(message)):
-        gpu.run_dcgm_diag(1, timeout_s=1)
+        dcgm.run_dcgm_diag(1, timeout_s=1)
 
 
 def test_journalctl_recorded_xids(bin_dir: Path, tmp_path: Path):
     args = tmp_path / "args"
     sample = DATA / "kernel_log/journal-short-iso-p5-faults-constructed.txt"
     _tool(bin_dir, "journalctl", f"echo \"$@\" > '{args}'; cat '{sample}'")
-    log = gpu.read_kernel_log(env={})
+    log = kernel_log.read_kernel_log(env={})
     assert [e.xid for e in log.events] == [48, 63, 79, 94]
     assert args.read_text().strip() == "-k -o short-iso --no-pager -b"
 
@@ -424,7 +424,7 @@ def test_journalctl_window(bin_dir: Path, tmp_path: Path):
     _tool(bin_dir, "journalctl", f"echo \"$@\" >> '{args}'\n"
           'case "$*" in *"-n 1"*) echo "2024-10-01T09:02:11+0000 h kernel: Linux version 6.8";; '
           "*) echo '-- No entries --';; esac")
-    log = gpu.read_kernel_log(since="-2h", env={})
+    log = kernel_log.read_kernel_log(since="-2h", env={})
     assert (log.events, log.window) == ((), "since -2h (the window asked for)")
     assert args.read_text().splitlines() == [
         "-k -o short-iso --no-pager --since -2h", "-k -b -n 1 -o short-iso --no-pager -q"]
@@ -435,14 +435,14 @@ def test_an_empty_window_of_a_journal_without_kernel_lines_is_not_evidence(bin_d
     with pytest.raises(ProbeError, match=re.escape(
             "`journalctl -k -o short-iso --no-pager --since -2h` printed `-- No entries --` and "
             "the journal holds no kernel message of this boot")):
-        gpu.read_kernel_log(since="-2h", env={})
+        kernel_log.read_kernel_log(since="-2h", env={})
 
 
 def test_no_journal_falls_back_to_dmesg(bin_dir: Path):
     _tool(bin_dir, "journalctl", "echo 'No journal files were found.' >&2; "
           "echo '-- No entries --'")
     _tool(bin_dir, "dmesg", f"cat '{DATA / 'kernel_log/dmesg-old-xid32.txt'}'")
-    assert [e.xid for e in gpu.read_kernel_log(env={}).events] == [32, 32]
+    assert [e.xid for e in kernel_log.read_kernel_log(env={}).events] == [32, 32]
 
 
 def test_journal_hidden_from_this_user_falls_back_to_dmesg(bin_dir: Path):
@@ -453,7 +453,7 @@ def test_journal_hidden_from_this_user_falls_back_to_dmesg(bin_dir: Path):
     with pytest.raises(ProbeError, match=re.escape(
             "`journalctl -k -o short-iso --no-pager -b`: this user may not read the system "
             "journal (needs group adm or systemd-journal); `dmesg` exited with status 1")):
-        gpu.read_kernel_log(env={})
+        kernel_log.read_kernel_log(env={})
 
 
 def test_unreadable_kernel_log_is_a_probe_error(bin_dir: Path):
@@ -461,7 +461,7 @@ def test_unreadable_kernel_log_is_a_probe_error(bin_dir: Path):
     _tool(bin_dir, "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' "
           ">&2; exit 1")
     with pytest.raises(ProbeError) as exc:
-        gpu.read_kernel_log(timeout_s=1, env={})
+        kernel_log.read_kernel_log(timeout_s=1, env={})
     assert str(exc.value) == (
         "cannot read the kernel log for XID errors: `journalctl -k -o short-iso --no-pager -b` "
         "did not finish within 1 s and was killed; it printed nothing; `dmesg` exited with "
@@ -472,7 +472,7 @@ def test_unreadable_kernel_log_is_a_probe_error(bin_dir: Path):
 
 def test_kernel_log_from_a_file(bin_dir: Path):
     sample = DATA / "kernel_log/syslog-xid13-31-pid-name.txt"
-    log = gpu.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(sample)})
+    log = kernel_log.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(sample)})
     assert [(e.xid, e.pid, e.process) for e in log.events] == [
         (13, 108743, "python"), (31, 108743, "python"), (31, 80798, "llama-server")]
 
@@ -480,7 +480,7 @@ def test_kernel_log_from_a_file(bin_dir: Path):
 def test_missing_kernel_log_file(tmp_path: Path):
     with pytest.raises(ProbeError, match=r"cannot read kernel log .*/nope \(PREFLIGHT_KERNEL_LOG="
                                          r".*/nope\): No such file"):
-        gpu.read_kernel_log(tmp_path / "nope", env={})
+        kernel_log.read_kernel_log(tmp_path / "nope", env={})
 
 
 def test_a_hung_nvml_is_not_shut_down_at_exit():

@@ -16,7 +16,8 @@ import pytest
 
 from harness.base import deadline as dl
 from harness.base.errors import ProbeError
-from harness.probes import chain, gpu
+from harness.probes import chain, dcgm, gpu, kernel_log
+from harness.probes.nvml import NvmlUnavailableError
 from tests.fake_nvml import FakeNvml, h100_node
 from tests.fake_tools import empty_path, make_tool
 
@@ -163,7 +164,7 @@ def test_a_hung_nvml_is_named_then_not_asked_again(bin_dir: Path):
                         r"the NVIDIA driver may be stuck; nvidia-smi not tried: no time left of "
                         r"X's 8 s timeout\. A GPU source that does not answer",
                         str(exc.value)), str(exc.value)
-        with pytest.raises(gpu.NvmlUnavailableError, match=re.escape(
+        with pytest.raises(NvmlUnavailableError, match=re.escape(
                 "not asked: nvml hung earlier in this run (NVML (nvmlInit and the device "
                 "queries) gave no answer within")):
             gpu.nvlink_error_growth(nvml, interval_s=0)
@@ -232,14 +233,14 @@ def test_a_gpu_nvml_cannot_open_is_unreadable_not_healthy():
 def test_dcgmi_with_no_result_is_an_error(bin_dir: Path, body: str, message: str):
     make_tool(bin_dir, "dcgmi", body)
     with pytest.raises(ProbeError) as exc:
-        gpu.run_dcgm_diag(1)
+        dcgm.run_dcgm_diag(1)
     assert message in str(exc.value)
 
 
 def test_a_hung_dcgmi_names_its_args_deadline_and_last_line(bin_dir: Path):
     make_tool(bin_dir, "dcgmi", "echo 'Successfully ran diagnostic for group.' >&2; exec sleep 60")
     with pytest.raises(ProbeError) as exc:
-        gpu.run_dcgm_diag(1, deadline=dl.Deadline.after(dl.KILL_OVERHEAD_S + 2,
+        dcgm.run_dcgm_diag(1, deadline=dl.Deadline.after(dl.KILL_OVERHEAD_S + 2,
                                                         "PF-GPU-012's 120 s timeout"))
     assert re.match(
         r"`dcgmi diag -r 1 -j` did not finish within [12](\.\d)? s and was killed; its last line: "
@@ -262,7 +263,7 @@ def test_a_hung_dcgmi_names_its_args_deadline_and_last_line(bin_dir: Path):
 def test_a_dmesg_that_prints_no_kernel_log_is_never_no_xids(bin_dir: Path, dmesg: str, why: str):
     make_tool(bin_dir, "dmesg", dmesg)
     with pytest.raises(ProbeError) as exc:
-        gpu.read_kernel_log(env={})
+        kernel_log.read_kernel_log(env={})
     message = str(exc.value)
     assert "`journalctl -k -o short-iso --no-pager -b` could not run: command not found" in message
     assert why in message
@@ -271,14 +272,14 @@ def test_a_dmesg_that_prints_no_kernel_log_is_never_no_xids(bin_dir: Path, dmesg
 def test_journalctl_garbage_falls_back_to_dmesg(bin_dir: Path):
     make_tool(bin_dir, "journalctl", "echo 'Failed to determine timestamp'; echo 'xyzzy'")
     make_tool(bin_dir, "dmesg", f"cat '{DATA / 'kernel_log/real_dmesg-xid79-nvswitch-sxid-20034.txt'}'")
-    log = gpu.read_kernel_log(env={})
+    log = kernel_log.read_kernel_log(env={})
     assert ([e.xid for e in log.events], log.source) == ([79], "`dmesg`")
 
 
 def test_journalctl_without_this_boot_falls_back_to_dmesg(bin_dir: Path):
     make_tool(bin_dir, "journalctl", "echo '-- No entries --'")
     make_tool(bin_dir, "dmesg", f"cat '{DATA / 'kernel_log/real_dmesg-T-clean-boot-banner-kvm.txt'}'")
-    log = gpu.read_kernel_log(env={})
+    log = kernel_log.read_kernel_log(env={})
     assert (log.events, log.source, log.window) == ((), "`dmesg`", "since boot")
 
 
@@ -287,7 +288,7 @@ def test_a_hung_journalctl_is_not_asked_again(bin_dir: Path, tmp_path: Path):
     make_tool(bin_dir, "journalctl", f"echo x >> '{calls}'; exec sleep 60")
     make_tool(bin_dir, "dmesg", f"cat '{DATA / 'kernel_log/dmesg-old-xid32.txt'}'")
     for _ in range(2):
-        log = gpu.read_kernel_log(env={}, timeout_s=2)
+        log = kernel_log.read_kernel_log(env={}, timeout_s=2)
         assert log.source == "`dmesg`"
     assert _calls(calls) == ["x"]
 
@@ -300,7 +301,7 @@ def test_a_kernel_log_file_that_is_not_one(tmp_path: Path, content: str, why: st
     path = tmp_path / "kern.log"
     path.write_text(content)
     with pytest.raises(ProbeError, match=re.escape(f"PREFLIGHT_KERNEL_LOG={path} {why}")):
-        gpu.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(path)})
+        kernel_log.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(path)})
 
 
 def test_a_kernel_log_file_from_before_this_boot_is_refused(tmp_path: Path):
@@ -310,13 +311,13 @@ def test_a_kernel_log_file_from_before_this_boot_is_refused(tmp_path: Path):
     os.utime(path, (booted - 86400, booted - 86400))
     with pytest.raises(ProbeError, match=re.escape(
             f"PREFLIGHT_KERNEL_LOG={path} was last written ") + r".*before this host booted"):
-        gpu.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(path)})
+        kernel_log.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(path)})
 
 
 def test_a_kernel_log_file_is_named_as_the_source(tmp_path: Path):
     path = tmp_path / "kern.log"
     path.write_text((DATA / "kernel_log/real_journal-short-iso-clean-no-boot-calico.txt").read_text())
-    log = gpu.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(path)})
+    log = kernel_log.read_kernel_log(env={"PREFLIGHT_KERNEL_LOG": str(path)})
     assert re.fullmatch(re.escape(f"PREFLIGHT_KERNEL_LOG={path} (a file, last written ")
                         + r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)", log.source)
     assert log.from_boot is False

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.proc_result import ProcResult
 from harness.parsers import ParseError
 from harness.probes import network
 
@@ -188,7 +189,7 @@ def test_collective_logs_parse_as_one(tmp_path: Path):
     for i, name in enumerate(("composed_ofi_1.16_efa_direct_p5_srun.log",
                               "composed_truncated.log")):
         (tmp_path / f"nccl-host-{i}.log").write_bytes((DATA / "nccl_log" / name).read_bytes())
-    run = network.CollectiveRun(network.proc.ProcResult(("x",), 0), tuple(
+    run = network.CollectiveRun(ProcResult(("x",), 0), tuple(
         sorted(tmp_path.glob("nccl-*.log"))), tmp_path)
     summary = run.summary()
     assert summary.num_net_channels == 17 and summary.provider == "efa"

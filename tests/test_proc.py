@@ -6,6 +6,7 @@ import sys
 import time
 
 from harness.base import proc
+from harness.base.proc_result import ProcResult
 from tests.conftest import process_alive
 
 
@@ -192,7 +193,7 @@ def test_concurrent_calls_keep_their_own_orphans(tools):
     in another thread (re-parented to this process, like every orphan here) survives it."""
     _tool(tools, "slow", '(setsid bash -c \'echo $$ >> "$PIDS"; exec sleep 300\' &)\nsleep 4')
     _tool(tools, "quick", "exit 0")
-    results: list[proc.ProcResult] = []
+    results: list[ProcResult] = []
     slow = threading.Thread(target=lambda: results.append(proc.run(["slow"], timeout_s=60)))
     slow.start()
     end = time.monotonic() + 30

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.commands import EXIT_OK, EXIT_USAGE
 from harness.profiles.check import CHOICES, UNSETTABLE, check_value
 from harness.profiles.model import ProfileError
 from harness.profiles.table import BUILTIN_PROFILES, load_profile_file
@@ -184,12 +185,12 @@ def test_run_with_a_bad_profile_file_is_a_usage_error_with_a_report(
     rc = cli.main(["run", "--profile", "p5.48xlarge", "--profile-file", str(path),
                    "--report-dir", str(tmp_path / "r"), "--failure-file", str(failure), "--",
                    "echo", "ok"])
-    assert rc == cli.EXIT_USAGE and run_handoffs == []
+    assert rc == EXIT_USAGE and run_handoffs == []
     err = capsys.readouterr().err
     assert f"preflight: error: profile file {path}" in err and said in err
     assert "Traceback" not in err
     report = json.loads((tmp_path / "r" / "node-a" / "report.json").read_text())
-    assert report["exit_code"] == cli.EXIT_USAGE and report["verdict"] == "error"
+    assert report["exit_code"] == EXIT_USAGE and report["verdict"] == "error"
     assert said in report["harness_errors"][0]
     assert said in failure.read_text()
 
@@ -201,7 +202,7 @@ def test_a_weakened_profile_says_so_in_the_header_and_the_report(
                     'gloo figure of this VM is noise"\n')
     rc = cli.main(["run", "--profile-file", str(path), "--report-dir", str(tmp_path / "r"),
                    "-k", "PF-ENV-001"])
-    assert rc == cli.EXIT_OK
+    assert rc == EXIT_OK
     assert (f"gpu-preflight: profile local-cpu (profile file {path}) is weaker than the hardware "
             "it derives from, on purpose: cpu_busbw_gb_s_min 0.05 -> 0.0 (judges nothing) "
             "(weakened_because: the gloo figure of this VM is noise)") in capsys.readouterr().out
@@ -215,11 +216,11 @@ def test_profiles_command_shows_the_weakening(tmp_path: Path, capsys: pytest.Cap
     path = tmp_path / "site.toml"
     path.write_text('[profiles."p5-half"]\nbase = "p5.48xlarge"\nnum_gpus = 4\n'
                     'weakened_because = "half a p5 per job"\n')
-    assert cli.main(["profiles", "p5-half", "--profile-file", str(path)]) == cli.EXIT_OK
+    assert cli.main(["profiles", "p5-half", "--profile-file", str(path)]) == EXIT_OK
     out = " ".join(capsys.readouterr().out.split())
     assert "is weaker than the hardware it derives from, on purpose: num_gpus 8 -> 4 " \
            "(weakened_because: half a p5 per job)" in out
-    assert cli.main(["profiles", "--profile-file", str(path / "nope")]) == cli.EXIT_USAGE
+    assert cli.main(["profiles", "--profile-file", str(path / "nope")]) == EXIT_USAGE
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/profiles.md"])

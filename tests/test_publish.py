@@ -12,6 +12,7 @@ import pytest
 from aws_server import aws_test_env, free_port
 
 from harness import cli
+from harness.commands import EXIT_OK, EXIT_USAGE
 from harness.report.model import Report, write_report
 from harness.report.publish import (
     S3Location,
@@ -217,7 +218,7 @@ def test_cli_run_uploads(aws_env: dict[str, str], tmp_path: Path,
     s3().create_bucket(Bucket="pf-cli")
     code = _run(["--s3-uri", "s3://pf-cli/runs"], tmp_path, monkeypatch,
                 PREFLIGHT_CW_NAMESPACE="PreflightTest/cli")
-    assert code == cli.EXIT_OK
+    assert code == EXIT_OK
     local = json.loads((tmp_path / "r" / "node-a" / "report.json").read_text())
     assert local["verdict"] == "pass"
     assert local["uploads"]["s3"]["ok"] is True
@@ -236,7 +237,7 @@ def test_cli_run_server_down_still_passes(
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     code = _run(["--cloudwatch-namespace", "PreflightTest/gone"], tmp_path, monkeypatch,
                 PREFLIGHT_S3_URI="s3://pf-gone/runs")
-    assert code == cli.EXIT_OK
+    assert code == EXIT_OK
     err = capsys.readouterr().err
     assert "preflight: warning: uploading the report to s3://pf-gone/runs/" in err
     assert "the verdict (pass) is unchanged" in err
@@ -247,7 +248,7 @@ def test_cli_run_server_down_still_passes(
 
 def test_cli_run_rejects_bad_s3_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(["--s3-uri", "bucket/prefix"], tmp_path, monkeypatch) == cli.EXIT_USAGE
+    assert _run(["--s3-uri", "bucket/prefix"], tmp_path, monkeypatch) == EXIT_USAGE
     assert "--s3-uri / PREFLIGHT_S3_URI: 'bucket/prefix' is not an S3 URI" in (
         capsys.readouterr().err)
     assert not (tmp_path / "r").exists()

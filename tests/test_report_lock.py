@@ -19,6 +19,7 @@ import pytest
 import test_cli
 
 from harness import cli
+from harness.commands import EXIT_OK, EXIT_USAGE
 from harness.run import report_lock
 from harness.run.report_lock import LOCK_NAME, ReportLock, ReportLockBusy
 
@@ -114,7 +115,7 @@ def test_run_refuses_a_folder_another_run_holds(tmp_path, execs, capsys):
     failure = tmp_path / "failure"
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--failure-file", str(failure),
                    "--", "train"])
-    assert rc == cli.EXIT_USAGE and execs == []
+    assert rc == EXIT_USAGE and execs == []
     err = capsys.readouterr().err
     assert f"is in use by another preflight run (pid {os.getpid()} on " in err
     assert "in use by another preflight run" in failure.read_text()
@@ -128,6 +129,6 @@ def test_run_releases_its_folder_when_it_ends_and_before_it_hands_off(tmp_path, 
     monkeypatch.setattr("harness.base.handoff._execvp", lambda file, argv: seen.append(
         (tmp_path / "r" / "node-a" / LOCK_NAME).read_text()))
     assert cli.main(["run", "-k", "PF-ENV-001", "--report-dir", str(tmp_path / "r"),
-                     "--", "train"]) == cli.EXIT_OK
+                     "--", "train"]) == EXIT_OK
     assert seen == [""]  # at the exec, the trainer does not hold it
     ReportLock.acquire(tmp_path / "r" / "node-a", host="node-a").release()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.checking import CheckContext, _set_current, expect, expect_none, measure
+from harness.checking import CheckContext, expect, expect_none, measure, set_current
 from harness.report.figures import bandwidth_curves, gpus_healthy
 from harness.report.model import RESULTS_SCHEMA, Report
 from harness.results import CheckResult, Measurement, plain
@@ -62,14 +62,14 @@ def test_records_are_frozen():
 
 def test_measure_and_expect_record_size_and_gpu_explicitly():
     ctx = CheckContext(check_id="PF-X-001", profile="p")
-    token = _set_current(ctx)
+    token = set_current(ctx)
     try:
         measure("busbw", 1.5, "GB/s", size_bytes=4096)
         expect("GPU 9 temperature", 50, "<=", 80, "C", gpu_index=9)
         with pytest.raises(AssertionError):
             expect_none("GPUs lost", ["a: lost", "b: lost"], gpus=[2, 5, None])
     finally:
-        _set_current(token.old_value if token.old_value is not token.MISSING else None)
+        set_current(token.old_value if token.old_value is not token.MISSING else None)
     got = [Measurement.from_dict(m) for m in ctx.measurements]
     assert got[0].size_bytes == 4096 and got[1].gpu_index == 9
     assert [(m.gpu_index, m.ok) for m in got[2:]] == [(None, False), (2, False), (5, False)]

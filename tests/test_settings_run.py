@@ -16,6 +16,7 @@ from harness import cli
 from harness.base.settings import SETTINGS, Rule, SettingError, parse, problems, setting
 from harness.base.tiers import TIERS
 from harness.cluster.node import FAULTS
+from harness.commands import EXIT_USAGE
 from harness.probes.train_step import FAULT_KINDS
 from harness.worker.parts import PARTS
 
@@ -40,7 +41,7 @@ def test_a_bad_value_of_every_setting_stops_the_run_naming_it(spec, tmp_path, ex
     rc = cli.main(["run", "--report-dir", str(tmp_path / "r"), "--failure-file", str(failure),
                    "--", "train"])
     err = capsys.readouterr().err
-    assert rc == cli.EXIT_USAGE, err
+    assert rc == EXIT_USAGE, err
     assert f"preflight: error: {spec.name}=" in err
     assert execs == []
     assert spec.name in failure.read_text()
@@ -107,7 +108,7 @@ def test_a_node_name_from_elsewhere_that_cannot_name_a_folder_is_refused(tmp_pat
 
 def test_other_commands_name_a_bad_value_they_read(monkeypatch, capsys):
     monkeypatch.setenv("PREFLIGHT_SYSROOT", "/tmp/a\nb")
-    assert cli.main(["profiles", "--derive"]) == cli.EXIT_USAGE
+    assert cli.main(["profiles", "--derive"]) == EXIT_USAGE
     assert "PREFLIGHT_SYSROOT=" in capsys.readouterr().err
 
 

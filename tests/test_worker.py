@@ -84,7 +84,7 @@ def test_compute_window_lasts_its_seconds_and_takes_readings():
     from harness.probes import gpu_compute as gc
     from harness.worker.compute import run_one, timed_matmuls
 
-    a, b = (t.float() for t in gc._inputs(32, seed=0))
+    a, b = (t.float() for t in gc.make_inputs(32, seed=0))
     calls = []
 
     def read():
@@ -112,7 +112,7 @@ def test_compute_tflops_are_over_the_matmuls_alone_not_the_nvml_reads():
     from harness.probes import gpu_compute as gc
     from harness.worker.compute import timed_matmuls
 
-    a, b = (t.float() for t in gc._inputs(64, seed=0))
+    a, b = (t.float() for t in gc.make_inputs(64, seed=0))
 
     def slow_read():
         time.sleep(0.05)

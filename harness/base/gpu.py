@@ -11,17 +11,14 @@ from harness.base.gpu_actions import (
     REBOOT,
     REPLACE,
     RESET,
-    XID_ACTIONS,
     Problem,
     plural,
-    xid_action,
 )
 from harness.base.gpu_pcie import pcie_problems
 from harness.base.gpu_record import GpuInfo
 
 __all__ = [
     "RECOVERY_ACTIONS",
-    "XID_ACTIONS",
     "ecc_problems",
     "fabric_problems",
     "health_problems",
@@ -29,7 +26,6 @@ __all__ = [
     "reset_problems",
     "retirement_problems",
     "thermal_problems",
-    "xid_action",
 ]
 
 def health_problems(gpu: GpuInfo, *, max_temp_c: float | None = None,

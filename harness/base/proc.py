@@ -34,7 +34,7 @@ from harness.base import deadline as _deadline
 from harness.base import proctree
 from harness.base.proc_result import DEFAULT_OUTPUT_CAP, ProcResult
 
-__all__ = ["KILL_GRACE_S", "ProcResult", "budget", "kill_tree", "run", "stop_starting", "which"]
+__all__ = ["KILL_GRACE_S", "budget", "kill_tree", "run", "stop_starting", "which"]
 
 #: Seconds between SIGTERM and SIGKILL when a timed-out tool's tree is stopped, and the most
 #: a call then waits for the tree to die and the pipes to close.

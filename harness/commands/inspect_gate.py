@@ -6,7 +6,7 @@ never a pass: a dcgmi run whose verdict is unknown (a table cut short) is a prob
 an nccl-tests sweep that did not finish. The judging is the checks' own where they have one:
 GPU health is harness.base.gpu.health_problems (the `problems` nvidia-smi's inspect lists), the env
 rules are harness.judges.env.evaluate (the `harmful`/`required` inspect env lists), an Xid's action
-is harness.base.gpu.xid_action (kernel-log's `action`), and the network and bandwidth checks'
+is harness.base.gpu_actions.xid_action (kernel-log's `action`), and the network and bandwidth checks'
 verdicts (harness.judges.network: provider, Socket fallback, GPUDirect, NIC count, WARN lines, busbw vs
 the floor) are the `verdicts` the fi-info, nccl-log and nccl-tests kinds list: a verdict that
 fails or is unknown is a problem.

@@ -49,7 +49,7 @@ class OfiLib(Protocol):
 
 
 class NetSummary(Protocol):
-    """What the network judges read of an NCCL log (harness.parsers.nccl_log.NcclLogSummary)."""
+    """What the network judges read of an NCCL log (harness.parsers.nccl_log_facts.NcclLogSummary)."""
 
     @property
     def plugin(self) -> str | None: ...

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
-from harness.parsers.dcgm_json import _from_json
+from harness.parsers.dcgm_json import diag_from_json
 from harness.parsers.dcgm_mndiag import (
     is_mndiag_json,
     is_mndiag_text,
@@ -18,7 +18,7 @@ from harness.parsers.dcgm_mndiag import (
     mndiag_from_text,
 )
 from harness.parsers.dcgm_records import MAX_RESULTS, DcgmDiag, level_of, tests_not_seen
-from harness.parsers.dcgm_text import _from_text
+from harness.parsers.dcgm_text import diag_from_text
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import inside_transport
 
@@ -50,7 +50,7 @@ def parse_dcgm_diag(text: str | Input) -> DcgmDiag:
                 ) from None
         else:
             if isinstance(found, dict):
-                return mndiag_from_json(found) if is_mndiag_json(found) else _from_json(found)
+                return mndiag_from_json(found) if is_mndiag_json(found) else diag_from_json(found)
     lines = doc.split("\n")
     return mndiag_from_text(lines) if is_mndiag_text(doc[:16384]) else _table_or_error(lines)
 
@@ -101,7 +101,7 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
         if seen["bar"] or len(head) >= _WATCHED:
             break
     try:
-        return _from_text(itertools.chain(head, it if seen["bar"] else watched()))
+        return diag_from_text(itertools.chain(head, it if seen["bar"] else watched()))
     except ParseError:
         if not seen["nonblank"]:
             raise ParseError("empty input: no dcgmi diag output") from None

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from harness.parsers import ParseError
-from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, _status
+from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, status_of
 from harness.parsers.values import ascii_int
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}(?:\.[0-9]+)*$")
@@ -48,7 +48,7 @@ def _list(value: Any) -> list[Any]:
     """`value` when it is a JSON list, else [] (a number or string where a list belongs)."""
     return value if isinstance(value, list) else []
 
-def _from_json(doc: dict[str, Any]) -> DcgmDiag:
+def diag_from_json(doc: dict[str, Any]) -> DcgmDiag:
     body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
     if not isinstance(body, dict):
         body = doc if ("test_categories" in doc or "tests" in doc) else None
@@ -82,11 +82,11 @@ def _from_json(doc: dict[str, Any]) -> DcgmDiag:
             if not isinstance(result, dict):
                 continue
             for gpu in _gpu_ids(result):
-                mine.append(DcgmResult(name, gpu, _status(result.get("status")),
+                mine.append(DcgmResult(name, gpu, status_of(result.get("status")),
                                        _messages(result), category))
         # DCGM 4: a test can fail as a whole (an internal error) while every GPU passed.
         summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
-        if _status(summary.get("status")) == "fail" and not any(r.status == "fail" for r in mine):
+        if status_of(summary.get("status")) == "fail" and not any(r.status == "fail" for r in mine):
             mine.append(DcgmResult(name, None, "fail", _messages(summary), category))
         results += mine
     errors = [str(body[k]) for k in ("runtime_error", "error") if body.get(k)]

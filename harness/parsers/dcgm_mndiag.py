@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.parsers import ParseError
-from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, _status
+from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, status_of
 from harness.parsers.dcgm_text import _MISS, MAX_CACHED
 from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
@@ -79,7 +79,7 @@ class _Table:
         self.message = None
         if self.section == "Metadata":
             if name.endswith(" Test") and value.lower() in _OUTCOMES:
-                self.test, self.overall = name, _status(value)
+                self.test, self.overall = name, status_of(value)
             elif name == "DCGM Version":
                 self.version = value
             elif name == "Driver Version":
@@ -94,9 +94,9 @@ class _Table:
             self.host = ascii_int(m[1])
         elif m := _GPUS.match(name):
             for gpu in re.findall(r"[0-9]+", m[1])[:MAX_MESSAGES]:
-                self._result(self.host, ascii_int(gpu))[0] = _status(value)
+                self._result(self.host, ascii_int(gpu))[0] = status_of(value)
         elif m := _GPU.match(name):
-            self._result(self.host, ascii_int(m[1]))[0] = _status(value)
+            self._result(self.host, ascii_int(m[1]))[0] = status_of(value)
         elif not name and value.startswith("Error:"):
             # The failed GPU's errors, right under its row (the last GPU row of this host).
             mine = [k for k in self.results if k[0] == self.host]
@@ -219,9 +219,9 @@ def mndiag_from_json(document: dict[str, object]) -> DcgmDiag:
                     r.get("entity_group", "GPU")).upper() == "GPU" else None
                 words = [str(w.get("warning", "")) if isinstance(w, dict) else str(w)
                          for w in (r.get("warnings") or [])[:MAX_MESSAGES]]
-                mine.append(DcgmResult(name, gpu, _status(r.get("status")), " ".join(words),
+                mine.append(DcgmResult(name, gpu, status_of(r.get("status")), " ".join(words),
                                        CATEGORY, ascii_int(str(r.get("host_id")))))
-            status = _status((test.get("test_summary") or {}).get("status") or test.get("status"))
+            status = status_of((test.get("test_summary") or {}).get("status") or test.get("status"))
             mpi = test.get("mpi_error") if isinstance(test.get("mpi_error"), dict) else {}
             if status == "fail" and not any(r.status == "fail" for r in mine):
                 reason = str(mpi.get("warning") or "dcgmi mndiag reported a failure and no reason")

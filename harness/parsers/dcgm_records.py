@@ -18,7 +18,7 @@ from dataclasses import dataclass
 #: these words, lower-cased: the numbers alone are not DCGM's to keep.
 CONTENTION_WORDS = ("affected resource is in use", "a diag instance is already running")
 
-_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
+STATUS_WORDS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
            "skipped": "skip", "not run": "skip", "not_run": "skip"}
 
 
@@ -104,9 +104,9 @@ def contention(text: str) -> str | None:
     return None
 
 
-def _status(raw: object) -> str:
+def status_of(raw: object) -> str:
     text = str(raw or "").strip().lower()
-    return _STATUS.get(text, text or "unknown")
+    return STATUS_WORDS.get(text, text or "unknown")
 
 
 #: Bounds on what is kept (memory stays flat): a level-4 run on 8 GPUs has ~150 results.

@@ -11,12 +11,12 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import (
-    _STATUS,
     MAX_MESSAGES,
     MAX_RESULTS,
+    STATUS_WORDS,
     DcgmDiag,
     DcgmResult,
-    _status,
+    status_of,
 )
 from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
@@ -49,7 +49,7 @@ def _who(who: str | None) -> tuple[int | None, ...]:
 
 
 #: `_status` of a cell's text (cached: a handful of words).
-_text_status = functools.lru_cache(maxsize=256)(_status)
+_text_status = functools.lru_cache(maxsize=256)(status_of)
 #: The first characters of `Warning`, `Error`, `Info` rows (`_ENTITY_MESSAGE` only after them).
 _MESSAGE_FIRST = ("W", "E", "I")
 
@@ -116,7 +116,7 @@ def _split(stripped: str) -> tuple[str, ...] | None:
     return ("row", m["name"].strip(), raw_value.strip(), raw_value)
 
 
-def _from_text(lines: Iterable[str]) -> DcgmDiag:
+def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
     errors: list[list[str]] = []
     error_seen: set[str] = set()  # node-level errors already listed (a table printed again)
@@ -187,7 +187,7 @@ def _from_text(lines: Iterable[str]) -> DcgmDiag:
                     errors.append(message)
         elif name:
             outcome = _OUTCOME.match(value)
-            if outcome is None and value and value.lower() not in _STATUS:
+            if outcome is None and value and value.lower() not in STATUS_WORDS:
                 # Not a result row (a markdown table, a key/value line someone pasted).
                 message = None
                 continue

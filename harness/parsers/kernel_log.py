@@ -1,5 +1,5 @@
 """NVIDIA XID events in a kernel log (`dmesg`, `journalctl -k`, syslog, or a saved file), each with
-the action the XID catalogue (harness.base.gpu.XID_ACTIONS) gives it, and the NVSwitch SXid events."""
+the action the XID catalogue (harness.base.gpu_actions.XID_ACTIONS) gives it, and the NVSwitch SXid events."""
 
 from __future__ import annotations
 

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSPECT",
-    "NcclLogSummary",
     "inspect_nccl_log",
     "parse_nccl_log",
     "parse_nccl_log_stream",

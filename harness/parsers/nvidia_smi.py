@@ -15,17 +15,17 @@ from harness.base.gpu_record import GpuInventory
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
-    _ANY_GPU_HEADER,
-    _FRAGMENT_KEYS,
     _STATE_KEY,
+    ANY_GPU_HEADER,
+    FRAGMENT_KEYS,
     FRAGMENT_SECTIONS,
-    _lines,
-    _Side,
+    Side,
+    smi_lines,
 )
-from harness.parsers.nvidia_smi_csv import _csv
-from harness.parsers.nvidia_smi_query import _query
-from harness.parsers.nvidia_smi_table import _TABLE_ROW1, _table
-from harness.parsers.nvidia_smi_xml import _xml
+from harness.parsers.nvidia_smi_csv import read_smi_csv
+from harness.parsers.nvidia_smi_query import read_smi_query
+from harness.parsers.nvidia_smi_table import TABLE_ROW1, read_smi_table
+from harness.parsers.nvidia_smi_xml import read_smi_xml
 from harness.parsers.reader import Input, as_input
 
 if TYPE_CHECKING:
@@ -42,16 +42,16 @@ def parse_nvidia_smi(text: str | Input) -> GpuInventory:
     """`nvidia-smi -q` text, `-q -x` XML, the plain `nvidia-smi` table or a `--query-gpu` CSV,
     whichever the text is, also with a launcher's prefix on every line (`[1,0]<stdout>:`, srun
     `0: `, ISO timestamps)."""
-    return _parse(as_input(text), _Side())
+    return _parse(as_input(text), Side())
 
 
-def _form(source: Input, side: _Side | None = None) -> str:
+def _form(source: Input, side: Side | None = None) -> str:
     """Which form the input is (one pass, stopped at the first `-q` section). A fragment whose
     fabric `State` came without its `Fabric` header marks `side.headerless_fabric`; bare `State`
     / `Status` lines that are not that are form "state" (refused: see _parse)."""
     head: list[str] = []
     size = 0
-    for line in _lines(source):
+    for line in smi_lines(source):
         head.append(line)
         size += len(line) + 1
         if size >= 2000:
@@ -59,14 +59,14 @@ def _form(source: Input, side: _Side | None = None) -> str:
     if "<nvidia_smi_log" in "\n".join(head)[:2000]:
         return "xml"
     banner = bus = row = fragment = fabric_header = fabric_state = state_key = False
-    for line in _lines(source):
-        if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and _ANY_GPU_HEADER.match(line)):
+    for line in smi_lines(source):
+        if "NVSMI LOG" in line or (line.lstrip()[:3] == "GPU" and ANY_GPU_HEADER.match(line)):
             return "query"
         banner = banner or "NVIDIA-SMI" in line
         bus = bus or "Bus-Id" in line
         stripped = line.strip()
-        row = row or (stripped[:1] == "|" and bool(_TABLE_ROW1.match(stripped)))
-        if _FRAGMENT_KEYS.match(line) is not None:
+        row = row or (stripped[:1] == "|" and bool(TABLE_ROW1.match(stripped)))
+        if FRAGMENT_KEYS.match(line) is not None:
             fragment = True
             fabric_header = fabric_header or stripped == "Fabric"
             fabric_state = fabric_state or stripped.startswith("State")
@@ -85,7 +85,7 @@ def _form(source: Input, side: _Side | None = None) -> str:
 def _refuse_state(source: Input) -> ParseError:
     """Bare `State :` / `Status :` lines that are not a fabric state: say what they are and what
     is missing."""
-    lines = [m for line in _lines(source) if (m := _STATE_KEY.match(line)) is not None][:4]
+    lines = [m for line in smi_lines(source) if (m := _STATE_KEY.match(line)) is not None][:4]
     said = " / ".join(f"`{m['key']} : {m['value'].strip()}`" for m in lines)
     state = next((m["value"].strip() for m in lines if m["key"] == "State"), None)
     why = (f"`{state}` is not a fabric state (Not Supported, Not Started, In Progress, Completed)"
@@ -96,18 +96,18 @@ def _refuse_state(source: Input) -> ParseError:
         "section around it) is missing")
 
 
-def _parse(source: Input, side: _Side) -> GpuInventory:
+def _parse(source: Input, side: Side) -> GpuInventory:
     form = _form(source, side)
     if form == "state":
         raise _refuse_state(source)
     if form == "xml":
-        return _xml(source, side)
+        return read_smi_xml(source, side)
     if form in ("query", "fragment"):
-        return _query(source, side, fragment=form == "fragment")
+        return read_smi_query(source, side, fragment=form == "fragment")
     if form == "table":
-        return _table(source, side)
+        return read_smi_table(source, side)
     try:
-        return _csv(source, side).inventory
+        return read_smi_csv(source, side).inventory
     except ParseError:
         if side.failure:
             raise ParseError(f"nvidia-smi could not read the GPUs: {side.failure}") from None
@@ -120,7 +120,7 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
     retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
     (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
-    side = _Side()
+    side = Side()
     inventory = _parse(as_input(stream), side)
     attached = side.attached
     keys = ("index", "name", "bus_id", "uuid", "serial", "ecc_enabled",

@@ -23,15 +23,15 @@ _NO_VALUE = {"n/a", "[n/a]", "[not supported]", "not supported", "[unknown error
              "err!", "not found", "requested functionality has been deprecated",
              "[requested functionality has been deprecated]"}
 #: Values that mean the GPU itself is in a fault state.
-_RESET_VALUES = {"[gpu requires reset]", "[gpu is lost]"}
+RESET_VALUES = {"[gpu requires reset]", "[gpu is lost]"}
 #: Values that mean a reading failed (not "not supported"): kept as the GPU's query errors, so
 #: that a fact nvidia-smi could not read is known to be unknown.
-_ERROR_VALUES = {"[unknown error]", "[insufficient permissions]", "err!"}
+ERROR_VALUES = {"[unknown error]", "[insufficient permissions]", "err!"}
 
-_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
-_GPU_HEADER = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
-_ANY_GPU_HEADER = re.compile(rf"^[ \t]*GPU\s+{_BUS}\s*$")
-_KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
+BUS_ID = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+GPU_HEADER = re.compile(rf"^GPU\s+(?P<bus>{BUS_ID})\s*$")
+ANY_GPU_HEADER = re.compile(rf"^[ \t]*GPU\s+{BUS_ID}\s*$")
+KEY_VALUE = re.compile(r"^(?P<key>[^:]*?\S)\s+:\s?(?P<value>.*)$")
 _NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?(?![0-9])")
 #: A GPU the driver cannot open is left out of every output format and named on a line of its own
 #: instead: `Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error` (R610),
@@ -52,7 +52,7 @@ _FABRIC_STATE = r"State\s+:\s*(?:Not Supported|Not Started|In Progress|Completed
 #: Fabric`), or grep's `SRAM Uncorrectable : 1` lines).
 FRAGMENT_SECTIONS = ("ecc mode", "ecc errors", "retired pages", "remapped rows",
                      "gpu reset status", "fabric")
-_FRAGMENT_KEYS = re.compile(
+FRAGMENT_KEYS = re.compile(
     r"^\s*(?:(?:ECC Errors|ECC Mode|Retired [Pp]ages|Remapped Rows|GPU Reset Status|Fabric)\s*$|"
     r"(?:[SD]RAM (?:Unc|C)orrectable|Pending Page Blacklist|Double Bit ECC|Single Bit ECC)"
     r"[\w -]*?\s+:|" + _FABRIC_STATE + ")")
@@ -89,7 +89,7 @@ MAX_LOST = 256
 
 
 @dataclass(slots=True)
-class _Side:
+class Side:
     """What any format's pass notes besides its GPUs: lost GPUs, nvidia-smi's own failure line,
     `Attached GPUs`."""
 
@@ -157,7 +157,7 @@ class Batch(list):  # type: ignore[type-arg]
     text: str = ""
 
 
-def _see(side: _Side, text: str) -> None:
+def _see(side: Side, text: str) -> None:
     """Show `side` each line of a batch's text that may be a failure, a lost GPU or `Attached
     GPUs`, once, in order."""
     starts = set()
@@ -173,7 +173,7 @@ def _see(side: _Side, text: str) -> None:
         side.see(text[start:] if end < 0 else text[start:end])
 
 
-def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
+def _batches(source: Input, side: Side | None = None) -> Iterator[list[str]]:
     """The input's lines, unwrapped (harness.parsers.unwrap), in lists: a reader's batch as it
     is when no line of it may carry a wrapper (Unwrapper.candidates: one regex pass), else its
     lines unwrapped, the list cut where a command line was seen, so that the readers read the
@@ -217,43 +217,43 @@ def _batches(source: Input, side: _Side | None = None) -> Iterator[list[str]]:
         side.commands = unwrapper.commands
 
 
-def _lines(source: Input, side: _Side | None = None) -> Iterator[str]:
+def smi_lines(source: Input, side: Side | None = None) -> Iterator[str]:
     """The input's lines, unwrapped, one by one (see _batches)."""
     for batch in _batches(source, side):
         yield from batch
 
 
-def _clean(value: str | None) -> str | None:
+def clean_value(value: str | None) -> str | None:
     if value is None:
         return None
     v = value.strip()
     if " " in v and ("<" in v or "←" in v or "#" in v):
         v = _ANNOTATION.sub("", v)
-    return None if v.lower() in _NO_VALUE or v.lower() in _RESET_VALUES else v
+    return None if v.lower() in _NO_VALUE or v.lower() in RESET_VALUES else v
 
 
-def _num(value: str | None) -> float | None:
-    v = _clean(value)
+def to_float(value: str | None) -> float | None:
+    v = clean_value(value)
     m = _NUMBER.match(v) if v else None
     return float(m.group(0)) if m else None
 
 
-def _int(value: str | None) -> int | None:
-    n = _num(value)
+def to_int(value: str | None) -> int | None:
+    n = to_float(value)
     return None if n is None else int(n)
 
 
-def _serial(value: str | None) -> str | None:
+def clean_serial(value: str | None) -> str | None:
     """A board serial; R580 prints `0` (not N/A) for GPUs without one (laptops, GeForce)."""
-    v = _clean(value)
+    v = clean_value(value)
     return None if v == "0" else v
 
 
-def _version(value: str | None) -> str | None:
-    return _clean(_without_bracket_suffix(value)) if value else None
+def clean_version(value: str | None) -> str | None:
+    return clean_value(without_bracket_suffix(value)) if value else None
 
 
-def _without_bracket_suffix(value: str) -> str:
+def without_bracket_suffix(value: str) -> str:
     """`value` without a trailing `[...]` (R610's `[Deprecated; ...]`, a CSV header's `[MiB]`).
     (In Python: the regex form searched from every `[` to the end, quadratic on `[[[[`.)"""
     end = value.rstrip()
@@ -268,15 +268,15 @@ _YES = frozenset(("yes", "enabled", "active", "on", "true", "1"))
 _NO = frozenset(("no", "disabled", "not active", "inactive", "off", "false", "0"))
 
 
-def _yes(value: str | None) -> bool | None:
+def yes_no(value: str | None) -> bool | None:
     """True / False for a yes or no nvidia-smi prints; None for anything else (`Unknown
     Error`, `N/A`): unknown, never a no."""
-    v = _clean(value)
+    v = clean_value(value)
     if v is None:
         return None
     v = v.lower()
     return True if v in _YES else False if v in _NO else None
-def _reset(flags: list[bool | None], fault: bool) -> bool | None:
+def needs_reset(flags: list[bool | None], fault: bool) -> bool | None:
     """Whether a GPU needs a reset: True when a flag says yes or a value says it is lost or needs
     one; False when a flag says no; None when no flag was printed (not read, not "no")."""
     if fault or any(flags):
@@ -284,15 +284,15 @@ def _reset(flags: list[bool | None], fault: bool) -> bool | None:
     return False if any(f is False for f in flags) else None
 
 
-def _recovery(value: str | None) -> str | None:
+def clean_recovery(value: str | None) -> str | None:
     """`GPU Recovery Action`: the word `None` (the driver needs nothing) kept as such, N/A and
     errors as no value."""
     if value is not None and value.strip().lower() == "none":
         return "None"
-    return _clean(value)
+    return clean_value(value)
 
 
-def _fabric_status(value: str | None) -> str | None:
+def clean_fabric_status(value: str | None) -> str | None:
     """`Fabric > Status`: `Success`, or the error the registration ended with (unbracketed: NVML's
     error string, `Unknown Error` included); N/A (not completed yet) and a bracketed failure to
     read it are no value."""
@@ -302,12 +302,12 @@ def _fabric_status(value: str | None) -> str | None:
     return v
 
 
-_CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
+CSV_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
                 "hw_power_brake_slowdown": "HW Power Brake Slowdown",
                 "sw_thermal_slowdown": "SW Thermal Slowdown", "sw_power_cap": "SW Power Cap"}
 
 
-def _with_lost(gpus: list[GpuInfo], side: _Side, *, renumber: bool = False) -> tuple[GpuInfo, ...]:
+def with_lost(gpus: list[GpuInfo], side: Side, *, renumber: bool = False) -> tuple[GpuInfo, ...]:
     """`gpus` plus one record per `Unable to determine the device handle for GPU...` line: that
     GPU is lost (requires_reset, the line in query_errors). nvidia-smi numbers GPUs in PCI bus
     order, so a lost GPU named only by its bus, and every GPU of a `-q` dump (`renumber`: its

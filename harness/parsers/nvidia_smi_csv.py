@@ -13,19 +13,19 @@ from typing import Any
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
-    _CSV_REASONS,
-    _RESET_VALUES,
+    CSV_REASONS,
     MAX_GPUS,
-    _clean,
-    _fabric_status,
-    _int,
-    _lines,
-    _num,
-    _serial,
-    _Side,
-    _with_lost,
-    _without_bracket_suffix,
-    _yes,
+    RESET_VALUES,
+    Side,
+    clean_fabric_status,
+    clean_serial,
+    clean_value,
+    smi_lines,
+    to_float,
+    to_int,
+    with_lost,
+    without_bracket_suffix,
+    yes_no,
 )
 from harness.parsers.reader import Input, as_input
 
@@ -75,17 +75,17 @@ class SmiCsv:
 
 def _csv_value(field_name: str, raw: str) -> Any:
     if field_name in _BOOL_FIELDS:
-        return _yes(raw)
+        return yes_no(raw)
     if field_name in _INT_FIELDS:
-        return _int(raw)
+        return to_int(raw)
     if field_name in _FLOAT_FIELDS:
-        return _num(raw)
+        return to_float(raw)
     if field_name == "memory_total_gib":
-        mib = _num(raw)
+        mib = to_float(raw)
         return None if mib is None else round(mib / 1024, 2)
     if field_name == "fabric_status":
-        return _fabric_status(raw)
-    return _serial(raw) if field_name == "serial" else _clean(raw)
+        return clean_fabric_status(raw)
+    return clean_serial(raw) if field_name == "serial" else clean_value(raw)
 
 
 def parse_smi_csv(text: str | Input, columns: tuple[str, ...] | None = None) -> SmiCsv:
@@ -93,10 +93,10 @@ def parse_smi_csv(text: str | Input, columns: tuple[str, ...] | None = None) -> 
     Reads `index, name, temperature.gpu, power.draw [W]` then `0, NVIDIA H100, 34, 71.52 W`.
     With `noheader` pass the queried `columns`. Rows that repeat a GPU (a `-l` time series with
     `timestamp`) are samples: each GPU keeps its last row."""
-    return _csv(as_input(text), _Side(), columns)
+    return read_smi_csv(as_input(text), Side(), columns)
 
 
-def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> SmiCsv:
+def read_smi_csv(source: Input, side: Side, columns: tuple[str, ...] | None = None) -> SmiCsv:
     seen = [False]  # any line that is not a lost GPU's or "No devices were found"
 
     def kept(lines: Iterator[str]) -> Iterator[str]:
@@ -105,7 +105,7 @@ def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> 
                 seen[0] = True
                 yield ln
 
-    lines = kept(_lines(source, side))
+    lines = kept(smi_lines(source, side))
     rows = csv.reader(lines, skipinitialspace=True)
     try:
         first = next(rows, None) if columns is None else None
@@ -121,7 +121,7 @@ def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> 
                 pass
         if side.lost and not any(c in _CSV_FIELDS for c in header):
             # Only GPUs the driver cannot open (plain `nvidia-smi` stops at the first one).
-            return SmiCsv(GpuInventory("nvidia-smi csv", None, None, _with_lost([], side)), 0, ())
+            return SmiCsv(GpuInventory("nvidia-smi csv", None, None, with_lost([], side)), 0, ())
         if columns is None and first is None:
             raise side.not_read("empty input: no CSV header or rows")
         if not known:
@@ -158,7 +158,7 @@ def _csv(source: Input, side: _Side, columns: tuple[str, ...] | None = None) -> 
             record["index"] = n
         gpus.append(GpuInfo(**record))
     gpus.sort(key=lambda g: g.index)
-    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, _with_lost(gpus, side)),
+    return SmiCsv(GpuInventory("nvidia-smi csv", driver, None, with_lost(gpus, side)),
                   num_samples, header)
 
 
@@ -169,14 +169,14 @@ def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: s
     reset = False
     driver = None
     for col, raw in cells.items():
-        reset = reset or raw.strip().lower() in _RESET_VALUES
+        reset = reset or raw.strip().lower() in RESET_VALUES
         if col == "driver_version":
-            driver = _clean(raw) or driver
+            driver = clean_value(raw) or driver
         elif col in _CSV_FIELDS:
             record[_CSV_FIELDS[col]] = _csv_value(_CSV_FIELDS[col], raw)
-        elif _reason(col) and _yes(raw) is not None:
+        elif _reason(col) and yes_no(raw) is not None:
             reasons = reasons or []
-            if _yes(raw):
+            if yes_no(raw):
                 reasons.append(_reason(col))  # type: ignore[arg-type]
         elif _is_mask(col) and _HEX.match(raw.strip()):
             mask = int(raw.strip(), 16)
@@ -191,13 +191,13 @@ def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: s
 
 def _column(cell: str) -> str:
     """A header cell as a field name: `memory.total [MiB]` -> `memory.total`."""
-    return _without_bracket_suffix(cell).strip().lower()
+    return without_bracket_suffix(cell).strip().lower()
 
 
 def _reason(column: str) -> str | None:
     for prefix in _REASON_PREFIXES:
         if column.startswith(prefix):
-            return _CSV_REASONS.get(column[len(prefix):])
+            return CSV_REASONS.get(column[len(prefix):])
     return None
 
 

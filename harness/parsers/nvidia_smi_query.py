@@ -8,20 +8,20 @@ from dataclasses import dataclass
 
 from harness.base.gpu_record import GpuInfo, GpuInventory, pci_key
 from harness.parsers.nvidia_smi_common import (
-    _ERROR_VALUES,
-    _RESET_VALUES,
+    ERROR_VALUES,
+    RESET_VALUES,
+    Side,
     _batches,
-    _clean,
-    _fabric_status,
-    _int,
-    _num,
-    _recovery,
-    _reset,
-    _serial,
-    _Side,
-    _version,
-    _with_lost,
-    _yes,
+    clean_fabric_status,
+    clean_recovery,
+    clean_serial,
+    clean_value,
+    clean_version,
+    needs_reset,
+    to_float,
+    to_int,
+    with_lost,
+    yes_no,
 )
 from harness.parsers.nvidia_smi_tree import Tree
 from harness.parsers.reader import Input, as_input
@@ -62,7 +62,7 @@ class _Query:
     blocks: list[_Block]
 
 
-def _tree(batches: Iterable[list[str]], side: _Side, *, fragment: bool = False) -> _Query:
+def _tree(batches: Iterable[list[str]], side: Side, *, fragment: bool = False) -> _Query:
     """Read the indented key : value tree (harness.parsers.nvidia_smi_tree); GPU sections start
     at `GPU 00000000:53:00.0`. A GPU seen again (a `nvidia-smi -q -l` loop) keeps its latest
     section, in its first place. A `fragment` (sections pasted without their GPU line) is read
@@ -76,10 +76,10 @@ def _tree(batches: Iterable[list[str]], side: _Side, *, fragment: bool = False) 
         block = _Block(b.bus_id)
         block.values = b.values
         blocks.append(block)
-    attached = _int(top.get("attached gpus"))
+    attached = to_int(top.get("attached gpus"))
     # R610 prints `KMD Version` / `CUDA UMD Version` next to the deprecated old keys.
-    driver = _version(top.get("kmd version")) or _version(top.get("driver version"))
-    cuda = _version(top.get("cuda umd version")) or _version(top.get("cuda version"))
+    driver = clean_version(top.get("kmd version")) or clean_version(top.get("driver version"))
+    cuda = clean_version(top.get("cuda umd version")) or clean_version(top.get("cuda version"))
     return _Query(driver, cuda, attached, blocks)
 
 
@@ -92,22 +92,22 @@ def _ecc_uncorrected(block: _Block, scope: str) -> int | None:
            if len(k) == 3 and (k[2].startswith("dram uncorrectable") or
                                k[2].startswith("sram uncorrectable"))]
     if new:
-        counts = [_int(v) for v in new]
+        counts = [to_int(v) for v in new]
         known = [c for c in counts if c is not None]
         return sum(known) if known else None
     total = values.get(("ecc errors", scope, "double bit", "total"))
     if total is None:
         total = values.get(("ecc errors", scope, "double bit", "device memory"))
-    return _int(total)
+    return to_int(total)
 
 
 def _throttle(block: _Block) -> tuple[str, ...] | None:
     """The active clock event reasons; None when no section says (or every value is N/A)."""
     for section in ("clocks event reasons", "clocks throttle reasons"):
         reasons = block.children(section)
-        if any(_yes(v) is not None for v in reasons.values()):
+        if any(yes_no(v) is not None for v in reasons.values()):
             names = {k.lower(): k for k in _REASON_NAMES}
-            return tuple(names.get(k, k) for k, v in reasons.items() if _yes(v))
+            return tuple(names.get(k, k) for k, v in reasons.items() if yes_no(v))
     return None
 
 
@@ -116,14 +116,14 @@ _REASON_NAMES = ("Idle", "Applications Clocks Setting", "SW Power Cap", "HW Slow
                  "SW Thermal Slowdown", "Display Clock Setting")
 
 
-def _gpu_from_block(index: int, b: _Block, side: _Side | None = None) -> GpuInfo:
+def _gpu_from_block(index: int, b: _Block, side: Side | None = None) -> GpuInfo:
     link = ("pci", "gpu link info")
     reset_flag = b.first(("gpu reset status", "reset required"))
     drain_flag = b.first(("gpu reset status", "drain and reset recommended"))
-    remap_pending = _yes(b.get("remapped rows", "pending"))
-    requires_reset = _reset([_yes(reset_flag), _yes(drain_flag)],
-                            any(v in _RESET_VALUES for v in b.raw_values()))
-    width_cur = _int(b.get(*link, "link width", "current"))
+    remap_pending = yes_no(b.get("remapped rows", "pending"))
+    requires_reset = needs_reset([yes_no(reset_flag), yes_no(drain_flag)],
+                            any(v in RESET_VALUES for v in b.raw_values()))
+    width_cur = to_int(b.get(*link, "link width", "current"))
     retired_pending = b.first(("retired pages", "pending page blacklist"),
                               ("retired pages", "pending page retirement"),
                               ("retired pages", "pending"))  # R410 and before
@@ -131,40 +131,40 @@ def _gpu_from_block(index: int, b: _Block, side: _Side | None = None) -> GpuInfo
     power = b.first(("gpu power readings", "power draw"), ("power readings", "power draw"),
                     ("gpu power readings", "instantaneous power draw"),
                     ("gpu power readings", "average power draw"))
-    memory_mib = _num(b.get("fb memory usage", "total"))
+    memory_mib = to_float(b.get("fb memory usage", "total"))
     return GpuInfo(
         index=index,
-        name=_clean(b.get("product name")),
-        uuid=_clean(b.get("gpu uuid")),
-        serial=_serial(b.get("serial number")),
-        bus_id=_clean(b.get("pci", "bus id")) or b.bus_id or None,
+        name=clean_value(b.get("product name")),
+        uuid=clean_value(b.get("gpu uuid")),
+        serial=clean_serial(b.get("serial number")),
+        bus_id=clean_value(b.get("pci", "bus id")) or b.bus_id or None,
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
-        ecc_enabled=_yes(b.first(("ecc mode", "current"))),
+        ecc_enabled=yes_no(b.first(("ecc mode", "current"))),
         ecc_uncorrected_volatile=_ecc_uncorrected(b, "volatile"),
         ecc_uncorrected_aggregate=_ecc_uncorrected(b, "aggregate"),
         remapped_rows_pending=remap_pending,
-        remapped_rows_failure=_yes(b.get("remapped rows", "remapping failure occurred")),
-        retired_pages_pending=_yes(retired_pending),
-        retired_pages_dbe=_int(dbe),
-        temperature_c=_num(b.get("temperature", "gpu current temp")),
+        remapped_rows_failure=yes_no(b.get("remapped rows", "remapping failure occurred")),
+        retired_pages_pending=yes_no(retired_pending),
+        retired_pages_dbe=to_int(dbe),
+        temperature_c=to_float(b.get("temperature", "gpu current temp")),
         throttle_reasons=_throttle(b),
-        power_draw_w=_num(power),
-        persistence_mode=_yes(b.get("persistence mode")),
-        performance_state=_clean(b.get("performance state")),
-        pcie_gen_current=_int(b.get(*link, "pcie generation", "current")),
-        pcie_gen_max=_int(b.get(*link, "pcie generation", "max")),
-        pcie_gen_device_max=_int(b.get(*link, "pcie generation", "device max")),
-        pcie_gen_host_max=_int(b.get(*link, "pcie generation", "host max")),
+        power_draw_w=to_float(power),
+        persistence_mode=yes_no(b.get("persistence mode")),
+        performance_state=clean_value(b.get("performance state")),
+        pcie_gen_current=to_int(b.get(*link, "pcie generation", "current")),
+        pcie_gen_max=to_int(b.get(*link, "pcie generation", "max")),
+        pcie_gen_device_max=to_int(b.get(*link, "pcie generation", "device max")),
+        pcie_gen_host_max=to_int(b.get(*link, "pcie generation", "host max")),
         pcie_width_current=width_cur,
-        pcie_width_max=_int(b.get(*link, "link width", "max")),
-        fabric_state=_clean(b.get("fabric", "state")),
-        fabric_status=_fabric_status(b.get("fabric", "status")),
-        recovery_action=_recovery(b.get("gpu recovery action")),
+        pcie_width_max=to_int(b.get(*link, "link width", "max")),
+        fabric_state=clean_value(b.get("fabric", "state")),
+        fabric_status=clean_fabric_status(b.get("fabric", "status")),
+        recovery_action=clean_recovery(b.get("gpu recovery action")),
         requires_reset=requires_reset,
         query_errors=tuple(f"{' > '.join(k)}: {v}" for k, v in b.values.items()
-                           if v.strip().lower() in _ERROR_VALUES),
+                           if v.strip().lower() in ERROR_VALUES),
     )
-def _indices(blocks: list[_Block], side: _Side) -> list[int]:
+def _indices(blocks: list[_Block], side: Side) -> list[int]:
     """Each section's GPU index: file order, or the `-i N` of the command line above each
     section when every section has one (and they differ)."""
     given = [side.bus_index.get(pci_key(b.bus_id) or b.bus_id) for b in blocks]
@@ -177,10 +177,10 @@ def parse_smi_query(text: str | Input) -> GpuInventory:
     """Parse `nvidia-smi -q`. Reads `Driver Version : 535.154.05` and per-GPU sections starting
     `GPU 00000000:53:00.0`; GPUs are indexed in file order (nvidia-smi prints them by index, but
     a `-q -i N` excerpt starts at 0). Raises ParseError when no GPU section is found."""
-    return _query(as_input(text), _Side())
+    return read_smi_query(as_input(text), Side())
 
 
-def _query(source: Input, side: _Side, *, fragment: bool = False) -> GpuInventory:
+def read_smi_query(source: Input, side: Side, *, fragment: bool = False) -> GpuInventory:
     q = _tree(_batches(source, side), side, fragment=fragment)
     if q.blocks and not q.blocks[0].bus_id:
         side.fragment = True
@@ -188,7 +188,7 @@ def _query(source: Input, side: _Side, *, fragment: bool = False) -> GpuInventor
         if q.attached_gpus == 0:
             return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, (), 0)
         raise side.not_read("no `GPU 0000xxxx:BB:DD.F` section found: not `nvidia-smi -q` output")
-    gpus = _with_lost([_gpu_from_block(i, b, side) for i, b in zip(_indices(q.blocks, side),
+    gpus = with_lost([_gpu_from_block(i, b, side) for i, b in zip(_indices(q.blocks, side),
                                                                       q.blocks, strict=True)],
                       side, renumber=True)
     return GpuInventory("nvidia-smi -q", q.driver_version, q.cuda_version, gpus, q.attached_gpus)

@@ -8,13 +8,13 @@ import re
 
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers.nvidia_smi_common import (
-    _BUS,
+    BUS_ID,
     MAX_GPUS,
-    _clean,
-    _lines,
-    _num,
-    _Side,
-    _with_lost,
+    Side,
+    clean_value,
+    smi_lines,
+    to_float,
+    with_lost,
 )
 from harness.parsers.reader import Input, as_input
 from harness.parsers.values import ascii_int
@@ -25,11 +25,11 @@ _TABLE_VERSIONS = re.compile(
 # `|   0  NVIDIA A40                     On  |   00000000:4F:00.0 Off |                    0 |`;
 # on Windows the column is `Driver-Model` (`WDDM`, `TCC`, `MCDM`); a GPU that stopped answering
 # shows `ERR!` for its name.
-_TABLE_ROW1 = re.compile(
+TABLE_ROW1 = re.compile(
     # (The name is words with single spaces between them: `.+?` before `\s+` rescanned a run of
     # blanks from each of its characters.)
     rf"^\|\s*(?P<index>[0-9]+)\s+(?P<name>\S+(?: \S+)*?)\s+(?P<pm>On|Off|WDDM|TCC|MCDM|N/A|ERR!)\s*\|\s*"
-    rf"(?P<bus>{_BUS})\s+\S+\s*\|\s*(?P<ecc>\S+)\s*\|\s*$"
+    rf"(?P<bus>{BUS_ID})\s+\S+\s*\|\s*(?P<ecc>\S+)\s*\|\s*$"
 )
 # `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
 _TABLE_ROW2 = re.compile(
@@ -60,15 +60,15 @@ def parse_smi_table(text: str | Input) -> GpuInventory:
     the driver cannot read it, and a GPU the driver cannot open at all is named on an `Unable to
     determine the device handle` line above the table (both are reported as requiring a reset).
     A GPU printed again (`nvidia-smi -l`) keeps its latest rows."""
-    return _table(as_input(text), _Side())
+    return read_smi_table(as_input(text), Side())
 
 
-def _table(source: Input, side: _Side) -> GpuInventory:
+def read_smi_table(source: Input, side: Side) -> GpuInventory:
     versions: re.Match[str] | None = None
     gpus: dict[int, GpuInfo] = {}
     row1: re.Match[str] | None = None  # a GPU's first row, waiting for its second
     row1_line = ""
-    for line in itertools.chain(_lines(source, side), [""]):
+    for line in itertools.chain(smi_lines(source, side), [""]):
         if versions is None and "Version:" in line:
             versions = _TABLE_VERSIONS.search(line)
         if row1 is not None:
@@ -77,7 +77,7 @@ def _table(source: Input, side: _Side) -> GpuInventory:
         stripped = line.strip()
         if stripped[:1] == "|" and not stripped.endswith("|"):
             stripped = _TABLE_NOTE.sub("|", stripped)
-        m = _TABLE_ROW1.match(stripped) if stripped[:1] == "|" else None
+        m = TABLE_ROW1.match(stripped) if stripped[:1] == "|" else None
         if m:
             row1, row1_line = m, line
     if not gpus and not side.lost:
@@ -85,11 +85,11 @@ def _table(source: Input, side: _Side) -> GpuInventory:
                             "in the nvidia-smi table")
     return GpuInventory("nvidia-smi", versions["driver"] if versions else None,
                         versions["cuda"] if versions else None,
-                        _with_lost(sorted(gpus.values(), key=lambda g: g.index), side))
+                        with_lost(sorted(gpus.values(), key=lambda g: g.index), side))
 
 
 def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuInfo],
-               side: _Side) -> None:
+               side: Side) -> None:
     """Record the GPU of table row `m` (its second row is `next_line`)."""
     index = ascii_int(m["index"])
     if index is None:
@@ -99,18 +99,18 @@ def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuI
         return
     row2 = _TABLE_ROW2.match(next_line.strip())
     err = "ERR!" in line or "ERR!" in next_line
-    memory_mib = _num(row2["mem"]) if row2 else None
-    perf = _clean(row2["perf"]) if row2 else None
+    memory_mib = to_float(row2["mem"]) if row2 else None
+    perf = clean_value(row2["perf"]) if row2 else None
     ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
     gpus[index] = GpuInfo(
         index=index,
-        name=_clean(m["name"]),
+        name=clean_value(m["name"]),
         bus_id=m["bus"],
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
         ecc_enabled=ecc_enabled,
         ecc_uncorrected_volatile=ecc_errors,
-        temperature_c=_num(row2["temp"]) if row2 else None,
-        power_draw_w=_num(row2["power"]) if row2 else None,
+        temperature_c=to_float(row2["temp"]) if row2 else None,
+        power_draw_w=to_float(row2["power"]) if row2 else None,
         persistence_mode={"On": True, "Off": False}.get(m["pm"]),
         performance_state=perf if perf and perf.startswith("P") else None,
         requires_reset=True if err else None,

@@ -19,15 +19,15 @@ from collections.abc import Iterable
 
 from harness.base.gpu_record import pci_key
 from harness.parsers.nvidia_smi_common import (
-    _BUS,
-    _GPU_HEADER,
-    _KEY_VALUE,
+    BUS_ID,
     FABRIC_KEYS,
     FRAGMENT_SECTIONS,
+    GPU_HEADER,
+    KEY_VALUE,
     MAX_DEPTH,
     MAX_GPUS,
     MAX_KEYS,
-    _Side,
+    Side,
 )
 
 __all__ = ["Tree", "TreeBlock"]
@@ -38,7 +38,7 @@ __all__ = ["Tree", "TreeBlock"]
 _LINE = re.compile(r"^([ \t]*+)(?:([^:\n]*?\S)[ \t]++:[ \t]?([^\n]*)|([^\n]*))$", re.M)
 _ODD_SPACE = re.compile(r"[^\S \t\n]")
 #: A GPU section's first line, as the line reader sees one (`_GPU_HEADER` on the stripped line).
-_HEADER = rf"([ ]*+[ \t]*+)GPU[ \t]+({_BUS})[ \t]*$"  # (`[ ]*+`: a tight C loop)
+_HEADER = rf"([ ]*+[ \t]*+)GPU[ \t]+({BUS_ID})[ \t]*$"  # (`[ ]*+`: a tight C loop)
 _ENDS: dict[int, tuple[re.Pattern[str], re.Pattern[str]]] = {}
 
 
@@ -83,7 +83,7 @@ def _split(lines: list[str]) -> list[tuple[str, str, str, str]]:
     for line in lines:
         stripped = line.strip()
         indent = line[:len(line) - len(line.lstrip(" \t"))]
-        m = _KEY_VALUE.match(stripped)
+        m = KEY_VALUE.match(stripped)
         out.append((indent, m["key"], m["value"], "") if m else (indent, "", "", stripped))
     return out
 
@@ -100,7 +100,7 @@ class Tree:
     """The tree read so far: `top` (keys outside any GPU section), `blocks` (by bus, in first
     seen order). `feed` each batch, then `finish`."""
 
-    def __init__(self, side: _Side, *, fragment: bool = False) -> None:
+    def __init__(self, side: Side, *, fragment: bool = False) -> None:
         self.side = side
         self.top: dict[str, str] = {}
         self.blocks: dict[str, TreeBlock] = {}
@@ -231,7 +231,7 @@ class Tree:
                 if not other:
                     continue
             indent = len(indent_text)
-            if not key and other[:3] == "GPU" and (header := _GPU_HEADER.match(other)):
+            if not key and other[:3] == "GPU" and (header := GPU_HEADER.match(other)):
                 block = self._header(header["bus"], indent)
                 values, stack, path, base = block.values, [], (), indent
                 continue

@@ -9,22 +9,22 @@ from typing import Any
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
-    _CSV_REASONS,
-    _ERROR_VALUES,
-    _RESET_VALUES,
+    CSV_REASONS,
+    ERROR_VALUES,
     MAX_GPUS,
-    _clean,
-    _fabric_status,
-    _int,
-    _lines,
-    _num,
-    _recovery,
-    _reset,
-    _serial,
-    _Side,
-    _version,
-    _with_lost,
-    _yes,
+    RESET_VALUES,
+    Side,
+    clean_fabric_status,
+    clean_recovery,
+    clean_serial,
+    clean_value,
+    clean_version,
+    needs_reset,
+    smi_lines,
+    to_float,
+    to_int,
+    with_lost,
+    yes_no,
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
 
@@ -40,12 +40,12 @@ def _xml_ecc(gpu: Any, scope: str) -> int | None:
     node = gpu.find(f"ecc_errors/{scope}")
     if node is None:
         return None
-    new = [_int(c.text) for c in node
+    new = [to_int(c.text) for c in node
            if c.tag.startswith(("dram_uncorrectable", "sram_uncorrectable"))]
     if new:
         known = [n for n in new if n is not None]
         return sum(known) if known else None
-    return _int(_xml_text(node, "double_bit/total") or _xml_text(node, "double_bit/device_memory"))
+    return to_int(_xml_text(node, "double_bit/total") or _xml_text(node, "double_bit/device_memory"))
 
 
 def _xml_gpu(index: int, g: Any) -> GpuInfo:
@@ -55,48 +55,48 @@ def _xml_gpu(index: int, g: Any) -> GpuInfo:
     for section, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
                             ("clocks_throttle_reasons", "clocks_throttle_reason_")):
         for child in g.findall(f"{section}/*"):
-            name = _CSV_REASONS.get(child.tag.removeprefix(prefix))
-            if name and _yes(child.text) is not None:
+            name = CSV_REASONS.get(child.tag.removeprefix(prefix))
+            if name and yes_no(child.text) is not None:
                 reasons = reasons or []
-                if _yes(child.text):
+                if yes_no(child.text):
                     reasons.append(name)
     texts = [(e.text or "").strip().lower() for e in g.iter()]
-    memory_mib = _num(t("fb_memory_usage/total"))
+    memory_mib = to_float(t("fb_memory_usage/total"))
     return GpuInfo(
         index=index,
-        name=_clean(t("product_name")),
-        uuid=_clean(t("uuid")),
-        serial=_serial(t("serial")),
-        bus_id=_clean(t("pci/pci_bus_id")) or g.get("id"),
+        name=clean_value(t("product_name")),
+        uuid=clean_value(t("uuid")),
+        serial=clean_serial(t("serial")),
+        bus_id=clean_value(t("pci/pci_bus_id")) or g.get("id"),
         memory_total_gib=None if memory_mib is None else round(memory_mib / 1024, 2),
-        ecc_enabled=_yes(t("ecc_mode/current_ecc")),
+        ecc_enabled=yes_no(t("ecc_mode/current_ecc")),
         ecc_uncorrected_volatile=_xml_ecc(g, "volatile"),
         ecc_uncorrected_aggregate=_xml_ecc(g, "aggregate"),
-        remapped_rows_pending=_yes(t("remapped_rows/remapped_row_pending")),
-        remapped_rows_failure=_yes(t("remapped_rows/remapped_row_failure")),
-        retired_pages_pending=_yes(t("retired_pages/pending_retirement")
+        remapped_rows_pending=yes_no(t("remapped_rows/remapped_row_pending")),
+        remapped_rows_failure=yes_no(t("remapped_rows/remapped_row_failure")),
+        retired_pages_pending=yes_no(t("retired_pages/pending_retirement")
                                    or t("retired_pages/pending_blacklist")),
-        retired_pages_dbe=_int(t("retired_pages/double_bit_retirement/retired_count")),
-        temperature_c=_num(t("temperature/gpu_temp")),
+        retired_pages_dbe=to_int(t("retired_pages/double_bit_retirement/retired_count")),
+        temperature_c=to_float(t("temperature/gpu_temp")),
         throttle_reasons=None if reasons is None else tuple(dict.fromkeys(reasons)),
-        power_draw_w=_num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw")
+        power_draw_w=to_float(t("gpu_power_readings/power_draw") or t("power_readings/power_draw")
                           or t("gpu_power_readings/instant_power_draw")),
-        persistence_mode=_yes(t("persistence_mode")),
-        performance_state=_clean(t("performance_state")),
-        pcie_gen_current=_int(t(f"{link}/pcie_gen/current_link_gen")),
-        pcie_gen_max=_int(t(f"{link}/pcie_gen/max_link_gen")),
-        pcie_gen_device_max=_int(t(f"{link}/pcie_gen/max_device_link_gen")),
-        pcie_gen_host_max=_int(t(f"{link}/pcie_gen/max_host_link_gen")),
-        pcie_width_current=_int(t(f"{link}/link_widths/current_link_width")),
-        pcie_width_max=_int(t(f"{link}/link_widths/max_link_width")),
-        fabric_state=_clean(t("fabric/state")),
-        fabric_status=_fabric_status(t("fabric/status")),
-        recovery_action=_recovery(t("gpu_recovery_action")),
-        requires_reset=_reset([_yes(t("gpu_reset_status/reset_required")),
-                               _yes(t("gpu_reset_status/drain_and_reset_recommended"))],
-                              any(v in _RESET_VALUES for v in texts)),
+        persistence_mode=yes_no(t("persistence_mode")),
+        performance_state=clean_value(t("performance_state")),
+        pcie_gen_current=to_int(t(f"{link}/pcie_gen/current_link_gen")),
+        pcie_gen_max=to_int(t(f"{link}/pcie_gen/max_link_gen")),
+        pcie_gen_device_max=to_int(t(f"{link}/pcie_gen/max_device_link_gen")),
+        pcie_gen_host_max=to_int(t(f"{link}/pcie_gen/max_host_link_gen")),
+        pcie_width_current=to_int(t(f"{link}/link_widths/current_link_width")),
+        pcie_width_max=to_int(t(f"{link}/link_widths/max_link_width")),
+        fabric_state=clean_value(t("fabric/state")),
+        fabric_status=clean_fabric_status(t("fabric/status")),
+        recovery_action=clean_recovery(t("gpu_recovery_action")),
+        requires_reset=needs_reset([yes_no(t("gpu_reset_status/reset_required")),
+                               yes_no(t("gpu_reset_status/drain_and_reset_recommended"))],
+                              any(v in RESET_VALUES for v in texts)),
         query_errors=tuple(f"{e.tag}: {(e.text or '').strip()}" for e in g.iter()
-                           if (e.text or "").strip().lower() in _ERROR_VALUES),
+                           if (e.text or "").strip().lower() in ERROR_VALUES),
     )
 
 
@@ -104,16 +104,16 @@ def parse_smi_xml(text: str | Input) -> GpuInventory:
     """Parse `nvidia-smi -q -x`. Reads `<nvidia_smi_log><driver_version>555.42.06</...>` and
     `<gpu id="00000000:01:00.0">` elements (their DTD is never fetched). A document larger
     than MAX_DOCUMENT_CHARS (16 MiB; 8 GPUs print ~150 KB) is a ParseError."""
-    return _xml(as_input(text), _Side())
+    return read_smi_xml(as_input(text), Side())
 
 
-def _xml(source: Input, side: _Side) -> GpuInventory:
+def read_smi_xml(source: Input, side: Side) -> GpuInventory:
     import xml.etree.ElementTree as ET
 
     # Log lines (a lost GPU's `Unable to determine the device handle ...`) may precede it.
     body: list[str] = []
     size = 0
-    for line in _lines(source):
+    for line in smi_lines(source):
         if not body and "<?xml" not in line and "<nvidia_smi_log" not in line:
             side.see(line)
             continue
@@ -132,12 +132,12 @@ def _xml(source: Input, side: _Side) -> GpuInventory:
         raise ParseError(f"nvidia-smi XML does not parse: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
-    side.attached = _int(_xml_text(root, "attached_gpus"))
+    side.attached = to_int(_xml_text(root, "attached_gpus"))
     elements = root.findall("gpu")
     side.omitted += max(len(elements) - MAX_GPUS, 0)
-    gpus = _with_lost([_xml_gpu(i, g) for i, g in enumerate(elements[:MAX_GPUS])], side,
+    gpus = with_lost([_xml_gpu(i, g) for i, g in enumerate(elements[:MAX_GPUS])], side,
                       renumber=True)
     if not gpus and side.attached != 0:
         raise ParseError("<nvidia_smi_log> without <gpu> elements")
-    return GpuInventory("nvidia-smi -q -x", _version(_xml_text(root, "driver_version")),
-                        _version(_xml_text(root, "cuda_version")), gpus, side.attached)
+    return GpuInventory("nvidia-smi -q -x", clean_version(_xml_text(root, "driver_version")),
+                        clean_version(_xml_text(root, "cuda_version")), gpus, side.attached)

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from harness.base import proc
 from harness.base.deadline import HANG_MIN_S, Deadline, hung, mark_hung
+from harness.base.proc_result import ProcResult
 
 __all__ = ["MIN_TRY_S", "HungError", "bounded", "describe", "run"]
 
@@ -26,14 +27,14 @@ class HungError(RuntimeError):
     """An in-process call (NVML) did not return within its limit; str() says which and how long."""
 
 
-def describe(res: proc.ProcResult, note: str = "") -> str:
+def describe(res: ProcResult, note: str = "") -> str:
     """`res.describe()`; for a timeout also the deadline it had."""
     text = res.describe()  # a timeout's says its last line (or that it printed nothing)
     return text + note if res.timed_out else text
 
 
 def run(argv: Sequence[str], deadline: Deadline | None, cap_s: float, *, tool: str | None = None,
-        env: Mapping[str, str] | None = None) -> tuple[proc.ProcResult, str]:
+        env: Mapping[str, str] | None = None) -> tuple[ProcResult, str]:
     """Run `argv` within `deadline` (at most `cap_s`; no deadline: `cap_s`); (result, deadline
     note for messages). A tool that hung earlier in the run is not started (the result's
     `error` says so); one that times out now with at least HANG_MIN_S is remembered as hung."""
@@ -41,11 +42,11 @@ def run(argv: Sequence[str], deadline: Deadline | None, cap_s: float, *, tool: s
     args = tuple(str(a) for a in argv)
     why = hung(name)
     if why is not None:
-        return proc.ProcResult(args, None, error=f"not started: {name} hung earlier in this "
+        return ProcResult(args, None, error=f"not started: {name} hung earlier in this "
                                                  f"run ({why})"), ""
     limit = deadline.limit(cap_s) if deadline is not None else cap_s
     if deadline is not None and limit < MIN_TRY_S:
-        return proc.ProcResult(args, None,
+        return ProcResult(args, None,
                                error=f"not started: no time left of {deadline.what}"), ""
     res = proc.run(argv, timeout_s=limit, env=env)
     note = deadline.note(limit, cap_s) if deadline is not None else ""

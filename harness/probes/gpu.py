@@ -15,8 +15,6 @@ from harness.base import deadline as dl
 from harness.base.errors import ProbeError
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.probes import chain
-from harness.probes.dcgm import run_dcgm_diag
-from harness.probes.kernel_log import read_kernel_log
 from harness.probes.nvidia_smi import SMI_TIMEOUT_S, smi_query, smi_query_csv, smi_query_xml
 from harness.probes.nvml import NvmlUnavailableError, Reader, session, text
 from harness.probes.nvml_nvlink import (
@@ -30,16 +28,11 @@ from harness.probes.nvml_nvlink import (
 __all__ = [
     "NVML_TIMEOUT_S",
     "GpusUnreadableError",
-    "NvlinkCounters",
-    "NvmlUnavailableError",
+    "clock_event_reasons",
     "inventory",
     "nvlink_error_growth",
     "query_gpus",
-    "read_kernel_log",
-    "run_dcgm_diag",
     "sample_nvlink_errors",
-    "smi_query",
-    "smi_query_csv",
 ]
 
 #: Bound on NVML's answer (nvmlInit and every device query), s: a few seconds on 8 GPUs even
@@ -56,7 +49,7 @@ def _cuda_version(raw: int | None) -> str | None:
     return None if not raw else f"{raw // 1000}.{(raw % 1000) // 10}"
 
 
-def _reasons(mask: int | None) -> tuple[str, ...] | None:
+def clock_event_reasons(mask: int | None) -> tuple[str, ...] | None:
     if mask is None:
         return None
     return tuple(name for bit, name in _REASON_BITS.items() if mask & bit)
@@ -148,7 +141,7 @@ def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
         retired_pages_pending=None if pending_pages is None else pending_pages == enabled,
         retired_pages_dbe=None if dbe_pages is None else len(dbe_pages),
         temperature_c=None if temp is None else float(temp),
-        throttle_reasons=_reasons(mask),
+        throttle_reasons=clock_event_reasons(mask),
         power_draw_w=None if power_mw is None else power_mw / 1000.0,
         persistence_mode=None if persistence is None else persistence == enabled,
         performance_state=None if pstate is None else f"P{pstate}",

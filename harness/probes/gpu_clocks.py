@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from harness.base.gpu_actions import BAD_THROTTLE_REASONS
 from harness.base.jsontypes import JSONMapping
-from harness.probes.gpu import _reasons as reason_names
+from harness.probes.gpu import clock_event_reasons as reason_names
 
 __all__ = ["ClockSummary", "summaries", "summarize"]
 

@@ -21,11 +21,13 @@ __all__ = [
     "copy_gb_s",
     "device_uuid",
     "digest",
+    "make_inputs",
     "matmul_tflops",
     "run_compute_sanity",
     "run_copy",
     "run_matmul",
     "sdc_suspects",
+    "sync_device",
 ]
 
 
@@ -74,14 +76,14 @@ def digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
     import torch
 
     if getattr(device, "type", str(device)).startswith("cuda"):
         torch.cuda.synchronize(device)
 
 
-def _inputs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def make_inputs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -96,18 +98,18 @@ def run_matmul(device: torch.device, *, n: int = 8192, iters: int = 50, seed: in
     every device multiplies the same bits."""
     import torch
 
-    a, b = inputs if inputs is not None else _inputs(n, seed)
+    a, b = inputs if inputs is not None else make_inputs(n, seed)
     a, b = a.to(device), b.to(device)
     with torch.no_grad():
         c = a @ b  # the result every GPU is compared on
         result = digest(c)
         for _ in range(WARMUP_ITERS):  # let clocks ramp up from idle before timing
             torch.matmul(a, b, out=c)
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         for _ in range(iters):
             torch.matmul(a, b, out=c)
-        _sync(device)
+        sync_device(device)
         seconds = time.perf_counter() - start
     return matmul_tflops(a.shape[0], seconds, iters), result
 
@@ -119,11 +121,11 @@ def run_copy(device: torch.device, *, nbytes: int = 1 << 30, iters: int = 20) ->
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    _sync(device)
+    sync_device(device)
     start = time.perf_counter()
     for _ in range(iters):
         dst.copy_(src)
-    _sync(device)
+    sync_device(device)
     return copy_gb_s(nbytes, time.perf_counter() - start, iters)
 
 
@@ -163,7 +165,7 @@ def run_compute_sanity(devices: list[torch.device] | None = None, *, n: int = 81
             raise RuntimeError(f"torch {torch.__version__} sees no CUDA device (CUDA build: "
                                f"{torch.version.cuda or 'none'})")
         devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    inputs = _inputs(n, seed=0)
+    inputs = make_inputs(n, seed=0)
     tflops, digests, copies, uuids = {}, {}, {}, {}
     for i, device in enumerate(devices):
         tflops[i], digests[i] = run_matmul(device, n=n, iters=iters, inputs=inputs)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from harness.base import proc
+from harness.base.proc_result import ProcResult
 from harness.parsers import ParseError
 from harness.parsers.rdma_bench import parse_fabtests, parse_perftest
 
@@ -49,7 +50,7 @@ def loopback(fabric: str, device: str, *, port: int = 18515,
     if proc.which(tool) is None:
         return Loopback(device, tool, problem=f"{tool} is not installed")
     server_argv = _argv(fabric, device, port)
-    box: dict[str, proc.ProcResult] = {}
+    box: dict[str, ProcResult] = {}
     server = threading.Thread(
         target=lambda: box.setdefault("server", proc.run(server_argv, timeout_s=timeout_s)),
         name=f"preflight-loopback-{device}", daemon=True)

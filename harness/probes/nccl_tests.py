@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import proc
+from harness.base.proc_result import ProcResult
 from harness.base.settings import get_list, get_str
 from harness.parsers import ParseError
 from harness.parsers.nccl_tests import parse_nccl_tests
@@ -222,7 +223,7 @@ class NcclTestsRun:
     """One nccl-tests run: the command, what the process did, and the parsed result (if any)."""
 
     command: tuple[str, ...]
-    proc: proc.ProcResult
+    proc: ProcResult
     result: NcclTestsResult | None
     parse_error: str | None = None
     features: Features = field(default_factory=Features)
@@ -304,7 +305,7 @@ def run_nccl_tests(
 
 
 def _parse(
-    result: proc.ProcResult, json_path: str | None, collective: str
+    result: ProcResult, json_path: str | None, collective: str
 ) -> tuple[NcclTestsResult | None, str | None]:
     text_result: NcclTestsResult | None = None
     error: str | None = None

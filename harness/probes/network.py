@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import proc
+from harness.base.proc_result import ProcResult
 from harness.parsers import ParseError
 from harness.parsers.fi_info import FiInfo, parse_fi_info
 from harness.parsers.nccl_log import parse_nccl_log_stream
@@ -322,7 +323,7 @@ def memlock_kib(sysroot: Path = Path("/")) -> int | None:
 class FiInfoProbe:
     """`fi_info -p PROVIDER`: its run, the parsed listing, or why there is none."""
 
-    result: proc.ProcResult
+    result: ProcResult
     info: FiInfo | None
     problem: str | None = None
 
@@ -348,7 +349,7 @@ def query_fi_info(provider: str | None = "efa", timeout_s: float = 15.0) -> FiIn
 class CollectiveRun:
     """A short all_reduce under torchrun: how it ended and the NCCL debug logs it wrote."""
 
-    result: proc.ProcResult
+    result: ProcResult
     log_files: tuple[Path, ...]
     workdir: Path
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.base import deadline as dl
-from harness.base import proc
 from harness.base.errors import ProbeError
 from harness.base.gpu_record import GpuInventory
+from harness.base.proc_result import ProcResult
 from harness.parsers import ParseError
 from harness.probes import chain
 
@@ -43,7 +43,7 @@ def smi_query(timeout_s: float = SMI_TIMEOUT_S, *,
     return _smi(["-q"], timeout_s, deadline, parse_smi_query, "`nvidia-smi -q`")
 
 
-def _smi_reading(res: proc.ProcResult, parse: Callable[[], GpuInventory], what: str,
+def _smi_reading(res: ProcResult, parse: Callable[[], GpuInventory], what: str,
                  note: str = "") -> GpuInventory:
     """The inventory nvidia-smi printed. A non-zero exit is a ProbeError, unless what it
     printed names a lost GPU (`Unable to determine the device handle for GPU...`): nvidia-smi

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.base import proc
+from harness.base.proc_result import ProcResult
 from harness.base.settings import get_str
 
 __all__ = [
@@ -357,7 +357,7 @@ GPU_SIZES = {"hidden": 256, "heads": 4, "ffn": 1024, "seq": 128, "batch_per_rank
 class TrainStepRun:
     """The step's part of one worker launch: the launch, what its output said, and times."""
 
-    proc: proc.ProcResult
+    proc: ProcResult
     """The worker launch that ran the step (shared with the launch's other parts)."""
     output: Any
     """`harness.parsers.train_step.TrainStepOutput`, or None when nothing in it was recognised."""

@@ -84,7 +84,7 @@ def timed_matmuls(
         first = gc.digest(c)
         for _ in range(gc.WARMUP_ITERS):
             torch.matmul(a, b, out=c)
-        gc._sync(device)
+        gc.sync_device(device)
         start = time.perf_counter()
         per_chunk: list[float] = []
         total_iters = 0
@@ -93,7 +93,7 @@ def timed_matmuls(
             t0 = time.perf_counter()
             for _ in range(chunk_iters):
                 torch.matmul(a, b, out=c)
-            gc._sync(device)
+            gc.sync_device(device)
             now = time.perf_counter()
             busy += max(now - t0, 1e-9)
             per_chunk.append(gc.matmul_tflops(n, max(now - t0, 1e-9), chunk_iters))
@@ -149,7 +149,7 @@ def run_one(device: torch.device, *, seconds: float, n: int, chunk_iters: int, c
 
     index = device.index if device.type == "cuda" else 0
     read = nvml_reader(index) if device.type == "cuda" else None
-    a, b = (t.to(device) for t in gc._inputs(n, seed=0))
+    a, b = (t.to(device) for t in gc.make_inputs(n, seed=0))
     tflops, chunks, first, readings, timed = timed_matmuls(
         device, a, b, seconds=seconds, chunk_iters=chunk_iters, read=read)
     del a, b

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harness.base.jsontypes import JSONObject
+from harness.probes.gpu_compute import sync_device
 from harness.probes.train_step import (
     FP8_RECIPES,
     GPU_SIZES,
@@ -43,11 +44,6 @@ from harness.worker.group import fsdp_api
 from harness.worker.train_model import Precision, build_model, lm_loss, make_batch
 
 __all__ = ["device_for", "step"]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _peak_mem_mib(device: torch.device) -> tuple[float, str]:
@@ -109,7 +105,7 @@ def train_sharded(
         backward.backward()
         opt.step()
         losses.append(loss.item())
-        _sync(device)
+        sync_device(device)
         times.append(time.perf_counter() - start)
     peak, mem_kind = _peak_mem_mib(device)
     facts: JSONObject = {"local_losses": losses, "step_times_s": [round(t, 6) for t in times],
