@@ -229,7 +229,7 @@ def test_a_node_summary_round_trips_byte_for_byte():
     to the same summary and the same bytes, SDC figures and a failed check included."""
     import json
 
-    from harness.cluster.snapshot import NodeSummary
+    from harness.cluster.wire import NodeSummary
 
     report = Report(host="node3", profile="local-cpu", profile_source="--profile",
                     tier="preflight")

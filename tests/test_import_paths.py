@@ -25,17 +25,7 @@ FROZEN = ("tests/data/", "tests/samples/")
 PRODUCT = ("harness/", "checks/")
 #: Private names still crossing, each waiting on the branch that owns the files (issue 28 item
 #: 2; delete the line when that branch lands): (importer, owner, name).
-PENDING = {
-    # h32e rewrites parsers/env*.py for speed (issue 32 item 3)
-    *(("harness/parsers/env_yaml.py", "harness.parsers.env_script", n) for n in ("_ASSIGN", "_NAME")),
-    *(("harness/parsers/env.py", "harness.parsers.env_script", n) for n in ("_ASSIGN", "_IS_NAME", "_NAME")),
-    *(("harness/parsers/env.py", "harness.parsers.env_yaml", n)
-      for n in ("_DICT_ENTRY", "_INLINE_ENV", "_YAML_BLOCK", "_YAML_INLINE", "_YAML_NAME", "_list_item",
-                "_parse_yaml")),
-    # h28t owns report/; h28c made publish's client public (aws_client) on its branch
-    ("harness/report/html/render.py", "harness.report.publish", "_describe"),
-    ("harness/memory/store.py", "harness.report.publish", "_client"),
-}
+PENDING: set[tuple[str, str, str]] = set()  # every crossing fixed; keep it empty
 
 
 def _module(rel: str) -> str:

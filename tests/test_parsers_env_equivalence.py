@@ -1,6 +1,6 @@
 """The env reader's fast paths read exactly what the reader before them read (issue 32, item 3).
 
-tests/data/env_equivalence.json holds, per recorded file under tests/data and tests/samples and per
+tests/golden/env_equivalence.json holds, per recorded file under tests/data and tests/samples and per
 form of it (plain, CRLF, under each wrapper the env reader takes off: srun `-l`, mpirun
 `--tag-output` for one rank and for two ranks interleaved, a leading ISO timestamp; read whole
 and in 61-character chunks, so that every batch boundary falls somewhere), a digest of what the
@@ -24,11 +24,11 @@ import pytest
 
 from harness.parsers import ParseError
 from harness.parsers.env import _is_script_line, parse_env_dump
-from harness.parsers.env_yaml import _INLINE_ENV
+from harness.parsers.env_yaml import INLINE_ENV
 from harness.parsers.reader import Input
 
 TESTS = Path(__file__).parent
-GOLDEN = TESTS / "data" / "env_equivalence.json"
+GOLDEN = TESTS / "golden" / "env_equivalence.json"
 MAX_FILE = 1 << 20
 
 
@@ -123,7 +123,7 @@ def test_fast_patterns_match_as_the_reference() -> None:
               "A", "é", " ", "\t", "'", '"', ":", "{", "}", ",", "B=1", "#", "$ ", "\\", "x"]
     lines = _EDGES + ["".join(rng.choices(pieces, k=rng.randint(1, 12))) for _ in range(20000)]
     for line in lines:
-        old, new = _OLD_INLINE_ENV.search(line), _INLINE_ENV.search(line)
+        old, new = _OLD_INLINE_ENV.search(line), INLINE_ENV.search(line)
         assert (old and old["body"]) == (new and new["body"]), line
         assert bool(_OLD_SCRIPT_LINE.search(line)) == _is_script_line(line), line
 

@@ -16,8 +16,9 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import check, fail, measure, not_run, warn
 from harness.cluster.group_check import test_job_shaped_groups_meet_their_threshold
 from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
-from harness.cluster.snapshot import FACT_KEYS, ClusterView, NodeSummary
+from harness.cluster.snapshot import FACT_KEYS, ClusterView
 from harness.cluster.straggler import test_no_straggler_node
+from harness.cluster.wire import NodeSummary
 
 __all__ = ["CLUSTER_CHECKS", "consistency_outliers"]
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.base.jsontypes import JSONObject
-from harness.cluster.snapshot import NodeSummary
 from harness.cluster.timeouts import ClusterTimeouts
+from harness.cluster.wire import NodeSummary
 
 __all__ = ["FleetSpec", "run_fleet"]
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.checking import check, fail, measure, not_applicable, warn
-from harness.cluster.snapshot import ClusterView, NodeSummary
+from harness.cluster.snapshot import ClusterView
+from harness.cluster.wire import NodeSummary
 from harness.probes.sdc import differing_outputs, majority, short
 
 __all__ = ["test_no_silent_data_corruption_across_nodes"]

@@ -22,7 +22,6 @@ from harness.cluster.collectives import CollectivePhases, log
 from harness.cluster.node import node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import (
-    NodeSummary,
     job_topology,
     left_out,
     node_summary,
@@ -30,6 +29,7 @@ from harness.cluster.snapshot import (
 )
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import CLUSTER_IDS, ClusterVerdict, decide, verdict_of
+from harness.cluster.wire import NodeSummary
 from harness.results import results as typed_results
 from harness.run.confirm import add_isolation
 from harness.topology.model import Topology, TopologyError

@@ -28,7 +28,7 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, status_of
-from harness.parsers.dcgm_text import _MISS, MAX_CACHED
+from harness.parsers.dcgm_text import MAX_CACHED, NO_CELLS
 from harness.parsers.unwrap import table_line
 from harness.parsers.values import ascii_int
 
@@ -170,8 +170,8 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
             stripped = table_line(line).strip()  # a quoted table's line
             if stripped[:1] not in ("|", "+"):
                 continue
-        got = cells.get(stripped, _MISS)
-        if got is _MISS:
+        got = cells.get(stripped, NO_CELLS)
+        if got is NO_CELLS:
             got = _split(stripped)
             if len(cells) < MAX_CACHED:
                 cells[stripped] = got

@@ -91,7 +91,7 @@ class _Tests(list):  # type: ignore[type-arg]
 #: Distinct table lines whose split `_from_text` keeps (a log of dcgmi runs prints the same
 #: lines again and again; the bound keeps memory flat).
 MAX_CACHED = 4096
-_MISS = ("",)
+NO_CELLS = ("",)
 
 
 def _split(stripped: str) -> tuple[str, ...] | None:
@@ -137,8 +137,8 @@ def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
             stripped = table_line(line).strip()  # a quoted table's line (`# | Memory | Pass |`)
             if stripped[:1] not in ("|", "+"):
                 continue
-        got = cells.get(stripped, _MISS)
-        if got is _MISS:
+        got = cells.get(stripped, NO_CELLS)
+        if got is NO_CELLS:
             got = _split(stripped)
             if len(cells) < MAX_CACHED:
                 cells[stripped] = got

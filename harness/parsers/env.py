@@ -14,24 +14,24 @@ from typing import TYPE_CHECKING, Any, TextIO
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env_script import (
-    _ASSIGN,
-    _IS_NAME,
-    _NAME,
+    ASSIGN,
     FLAG_WORDS,
+    IS_NAME,
     MAX_TOTAL_CHARS,
     MAX_VALUE_CHARS,
     MAX_VARIABLES,
+    VAR_NAME,
     Variables,
     parse_script,
 )
 from harness.parsers.env_yaml import (
-    _DICT_ENTRY,
-    _INLINE_ENV,
-    _YAML_BLOCK,
-    _YAML_INLINE,
-    _YAML_NAME,
-    _list_item,
-    _parse_yaml,
+    DICT_ENTRY,
+    INLINE_ENV,
+    YAML_BLOCK,
+    YAML_INLINE,
+    YAML_NAME,
+    list_item,
+    parse_yaml,
 )
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import RANK_PREFIX
@@ -56,7 +56,7 @@ _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]
 # search skips to each `-` with a literal scan (a dump's 120 KB JSON value: 0.05 ms, not 3).
 _SCRIPT_START = re.compile(r"\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|ARG|RUN|FROM)\s)")
 _SCRIPT_FLAG = re.compile(
-    rf"-(?<!\S-)(?:(?:x|e|-env)\s+|-env=|-export=[\"']?(?:[^\s,]*,)*){_NAME}=")
+    rf"-(?<!\S-)(?:(?:x|e|-env)\s+|-env=|-export=[\"']?(?:[^\s,]*,)*){VAR_NAME}=")
 #: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
 #: `Variables`).
 _JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
@@ -122,7 +122,7 @@ def parse_env_dump(text: str | Input) -> EnvDump:
                 pass  # nested deeper than any manifest: what was found so far
             return _finish((variables, 0), "json")
     if shape.structured:
-        return _finish(_parse_yaml(source.lines()), "yaml")
+        return _finish(parse_yaml(source.lines()), "yaml")
     lines = _unwrap(source.lines(), shape)
     if shape.script_tagged if _is_tagged(shape) else shape.script_plain:
         return _finish(parse_script(lines), "script")
@@ -149,11 +149,11 @@ def _shape(source: Input) -> _Shape:
             if shape.first == "[" and _RANK_PREFIX.match(stripped):
                 shape.first = "r"  # `[1,0]<stdout>:` is a rank prefix, not JSON
             shape.structured = shape.first in ("[", "{")
-        item = _list_item(line) if stripped[:1] in "-\"" else None
+        item = list_item(line) if stripped[:1] in "-\"" else None
         shape.structured = bool(
             (":" in line and _is_structured_line(line))
-            or ("{" in line and _INLINE_ENV.search(line))
-            or (previous in FLAG_WORDS and item is not None and _ASSIGN.match(item)))
+            or ("{" in line and INLINE_ENV.search(line))
+            or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
         previous = item
         m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
         if m is not None:
@@ -171,8 +171,8 @@ def _shape(source: Input) -> _Shape:
 def _is_structured_line(line: str) -> bool:
     """A Kubernetes `- name:` item, an `env:` block key, a `- {name: .., value: ..}` item, or a
     `"NAME": "value",` dict entry."""
-    return bool(("name:" in line and (_YAML_NAME.match(line) or _YAML_INLINE.match(line)))
-                or _YAML_BLOCK.match(line) or _DICT_ENTRY.match(line))
+    return bool(("name:" in line and (YAML_NAME.match(line) or YAML_INLINE.match(line)))
+                or YAML_BLOCK.match(line) or DICT_ENTRY.match(line))
 
 
 def _is_script_line(line: str) -> bool:
@@ -231,7 +231,7 @@ def _parse_lines(entries: Iterable[str], *, glue: bool) -> tuple[Variables, int]
             variables.put(last, "\n".join(parts))
 
     for entry in entries:
-        m = _ASSIGN.match(entry)
+        m = ASSIGN.match(entry)
         if m:
             flush()
             last, parts, size = m["name"], [m["value"]], len(m["value"])
@@ -256,15 +256,15 @@ def _walk_json(data: Any, in_env: bool = False, top: bool = True) -> Iterator[tu
     (Kubernetes, ECS), `{"environment": {"A": "b"}}` and a top-level `{"A": "b"}` map."""
     if isinstance(data, list):
         for item in data:
-            if isinstance(item, str) and (m := _ASSIGN.match(item)):
+            if isinstance(item, str) and (m := ASSIGN.match(item)):
                 yield m["name"], m["value"]
             elif isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item:
-                if _IS_NAME.match(item["name"]) and isinstance(item["value"], str | int | float | bool):
+                if IS_NAME.match(item["name"]) and isinstance(item["value"], str | int | float | bool):
                     yield item["name"], str(item["value"])
             else:
                 yield from _walk_json(item, top=False)
     elif isinstance(data, dict):
-        scalars = {k: v for k, v in data.items() if isinstance(v, str | int | float) and _IS_NAME.match(k)}
+        scalars = {k: v for k, v in data.items() if isinstance(v, str | int | float) and IS_NAME.match(k)}
         if in_env or (top and scalars and len(scalars) == len(data) and all(k.isupper() for k in scalars)):
             yield from ((k, str(v)) for k, v in scalars.items())
         for key, value in data.items():

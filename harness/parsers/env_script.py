@@ -14,13 +14,14 @@ from harness.parsers.shell_words import strip_comment as _strip_comment
 __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
            "parse_script"]
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_IS_NAME = re.compile(rf"{_NAME}\Z")
-_ASSIGN = re.compile(rf"^(?P<name>{_NAME})=(?P<value>.*)$", re.S)
+VAR_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+IS_NAME = re.compile(rf"{VAR_NAME}\Z")
+ASSIGN = re.compile(rf"^(?P<name>{VAR_NAME})=(?P<value>.*)$", re.S)
 # A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
-_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{_NAME}=[\"']")
+_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{VAR_NAME}=[\"']")
 # `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:=default}`, `$NAME`.
-_PARAM = re.compile(rf"\$\{{(?P<name>{_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}|\$(?P<bare>{_NAME})")
+_PARAM = re.compile(rf"\$\{{(?P<name>{VAR_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}"
+                    rf"|\$(?P<bare>{VAR_NAME})")
 _SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
 #: Launcher flags whose next word is an assignment: mpirun `-x`, docker `-e` / `--env`.
 FLAG_WORDS = frozenset({"-x", "-e", "--env"})
@@ -173,7 +174,7 @@ def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
 
     def add(word: str) -> bool:
         name, sep, value = word.partition("=")
-        if not sep or not _IS_NAME.match(name):
+        if not sep or not IS_NAME.match(name):
             return False
         variables.put(name, _expand(value, variables))
         return True
@@ -182,7 +183,7 @@ def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
     for prompted, text, words in _logical_lines(lines):
         if prompted:
             env_output = _prints_env(words)
-        elif env_output and (m := _ASSIGN.match(text)):
+        elif env_output and (m := ASSIGN.match(text)):
             variables.put(m["name"], m["value"])
             continue
         if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env

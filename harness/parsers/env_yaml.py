@@ -8,15 +8,15 @@ import json
 import re
 from collections.abc import Iterable
 
-from harness.parsers.env_script import _ASSIGN, _NAME, FLAG_WORDS, Variables
+from harness.parsers.env_script import ASSIGN, FLAG_WORDS, VAR_NAME, Variables
 
 # YAML: the list form of Kubernetes `env:`, keys that open an environment block, map entries.
-_YAML_NAME = re.compile(rf"^(?P<indent>\s*)-\s+name:\s*[\"']?(?P<name>{_NAME})[\"']?\s*(?:#.*)?$")
+YAML_NAME = re.compile(rf"^(?P<indent>\s*)-\s+name:\s*[\"']?(?P<name>{VAR_NAME})[\"']?\s*(?:#.*)?$")
 _YAML_VALUE = re.compile(r"^\s*value:\s*(?P<value>.*)$")
-_YAML_INLINE = re.compile(
-    rf"^\s*-\s*\{{\s*name:\s*[\"']?(?P<name>{_NAME})[\"']?\s*,\s*value:\s*(?P<value>.*?)\}}[ \t]*(?:#.*)?$"
+YAML_INLINE = re.compile(
+    rf"^\s*-\s*\{{\s*name:\s*[\"']?(?P<name>{VAR_NAME})[\"']?\s*,\s*value:\s*(?P<value>.*?)\}}[ \t]*(?:#.*)?$"
 )
-_YAML_BLOCK = re.compile(
+YAML_BLOCK = re.compile(
     r"^(?P<indent>\s*)(?:-\s+)?[\"']?(?:env|environment|env_vars|envVars|extraEnv|"
     r"environmentVariables|Variables|Env)[\"']?\s*:\s*(?:\[\s*)?(?:#.*)?$"
 )
@@ -24,20 +24,20 @@ _YAML_BLOCK = re.compile(
 # (No lazy group before `\s*$`: each such pattern rescans a run of blanks from each of its
 # characters; the values are stripped in Python instead.)
 _LIST_ITEM = re.compile(r"^\s*(?:-\s+(?P<yaml>.*)|\"(?P<json>(?:[^\"\\]|\\.)*)\"[ \t]*(?:,[ \t]*)?)$")
-_YAML_MAP = re.compile(rf"^\s*[\"']?(?P<name>{_NAME})[\"']?\s*:\s+(?P<value>.*)$")
+_YAML_MAP = re.compile(rf"^\s*[\"']?(?P<name>{VAR_NAME})[\"']?\s*:\s+(?P<value>.*)$")
 # A one-line dict/map under an environment key: `environment={"NCCL_DEBUG": "INFO"}` (SageMaker
 # estimators), `env: {NCCL_DEBUG: INFO}` (YAML flow style); and one entry of it.
 # (The keyword comes first and its word boundary is a lookbehind after it, so that the search
 # skips to each `env` with a literal scan: a 120 KB JSON value is read in 0.1 ms, not 3.5.
 # A quote before the keyword is a word boundary too, and the match's start is not used.)
-_INLINE_ENV = re.compile(
+INLINE_ENV = re.compile(
     r"env(?<!\wenv)(?:ironment(?:_variables)?|_vars|Vars)?[\"']?\s*[=:]\s*\{(?P<body>[^{}]*)\}"
 )
 _INLINE_ENTRY = re.compile(
-    rf"(?<![A-Za-z0-9_])[\"']?(?P<name>{_NAME})[\"']?\s*:\s*(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,\s}}]+)"
+    rf"(?<![A-Za-z0-9_])[\"']?(?P<name>{VAR_NAME})[\"']?\s*:\s*(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,\s}}]+)"
 )
 # `"NAME": "value",` in a Python/JSON dict (SageMaker `environment={...}`), upper-case names.
-_DICT_ENTRY = re.compile(
+DICT_ENTRY = re.compile(
     r"^\s*[\"'](?P<name>[A-Z][A-Z0-9_]*)[\"']\s*:\s*(?P<value>[\"'].*[\"'])[ \t]*(?:,[ \t]*)?$")
 
 
@@ -58,7 +58,7 @@ def _yaml_scalar(raw: str) -> str:
     return re.split(r"\s#", raw, maxsplit=1)[0].rstrip()
 
 
-def _parse_yaml(lines: Iterable[str]) -> tuple[Variables, int]:
+def parse_yaml(lines: Iterable[str]) -> tuple[Variables, int]:
     variables = Variables()
     skipped = 0
     block_indent: int | None = None
@@ -77,7 +77,7 @@ def _parse_yaml(lines: Iterable[str]) -> tuple[Variables, int]:
             indent < block_indent or (indent == block_indent and not line.lstrip().startswith("-"))
         ):
             block_indent = None
-        if (m := _YAML_NAME.match(line)) is not None:
+        if (m := YAML_NAME.match(line)) is not None:
             pending = m["name"]
             continue
         if pending is not None and (m := _YAML_VALUE.match(line)) is not None:
@@ -85,19 +85,19 @@ def _parse_yaml(lines: Iterable[str]) -> tuple[Variables, int]:
             pending = None
             continue
         pending = None
-        item, previous = _list_item(line), item
-        if item is not None and (m := _ASSIGN.match(item)) and (
+        item, previous = list_item(line), item
+        if item is not None and (m := ASSIGN.match(item)) and (
             block_indent is not None or previous in FLAG_WORDS  # env list, or `- -x` `- A=b` args
         ):
             variables.put(m["name"], m["value"])
-        elif (m := _YAML_INLINE.match(line)) is not None:
+        elif (m := YAML_INLINE.match(line)) is not None:
             variables.put(m["name"], _yaml_scalar(m["value"]))
-        elif (m := _INLINE_ENV.search(line)) is not None:
+        elif (m := INLINE_ENV.search(line)) is not None:
             for entry in _INLINE_ENTRY.finditer(m["body"]):
                 variables.put(entry["name"], _yaml_scalar(entry["value"]))
-        elif (m := _YAML_BLOCK.match(line)) is not None:
+        elif (m := YAML_BLOCK.match(line)) is not None:
             block_indent = len(m["indent"])
-        elif m := _DICT_ENTRY.match(line):
+        elif m := DICT_ENTRY.match(line):
             variables.put(m["name"], _yaml_scalar(m["value"]))
         elif block_indent is not None and (m := _YAML_MAP.match(line)):
             value = m["value"].rstrip()  # `KEY: value,` (a flow map written one entry a line)
@@ -119,14 +119,14 @@ def _flow_flags(line: str, previous: str, variables: Variables) -> tuple[str, bo
     taken = False
     for m in _FLOW_ITEM.finditer(line):
         item = m[1] if m[1] is not None else m[2]
-        if previous in FLAG_WORDS and (a := _ASSIGN.match(item)):
+        if previous in FLAG_WORDS and (a := ASSIGN.match(item)):
             variables.put(a["name"], a["value"])
             taken = True
         previous = item
     return previous, taken
 
 
-def _list_item(line: str) -> str | None:
+def list_item(line: str) -> str | None:
     """The text of a YAML list item or JSON array string on this line, else None."""
     m = _LIST_ITEM.match(line)
     if m is None:

@@ -27,12 +27,12 @@ from harness.parsers.nccl_tests_table import (
     COMM_NRANKS,
     NOT_MPI,
     STARTING,
+    Layout,
     TableState,
-    _Layout,
-    _parse_row,
     clean_line,
     feed_line,
     infer_collective,
+    parse_row,
     table_mismatches,
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
@@ -140,7 +140,7 @@ class _Runs:
         self.names: list[str] = []
         self.unwrapper = Unwrapper(host_prefix=True)
         self.fast = fast
-        self._layout: _Layout | None = None
+        self._layout: Layout | None = None
         self._rows_pattern: re.Pattern[str] | None = None
 
     def feed(self, lines: list[str]) -> None:
@@ -338,7 +338,7 @@ def _add_rows(state: TableState, lines: list[str]) -> None:
     for line in keep:
         tokens = line.split()
         state.rows.append(quick_row(tokens, layout) if layout.counts_wrong
-                          else _parse_row(tokens, layout)[0])  # type: ignore[arg-type]
+                          else parse_row(tokens, layout)[0])  # type: ignore[arg-type]
         state.cells.append((tokens[:width], layout))
     state.omitted_rows += len(lines) - len(keep)
 

@@ -26,7 +26,7 @@ import functools
 import re
 
 from harness.parsers.nccl_tests_model import Measurement, Row
-from harness.parsers.nccl_tests_table import _Layout
+from harness.parsers.nccl_tests_table import Layout
 
 __all__ = ["ROW_SHAPED", "ROW_WORDS", "quick_row", "rows_pattern"]
 
@@ -54,7 +54,7 @@ def _position(at: dict[str, int], *names: str) -> int | None:
     return next((at[n] for n in names if n in at), None)
 
 
-def rows_pattern(layout: _Layout) -> re.Pattern[str] | None:
+def rows_pattern(layout: Layout) -> re.Pattern[str] | None:
     """The pattern of a stretch of this layout's well-formed rows (each one `_parse_row` reads
     as a whole row, not cut short), or None for a layout it does not cover."""
     at = layout.at
@@ -88,7 +88,7 @@ def _compiled(lead: int, size: int, count: int, root: int | None,
     return re.compile(f"(?:{row})++")
 
 
-def quick_row(tokens: list[str], layout: _Layout) -> Row:
+def quick_row(tokens: list[str], layout: Layout) -> Row:
     """The row `_parse_row` reads from the cells of a line `rows_pattern` matched, for a table
     with a `#wrong` count column (`layout.counts_wrong`), without its checks (the pattern made
     them)."""

@@ -63,7 +63,7 @@ _WRONG_NAMES = {"#wrong", "error", "res", "wrong"}
 
 
 @dataclass(slots=True)
-class _Layout:
+class Layout:
     """Column positions of one table: the lead columns and the two halves."""
 
     lead: list[str]
@@ -84,7 +84,7 @@ class _Layout:
         return None
 
     @classmethod
-    def from_header(cls, names: list[str]) -> _Layout | None:
+    def from_header(cls, names: list[str]) -> Layout | None:
         starts = [i for i, n in enumerate(names) if n in _TIME_NAMES]
         if not starts or "algbw" not in names:
             return None
@@ -103,7 +103,7 @@ class _Layout:
         return cls(lead, halves, width, counts_wrong=counts)
 
     @classmethod
-    def guess(cls, ntokens: int) -> _Layout | None:
+    def guess(cls, ntokens: int) -> Layout | None:
         """Layout from the token count alone, for output whose header was cut off."""
         leads = {13: ["size", "count", "type", "redop", "root"],
                  12: ["size", "count", "type", "redop"], 11: ["size", "count", "type"]}
@@ -164,9 +164,9 @@ class TableState:
     ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
     duplicate_ranks: set[int] = field(default_factory=set)
     banner: bool = False
-    layout: _Layout | None = None
+    layout: Layout | None = None
     rows: list[Row] = field(default_factory=list)
-    cells: list[tuple[list[str], _Layout]] = field(default_factory=list)  # printed, per row
+    cells: list[tuple[list[str], Layout]] = field(default_factory=list)  # printed, per row
     errors: list[str] = field(default_factory=list)
     oob: int | None = None
     avg: float | None = None
@@ -182,7 +182,7 @@ class TableState:
     skim: bool = False
 
 
-def _parse_row(tokens: list[str], layout: _Layout) -> tuple[Row | None, bool]:
+def parse_row(tokens: list[str], layout: Layout) -> tuple[Row | None, bool]:
     """(row, cut short): a row needs the lead columns and at least the out-of-place half."""
     lead = len(layout.lead)
     if len(tokens) < lead + layout.width:
@@ -294,19 +294,19 @@ def feed_line(state: TableState, printed: str, line: str) -> None:
         return
     names = _header_names(stripped) if "algbw" in stripped else None  # `#` may be lost
     if names is not None:
-        state.layout = _Layout.from_header(names)
+        state.layout = Layout.from_header(names)
         return
     if not "0" <= stripped[0] <= "9":  # `#` lines, prose
         return
     tokens = stripped.split()
     if not (tokens[0].isdigit() and tokens[0].isascii()):
         return
-    layout = state.layout or _Layout.guess(len(tokens))
+    layout = state.layout or Layout.guess(len(tokens))
     if layout is None:
         if len(tokens) < 11:
             state.truncated += 1
         return
-    row, cut = _parse_row(tokens, layout)
+    row, cut = parse_row(tokens, layout)
     if row is not None:
         if len(state.rows) < MAX_ROWS:
             state.rows.append(row)

@@ -15,10 +15,10 @@ from harness.base.gpu_record import GpuInventory
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
-    _STATE_KEY,
     ANY_GPU_HEADER,
     FRAGMENT_KEYS,
     FRAGMENT_SECTIONS,
+    STATE_KEY,
     Side,
     smi_lines,
 )
@@ -70,7 +70,7 @@ def _form(source: Input, side: Side | None = None) -> str:
             fragment = True
             fabric_header = fabric_header or stripped == "Fabric"
             fabric_state = fabric_state or stripped.startswith("State")
-        elif "tat" in line and _STATE_KEY.match(line):
+        elif "tat" in line and STATE_KEY.match(line):
             state_key = True
     # The banner may be cut from a pasted excerpt: a GPU row is enough.
     if (banner and bus) or row:
@@ -85,7 +85,7 @@ def _form(source: Input, side: Side | None = None) -> str:
 def _refuse_state(source: Input) -> ParseError:
     """Bare `State :` / `Status :` lines that are not a fabric state: say what they are and what
     is missing."""
-    lines = [m for line in smi_lines(source) if (m := _STATE_KEY.match(line)) is not None][:4]
+    lines = [m for line in smi_lines(source) if (m := STATE_KEY.match(line)) is not None][:4]
     said = " / ".join(f"`{m['key']} : {m['value'].strip()}`" for m in lines)
     state = next((m["value"].strip() for m in lines if m["key"] == "State"), None)
     why = (f"`{state}` is not a fabric state (Not Supported, Not Started, In Progress, Completed)"

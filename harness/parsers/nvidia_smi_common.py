@@ -58,7 +58,7 @@ FRAGMENT_KEYS = re.compile(
     r"[\w -]*?\s+:|" + _FABRIC_STATE + ")")
 #: A bare `State :` / `Status :` line whatever its value (the refusal names it when it is not
 #: a fabric state).
-_STATE_KEY = re.compile(r"^\s*(?P<key>State|Status)\s+:\s?(?P<value>.*)$")
+STATE_KEY = re.compile(r"^\s*(?P<key>State|Status)\s+:\s?(?P<value>.*)$")
 #: The keys of the Fabric section a header-less fragment files under `fabric`.
 FABRIC_KEYS = frozenset(("state", "status"))
 #: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
@@ -173,7 +173,7 @@ def _see(side: Side, text: str) -> None:
         side.see(text[start:] if end < 0 else text[start:end])
 
 
-def _batches(source: Input, side: Side | None = None) -> Iterator[list[str]]:
+def smi_batches(source: Input, side: Side | None = None) -> Iterator[list[str]]:
     """The input's lines, unwrapped (harness.parsers.unwrap), in lists: a reader's batch as it
     is when no line of it may carry a wrapper (Unwrapper.candidates: one regex pass), else its
     lines unwrapped, the list cut where a command line was seen, so that the readers read the
@@ -219,7 +219,7 @@ def _batches(source: Input, side: Side | None = None) -> Iterator[list[str]]:
 
 def smi_lines(source: Input, side: Side | None = None) -> Iterator[str]:
     """The input's lines, unwrapped, one by one (see _batches)."""
-    for batch in _batches(source, side):
+    for batch in smi_batches(source, side):
         yield from batch
 
 

@@ -11,13 +11,13 @@ from harness.parsers.nvidia_smi_common import (
     ERROR_VALUES,
     RESET_VALUES,
     Side,
-    _batches,
     clean_fabric_status,
     clean_recovery,
     clean_serial,
     clean_value,
     clean_version,
     needs_reset,
+    smi_batches,
     to_float,
     to_int,
     with_lost,
@@ -181,7 +181,7 @@ def parse_smi_query(text: str | Input) -> GpuInventory:
 
 
 def read_smi_query(source: Input, side: Side, *, fragment: bool = False) -> GpuInventory:
-    q = _tree(_batches(source, side), side, fragment=fragment)
+    q = _tree(smi_batches(source, side), side, fragment=fragment)
     if q.blocks and not q.blocks[0].bus_id:
         side.fragment = True
     if not q.blocks and not side.lost:

@@ -93,7 +93,7 @@ def aws_client(service: str) -> Any:
     return boto3.client(service, config=config)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     if isinstance(exc, ImportError):
         return "boto3 is not installed (pip install 'gpu-preflight[aws]')"
     text = " ".join(str(exc).split())
@@ -167,7 +167,7 @@ def publish(
 
     def problem(what: str, exc: BaseException) -> None:
         text = Redactor.of(env).text(
-            f"preflight: warning: {what} failed: {_describe(exc)}; the local report "
+            f"preflight: warning: {what} failed: {describe_error(exc)}; the local report "
             f"{local} is intact and the verdict ({report.verdict}) is unchanged")
         uploads["warnings"].append(text.removeprefix("preflight: warning: "))
         warn(text)

@@ -100,14 +100,13 @@ def load_reports(source: str) -> ReportSet:
     result = ReportSet(source=source)
     redact = _Redact()
     if source.startswith("s3://"):
-        from harness.report.publish import download_reports
+        from harness.report.publish import describe_error, download_reports
 
         try:
             items = download_reports(source)
         except Exception as exc:  # boto3 missing, no credentials, no such bucket
-            from harness.report.publish import _describe
 
-            raise ReportSourceError(f"cannot read {source}: {_describe(exc)}") from None
+            raise ReportSourceError(f"cannot read {source}: {describe_error(exc)}") from None
         for where, raw in items:
             _add(found, where, raw, result.problems, redact)
     else:
