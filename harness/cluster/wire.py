@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.judges.cluster import StragglerLimits
+
+T = TypeVar("T")
 
 __all__ = ["FailedCheck", "MissingNode", "NodeSummary", "SnapshotError", "SnapshotHead", "required"]
 
@@ -23,7 +25,7 @@ class SnapshotError(ValueError):
     """A node summary (or one of its parts) that cannot be read: names the field."""
 
 
-def required(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def required(d: JSONMapping, key: str, kind: type[T] | tuple[type[T], ...], where: str) -> T:
     """`d[key]`, which must be there and of `kind` (SnapshotError naming it otherwise)."""
     if not isinstance(d, Mapping):
         raise SnapshotError(f"{where} is not a JSON object")
@@ -33,7 +35,7 @@ def required(d: JSONMapping, key: str, kind: type | tuple[type, ...], where: str
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise SnapshotError(f"{where}'s {key!r} is {type(value).__name__}, not "
                             f"{getattr(kind, '__name__', kind)}")
-    return value
+    return value  # type: ignore[return-value]  # checked by isinstance above
 
 
 _OPT_STR = (str, type(None))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, status_of
 from harness.parsers.values import ascii_int
@@ -48,7 +49,7 @@ def _list(value: Any) -> list[Any]:
     """`value` when it is a JSON list, else [] (a number or string where a list belongs)."""
     return value if isinstance(value, list) else []
 
-def diag_from_json(doc: dict[str, Any]) -> DcgmDiag:
+def diag_from_json(doc: JSONObject) -> DcgmDiag:
     body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
     if not isinstance(body, dict):
         body = doc if ("test_categories" in doc or "tests" in doc) else None

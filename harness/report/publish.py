@@ -8,13 +8,16 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.base.jsontypes import JSONObject
 from harness.base.redact import Redactor
 from harness.base.settings import get_str
 from harness.report.figures import bandwidth_curves, gpus_healthy
 from harness.report.model import Report, write_report
+
+if TYPE_CHECKING:  # boto3 is optional and imported where a client is made
+    from botocore.client import BaseClient
 
 __all__ = [
     "CW_NAMESPACE_ENV",
@@ -82,7 +85,7 @@ def cluster_name(env: Mapping[str, str]) -> str:
     return get_str(CLUSTER_ENV, env) or env.get("SLURM_CLUSTER_NAME") or "default"
 
 
-def aws_client(service: str) -> Any:
+def aws_client(service: str) -> BaseClient:
     """A boto3 client with bounded timeouts and retries (endpoint, region and credentials come
     from the usual AWS variables and files, AWS_ENDPOINT_URL included)."""
     import boto3
