@@ -85,6 +85,7 @@ class _Shape:
     first_rank: str | None = None
     script_tagged: bool = False  # a script-only line among the first rank's lines
     script_plain: bool = False  # ... among all lines (timestamps removed)
+    timestamped: bool = False  # a line starts with a timestamp (_unwrap has one to take off)
 
 
 def parse_env_dump(text: str | Input) -> EnvDump:
@@ -157,6 +158,8 @@ def _shape(source: Input) -> _Shape:
             or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
         previous = item
         m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
+        if not shape.timestamped and "0" <= line[:1] <= "9":
+            shape.timestamped = _TIMESTAMP.match(line) is not None
         if m is not None:
             rank = m["srun"] or m["mpi"]
             shape.tagged += 1
@@ -212,8 +215,10 @@ def _unwrap(batches: Iterable[list[str]], shape: _Shape) -> Iterator[list[str]]:
                 if m is not None and (m["srun"] or m["mpi"]) == shape.first_rank:
                     kept.append(_untimed(line[m.end():]))
             yield kept
-        else:
+        elif shape.timestamped:
             yield [_untimed(line) if "0" <= line[:1] <= "9" else line for line in batch]
+        else:  # no line starts with a timestamp (the first pass read every line)
+            yield batch
 
 
 def _untimed(line: str) -> str:
