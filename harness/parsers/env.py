@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.base.jsontypes import JSONObject
@@ -84,6 +85,7 @@ class _Shape:
     first_rank: str | None = None
     script_tagged: bool = False  # a script-only line among the first rank's lines
     script_plain: bool = False  # ... among all lines (timestamps removed)
+    timestamped: bool = False  # a line starts with a timestamp (_unwrap has one to take off)
 
 
 def parse_env_dump(text: str | Input) -> EnvDump:
@@ -123,10 +125,10 @@ def parse_env_dump(text: str | Input) -> EnvDump:
             return _finish((variables, 0), "json")
     if shape.structured:
         return _finish(parse_yaml(source.lines()), "yaml")
-    lines = _unwrap(source.lines(), shape)
+    batches = _unwrap(source.batches(), shape)
     if shape.script_tagged if _is_tagged(shape) else shape.script_plain:
-        return _finish(parse_script(lines), "script")
-    return _finish(_parse_lines(lines, glue=True), "env")
+        return _finish(parse_script(batches), "script")
+    return _finish(_parse_lines(chain.from_iterable(batches), glue=True), "env")
 
 
 def _shape(source: Input) -> _Shape:
@@ -156,6 +158,8 @@ def _shape(source: Input) -> _Shape:
             or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
         previous = item
         m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
+        if not shape.timestamped and "0" <= line[:1] <= "9":
+            shape.timestamped = _TIMESTAMP.match(line) is not None
         if m is not None:
             rank = m["srun"] or m["mpi"]
             shape.tagged += 1
@@ -200,16 +204,21 @@ def _finish(parsed: tuple[Variables, int], fmt: str) -> EnvDump:
     return EnvDump(dict(variables), skipped, fmt, variables.dropped)
 
 
-def _unwrap(lines: Iterable[str], shape: _Shape) -> Iterator[str]:
+def _unwrap(batches: Iterable[list[str]], shape: _Shape) -> Iterator[list[str]]:
     """Drop rank prefixes (keeping the first rank's lines only) and leading timestamps."""
     tagged = _is_tagged(shape)
-    for line in lines:
+    for batch in batches:
         if tagged:
-            m = _RANK_PREFIX.match(line)
-            if m is None or (m["srun"] or m["mpi"]) != shape.first_rank:
-                continue
-            line = line[m.end():]
-        yield _untimed(line)
+            kept = []
+            for line in batch:
+                m = _RANK_PREFIX.match(line)
+                if m is not None and (m["srun"] or m["mpi"]) == shape.first_rank:
+                    kept.append(_untimed(line[m.end():]))
+            yield kept
+        elif shape.timestamped:
+            yield [_untimed(line) if "0" <= line[:1] <= "9" else line for line in batch]
+        else:  # no line starts with a timestamp (the first pass read every line)
+            yield batch
 
 
 def _untimed(line: str) -> str:

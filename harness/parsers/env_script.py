@@ -66,11 +66,29 @@ _MAX_CONTINUED_LINES = 1000
 _NOOP_LINE = re.compile(r"[ \t]*(?:#.*)?", re.S)
 
 
-def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]]:
+#: A run of lines that need no lexer, each ending in `\n`: blank lines, comments (not ending in
+#: a backslash) and plain `NAME=value` / `export NAME=value` lines (a value without blanks,
+#: quotes, escapes, `;&|`, `#` or parentheses, so its one shell word is the text itself; a
+#: comment may follow). One match takes the run (most of a script), where the per-line state
+#: machine below costs ~5 us a line.
+_PLAIN_VALUE = r"[^\s\"'\\;&|#()]*"
+_END = r"(?:#[^\n]*(?<!\\))?\n"  # an optional comment, not a continuation, and the line end
+_QUICK = re.compile(rf"(?:[ \t]*{_END}|[ \t]*(?:export[ \t]+)?{VAR_NAME}={_PLAIN_VALUE}"
+                    rf"(?:[ \t]+{_END}|\n))+")
+_QUICK_ASSIGN = re.compile(rf"^[ \t]*(?:export[ \t]+)?({VAR_NAME})=({_PLAIN_VALUE})", re.M)
+
+
+#: Lines joined into one text for _QUICK at a time (a batch is a chunk's lines, ~25k): the
+#: joined text and a run in it are the only copies, kept small.
+_BLOCK_LINES = 1024
+
+
+def _logical_lines(batches: Iterable[list[str]]) -> Iterator[tuple[bool, str, list[str] | slice]]:
     """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
     comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
     whole (up to _MAX_VALUE_LINES lines and MAX_VALUE_CHARS characters). What is still pending
-    when the input ends is dropped, as a shell would never run it."""
+    when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
+    nothing is pending) comes as one item, (False, the text it is in, its slice of it)."""
     parts: list[str] = []  # the pending command's pieces
     size = 0
     joined = 0  # lines in the pending command
@@ -79,44 +97,55 @@ def _logical_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str, list[str]]
     new_quote = False  # a quote character came since the last failed attempt
     continued = False  # pending ends in a backslash continuation
     prompted = False
-    for line in lines:
-        if not parts:
-            if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
-                continue  # blank or a comment, nothing pending: no command (most of a script)
-            prompted = line.startswith("$ ")  # a pasted terminal prompt
-            line = line[2:] if prompted else line
-            if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
-                try:
-                    words = _shell_words(_strip_comment(line))
-                except ValueError:
-                    pass
-                else:
-                    yield prompted, line, words
+    for batch in batches:
+        for first in range(0, len(batch), _BLOCK_LINES):
+            block = "\n".join(batch[first:first + _BLOCK_LINES]) + "\n"
+            pos, end = 0, len(block)
+            while pos < end:
+                if not parts and (m := _QUICK.match(block, pos)):
+                    yield False, block, slice(pos, m.end())
+                    pos = m.end()
+                    if pos == end:
+                        break
+                nl = block.index("\n", pos)
+                line, pos = block[pos:nl], nl + 1
+                if not parts:
+                    if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
+                        continue  # blank or a comment, nothing pending: no command (most of a script)
+                    prompted = line.startswith("$ ")  # a pasted terminal prompt
+                    line = line[2:] if prompted else line
+                    if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
+                        try:
+                            words = _shell_words(_strip_comment(line))
+                        except ValueError:
+                            pass
+                        else:
+                            yield prompted, line, words
+                            continue
+                elif continued and line.lstrip().startswith("#"):
+                    continue  # Docker drops comment lines inside a continued instruction
+                new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
+                room = size + len(line) < MAX_VALUE_CHARS and joined < _MAX_CONTINUED_LINES
+                continued = line.endswith("\\") and not line.endswith("\\\\") and room
+                if continued:
+                    parts.append(line[:-1] + " ")
+                    size, joined = size + len(line), joined + 1
                     continue
-        elif continued and line.lstrip().startswith("#"):
-            continue  # Docker drops comment lines inside a continued instruction
-        new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
-        room = size + len(line) < MAX_VALUE_CHARS and joined < _MAX_CONTINUED_LINES
-        continued = line.endswith("\\") and not line.endswith("\\\\") and room
-        if continued:
-            parts.append(line[:-1] + " ")
-            size, joined = size + len(line), joined + 1
-            continue
-        parts.append(line)
-        text = "".join(parts)
-        try:
-            if open_quote and not new_quote:
-                raise ValueError("the open quote is still open")  # lexing again cannot close it
-            words = _shell_words(_strip_comment(text))
-        except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
-            if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
-                parts = [text + "\n"]
-                size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
-                open_quote, new_quote = True, False
-                continue
-            words = [text]  # not a command: counted as skipped
-        parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
-        yield prompted, text, words
+                parts.append(line)
+                text = "".join(parts)
+                try:
+                    if open_quote and not new_quote:
+                        raise ValueError("the open quote is still open")  # lexing again cannot close it
+                    words = _shell_words(_strip_comment(text))
+                except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
+                    if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
+                        parts = [text + "\n"]
+                        size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
+                        open_quote, new_quote = True, False
+                        continue
+                    words = [text]  # not a command: counted as skipped
+                parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
+                yield prompted, text, words
 
 
 _PUNCTUATION = frozenset(";&|")
@@ -168,7 +197,9 @@ def _prints_env(words: list[str]) -> bool:
                            or head in (["export", "-p"], ["declare", "-x"], ["set"]))
 
 
-def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
+def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
+    """The variables a shell script sets, and the count of commands that set none, from its
+    lines in batches (Input.batches)."""
     variables = Variables()
     skipped = 0
 
@@ -180,7 +211,18 @@ def parse_script(lines: Iterable[str]) -> tuple[Variables, int]:
         return True
 
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
-    for prompted, text, words in _logical_lines(lines):
+    for prompted, text, words in _logical_lines(batches):
+        if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
+            if not env_output:
+                for m in _QUICK_ASSIGN.finditer(text, words.start, words.stop):
+                    variables.put(m[1], _expand(m[2], variables))
+                continue
+            for line in text[words.start:words.stop - 1].split("\n"):
+                if m := ASSIGN.match(line):
+                    variables.put(m["name"], m["value"])  # `env` output: the value taken whole
+                elif m := _QUICK_ASSIGN.match(line):
+                    variables.put(m[1], _expand(m[2], variables))
+            continue
         if prompted:
             env_output = _prints_env(words)
         elif env_output and (m := ASSIGN.match(text)):
