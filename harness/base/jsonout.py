@@ -20,6 +20,7 @@ from json.encoder import c_make_encoder, encode_basestring_ascii
 __all__ = ["dumps_indented"]
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})  # keys json writes as they are (others: json.dumps itself)
 _INDENT = "  "
 
 
@@ -35,7 +36,7 @@ def _dumps(value: object, level: int) -> str:
     kind = type(value)
     if kind in _SCALARS:
         return "".join(encode(value, 0))
-    if kind is dict and value and all(type(k) is str for k in value):  # type: ignore[attr-defined]
+    if kind is dict and value and _STR.issuperset(map(type, value)):  # type: ignore[call-overload]
         members = value.values()  # type: ignore[attr-defined]
     elif kind in (list, tuple) and value:
         members = value  # type: ignore[assignment]
@@ -45,7 +46,8 @@ def _dumps(value: object, level: int) -> str:
     if _SCALARS.issuperset(map(type, members)):  # the C encoder, the indentation its separators
         text = "".join(encode(value, 0))
         return text[0] + inner + text[1:-1] + "\n" + _INDENT * level + text[-1]
-    done = [_dumps(v, level + 1) for v in members]
+    done = ["".join(encode(v, 0)) if type(v) in _SCALARS else _dumps(v, level + 1)
+            for v in members]  # (a scalar has no separators: any level's encoder)
     if kind is dict:
         done = [f"{encode_basestring_ascii(k)}: {v}"
                 for k, v in zip(value, done, strict=True)]  # type: ignore[call-overload]
