@@ -71,10 +71,10 @@ def _reading(text: str, chunk: int | None) -> str:
     return f"{hashlib.sha256(blob).hexdigest()[:16]}:{count}"
 
 
-def _readings(path: Path) -> dict[str, str]:
-    """`form/chunk` -> reading of every form of one file."""
+def _readings(path: Path, reading: Callable[[str, int | None], str] = _reading) -> dict[str, str]:
+    """`form/chunk` -> reading of every form of one file (by default parse_env_dump's)."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    return {f"{form}/{chunk or 'default'}": _reading(rewrite(text), chunk)
+    return {f"{form}/{chunk or 'default'}": reading(rewrite(text), chunk)
             for form, rewrite in FORMS.items() for chunk in CHUNKS}
 
 
@@ -128,10 +128,12 @@ def test_fast_patterns_match_as_the_reference() -> None:
         assert bool(_OLD_SCRIPT_LINE.search(line)) == _is_script_line(line), line
 
 
-def _write() -> None:
-    golden = {p.relative_to(TESTS).as_posix(): _readings(p) for p in _files()}
-    GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"{len(golden)} readings written to {GOLDEN}")
+def _write(target: Path = GOLDEN, files: Callable[[], list[Path]] = _files,
+           reading: Callable[[str, int | None], str] = _reading) -> None:
+    """Record `reading` of every form of each of `files()` in `target` (also the topology's)."""
+    golden = {p.relative_to(TESTS).as_posix(): _readings(p, reading) for p in files()}
+    target.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"{len(golden)} files' readings written to {target}")
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -150,13 +150,15 @@ class Redactor:
         "HF_TOKEN", "value": ...}`), whatever its length."""
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, Mapping):
+        if type(value) is dict or isinstance(value, Mapping):  # (the ABC check costs ~0.4 us)
             name_key, paired = _paired_keys(value)
+            # A number, a bool or None is returned as it is by obj (nothing in it to redact):
+            # taken without the call (a table of 10,000 rows has ~100,000 of them).
             return {
                 k: (REDACTED if k == paired or (k != name_key and isinstance(k, str)
                                                 and is_secret_name(k) and _is_scalar_value(v)
                                                 and not _is_count(_parent, k, v))
-                    else self.obj(v, k))
+                    else v if type(v) in _AS_THEY_ARE else self.obj(v, k))
                 for k, v in value.items()
             }
         if isinstance(value, list | tuple):
@@ -200,7 +202,7 @@ def _paired_keys(obj: Mapping[object, object]) -> tuple[object, object]:
     """(the key that names a variable, the key of its value) in a name/value entry
     (`{"name": "HF_TOKEN", "value": "..."}`, `{"Key": "DB_PASSWORD", "Value": ...}`); the value
     key is None when the variable is not a credential; (None, None) for other objects."""
-    if len(obj) > 8:
+    if len(obj) > 8 or not _may_pair(tuple(obj)):
         return None, None
     lower = {k.lower(): k for k in obj if isinstance(k, str)}
     for name_key, value_key in _PAIR_KEYS:
@@ -210,6 +212,17 @@ def _paired_keys(obj: Mapping[object, object]) -> tuple[object, object]:
             secret = is_secret_name(name) and _is_scalar_value(obj[value])
             return lower[name_key], value if secret else None
     return None, None
+
+
+#: The types that obj returns as they are.
+_AS_THEY_ARE = frozenset({int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=1024)  # a table's rows have the same keys
+def _may_pair(keys: tuple[object, ...]) -> bool:
+    """Whether _paired_keys can find a pair among these keys: one is `name` or `key` in any
+    case, or `""` (which its look-up falls back to)."""
+    return any(k == "" or (isinstance(k, str) and k.lower() in ("name", "key")) for k in keys)
 
 
 def _is_scalar_value(value: object) -> bool:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from harness.base.jsonout import dumps_indented
 from harness.base.redact import Redactor
 from harness.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from harness.parsers import ParseError, inspect_kind, inspect_kinds
@@ -40,7 +41,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     result = Redactor().obj(result)
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        print(dumps_indented(result))  # json.dumps(indent=2)'s text, C-encoded rows
     else:
         print_plain(result)
     if args.profile is None and (hint := profile_hint(result)):

@@ -58,6 +58,13 @@ _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]
 _SCRIPT_START = re.compile(r"\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|ARG|RUN|FROM)\s)")
 _SCRIPT_FLAG = re.compile(
     rf"-(?<!\S-)(?:(?:x|e|-env)\s+|-env=|-export=[\"']?(?:[^\s,]*,)*){VAR_NAME}=")
+# Batches of assignment lines only (most of an `env` dump): a batch whose first line starts with
+# `NAME=` and in whose text no `\n` is followed by anything else is read with one findall. (The
+# second pattern starts with its literal, so the search skips from one line end to the next.)
+_ASSIGN_START = re.compile(rf"{VAR_NAME}=")
+_NOT_ASSIGN_NEXT = re.compile(rf"\n(?!{VAR_NAME}=)")
+_ASSIGN_LINES = re.compile(rf"^({VAR_NAME})=(.*)", re.M)  # as ASSIGN on each line of the text
+_LONG_LINE = 512
 #: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
 #: `Variables`).
 _JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
@@ -125,51 +132,84 @@ def parse_env_dump(text: str | Input) -> EnvDump:
             return _finish((variables, 0), "json")
     if shape.structured:
         return _finish(parse_yaml(source.lines()), "yaml")
-    batches = _unwrap(source.batches(), shape)
     if shape.script_tagged if _is_tagged(shape) else shape.script_plain:
-        return _finish(parse_script(batches), "script")
-    return _finish(_parse_lines(chain.from_iterable(batches), glue=True), "env")
+        return _finish(parse_script(_unwrap(source.batches(), shape)), "script")
+    return _finish(_parse_batches(source, shape), "env")
 
 
 def _shape(source: Input) -> _Shape:
     """The first pass: NULs, the first character, structure markers, rank prefixes, script
-    lines. (Each regex is tried only where its literals are: the pass reads every line.)"""
+    lines. (Each regex is tried only where its literals are: the pass reads every line; a batch
+    of plain assignments is judged as a whole, see _plain_batch.)"""
     shape = _Shape()
     previous: str | None = None  # the last non-blank line's list item (`- -x` then `- A=b`)
-    for line in source.lines():
-        if "\0" in line:
-            shape.nul = True
-            return shape
-        if shape.structured:
-            continue  # only a NUL can change the answer now
-        stripped = line.lstrip()
-        if not stripped:
+    for batch in source.batches():
+        text = None if shape.structured else _assignment_text(batch)
+        if text is not None and "\0" not in text and _plain_batch(text, shape.script_plain):
+            shape.nonblank += len(batch)  # what the loop below finds on each of these lines
+            shape.first = shape.first or batch[0][:1]
+            previous = None
             continue
-        shape.nonblank += 1
-        if not shape.first:
-            shape.first = stripped[:1]
-            if shape.first == "[" and _RANK_PREFIX.match(stripped):
-                shape.first = "r"  # `[1,0]<stdout>:` is a rank prefix, not JSON
-            shape.structured = shape.first in ("[", "{")
-        item = list_item(line) if stripped[:1] in "-\"" else None
-        shape.structured = bool(
-            (":" in line and _is_structured_line(line))
-            or ("{" in line and INLINE_ENV.search(line))
-            or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
-        previous = item
-        m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
-        if not shape.timestamped and "0" <= line[:1] <= "9":
-            shape.timestamped = _TIMESTAMP.match(line) is not None
-        if m is not None:
-            rank = m["srun"] or m["mpi"]
-            shape.tagged += 1
-            if shape.first_rank is None:
-                shape.first_rank = rank
-            if rank == shape.first_rank and not shape.script_tagged:
-                shape.script_tagged = _is_script_line(_untimed(line[m.end():]))
-        if not shape.script_plain:
-            shape.script_plain = _is_script_line(_untimed(line))
+        for line in batch:
+            if "\0" in line:
+                shape.nul = True
+                return shape
+            if shape.structured:
+                continue  # only a NUL can change the answer now
+            stripped = line.lstrip()
+            if not stripped:
+                continue
+            shape.nonblank += 1
+            if not shape.first:
+                shape.first = stripped[:1]
+                if shape.first == "[" and _RANK_PREFIX.match(stripped):
+                    shape.first = "r"  # `[1,0]<stdout>:` is a rank prefix, not JSON
+                shape.structured = shape.first in ("[", "{")
+            item = list_item(line) if stripped[:1] in "-\"" else None
+            shape.structured = bool(
+                (":" in line and _is_structured_line(line))
+                or ("{" in line and INLINE_ENV.search(line))
+                or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
+            previous = item
+            m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
+            if not shape.timestamped and "0" <= line[:1] <= "9":
+                shape.timestamped = _TIMESTAMP.match(line) is not None
+            if m is not None:
+                rank = m["srun"] or m["mpi"]
+                shape.tagged += 1
+                if shape.first_rank is None:
+                    shape.first_rank = rank
+                if rank == shape.first_rank and not shape.script_tagged:
+                    shape.script_tagged = _is_script_line(_untimed(line[m.end():]))
+            if not shape.script_plain:
+                shape.script_plain = _is_script_line(_untimed(line))
     return shape
+
+
+def _assignment_text(batch: list[str]) -> str | None:
+    """The batch's lines joined by `\n`, where a batch path may take them: its first line starts
+    with `NAME=`, and its lines are short on average (a few long ones, as a dump of 100 KB JSON
+    values has, cost the line loop little, and joining them would cost more)."""
+    if _ASSIGN_START.match(batch[0]) is None or sum(map(len, batch)) > _LONG_LINE * len(batch):
+        return None
+    return "\n".join(batch)
+
+
+def _all_assignments(text: str) -> bool:
+    """Every line of `text` after its first (an assignment) starts with `NAME=`."""
+    return _NOT_ASSIGN_NEXT.search(text) is None
+
+
+def _plain_batch(text: str, script_seen: bool) -> bool:
+    """A batch that _shape's line loop would only count: assignments only (no list item, rank
+    prefix, timestamp, YAML or dict line starts so; nor does a script keyword, which a blank
+    follows), no inline `env={...}` map, and, until a script line was seen, no trailing
+    backslash or launcher flag. The text-wide searches find each of these wherever a line's
+    own would (and more, across line ends: such a batch goes through the loop instead)."""
+    return (_all_assignments(text)
+            and not ("{" in text and INLINE_ENV.search(text))
+            and (script_seen or not ("\\\n" in text or text.endswith("\\")
+                                     or ("-" in text and _SCRIPT_FLAG.search(text)))))
 
 
 def _is_structured_line(line: str) -> bool:
@@ -229,35 +269,74 @@ def _untimed(line: str) -> str:
 def _parse_lines(entries: Iterable[str], *, glue: bool) -> tuple[Variables, int]:
     """`NAME=value` per entry; with `glue`, a non-assignment continues the previous value (up to
     MAX_VALUE_CHARS; lines past that are counted as skipped)."""
-    variables = Variables()
-    skipped = 0
-    last: str | None = None
-    parts: list[str] = []
-    size = 0
+    reader = _Assignments(glue=glue)
+    reader.lines(entries)
+    return reader.finish()
 
-    def flush() -> None:
-        if last is not None:
-            variables.put(last, "\n".join(parts))
 
-    for entry in entries:
-        m = ASSIGN.match(entry)
-        if m:
-            flush()
-            last, parts, size = m["name"], [m["value"]], len(m["value"])
-        elif _OTHER_ASSIGN.match(entry):
-            flush()
-            last = None
-            skipped += 1
-        elif glue and last is not None and entry:
-            if size + len(entry) < MAX_VALUE_CHARS:
-                parts.append(entry)
-                size += len(entry) + 1
-            else:
+def _parse_batches(source: Input, shape: _Shape) -> tuple[Variables, int]:
+    """_parse_lines(_unwrap(source.lines(), shape), glue=True), with a batch of plain
+    assignments (untagged: no prefix or timestamp to take off) read by one findall."""
+    reader = _Assignments(glue=True)
+    tagged = _is_tagged(shape)
+    for batch in source.batches():
+        text = None if tagged else _assignment_text(batch)
+        if text is not None and _all_assignments(text):
+            reader.pairs(_ASSIGN_LINES.findall(text), max(map(len, batch)), len(text))
+        else:
+            reader.lines(chain.from_iterable(_unwrap((batch,), shape)))
+    return reader.finish()
+
+
+class _Assignments:
+    """The state of _parse_lines between batches: the variables, the skipped count, and the
+    assignment whose value continuation lines may still extend."""
+
+    def __init__(self, *, glue: bool) -> None:
+        self.variables = Variables()
+        self.skipped = 0
+        self.glue = glue
+        self.last: str | None = None
+        self.parts: list[str] = []
+        self.size = 0
+
+    def lines(self, entries: Iterable[str]) -> None:
+        variables, glue = self.variables, self.glue
+        last, parts, size, skipped = self.last, self.parts, self.size, self.skipped
+        for entry in entries:
+            m = ASSIGN.match(entry)
+            if m:
+                if last is not None:
+                    variables.put(last, "\n".join(parts))
+                last, parts, size = m["name"], [m["value"]], len(m["value"])
+            elif _OTHER_ASSIGN.match(entry):
+                if last is not None:
+                    variables.put(last, "\n".join(parts))
+                last = None
                 skipped += 1
-        elif entry.strip():
-            skipped += 1
-    flush()
-    return variables, skipped
+            elif glue and last is not None and entry:
+                if size + len(entry) < MAX_VALUE_CHARS:
+                    parts.append(entry)
+                    size += len(entry) + 1
+                else:
+                    skipped += 1
+            elif entry.strip():
+                skipped += 1
+        self.last, self.parts, self.size, self.skipped = last, parts, size, skipped
+
+    def pairs(self, pairs: list[tuple[str, str]], longest: int, chars: int) -> None:
+        """Assignment lines, as (name, value), each ending the value before it; `longest`: the
+        longest line, `chars`: all lines' characters (bounds on the values, for put_all)."""
+        self.finish()
+        self.variables.put_all(pairs[:-1], longest, chars)
+        self.last, value = pairs[-1]
+        self.parts, self.size = [value], len(value)
+
+    def finish(self) -> tuple[Variables, int]:
+        if self.last is not None:
+            self.variables.put(self.last, "\n".join(self.parts))
+            self.last = None
+        return self.variables, self.skipped
 
 
 def _walk_json(data: Any, in_env: bool = False, top: bool = True) -> Iterator[tuple[str, str]]:

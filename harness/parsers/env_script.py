@@ -56,6 +56,19 @@ class Variables(dict[str, str]):
         self[name] = value
         self.total += grow
 
+    def put_all(self, pairs: list[tuple[str, str]], longest: int, chars: int) -> None:
+        """put() each pair in order. `longest` and `chars` bound a value's and all values'
+        length: where no put could be refused or cut, the pairs are taken in one update."""
+        if (longest > MAX_VALUE_CHARS or len(self) + len(pairs) > MAX_VARIABLES
+                or self.total + chars > MAX_TOTAL_CHARS):
+            for name, value in pairs:
+                self.put(name, value)
+            return
+        new = dict(pairs)  # the last value of each name, in the order names first come
+        old = sum(len(self[name]) for name in new.keys() & self.keys())
+        self.update(new)
+        self.total += sum(map(len, new.values())) - old
+
 
 #: Backslash-continued lines joined into one command at most (a Dockerfile RUN has tens).
 _MAX_CONTINUED_LINES = 1000
