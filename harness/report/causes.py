@@ -24,7 +24,7 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 if TYPE_CHECKING:
     from harness.results import CheckResult
 
-__all__ = ["Cause", "find_causes", "id_ranges"]
+__all__ = ["Cause", "find_causes", "id_ranges", "shorten"]
 
 #: `[PF-GPU-001] ` at the start of a check's message.
 _ID_PREFIX = re.compile(r"^\[[A-Za-z0-9_.:/-]+\]\s*")
@@ -79,7 +79,7 @@ class Cause:
     def line(self, width: int = CAUSE_CHARS) -> str:
         """`PF-HOST-004: text`, `PF-GPU-001..005: text` (one failure on several checks), or
         `text (PF-GPU-001); blocked by it: N checks: PF-BW-001, ...` (IDs as ranges)."""
-        text = _shorten(self.text, width)
+        text = shorten(self.text, width)
         if self.own:
             return f"{id_ranges(list(self.ids))}: {text}"
         if not self.blocked:
@@ -93,7 +93,7 @@ class Cause:
         who = (f"{self.root} and {len(self.blocked)} checks blocked by it" if self.blocked
                and not self.key.startswith("same:") else id_ranges(list(self.ids)))
         fix = f"; fix: {self.fix}" if self.fix and with_fix else ""
-        return f"[{who}] {_shorten(self.text, width) if width else ''}{fix}"
+        return f"[{who}] {shorten(self.text, width) if width else ''}{fix}"
 
     def to_dict(self) -> JSONObject:
         return {"cause": self.text, "fix": self.fix, "root": self.root,
@@ -127,7 +127,8 @@ def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
 
 
-def _shorten(text: str, width: int) -> str:
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` characters with `...` where it was longer."""
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
