@@ -15,11 +15,11 @@ found from the messages the checks wrote (the one text every check has), by the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from harness.results import CheckResult
@@ -123,10 +123,6 @@ def id_ranges(ids: list[str]) -> str:
     return ", ".join(parts + loose)
 
 
-def _get(record: Any, key: str) -> Any:
-    return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
-
-
 def shorten(text: str, width: int) -> str:
     """`text` on one line, cut to `width` characters with `...` where it was longer."""
     text = " ".join(str(text).split())
@@ -162,17 +158,18 @@ def _own(message: str, remedy: str, outcome: str) -> tuple[str, str]:
     return message, remedy if outcome == "fail" else ""
 
 
-def find_causes(checks: Iterable[CheckResult | JSONMapping]) -> list[Cause]:
-    """The causes of the failed (fail/error) checks of `checks` (CheckResults or report.json
-    dicts): those that block other checks first (most first), then the rest, measured failures
-    before errors, each in check-ID order. Every failed check is in exactly one cause."""
+def find_causes(checks: Iterable[CheckResult]) -> list[Cause]:
+    """The causes of the failed (fail/error) checks of `checks` (a report.json's `checks` are
+    read with harness.results.results first): those that block other checks first (most
+    first), then the rest, measured failures before errors, each in check-ID order.
+    Every failed check is in exactly one cause."""
     groups: dict[str, dict[str, Any]] = {}
     for c in checks:
-        outcome, cid = _get(c, "outcome"), str(_get(c, "id") or "?")
-        if outcome not in ("fail", "error"):
+        outcome, cid = c.outcome, c.id or "?"
+        if not c.failed:
             continue
-        message = _ID_PREFIX.sub("", " ".join(str(_get(c, "message") or outcome).split()))
-        own = _own(message, " ".join(str(_get(c, "remedy") or "").split()), outcome)
+        message = _ID_PREFIX.sub("", " ".join((c.message or outcome).split()))
+        own = _own(message, " ".join(c.remedy.split()), outcome)
         # No rule: one message on several checks or GPUs (`GPU 3` -> `GPU N`) is one failure.
         same = _GPU.sub("GPU N", own[0])
         key, text, fix = _key_of(message) or (f"same:{same}", *own)

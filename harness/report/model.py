@@ -161,8 +161,7 @@ class Report:
         redactor = Redactor.of(env)
         changes: dict[str, Any] = {f.name: redactor.obj(getattr(self, f.name))
                                    for f in dataclasses.fields(self) if f.name != "checks"}
-        changes["checks"] = [CheckResult.from_dict(redactor.obj(c.to_dict()))  # type: ignore[arg-type]
-                             for c in self.checks]
+        changes["checks"] = [CheckResult.from_dict(redactor.obj(c.to_dict())) for c in self.checks]
         return Report(**changes)
 
     def to_dict(self) -> JSONObject:
