@@ -99,6 +99,13 @@ def measurement_name(what: str) -> str:
     return re.sub(r"[^a-z]+", "_", what.lower()).strip("_") or "value"
 
 
+def _seconds(value: object) -> float | None:
+    """A duration as read: None where the record has none (not measured, never 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def _int(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -165,7 +172,8 @@ class CheckResult:
     warnings: tuple[str, ...] = ()
     measurements: tuple[Measurement, ...] = ()
     remedy: str = ""
-    duration_s: float = 0.0
+    duration_s: float | None = 0.0
+    """How long the check took; None: not measured (a record read without one), never 0."""
     worker: str = "main"
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Other keys the record carries (a collected item's `exclusive`, `why`, `defined`)."""
@@ -185,7 +193,7 @@ class CheckResult:
         head = {k: plain(getattr(self, k)) for k in _RESULT_KEYS if k != "measurements"}
         head["warnings"] = list(head["warnings"])
         head["measurements"] = [m.to_dict() for m in self.measurements]
-        head["duration_s"] = round(float(self.duration_s), 3)
+        head["duration_s"] = None if self.duration_s is None else round(float(self.duration_s), 3)
         return {**{k: head[k] for k in _RESULT_KEYS}, **out}
 
     @classmethod
@@ -201,7 +209,7 @@ class CheckResult:
             message=str(data.get("message") or ""),
             warnings=tuple(str(w) for w in data.get("warnings") or []),
             measurements=measurements, remedy=str(data.get("remedy") or ""),
-            duration_s=float(data.get("duration_s") or 0.0),
+            duration_s=_seconds(data.get("duration_s")),
             worker=str(data.get("worker") or "main"),
             extra={k: v for k, v in data.items() if k not in _RESULT_KEYS},
         )

@@ -105,7 +105,8 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
             snap["left_out"] = {str(r): w for r, w in why.items()}
     if num_nodes > 1 and members:
         per_rank = {str(r): round(200.0 * slow.get(r, 1.0), 1) for r in members}
-        snap["bandwidth"] = {"size_bytes": GIB, "nranks": len(members), "floor_gb_s": 100.0,
+        snap["bandwidth"] = {"size_bytes": GIB, "nranks": len(members), "ranks": list(members),
+                             "floor_gb_s": 100.0,
                              "busbw_gb_s": min(per_rank.values()), "data_ok": True,
                              "per_rank": per_rank, "errors": [], "missing": {}}
         if slow:

@@ -8,16 +8,17 @@ import json
 from pathlib import Path
 
 from harness.report.causes import find_causes
+from harness.results import CheckResult, results
 
 DATA = Path(__file__).parent / "recorded" / "no_gpu_p5_checks.json"
 
 
-def _c(cid: str, message: str, outcome: str = "error", remedy: str = "") -> dict:
-    return {"id": cid, "outcome": outcome, "message": f"[{cid}] {message}", "remedy": remedy}
+def _c(cid: str, message: str, outcome: str = "error", remedy: str = "") -> CheckResult:
+    return CheckResult(id=cid, outcome=outcome, message=f"[{cid}] {message}", remedy=remedy)
 
 
 def test_a_recorded_no_gpu_run_has_seven_causes_the_missing_gpu_first():
-    checks = json.loads(DATA.read_text())["checks"]
+    checks = results(json.loads(DATA.read_text())["checks"])
     causes = find_causes(checks)
     assert sum(len(c.ids) for c in causes) == 44  # every failed check, once
     first = causes[0]
@@ -61,8 +62,7 @@ def test_passes_warnings_and_skips_are_no_cause():
 
 
 def test_one_failure_on_several_gpus_is_one_line_naming_them():
-    causes = find_causes([{"id": "PF-GPU-005", "outcome": "fail",
-                           "message": f"[PF-GPU-005] GPU {i} temperature 95 C > 85 C"}
+    causes = find_causes([_c("PF-GPU-005", f"GPU {i} temperature 95 C > 85 C", "fail")
                           for i in (0, 3, 5)])
     assert [c.line() for c in causes] == [
         "PF-GPU-005: GPU N temperature 95 C > 85 C (GPU N: 0, 3, 5)"]

@@ -60,7 +60,8 @@ def _snap(busbw, *, tier="preflight", gpus=8, step=None, per_rank=None):
             "hosts": {str(r): f"node{r}" for r in range(len(busbw))}, "nodes": nodes,
             "missing": {}}
     if per_rank is not None:
-        snap["bandwidth"] = {"size_bytes": 1 << 30, "nranks": len(busbw), "floor_gb_s": 1.0,
+        snap["bandwidth"] = {"size_bytes": 1 << 30, "nranks": len(busbw),
+                             "ranks": list(range(len(busbw))), "floor_gb_s": 1.0,
                              "busbw_gb_s": min(per_rank), "data_ok": True, "errors": [],
                              "missing": {}, "per_rank": {str(r): v for r, v in
                                                          enumerate(per_rank)}}

@@ -100,7 +100,8 @@ def test_consistency_without_majority_names_every_node():
 def test_bandwidth_low_and_isolation_evidence():
     iso = isolate(range(4), simulate_measure(healthy_gb_s=1.0, bad_nodes={2: 0.01}), seed=1,
                   floor_gb_s=0.05)
-    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "floor_gb_s": 0.05,
+    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "ranks": [0, 1, 2, 3],
+                            "floor_gb_s": 0.05, "per_rank": None,
                             "busbw_gb_s": 0.01, "data_ok": True, "errors": [], "missing": {}},
                  isolation=iso.to_dict())
     v = decide(snap)
@@ -114,7 +115,8 @@ def test_bandwidth_low_and_isolation_evidence():
 
 
 def test_bandwidth_missing_rank_is_bad():
-    snap = _snap(bandwidth={"size_bytes": 1, "nranks": 4, "floor_gb_s": 0.05,
+    snap = _snap(bandwidth={"size_bytes": 1, "nranks": 4, "ranks": [0, 1, 2, 3],
+                            "floor_gb_s": 0.05, "per_rank": None,
                             "busbw_gb_s": None, "data_ok": False,
                             "errors": ["rank 0: timed all_reduce: Connection closed by peer"],
                             "missing": {"1": "stopped answering during the cluster all_reduce"}})
@@ -355,7 +357,8 @@ def test_flaky_isolation_pair_is_a_warning_counted_never_a_bad_node():
 
     iso = isolate(range(4), measure, seed=1, floor_gb_s=0.05)
     assert len(iso.flaky) == 1 and not iso.bad_nodes
-    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "floor_gb_s": 0.05,
+    snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "ranks": [0, 1, 2, 3],
+                            "floor_gb_s": 0.05, "per_rank": None,
                             "busbw_gb_s": 0.04, "data_ok": True, "errors": [], "missing": {}},
                  isolation=iso.to_dict())
     v = decide(snap)

@@ -84,3 +84,10 @@ def test_the_check_sessions_write_no_junit_of_their_own(tmp_path):
     phases = pytest_phases(cfg, tmp_path / "results.jsonl")
     assert [name for name, _ in phases] == ["node-local", "exclusive"]
     assert not any(a.startswith("--junitxml") for _, argv in phases for a in argv)
+
+
+def test_a_duration_not_measured_has_no_time_never_0(tmp_path):
+    timed = {**_check(1, "pass"), "duration_s": 1.5}
+    root = ET.parse(write_junit(_report(timed, _check(2, "pass")), tmp_path)).getroot()
+    assert root.find("testsuite/testcase[@name='PF-T-001']").get("time") == "1.500"
+    assert root.find("testsuite/testcase[@name='PF-T-002']").get("time") is None

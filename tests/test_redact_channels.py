@@ -14,7 +14,8 @@ import pytest
 from secret_canaries import CANARIES, ENV_CANARIES, SURVIVORS, leaks, survivors_missing
 
 from harness.commands import run as run_cmd
-from harness.report.model import Report, failure_reason, redact_outputs, write_report
+from harness.report.failure import failure_reason
+from harness.report.model import Report, redact_outputs, write_report
 from harness.report.plain_output import print_plain_summary
 from harness.report.summary import print_summary
 from harness.results import CheckResult, Measurement

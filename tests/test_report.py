@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from harness.report.model import Report, failure_reason, load_results, write_report
+from harness.report.failure import failure_reason
+from harness.report.model import Report, load_results, write_report
 from harness.results import CheckResult
 
 

@@ -113,3 +113,14 @@ def test_gpus_healthy_counts_the_gpu_indices_of_failed_measurements():
     old = Report.from_dict({"checks": [failed]})  # v1: the message is all there was
     assert gpus_healthy(old, 8) == 5
     assert Report.from_dict(new).checks[0].failed_gpus() == {5, 6}
+
+
+def test_a_duration_not_measured_stays_unknown_never_0():
+    """A record read without a duration (an older or hand-made report) says it was not
+    measured: None, written back as null, and no metric or JUnit time is made of it."""
+    record = _result().to_dict()
+    del record["duration_s"]
+    unknown = CheckResult.from_dict(record)
+    assert unknown.duration_s is None and unknown.to_dict()["duration_s"] is None
+    assert CheckResult.from_dict({**record, "duration_s": None}).duration_s is None
+    assert CheckResult.from_dict({**record, "duration_s": 0}).duration_s == 0.0  # measured

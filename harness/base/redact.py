@@ -11,7 +11,9 @@ import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
+from typing import overload
 
+from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.base.redact_pairs import is_secret_flag, is_secret_name, redact_pairs
 from harness.base.redact_shapes import REDACTED, SHAPES, Shape, shortened_tokens
 
@@ -144,10 +146,18 @@ class Redactor:
         """A copy of `env` with credential values replaced and the others scrubbed of secrets."""
         return {k: (REDACTED if is_secret_name(k) else self.text(v)) for k, v in env.items()}
 
+    @overload
+    def obj(self, value: str, _parent: object = None) -> str: ...
+    @overload
+    def obj(self, value: JSONMapping, _parent: object = None) -> JSONObject: ...
+    @overload
+    def obj(self, value: object, _parent: object = None) -> object: ...
+
     def obj(self, value: object, _parent: object = None) -> object:
         """Redact every string inside a JSON-like structure (dicts, lists, strings): the value
         of a credential-named key, and the `value` beside a credential `name` (`{"name":
-        "HF_TOKEN", "value": ...}`), whatever its length."""
+        "HF_TOKEN", "value": ...}`), whatever its length. The shape is kept: a string gives a
+        string, an object a dict (the overloads say so to a type checker)."""
         if isinstance(value, str):
             return self.text(value)
         if type(value) is dict or isinstance(value, Mapping):  # (the ABC check costs ~0.4 us)

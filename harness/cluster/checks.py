@@ -146,29 +146,27 @@ def consistency_outliers(values_by_rank: Mapping[int, JSONMapping]) -> list[JSON
     remedy="see the pairwise isolation (PF-CLUSTER-005); drain or replace the slow nodes",
 )
 def test_cluster_bandwidth_meets_floor(cluster: ClusterView) -> None:
-    bw = cluster.snap.get("bandwidth")
+    bw = cluster.bandwidth
     if bw is None:
-        not_run("cluster bandwidth not measured: " + str(
-            (cluster.snap.get("not_measured") or {}).get("cluster bandwidth")
-            or "earlier cluster checks failed"))
-    for r, reason in sorted((int(k), v) for k, v in bw.get("missing", {}).items()):
-        cluster.bad.add(r, reason, bw.get("errors", [])[:4])
-    floor, value, size = bw.get("floor_gb_s"), bw.get("busbw_gb_s"), bw.get("size_bytes")
+        not_run("cluster bandwidth not measured: " + (
+            cluster.not_measured.get("cluster bandwidth") or "earlier cluster checks failed"))
+    for r, reason in sorted((int(k), v) for k, v in bw.missing.items()):
+        cluster.bad.add(r, reason, list(bw.errors[:4]))
+    floor, value, size = bw.floor_gb_s, bw.busbw_gb_s, bw.size_bytes
     measure("cluster all_reduce busbw", value, "GB/s", op=">=", threshold=floor,
             ok=None if value is None or floor is None else value >= floor,
-            size_bytes=int(size) if size is not None else None, name="cluster_all_reduce_busbw",
-            collective="all_reduce")
+            size_bytes=size, name="cluster_all_reduce_busbw", collective="all_reduce")
     problems = []
-    if bw.get("missing"):
+    if bw.missing:
         problems.append("did not answer during the cluster all_reduce: " + ", ".join(
-            cluster.name(int(r)) for r in sorted(bw["missing"], key=int)))
-    if bw.get("errors"):
-        problems.append(f"errors: {' | '.join(bw['errors'][:3])}")
-    if not bw.get("data_ok", True):
+            cluster.name(int(r)) for r in sorted(bw.missing, key=int)))
+    if bw.errors:
+        problems.append(f"errors: {' | '.join(bw.errors[:3])}")
+    if not bw.data_ok:
         problems.append("all_reduce returned wrong data")
     if value is not None and floor is not None and value < floor:
         problems.append(f"busbw {_gb(value)} < {_gb(floor)} required at "
-                        f"{bw.get('size_bytes')} bytes over {bw.get('nranks')} nodes")
+                        f"{bw.size_bytes} bytes over {bw.nranks} nodes")
     if value is None and not problems:
         problems.append("no measurement")
     out = _left_out(cluster)
@@ -178,11 +176,11 @@ def test_cluster_bandwidth_meets_floor(cluster: ClusterView) -> None:
 
 def _left_out(cluster: ClusterView) -> str:
     """' (over 7 of 8 nodes; left out: node3 (rank 3): failed its own checks)', or ''."""
-    left = cluster.snap.get("left_out") or {}
+    left = cluster.left_out
     if not left:
         return ""
     return (f" (over {cluster.num_nodes - len(left)} of {cluster.num_nodes} nodes; left out: "
-            + ", ".join(f"{cluster.name(int(r))}: {w}" for r, w in left.items()) + ")")
+            + ", ".join(f"{cluster.name(r)}: {w}" for r, w in left.items()) + ")")
 
 
 @check(
@@ -196,9 +194,9 @@ def _left_out(cluster: ClusterView) -> str:
 def test_pairwise_rounds_find_no_bad_node(cluster: ClusterView) -> None:
     iso = cluster.snap.get("isolation")
     if iso is None:
-        not_run("pairwise isolation not measured: " + str(
-            (cluster.snap.get("not_measured") or {}).get("pairwise isolation")
-            or cluster.snap.get("isolation_skipped") or "cluster bandwidth passed"))
+        not_run("pairwise isolation not measured: " + (
+            cluster.not_measured.get("pairwise isolation") or cluster.isolation_skipped
+            or "cluster bandwidth passed"))
     host = cluster.host
     pairs_of: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
     for i, rnd in enumerate(iso["rounds"], 1):  # each node's pairs, found in one pass

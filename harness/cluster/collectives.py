@@ -16,7 +16,7 @@ from harness.cluster.node import flaky_round, gate_floor, gate_size, inject_faul
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.timeouts import ClusterTimeouts
 from harness.cluster.verdict import decide, for_nodes
-from harness.cluster.wire import SnapshotHead
+from harness.cluster.wire import ClusterBandwidth, SnapshotHead
 from harness.judges.cluster import StragglerLimits
 from harness.profiles.model import Profile
 from harness.topology.model import Topology
@@ -178,7 +178,8 @@ class CollectivePhases(GroupPhases):
         return {"busbw_gb_s": row.busbw_gb_s if row else None, "data_ok": res.data_ok,
                 "errors": list(res.errors), "nranks": res.nranks}
 
-    def _gather_bw(self, deadline: float, size: int) -> dict[str, Any]:
+    def _gather_bw(self, deadline: float, size: int) -> JSONObject:
+        """Master: the members' results as the snapshot's `bandwidth` (its wire form)."""
         assert self.plane is not None
         members = self.members
         plane, broken_at = self.plane, [0.0]
@@ -195,17 +196,16 @@ class CollectivePhases(GroupPhases):
                                       enough)
         values = [v["busbw_gb_s"] for v in found.values() if v["busbw_gb_s"] is not None]
         errors = [e for v in found.values() for e in v["errors"]]
-        return {
-            "size_bytes": size, "nranks": len(members), "ranks": list(members),
-            "floor_gb_s": gate_floor(self.profile),
-            "busbw_gb_s": min(values) if values and len(values) == len(members) else None,
-            "data_ok": all(v["data_ok"] for v in found.values()),
-            "per_rank": {str(r): v["busbw_gb_s"] for r, v in sorted(found.items())},
-            "errors": errors[:8],
-            "missing": {str(r): "stopped answering during the cluster all_reduce (hung or "
-                                "died): no result within the collective timeout"
-                        for r in missing},
-        }
+        return ClusterBandwidth(
+            size_bytes=size, nranks=len(members), ranks=tuple(members),
+            floor_gb_s=gate_floor(self.profile),
+            busbw_gb_s=min(values) if values and len(values) == len(members) else None,
+            data_ok=all(v["data_ok"] for v in found.values()),
+            per_rank={str(r): v["busbw_gb_s"] for r, v in sorted(found.items())},
+            errors=tuple(errors[:8]),
+            missing={str(r): "stopped answering during the cluster all_reduce (hung or died): "
+                             "no result within the collective timeout" for r in missing},
+        ).to_json()
 
     def _isolation(self, snap: dict[str, Any]) -> dict[str, Any]:
         """Pairwise rounds; the master plans each round and publishes the outcome."""

@@ -44,7 +44,7 @@ def test_job_shaped_groups_meet_their_threshold(cluster: ClusterView) -> None:
         return  # every group lies inside one node: the node-local checks cover them
     groups = (cluster.snap.get("groups") or {}).get("results")
     if groups is None:
-        said = (cluster.snap.get("not_measured") or {}).get("job-shaped groups")
+        said = cluster.not_measured.get("job-shaped groups")
         not_run(f"the groups phase did not run: {said}" if said else
                 "the groups phase did not run (a node stopped answering in the cluster "
                 "all_reduce, or the master was lost: named by PF-CLUSTER-001/004)")

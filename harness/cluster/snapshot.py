@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 from harness.base.fabric import FABRIC_ENV_PREFIXES
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.base.redact import Redactor
-from harness.cluster.wire import MissingNode, NodeSummary, SnapshotError, SnapshotHead
+from harness.cluster.wire import (
+    ClusterBandwidth,
+    MissingNode,
+    NodeSummary,
+    SnapshotError,
+    SnapshotHead,
+    required,
+    text_map,
+)
 from harness.judges.cluster import StragglerLimits
 
 if TYPE_CHECKING:
@@ -191,6 +199,15 @@ class ClusterView:
     missing: dict[int, MissingNode]
     """The nodes that did not report, and those whose summary could not be read."""
     bad: BadNodes
+    bandwidth: ClusterBandwidth | None = None
+    """The cluster all_reduce (None: not measured; `not_measured` says why)."""
+    not_measured: Mapping[str, str] = field(default_factory=dict)
+    """Step (`cluster bandwidth`, `pairwise isolation`, `job-shaped groups`) -> why the
+    collectives did not measure it."""
+    left_out: Mapping[int, str] = field(default_factory=dict)
+    """The nodes the collectives ran without (they failed their own checks), rank -> why."""
+    isolation_skipped: str = ""
+    """Why the pairwise rounds did not run ('' when they ran or were not decided on)."""
     links: list[JSONObject] = field(default_factory=list)
     suspects: list[JSONObject] = field(default_factory=list)
     stragglers: list[JSONObject] = field(default_factory=list)
@@ -200,8 +217,17 @@ class ClusterView:
         """Read the snapshot's head and node summaries (harness.cluster.wire, once per verdict);
         a node whose summary cannot be read is missing, with the field that was wrong. The
         nodes' copy (harness.cluster.verdict.for_nodes) carries no summaries. Raises
-        SnapshotError naming what of the head is missing or malformed."""
-        head = SnapshotHead.from_dict(snap)
+        SnapshotError naming what of the head, or of a section the collectives added
+        (`bandwidth`, `not_measured`, `left_out`, `isolation_skipped`), is missing or
+        malformed."""
+        where = "the cluster snapshot"
+        head = SnapshotHead.from_dict(snap, where)
+        bw = snap.get("bandwidth")
+        left = text_map(snap, "left_out", where, optional=True)
+        if not all(r.isdigit() for r in left):
+            raise SnapshotError(f"{where}'s 'left_out' is not rank -> why")
+        skipped = required(snap, "isolation_skipped", str, where) \
+            if "isolation_skipped" in snap else ""
         hosts = dict(head.hosts)
         missing = {int(r): MissingNode.from_dict(m, f"rank {r}'s missing entry")
                    for r, m in snap.get("missing", {}).items()}
@@ -217,7 +243,10 @@ class ClusterView:
                     "another gpu-preflight version, or a corrupted store")
         hosts.update({r: s.host for r, s in nodes.items() if s.host})
         return cls(snap=snap, head=head, hosts=hosts, nodes=nodes,
-                   missing=dict(sorted(missing.items())), bad=BadNodes(hosts))
+                   missing=dict(sorted(missing.items())), bad=BadNodes(hosts),
+                   bandwidth=None if bw is None else ClusterBandwidth.from_dict(bw),
+                   not_measured=text_map(snap, "not_measured", where, optional=True),
+                   left_out={int(r): w for r, w in left.items()}, isolation_skipped=skipped)
 
     @property
     def num_nodes(self) -> int:

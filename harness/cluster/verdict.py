@@ -8,8 +8,9 @@ failure text and the actions (Slurm exclude and drain, HyperPod replace)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from harness.base.blast import DEFAULT_CAP, blast_radius
@@ -17,7 +18,7 @@ from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import run_check, spec_of
 from harness.cluster.checks import CLUSTER_CHECKS
 from harness.cluster.snapshot import ClusterView
-from harness.cluster.wire import SnapshotError, required
+from harness.cluster.wire import ClusterBandwidth, SnapshotError, required
 from harness.topology.hostlist import compress_hostlist
 
 __all__ = [
@@ -138,7 +139,10 @@ def for_nodes(snap: JSONMapping) -> JSONObject:
     out["nodes_reported"] = len(snap.get("nodes", {}))
     bw = out.get("bandwidth")
     if isinstance(bw, Mapping) and len(bw.get("per_rank") or {}) > PER_RANK_FOR_NODES:
-        out["bandwidth"] = {**bw, "per_rank": None, "per_rank_on": "the master's report"}
+        # kept as read when it cannot be: the verdict below names what is wrong with it
+        with contextlib.suppress(SnapshotError):
+            out["bandwidth"] = replace(ClusterBandwidth.from_dict(bw), per_rank=None,
+                                       per_rank_on="the master's report").to_json()
     out["verdict"] = decide(snap).to_full()
     return out
 

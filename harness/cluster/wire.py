@@ -18,7 +18,8 @@ from harness.judges.cluster import StragglerLimits
 
 T = TypeVar("T")
 
-__all__ = ["FailedCheck", "MissingNode", "NodeSummary", "SnapshotError", "SnapshotHead", "required"]
+__all__ = ["ClusterBandwidth", "FailedCheck", "MissingNode", "NodeSummary", "SnapshotError",
+           "SnapshotHead", "required", "text_map"]
 
 
 class SnapshotError(ValueError):
@@ -39,6 +40,21 @@ def required(d: JSONMapping, key: str, kind: type[T] | tuple[type[T], ...], wher
 
 
 _OPT_STR = (str, type(None))
+#: A figure as it travels: a number (int or float, kept as read so the bytes do not change) or
+#: None where none was measured.
+_OPT_NUMBER = (int, float, type(None))
+
+
+def text_map(d: JSONMapping, key: str, where: str, *, optional: bool = False) -> dict[str, str]:
+    """`d[key]`, a JSON object of text values (SnapshotError naming it otherwise); {} for an
+    `optional` one `d` does not have (a section the collectives add only when they have
+    something to say: `not_measured`, `left_out`)."""
+    if optional and key not in d:
+        return {}
+    value = required(d, key, dict, where)
+    if not all(isinstance(v, str) for v in value.values()):
+        raise SnapshotError(f"{where}'s {key!r} holds a value that is not text")
+    return dict(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,3 +179,58 @@ class SnapshotHead:
                 # the master's cap, in the snapshot: every node takes the same verdict
                 "drain_cap": self.drain_cap,
                 "hosts": {str(r): h for r, h in self.hosts.items()}}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterBandwidth:
+    """The cluster all_reduce as the master gathered it (the snapshot's `bandwidth`, written
+    by harness.cluster.collectives, judged by PF-CLUSTER-004). Figures are kept as they were
+    read (an int stays an int: the bytes on the wire do not change)."""
+
+    size_bytes: int
+    nranks: int
+    ranks: tuple[int, ...]
+    """The nodes it ran over (those that passed their own checks)."""
+    floor_gb_s: float | None
+    busbw_gb_s: float | None
+    """The slowest node's figure; None unless every node in `ranks` gave one."""
+    data_ok: bool
+    per_rank: Mapping[str, float | None] | None
+    """rank -> its busbw; None in the nodes' copy of a large job (`per_rank_on` says where)."""
+    errors: tuple[str, ...]
+    missing: Mapping[str, str]
+    """rank -> why it gave no result (it stopped answering)."""
+    per_rank_on: str | None = None
+    """Where `per_rank` is when the nodes' copy leaves it out (harness.cluster.verdict)."""
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "the cluster snapshot's 'bandwidth'"
+                  ) -> ClusterBandwidth:
+        ranks, errors = required(d, "ranks", list, where), required(d, "errors", list, where)
+        per_rank = required(d, "per_rank", (dict, type(None)), where)
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            raise SnapshotError(f"{where}'s 'ranks' holds a value that is not a rank")
+        if not all(isinstance(e, str) for e in errors):
+            raise SnapshotError(f"{where}'s 'errors' holds a value that is not text")
+        if per_rank is not None and not all(
+                isinstance(v, _OPT_NUMBER) and not isinstance(v, bool) for v in per_rank.values()):
+            raise SnapshotError(f"{where}'s 'per_rank' holds a value that is not a figure")
+        on = required(d, "per_rank_on", str, where) if "per_rank_on" in d else None
+        return cls(size_bytes=required(d, "size_bytes", int, where),
+                   nranks=required(d, "nranks", int, where), ranks=tuple(ranks),
+                   floor_gb_s=required(d, "floor_gb_s", _OPT_NUMBER, where),
+                   busbw_gb_s=required(d, "busbw_gb_s", _OPT_NUMBER, where),
+                   data_ok=required(d, "data_ok", bool, where), per_rank=per_rank,
+                   errors=tuple(errors), missing=text_map(d, "missing", where), per_rank_on=on)
+
+    def to_json(self) -> JSONObject:
+        """The wire form: `from_dict(b.to_json()) == b`, key for key in the order read."""
+        out: JSONObject = {
+            "size_bytes": self.size_bytes, "nranks": self.nranks, "ranks": list(self.ranks),
+            "floor_gb_s": self.floor_gb_s, "busbw_gb_s": self.busbw_gb_s,
+            "data_ok": self.data_ok,
+            "per_rank": dict(self.per_rank) if self.per_rank is not None else None,
+            "errors": list(self.errors), "missing": dict(self.missing)}
+        if self.per_rank_on is not None:
+            out["per_rank_on"] = self.per_rank_on
+        return out

@@ -30,13 +30,13 @@ from harness.detect.instance import hostname, opt_ml_dir, sagemaker_resource_con
 from harness.detect.resolve import resolve
 from harness.profiles.model import Profile, ProfileError
 from harness.profiles.table import weakened_line
+from harness.report.failure import failure_reason
 from harness.report.kube import apply as apply_kube
 from harness.report.model import (
     Report,
     check_report_dir,
     command_for_report,
     describe_crash,
-    failure_reason,
     now_iso,
     redact_outputs,
     write_report,

@@ -15,16 +15,16 @@ found from the messages the checks wrote (the one text every check has), by the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from harness.results import CheckResult
 
-__all__ = ["Cause", "find_causes", "id_ranges"]
+__all__ = ["Cause", "find_causes", "id_ranges", "shorten"]
 
 #: `[PF-GPU-001] ` at the start of a check's message.
 _ID_PREFIX = re.compile(r"^\[[A-Za-z0-9_.:/-]+\]\s*")
@@ -79,7 +79,7 @@ class Cause:
     def line(self, width: int = CAUSE_CHARS) -> str:
         """`PF-HOST-004: text`, `PF-GPU-001..005: text` (one failure on several checks), or
         `text (PF-GPU-001); blocked by it: N checks: PF-BW-001, ...` (IDs as ranges)."""
-        text = _shorten(self.text, width)
+        text = shorten(self.text, width)
         if self.own:
             return f"{id_ranges(list(self.ids))}: {text}"
         if not self.blocked:
@@ -93,7 +93,7 @@ class Cause:
         who = (f"{self.root} and {len(self.blocked)} checks blocked by it" if self.blocked
                and not self.key.startswith("same:") else id_ranges(list(self.ids)))
         fix = f"; fix: {self.fix}" if self.fix and with_fix else ""
-        return f"[{who}] {_shorten(self.text, width) if width else ''}{fix}"
+        return f"[{who}] {shorten(self.text, width) if width else ''}{fix}"
 
     def to_dict(self) -> JSONObject:
         return {"cause": self.text, "fix": self.fix, "root": self.root,
@@ -123,11 +123,8 @@ def id_ranges(ids: list[str]) -> str:
     return ", ".join(parts + loose)
 
 
-def _get(record: Any, key: str) -> Any:
-    return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
-
-
-def _shorten(text: str, width: int) -> str:
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` characters with `...` where it was longer."""
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -161,17 +158,18 @@ def _own(message: str, remedy: str, outcome: str) -> tuple[str, str]:
     return message, remedy if outcome == "fail" else ""
 
 
-def find_causes(checks: Iterable[CheckResult | JSONMapping]) -> list[Cause]:
-    """The causes of the failed (fail/error) checks of `checks` (CheckResults or report.json
-    dicts): those that block other checks first (most first), then the rest, measured failures
-    before errors, each in check-ID order. Every failed check is in exactly one cause."""
+def find_causes(checks: Iterable[CheckResult]) -> list[Cause]:
+    """The causes of the failed (fail/error) checks of `checks` (a report.json's `checks` are
+    read with harness.results.results first): those that block other checks first (most
+    first), then the rest, measured failures before errors, each in check-ID order.
+    Every failed check is in exactly one cause."""
     groups: dict[str, dict[str, Any]] = {}
     for c in checks:
-        outcome, cid = _get(c, "outcome"), str(_get(c, "id") or "?")
-        if outcome not in ("fail", "error"):
+        outcome, cid = c.outcome, c.id or "?"
+        if not c.failed:
             continue
-        message = _ID_PREFIX.sub("", " ".join(str(_get(c, "message") or outcome).split()))
-        own = _own(message, " ".join(str(_get(c, "remedy") or "").split()), outcome)
+        message = _ID_PREFIX.sub("", " ".join((c.message or outcome).split()))
+        own = _own(message, " ".join(c.remedy.split()), outcome)
         # No rule: one message on several checks or GPUs (`GPU 3` -> `GPU N`) is one failure.
         same = _GPU.sub("GPU N", own[0])
         key, text, fix = _key_of(message) or (f"same:{same}", *own)

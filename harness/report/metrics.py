@@ -119,7 +119,8 @@ class _ReportCollector:
             lbl = [*base.values(), row.id]
             for o in OUTCOMES:
                 outcome.add_metric([*lbl, o], 1.0 if o == row.outcome else 0.0)
-            duration.add_metric(lbl, round(float(row.duration_s), 3))
+            if row.duration_s is not None:  # not measured: no sample, never a 0
+                duration.add_metric(lbl, round(float(row.duration_s), 3))
             for m in row.measurements:
                 number = _number(m.value)
                 if number is None:  # a text fact (a driver version, a path) has no sample

@@ -55,7 +55,7 @@ def run_again(report: Report, events: Events, families: Sequence[str], *, deadli
         report.extra["confirmation"] = merge(report.checks, [], {}, families)[1]
         return
     # As long again as the first run of these checks took, and a session's start.
-    need = sum(c.duration_s for c in asked) + SESSION_START_S
+    need = sum(c.duration_s or 0.0 for c in asked) + SESSION_START_S  # an estimate
     left = deadline - time.monotonic()
     again: dict[str, CheckResult] = {}
     why_not, took = None, 0.0
@@ -124,7 +124,7 @@ def _figures(c: CheckResult) -> str:
 def _run(c: CheckResult) -> JSONObject:
     return {"outcome": c.outcome, "message": c.message,
             "measurements": [m.to_dict() for m in c.measurements],
-            "duration_s": round(c.duration_s, 3)}
+            "duration_s": None if c.duration_s is None else round(c.duration_s, 3)}
 
 
 def _with(c: CheckResult, **changes: Any) -> CheckResult:
@@ -146,7 +146,8 @@ def _judge(first: CheckResult, again: CheckResult | None, why_not: str | None
         return "unconfirmed", _with(first, message=f"{first.message} (not confirmed: {why})",
                                     extra={"confirmation": note})
     note = {"first": _run(first), "again": _run(again)}
-    duration = first.duration_s + again.duration_s
+    duration = None if first.duration_s is None or again.duration_s is None else \
+        first.duration_s + again.duration_s
     if again.outcome == "fail":
         note["status"] = "confirmed"
         return "confirmed", _with(

@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from harness.run.runner import RunConfig
 
 from harness.base.settings import get_path
+from harness.report.failure import FAILURE_REASON_CHARS, failure_reason
 from harness.report.kube import write_termination_log
 from harness.report.model import (
     Report,
     ReportDirError,
     command_for_report,
     describe_crash,
-    failure_reason,
     now_iso,
     redact_outputs,
     report_environment,
@@ -41,10 +41,6 @@ from harness.run.junit import write_junit
 from harness.run.selection import Events, account_interrupted, load_events
 
 __all__ = ["RunFinalizer", "failure_text", "interrupted_report"]
-
-#: SageMaker shows the first 1024 characters of the failure file (harness.report.model).
-HEAD_CHARS = 1024
-
 
 def _events(results_path: Path, since: float) -> Events:
     """The check sessions' events; none from a results file older than this run (`since`,
@@ -132,8 +128,8 @@ def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig 
 
 
 def failure_text(report: Report, env: Mapping[str, str] | None = None) -> str:
-    """The failure file's text, from the redacted report: its first HEAD_CHARS say, alone, who
-    stopped the run, what had finished, what had failed before the signal."""
+    """The failure file's text, from the redacted report: its first FAILURE_REASON_CHARS say,
+    alone, who stopped the run, what had finished, what had failed before the signal."""
     report = report.redacted(env)
     info = report.interrupted or {}
     done = info.get("finished", [])
@@ -152,8 +148,8 @@ def failure_text(report: Report, env: Mapping[str, str] | None = None) -> str:
             " ".join((c.message or c.id).split())[:200] for c in failed)
     if info.get("not_finished"):
         head += " Not finished: " + ", ".join(info["not_finished"])
-    if len(head) > HEAD_CHARS:
-        head = head[:HEAD_CHARS - 3] + "..."
+    if len(head) > FAILURE_REASON_CHARS:
+        head = head[:FAILURE_REASON_CHARS - 3] + "..."
     return head + "\n\nDetails:\n" + "\n".join(report.harness_errors) + "\n"
 
 
