@@ -24,8 +24,9 @@ from harness.cluster.checks import (
     test_pairwise_rounds_find_no_bad_node,
 )
 from harness.cluster.group_check import test_job_shaped_groups_meet_their_threshold
+from harness.cluster.job import cluster_off
 from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
-from harness.cluster.snapshot import ClusterView, cluster_off
+from harness.cluster.snapshot import ClusterView
 from harness.cluster.straggler import test_no_straggler_node
 from harness.topology.model import TopologyError
 from harness.topology.nodes import NodeCount

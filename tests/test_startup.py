@@ -46,6 +46,47 @@ def test_the_paths_that_need_them_still_import_them():
     assert out == ["True", "True"]
 
 
+#: What the CLI process of a plain single-node `preflight run` in a log (no upload, no Kubernetes
+#: API, no certificate or ledger, a named profile) never imports, with the path that does.
+NOT_IN_A_PLAIN_RUN = (
+    "rich",  # the terminal's table and live line (harness.report.summary, harness.run.progress)
+    "urllib.request",  # IMDS on EC2 (harness.detect.instance), the Kubernetes API (report.kube)
+    "ssl",
+    "harness.report.publish",  # --s3-uri, --cloudwatch-namespace
+    "harness.memory",  # --reuse-certified, PREFLIGHT_LEDGER, tier certify/diagnose
+    "harness.cluster.snapshot",  # a multi-node job (harness.cluster.job decides)
+    "harness.judges",
+    "harness.probes",  # a derived profile reads the machine (harness.detect.derive)
+    "harness.checking",
+    "torch",
+)
+
+
+def test_a_plain_run_imports_only_what_it_uses(tmp_path):
+    """The whole `preflight run` of one do-nothing check, its output a pipe: the CLI process
+    ends without the modules only other paths use (each fails this on 781bf42)."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_noop.py").write_text(
+        "from harness.checking import check\n"
+        "@check('PF-B-001', title='noop', why='w', remedy='r')\n"
+        "def test_noop():\n    pass\n")
+    report_dir = tmp_path / "r"
+    code = ("import sys\nfrom harness.cli import main\n"
+            f"rc = main(['run', '--profile', 'local-cpu', '--report-dir', {str(report_dir)!r}])\n"
+            "print('MODULES', rc, ' '.join(sys.modules))")
+    env = {**os.environ, "PREFLIGHT_SUITE": str(suite), "AWS_EC2_METADATA_DISABLED": "true"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=240, env=env, cwd=tmp_path).stdout
+    assert "PASS  PF-B-001    noop" in out  # the progress line, written without rich
+    line = next(x for x in out.splitlines() if x.startswith("MODULES "))
+    rc, *modules = line.split()[1:]
+    assert rc == "0"
+    [report] = report_dir.glob("*/report.json")  # the run happened: its verdict is written
+    assert json.loads(report.read_text())["verdict"] == "pass"
+    assert [m for m in modules if m.startswith(NOT_IN_A_PLAIN_RUN)] == []
+
+
 #: Rooms a check session of one do-nothing check never needs: the fact fixtures (registered at
 #: configure, harness.plugin.FIXTURE_MODULES) import them inside the fixture that uses them.
 NOT_IN_A_SESSION = ("harness.probes", "harness.parsers", "harness.worker", "harness.judges",

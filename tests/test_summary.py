@@ -144,3 +144,27 @@ def test_the_header_counts_the_whole_selection_whatever_the_phases(tmp_path: Pat
     p.poll()
     assert "gpu-preflight: 5 checks selected, running" in out.getvalue()
     assert p.total == 5
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+@pytest.mark.parametrize("outcome", ["pass", "warn", "skip", "fail", "error"])
+def test_a_log_gets_the_lines_rich_prints_without_importing_it(outcome: str, verbose: bool) -> None:
+    """Not on a terminal the progress and heartbeat lines are written plainly (start-up: rich is
+    not imported by a run in a log, tests/test_startup.py); they are the text rich prints to the
+    same log, markup-like brackets and all."""
+    from rich.console import Console
+
+    from harness.report.summary import print_progress
+
+    record = {"outcome": outcome, "id": "PF-GPU-001", "title": "gpus [bold]x[/] \\ y",
+              "duration_s": 12.34, "message": "[PF-GPU-001] not  applicable:\n [dim]no[/] GPUs",
+              "measurements": [{"what": "busbw at [16] MiB", "value": 1.28, "unit": "GB/s",
+                                "op": ">=", "threshold": 0.05}]}
+    plain, through_rich = io.StringIO(), io.StringIO()
+    print_progress(record, plain, verbose=verbose)
+    print_progress(record, verbose=verbose, console=Console(
+        file=through_rich, highlight=False, soft_wrap=True))
+    assert plain.getvalue() == through_rich.getvalue()
+    assert "gpus [bold]x[/] \\ y (12.3 s)" in plain.getvalue()
+    assert len(plain.getvalue().splitlines()) == (1 if not verbose else 2 if outcome == "pass"
+                                                  else 3)

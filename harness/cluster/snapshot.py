@@ -33,7 +33,6 @@ from harness.judges.cluster import StragglerLimits
 if TYPE_CHECKING:
     from harness.report.model import Report
     from harness.results import CheckResult
-    from harness.topology.model import Topology
 
 __all__ = [
     "FACT_KEYS",
@@ -41,8 +40,6 @@ __all__ = [
     "SDC_CHECK_ID",
     "BadNodes",
     "ClusterView",
-    "cluster_off",
-    "job_topology",
     "left_out",
     "node_figures",
     "node_sdc",
@@ -68,26 +65,6 @@ NODE_FIGURES: dict[str, tuple[tuple[str, ...], str, bool]] = {
     "node_busbw_gb_s": (("PF-BW-001", "PF-BW-006"), "all_reduce busbw at", True),
     "step_time_s": (("PF-TRAIN-008",), "median step time", False),
 }
-
-
-def cluster_off(env: Mapping[str, str]) -> bool:
-    """PREFLIGHT_CLUSTER=off (0, false, no): node-local checks only, no cluster step."""
-    from harness.base.settings import get_str
-
-    return (get_str("PREFLIGHT_CLUSTER", env) or "").strip().lower() in ("0", "off", "false", "no")
-
-
-def job_topology(env: Mapping[str, str]) -> Topology | None:
-    """The multi-node job this node is part of (None: a single-node job, or PREFLIGHT_CLUSTER
-    off): the one decision on whether a cluster step runs, light enough to make before
-    harness.cluster.step (torch.distributed's store, the verdict, pytest) is imported.
-    Raises TopologyError on a malformed launcher variable."""
-    from harness.detect.instance import sagemaker_resource_config
-    from harness.topology.providers import detect_topology
-
-    if cluster_off(env):
-        return None  # node-local checks only, on purpose
-    return detect_topology(env, sagemaker_resource_config(env))
 
 
 def _get(record: Any, key: str) -> Any:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_str
 from harness.cluster.collectives import CollectivePhases, log
+from harness.cluster.job import job_topology
 from harness.cluster.node import node_facts
 from harness.cluster.plane import ControlPlane, PlaneError
 from harness.cluster.snapshot import (
-    job_topology,
     left_out,
     node_summary,
     not_measured,

@@ -16,26 +16,17 @@ from typing import TYPE_CHECKING
 from harness.base.jsontypes import JSONObject
 from harness.base.redact import Redactor
 from harness.base.settings import get_str
+from harness.base.tiers import ISSUING_TIERS, REUSE_TIERS
 from harness.commands import UsageError
-from harness.memory.certificate import (
-    CERT_FILE,
-    ISSUING_TIERS,
-    REUSABLE,
-    REUSE_TIERS,
-    Reuse,
-    issue,
-    look_up,
-    parse_age,
-    seal,
-    store_name,
-)
-from harness.memory.ledger import Ledger, describe, hardware_failures, keys_of
 from harness.profiles.model import Profile
 from harness.report.model import Report
 
 if TYPE_CHECKING:  # imported where used: a run without a certificate, a ledger or a store
-    # (the default preflight) never reads the node's identity or opens a store
+    # (the default preflight) never reads the node's identity, opens a store or imports the
+    # certificate and ledger modules (start-up, issue 28 item 6; tests/test_startup.py)
+    from harness.memory.certificate import Reuse
     from harness.memory.identity import NodeIdentity
+    from harness.memory.ledger import Ledger
     from harness.memory.store import Store
 
 __all__ = ["NodeMemory", "ledger_user"]
@@ -87,11 +78,17 @@ class NodeMemory:
               keyword: str | None = None) -> NodeMemory:
         """Read the options; UsageError naming a malformed one."""
         age_text = reuse_certified or get_str("PREFLIGHT_REUSE_CERTIFIED", env)
-        try:
-            max_age = parse_age(age_text) if age_text else None
-        except ValueError as exc:
-            raise UsageError(f"--reuse-certified / PREFLIGHT_REUSE_CERTIFIED: {exc}") from None
+        max_age = None
+        if age_text:
+            from harness.memory.certificate import parse_age
+
+            try:
+                max_age = parse_age(age_text)
+            except ValueError as exc:
+                raise UsageError(f"--reuse-certified / PREFLIGHT_REUSE_CERTIFIED: {exc}") from None
         ledger_store = _store(env, "PREFLIGHT_LEDGER")
+        if ledger_store:
+            from harness.memory.ledger import Ledger
         return cls(profile=profile, host=host, tier=tier, report_dir=report_dir, env=env,
                    sysroot=sysroot, max_age_s=max_age, cert_store=_store(env, "PREFLIGHT_CERT_STORE"),
                    ledger=Ledger(ledger_store) if ledger_store else None, keyword=keyword)
@@ -105,6 +102,8 @@ class NodeMemory:
         """Look the node up; the header's lines. Sets `reuse` (its `ids` go to the sessions)."""
         if self.max_age_s is None and self.ledger is None:
             return []
+        from harness.memory.certificate import REUSABLE, Reuse, look_up
+
         identity = self._identity()
         lines = []
         if self.max_age_s is not None:
@@ -122,6 +121,7 @@ class NodeMemory:
         return lines
 
     def _look_in_ledger(self, identity: NodeIdentity) -> list[str]:
+        from harness.memory.ledger import describe, keys_of
         from harness.memory.store import StoreError  # the ledger has its store: imported
 
         keys = keys_of(identity.gpus, identity.nics)
@@ -159,6 +159,8 @@ class NodeMemory:
         return lines
 
     def _append_failures(self, report: Report, identity: NodeIdentity) -> list[str]:
+        from harness.memory.ledger import hardware_failures
+
         assert self.ledger is not None
         entries = hardware_failures(report.checks, gpus=identity.gpus, nics=identity.nics,
                                     host=self.host, instance_id=identity.fields.get("instance_id"),
@@ -185,6 +187,8 @@ class NodeMemory:
             why = "this node's identity could not be read: " + "; ".join(identity.unread)
             report.extra["certificate"] = {"written": None, "why_not": why}
             return [f"no certificate: {why}"]
+        from harness.memory.certificate import CERT_FILE, issue, seal, store_name
+
         cert = issue(tier=self.tier, host=self.host, identity=identity, checks=report.checks,
                      report_dir=self.report_dir)
         cert = seal(Redactor.of(self.env).obj(cert))  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from harness.base.redact import Redactor
 from harness.base.settings import HOST_NAME
 from harness.base.settings import problems as setting_problems
 from harness.base.settings import text as setting
-from harness.cluster.snapshot import job_topology
+from harness.cluster.job import job_topology
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
 from harness.detect.instance import hostname, opt_ml_dir, sagemaker_resource_config
@@ -42,7 +42,6 @@ from harness.report.model import (
     write_report,
 )
 from harness.report.plain_output import print_plain_summary, summary_data
-from harness.report.publish import parse_s3_uri, publish
 from harness.report.summary import print_summary
 from harness.run import confirm
 from harness.run.interrupt import RunGuard
@@ -183,6 +182,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     usable = {k: v for k, v in env.items() if k not in bad}
     s3_uri = args.s3_uri or setting(usable, "PREFLIGHT_S3_URI")
     if s3_uri:  # a mistyped option: said before anything is written
+        from harness.report.publish import parse_s3_uri  # uploads only: imported where asked
+
         try:
             parse_s3_uri(s3_uri)
         except ValueError as exc:
@@ -239,6 +240,8 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
         """The metrics file and the uploads, after a finished or an interrupted run."""
         _write_metrics(metrics_file, report, env)
         if s3_uri or namespace:
+            from harness.report.publish import publish
+
             publish(report, report_dir, env, s3_uri=s3_uri, namespace=namespace)
 
     finalizer.outputs = outputs

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.detect.instance import Detection
+    from harness.probes import fabric
 
 from harness.base.gpu_record import GpuInventory
 from harness.base.settings import get_path
-from harness.probes import fabric
 from harness.profiles.model import Profile
 from harness.profiles.table import BUILTIN_PROFILES, SKUS, get_profile
 
@@ -53,6 +53,10 @@ def machine_facts(sysroot: Path = Path("/"), nvml: object | None = None,
                   inventory: GpuInventory | None = None) -> MachineFacts:
     """Read the machine. `inventory`: an already-read GPU inventory (a test passes a parsed
     recorded output); else NVML, then nvidia-smi (harness.probes.gpu.inventory)."""
+    # the machine's sysfs is read here alone: a run with a named profile never imports the
+    # fabric probe (start-up, issue 28 item 6)
+    from harness.probes import fabric
+
     error = None
     if inventory is None:
         from harness.base.errors import ProbeError

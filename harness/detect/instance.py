@@ -8,8 +8,6 @@ import json
 import os
 import re
 import socket
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +127,11 @@ def imds_instance_type(
             return None
         endpoint = IMDS_DEFAULT_ENDPOINT
     endpoint = endpoint.rstrip("/")
+    # Asked of EC2 alone: urllib.request (http.client, ssl, email: ~25 ms) imported here, not
+    # by every run that reads the host name (start-up, issue 28 item 6)
+    import urllib.error
+    import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # IMDS is never proxied
     try:
         token_req = urllib.request.Request(

@@ -22,25 +22,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.base.jsontypes import JSONObject
+from harness.base.tiers import ISSUING_TIERS
 from harness.results import CheckResult
 
 if TYPE_CHECKING:  # their modules are imported where a node's identity or a store is used
     from harness.memory.identity import NodeIdentity
     from harness.memory.store import Store
 
-__all__ = ["CERT_FILE", "CERT_SCHEMA", "ISSUING_TIERS", "REUSABLE", "REUSE_TIERS", "Reuse", "issue",
+__all__ = ["CERT_FILE", "CERT_SCHEMA", "REUSABLE", "Reuse", "issue",
            "look_up", "parse_age", "seal", "store_name"]
 
 CERT_SCHEMA = "gpu-preflight.certificate/v1"
 #: The certificate in the report folder of the run that issued it.
 CERT_FILE = "certificate.json"
-#: Tiers whose pass issues a certificate (every check of a tier runs in the deeper ones).
-ISSUING_TIERS = ("certify", "diagnose")
 #: The outcomes a certificate records and a job start may reuse: a warning runs again (its
 #: warning is said fresh), a failure or an error is never certified.
 CERTIFIED_OUTCOMES = ("pass", "skip")
-#: Tiers a certificate may shorten: the job-start run.
-REUSE_TIERS = ("preflight",)
 
 #: The checks a certificate may stand for, and why their facts cannot change while the
 #: identity (GPUs by UUID and serial, driver, CUDA, NCCL, plugin, image, profile, boot) holds

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -90,6 +87,9 @@ class KubeTarget:
 
     def call(self, method: str, path: str, body: object = None,
              content_type: str = "application/merge-patch+json") -> JSONObject:
+        import ssl  # the API is called when a node is marked: not imported by every run
+        import urllib.request
+
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -222,6 +222,8 @@ def apply(report: Report, env: Mapping[str, str], failure_text: str | None,
     target = KubeTarget.from_env(env)
     problem = "no service account token in this pod" if target is None else ""
     if target is not None:
+        import urllib.error  # with a target alone: start-up, issue 28 item 6
+
         try:
             done = mark_node(mark, target)
             say(f"preflight: node {mark.node}: {'; '.join(done)}")

@@ -33,20 +33,35 @@ def print_progress(result: JSONObject, file: TextIO | None = None, *, verbose: b
     """One line as each check finishes (long runs show they are alive). Verbose: below it every
     value the check measured, with the threshold it was judged against, and, for a check that
     did not pass or does not apply, its message (why)."""
+    outcome = result["outcome"]
+    lines = [[("", "  "), (_STYLE[outcome], f"{_LABEL[outcome]:5}"),
+              ("", f" {result['id']:11} {result['title']} "),
+              ("dim", f"({result['duration_s']:.1f} s)")]]
+    if verbose:
+        lines += [[("", "        "), ("dim", line)]
+                  for line in measured_lines(result.get("measurements") or [])]
+        if outcome != "pass" and result.get("message"):
+            lines.append([("", "        "), ("dim", " ".join(str(result["message"]).split()))])
+    _print_styled(lines, file, console)
+
+
+def _print_styled(lines: list[list[tuple[str, str]]], file: TextIO | None,
+                  console: Console | None) -> None:
+    """Lines of (style, text) parts: through rich on a terminal (or the live line's console);
+    in a log or a pipe, where rich prints the same text without its styles, as plain lines, so
+    a run that is not on a terminal never imports rich (~25 ms of start-up, issue 28 item 6;
+    tests/test_summary.py holds both renderings equal)."""
+    out = file or sys.stdout
+    if console is None and not out.isatty():
+        for parts in lines:
+            print("".join(text for _, text in parts), file=out, flush=True)
+        return
     from rich.markup import escape
 
     console = console or _console(file)
-    outcome = result["outcome"]
-    console.print(
-        f"  [{_STYLE[outcome]}]{_LABEL[outcome]:5}[/] {result['id']:11} "
-        f"{escape(result['title'])} [dim]({result['duration_s']:.1f} s)[/]"
-    )
-    if not verbose:
-        return
-    for line in measured_lines(result.get("measurements") or []):
-        console.print(f"        [dim]{escape(line)}[/]")
-    if outcome != "pass" and result.get("message"):
-        console.print(f"        [dim]{escape(' '.join(str(result['message']).split()))}[/]")
+    for parts in lines:
+        console.print("".join(f"[{style}]{escape(text)}[/]" if style else escape(text)
+                              for style, text in parts))
 
 
 def measured_lines(measurements: Sequence[JSONObject]) -> list[str]:
@@ -65,8 +80,8 @@ def print_heartbeat(done: int, total: int, elapsed_s: float, budget_s: float,
                     file: TextIO | None = None) -> None:
     """A plain line while a long check (a bandwidth sweep, DCGM) runs: the run is alive."""
     of = f" of {total}" if total else ""
-    _console(file).print(f"  [dim]...  {done}{of} checks done, {elapsed_s:.0f} s elapsed "
-                         f"(upper bound {budget_s:g} s)[/]")
+    _print_styled([[("", "  "), ("dim", f"...  {done}{of} checks done, {elapsed_s:.0f} s "
+                                        f"elapsed (upper bound {budget_s:g} s)")]], file, None)
 
 
 def _judged(measurements: Sequence[Measurement]) -> str:
