@@ -7,7 +7,9 @@ from __future__ import annotations
 import random
 
 from harness.base import redact
-from harness.base.redact import REDACTED, Redactor, is_secret_name
+from harness.base.redact import Redactor
+from harness.base.redact_pairs import is_secret_name
+from harness.base.redact_shapes import REDACTED
 
 #: Keys and values that reach each branch: credential names, pair keys in any case, counts.
 _KEYS = ["name", "Name", "KEY", "value", "Value", "HF_TOKEN", "password", "pass", "counts",
