@@ -28,8 +28,7 @@ from typing import Any
 
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, status_of
-from harness.parsers.dcgm_text import MAX_CACHED, NO_CELLS
-from harness.parsers.unwrap import table_line
+from harness.parsers.dcgm_text import table_cells
 from harness.parsers.values import ascii_int
 
 __all__ = ["is_mndiag_json", "is_mndiag_text", "mndiag_from_json", "mndiag_from_text"]
@@ -161,22 +160,7 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     """The `dcgmi mndiag` table: the test's overall result, each host's GPUs with their
     result and error, and the errors of no GPU (MPI)."""
     table = _Table()
-    cells: dict[str, tuple[str, ...] | None] = {}  # a line's split (lines printed again)
-    for line in lines:
-        stripped = line.strip()
-        if stripped[:1] not in ("|", "+"):
-            if stripped[:1] not in ("#", "/", ">"):
-                continue
-            stripped = table_line(line).strip()  # a quoted table's line
-            if stripped[:1] not in ("|", "+"):
-                continue
-        got = cells.get(stripped, NO_CELLS)
-        if got is NO_CELLS:
-            got = _split(stripped)
-            if len(cells) < MAX_CACHED:
-                cells[stripped] = got
-        if got is None:
-            continue
+    for got in table_cells(lines, _split):
         if len(got) == 1:
             table.section, table.message = got[0], None
             continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from harness.parsers import ParseError
@@ -94,6 +94,30 @@ MAX_CACHED = 4096
 NO_CELLS = ("",)
 
 
+def table_cells(lines: Iterable[str],
+                split: Callable[[str], tuple[str, ...] | None]) -> Iterator[tuple[str, ...]]:
+    """The cells of each table line (`|` or `+` first, also quoted line by line: `# | Memory |
+    Pass |`) as `split` reads its stripped text, skipping the lines it reads as none. A line
+    printed again (a table printed per iteration) is split once: at most MAX_CACHED distinct
+    lines are kept. The dcgmi diag and mndiag tables are read through it."""
+    cells: dict[str, tuple[str, ...] | None] = {}
+    for line in lines:
+        stripped = line.strip()
+        if stripped[:1] not in ("|", "+"):
+            if stripped[:1] not in ("#", "/", ">"):
+                continue
+            stripped = table_line(line).strip()  # a quoted table's line
+            if stripped[:1] not in ("|", "+"):
+                continue
+        got = cells.get(stripped, NO_CELLS)
+        if got is NO_CELLS:
+            got = split(stripped)
+            if len(cells) < MAX_CACHED:
+                cells[stripped] = got
+        if got is not None:
+            yield got
+
+
 def _split(stripped: str) -> tuple[str, ...] | None:
     """A table line: ("category", name), ("border",), ("row", name, value, raw value: the
     cell's text as dcgmi cut it), or None (not a table line)."""
@@ -128,22 +152,7 @@ def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
     message: list[str] | None = None  # the Warning/Error being continued
     in_category = False  # a test row came since the last category header
     ended = False  # the closing border came after the last category header
-    cells: dict[str, tuple[str, ...] | None] = {}  # a line's split (a table printed again)
-    for line in lines:
-        stripped = line.strip()
-        if stripped[:1] not in ("|", "+"):
-            if stripped[:1] not in ("#", "/", ">"):
-                continue
-            stripped = table_line(line).strip()  # a quoted table's line (`# | Memory | Pass |`)
-            if stripped[:1] not in ("|", "+"):
-                continue
-        got = cells.get(stripped, NO_CELLS)
-        if got is NO_CELLS:
-            got = _split(stripped)
-            if len(cells) < MAX_CACHED:
-                cells[stripped] = got
-        if got is None:
-            continue
+    for got in table_cells(lines, _split):
         if got[0] == "category":
             message, in_category, category, ended = None, False, got[1], False
             continue
