@@ -216,3 +216,12 @@ def test_a_reports_pass_count_is_not_a_password() -> None:
     assert out["counts"] == {"pass": 31, "warn": 1, "fail": 0}
     assert out["config"]["pass"] == REDACTED and out["PASS"] == REDACTED
     assert out["pin"]["pass"] == REDACTED  # a numeric password outside a report's counts
+
+
+def test_an_empty_key_beside_a_value_is_no_name_and_no_crash() -> None:
+    """`{"": "HF_TOKEN", "value": ...}`: the empty key names nothing (the look-up fell back to
+    it and raised KeyError: 'name'); a real name/value entry beside it is still redacted."""
+    r = Redactor()
+    assert r.obj({"": "HF_TOKEN", "value": "x"}) == {"": "HF_TOKEN", "value": "x"}
+    shown = r.obj([{"": "HF_TOKEN", "value": "x"}, {"name": "HF_TOKEN", "value": "hf_" + "a" * 30}])
+    assert shown[1]["value"] != "hf_" + "a" * 30

@@ -216,7 +216,9 @@ def _paired_keys(obj: Mapping[object, object]) -> tuple[object, object]:
         return None, None
     lower = {k.lower(): k for k in obj if isinstance(k, str)}
     for name_key, value_key in _PAIR_KEYS:
-        name = obj.get(lower.get(name_key, ""))
+        if name_key not in lower:  # (a `""` key is no name: `{"": "HF_TOKEN", "value": 1}`)
+            continue
+        name = obj[lower[name_key]]
         if isinstance(name, str) and value_key in lower:
             value = lower[value_key]
             secret = is_secret_name(name) and _is_scalar_value(obj[value])
@@ -231,8 +233,8 @@ _AS_THEY_ARE = frozenset({int, float, bool, type(None)})
 @functools.lru_cache(maxsize=1024)  # a table's rows have the same keys
 def _may_pair(keys: tuple[object, ...]) -> bool:
     """Whether _paired_keys can find a pair among these keys: one is `name` or `key` in any
-    case, or `""` (which its look-up falls back to)."""
-    return any(k == "" or (isinstance(k, str) and k.lower() in ("name", "key")) for k in keys)
+    case."""
+    return any(isinstance(k, str) and k.lower() in ("name", "key") for k in keys)
 
 
 def _is_scalar_value(value: object) -> bool:
