@@ -48,3 +48,14 @@ def test_classify_failure_kinds(text, kind):
 def test_unrecognised_output_raises(text):
     with pytest.raises(ParseError, match="no train_step result"):
         parse_train_step(text)
+
+
+def test_the_rank_tag_of_a_line_matched_from_its_start_is_read():
+    """NCCL error codes and gloo timeouts are matched from the line's start (`^.*?`), before the
+    `[rankN]` tag: the tag was searched for in one character and never found."""
+    code = classify_failure("noise\n[rank5]: ncclInternalError: internal check failed\n")
+    assert (code.kind, code.rank) == ("nccl_error", 5)
+    gloo = classify_failure("[rank2]: RuntimeError: Timed out waiting 1800000ms for recv\n")
+    assert (gloo.kind, gloo.rank) == ("collective_timeout", 2)
+    untagged = classify_failure("ncclInternalError: internal check failed\n")
+    assert (untagged.kind, untagged.rank) == ("nccl_error", None)

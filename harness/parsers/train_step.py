@@ -93,8 +93,11 @@ def _may_hold(text: str, words: tuple[str, ...]) -> bool:
 
 
 def _rank_of(text: str, pos: int) -> int | None:
+    """The `[rankN]` tag of the line holding `pos` (a rule's match may start at the line's
+    start, before the tag: `^.*?`), else None."""
     start = text.rfind("\n", 0, pos) + 1
-    m = _RANK_PREFIX.search(text, start, pos + 1)
+    end = text.find("\n", pos)
+    m = _RANK_PREFIX.search(text, start, len(text) if end < 0 else end)
     return ascii_int(m.group("rank")) if m else None
 
 
