@@ -9,7 +9,6 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.base.jsontypes import JSONObject
@@ -245,20 +244,22 @@ def _finish(parsed: tuple[Variables, int], fmt: str) -> EnvDump:
 
 
 def _unwrap(batches: Iterable[list[str]], shape: _Shape) -> Iterator[list[str]]:
+    """Each batch through _unwrap_batch."""
+    return (_unwrap_batch(batch, shape) for batch in batches)
+
+
+def _unwrap_batch(batch: list[str], shape: _Shape) -> list[str]:
     """Drop rank prefixes (keeping the first rank's lines only) and leading timestamps."""
-    tagged = _is_tagged(shape)
-    for batch in batches:
-        if tagged:
-            kept = []
-            for line in batch:
-                m = _RANK_PREFIX.match(line)
-                if m is not None and (m["srun"] or m["mpi"]) == shape.first_rank:
-                    kept.append(_untimed(line[m.end():]))
-            yield kept
-        elif shape.timestamped:
-            yield [_untimed(line) if "0" <= line[:1] <= "9" else line for line in batch]
-        else:  # no line starts with a timestamp (the first pass read every line)
-            yield batch
+    if _is_tagged(shape):
+        kept = []
+        for line in batch:
+            m = _RANK_PREFIX.match(line)
+            if m is not None and (m["srun"] or m["mpi"]) == shape.first_rank:
+                kept.append(_untimed(line[m.end():]))
+        return kept
+    if shape.timestamped:
+        return [_untimed(line) if "0" <= line[:1] <= "9" else line for line in batch]
+    return batch  # no line starts with a timestamp (the first pass read every line)
 
 
 def _untimed(line: str) -> str:
@@ -284,7 +285,7 @@ def _parse_batches(source: Input, shape: _Shape) -> tuple[Variables, int]:
         if text is not None and _all_assignments(text):
             reader.pairs(_ASSIGN_LINES.findall(text), max(map(len, batch)), len(text))
         else:
-            reader.lines(chain.from_iterable(_unwrap((batch,), shape)))
+            reader.lines(_unwrap_batch(batch, shape))
     return reader.finish()
 
 
