@@ -22,7 +22,7 @@ from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
 from harness.parsers.nccl_tests_model import MAX_ERRORS, MAX_ROWS, MAX_RUN_NAMES, NcclTestsResult
-from harness.parsers.nccl_tests_rows import ROW_SHAPED, ROW_WORDS, quick_row, rows_pattern
+from harness.parsers.nccl_tests_rows import ROW_SHAPED, RowScan, add_rows, row_scan
 from harness.parsers.nccl_tests_table import (
     COMM_NRANKS,
     NOT_MPI,
@@ -32,7 +32,6 @@ from harness.parsers.nccl_tests_table import (
     clean_line,
     feed_line,
     infer_collective,
-    parse_row,
     table_mismatches,
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
@@ -141,7 +140,7 @@ class _Runs:
         self.unwrapper = Unwrapper(host_prefix=True)
         self.fast = fast
         self._layout: Layout | None = None
-        self._rows_pattern: re.Pattern[str] | None = None
+        self._scan: RowScan | None = None
 
     def feed(self, lines: list[str]) -> None:
         """One reader batch. `fast` (harness.parsers.nccl_tests_rows): a skimmed run's lines
@@ -199,7 +198,7 @@ class _Runs:
         """Lines i..stop of the batch, row-shaped, at text[pos:end]: never a wrapper, so each is
         its own text (unless a command continues into it): a skimmed run's are skipped unless
         one names or ends a run; a reported run's well-formed rows are read a stretch at a
-        time (rows_pattern), any other line alone."""
+        time (row_scan), any other line alone."""
         unwrapper = self.unwrapper
         while i < stop:
             count, after = self._rows(lines, text, i, pos, end)
@@ -221,13 +220,13 @@ class _Runs:
         state = self.current
         if state.skim or self.unwrapper.pending():
             return 0, pos
-        pattern = self._pattern(state)
-        m = None if pattern is None else pattern.match(text, pos, end)
-        if m is None:
+        scan = self._row_scan(state)
+        if scan is None:
             return 0, pos
-        start, stop = m.span()
-        count = text.count("\n", start, stop)
-        if any(text.find(word, start, stop) >= 0 for word in ROW_WORDS):
+        count, stop, worded = scan.match(text, pos, end)
+        if not count:
+            return 0, pos
+        if worded:
             for raw in lines[i:i + count]:  # a word feed_line looks for: each line alone
                 self._line(raw, True)
         else:
@@ -235,13 +234,13 @@ class _Runs:
             self.unwrapper.host = None  # (what clean_line does to a plain line)
         return count, stop
 
-    def _pattern(self, state: TableState) -> re.Pattern[str] | None:
+    def _row_scan(self, state: TableState) -> RowScan | None:
         layout = state.layout
         if layout is None:
             return None
         if self._layout is not layout:
-            self._layout, self._rows_pattern = layout, rows_pattern(layout)
-        return self._rows_pattern
+            self._layout, self._scan = layout, row_scan(layout)
+        return self._scan
 
     def _lines(self, lines: list[str], first: int, stop: int) -> None:
         """Lines first..stop of the batch, one at a time."""
@@ -330,16 +329,12 @@ class _Marks:
 
 
 def _add_rows(state: TableState, lines: list[str]) -> None:
-    """Well-formed rows (rows_pattern matched them) into `state`, as feed_line adds them."""
+    """Well-formed rows (row_scan took them) into `state`, as feed_line adds them."""
     layout = state.layout
     assert layout is not None
     keep = lines[:max(MAX_ROWS - len(state.rows), 0)]
-    width = len(layout.lead) + 2 * layout.width
-    for line in keep:
-        tokens = line.split()
-        state.rows.append(quick_row(tokens, layout) if layout.counts_wrong
-                          else parse_row(tokens, layout)[0])  # type: ignore[arg-type]
-        state.cells.append((tokens[:width], layout))
+    if keep:
+        add_rows(state.rows, state.cells, keep, layout)
     state.omitted_rows += len(lines) - len(keep)
 
 
