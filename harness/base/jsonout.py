@@ -72,7 +72,8 @@ def _rows(members: list[object] | tuple[object, ...], level: int) -> list[str] |
     if not _DICT.issuperset(map(type, members)):
         return None
     keys = tuple(members[0])  # type: ignore[arg-type]
-    if not keys or not _STR.issuperset(map(type, keys)) or any(tuple(m) != keys for m in members):  # type: ignore[arg-type]
+    if not (keys and _STR.issuperset(map(type, keys))
+            and all(map(keys.__eq__, map(tuple, members)))):  # type: ignore[arg-type]
         return None
     inner, deeper = "\n" + _INDENT * (level + 1), "\n" + _INDENT * (level + 2)
     columns, parts = [], []
@@ -85,8 +86,8 @@ def _rows(members: list[object] | tuple[object, ...], level: int) -> list[str] |
             continue
         inside = tuple(column[0]) if type(column[0]) is dict else ()
         if not (inside and _DICT.issuperset(map(type, column)) and _STR.issuperset(map(type, inside))
-                and all(tuple(c) == inside for c in column)
-                and _SCALARS.issuperset(map(type, chain.from_iterable(c.values() for c in column)))):
+                and all(map(inside.__eq__, map(tuple, column)))
+                and _SCALARS.issuperset(map(type, chain.from_iterable(map(dict.values, column))))):
             return None
         encode = _encoder(level + 1)
         assert encode is not None  # (_dumps asked for one first)

@@ -74,12 +74,20 @@ class RowScan:
     ROW_WORDS is among them), by harness/parsers/_nccl_rows.c where it is built and by
     `pattern` otherwise (the same answer: tests/test_nccl_rows_c.py)."""
 
-    __slots__ = ("pattern", "spec")
+    __slots__ = ("_pattern", "spec")
 
     def __init__(self, spec: str) -> None:
         self.spec = spec.encode("ascii")
-        row = r"\n[ \t]*+" + _SEP.join(_CELLS[c] for c in spec) + r"[ \t]*+(?=\n|\Z)"
-        self.pattern = re.compile(f"(?:{row})++")
+        self._pattern: re.Pattern[str] | None = None
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The row pattern (compiled when first asked: the C scan does not need it)."""
+        if self._pattern is None:
+            spec = self.spec.decode("ascii")
+            row = r"\n[ \t]*+" + _SEP.join(_CELLS[c] for c in spec) + r"[ \t]*+(?=\n|\Z)"
+            self._pattern = re.compile(f"(?:{row})++")
+        return self._pattern
 
     def match(self, text: str, pos: int, end: int) -> tuple[int, int, bool]:
         if _table_rows is not None:
