@@ -149,9 +149,11 @@ class _Runs:
         if not self.fast:
             self._lines(lines, 0, len(lines))
             return
-        self._candidates: set[int] | bool | None = False  # (computed when first needed)
         unwrapper = self.unwrapper
         text = "\n" + "\n".join(lines)
+        self._coloured: bool | None = None  # (_plain: computed when first needed)
+        self._window: tuple[int, int, set[int]] = (0, 0, set())
+        self._text = text
         i, pos = 0, 0  # line i starts after the `\n` at text[pos]
         marks = _Marks(text, _SKIM_MARKS)
         while i < len(lines):
@@ -186,13 +188,26 @@ class _Runs:
             i += 1
 
     def _plain(self, lines: list[str], i: int) -> bool:
-        """Line i of the batch carries no wrapper (Unwrapper.candidates over the whole batch,
-        once it is first asked)."""
-        if self._candidates is False:
-            self._candidates = self.unwrapper.candidates(lines)
-        candidates = self._candidates
-        return (candidates is not None and i not in candidates  # type: ignore[operator]
-                and not self.unwrapper.pending())
+        """Line i of the batch carries no wrapper: Unwrapper.candidates of the whole batch, asked
+        of a window of lines from i on (64, then twice as many each time: a batch's banner or
+        footer lines do not pay for its thousands of rows). The same answer: each candidate
+        match ends before its line's `\n` (a window holds the next line's start for the
+        lookaheads), and a colour, CR or U+FFFD anywhere in the batch, which makes every line a
+        candidate, is looked for in the whole batch."""
+        if self.unwrapper.pending():
+            return False
+        if self._coloured is None:
+            text = self._text
+            self._coloured = "\x1b" in text or "\r" in text or "\ufffd[" in text
+        if self._coloured:
+            return False
+        start, stop, found = self._window
+        if not start <= i < stop:
+            stop = min(i + max(64, 2 * (stop - start)), len(lines))
+            found = self.unwrapper.candidates(lines[i:stop + 1]) or set()  # (never None here)
+            start = i
+            self._window = (start, stop, found)
+        return i - start not in found
 
     def _block(self, lines: list[str], text: str, i: int, stop: int, pos: int, end: int) -> None:
         """Lines i..stop of the batch, row-shaped, at text[pos:end]: never a wrapper, so each is
