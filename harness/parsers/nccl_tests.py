@@ -153,7 +153,6 @@ class _Runs:
         text = "\n" + "\n".join(lines)
         self._coloured: bool | None = None  # (_plain: computed when first needed)
         self._window: tuple[int, int, set[int]] = (0, 0, set())
-        self._text = text
         i, pos = 0, 0  # line i starts after the `\n` at text[pos]
         marks = _Marks(text, _SKIM_MARKS)
         while i < len(lines):
@@ -183,21 +182,20 @@ class _Runs:
                 pos = m.end()
                 continue
             else:
-                self._line(lines[i], self._plain(lines, i))
+                self._line(lines[i], self._plain(lines, text, i))
             pos += len(lines[i]) + 1
             i += 1
 
-    def _plain(self, lines: list[str], i: int) -> bool:
-        """Line i of the batch carries no wrapper: Unwrapper.candidates of the whole batch, asked
-        of a window of lines from i on (64, then twice as many each time: a batch's banner or
-        footer lines do not pay for its thousands of rows). The same answer: each candidate
-        match ends before its line's `\n` (a window holds the next line's start for the
-        lookaheads), and a colour, CR or U+FFFD anywhere in the batch, which makes every line a
-        candidate, is looked for in the whole batch."""
+    def _plain(self, lines: list[str], text: str, i: int) -> bool:
+        """Line i of the batch (joined as `text`) carries no wrapper: Unwrapper.candidates of
+        the whole batch, asked of a window of lines from i on (64, then twice as many each time:
+        a batch's banner or footer lines do not pay for its thousands of rows). The same answer:
+        each candidate match ends before its line's `\\n` (a window holds the next line's start
+        for the lookaheads), and a colour, CR or U+FFFD anywhere in the batch, which makes every
+        line a candidate, is looked for in the whole batch."""
         if self.unwrapper.pending():
             return False
         if self._coloured is None:
-            text = self._text
             self._coloured = "\x1b" in text or "\r" in text or "\ufffd[" in text
         if self._coloured:
             return False
