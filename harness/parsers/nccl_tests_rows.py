@@ -7,8 +7,9 @@ does. The reader's batch is joined by `\\n` and read with anchored matches:
 
 - `row_scan(layout)`: a stretch of the table's well-formed rows (every column of the header's
   layout, numbers spelt as harness.parsers.values reads them, lower-case words) is taken by one
-  match; each is a row `_parse_row` reads whole (`quick_row` builds it without the checks), so
-  past MAX_ROWS they are only counted;
+  scan (harness/parsers/_nccl_rows.c, or the same grammar's pattern without the C extension);
+  each is a row `_parse_row` reads whole (`add_rows` builds them without the checks, one loop a
+  stretch), so past MAX_ROWS they are only counted;
 - `ROW_SHAPED`: a stretch of lines that start with blanks, digits and a blank and hold only
   printable ASCII without `[`: never a wrapper of harness.parsers.unwrap (every rule there needs
   a `:`, `@`, `/`, `-` or a letter after a leading digit run: `_candidate`), so each is its own
