@@ -1,12 +1,14 @@
 """The one build step pyproject.toml cannot declare stably: the optional C extension that scans
-NCCL logs (harness/parsers/_nccl_scan.c; setuptools' `ext-modules` table in pyproject.toml is
-still experimental). Everything else about the package is in pyproject.toml.
+NCCL logs (harness/parsers/_nccl_scan.c) and nccl-tests' table rows (harness/parsers/_nccl_rows.c)
+(setuptools' `ext-modules` table in pyproject.toml is still experimental). Everything else about
+the package is in pyproject.toml.
 
 `optional=True`: where no C compiler (or no Python headers) is, the wheel is built without it
-and harness.parsers.nccl_log_chunk scans with the regexes it is tested against (same results,
-slower on large logs)."""
+and harness.parsers.nccl_log_chunk and nccl_tests_rows scan with the regexes they are tested
+against (same results, slower on large logs)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("harness.parsers._nccl_scan", ["harness/parsers/_nccl_scan.c"],
-                             optional=True)])
+setup(ext_modules=[Extension("harness.parsers._nccl_scan",
+                             ["harness/parsers/_nccl_scan.c", "harness/parsers/_nccl_rows.c"],
+                             depends=["harness/parsers/_nccl_rows.h"], optional=True)])

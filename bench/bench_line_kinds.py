@@ -34,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inspect import MB, generators
 
+ROOT = Path(__file__).resolve().parent.parent
+
 #: The line-based kinds (nccl-log has its own bench: bench_nccl_log.py; its figure is here too).
 KINDS = ("env (env dumps)", "env (scripts)", "fi-info", "nccl-tests", "nccl-tests (one table)",
          "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)", "train-step", "topology", "nccl-log")
@@ -55,9 +57,17 @@ def _run(cmd: list[str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def _preflight() -> str:
+def _preflight() -> list[str]:
+    """The command that runs this checkout's `preflight`: the console script, unless the
+    installed harness is another tree's (a venv copied from another clone: its editable install
+    points there); then this checkout's, the way `--base` runs the baseline's."""
+    installed = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"],
+                               capture_output=True, text=True, cwd="/").stdout.strip()
+    if not installed.startswith(str(ROOT / "harness")):
+        print(f"(the installed harness is {installed or 'missing'}: running {ROOT}'s)")
+        return [sys.executable, "-c", BASE, str(ROOT)]
     script = Path(sys.executable).with_name("preflight")
-    return str(script) if script.exists() else shutil.which("preflight") or "preflight"
+    return [str(script) if script.exists() else shutil.which("preflight") or "preflight"]
 
 
 def _input(folder: Path, name: str, mb: float) -> tuple[str, Path]:
@@ -95,7 +105,7 @@ def main() -> None:
                 if args.base:
                     base.append(_run([sys.executable, "-c", BASE, args.base, "inspect", kind,
                                       str(path), "--json"])[0])
-                cpu, peak = _run([pre, "inspect", kind, str(path), "--json"])
+                cpu, peak = _run([*pre, "inspect", kind, str(path), "--json"])
                 floor, _ = _run([sys.executable, "-c", LOOP, str(path)])
                 ratios.append(cpu / floor)
                 ours.append(cpu)
@@ -114,7 +124,7 @@ def main() -> None:
             peaks = []
             for size in (float(s) for s in args.rss.split(",")):
                 kind, path = _input(folder, args.rss_kind, size)
-                peaks.append((size, _run([pre, "inspect", kind, str(path), "--json"])[1]))
+                peaks.append((size, _run([*pre, "inspect", kind, str(path), "--json"])[1]))
                 if not args.keep:
                     path.unlink()
             (s0, r0), (s1, r1) = peaks[0], peaks[-1]

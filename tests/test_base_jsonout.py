@@ -112,3 +112,48 @@ def test_the_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     one_up = jsonout._encoder.__wrapped__
     monkeypatch.setattr(jsonout, "_encoder", lambda level: one_up(max(level - 1, 0)))
     assert dumps_indented(rows) != _reference(rows)
+
+
+#: Scalars a table's cells may hold, with what could be mistaken for the column and object
+#: separators the table writer splits at, and `%` (its row template's marker).
+_CELLS = ["", "},\n      {", ",\n", "%s", "100%", '"q"', "é", 0, -7, 2**70, 0.1, -0.0, 1e300,
+          math.nan, math.inf, True, False, None]
+_COLUMNS = ["size", "%s", "a%%b", "},\n{", "é", ""]
+
+
+def _table(rng: random.Random) -> list[object]:
+    """An array of objects with the same keys, each key's values scalars or objects of scalars
+    with the same keys (a table's rows), now and then with one row out of that shape."""
+    keys = rng.sample(_COLUMNS, rng.randint(1, 4))
+    inside = {k: rng.sample(_COLUMNS, rng.randint(1, 3)) if rng.random() < 0.4 else None
+              for k in keys}
+    rows: list[object] = [
+        {k: rng.choice(_CELLS) if inside[k] is None else {s: rng.choice(_CELLS) for s in inside[k]}
+         for k in keys} for _ in range(rng.choice([2, 3, 10]))]
+    roll, last = rng.random(), rows[-1]
+    assert isinstance(last, dict)
+    if roll < 0.1:
+        rows[-1] = dict(reversed(last.items()))  # another key order
+    elif roll < 0.2:
+        last[keys[0]] = rng.choice([*_LEAVES, [1, 2], {}, {"x": [1]}])  # another member type
+    elif roll < 0.25:
+        rows.append("not an object")
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tables_are_written_as_json_writes_them(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(600):
+        value = _table(rng) if rng.random() < 0.5 else {"rows": _table(rng), "n": [_table(rng)]}
+        assert dumps_indented(value) == _reference(value), value
+
+
+def test_a_table_is_written_column_by_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"size": 8, "oop": {"time_us": 1.5, "wrong": 0}},
+            {"size": 16, "oop": {"time_us": 2.5, "wrong": None}}]
+    assert jsonout._rows(rows, 1) is not None  # the column path takes it
+    assert dumps_indented({"rows": rows}) == _reference({"rows": rows})
+    one_up = jsonout._encoder.__wrapped__
+    monkeypatch.setattr(jsonout, "_encoder", lambda level: one_up(max(level - 1, 0)))
+    assert dumps_indented({"rows": rows}) != _reference({"rows": rows})

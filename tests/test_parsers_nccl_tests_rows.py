@@ -145,3 +145,17 @@ def test_removing_a_row_changes_what_is_counted():
     assert fewer == slow
     assert isinstance(full, NcclTestsResult) and isinstance(fewer, NcclTestsResult)
     assert len(fewer.rows) == len(full.rows) - 1
+
+
+@pytest.mark.parametrize("last", ["", "\x1b[0m", "\r"])
+def test_lines_read_alone_across_the_candidate_windows(last: str):
+    # Rows srun-labelled (`3: `), each after a comment line: none is row-shaped, each is asked
+    # whether it carries a wrapper, through windows of 64, 128, 256... lines (a row judged by
+    # its neighbour's answer is read as plain and lost); a colour or CR on the last line only
+    # makes every line of the batch a candidate.
+    lines = []
+    for line in _long_table(400, odd_every=61).splitlines():
+        lines += [f"3: {line}", "# n"] if line[:1] == " " else [line]
+    fast, slow = _both("\n".join(lines) + last + "\n")
+    assert fast == slow
+    assert isinstance(fast, NcclTestsResult) and len(fast.rows) > 350

@@ -1,6 +1,7 @@
 """Redactor.obj's short cuts (issue 32 item 3: the 10,000 rows of `inspect --json`) redact what
-the recursion without them redacted: numbers, bools and None taken as they are, and objects with
-no `name`/`key` key (in any case) not searched for a name/value pair."""
+the recursion without them redacted: numbers, bools and None taken as they are, objects with
+no `name`/`key` key (in any case) not searched for a name/value pair, and objects whose keys
+name no credential (a table's rows) copied, or only their members redacted."""
 
 from __future__ import annotations
 

@@ -13,11 +13,15 @@
  * The grammar is MAIN's, and only MAIN's (harness/parsers/nccl_log_lines.py):
  *   NCCL[ .(](?:INFO (?:[NUcnIFsG]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)[^\n]*
  * found as re.findall finds it (leftmost, non-overlapping; a match runs to the line's end).
+ *
+ * The module also holds nccl-tests' table row scan (table_rows, harness/parsers/_nccl_rows.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_nccl_rows.h"
 
 /* The first `needle` in hay[0:n]: memchr for its first byte (vectorised in glibc; the literals
  * looked for start with a byte that is rare in a log, like `<`), then the rest compared. */
@@ -263,12 +267,14 @@ done:
 static PyMethodDef methods[] = {
     {"candidates", candidates, METH_VARARGS, candidates_doc},
     {"tails", tails, METH_VARARGS, tails_doc},
+    {"table_rows", nccl_rows_table_rows, METH_VARARGS, nccl_rows_table_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_nccl_scan",
-    "The NCCL debug log's candidate-line scan in C (see harness/parsers/nccl_log_chunk.py).",
+    "The NCCL debug log's candidate-line scan in C (see harness/parsers/nccl_log_chunk.py), and\n"
+    "nccl-tests table rows (harness/parsers/_nccl_rows.c, harness/parsers/nccl_tests_rows.py).",
     -1, methods,
 };
 

@@ -22,7 +22,7 @@ from harness.parsers import ParseError
 from harness.parsers.commands import command_collective, command_nranks
 from harness.parsers.nccl_tests_json import parse_json
 from harness.parsers.nccl_tests_model import MAX_ERRORS, MAX_ROWS, MAX_RUN_NAMES, NcclTestsResult
-from harness.parsers.nccl_tests_rows import ROW_SHAPED, ROW_WORDS, quick_row, rows_pattern
+from harness.parsers.nccl_tests_rows import ROW_SHAPED, RowScan, add_rows, row_scan
 from harness.parsers.nccl_tests_table import (
     COMM_NRANKS,
     NOT_MPI,
@@ -32,7 +32,6 @@ from harness.parsers.nccl_tests_table import (
     clean_line,
     feed_line,
     infer_collective,
-    parse_row,
     table_mismatches,
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
@@ -141,7 +140,7 @@ class _Runs:
         self.unwrapper = Unwrapper(host_prefix=True)
         self.fast = fast
         self._layout: Layout | None = None
-        self._rows_pattern: re.Pattern[str] | None = None
+        self._scan: RowScan | None = None
 
     def feed(self, lines: list[str]) -> None:
         """One reader batch. `fast` (harness.parsers.nccl_tests_rows): a skimmed run's lines
@@ -150,9 +149,10 @@ class _Runs:
         if not self.fast:
             self._lines(lines, 0, len(lines))
             return
-        self._candidates: set[int] | bool | None = False  # (computed when first needed)
         unwrapper = self.unwrapper
         text = "\n" + "\n".join(lines)
+        self._coloured: bool | None = None  # (_plain: computed when first needed)
+        self._window: tuple[int, int, set[int]] = (0, 0, set())
         i, pos = 0, 0  # line i starts after the `\n` at text[pos]
         marks = _Marks(text, _SKIM_MARKS)
         while i < len(lines):
@@ -182,24 +182,36 @@ class _Runs:
                 pos = m.end()
                 continue
             else:
-                self._line(lines[i], self._plain(lines, i))
+                self._line(lines[i], self._plain(lines, text, i))
             pos += len(lines[i]) + 1
             i += 1
 
-    def _plain(self, lines: list[str], i: int) -> bool:
-        """Line i of the batch carries no wrapper (Unwrapper.candidates over the whole batch,
-        once it is first asked)."""
-        if self._candidates is False:
-            self._candidates = self.unwrapper.candidates(lines)
-        candidates = self._candidates
-        return (candidates is not None and i not in candidates  # type: ignore[operator]
-                and not self.unwrapper.pending())
+    def _plain(self, lines: list[str], text: str, i: int) -> bool:
+        """Line i of the batch (joined as `text`) carries no wrapper: Unwrapper.candidates of
+        the whole batch, asked of a window of lines from i on (64, then twice as many each time:
+        a batch's banner or footer lines do not pay for its thousands of rows). The same answer:
+        each candidate match ends before its line's `\\n` (a window holds the next line's start
+        for the lookaheads), and a colour, CR or U+FFFD anywhere in the batch, which makes every
+        line a candidate, is looked for in the whole batch."""
+        if self.unwrapper.pending():
+            return False
+        if self._coloured is None:
+            self._coloured = "\x1b" in text or "\r" in text or "\ufffd[" in text
+        if self._coloured:
+            return False
+        start, stop, found = self._window
+        if not start <= i < stop:
+            stop = min(i + max(64, 2 * (stop - start)), len(lines))
+            found = self.unwrapper.candidates(lines[i:stop + 1]) or set()  # (never None here)
+            start = i
+            self._window = (start, stop, found)
+        return i - start not in found
 
     def _block(self, lines: list[str], text: str, i: int, stop: int, pos: int, end: int) -> None:
         """Lines i..stop of the batch, row-shaped, at text[pos:end]: never a wrapper, so each is
         its own text (unless a command continues into it): a skimmed run's are skipped unless
         one names or ends a run; a reported run's well-formed rows are read a stretch at a
-        time (rows_pattern), any other line alone."""
+        time (row_scan), any other line alone."""
         unwrapper = self.unwrapper
         while i < stop:
             count, after = self._rows(lines, text, i, pos, end)
@@ -221,13 +233,13 @@ class _Runs:
         state = self.current
         if state.skim or self.unwrapper.pending():
             return 0, pos
-        pattern = self._pattern(state)
-        m = None if pattern is None else pattern.match(text, pos, end)
-        if m is None:
+        scan = self._row_scan(state)
+        if scan is None:
             return 0, pos
-        start, stop = m.span()
-        count = text.count("\n", start, stop)
-        if any(text.find(word, start, stop) >= 0 for word in ROW_WORDS):
+        count, stop, worded = scan.match(text, pos, end)
+        if not count:
+            return 0, pos
+        if worded:
             for raw in lines[i:i + count]:  # a word feed_line looks for: each line alone
                 self._line(raw, True)
         else:
@@ -235,13 +247,13 @@ class _Runs:
             self.unwrapper.host = None  # (what clean_line does to a plain line)
         return count, stop
 
-    def _pattern(self, state: TableState) -> re.Pattern[str] | None:
+    def _row_scan(self, state: TableState) -> RowScan | None:
         layout = state.layout
         if layout is None:
             return None
         if self._layout is not layout:
-            self._layout, self._rows_pattern = layout, rows_pattern(layout)
-        return self._rows_pattern
+            self._layout, self._scan = layout, row_scan(layout)
+        return self._scan
 
     def _lines(self, lines: list[str], first: int, stop: int) -> None:
         """Lines first..stop of the batch, one at a time."""
@@ -330,16 +342,12 @@ class _Marks:
 
 
 def _add_rows(state: TableState, lines: list[str]) -> None:
-    """Well-formed rows (rows_pattern matched them) into `state`, as feed_line adds them."""
+    """Well-formed rows (row_scan took them) into `state`, as feed_line adds them."""
     layout = state.layout
     assert layout is not None
     keep = lines[:max(MAX_ROWS - len(state.rows), 0)]
-    width = len(layout.lead) + 2 * layout.width
-    for line in keep:
-        tokens = line.split()
-        state.rows.append(quick_row(tokens, layout) if layout.counts_wrong
-                          else parse_row(tokens, layout)[0])  # type: ignore[arg-type]
-        state.cells.append((tokens[:width], layout))
+    if keep:
+        add_rows(state.rows, state.cells, keep, layout)
     state.omitted_rows += len(lines) - len(keep)
 
 

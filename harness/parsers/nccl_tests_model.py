@@ -84,8 +84,11 @@ class Row:
 
     @property
     def wrong(self) -> int | None:
-        values = [m.wrong for m in (self.oop, self.ip) if m and m.wrong is not None]
-        return sum(values) if values else None
+        """Wrong elements over both halves; None when neither counted them."""
+        oop, ip = self.oop.wrong, None if self.ip is None else self.ip.wrong
+        if oop is None:
+            return ip
+        return oop if ip is None else oop + ip
 
     def to_dict(self) -> JSONObject:
         return {"size_bytes": self.size_bytes, "count": self.count, "oop": self.oop.to_dict(),
@@ -133,8 +136,10 @@ class NcclTestsResult:
     @property
     def num_wrong(self) -> int | None:
         """Wrong elements over every row, or None when the data was not checked (`-c 0`, N/A)."""
-        values = [r.wrong for r in self.rows if r.wrong is not None]
-        return None if self.checked is False or not values else sum(values)
+        if self.checked is False:
+            return None
+        values = [w for r in self.rows if (w := r.wrong) is not None]
+        return sum(values) if values else None
 
     @property
     def largest(self) -> Row | None:
