@@ -4,7 +4,8 @@
 when the list is not empty (0 otherwise; 2 when nothing was recognised, as before). Unknown is
 never a pass: a dcgmi run whose verdict is unknown (a table cut short) is a problem, and so is
 an nccl-tests sweep that did not finish. The judging is the checks' own where they have one:
-GPU health is harness.base.gpu.health_problems (the `problems` nvidia-smi's inspect lists), the env
+GPU health is harness.base.gpu.health_problems (the `problems` nvidia-smi's inspect lists) and a
+fact shown without a value is harness.base.gpu_facts.unread_facts (its `unread`), the env
 rules are harness.judges.env.evaluate (the `harmful`/`required` inspect env lists), an Xid's action
 is harness.base.gpu_actions.xid_action (kernel-log's `action`), and the network and bandwidth checks'
 verdicts (harness.judges.network: provider, Socket fallback, GPUDirect, NIC count, WARN lines, busbw vs
@@ -42,7 +43,9 @@ def _env(result: dict[str, Any], harmful_only: bool) -> list[str]:
 
 
 def _nvidia_smi(result: dict[str, Any]) -> list[str]:
-    return [f"GPU {p.get('gpu')}: {p.get('what')}" for p in result.get("problems", [])]
+    # A fact the input showed without a value is the GPU checks' error: unknown is not a pass.
+    return [*(f"GPU {p.get('gpu')}: {p.get('what')}" for p in result.get("problems", [])),
+            *(f"not known: {u}" for u in result.get("unread", []))]
 
 
 def _nccl_log(result: dict[str, Any]) -> list[str]:
