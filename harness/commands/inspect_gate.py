@@ -63,6 +63,11 @@ def _nccl_tests(result: dict[str, Any]) -> list[str]:
         found.append(f"{result['out_of_bounds']} out-of-bounds value(s)")
     if not result.get("completed"):
         found.append("the sweep did not finish (no `# Avg bus bandwidth` footer)")
+    from harness.judges.bandwidth import unchecked_data  # (the judges: only for this kind)
+
+    found += [f"not known ({check}): {why}" for check, why in unchecked_data(
+        bool(result.get("rows")), result.get("num_wrong"), bool(result.get("completed")),
+        result.get("out_of_bounds"))]
     return found
 
 
@@ -70,6 +75,8 @@ def _dcgm(result: dict[str, Any]) -> list[str]:
     found = [f"{t.get('test')}: {t.get('message')}" for t in result.get("failed_tests", [])]
     if result.get("passed") is not True and not found:
         found.append("no verdict: the diagnostic's results are incomplete (unknown is not a pass)")
+    found += [f"not known: GPU {g} has no result (DCGM detected it and did not test it)"
+              for g in result.get("untested_gpus", [])]
     return found
 
 
@@ -78,6 +85,8 @@ def _kernel_log(result: dict[str, Any]) -> list[str]:
              for e in result.get("xid_events", [])]
     found += [f"SXid {e.get('sxid')} on {e.get('switch') or e.get('pci')}"
               for e in result.get("sxid_events", []) if e.get("fatal") is not False]  # unknown too
+    if result.get("cut"):  # PF-GPU-006 / 018 error on a log cut mid-line
+        found.append(f"not known: {result['cut']}")
     return found
 
 
