@@ -386,8 +386,8 @@ def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JS
                             "time": e.time, "message": e.message} for e in log.sxid_events],
            "num_lines": log.num_lines, "first_time": log.first_time, "from_boot": log.from_boot,
            "window": log.window}
-    if source.stats.open_end is not None:
-        out["cut"] = ends_mid_line("the log", source.stats.open_end)
+    if (end := source.stats.open_end) is not None:  # quoted as the tool wrote it
+        out["cut"] = ends_mid_line("the log", Unwrapper(timestamps=False).unwrap(end) or end)
     if log.omitted:
         out["notes"] = [f"{log.omitted:,} more events repeated a GPU, code and action already "
                         f"listed after the first {MAX_EVENTS:,}: not listed"]

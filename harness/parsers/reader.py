@@ -55,8 +55,9 @@ class ReadStats:
     longest: int = 0
     """Length of the longest line, before any cut."""
     open_end: str | None = None
-    """The end (up to 200 characters) of a last line that had no line end: the writer (or
-    whatever copied it) stopped mid-line; None when the input ended as complete lines do."""
+    """A last line that had no line end (as kept: at most the reader's max_line characters):
+    the writer, or whatever copied it, stopped mid-line; None when the input ended as complete
+    lines do."""
 
 
 class Input:
@@ -192,7 +193,7 @@ class Input:
             stats.longest = max(stats.longest, length)
             last = "".join(parts)
             if not carry_cr:
-                stats.open_end = last[-200:]
+                stats.open_end = last
             yield [last]
 
     def lines(self, sep: str | None = None) -> Iterator[str]:
