@@ -29,6 +29,7 @@ DCGM_JSON = DATA / "dcgm/real_dcgm-json-r3-t4-single-gpu-pass.json"
 DCGM_TEXT = SAMPLES / "dcgm/real_pod_banner_dcgmi_text_4.2.3_4_gpus_software_rows_cut_at_hardware.txt"
 FI_INFO = DATA / "host/real_p4de_fi_info_domains_excerpt.txt"
 ENV = DATA / "env/real_sbatch_fsdp_llama2_2025.sh"
+TRAIN = DATA / "train_step/result_cpu_gloo.txt"  # recorded from this project's worker
 
 
 class Case(NamedTuple):
@@ -81,6 +82,16 @@ CASES = [
          "Denylist: no status read"),
     Case("dcgm", DCGM_TEXT, "p5.48xlarge", "that every detected GPU was tested (PF-GPU-012)",
          r"^\|\s+\| GPU3: Pass\s+\|\n", "not known: GPU 3 has no result"),
+    # train-step: PF-TRAIN-001..008 read rank 0's result (the worker's own recorded output)
+    Case("train-step", TRAIN, "local-cpu", "the loss gap to the reference (PF-TRAIN-005)",
+         r'"loss_max_rel_diff": [^,]*, ', "not known: the result has no loss_max_rel_diff"),
+    Case("train-step", TRAIN, "local-cpu", "the losses (PF-TRAIN-004)",
+         r'"losses": \[[^]]*\], ', "not known: the result has no losses"),
+    Case("train-step", TRAIN, "local-cpu", "a rank's report (PF-TRAIN-001)",
+         r', \{"local_losses": \[5\.765.*?"device": "cpu"\}',
+         "not known: the result has no ranks: 1 of 2 reported"),
+    Case("train-step", TRAIN, "local-cpu", "a rank's checksum (PF-TRAIN-007)",
+         r'"checksum": "[^"]*", (?=[^{]*"rank": 1)', "not known: the result has no ranks[1].checksum"),
     # kernel-log: PF-GPU-006 / 018, a log read whole
     Case("kernel-log", DMESG, "p5.48xlarge", "the log's last line, whole (PF-GPU-006/018)",
          r"\n\Z", "not known: the log ends mid-line"),

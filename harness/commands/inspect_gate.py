@@ -97,6 +97,8 @@ def _fi_info(result: dict[str, Any]) -> list[str]:
 
 def _train_step(result: dict[str, Any]) -> list[str]:
     found = [str(e) for e in result.get("errors", [])]
+    # What the training checks would error on (harness.parsers.train_step.unread_in_result).
+    found += [f"not known: the result has no {u}" for u in result.get("unread", [])]
     if result.get("failure"):
         found.append(str(result["failure"].get("message", result["failure"])))
     return found
