@@ -333,7 +333,7 @@ RANK_KEYS = ("rank", "host", "device", "local_losses", "max_abs_vs_rank0", "chec
 JUDGED_KEYS = ("loss_max_rel_diff", "update_rel_diff", "param_max_abs_diff", "tolerance")
 
 
-def unread_in_result(result: Mapping[str, Any], ranks_expected: object = None) -> list[str]:
+def unread_in_result(result: Mapping[str, object], ranks_expected: object = None) -> list[str]:
     """What rank 0's result lacks of what the training checks judge (`losses`, `ranks[1].
     checksum`, `comparison.update_rel_diff`; with `ranks_expected`, `ranks: 1 of 2 reported`):
     each such check errors naming it (PF-TRAIN-001 counts the ranks against the launch), and
@@ -345,7 +345,8 @@ def unread_in_result(result: Mapping[str, Any], ranks_expected: object = None) -
             missing.append(f"ranks: {len(ranks)} of {ranks_expected} reported")
         missing += [f"ranks[{i}].{k}" for i, r in enumerate(ranks) for k in RANK_KEYS
                     if not isinstance(r, Mapping) or k not in r]
-    if result.get("world_size", 2) >= 2:
+    size = result.get("world_size", 2)
+    if not isinstance(size, int) or size >= 2:  # one rank: those checks are not applicable
         where, judged = (("comparison.", result["comparison"]) if result.get("comparison")
                          else ("", result))
         if isinstance(judged, Mapping):
