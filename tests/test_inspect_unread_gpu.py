@@ -15,6 +15,7 @@ from harness.base.gpu_facts import FACTS
 from harness.cli import main
 from harness.parsers import inspect_kinds
 from harness.profiles.table import get_profile
+from tests.test_samples_wrapped import MORE_WRAPPERS, WRAPPERS
 
 DATA = Path(__file__).parent / "data"
 H100_Q = DATA / "nvidia_smi/real_q-565-h100-sxm.txt"
@@ -190,3 +191,14 @@ def test_a_completed_fabric_with_its_status_is_read_clean(tmp_path: Path):
     text = FABRIC + "        Status                            : Success\n"
     assert _inspect(text)["unread"] == []
     assert _gate(tmp_path, text) == 0
+
+
+@pytest.mark.parametrize("wrapper", [*WRAPPERS, *MORE_WRAPPERS])
+def test_a_completed_fabric_without_its_status_is_named_under_every_wrapper(wrapper: str):
+    """Issue 32's done-when for this kind: the same reading under each wrapper the shared
+    reader knows (tests/test_samples_wrapped.py's), with and without the `Fabric` header."""
+    wrap = {**WRAPPERS, **MORE_WRAPPERS}[wrapper]
+    for text in (FABRIC + STATUS_NA, FABRIC.split("\n", 1)[1]):
+        wrapped = "".join(wrap(line) + "\n" for line in text.splitlines())
+        unread, = _inspect(wrapped)["unread"]
+        assert "NVSwitch fabric status not read" in unread, wrapper
