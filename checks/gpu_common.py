@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from harness.base.errors import ProbeError
 from harness.base.gpu_actions import MONITOR, REBOOT, REPLACE, RESET, Problem, worst_action
-from harness.base.gpu_facts import FACTS, NOT_SUPPORTED, UNREAD, FactState, fact_state, needed, unread_why
+from harness.base.gpu_facts import NOT_SUPPORTED, fact_states, unread_facts
 from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label
 from harness.checking import expect_none, measure, not_applicable, warn
 from harness.profiles.model import Profile
@@ -88,8 +88,7 @@ def judge_gpus(what: str, inventory: GpuInventory, profile: Profile, facts: Sequ
     naming the fact, the GPU and the sources tried, unless a problem already fails the check
     (the unread facts are then a warning beside it). Unknown is never healthy."""
     gpus = judged(inventory)
-    states = {g.index: [fact_state(FACTS[k], g, inventory, profile.not_supported)
-                        for k in facts if needed(FACTS[k], g)] for g in gpus}
+    states = fact_states(inventory, facts, lambda _gpu: profile.not_supported)
     lacking = {s.fact.title: s.detail for ss in states.values() for s in ss
                if s.state == NOT_SUPPORTED}
     if lacking and all(s.state == NOT_SUPPORTED for ss in states.values() for s in ss):
@@ -101,26 +100,6 @@ def judge_gpus(what: str, inventory: GpuInventory, profile: Profile, facts: Sequ
     found: Found = [*((gpu_label(g), p.what, p.action, g.index) for g in gpus
                       for p in problems(g)), *extra]
     judge_all(what, found, unread_facts(inventory, states), actions=actions)
-
-
-def unread_facts(inventory: GpuInventory, states: dict[int, list[FactState]]) -> list[str]:
-    """`GPU 3 (bus ..., serial ...): ECC mode, temperature not read (sources tried: ...)` for
-    every GPU with an unread fact; GPUs with the same facts and reasons are one entry (`GPUs 0,
-    1, 2: ...`)."""
-    groups: dict[tuple[tuple[str, ...], str], list[int]] = {}
-    for index, ss in states.items():
-        unread = [s for s in ss if s.state == UNREAD]
-        if unread:
-            why = unread_why(inventory, unread)
-            groups.setdefault((tuple(s.fact.title for s in unread), why), []).append(index)
-    return [f"{_gpus(inventory, indices)}: {', '.join(titles)} not read (sources tried: {why})"
-            for (titles, why), indices in groups.items()]
-
-
-def _gpus(inventory: GpuInventory, indices: list[int]) -> str:
-    if len(indices) == 1:
-        return gpu_label(inventory.by_index(indices[0]), indices[0])
-    return f"GPUs {', '.join(map(str, indices))}"
 
 
 def judge_all(what: str, found: Found, unknown: list[str], *, actions: bool = True) -> None:

@@ -117,7 +117,7 @@ def test_allreduce_results_exact(profile: Profile, bandwidth_runs: list[Bandwidt
                  for r in runs if r.num_wrong], name="all_reduce_runs_with_wrong_elements")
     if unchecked:
         raise ProbeError("reduced data not checked: " + "; ".join(
-            f"{r.scope} ({r.source}): {r.problem or 'no #wrong values in the output'}"
+            f"{r.scope} ({r.source}): {r.problem or bandwidth.NO_WRONG_COUNT}"
             for r in unchecked))
 
 
@@ -146,7 +146,7 @@ def test_nccl_tests_no_out_of_bounds(profile: Profile, bandwidth_runs: list[Band
                  for r in nccl if r.out_of_bounds],
                 name="nccl_tests_runs_with_out_of_bounds_values")
     if missing:
-        raise ProbeError("no `# Out of bounds values` line: " + "; ".join(
+        raise ProbeError(f"{bandwidth.NO_OUT_OF_BOUNDS}: " + "; ".join(
             f"{r.scope}: {r.problem or 'footer missing'}" for r in missing))
 
 

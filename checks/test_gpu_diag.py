@@ -52,7 +52,7 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: DcgmDiag,
         gpu = inventory.by_index(r.gpu) if inventory and r.gpu is not None else None
         action = "fix the setting DCGM names" if r.test.lower() in _DCGM_SOFTWARE else RESET
         who = gpu_label(gpu, r.gpu) if r.gpu is not None else "node"
-        found.append((f"{who}: {r.test}: {r.message or 'failed'} -> {action}", action))
+        found.append((f"{who}: {r.test}: {r.reason} -> {action}", action))
     found += [(f"node: dcgmi: {e}", RESET) for e in dcgm_diag.errors]
     for w in dcgm_diag.warnings:
         warn(f"dcgmi diag -r {level}: {w}")
@@ -65,10 +65,11 @@ def test_dcgm_diag_passes(profile: Profile, tier: str, dcgm_diag: DcgmDiag,
              "was skipped)",
              remedy="run `dcgmi diag -r 1 -v` on the node to see why (MIG mode, permissions)")
     # Results per GPU for some GPUs but none for another: that GPU was not tested at all.
-    tested = {r.gpu for r in dcgm_diag.results if r.gpu is not None}
-    untested = [gpu_label(g) for g in (inventory.gpus if inventory else ())
-                if tested and g.index not in tested and not g.requires_reset]
+    gpus = [g for g in (inventory.gpus if inventory else ()) if not g.requires_reset]
+    missing = set(dcgm_diag.untested(g.index for g in gpus))
+    untested = [gpu_label(g) for g in gpus if g.index in missing]
     if untested:
+        tested = {r.gpu for r in dcgm_diag.results if r.gpu is not None}
         raise ProbeError(f"dcgmi diag -r {level} has results for GPUs "
                          f"{', '.join(str(i) for i in sorted(tested))} but none for "
                          f"{'; '.join(untested)}: it did not test them (not in DCGM's group, or "

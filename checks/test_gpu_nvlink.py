@@ -3,10 +3,10 @@ every GPU registered with the fabric manager (PF-GPU-017)."""
 
 from __future__ import annotations
 
-from checks.gpu_common import ACTION_REMEDY, Found, judge_all, judge_gpus, judged, unread_facts
+from checks.gpu_common import ACTION_REMEDY, Found, judge_all, judge_gpus, judged
 from harness.base.gpu import fabric_problems
 from harness.base.gpu_actions import MONITOR, RESET
-from harness.base.gpu_facts import FACTS, explain_reads, fact_state
+from harness.base.gpu_facts import FACTS, explain_reads, fact_state, unread_facts
 from harness.base.gpu_record import GpuInventory, gpu_label
 from harness.checking import check, measure, not_applicable
 from harness.fixtures.gpu import require_gpus

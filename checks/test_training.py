@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.base.errors import ProbeError
 from harness.checking import check, expect, expect_none, fail, measure, not_applicable, warn
+from harness.parsers.train_step import unread_in_result
 from harness.probes.train_step import FP8_RECIPES, TrainStepRun
 from harness.profiles.model import Profile
 
@@ -60,7 +61,11 @@ def _result(run: TrainStepRun) -> dict[str, Any]:
     why = _outcome_failure(run)
     if why is not None:
         raise ProbeError(f"{why} (see PF-TRAIN-001)")
-    return run.output.result
+    result = run.output.result
+    if missing := unread_in_result(result):  # never a KeyError, never a guess
+        raise ProbeError(f"rank 0's training step result has no {', '.join(missing[:12])}: "
+                         "not judged")
+    return result
 
 
 def _judged(result: dict[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from harness.cli import main
 
 DATA = Path(__file__).parent / "data"
 
-SMI_KEYS = {"num_gpus", "driver_version", "cuda_version", "gpus", "problems", "notes", "fragment",
-            "sections_present", "sections_absent", "commands_seen"}
+SMI_KEYS = {"num_gpus", "driver_version", "cuda_version", "gpus", "problems", "unread", "notes",
+            "fragment", "sections_present", "sections_absent", "commands_seen"}
 SMI_GPU_KEYS = {"index", "name", "bus_id", "uuid", "serial", "ecc_enabled",
                 "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "remapped_rows_pending",
                 "remapped_rows_failure", "retired_pages_pending", "temperature_c",
@@ -44,6 +44,10 @@ def test_nvidia_smi_keys_and_problems(capsys):
         {"gpu": 0, "what": "PCIe link x8 < x16 (P0)", "action": "reboot"},
         {"gpu": 1, "what": "GPU is lost or requires a reset", "action": "reset GPU"},
     ]
+    # The lost GPU's sections print errors where its values were: named, never healthy.
+    unread, = out["unread"]
+    assert unread.startswith("GPU 1 (bus 00000000:64:00.0") and "ECC mode" in unread
+    assert "GPU temperature" in unread and "[Unknown Error]" in unread
 
 
 def test_nvidia_smi_attached_count_of_an_excerpt(capsys):
@@ -82,6 +86,7 @@ def test_dcgm_keys(capsys):
                        "Page Retirement/Row Remap", "Graphics Processes", "Inforom", "PCIe",
                        "GPU Memory", "Diagnostic", "Targeted Stress", "Targeted Power",
                        "Memory Bandwidth", "EUD Test"],
+        "untested_gpus": [],  # `GPU Device IDs Detected` names 2 GPUs: both have results
         "notes": [],
     }
 

@@ -39,6 +39,11 @@ KINDS: dict[str, tuple[list[Path], Callable[[str], Any]]] = {
 }
 
 
+#: Record fields added after the golden file was written, each tested where it was added:
+#: DcgmDiag.gpus_detected (tests/test_inspect_unread.py, tests/test_inspect_gpu.py).
+ADDED_SINCE = ("gpus_detected",)
+
+
 def _samples(kind: str) -> list[Path]:
     roots, _ = KINDS[kind]
     return sorted(p for root in roots for p in root.iterdir()
@@ -50,6 +55,8 @@ def _record(kind: str, text: str) -> Any:
         record = dataclasses.asdict(KINDS[kind][1](text))
     except ParseError as exc:
         return {"error": str(exc)}
+    for field in ADDED_SINCE:  # not in the old readers' records: held by their own tests
+        record.pop(field, None)
     return json.loads(json.dumps(record, default=str))  # tuples as the golden file holds them
 
 

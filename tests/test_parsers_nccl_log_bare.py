@@ -6,6 +6,8 @@ own messages (aws/aws-ofi-nccl issue #24's title line, its prefix removed as a p
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +53,24 @@ def test_a_warn_line_is_the_cause_and_the_test_failure_its_consequence():
             "Couldn't open AV. RC: -22, ERROR: Invalid argument")
     out = _inspect([warn, FRAGMENT[0]])
     assert [e["line"] for e in out["errors"]] == [warn.split("NCCL WARN ")[1]]
+
+
+#: Real logs whose lines a NCCL_DEBUG_FILE copy holds without the `host:pid:tid [dev] ` prefix
+#: (issue 32: the provider and the rank count were lost there): CollNet/SHARP and IBext (HPC-X
+#: SHARP plugin, IBext_v8), the old plugin's `tcp;ofi_rxm`, aws-ofi-nccl 1.11 on p4d.
+HOSTLESS = ("real_collnet_sharp_connected.log", "real_ibext_hpcx_sharp_mpijob.log",
+            "real_ibext_v8.log", "real_old_plugin_tcp_provider.log",
+            "real_sagemaker_ofi_1.11_p4d_ts_lines.log")
+FACTS = ("provider", "nranks", "network", "gdr", "plugin", "num_nics", "nccl_version")
+
+
+@pytest.mark.parametrize("wrap", WRAPS.values(), ids=list(WRAPS))
+@pytest.mark.parametrize("name", HOSTLESS)
+def test_a_debug_file_without_the_host_prefix_reads_as_the_log(name: str, wrap: str):
+    text = (Path(__file__).parent / "data" / "nccl_log" / name).read_text(encoding="utf-8")
+    hostless = re.sub(r"^(\S*?: )?[\w.-]+:\d+:\d+ \[\d+\] ", r"\1", text, flags=re.M)
+    assert hostless != text
+    bare = _inspect(text.splitlines())
+    got = _inspect([wrap.format(line) for line in hostless.splitlines()])
+    assert {k: got[k] for k in FACTS} == {k: bare[k] for k in FACTS}
+    assert bare["provider"]  # (and the CollNet log's rank count, 8: tests/data expectations)

@@ -40,9 +40,43 @@ WRAPPERS: dict[str, Callable[[str], str]] = {
     "ansi-colour": lambda line: f"\x1b[32m{line}\x1b[0m",
     "crlf": lambda line: line + "\r",
 }
+#: The other wrappers harness/parsers/unwrap.py says it knows (issue 32's done-when: every
+#: kind read right under each wrapper the shared reader knows). Kept apart from WRAPPERS, which
+#: tests/test_parsers_key_value_equivalence.py holds to the old readers' golden records.
+MORE_WRAPPERS: dict[str, Callable[[str], str]] = {
+    "mpirun-timestamp-output": lambda line: f"Thu Jun 18 14:28:58 2020[1,3]<stdout>:{line}",
+    "bracketed-stamp": lambda line: f"[2026-01-02 10:24:27] {line}",
+    "cloudwatch-console": lambda line: f"| 2025-05-16T16:39:51.208-07:00 | {line}",
+    "markdown-quote": lambda line: f"> {line}",
+}
+#: (wrapper, kind) not read as the bare samples yet, and what differs: found by this test
+#: (issue 32), not fixed here (the unwrapper is being split, h28r). A strict xfail: meeting it
+#: fails the test until the gap is taken off.
+_STAMP_TIME = ("the event's own kernel time is lost (`time` null: 23 samples) when a shipper's "
+               "stamp stands before the kernel line in this form")
+GAPS = {
+    ("bracketed-stamp", "kernel-log"): _STAMP_TIME,
+    ("cloudwatch-console", "kernel-log"): _STAMP_TIME,
+    ("cloudwatch-console", "nvidia-smi"): "a `|` in the line ends CloudWatch's message column: "
+    "the table form and `nvidia-smi -q | grep` command lines are cut there (13 samples)",
+    ("cloudwatch-console", "dcgm"): "a `|` in the line ends CloudWatch's message column: the "
+    "dcgmi table is not read (14 samples)",
+    ("cloudwatch-console", "nccl-log"): "a `|` in a command line ends CloudWatch's message "
+    "column (commands_seen: 1 sample)",
+    ("markdown-quote", "dcgm"): "a `-j` JSON document quoted line by line is not unwrapped "
+    "before it is parsed (10 samples)",
+    ("markdown-quote", "nccl-tests"): "commands_seen (2 samples) and a launcher's in-row rank "
+    "tags (real_rank_tag_per_write_chunk.txt: no rows)",
+    ("markdown-quote", "fi-info"): "a quoted prompt's command line is not kept (commands_seen)",
+    ("markdown-quote", "nccl-log"): "the bare `Test NCCL failure` line is not found under `> ` "
+    "(errors: real_nccl_tests_36_*)",
+    ("markdown-quote", "train-step"): "TransformerEngine import failures under `> ` (failure: "
+    "te_undefined_symbol.txt, te_version_mismatch.txt)",
+}
 #: What a wrapper names, where the kind's result shows it.
 ADDED = {"kubectl-prefix": {"hosts_seen": ["trainer-worker-3"]},
-         "srun-label": {"ranks_seen": ["3"]}, "mpirun-tag-output": {"ranks_seen": ["3"]}}
+         "srun-label": {"ranks_seen": ["3"]}, "mpirun-tag-output": {"ranks_seen": ["3"]},
+         "mpirun-timestamp-output": {"ranks_seen": ["3"]}}
 NOT_WRAPPED = {"json_constructed.json": "an nccl-tests -J file",
                "json_cut_short_constructed.json": "an nccl-tests -J file",
                "real_json_v3_2.19.7_t4_per_iter_one_device_entry.json": "an nccl-tests -J file",
@@ -85,24 +119,43 @@ def _shipper_times(bare: Any, wrapped: Any) -> Any:
     return wrapped
 
 
+def _wrapped(text: str, wrap: Callable[[str], str]) -> str:
+    """`text` with every line wrapped; a last line without a line end (a copy cut mid-line,
+    which kernel-log names) stays without one, whatever the wrapper adds after it."""
+    lines = [wrap(line) for line in text.splitlines()]
+    if lines and not text.endswith(("\n", "\r")):
+        return "".join(line + "\n" for line in lines[:-1]) + lines[-1].rstrip("\r")
+    return "".join(line + "\n" for line in lines)
+
+
 def test_the_samples_are_there():
     kinds = {kind for kind, _, _ in SAMPLES}
     assert kinds == set(KINDS) and len(SAMPLES) > 150
 
 
-@pytest.mark.parametrize("wrapper", WRAPPERS)
-@pytest.mark.parametrize("kind", KINDS)
+def _cases() -> list[Any]:
+    cases = [pytest.param(kind, w, id=f"{kind}-{w}") for w in WRAPPERS for kind in KINDS]
+    for w in MORE_WRAPPERS:
+        for kind in KINDS:
+            gap = GAPS.get((w, kind))
+            marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
+            cases.append(pytest.param(kind, w, marks=marks, id=f"{kind}-{w}"))
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "wrapper"), _cases())
 def test_a_wrapped_sample_reads_as_the_bare_one(kind: str, wrapper: str):
-    wrap, wrong = WRAPPERS[wrapper], []
+    wrap, wrong = {**WRAPPERS, **MORE_WRAPPERS}[wrapper], []
     for _, sample, profile in [s for s in SAMPLES if s[0] == kind]:
         text = sample.read_text(encoding="utf-8", errors="replace")
         bare = _inspect(kind, text, profile)
-        got = _inspect(kind, "".join(wrap(line) + "\n" for line in text.splitlines()), profile)
+        got = _inspect(kind, _wrapped(text, wrap), profile)
         for key, value in ADDED.get(wrapper, {}).items():
             if key in bare:
                 assert got.get(key) == value, (sample.name, key)
                 got[key] = bare[key]
-        if kind == "kernel-log" and wrapper == "kubectl-timestamps":
+        if kind == "kernel-log" and wrapper in ("kubectl-timestamps", "bracketed-stamp",
+                                                "cloudwatch-console"):
             got = _shipper_times(bare, got)
             for key in ("from_boot", "window"):  # judged from the times, some now known
                 got[key] = bare.get(key)

@@ -397,3 +397,15 @@ def test_one_rank_cannot_measure_a_sharding_tolerance(suite):
     assert got["PF-TRAIN-005"][0] == got["PF-TRAIN-006"][0] == "skip"
     assert "1 rank: the sharded step and the reference are the same computation" in \
         got["PF-TRAIN-006"][1]
+
+
+def test_a_result_without_a_judged_fact_is_an_error_naming_it(suite):
+    """A result that lacks what a check judges (harness.parsers.train_step.unread_in_result,
+    which `inspect train-step` lists too) is an error naming it, never a KeyError."""
+    def edit(result: dict) -> dict:
+        return {k: v for k, v in result.items() if k != "loss_max_rel_diff"}
+
+    _canned(suite, "result_cpu_gloo.txt", 0, edit=edit)
+    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    assert got["PF-TRAIN-005"][0] == "error"
+    assert "training step result has no loss_max_rel_diff: not judged" in got["PF-TRAIN-005"][1]

@@ -9,14 +9,15 @@ says what was not read: NVML's call, `nvidia-smi -q`'s key path, `-q -x`'s eleme
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.base.gpu_pcie import idle, pcie_link_gen_max
-from harness.base.gpu_record import GpuInfo, GpuInventory
+from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label
 
 __all__ = ["FACTS", "NOT_SUPPORTED", "READ", "UNREAD", "FactState", "GpuFact", "explain_other",
-           "explain_reads", "fact_state", "needed", "not_supported_means", "unread_why"]
+           "explain_reads", "fact_state", "fact_states", "needed", "not_supported_means",
+           "unread_facts", "unread_why"]
 
 READ, NOT_SUPPORTED, UNREAD = "read", "not supported", "unread"
 
@@ -189,14 +190,60 @@ def needed(fact: GpuFact, gpu: GpuInfo) -> bool:
     return fact.needed is None or fact.needed(gpu)
 
 
+def fact_states(inventory: GpuInventory, keys: Sequence[str],
+                not_supported: Callable[[GpuInfo], Mapping[str, str]],
+                shown: Callable[[GpuInfo], Collection[str]] | None = None,
+                ) -> dict[int, list[FactState]]:
+    """Each GPU's state of each fact of `keys` it needs (`needed`); `not_supported`: the SKU
+    table that applies to a GPU. The GPU checks judge every such fact. `shown` is for an
+    excerpt (`preflight inspect`): the facts the input printed a place for on a GPU (their
+    section, element or column, even with no value in it); a fact it left out is not judged
+    there, unless the source printed an error about it. Unknown is never healthy: a fact the
+    input showed without a value is unread, in inspect as in the check."""
+    states: dict[int, list[FactState]] = {}
+    for gpu in inventory.gpus:
+        placed = None if shown is None else shown(gpu)
+        facts = [FACTS[k] for k in keys if needed(FACTS[k], gpu)
+                 and (placed is None or k in placed or _errors_about(FACTS[k], gpu))]
+        # (the SKU table only where a fact has no value: inspect may have to look it up)
+        table = not_supported(gpu) if any(f.value(gpu) is None for f in facts) else {}
+        states[gpu.index] = [fact_state(f, gpu, inventory, table) for f in facts]
+    return states
+
+
+def unread_facts(inventory: GpuInventory, states: Mapping[int, Sequence[FactState]]) -> list[str]:
+    """`GPU 3 (bus ..., serial ...): ECC mode, temperature not read (sources tried: ...)` for
+    every GPU with an unread fact; GPUs with the same facts and reasons are one entry (`GPUs 0,
+    1, 2: ...`). What the GPU checks' error and `inspect nvidia-smi`'s `unread` say."""
+    groups: dict[tuple[tuple[str, ...], str], list[int]] = {}
+    for index, ss in states.items():
+        unread = [s for s in ss if s.state == UNREAD]
+        if unread:
+            why = unread_why(inventory, unread)
+            groups.setdefault((tuple(s.fact.title for s in unread), why), []).append(index)
+    return [f"{_gpus(inventory, indices)}: {', '.join(titles)} not read (sources tried: {why})"
+            for (titles, why), indices in groups.items()]
+
+
+def _gpus(inventory: GpuInventory, indices: list[int]) -> str:
+    if len(indices) == 1:
+        return gpu_label(inventory.by_index(indices[0]), indices[0])
+    return f"GPUs {', '.join(map(str, indices))}"
+
+
 def _said(fact: GpuFact, gpu: GpuInfo) -> str:
     """What the source said about this fact on this GPU: its errors naming the fact (all of them
     for a GPU it could not read at all), that the GPU is lost; "" when it just printed nothing."""
-    said = [e for e in gpu.query_errors
-            if gpu.unreadable or any(m.lower() in e.lower() for m in fact.markers)]
+    said = _errors_about(fact, gpu)
     if gpu.requires_reset:
         said.append("the GPU is lost or requires a reset")
     return "; ".join(dict.fromkeys(said))[:300]
+
+
+def _errors_about(fact: GpuFact, gpu: GpuInfo) -> list[str]:
+    """The source's error lines naming this fact (all of them for a GPU it could not read)."""
+    return [e for e in gpu.query_errors
+            if gpu.unreadable or any(m.lower() in e.lower() for m in fact.markers)]
 
 
 def unread_why(inventory: GpuInventory, unread: Sequence[FactState]) -> str:

@@ -4,7 +4,8 @@
 when the list is not empty (0 otherwise; 2 when nothing was recognised, as before). Unknown is
 never a pass: a dcgmi run whose verdict is unknown (a table cut short) is a problem, and so is
 an nccl-tests sweep that did not finish. The judging is the checks' own where they have one:
-GPU health is harness.base.gpu.health_problems (the `problems` nvidia-smi's inspect lists), the env
+GPU health is harness.base.gpu.health_problems (the `problems` nvidia-smi's inspect lists) and a
+fact shown without a value is harness.base.gpu_facts.unread_facts (its `unread`), the env
 rules are harness.judges.env.evaluate (the `harmful`/`required` inspect env lists), an Xid's action
 is harness.base.gpu_actions.xid_action (kernel-log's `action`), and the network and bandwidth checks'
 verdicts (harness.judges.network: provider, Socket fallback, GPUDirect, NIC count, WARN lines, busbw vs
@@ -42,7 +43,9 @@ def _env(result: dict[str, Any], harmful_only: bool) -> list[str]:
 
 
 def _nvidia_smi(result: dict[str, Any]) -> list[str]:
-    return [f"GPU {p.get('gpu')}: {p.get('what')}" for p in result.get("problems", [])]
+    # A fact the input showed without a value is the GPU checks' error: unknown is not a pass.
+    return [*(f"GPU {p.get('gpu')}: {p.get('what')}" for p in result.get("problems", [])),
+            *(f"not known: {u}" for u in result.get("unread", []))]
 
 
 def _nccl_log(result: dict[str, Any]) -> list[str]:
@@ -60,6 +63,11 @@ def _nccl_tests(result: dict[str, Any]) -> list[str]:
         found.append(f"{result['out_of_bounds']} out-of-bounds value(s)")
     if not result.get("completed"):
         found.append("the sweep did not finish (no `# Avg bus bandwidth` footer)")
+    from harness.judges.bandwidth import unchecked_data  # (the judges: only for this kind)
+
+    found += [f"not known ({check}): {why}" for check, why in unchecked_data(
+        bool(result.get("rows")), result.get("num_wrong"), bool(result.get("completed")),
+        result.get("out_of_bounds"))]
     return found
 
 
@@ -67,6 +75,8 @@ def _dcgm(result: dict[str, Any]) -> list[str]:
     found = [f"{t.get('test')}: {t.get('message')}" for t in result.get("failed_tests", [])]
     if result.get("passed") is not True and not found:
         found.append("no verdict: the diagnostic's results are incomplete (unknown is not a pass)")
+    found += [f"not known: GPU {g} has no result (DCGM detected it and did not test it)"
+              for g in result.get("untested_gpus", [])]
     return found
 
 
@@ -75,6 +85,8 @@ def _kernel_log(result: dict[str, Any]) -> list[str]:
              for e in result.get("xid_events", [])]
     found += [f"SXid {e.get('sxid')} on {e.get('switch') or e.get('pci')}"
               for e in result.get("sxid_events", []) if e.get("fatal") is not False]  # unknown too
+    if result.get("cut"):  # PF-GPU-006 / 018 error on a log cut mid-line
+        found.append(f"not known: {result['cut']}")
     return found
 
 
@@ -85,6 +97,8 @@ def _fi_info(result: dict[str, Any]) -> list[str]:
 
 def _train_step(result: dict[str, Any]) -> list[str]:
     found = [str(e) for e in result.get("errors", [])]
+    # What the training checks would error on (harness.parsers.train_step.unread_in_result).
+    found += [f"not known: the result has no {u}" for u in result.get("unread", [])]
     if result.get("failure"):
         found.append(str(result["failure"].get("message", result["failure"])))
     return found

@@ -12,8 +12,26 @@ from harness.judges.judgement import Verdict, expect, na
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
-__all__ = ["Floor", "busbw_floor", "cpu_floor", "intra_node_floor", "nccl_tests_verdicts",
-           "net_floor", "size_text"]
+__all__ = ["NO_OUT_OF_BOUNDS", "NO_WRONG_COUNT", "Floor", "busbw_floor", "cpu_floor",
+           "intra_node_floor", "nccl_tests_verdicts", "net_floor", "size_text", "unchecked_data"]
+
+#: What PF-BW-003 / PF-BW-004 say of an nccl-tests output that does not count wrong elements
+#: (an old `error` column, a cut row) / has no out-of-bounds footer line: an error, never a pass.
+NO_WRONG_COUNT = "no #wrong values in the output"
+NO_OUT_OF_BOUNDS = "no `# Out of bounds values` line"
+
+
+def unchecked_data(has_rows: bool, num_wrong: int | None, finished: bool,
+                   out_of_bounds: int | None) -> list[tuple[str, str]]:
+    """(check, why) for each data check an nccl-tests output leaves unproven: PF-BW-003 when its
+    rows count no wrong elements, PF-BW-004 when its footer (`finished`: it has one) has no
+    out-of-bounds line. The checks error on these; `inspect nccl-tests` names them."""
+    found = []
+    if has_rows and num_wrong is None:
+        found.append(("PF-BW-003", f"reduced data not checked: {NO_WRONG_COUNT}"))
+    if finished and out_of_bounds is None:
+        found.append(("PF-BW-004", NO_OUT_OF_BOUNDS))
+    return found
 
 
 class _Row(Protocol):

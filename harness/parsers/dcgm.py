@@ -115,9 +115,10 @@ def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObje
     words when another diagnostic held the GPUs, else null), failed_tests
     [{test, gpu, message; host for `dcgmi mndiag`}], warnings [str], categories_seen, cut_at,
     fragment (test objects without their document: `passed` stays null), tests_seen, and for
-    DCGM >= 4.6 `level_tests` {level, not_seen}: the level those tests are and its tests absent."""
+    DCGM >= 4.6 `level_tests` {level, not_seen}: the level those tests are and its tests absent;
+    where the table names the GPUs DCGM detected, `untested_gpus`: those without any result."""
     diag = parse_dcgm_diag(as_input(stream))
-    failed = [{"test": r.test, "gpu": r.gpu, "message": r.message,
+    failed = [{"test": r.test, "gpu": r.gpu, "message": r.reason if r.status != "fail" else r.message,
                **({} if r.host is None else {"host": r.host})} for r in diag.failed]
     failed += [{"test": "dcgmi", "gpu": None, "message": e} for e in diag.errors]
     out = {"passed": diag.passed, "dcgm_version": diag.dcgm_version,
@@ -131,6 +132,11 @@ def inspect_dcgm(stream: TextIO | Input, *, profile: Profile | None) -> JSONObje
         # Which DCGM 4.6 level these tests are, and that level's tests the output lacks (a
         # plugin not installed, or a paste cut short): said, never judged as passed.
         out["level_tests"] = {"level": level, "not_seen": tests_not_seen(out["tests_seen"], level)}
+    tested = {r.gpu for r in diag.results if r.gpu is not None}
+    if diag.gpus_detected is not None and all(g < diag.gpus_detected for g in tested):
+        # GPUs DCGM detected (numbered 0..N-1, as the results number them) but gave no result
+        # for: not tested (PF-GPU-012 errors on them, with the node's inventory).
+        out["untested_gpus"] = diag.untested(range(diag.gpus_detected))
     if diag.omitted:
         out["notes"] = [f"{diag.omitted:,} test rows after the first {MAX_RESULTS:,} distinct ones "
                         "were not read: `passed` cannot be true"]

@@ -4,6 +4,7 @@ warnings."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: What dcgmi says when another diagnostic holds the GPUs: the dcgmErrorString of
@@ -36,6 +37,16 @@ class DcgmResult:
     host: int | None = None
     """The host's index in a multi-node run (`dcgmi mndiag`); None on one node."""
 
+    @property
+    def reason(self) -> str:
+        """What a failed result says: DCGM's message; else that no status was read (a result
+        without one is not a pass), the word DCGM gave, or `failed`."""
+        if self.message:
+            return self.message
+        if self.status == "unknown":
+            return "no status read (a result without one is not a pass)"
+        return "failed" if self.status == "fail" else f"status {self.status!r}"
+
 
 @dataclass(frozen=True, slots=True)
 class DcgmDiag:
@@ -54,6 +65,16 @@ class DcgmDiag:
     fragment: bool = False
     """Test objects pasted without the document around them (a DCGM 4 `tests[]` element): the
     tests seen are judged, the run as a whole is not (`passed` is never true)."""
+    gpus_detected: int | None = None
+    """How many GPUs DCGM says it detected (the text table's `GPU Device IDs Detected` row, one
+    device ID per GPU); None where the output does not say."""
+
+    def untested(self, gpus: Iterable[int]) -> list[int]:
+        """Of `gpus` (indices), those without any result while other GPUs have some: DCGM did
+        not test them (not in its group, or not visible to nv-hostengine). Unknown is not a
+        pass: PF-GPU-012 errors on them, `inspect dcgm` names them."""
+        tested = {r.gpu for r in self.results if r.gpu is not None}
+        return [g for g in gpus if tested and g not in tested]
 
     @property
     def failed(self) -> list[DcgmResult]:

@@ -142,6 +142,7 @@ def _split(stripped: str) -> tuple[str, ...] | None:
 
 def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
     version = driver = None
+    detected: int | None = None
     errors: list[list[str]] = []
     error_seen: set[str] = set()  # node-level errors already listed (a table printed again)
     # Per test: [name, [(gpu, status)], [message chunks], category, plain (its row says only
@@ -170,7 +171,8 @@ def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
         elif name == "Driver Version Detected":
             driver = value
         elif name in ("GPU Device IDs Detected",):
-            pass
+            # `2330, 2330`: one PCI device ID per GPU DCGM detected (dcgmi/Diag.cpp)
+            detected = len([x for x in value.split(",") if x.strip()]) or None
         elif name[:1] in _MESSAGE_FIRST and (entity := _ENTITY_MESSAGE.match(name)) is not None:
             # DCGM 4 (dcgmi/Diag.cpp HelperDisplayEntityResults): `| Warning: GPU1 | <msg> |`
             # under the test's `GPU1: Fail` line is that GPU's reason (`Info: GPU1`, -v only,
@@ -247,7 +249,8 @@ def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
     if not results:
         raise ParseError("no dcgmi diag result table rows (`| Memory | Pass |`) and no DCGM JSON")
     cut_at = category if category and not in_category and not ended else None
-    return DcgmDiag(version, driver, tuple(results), (), tests.omitted, cut_at)
+    return DcgmDiag(version, driver, tuple(results), (), tests.omitted, cut_at,
+                    gpus_detected=detected)
 
 
 def _mine(text: str, message: list[str], gpu: int | None) -> bool:

@@ -12,7 +12,7 @@ from harness.base.gpu_actions import xid_action
 from harness.base.gpu_record import pci_key
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
-from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify, lines_to_read
+from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify, ends_mid_line, lines_to_read
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
@@ -373,8 +373,11 @@ def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
 def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
     message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}], num_lines (kernel
-    lines read), first_time, from_boot (null: cannot tell) and window (what the log covers)."""
-    log = parse_kernel_log(as_input(stream))
+    lines read), first_time, from_boot (null: cannot tell), window (what the log covers), and
+    `cut` when its last line has no line end (the checks error on such a log: the lines it lost
+    may hold XIDs)."""
+    source = as_input(stream)
+    log = parse_kernel_log(source)
     out = {"xid_events": [{"xid": e.xid, "pci": e.pci, "mig": e.mig, "pid": e.pid,
                            "process": e.process, "time": e.time, "message": e.message,
                            "action": e.action}
@@ -383,6 +386,8 @@ def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JS
                             "time": e.time, "message": e.message} for e in log.sxid_events],
            "num_lines": log.num_lines, "first_time": log.first_time, "from_boot": log.from_boot,
            "window": log.window}
+    if (end := source.stats.open_end) is not None:  # quoted as the tool wrote it
+        out["cut"] = ends_mid_line("the log", Unwrapper(timestamps=False).unwrap(end) or end)
     if log.omitted:
         out["notes"] = [f"{log.omitted:,} more events repeated a GPU, code and action already "
                         f"listed after the first {MAX_EVENTS:,}: not listed"]

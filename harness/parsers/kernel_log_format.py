@@ -14,7 +14,7 @@ from typing import NamedTuple
 from harness.parsers.values import ascii_int
 
 __all__ = ["KERNEL", "LOG", "NEUTRAL", "OTHER", "WORDS", "Line", "LogShape", "Tally", "classify",
-           "lines_to_read"]
+           "ends_mid_line", "lines_to_read"]
 
 #: Line kinds: written by the kernel / a record of another program in a log format (a syslog
 #: file's daemons, `systemd[1]:` in dmesg) / nothing to judge (blank, continuation, journal
@@ -268,3 +268,11 @@ class Tally:
     def shape(self) -> LogShape:
         return LogShape(self.kernel, self.log, self.other, self.first_other, self.refusal,
                         self.notice)
+
+
+def ends_mid_line(what: str, last: str) -> str:
+    """Why a kernel log whose last line (`last`) has no line end is not read as complete (the
+    writer or the reader stopped mid-line): what PF-GPU-006 / 018 error on (harness.probes.
+    kernel_log) and `inspect kernel-log` names (`cut`)."""
+    return (f"{what} ends mid-line (its last line {last[-80:]!r} has no newline): the log is "
+            "incomplete (cut), and the lines it lost may hold XIDs")

@@ -8,16 +8,19 @@ nvidia_smi_common); this module picks the form, and judges for `preflight inspec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from harness.base.gpu import health_problems
-from harness.base.gpu_record import GpuInventory
+from harness.base.gpu_facts import FACTS, fact_states, unread_facts
+from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.nvidia_smi_common import (
     ANY_GPU_HEADER,
     FRAGMENT_KEYS,
     FRAGMENT_SECTIONS,
+    Q_PLACES,
     STATE_KEY,
     Side,
     smi_lines,
@@ -119,7 +122,10 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
     [{index, name, bus_id, uuid, serial, ecc_enabled, ecc_uncorrected_volatile,
     ecc_uncorrected_aggregate, remapped_rows_pending, remapped_rows_failure,
     retired_pages_pending, temperature_c, requires_reset}], problems [{gpu, what, action}]
-    (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles)."""
+    (temperature judged against the profile's max_gpu_temp_c; ECC off only for GPU profiles),
+    unread: the facts the GPU checks judge that the input showed a place for (a section, an
+    element, a column) but no value, in the checks' words (harness.base.gpu_facts; a fact the
+    GPU's SKU does not have is not unread: the profile's SKU, or the one its name matches)."""
     side = Side()
     inventory = _parse(as_input(stream), side)
     attached = side.attached
@@ -132,6 +138,8 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
                                  require_ecc=profile.has_gpus):
             problems.append({"gpu": p.gpu, "what": p.what, "action": p.action})
     gpus = [{k: getattr(g, k) for k in keys} for g in inventory.gpus]
+    judged = [k for k in FACTS if k in Q_PLACES]  # all but NVLink (NVML's alone)
+    states = fact_states(inventory, judged, lambda g: _not_supported(profile, g), side.shown_on)
     for gpu, record in zip(inventory.gpus, gpus, strict=True):
         # Nothing printed about a reset (a `-q -d ECC` excerpt, the plain table, a CSV, a 570
         # driver on Volta saying `deprecated`) is null: unknown, not "no reset needed". A
@@ -145,6 +153,7 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
         "cuda_version": inventory.cuda_version,
         "gpus": gpus,
         "problems": problems,
+        "unread": unread_facts(inventory, states),
         "fragment": side.fragment,
         "sections_present": [name for name in FRAGMENT_SECTIONS if name in side.sections],
         "sections_absent": [name for name in FRAGMENT_SECTIONS if name not in side.sections]
@@ -154,6 +163,17 @@ def inspect_nvidia_smi(stream: TextIO | Input, *, profile: Profile) -> JSONObjec
     if side.notes():
         out["notes"] = side.notes()
     return out
+
+
+def _not_supported(profile: Profile, gpu: GpuInfo) -> Mapping[str, str]:
+    """The facts `gpu` does not have: the profile's SKU table, or, for a profile without a SKU
+    (inspect's default), the table of the SKU whose NVML name is the GPU's."""
+    if profile.sku is not None or gpu.name is None:
+        return profile.not_supported
+    from harness.profiles.table import SKUS  # (the TOML: only for a fact without a value)
+
+    return next((sku["profile"].not_supported for sku in SKUS.values()
+                 if gpu.name in sku.get("nvml_names", ())), profile.not_supported)
 
 
 INSPECT = {"nvidia-smi": inspect_nvidia_smi}

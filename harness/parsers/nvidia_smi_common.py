@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from harness.base.gpu_record import GpuInfo, pci_key
@@ -61,6 +61,31 @@ FRAGMENT_KEYS = re.compile(
 STATE_KEY = re.compile(r"^\s*(?P<key>State|Status)\s+:\s?(?P<value>.*)$")
 #: The keys of the Fabric section a header-less fragment files under `fabric`.
 FABRIC_KEYS = frozenset(("state", "status"))
+#: Where `nvidia-smi -q` prints each GPU fact the checks judge (harness.base.gpu_facts keys):
+#: the sections (a key path's first key, lower case; `-q -x`: the element, `_` for ` `) that
+#: hold it. A section printed without the fact's value (`Status : N/A`, the line cut from it)
+#: leaves the fact unread; a section not printed at all is an excerpt that left it out.
+#: NVLink states are NVML's alone.
+Q_PLACES: dict[str, tuple[str, ...]] = {
+    "model": ("product name",), "memory": ("fb memory usage",), "ecc_mode": ("ecc mode",),
+    "ecc_volatile": ("ecc errors",), "ecc_aggregate": ("ecc errors",),
+    "remap_pending": ("remapped rows",), "remap_failure": ("remapped rows",),
+    "retired_pending": ("retired pages",), "retired_dbe": ("retired pages",),
+    "temperature": ("temperature",),
+    "clock_reasons": ("clocks event reasons", "clocks throttle reasons"),
+    "persistence": ("persistence mode",), "pstate": ("performance state",),
+    "pcie_gen": ("pci",), "pcie_gen_max": ("pci",), "pcie_width": ("pci",),
+    "pcie_width_max": ("pci",), "reset_state": ("gpu reset status", "gpu recovery action"),
+    "fabric_state": ("fabric",), "fabric_status": ("fabric",),
+}
+
+
+def q_shown(sections: Iterable[str]) -> frozenset[str]:
+    """The facts (Q_PLACES) whose section is among `sections` (lower case, ` ` or `_`)."""
+    heads = {name.replace("_", " ") for name in sections}
+    return frozenset(k for k, places in Q_PLACES.items() if not heads.isdisjoint(places))
+
+
 #: Authors' markers after a value (`Pending : Yes <===`, `: 0  ← SRAM ...`): not the value.
 _ANNOTATION = re.compile(r"\s+(?:<=+|<-+|←|#\s).*$")
 _ATTACHED = re.compile(r"^\s*Attached GPUs\s*:\s*([0-9]+)|<attached_gpus>([0-9]+)<")
@@ -111,6 +136,14 @@ class Side:
     headerless_fabric: bool = False
     """A fragment whose `State : <fabric state>` line came without its `Fabric` header: its bare
     `State` / `Status` are the Fabric section's."""
+    shown: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """The GPU facts (harness.base.gpu_facts keys) the input printed a place for, by the GPU's
+    bus id as read (`""`: a fragment's GPU; `"*"`: every GPU, a CSV's columns or the table's)."""
+
+    def shown_on(self, gpu: GpuInfo) -> frozenset[str]:
+        """The facts the input printed a place for on `gpu` (none for a GPU known only from a
+        lost-GPU line: what it said is in its errors)."""
+        return self.shown.get("*") or self.shown.get(gpu.bus_id or "", frozenset())
     """GPU sections (by pci_key) whose index a `-i N` command line above them gave."""
 
     def see(self, line: str) -> None:

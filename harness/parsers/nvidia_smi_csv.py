@@ -128,6 +128,7 @@ def read_smi_csv(source: Input, side: Side, columns: tuple[str, ...] | None = No
             raise side.not_read("no known --query-gpu column (index, name, pci.bus_id, "
                                 f"temperature.gpu, ...) in the CSV header "
                                 f"{', '.join(header)[:200]!r}")
+        side.shown["*"] = _shown(header)
         key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
                         if c in header), None)
         latest: dict[str, dict[str, Any]] = {}
@@ -187,6 +188,31 @@ def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: s
     record["requires_reset"] = True if reset else None
     latest[key] = record
     return driver
+
+
+#: The GpuInfo fields each GPU fact (harness.base.gpu_facts key) is read from, for the facts a
+#: `--query-gpu` column can hold (the reset state has none: only a `[GPU requires reset]` value
+#: says it).
+_FACT_FIELDS = {
+    "model": ("name",), "memory": ("memory_total_gib",), "ecc_mode": ("ecc_enabled",),
+    "ecc_volatile": ("ecc_uncorrected_volatile",), "ecc_aggregate": ("ecc_uncorrected_aggregate",),
+    "remap_pending": ("remapped_rows_pending",), "remap_failure": ("remapped_rows_failure",),
+    "retired_pending": ("retired_pages_pending",), "retired_dbe": ("retired_pages_dbe",),
+    "temperature": ("temperature_c",), "persistence": ("persistence_mode",),
+    "pstate": ("performance_state",), "pcie_gen": ("pcie_gen_current",),
+    "pcie_gen_max": ("pcie_gen_max", "pcie_gen_device_max", "pcie_gen_host_max"),
+    "pcie_width": ("pcie_width_current",), "pcie_width_max": ("pcie_width_max",),
+    "fabric_state": ("fabric_state",), "fabric_status": ("fabric_status",),
+}
+
+
+def _shown(header: tuple[str, ...]) -> frozenset[str]:
+    """The facts the CSV's columns hold: what was queried (a fact not queried is not judged)."""
+    fields = {_CSV_FIELDS[c] for c in header if c in _CSV_FIELDS}
+    shown = {k for k, names in _FACT_FIELDS.items() if not fields.isdisjoint(names)}
+    if any(_reason(c) or _is_mask(c) for c in header):
+        shown.add("clock_reasons")
+    return frozenset(shown)
 
 
 def _column(cell: str) -> str:

@@ -17,6 +17,7 @@ from harness.parsers.nvidia_smi_common import (
     clean_value,
     clean_version,
     needs_reset,
+    q_shown,
     smi_batches,
     to_float,
     to_int,
@@ -132,7 +133,7 @@ def _gpu_from_block(index: int, b: _Block, side: Side | None = None) -> GpuInfo:
                     ("gpu power readings", "instantaneous power draw"),
                     ("gpu power readings", "average power draw"))
     memory_mib = to_float(b.get("fb memory usage", "total"))
-    return GpuInfo(
+    gpu = GpuInfo(
         index=index,
         name=clean_value(b.get("product name")),
         uuid=clean_value(b.get("gpu uuid")),
@@ -164,6 +165,11 @@ def _gpu_from_block(index: int, b: _Block, side: Side | None = None) -> GpuInfo:
         query_errors=tuple(f"{' > '.join(k)}: {v}" for k, v in b.values.items()
                            if v.strip().lower() in ERROR_VALUES),
     )
+    if side is not None:
+        side.shown[gpu.bus_id or ""] = q_shown({path[0] for path in b.values})
+    return gpu
+
+
 def _indices(blocks: list[_Block], side: Side) -> list[int]:
     """Each section's GPU index: file order, or the `-i N` of the command line above each
     section when every section has one (and they differ)."""

@@ -42,6 +42,13 @@ _TABLE_ROW2 = re.compile(
 _TABLE_NOTE = re.compile(r"\|[ \t]+(?:#|<=+|<-+|←)[^|]*$")
 
 
+#: The facts (harness.base.gpu_facts keys) the table's columns hold: its name, persistence
+#: (`Persistence-M`; on Windows the column is the driver model instead), ECC (`Volatile
+#: Uncorr. ECC`), temperature, performance state and memory size.
+TABLE_SHOWS = frozenset(("model", "persistence", "ecc_mode", "ecc_volatile", "temperature",
+                         "pstate", "memory"))
+
+
 def _table_ecc(cell: str) -> tuple[bool | None, int | None]:
     """The `Volatile Uncorr. ECC` cell: a count when ECC is on, `On` for a MIG-enabled GPU (the
     counts are per MIG device), `Off` when it is off, `N/A` where the GPU has none, `ERR!` when
@@ -102,6 +109,8 @@ def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuI
     memory_mib = to_float(row2["mem"]) if row2 else None
     perf = clean_value(row2["perf"]) if row2 else None
     ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
+    windows = m["pm"] in ("WDDM", "TCC", "MCDM")  # the Driver-Model column: no persistence
+    side.shown[m["bus"]] = TABLE_SHOWS - {"persistence"} if windows else TABLE_SHOWS
     gpus[index] = GpuInfo(
         index=index,
         name=clean_value(m["name"]),

@@ -20,6 +20,7 @@ from harness.parsers.nvidia_smi_common import (
     clean_value,
     clean_version,
     needs_reset,
+    q_shown,
     smi_lines,
     to_float,
     to_int,
@@ -135,8 +136,10 @@ def read_smi_xml(source: Input, side: Side) -> GpuInventory:
     side.attached = to_int(_xml_text(root, "attached_gpus"))
     elements = root.findall("gpu")
     side.omitted += max(len(elements) - MAX_GPUS, 0)
-    gpus = with_lost([_xml_gpu(i, g) for i, g in enumerate(elements[:MAX_GPUS])], side,
-                      renumber=True)
+    read = [_xml_gpu(i, g) for i, g in enumerate(elements[:MAX_GPUS])]
+    for gpu, element in zip(read, elements, strict=False):
+        side.shown[gpu.bus_id or ""] = q_shown(child.tag for child in element)
+    gpus = with_lost(read, side, renumber=True)
     if not gpus and side.attached != 0:
         raise ParseError("<nvidia_smi_log> without <gpu> elements")
     return GpuInventory("nvidia-smi -q -x", clean_version(_xml_text(root, "driver_version")),

@@ -54,6 +54,10 @@ class ReadStats:
     """Lines longer than MAX_LINE_CHARS, cut to their first MAX_LINE_CHARS characters."""
     longest: int = 0
     """Length of the longest line, before any cut."""
+    open_end: str | None = None
+    """A last line that had no line end (as kept: at most the reader's max_line characters):
+    the writer, or whatever copied it, stopped mid-line; None when the input ended as complete
+    lines do."""
 
 
 class Input:
@@ -187,7 +191,10 @@ class Input:
             stats.lines += 1
             stats.cut_lines += length > limit
             stats.longest = max(stats.longest, length)
-            yield ["".join(parts)]
+            last = "".join(parts)
+            if not carry_cr:
+                stats.open_end = last
+            yield [last]
 
     def lines(self, sep: str | None = None) -> Iterator[str]:
         """Every line (or `sep`-ended record), without its line end."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -20,7 +20,8 @@ from harness.parsers.values import ascii_int
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
 
-__all__ = ["INSPECT", "Failure", "TrainStepOutput", "classify_failure", "parse_train_step"]
+__all__ = ["INSPECT", "Failure", "TrainStepOutput", "classify_failure", "parse_train_step",
+           "unread_in_result"]
 
 SCHEMA_PREFIX = '{"schema": "gpu-preflight.train_step/'
 
@@ -308,7 +309,8 @@ def _chunks(source: Input) -> Iterator[str]:
 
 def inspect_train_step(stream: TextIO | Input, *, profile: Profile | None = None) -> JSONObject:
     """`preflight inspect train-step LOG`: keys `result` (rank 0's JSON or null), `failure`
-    ({kind, message, rank} or null), `errors` (each rank's error line), `aborted_at_exit`."""
+    ({kind, message, rank} or null), `errors` (each rank's error line), `aborted_at_exit`,
+    `unread` (what the result lacks of what the training checks judge: unread_in_result)."""
     out = parse_train_step(as_input(stream))
     failure = out.failure
     return {
@@ -317,7 +319,39 @@ def inspect_train_step(stream: TextIO | Input, *, profile: Profile | None = None
                                                  "rank": failure.rank},
         "errors": out.errors,
         "aborted_at_exit": out.aborted_at_exit,
+        "unread": [] if out.result is None else unread_in_result(
+            out.result, out.result.get("world_size")),
     }
+
+
+#: What the training checks (checks/test_training.py) read of rank 0's result, of each rank's
+#: facts, and of the comparison they judge (the bf16 one beside an FP8 step, else the step's
+#: own; judged from 2 ranks up).
+RESULT_KEYS = ("path", "recipe", "recipe_note", "device_type", "te", "losses", "ranks",
+               "step_time_s", "peak_mem_mib", "mem_kind")
+RANK_KEYS = ("rank", "host", "device", "local_losses", "max_abs_vs_rank0", "checksum")
+JUDGED_KEYS = ("loss_max_rel_diff", "update_rel_diff", "param_max_abs_diff", "tolerance")
+
+
+def unread_in_result(result: Mapping[str, object], ranks_expected: object = None) -> list[str]:
+    """What rank 0's result lacks of what the training checks judge (`losses`, `ranks[1].
+    checksum`, `comparison.update_rel_diff`; with `ranks_expected`, `ranks: 1 of 2 reported`):
+    each such check errors naming it (PF-TRAIN-001 counts the ranks against the launch), and
+    `inspect train-step` lists it under `unread`, counting against the result's world_size."""
+    missing = [k for k in RESULT_KEYS if k not in result]
+    ranks = result.get("ranks")
+    if isinstance(ranks, list):
+        if isinstance(ranks_expected, int) and len(ranks) != ranks_expected:
+            missing.append(f"ranks: {len(ranks)} of {ranks_expected} reported")
+        missing += [f"ranks[{i}].{k}" for i, r in enumerate(ranks) for k in RANK_KEYS
+                    if not isinstance(r, Mapping) or k not in r]
+    size = result.get("world_size", 2)
+    if not isinstance(size, int) or size >= 2:  # one rank: those checks are not applicable
+        where, judged = (("comparison.", result["comparison"]) if result.get("comparison")
+                         else ("", result))
+        if isinstance(judged, Mapping):
+            missing += [where + k for k in JUDGED_KEYS if k not in judged]
+    return missing
 
 
 INSPECT = {"train-step": inspect_train_step}

@@ -48,11 +48,11 @@ class IncompleteLogError(ProbeError):
 def _cut(text: str, what: str) -> str | None:
     """Why `text` is not a complete log (its last line has no newline: the writer or the
     reader stopped mid-line); None when it ends as a complete log ends, or is empty."""
+    from harness.parsers.kernel_log_format import ends_mid_line
+
     if not text or text.endswith("\n"):
         return None
-    last = text.rsplit("\n", 1)[-1]
-    return (f"{what} ends mid-line (its last line {last[-80:]!r} has no newline): the log is "
-            "incomplete (cut), and the lines it lost may hold XIDs")
+    return ends_mid_line(what, text.rsplit("\n", 1)[-1])
 
 
 def _boot_time(proc_root: Path = Path("/proc")) -> float | None:
