@@ -20,7 +20,7 @@ from harness.parsers.dcgm_mndiag import (
 from harness.parsers.dcgm_records import MAX_RESULTS, DcgmDiag, level_of, tests_not_seen
 from harness.parsers.dcgm_text import diag_from_text
 from harness.parsers.reader import Input, as_input
-from harness.parsers.unwrap import inside_transport
+from harness.parsers.unwrap_transport import inside_transport
 
 if TYPE_CHECKING:
     from harness.profiles.model import Profile

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.reader import Input, as_input
-from harness.parsers.unwrap import inside_transport
+from harness.parsers.unwrap_transport import inside_transport
 from harness.parsers.values import ascii_int
 
 if TYPE_CHECKING:

@@ -27,20 +27,24 @@ parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps 
 Each rule is tried only when the line's first non-blank character can start it; `lines()` given a
 reader's batch first finds the lines that may carry a wrapper with one regex pass over the whole
 batch, and hands the others on untouched (a log without wrappers costs one C-speed scan).
+
+Beside this module: which line is a command line (harness.parsers.unwrap_commands), which lines
+of a batch may carry a wrapper (harness.parsers.unwrap_candidates), and a source read inside its
+transport wrappers only (harness.parsers.unwrap_transport).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from harness.parsers.reader import Input
+from harness.parsers.unwrap_candidates import CANDIDATES
+from harness.parsers.unwrap_commands import command_program
 
-__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "command_program", "docker_line",
-           "inside_transport", "is_docker_record", "table_line"]
+__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "docker_line", "is_docker_record",
+           "table_line"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -87,45 +91,6 @@ _GLUED_PROMPT = re.compile(r"^\s*\$(?P<cmd>(?:\.{1,2}|~)?/\S.*)$")
 _PATH_WORD = re.compile(r"^\s*/\S*\s*$")
 _BACKTICKS = re.compile(r"^\s*`(?P<cmd>[^`]+)`\s*$")
 _HOST = re.compile(r"^\s*(?P<host>[A-Za-z][\w.-]*):\s")
-_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*$")
-#: Programs whose command line, pasted above their output, is context and not output.
-KNOWN_PROGRAMS = frozenset((
-    "mpirun", "mpiexec", "srun", "torchrun", "python", "python3", "kubectl", "docker", "nvidia-smi",
-    "dcgmi", "fi_info", "dmesg", "journalctl", "sudo", "env", "uv", "bash", "sh", "ssh", "grep",
-    "cat", "tail", "head", "ibv_devinfo", "ibstat", "fi_pingpong", "sbatch", "salloc",
-    "deepspeed", "accelerate", "horovodrun", "oc", "tee", "time", "numactl",
-))
-#: Programs taken as a command only after a shell prompt: as a line's first word they are also
-#: English (`which is ...`).
-PROMPTED_PROGRAMS = frozenset(("which",))
-
-
-#: Open MPI's own messages start with the launcher's name and a verb (`mpirun detected that one
-#: or more processes exited with non-zero status, thus causing`, `mpirun noticed that process
-#: rank 0 ... exited on signal 9`, `mpirun has exited due to process rank ...`, as quoted in
-#: tests/data/nccl_tests/crash_mid_table_host_prefixed.txt and the Open MPI users' list): output,
-#: not a command line.
-_LAUNCHER_SAYS = frozenset(("detected", "noticed", "has", "was", "could", "does", "did", "is"))
-
-
-def command_program(command: str, prompted: bool = False) -> str | None:
-    """The program a command line runs (leading `NAME=value` assignments skipped, path cut), when
-    it is a known one or an nccl-tests binary (`*_perf`, `*_perf_mpi`), or after a prompt
-    (`prompted`) one of PROMPTED_PROGRAMS; else None."""
-    words = command.split(None, 32)[:32]  # a tool line's first words decide
-    for i, word in enumerate(words):
-        if _ASSIGN.match(word):
-            continue
-        name = word.rsplit("/", 1)[-1]
-        if name.startswith("!"):  # a notebook cell: `!nvidia-smi -q`
-            name = name[1:]
-        if name in ("mpirun", "mpiexec") and words[i + 1:i + 2] and words[i + 1] in _LAUNCHER_SAYS:
-            return None
-        if (name in KNOWN_PROGRAMS or name.endswith(("_perf", "_perf_mpi"))
-                or (prompted and name in PROMPTED_PROGRAMS)):
-            return name
-        return None
-    return None
 
 
 def docker_line(line: str) -> str:
@@ -172,60 +137,6 @@ _TRANSPORT_STARTS = frozenset("{[0123456789TSMFWtsmfw|")
 #: First characters (after blanks) that can start a wrapper rule; others skip every rule.
 _STARTS = frozenset("[0123456789{|`>~$%#+(\x1b\ufffdWTSMFtsmfw…._/!" + "➜"
                     + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-#: Where a line ends, as `_CANDIDATE` sees it (a line of a batch cannot hold `\n`).
-_END = r"(?=[^\S\n]|\n|\Z)"
-#: A command line's start, as `command_program` reads it: assignments, a path, a known program.
-_COMMAND = (r"(?:[A-Za-z_]\w*+=\S*+[^\S\n]++)*+!?(?:[^\s/]*+/)*+!?(?:(?:"
-            + "|".join(sorted(map(re.escape, KNOWN_PROGRAMS | PROMPTED_PROGRAMS), key=len,
-                              reverse=True))
-            + rf"){_END}|[^\s/]*+(?:(?<=_perf)|(?<=_perf_mpi)){_END})")
-
-
-def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Pattern[str]:
-    """A line (after `\\n`) that some rule of `Unwrapper._strip_once` may change: a superset of
-    the rules' first wrappers, each written so that sre never backtracks into a word
-    (possessive), run once over a whole batch joined by `\\n`: the lines between matches are
-    handed on as they are (the fast path: no per-line Python work). Kept beside the rules: a
-    rule added there needs its first characters here (tests/test_parsers_unwrap.py unwraps every
-    recorded sample both ways and compares).
-
-    The rules are split by the line's first character: a line starting with a letter (most
-    lines of most tools: `Product Name : ...`, `provider: efa`) tries only the rules that can
-    start with one, and a command only where its first word can be one (a capitalised word is
-    a program only with a path or an assignment in it, `FOO=1 cmd`, `Build/x_perf`, or as an
-    nccl-tests binary's name, `X_perf`: every known program's name is lower case)."""
-    iso = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]"
-    word_rules = [r"[\w.-]++@", _COMMAND]  # `user@host$ cmd`, `FOO=1 cmd`, `srun ...`
-    host = [r"[A-Za-z][\w.-]*+:(?=\s)"] if host_prefix else []
-    # A capitalised first word is one of word_rules' only with `=`, `/` or `@` in it, or as an
-    # nccl-tests binary's name (`X_perf`): one scan of the word rules out the rest.
-    upper = [r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ 0-9][0-9][ ][0-9:]{8}[ ][0-9]{4}\[",
-             r"Warning:[ ]Permanently",
-             r"(?=[^\s=/@]*+(?:[=/@]|(?<=_perf)|(?<=_perf_mpi)))(?:" + "|".join(word_rules) + ")",
-             *host]
-    lower = [*word_rules, *host]
-    other = [
-        r'\{"log":', r"[0-9]++:[ ]", r"\[(?:pod/|[0-9]++,[0-9]++\]<std)",
-        r"```", r"~~~", r">(?=[ \n]|\Z)",
-        r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
-        r"(?:#++|//|>)[ \t]*+[|+]",
-        r"➜", r"[$%]", *word_rules,
-    ]
-    if timestamps:
-        other += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
-    if comments:
-        other.append(r"(?:\#|//)")
-    # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.
-    # (`[ ]*+` first: sre runs a one-character repeat in a tight C loop; the indentation's
-    # other blanks, if any, are then taken by `[^\S\n]*+`, as before.)
-    return re.compile(r"\n[ ]*+[^\S\n]*+(?:(?=[A-Z])(?:" + "|".join(upper) + ")|(?=[a-z])(?:"
-                      + "|".join(lower) + ")|(?![A-Za-z])(?:" + "|".join(other) + "))")
-
-
-_CANDIDATES = {(t, h, c): _candidate(t, h, c)
-               for t in (False, True) for h in (False, True) for c in (False, True)}
 
 
 @dataclass(slots=True)
@@ -364,14 +275,14 @@ class Unwrapper:
 
     def lines(self, lines: Iterable[str]) -> Iterator[str]:
         """Every tool line inside `lines` (wrapping-only lines dropped). In a list (a reader's
-        batch) only the lines that may carry a wrapper (`_candidate`, one regex pass over the
+        batch) only the lines that may carry a wrapper (`CANDIDATES`, one regex pass over the
         batch) go through the rules; the others are handed on as they are."""
         if not isinstance(lines, list):
             return self._unwrapped(lines)
         text = "\n" + "\n".join(lines)
         if "\x1b" in text or "\r" in text or "\ufffd[" in text:
             return self._unwrapped(lines)
-        found = _CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text)
+        found = CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text)
         first = next(found, None)
         if first is None and not (self.continued or self.which_output):
             self.rank = self.host = None
@@ -380,7 +291,7 @@ class Unwrapper:
 
     def candidates(self, batch: list[str], joined: str | None = None) -> set[int] | None:
         """The indices of the lines of `batch` that may carry a wrapper (one regex pass,
-        `_candidate`); the others are their own text as long as no command continues into
+        `CANDIDATES`); the others are their own text as long as no command continues into
         them (`continued`, `which_output`: check before each line). None: every line may (a
         colour or a CR in the batch). For parsers that unwrap line by line (they count lines).
         `joined`: `"\\n".join(batch)`, when the caller has it already."""
@@ -389,7 +300,7 @@ class Unwrapper:
             return None
         found: set[int] = set()
         newlines, seen = 0, 0
-        for m in _CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text):
+        for m in CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text):
             newlines += text.count("\n", seen, m.start() + 1)
             seen = m.start() + 1
             found.add(newlines - 1)
@@ -453,48 +364,7 @@ class Unwrapper:
                 "elided": self.elided > 0}
 
 
-class _LineStream(io.TextIOBase):
-    """A text stream over an iterator of lines (each without its line end)."""
-
-    def __init__(self, lines: Iterator[str]) -> None:
-        super().__init__()
-        self._lines = lines
-        self._buffer = ""
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> str:
-        want = -1 if size is None else size
-        parts = [self._buffer]
-        have = len(self._buffer)
-        while want < 0 or have < want:
-            line = next(self._lines, None)
-            if line is None:
-                break
-            parts.append(line + "\n")
-            have += len(line) + 1
-        text = "".join(parts)
-        cut = len(text) if want < 0 else want
-        self._buffer = text[cut:]
-        return text[:cut]
-
-
 def table_line(line: str) -> str:
     """`line` without a comment or quote marker before a table line (`# | Memory | Pass |`)."""
     m = _TABLE_QUOTE.match(line) if line.lstrip()[:1] in "#/>" else None
     return line if m is None else line[m.end():]
-
-
-def inside_transport(source: Input) -> Input:
-    """`source` read inside the wrappers a launcher or log shipper puts around every line (srun
-    `--label`, Open MPI `--tag-output`, `kubectl logs --prefix` / `--timestamps`, docker
-    json-file records, CloudWatch copies, colours; Unwrapper.transported), for the parsers that
-    read a tool's lines as it printed them (DCGM's JSON and tables, the training step's output);
-    `source` itself when the first lines carry none of them."""
-    unwrapper = Unwrapper()
-    head = source.head(8192).splitlines()[:64]
-    if all(unwrapper.transported(line) == line for line in head):
-        return source
-    lines = (unwrapper.transported(line) for line in source.lines())
-    return Input(_LineStream(line for line in lines if line is not None), max_line=source.max_line)
