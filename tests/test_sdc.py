@@ -85,10 +85,10 @@ def test_node_check_passes_on_identical_ranks_and_records_what_the_node_publishe
     result = _node_check(_ranks(3), 3)
     assert result.outcome == "pass", result.message
     published = node_sdc([result])
-    assert published is not None and set(published["devices"]) == {
+    assert published is not None and set(published.devices) == {
         "rank 0 (CPU)", "rank 1 (CPU)", "rank 2 (CPU)"}
-    assert published["spec"] == sdc.spec_text("short", "cpu")
-    assert set(published["outputs"]) == {"bf16 gemm", "bf16 row sums", "fp16 gemm",
+    assert published.spec == sdc.spec_text("short", "cpu")
+    assert set(published.outputs) == {"bf16 gemm", "bf16 row sums", "fp16 gemm",
                                          "fp16 row sums", "fp32 gemm", "fp32 row sums"}
 
 
