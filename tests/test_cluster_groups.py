@@ -227,3 +227,23 @@ def test_the_hard_bound_holds_the_groups_phase_only_when_a_layout_is_given():
     assert "job groups" in grouped.describe() and "job groups" not in plain.describe()
     bad = ClusterTimeouts.from_env({"PREFLIGHT_GROUPS": "tp=zero"}, 100.0)
     assert bad.groups  # a bad layout is judged (PF-CLUSTER-008 fails), not ignored
+
+
+def test_the_masters_plan_travels_as_json_and_reads_back_the_same():
+    """plan_groups gives the typed plan; its wire form (what the master puts in the snapshot)
+    is read back by ClusterView to the same record, a usable layout and a bad one alike."""
+    from harness.cluster.group_phase import plan_groups
+    from harness.cluster.group_wire import GroupsPlan
+    from harness.cluster.snapshot import ClusterView
+    from harness.profiles.table import get_profile
+
+    profile = get_profile("local-cpu")
+    assert plan_groups(profile, {}, 4) is None
+    good = plan_groups(profile, {"PREFLIGHT_GROUPS": "tp=2"}, 4)
+    bad = plan_groups(profile, {"PREFLIGHT_GROUPS": "tp=3"}, 4)
+    assert good is not None and [g.nodes for g in good.groups] == [(0, 1), (2, 3)]
+    assert bad is not None and bad.error and bad.groups == () and bad.gpus_per_node is None
+    for plan in (good, bad):
+        wire = json.loads(json.dumps(plan.to_json()))
+        assert GroupsPlan.from_dict(wire) == plan
+        assert ClusterView.of(_snap(wire)).groups_plan == plan

@@ -111,7 +111,8 @@ class CollectivePhases(GroupPhases):
                 bw = self._gather_bw(phase_start + t.bench_s, size)
                 snap = _without_verdict(snap) | {"bandwidth": bw}
                 snap["isolation_skipped"] = self._isolation_skip(snap)
-                snap["groups_plan"] = plan_groups(self.profile, self.env, self.topo.num_nodes)
+                plan = plan_groups(self.profile, self.env, self.topo.num_nodes)
+                snap["groups_plan"] = None if plan is None else plan.to_json()
                 if snap["isolation_skipped"]:
                     snap["not_measured"] = {"pairwise isolation": snap["isolation_skipped"]}
                 if snap["groups_plan"] and len(members) < self.topo.num_nodes:

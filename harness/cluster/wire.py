@@ -18,8 +18,9 @@ from harness.judges.cluster import StragglerLimits
 
 T = TypeVar("T")
 
-__all__ = ["ClusterBandwidth", "FailedCheck", "MissingNode", "NodeSdc", "NodeSummary",
-           "SnapshotError", "SnapshotHead", "items", "optional_record", "required", "text_map"]
+__all__ = ["NUMBER", "OPT_INT", "OPT_NUMBER", "OPT_STR", "ClusterBandwidth", "FailedCheck",
+           "MissingNode", "NodeSdc", "NodeSummary", "SnapshotError", "SnapshotHead", "figure_map",
+           "items", "optional_record", "required", "text_map"]
 
 
 class SnapshotError(ValueError):
@@ -70,6 +71,7 @@ def optional_record(d: JSONMapping, key: str, read: Callable[[JSONMapping, str],
     return None if value is None else read(value, f"{where}'s {key!r}")
 
 
+#: The JSON kinds `required` and `items` check (a JSON true/false is never a number).
 OPT_STR = (str, type(None))
 #: A figure as it travels: a number (int or float, kept as read so the bytes do not change).
 NUMBER = (int, float)
