@@ -120,7 +120,7 @@ def node_sdc(checks: Iterable[CheckResult]) -> NodeSdc | None:
         return None
     out = {"spec": spec, "devices": devices, "outputs": outputs, "totals": totals,
            "sm_count": sm_count, "outcome": record.outcome}
-    return NodeSdc.from_dict(out, f"this node's {SDC_CHECK_ID} figures")
+    return NodeSdc.from_dict(out, f"this node's {SDC_CHECK_ID} result")
 
 
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
