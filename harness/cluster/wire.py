@@ -47,14 +47,15 @@ def _is(value: object, kind: type | tuple[type, ...]) -> bool:
     return isinstance(value, kinds) and (not isinstance(value, bool) or bool in kinds)
 
 
-def _all_of(values: Iterable[object], kind: type | tuple[type, ...]) -> bool:
-    """Every value of `kind` (as `_is`): the exact JSON types compared as a set first (a node's
-    summary holds a few such maps: this keeps a 16,384-node verdict's reading linear and
-    small)."""
-    values = list(values)
-    if set(map(type, values)) <= set(kind if isinstance(kind, tuple) else (kind,)):
-        return True
-    return all(_is(v, kind) for v in values)
+#: The exact JSON types of a map's values (`_all_of`): text, and numbers (never true/false).
+_TEXT, _NUMBERS = frozenset((str,)), frozenset((int, float))
+
+
+def _all_of(values: Iterable[object], kinds: frozenset[type]) -> bool:
+    """Every value's exact type is one of `kinds`: what JSON decodes to, and what the harness
+    builds (no subclass, so a JSON true/false is no number). A set of types, not an isinstance
+    per value: every node's summary holds a few such maps (bench/bench_verdict.py)."""
+    return set(map(type, values)) <= kinds
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -98,7 +99,7 @@ def text_map(d: JSONMapping, key: str, where: str, *, optional: bool = False) ->
     if optional and key not in d:
         return {}
     value = required(d, key, dict, where)
-    if not _all_of(value.values(), str):
+    if not _all_of(value.values(), _TEXT):
         raise SnapshotError(f"{where}'s {key!r} holds a value that is not text")
     return dict(value)
 
@@ -106,7 +107,7 @@ def text_map(d: JSONMapping, key: str, where: str, *, optional: bool = False) ->
 def figure_map(d: JSONMapping, key: str, where: str) -> dict[str, float]:
     """`d[key]`, a JSON object of numbers, kept as read (SnapshotError naming it otherwise)."""
     value = required(d, key, dict, where)
-    if not _all_of(value.values(), NUMBER):
+    if not _all_of(value.values(), _NUMBERS):
         raise SnapshotError(f"{where}'s {key!r} holds a value that is not a number")
     return dict(value)
 
