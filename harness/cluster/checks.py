@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import check, fail, measure, not_run, warn
@@ -24,7 +23,7 @@ from harness.cluster.wire import NodeSummary
 __all__ = ["CLUSTER_CHECKS", "consistency_outliers"]
 
 
-def _v(value: Any) -> str:
+def _v(value: object) -> str:
     return "(unset)" if value is None else str(value)
 
 
