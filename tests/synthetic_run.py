@@ -112,7 +112,7 @@ def run(num_nodes: int, *, slow: Mapping[int, float] | None = None,
         if slow:
             result = isolate(members, simulate_measure(healthy_gb_s=200.0, bad_nodes=slow,
                                                        seed=1), floor_gb_s=100.0)
-            snap["isolation"] = result.to_dict()
+            snap["isolation"] = result.to_json()
     if num_nodes > 1:
         verdict = decide(snap)
         for r, rep in enumerate(reports):

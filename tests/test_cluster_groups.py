@@ -95,8 +95,8 @@ def _sweep(group, slow_links, slow_nodes=()):
     results = []
     for rnd in pair_rounds(group):
         measured.extend(rnd)
-        results.extend((r.a, r.b, r.busbw_gb_s >= 50.0) for r in base(rnd))
-    return judge_sweep(group, results), measured
+        results.append(base(rnd))
+    return judge_sweep(group, results, 50.0), measured
 
 
 def test_pair_rounds_cover_every_pair_once_in_disjoint_rounds():
@@ -111,13 +111,14 @@ def test_pair_rounds_cover_every_pair_once_in_disjoint_rounds():
 def test_slow_link_inside_a_group_is_named_and_one_outside_is_never_measured():
     # tp group 0 = nodes 0-3 holds the slow pair 1-2; the slow pair 5-6 is in no failing group
     found, measured = _sweep((0, 1, 2, 3), [(1, 2), (5, 6)])
-    assert found["bad_links"] == [[1, 2]] and found["bad_nodes"] == []
+    assert found.bad_links == ((1, 2),) and found.bad_nodes == ()
     assert all(a in range(4) and b in range(4) for a, b in measured)
 
 
 def test_a_slow_node_inside_a_group_is_named_not_its_links():
     found, _ = _sweep((0, 1, 2, 3), [], slow_nodes=[3])
-    assert found["bad_nodes"] == [3] and found["bad_links"] == []
+    assert found.bad_nodes == (3,) and found.bad_links == ()
+    assert found.found_in_round == (3,) and len(found.rounds) == 3  # after the whole sweep
 
 
 def test_isolate_alone_can_miss_the_one_slow_link_of_a_small_group():
@@ -152,7 +153,16 @@ PLAN = {"layout": "tp=2 (groups)", "error": None, "gpus_per_node": 1,
 def _result(index, nodes, busbw, passed, **extra):
     return {"kind": "tp", "index": index, "nodes": nodes, "size_bytes": 1 << 20,
             "busbw_gb_s": busbw, "alltoall_gb_s": None, "error": None,
-            "threshold_gb_s": 0.01, "passed": passed, **extra}
+            "threshold_gb_s": 0.01, "passed": passed, "isolation": None,
+            "isolation_not_run": None, **extra}
+
+
+def _isolation(nodes, bad_nodes=(), suspects=()):
+    """A group's own pairwise rounds as the master writes them (IsolationResult.to_json)."""
+    return {"nodes": list(nodes), "num_rounds": 1, "threshold_gb_s": 0.01,
+            "bad_nodes": list(bad_nodes), "bad_links": [], "suspects": list(suspects),
+            "found_in_round": [1] * len(bad_nodes), "flaky": [],
+            "rounds": [[{"a": nodes[0], "b": nodes[1], "busbw_gb_s": 0.002, "error": None}]]}
 
 
 def _check(v):
@@ -173,7 +183,7 @@ def test_healthy_groups_pass_with_their_figures():
 
 
 def test_a_slow_group_names_its_link_with_the_group():
-    iso = {"bad_nodes": [], "bad_links": [], "suspects": [0, 1]}
+    iso = _isolation([0, 1], suspects=[0, 1])
     v = decide(_snap(PLAN, [_result(0, [0, 1], 0.002, False, isolation=iso),
                             _result(1, [2, 3], 0.3, True)]))
     result = _check(v)
@@ -188,7 +198,7 @@ def test_a_slow_group_names_its_link_with_the_group():
 def test_a_bad_node_inside_a_larger_group_is_named_with_it():
     plan = {**PLAN, "groups": [{"kind": "ep", "index": 0, "nodes": [0, 1, 2, 3],
                                 "size_bytes": 1 << 20}]}
-    iso = {"bad_nodes": [2], "bad_links": [], "suspects": []}
+    iso = _isolation([0, 1, 2, 3], bad_nodes=[2])
     res = {**_result(0, [0, 1, 2, 3], 0.002, False, isolation=iso), "kind": "ep"}
     v = decide(_snap(plan, [res]))
     assert [b["host"] for b in v.bad_nodes] == ["node2"]
@@ -196,7 +206,8 @@ def test_a_bad_node_inside_a_larger_group_is_named_with_it():
 
 
 def test_a_bad_layout_fails_saying_why():
-    v = decide(_snap({"layout": None, "error": "layout tp=3: does not divide", "groups": []}))
+    v = decide(_snap({"layout": None, "error": "layout tp=3: does not divide",
+                      "gpus_per_node": None, "groups": []}))
     assert _check(v)["outcome"] == "fail" and "does not divide" in _check(v)["message"]
 
 
@@ -216,3 +227,23 @@ def test_the_hard_bound_holds_the_groups_phase_only_when_a_layout_is_given():
     assert "job groups" in grouped.describe() and "job groups" not in plain.describe()
     bad = ClusterTimeouts.from_env({"PREFLIGHT_GROUPS": "tp=zero"}, 100.0)
     assert bad.groups  # a bad layout is judged (PF-CLUSTER-008 fails), not ignored
+
+
+def test_the_masters_plan_travels_as_json_and_reads_back_the_same():
+    """plan_groups gives the typed plan; its wire form (what the master puts in the snapshot)
+    is read back by ClusterView to the same record, a usable layout and a bad one alike."""
+    from harness.cluster.group_phase import plan_groups
+    from harness.cluster.group_wire import GroupsPlan
+    from harness.cluster.snapshot import ClusterView
+    from harness.profiles.table import get_profile
+
+    profile = get_profile("local-cpu")
+    assert plan_groups(profile, {}, 4) is None
+    good = plan_groups(profile, {"PREFLIGHT_GROUPS": "tp=2"}, 4)
+    bad = plan_groups(profile, {"PREFLIGHT_GROUPS": "tp=3"}, 4)
+    assert good is not None and [g.nodes for g in good.groups] == [(0, 1), (2, 3)]
+    assert bad is not None and bad.error and bad.groups == () and bad.gpus_per_node is None
+    for plan in (good, bad):
+        wire = json.loads(json.dumps(plan.to_json()))
+        assert GroupsPlan.from_dict(wire) == plan
+        assert ClusterView.of(_snap(wire)).groups_plan == plan

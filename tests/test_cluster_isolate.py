@@ -78,7 +78,7 @@ def test_evidence_and_dict_carry_busbw_per_pair():
     evidence = res.evidence(2)
     assert len(evidence) >= 3 and all(isinstance(e, PairResult) for e in evidence)
     assert all(e.busbw_gb_s < res.threshold_gb_s for e in evidence)
-    d = res.to_dict()
+    d = res.to_json()
     assert d["bad_nodes"] == [2] and d["num_rounds"] == len(res.rounds)
     assert {"a", "b", "busbw_gb_s", "error"} <= set(d["rounds"][0][0])
 
@@ -113,7 +113,7 @@ def test_a_failure_that_does_not_come_back_is_flaky_with_both_figures():
     [(failed, again)] = res.flaky
     assert (failed.pair, failed.busbw_gb_s) == (pair, 20.0)
     assert again and all(r.busbw_gb_s == 100.0 and set(pair) & {r.a, r.b} for r in again)
-    assert res.to_dict()["flaky"][0]["first"]["busbw_gb_s"] == 20.0
+    assert res.to_json()["flaky"][0]["first"]["busbw_gb_s"] == 20.0
 
 
 def test_a_confirmed_bad_node_is_not_flaky():

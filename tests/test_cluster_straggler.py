@@ -181,17 +181,18 @@ def test_no_figures_or_too_few_usable_is_not_run():
 
 def test_a_node_publishes_its_busbw_gate_and_step_time():
     from harness.cluster.snapshot import node_figures
+    from harness.results import CheckResult, Measurement
 
     checks = [
-        {"id": "PF-BW-001", "measurements": [
-            {"what": "all_reduce busbw at 1 GiB", "value": 300.0, "op": None},
-            {"what": "all_reduce busbw at 16 GiB", "value": 470.5, "op": ">=", "threshold": 400}]},
-        {"id": "PF-TRAIN-008", "measurements": [
-            {"what": "median step time (slowest rank)", "value": 0.75, "unit": "s"}]},
+        CheckResult("PF-BW-001", "pass", measurements=(
+            Measurement("all_reduce busbw at 1 GiB", 300.0),
+            Measurement("all_reduce busbw at 16 GiB", 470.5, op=">=", threshold=400))),
+        CheckResult("PF-TRAIN-008", "pass", measurements=(
+            Measurement("median step time (slowest rank)", 0.75, "s"),)),
     ]
     assert node_figures(checks) == {"node_busbw_gb_s": 470.5, "step_time_s": 0.75}
-    assert node_figures([{"id": "PF-BW-001", "measurements": [
-        {"what": "all_reduce busbw at 16 GiB", "value": "nan", "op": ">="}]}]) == {
+    assert node_figures([CheckResult("PF-BW-001", "pass", measurements=(
+        Measurement("all_reduce busbw at 16 GiB", "nan", op=">="),))]) == {
         "node_busbw_gb_s": None, "step_time_s": None}
 
 

@@ -103,7 +103,7 @@ def test_bandwidth_low_and_isolation_evidence():
     snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "ranks": [0, 1, 2, 3],
                             "floor_gb_s": 0.05, "per_rank": None,
                             "busbw_gb_s": 0.01, "data_ok": True, "errors": [], "missing": {}},
-                 isolation=iso.to_dict())
+                 isolation=iso.to_json())
     v = decide(snap)
     assert _ids(v, "fail") == ["PF-CLUSTER-004", "PF-CLUSTER-005"]
     bad = v.bad_nodes
@@ -336,7 +336,7 @@ def test_certify_bandwidth_over_the_nodes_that_passed_says_who_was_left_out():
                          "missing": {}}
     snap["isolation"] = isolate([0, 1, 2], simulate_measure(healthy_gb_s=200.0,
                                                             bad_nodes={1: 0.1}),
-                                floor_gb_s=100.0).to_dict()
+                                floor_gb_s=100.0).to_json()
     v = decide(snap)
     by_id = {c["id"]: c for c in v.checks}
     assert by_id["PF-CLUSTER-004"]["outcome"] == "fail"
@@ -360,7 +360,7 @@ def test_flaky_isolation_pair_is_a_warning_counted_never_a_bad_node():
     snap = _snap(bandwidth={"size_bytes": 1 << 20, "nranks": 4, "ranks": [0, 1, 2, 3],
                             "floor_gb_s": 0.05, "per_rank": None,
                             "busbw_gb_s": 0.04, "data_ok": True, "errors": [], "missing": {}},
-                 isolation=iso.to_dict())
+                 isolation=iso.to_json())
     v = decide(snap)
     five = next(c for c in v.checks if c["id"] == "PF-CLUSTER-005")
     assert five["outcome"] == "warn", five

@@ -85,11 +85,39 @@ def test_node_check_passes_on_identical_ranks_and_records_what_the_node_publishe
     result = _node_check(_ranks(3), 3)
     assert result.outcome == "pass", result.message
     published = node_sdc([result])
-    assert published is not None and set(published["devices"]) == {
+    assert published is not None and set(published.devices) == {
         "rank 0 (CPU)", "rank 1 (CPU)", "rank 2 (CPU)"}
-    assert published["spec"] == sdc.spec_text("short", "cpu")
-    assert set(published["outputs"]) == {"bf16 gemm", "bf16 row sums", "fp16 gemm",
+    assert published.spec == sdc.spec_text("short", "cpu")
+    assert set(published.outputs) == {"bf16 gemm", "bf16 row sums", "fp16 gemm",
                                          "fp16 row sums", "fp32 gemm", "fp32 row sums"}
+
+
+def test_node_summary_publishes_the_typed_figures_or_says_why_it_cannot():
+    """What a node publishes is read back by its peers to the same NodeSdc; a figure of the
+    wrong type (a digest that is not text) is published as no figures, and why, never a crash
+    (PF-CLUSTER-007 then names the node as not compared)."""
+    from dataclasses import replace
+
+    from harness.cluster.snapshot import node_summary
+    from harness.cluster.wire import NodeSummary
+    from harness.report.model import Report
+
+    result = _node_check(_ranks(2), 2)
+    report = Report(host="node1", profile="local-cpu", profile_source="--profile",
+                    tier="preflight")
+    report.checks = [result]
+    summary = node_summary(report, rank=1, facts={}, env={})
+    assert summary.sdc == node_sdc([result]) and summary.sdc is not None
+    assert NodeSummary.from_dict(summary.to_json()) == summary
+    digest = next(m for m in result.measurements if m.what.endswith(" SDC digest"))
+    broken = replace(result, measurements=tuple(replace(m, value=7) if m is digest else m
+                                                for m in result.measurements))
+    report.checks = [broken]
+    summary = node_summary(report, rank=1, facts={}, env={})
+    assert summary.sdc is None
+    assert summary.harness_errors[0].startswith(
+        "PF-GPU-020's figures cannot be published: this node's PF-GPU-020 result's 'devices' "
+        "holds a value that is not text")
 
 
 def test_node_check_names_the_one_rank_with_a_flipped_bit():

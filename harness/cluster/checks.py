@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.checking import check, fail, measure, not_run, warn
 from harness.cluster.group_check import test_job_shaped_groups_meet_their_threshold
+from harness.cluster.isolate import PairResult
 from harness.cluster.sdc import test_no_silent_data_corruption_across_nodes
 from harness.cluster.snapshot import FACT_KEYS, ClusterView
 from harness.cluster.straggler import test_no_straggler_node
@@ -23,7 +23,7 @@ from harness.cluster.wire import NodeSummary
 __all__ = ["CLUSTER_CHECKS", "consistency_outliers"]
 
 
-def _v(value: Any) -> str:
+def _v(value: object) -> str:
     return "(unset)" if value is None else str(value)
 
 
@@ -192,48 +192,46 @@ def _left_out(cluster: ClusterView) -> str:
     remedy="drain or replace the nodes named (commands in the report's cluster section)",
 )
 def test_pairwise_rounds_find_no_bad_node(cluster: ClusterView) -> None:
-    iso = cluster.snap.get("isolation")
+    iso = cluster.isolation
     if iso is None:
         not_run("pairwise isolation not measured: " + (
             cluster.not_measured.get("pairwise isolation") or cluster.isolation_skipped
             or "cluster bandwidth passed"))
     host = cluster.host
-    pairs_of: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
-    for i, rnd in enumerate(iso["rounds"], 1):  # each node's pairs, found in one pass
+    pairs_of: dict[int, list[tuple[int, PairResult]]] = {}
+    for i, rnd in enumerate(iso.rounds, 1):  # each node's pairs, found in one pass
         for p in rnd:
-            pairs_of.setdefault(p["a"], []).append((i, p))
-            pairs_of.setdefault(p["b"], []).append((i, p))
+            pairs_of.setdefault(p.a, []).append((i, p))
+            pairs_of.setdefault(p.b, []).append((i, p))
 
-    def evidence(node: int) -> list[dict[str, Any]]:
-        return [{"round": i, "peer": host(p["b"] if node == p["a"] else p["a"]),
-                 "busbw_gb_s": p["busbw_gb_s"], "error": p["error"]}
-                for i, p in pairs_of.get(node, [])]
+    def evidence(node: int) -> list[JSONObject]:
+        return [{"round": i, "peer": host(p.other(node)), "busbw_gb_s": p.busbw_gb_s,
+                 "error": p.error} for i, p in pairs_of.get(node, [])]
 
-    thr = iso["threshold_gb_s"]
-    for r in iso["bad_nodes"]:
+    thr = iso.threshold_gb_s
+    for r in iso.bad_nodes:
         cluster.bad.add(r, f"pairwise all_reduce below {_gb(thr)} with every good peer it met",
                         evidence(r))
     cluster.links[:] = [{"hosts": [host(a), host(b)], "ranks": [a, b],
                          "evidence": [e for e in evidence(a) if e["peer"] == host(b)]}
-                        for a, b in iso["bad_links"]]
+                        for a, b in iso.bad_links]
     cluster.suspects[:] = [{"host": host(r), "rank": r, "evidence": evidence(r)}
-                           for r in iso["suspects"]]
+                           for r in iso.suspects]
     problems = []
-    if iso["bad_nodes"]:
-        problems.append("bad nodes: " + ", ".join(cluster.name(r) for r in iso["bad_nodes"]))
+    if iso.bad_nodes:
+        problems.append("bad nodes: " + ", ".join(cluster.name(r) for r in iso.bad_nodes))
     if cluster.links:
         problems.append("bad links: " + ", ".join("-".join(lk["hosts"]) for lk in cluster.links))
     if cluster.suspects:
         problems.append("unconfirmed suspects: " + ", ".join(cluster.name(s["rank"])
                                                             for s in cluster.suspects))
-    for f in iso.get("flaky") or []:  # failed, then both nodes passed: never a bad node
-        first, again = f["first"], f["again"]
-        later = ", ".join(f"{host(a['a'])}-{host(a['b'])} {_gb(a['busbw_gb_s'])}" for a in again)
-        warn(f"flaky pair {host(first['a'])}-{host(first['b'])}: "
-             f"{_gb(first['busbw_gb_s']) if first['error'] is None else first['error']} "
+    for first, again in iso.flaky:  # failed, then both nodes passed: never a bad node
+        later = ", ".join(f"{host(a.a)}-{host(a.b)} {_gb(a.busbw_gb_s)}" for a in again)
+        warn(f"flaky pair {host(first.a)}-{host(first.b)}: "
+             f"{_gb(first.busbw_gb_s) if first.error is None else first.error} "
              f"below {_gb(thr)}, then passed ({later or 'no later figure'}); not condemned")
     if problems:
-        fail(f"{'; '.join(problems)} (threshold {_gb(thr)}, {iso['num_rounds']} rounds)"
+        fail(f"{'; '.join(problems)} (threshold {_gb(thr)}, {len(iso.rounds)} rounds)"
              + _left_out(cluster))
 
 

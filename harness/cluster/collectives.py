@@ -6,7 +6,7 @@ a node or master that stops answering becomes evidence in the snapshot, never a 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.base.jsontypes import JSONObject
@@ -111,7 +111,8 @@ class CollectivePhases(GroupPhases):
                 bw = self._gather_bw(phase_start + t.bench_s, size)
                 snap = _without_verdict(snap) | {"bandwidth": bw}
                 snap["isolation_skipped"] = self._isolation_skip(snap)
-                snap["groups_plan"] = plan_groups(self.profile, self.env, self.topo.num_nodes)
+                plan = plan_groups(self.profile, self.env, self.topo.num_nodes)
+                snap["groups_plan"] = None if plan is None else plan.to_json()
                 if snap["isolation_skipped"]:
                     snap["not_measured"] = {"pairwise isolation": snap["isolation_skipped"]}
                 if snap["groups_plan"] and len(members) < self.topo.num_nodes:
@@ -235,7 +236,7 @@ class CollectivePhases(GroupPhases):
             return mine
 
         if self.is_master:
-            def measure(pairs: Any) -> list[PairResult]:
+            def measure(pairs: Sequence[tuple[int, int]]) -> list[PairResult]:
                 round_no[0] += 1
                 k = round_no[0]
                 start = time.monotonic()
@@ -265,7 +266,7 @@ class CollectivePhases(GroupPhases):
                                  relative=0.5 if self.profile.has_gpus else 0.0,
                                  max_rounds=t.isolation_rounds,
                                  confirmations=confirmations(self.profile))
-                snap = _without_verdict(snap) | {"isolation": result.to_dict()}
+                snap = _without_verdict(snap) | {"isolation": result.to_json()}
                 plane.publish(f"iso/{round_no[0] + 1}/plan", "done")
                 snap = self._share("snap/final", snap)
             except PlaneError as exc:

@@ -5,16 +5,16 @@ is named, with the bad node or link its own pairwise rounds found."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
 from harness.checking import check, fail, measure, not_applicable, not_run
+from harness.cluster.group_wire import GroupResult
 from harness.cluster.snapshot import ClusterView
 
 __all__ = ["test_job_shaped_groups_meet_their_threshold"]
 
 
-def _nodes(cluster: ClusterView, nodes: list[int]) -> str:
+def _nodes(cluster: ClusterView, nodes: Sequence[int]) -> str:
     return ", ".join(cluster.host(n) for n in nodes)
 
 
@@ -30,61 +30,62 @@ def _nodes(cluster: ClusterView, nodes: list[int]) -> str:
     "--tier certify` with the same --groups to confirm",
 )
 def test_job_shaped_groups_meet_their_threshold(cluster: ClusterView) -> None:
-    plan = cluster.snap.get("groups_plan")
+    plan = cluster.groups_plan
     if plan is None:
         not_applicable("no job layout given (--groups, PREFLIGHT_GROUPS or the launcher's "
                        "SM_HPS): the cluster gate and isolation as before")
-    if plan.get("error"):
-        fail(f"the job layout cannot be used: {plan['error']}",
+    if plan.error:
+        fail(f"the job layout cannot be used: {plan.error}",
              remedy="fix --groups / PREFLIGHT_GROUPS (tp x cp x ep x pp must divide the job's "
              "ranks)")
-    measure("groups spanning nodes", len(plan.get("groups") or []), "groups",
+    measure("groups spanning nodes", len(plan.groups), "groups",
             name="job_groups_spanning_nodes")
-    if not plan.get("groups"):
+    if not plan.groups:
         return  # every group lies inside one node: the node-local checks cover them
-    groups = (cluster.snap.get("groups") or {}).get("results")
-    if groups is None:
+    if cluster.groups is None:
         said = cluster.not_measured.get("job-shaped groups")
         not_run(f"the groups phase did not run: {said}" if said else
                 "the groups phase did not run (a node stopped answering in the cluster "
                 "all_reduce, or the master was lost: named by PF-CLUSTER-001/004)")
     problems = []
-    for g in groups:
-        name = f"{g['kind']} group {g['index']} ({_nodes(cluster, g['nodes'])})"
-        busbw, thr = g.get("busbw_gb_s"), g.get("threshold_gb_s")
+    for r in cluster.groups.results:
+        g = r.group
+        name = f"{g.kind} group {g.index} ({_nodes(cluster, g.nodes)})"
+        busbw, thr = r.busbw_gb_s, r.threshold_gb_s
         measure(f"{name} all_reduce busbw", busbw, "GB/s", op=">=", threshold=thr,
-                ok=bool(g.get("passed")), size_bytes=int(g.get("size_bytes") or 0) or None,
-                name=f"{g['kind']}_group_{g['index']}_allreduce_busbw", collective="all_reduce")
-        if g.get("alltoall_gb_s") is not None:
-            measure(f"{name} all_to_all busbw", g["alltoall_gb_s"], "GB/s",
-                    size_bytes=int(g.get("size_bytes") or 0) or None,
-                    name=f"{g['kind']}_group_{g['index']}_alltoall_busbw",
-                    collective="all_to_all")
-        if g.get("passed"):
+                ok=r.passed, size_bytes=g.size_bytes or None,
+                name=f"{g.kind}_group_{g.index}_allreduce_busbw", collective="all_reduce")
+        if r.alltoall_gb_s is not None:
+            measure(f"{name} all_to_all busbw", r.alltoall_gb_s, "GB/s",
+                    size_bytes=g.size_bytes or None,
+                    name=f"{g.kind}_group_{g.index}_alltoall_busbw", collective="all_to_all")
+        if r.passed:
             continue
-        why = g.get("error") or f"busbw {busbw} GB/s < {thr} GB/s"
-        problems.append(f"{name}: {why}" + _isolated(cluster, g, name))
+        why = r.error or f"busbw {busbw} GB/s < {thr} GB/s"
+        problems.append(f"{name}: {why}" + _isolated(cluster, r, name))
     if problems:
         fail("; ".join(problems))
 
 
-def _isolated(cluster: ClusterView, g: Mapping[str, Any], name: str) -> str:
-    """What the group's own pairwise rounds found, recorded as bad nodes and links."""
-    iso = g.get("isolation") or {}
+def _isolated(cluster: ClusterView, r: GroupResult, name: str) -> str:
+    """What the group's own pairwise rounds found, recorded as bad nodes and links (or why
+    they did not run)."""
+    g, iso = r.group, r.isolation
     said = []
-    for r in iso.get("bad_nodes") or []:
-        cluster.bad.add(int(r), f"bad node in {name}: pairwise all_reduce below the group's "
-                                "threshold with every good peer of its group")
-        said.append(f"bad node {cluster.name(int(r))}")
-    links = [tuple(p) for p in iso.get("bad_links") or []]
-    if not links and not iso.get("bad_nodes") and len(g["nodes"]) == 2:
-        links = [tuple(g["nodes"])]  # two nodes: the group is the one link between them
+    for n in iso.bad_nodes if iso else ():
+        cluster.bad.add(n, f"bad node in {name}: pairwise all_reduce below the group's "
+                           "threshold with every good peer of its group")
+        said.append(f"bad node {cluster.name(n)}")
+    links = list(iso.bad_links) if iso else []
+    if not links and not (iso and iso.bad_nodes) and len(g.nodes) == 2:
+        links = [(g.nodes[0], g.nodes[1])]  # two nodes: the group is the one link between them
     for a, b in links:
         cluster.links.append({"hosts": [cluster.host(a), cluster.host(b)], "ranks": [a, b],
-                              "group": f"{g['kind']} group {g['index']}", "evidence": []})
-        said.append(f"link {cluster.host(a)}-{cluster.host(b)} in {g['kind']} group "
-                    f"{g['index']}")
-    suspects = [r for r in iso.get("suspects") or [] if len(g["nodes"]) > 2]
+                              "group": f"{g.kind} group {g.index}", "evidence": []})
+        said.append(f"link {cluster.host(a)}-{cluster.host(b)} in {g.kind} group {g.index}")
+    suspects = [n for n in (iso.suspects if iso else ()) if len(g.nodes) > 2]
     if suspects:
-        said.append("unconfirmed suspects " + ", ".join(cluster.name(int(r)) for r in suspects))
+        said.append("unconfirmed suspects " + ", ".join(cluster.name(n) for n in suspects))
+    if r.isolation_not_run:
+        said.append(f"not isolated: {r.isolation_not_run}")
     return f" -> {'; '.join(said)}" if said else ""

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_str
+from harness.cluster.group_wire import GroupResult, GroupsPlan, JobGroups
 from harness.cluster.groups import (
     GroupError,
     NodeGroup,
@@ -30,6 +32,7 @@ from harness.cluster.groups import (
 )
 from harness.cluster.node import gate_floor, gate_size
 from harness.cluster.timeouts import MAX_GROUP_ROUNDS, ClusterTimeouts
+from harness.cluster.wire import SnapshotError
 from harness.profiles.model import Profile
 
 __all__ = ["GroupPhases", "plan_groups"]
@@ -38,9 +41,18 @@ __all__ = ["GroupPhases", "plan_groups"]
 RELATIVE = 0.5
 
 
-def plan_groups(profile: Profile, env: Mapping[str, str], num_nodes: int) -> JSONObject | None:
-    """The master's plan: the layout and the groups to measure; None without a layout;
-    `{"error": ...}` when the layout cannot be used (said in the verdict, never ignored)."""
+class _Measured(NamedTuple):
+    """One group's figures as the master gathered them, before they are judged."""
+
+    group: NodeGroup
+    busbw_gb_s: float | None
+    alltoall_gb_s: float | None
+    error: str | None
+
+
+def plan_groups(profile: Profile, env: Mapping[str, str], num_nodes: int) -> GroupsPlan | None:
+    """The master's plan: the layout and the groups to measure; None without a layout; one
+    with an `error` when the layout cannot be used (said in the verdict, never ignored)."""
     try:
         layout = layout_from_env(env, get_str("PREFLIGHT_GROUPS", env))
         if layout is None:
@@ -49,9 +61,9 @@ def plan_groups(profile: Profile, env: Mapping[str, str], num_nodes: int) -> JSO
         size = gate_size(profile, env)
         groups = node_groups(layout, num_nodes, per_node, {"tp": size, "ep": size})
     except GroupError as exc:
-        return {"layout": None, "error": str(exc), "groups": []}
-    return {"layout": layout.describe(), "error": None, "gpus_per_node": per_node,
-            "groups": [g.to_dict() for g in groups]}
+        return GroupsPlan(layout=None, error=str(exc), gpus_per_node=None, groups=())
+    return GroupsPlan(layout=layout.describe(), error=None, gpus_per_node=per_node,
+                      groups=tuple(groups))
 
 
 class GroupPhases:
@@ -73,31 +85,32 @@ class GroupPhases:
 
     def _groups_phase(self, snap: dict[str, Any]) -> dict[str, Any]:
         """Every node: the planned rounds; the master: the results, into `snap["groups"]`."""
-        plan = snap.get("groups_plan")
-        if not plan or plan.get("error") or not plan.get("groups") or \
+        raw = snap.get("groups_plan")
+        try:  # the master's own plan: one it cannot read is judged by the verdict
+            plan = None if raw is None else GroupsPlan.from_dict(raw)
+        except SnapshotError:
+            return snap
+        if plan is None or plan.error or plan.layout is None or not plan.groups or \
                 (snap.get("bandwidth") or {}).get("missing"):
             return snap  # no layout, a bad one (judged), or nodes already gone
-        groups = [NodeGroup(g["kind"], g["index"], tuple(g["nodes"]), g["size_bytes"])
-                  for g in plan["groups"]]
-        results: list[JSONObject] = []
-        planned = rounds(groups)
+        results: list[_Measured] = []
+        planned = rounds(plan.groups)
         for k, rnd in enumerate(planned[:MAX_GROUP_ROUNDS], start=1):
             results.extend(self._group_round(k, rnd))
         for rnd in planned[MAX_GROUP_ROUNDS:]:  # past the phase's bound: said, never passed
-            results.extend({**g.to_dict(), "busbw_gb_s": None, "alltoall_gb_s": None,
-                            "error": f"not measured: more than {MAX_GROUP_ROUNDS} rounds of "
-                                     "node-disjoint groups"} for g in rnd)
+            results.extend(_Measured(g, None, None, f"not measured: more than "
+                                     f"{MAX_GROUP_ROUNDS} rounds of node-disjoint groups")
+                           for g in rnd)
         if not self.is_master:
             self._follow_pair_rounds()
             return self.plane.wait_for("snap/groups", time.monotonic() + self.t.gather_s)
-        judged = self._judge_groups(results)
-        self._isolate_failing(judged)
+        judged = self._isolate_failing(self._judge_groups(results))
         snap = {**{k: v for k, v in snap.items() if k != "verdict"},  # decided again
-                "groups": {"layout": plan["layout"], "results": judged}}
+                "groups": JobGroups(plan.layout, tuple(judged)).to_json()}
         self.plane.publish("giso/done", 1)
         return self._share("snap/groups", snap)
 
-    def _group_round(self, k: int, rnd: list[NodeGroup]) -> list[JSONObject]:
+    def _group_round(self, k: int, rnd: list[NodeGroup]) -> list[_Measured]:
         """One round of node-disjoint groups: each member measures its group; the master
         gathers (members that do not report are evidence)."""
         plane, t = self.plane, self.t
@@ -126,9 +139,8 @@ class GroupPhases:
             values = [v["busbw_gb_s"] for v in got if v and v["busbw_gb_s"] is not None]
             a2a = [v["alltoall_gb_s"] for v in got if v and v["alltoall_gb_s"] is not None]
             error = (f"rank {gone[0]} did not report" if gone else errors[0] if errors else None)
-            out.append({**g.to_dict(), "busbw_gb_s": min(values) if values and not error
-                        else None, "alltoall_gb_s": min(a2a) if a2a and not error else None,
-                        "error": error})
+            out.append(_Measured(g, min(values) if values and not error else None,
+                                 min(a2a) if a2a and not error else None, error))
         return out
 
     def _bench_group(self, group: Any, own: NodeGroup) -> JSONObject:
@@ -149,21 +161,23 @@ class GroupPhases:
         return {"busbw_gb_s": row.busbw_gb_s if row else None, "alltoall_gb_s": a2a,
                 "error": None}
 
-    def _judge_groups(self, results: list[JSONObject]) -> list[JSONObject]:
-        """Each group's threshold and pass; a failing group isolated among its own nodes."""
+    def _judge_groups(self, results: list[_Measured]) -> list[GroupResult]:
+        """Each group's threshold (per kind) and pass, in the order measured."""
         floor = gate_floor(self.profile)
-        for kind in {r["kind"] for r in results}:
-            mine = [r for r in results if r["kind"] == kind]
-            values = [r["busbw_gb_s"] for r in mine if r["busbw_gb_s"] is not None]
+        thresholds: dict[str, float] = {}
+        for kind in {r.group.kind for r in results}:
+            values = [r.busbw_gb_s for r in results
+                      if r.group.kind == kind and r.busbw_gb_s is not None]
             if floor is not None:
-                threshold = floor
+                thresholds[kind] = round(floor, 6)
             else:
-                threshold = RELATIVE * statistics.median(values) if len(values) > 1 else 0.0
-            for r in mine:
-                r["threshold_gb_s"] = round(threshold, 6)
-                r["passed"] = r["error"] is None and r["busbw_gb_s"] is not None and \
-                    r["busbw_gb_s"] >= threshold
-        return results
+                thresholds[kind] = round(RELATIVE * statistics.median(values), 6) \
+                    if len(values) > 1 else 0.0
+        return [GroupResult(r.group, r.busbw_gb_s, r.alltoall_gb_s, r.error,
+                            threshold_gb_s=(thr := thresholds[r.group.kind]),
+                            passed=r.error is None and r.busbw_gb_s is not None
+                            and r.busbw_gb_s >= thr,
+                            isolation=None, isolation_not_run=None) for r in results]
 
     # --- isolation inside a failing group: pairs among its own nodes. A group small enough
     # has every pair measured once (isolate's random first matching can miss the one slow
@@ -193,18 +207,21 @@ class GroupPhases:
             self._pair_round(k, [tuple(p) for p in plan["pairs"]], int(plan["size"]))
             k += 1
 
-    def _isolate_failing(self, results: list[JSONObject]) -> None:
+    def _isolate_failing(self, results: list[GroupResult]) -> list[GroupResult]:
         """The master: each failing group's pairwise rounds; a bad node or link is named with
         its group (`isolation` in that group's result)."""
         from harness.cluster.isolate import PairResult, isolate
 
         counter = [0]
+        out = []
         for r in results:
-            if r["passed"] or len(r["nodes"]) < 2:
+            nodes, size = r.group.nodes, r.group.size_bytes
+            if r.passed or len(nodes) < 2:
+                out.append(r)
                 continue
-            size = int(r["size_bytes"])
 
-            def measure(pairs: Any, size: int = size) -> list[PairResult]:
+            def measure(pairs: Sequence[tuple[int, int]], size: int = size
+                        ) -> list[PairResult]:
                 counter[0] += 1
                 k = counter[0]
                 start = time.monotonic()
@@ -214,31 +231,29 @@ class GroupPhases:
                 members = sorted({n for p in pairs for n in p})
                 found, _ = self.plane.gather({n: f"giso/{k}/{n}" for n in members},
                                              f"count/giso/{k}", start + self.t.bench_s)
-                out = []
+                got = []
                 for a, b in pairs:
                     ra, rb = found.get(a), found.get(b)
                     if ra is None or rb is None:
-                        out.append(PairResult(a, b, None, f"rank {a if ra is None else b} did "
+                        got.append(PairResult(a, b, None, f"rank {a if ra is None else b} did "
                                                           "not report"))
                         continue
                     err = ra["error"] or rb["error"]
                     vals = [v["busbw_gb_s"] for v in (ra, rb) if v["busbw_gb_s"] is not None]
-                    out.append(PairResult(a, b, min(vals) if vals and not err else None, err))
-                return out
+                    got.append(PairResult(a, b, min(vals) if vals and not err else None, err))
+                return got
 
-            sweep = pair_rounds(r["nodes"])
-            threshold = float(r["threshold_gb_s"])
+            sweep = pair_rounds(nodes)
             left = self.t.isolation_rounds - counter[0]  # the phase's bound: shared by groups
             if left <= 0:
-                r["isolation"] = {"not_run": "the phase's isolation rounds were used by the "
-                                  "groups before it"}
+                out.append(replace(r, isolation_not_run="the phase's isolation rounds were used "
+                                   "by the groups before it"))
             elif len(sweep) <= left:  # every pair of the group, once
-                got = [(p.a, p.b, p.error is None and p.busbw_gb_s is not None
-                        and p.busbw_gb_s >= threshold) for rnd in sweep for p in measure(rnd)]
-                r["isolation"] = judge_sweep(r["nodes"], got)
+                out.append(replace(r, isolation=judge_sweep(
+                    nodes, [measure(rnd) for rnd in sweep], r.threshold_gb_s)))
             else:  # a large group: the suspect-against-good rounds (harness.cluster.isolate)
-                r["isolation"] = isolate(
-                    r["nodes"], measure, floor_gb_s=threshold,
-                    relative=RELATIVE if self.profile.has_gpus else 0.0,
-                    max_rounds=left).to_dict()
+                out.append(replace(r, isolation=isolate(
+                    nodes, measure, floor_gb_s=r.threshold_gb_s,
+                    relative=RELATIVE if self.profile.has_gpus else 0.0, max_rounds=left)))
         self.plane.publish(f"giso/{counter[0] + 1}/plan", "done")
+        return out

@@ -25,7 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.cluster.isolate import IsolationResult, PairResult
+from harness.cluster.wire import items, required
 
 __all__ = ["DIMS", "GroupError", "Layout", "NodeGroup", "layout_from_env", "node_groups",
            "parse_groups", "rounds"]
@@ -77,9 +79,17 @@ class NodeGroup:
     def name(self) -> str:
         return f"{self.kind} group {self.index}"
 
-    def to_dict(self) -> JSONObject:
+    def to_json(self) -> JSONObject:
+        """The wire form (the snapshot's `groups_plan` and `groups`; `ranks` stays here)."""
         return {"kind": self.kind, "index": self.index, "nodes": list(self.nodes),
                 "size_bytes": self.size_bytes}
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a job group") -> NodeGroup:
+        """Every field of `to_json` required and of its type (SnapshotError naming it)."""
+        return cls(kind=required(d, "kind", str, where), index=required(d, "index", int, where),
+                   nodes=tuple(items(d, "nodes", int, where)),
+                   size_bytes=required(d, "size_bytes", int, where))
 
 
 def _sizes(table: Mapping[str, object], where: str) -> dict[str, int]:
@@ -217,11 +227,15 @@ def pair_rounds(nodes: Sequence[int]) -> list[list[tuple[int, int]]]:
     return out
 
 
-def judge_sweep(nodes: Sequence[int], results: Sequence[tuple[int, int, bool]]) -> JSONObject:
-    """From every pair's pass/fail: bad nodes (failed with every partner, at least two) and
-    bad links (failed pairs between nodes that passed with someone else)."""
+def judge_sweep(nodes: Sequence[int], rounds: Sequence[Sequence[PairResult]],
+                threshold_gb_s: float) -> IsolationResult:
+    """Every pair of `nodes` measured once (`pair_rounds`), judged against the threshold: bad
+    nodes (failed with every partner, at least two), and bad links (failed pairs between nodes
+    that passed with someone else), in isolate's record (both confirmed after the last round)."""
     failed_with: dict[int, set[int]] = {n: set() for n in nodes}
     partners: dict[int, set[int]] = {n: set() for n in nodes}
+    results = [(p.a, p.b, p.error is None and p.busbw_gb_s is not None
+                and p.busbw_gb_s >= threshold_gb_s) for rnd in rounds for p in rnd]
     for a, b, ok in results:
         partners[a].add(b)
         partners[b].add(a)
@@ -231,5 +245,7 @@ def judge_sweep(nodes: Sequence[int], results: Sequence[tuple[int, int, bool]]) 
     bad = sorted(n for n in nodes if len(partners[n]) >= 2 and failed_with[n] == partners[n])
     links = sorted((min(a, b), max(a, b)) for a, b, ok in results
                    if not ok and a not in bad and b not in bad)
-    return {"bad_nodes": bad, "bad_links": [list(p) for p in links], "suspects": [],
-            "pairs": [[a, b, ok] for a, b, ok in results]}
+    return IsolationResult(nodes=tuple(nodes), rounds=tuple(tuple(r) for r in rounds),
+                           threshold_gb_s=threshold_gb_s, bad_nodes=tuple(bad),
+                           bad_links=tuple(links), suspects=(),
+                           found_in_round=(len(rounds),) * len(bad))

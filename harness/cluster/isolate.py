@@ -11,6 +11,11 @@ only if its measurements flake `confirmations` times against good partners. A fa
 two nodes both passed later, and whose link was not confirmed bad, is `flaky` (issue 30: failed,
 then passed; both figures kept): a warning, never a bad node. `confirmations` is 2 where the
 profile confirms the `isolation` family, else 1 (condemned on the first failure with a good peer).
+
+Its wire form (`IsolationResult.to_json`, read back once by `from_dict`: every field required,
+an error naming the one missing or malformed, harness.cluster.wire) is the one shape of every
+isolation the snapshot carries: the cluster's pairwise rounds (`isolation`) and a failing job
+group's own (`groups.results[i].isolation`, harness.cluster.group_wire).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.cluster.wire import NUMBER, OPT_NUMBER, OPT_STR, SnapshotError, items, required
 from harness.profiles.model import Profile
 
 __all__ = ["IsolationResult", "MeasurePairs", "PairResult", "confirmations", "isolate"]
@@ -42,7 +48,13 @@ class PairResult:
     def other(self, node: int) -> int:
         return self.b if node == self.a else self.a
 
-    def to_dict(self) -> JSONObject:
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a pair") -> PairResult:
+        return cls(a=required(d, "a", int, where), b=required(d, "b", int, where),
+                   busbw_gb_s=required(d, "busbw_gb_s", OPT_NUMBER, where),
+                   error=required(d, "error", OPT_STR, where))
+
+    def to_json(self) -> JSONObject:
         return {"a": self.a, "b": self.b, "busbw_gb_s": self.busbw_gb_s, "error": self.error}
 
 
@@ -71,18 +83,52 @@ class IsolationResult:
         """Every pair measurement that involved `node`, in round order."""
         return [r for rnd in self.rounds for r in rnd if node in (r.a, r.b)]
 
-    def to_dict(self) -> JSONObject:
+    def to_json(self) -> JSONObject:
+        """The wire form (the snapshot's, and report.json's `cluster.isolation`):
+        `from_dict(r.to_json()) == r`, key for key. `num_rounds` is said for the report's
+        readers; `from_dict` checks it against `rounds`."""
         return {
+            "nodes": list(self.nodes),
             "num_rounds": len(self.rounds),
             "threshold_gb_s": self.threshold_gb_s,
             "bad_nodes": list(self.bad_nodes),
             "bad_links": [list(p) for p in self.bad_links],
             "suspects": list(self.suspects),
             "found_in_round": list(self.found_in_round),
-            "flaky": [{"first": first.to_dict(), "again": [r.to_dict() for r in again]}
+            "flaky": [{"first": first.to_json(), "again": [r.to_json() for r in again]}
                       for first, again in self.flaky],
-            "rounds": [[r.to_dict() for r in rnd] for rnd in self.rounds],
+            "rounds": [[r.to_json() for r in rnd] for rnd in self.rounds],
         }
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "the isolation rounds") -> IsolationResult:
+        """Every field required and of its type (SnapshotError naming it otherwise)."""
+        rounds = tuple(tuple(PairResult.from_dict(p, f"{where}'s round {k}, pair {i}")
+                             for i, p in enumerate(rnd, 1))
+                       for k, rnd in enumerate(items(d, "rounds", list, where), 1))
+        if required(d, "num_rounds", int, where) != len(rounds):
+            raise SnapshotError(f"{where}'s 'num_rounds' is {d['num_rounds']}, but 'rounds' "
+                                f"holds {len(rounds)}")
+        bad, found = items(d, "bad_nodes", int, where), items(d, "found_in_round", int, where)
+        if len(found) != len(bad):
+            raise SnapshotError(f"{where}'s 'found_in_round' holds {len(found)} rounds for "
+                                f"{len(bad)} bad nodes")
+        links = items(d, "bad_links", list, where)
+        if not all(len(p) == 2 and all(isinstance(n, int) and not isinstance(n, bool)
+                                       for n in p) for p in links):
+            raise SnapshotError(f"{where}'s 'bad_links' holds a value that is not a pair of "
+                                "ranks")
+        flaky = []
+        for i, f in enumerate(items(d, "flaky", dict, where), 1):
+            fw = f"{where}'s flaky pair {i}"
+            flaky.append((PairResult.from_dict(required(f, "first", dict, fw), f"{fw}'s first"),
+                          tuple(PairResult.from_dict(a, f"{fw}'s again")
+                                for a in items(f, "again", dict, fw))))
+        return cls(nodes=tuple(items(d, "nodes", int, where)), rounds=rounds,
+                   threshold_gb_s=required(d, "threshold_gb_s", NUMBER, where),
+                   bad_nodes=tuple(bad), bad_links=tuple((a, b) for a, b in links),
+                   suspects=tuple(items(d, "suspects", int, where)),
+                   found_in_round=tuple(found), flaky=tuple(flaky))
 
 
 @dataclass(slots=True)

@@ -61,7 +61,7 @@ def node_facts(env: Mapping[str, str]) -> JSONObject:
     return facts
 
 
-def _s(value: Any) -> str:
+def _s(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

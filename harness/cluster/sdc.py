@@ -10,11 +10,11 @@ combined digest, and the outputs and fp32 totals of its own majority."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from harness.base.jsontypes import JSONValue
 from harness.checking import check, fail, measure, not_applicable, warn
 from harness.cluster.snapshot import ClusterView
-from harness.cluster.wire import NodeSummary
+from harness.cluster.wire import NodeSdc, NodeSummary
 from harness.probes.sdc import differing_outputs, majority, short
 
 __all__ = ["test_no_silent_data_corruption_across_nodes"]
@@ -23,14 +23,15 @@ __all__ = ["test_no_silent_data_corruption_across_nodes"]
 GROUP_FACTS = ("gpu_model", "driver", "cuda", "torch")
 #: Bound on the devices one node publishes (the store holds one summary per node).
 MAX_DEVICES = 72
+#: A comparison group: GROUP_FACTS' values, the workload and the SM count.
+GroupKey = tuple[JSONValue, ...]
 
 
-def _group_key(summary: NodeSummary) -> tuple[Any, ...]:
-    sdc = summary.sdc or {}
-    return (*(summary.facts.get(k) for k in GROUP_FACTS), sdc.get("spec"), sdc.get("sm_count"))
+def _group_key(summary: NodeSummary, sdc: NodeSdc) -> GroupKey:
+    return (*(summary.facts.get(k) for k in GROUP_FACTS), sdc.spec, sdc.sm_count)
 
 
-def _describe(key: tuple[Any, ...]) -> str:
+def _describe(key: GroupKey) -> str:
     model, driver, cuda, torch, _, sms = key
     return (f"{model or 'no GPU'}, driver {driver or '-'}, CUDA {cuda or '-'}, torch "
             f"{torch or '-'}" + (f", {sms} SMs" if sms else ""))
@@ -48,21 +49,21 @@ def _describe(key: tuple[Any, ...]) -> str:
 )
 def test_no_silent_data_corruption_across_nodes(cluster: ClusterView) -> None:
     published = {r: s.sdc for r, s in cluster.nodes.items()}
-    if not any(published.values()):
+    if all(sdc is None for sdc in published.values()):
         not_applicable("no node ran the SDC cross-check (PF-GPU-020 not selected, or it "
                        "measured nothing)")
-    groups: dict[tuple[Any, ...], dict[int, str]] = {}
+    groups: dict[GroupKey, dict[int, str]] = {}
     notes, found = [], []
     for rank, sdc in sorted(published.items()):
-        if not sdc:
+        if sdc is None:
             notes.append(f"{cluster.name(rank)}: published no SDC figures (not compared)")
             continue
-        node_good, _ = majority({str(k): str(v) for k, v in sdc["devices"].items()})
+        node_good, _ = majority(dict(sdc.devices))
         if node_good is None:
             notes.append(f"{cluster.name(rank)}: its own GPUs disagree without a majority "
                          "(PF-GPU-020 names them; not compared across nodes)")
             continue
-        groups.setdefault(_group_key(cluster.nodes[rank]), {})[rank] = node_good
+        groups.setdefault(_group_key(cluster.nodes[rank], sdc), {})[rank] = node_good
     for key, digests in sorted(groups.items(), key=lambda kv: min(kv[1])):
         label = _describe(key)
         if len(digests) < 2:
@@ -87,22 +88,21 @@ def test_no_silent_data_corruption_across_nodes(cluster: ClusterView) -> None:
 
 
 def digests_of(cluster: ClusterView, rank: int) -> str | None:
-    sdc = cluster.nodes[rank].sdc or {}
-    good, _ = majority({str(k): str(v) for k, v in (sdc.get("devices") or {}).items()})
-    return good
+    sdc = cluster.nodes[rank].sdc
+    return None if sdc is None else majority(dict(sdc.devices))[0]
 
 
 def _figures(cluster: ClusterView, rank: int, ref_rank: int | None, digests: Mapping[int, str],
              good: str | None, label: str) -> str:
     """The minority node's figures against the group's majority (or why none is known)."""
-    mine = cluster.nodes[rank].sdc or {}
     if good is None or ref_rank is None:
         return (f"digest {short(digests[rank])}; no strict majority among the "
                 f"{len(digests)} nodes of {label}: the good result cannot be told apart")
-    ref = cluster.nodes[ref_rank].sdc or {}
+    mine, ref = cluster.nodes[rank].sdc, cluster.nodes[ref_rank].sdc
+    assert mine is not None and ref is not None  # only nodes with figures are grouped
     agree = sum(1 for d in digests.values() if d == good)
-    diff = differing_outputs(mine.get("outputs") or {}, ref.get("outputs") or {})
-    totals, ref_totals = mine.get("totals") or {}, ref.get("totals") or {}
+    diff = differing_outputs(mine.outputs, ref.outputs)
+    totals, ref_totals = mine.totals, ref.totals
     figures = ", ".join(f"{n} fp32 total {totals.get(n)!r} vs {ref_totals.get(n)!r}"
                         for n in sorted(ref_totals) if totals.get(n) != ref_totals.get(n))
     return (f"digest {short(digests[rank])} vs {short(good)} on {agree} of {len(digests)} "

@@ -3,11 +3,13 @@
 the bad nodes they name (`BadNodes`). See `harness.cluster.plane` for how the snapshot is
 gathered.
 
-The snapshot is read once, by `ClusterView.of`, through the wire types (harness.cluster.wire):
-its head (`SnapshotHead`) and every node's summary (`NodeSummary`). A summary with a field
-missing or of the wrong type is never read with a default (unknown is never healthy): its node
-is named as one whose summary could not be read (`ClusterView.missing`); a head that cannot
-be read is a SnapshotError (the verdict says so)."""
+The snapshot is read once, by `ClusterView.of`, through the wire types (harness.cluster.wire,
+harness.cluster.isolate, harness.cluster.group_wire): its head (`SnapshotHead`), every node's
+summary (`NodeSummary`, its SDC figures a `NodeSdc`) and the sections the collectives add
+(`bandwidth`, `isolation`, `groups_plan`, `groups`). A summary with a field missing or of the
+wrong type is never read with a default (unknown is never healthy): its node is named as one
+whose summary could not be read (`ClusterView.missing`); a head or a section that cannot be
+read is a SnapshotError (the verdict says so)."""
 
 from __future__ import annotations
 
@@ -19,12 +21,16 @@ from typing import TYPE_CHECKING, Any
 from harness.base.fabric import FABRIC_ENV_PREFIXES
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 from harness.base.redact import Redactor
+from harness.cluster.group_wire import GroupsPlan, JobGroups
+from harness.cluster.isolate import IsolationResult
 from harness.cluster.wire import (
     ClusterBandwidth,
     MissingNode,
+    NodeSdc,
     NodeSummary,
     SnapshotError,
     SnapshotHead,
+    optional_record,
     required,
     text_map,
 )
@@ -67,23 +73,17 @@ NODE_FIGURES: dict[str, tuple[tuple[str, ...], str, bool]] = {
 }
 
 
-def _get(record: Any, key: str) -> Any:
-    """A field of a check record, a dict (report.json's shape) or a typed CheckResult."""
-    return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
-
-
-def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float | None]:
+def node_figures(checks: Iterable[CheckResult]) -> dict[str, float | None]:
     """This node's figures (NODE_FIGURES) from its check results; None where none was measured
     or the value is not a finite number."""
     out: dict[str, float | None] = dict.fromkeys(NODE_FIGURES)
     for record in checks:
         for name, (ids, what, judged) in NODE_FIGURES.items():
-            if out[name] is not None or _get(record, "id") not in ids:
+            if out[name] is not None or record.id not in ids:
                 continue
-            for m in _get(record, "measurements") or ():
-                value = _get(m, "value")
-                if not str(_get(m, "what") or "").startswith(what) or \
-                        (judged and _get(m, "op") is None):
+            for m in record.measurements:
+                value = m.value
+                if not m.what.startswith(what) or (judged and m.op is None):
                     continue
                 if isinstance(value, int | float) and not isinstance(value, bool) and \
                         math.isfinite(value):
@@ -92,27 +92,35 @@ def node_figures(checks: Iterable[CheckResult | JSONMapping]) -> dict[str, float
     return out
 
 
-def node_sdc(checks: Iterable[object]) -> JSONObject | None:
+def node_sdc(checks: Iterable[CheckResult]) -> NodeSdc | None:
     """This node's SDC figures from its PF-GPU-020 record (None when it did not run or
-    measured nothing)."""
-    record = next((c for c in checks if _get(c, "id") == SDC_CHECK_ID), None)
+    measured nothing). A figure of the wrong type (a digest that is not text) is a
+    SnapshotError naming it: the node publishes what the cluster can read, or nothing."""
+    record = next((c for c in checks if c.id == SDC_CHECK_ID), None)
     if record is None:
         return None
-    out: dict[str, Any] = {"spec": None, "devices": {}, "outputs": {}, "totals": {},
-                           "sm_count": None, "outcome": _get(record, "outcome")}
-    for m in _get(record, "measurements") or ():
-        what, value = str(_get(m, "what") or ""), _get(m, "value")
+    spec: JSONValue = None
+    sm_count: JSONValue = None
+    devices: JSONObject = {}
+    outputs: JSONObject = {}
+    totals: JSONObject = {}
+    for m in record.measurements:
+        what, value = m.what, m.value
         if what == "SDC workload":
-            out["spec"] = value
-        elif what.endswith(" SDC digest") and len(out["devices"]) < MAX_SDC_DEVICES:
-            out["devices"][what[: -len(" SDC digest")]] = value
+            spec = value
+        elif what.endswith(" SDC digest") and len(devices) < MAX_SDC_DEVICES:
+            devices[what[: -len(" SDC digest")]] = value
         elif what.startswith("SDC node majority ") and what.endswith(" fp32 total"):
-            out["totals"][what[len("SDC node majority "): -len(" fp32 total")]] = value
+            totals[what[len("SDC node majority "): -len(" fp32 total")]] = value
         elif what.startswith("SDC node majority "):
-            out["outputs"][what[len("SDC node majority "):]] = value
+            outputs[what[len("SDC node majority "):]] = value
         elif what == "SDC device SM count":
-            out["sm_count"] = value
-    return out if out["spec"] and out["devices"] else None
+            sm_count = value
+    if not spec or not devices:
+        return None
+    out = {"spec": spec, "devices": devices, "outputs": outputs, "totals": totals,
+           "sm_count": sm_count, "outcome": record.outcome}
+    return NodeSdc.from_dict(out, f"this node's {SDC_CHECK_ID} result")
 
 
 def node_summary(report: Report, *, rank: int, facts: JSONMapping,
@@ -128,17 +136,23 @@ def node_summary(report: Report, *, rank: int, facts: JSONMapping,
     idle = report.selection.get("nothing_judged") if report.selection else None
     if idle and set(cluster_ids) & {c.id for c in report.checks}:
         idle = None
+    errors = list(report.harness_errors)
+    try:
+        sdc = node_sdc(report.checks)
+    except SnapshotError as exc:  # published as none (PF-CLUSTER-007 says so), and why
+        sdc = None
+        errors.insert(0, f"{SDC_CHECK_ID}'s figures cannot be published: {exc}")
     wire = Redactor.of(env).obj({
         "rank": rank,
         "host": report.host,
         "verdict": report.verdict,
         "failed": failed,
         "num_failed": len(report.failed),
-        "harness_errors": [e[:MAX_MESSAGE_CHARS] for e in report.harness_errors[:MAX_FAILED]],
+        "harness_errors": [e[:MAX_MESSAGE_CHARS] for e in errors[:MAX_FAILED]],
         "facts": {k: facts.get(k) for k in FACT_KEYS},
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(FABRIC_ENV_PREFIXES)},
         "figures": node_figures(report.checks),
-        "sdc": node_sdc(report.checks),
+        "sdc": None if sdc is None else sdc.to_json(),
         "nothing_judged": str(idle)[:MAX_IDLE_CHARS] if idle else None,
     })
     assert isinstance(wire, dict)  # the redactor keeps a JSON object's shape
@@ -168,8 +182,6 @@ class ClusterView:
     """A gathered snapshot as the cluster checks read it, and what they found (bad nodes,
     links, suspects, stragglers) for the verdict to report. Built once per verdict."""
 
-    snap: JSONMapping
-    """The whole snapshot: the sections the collectives add (bandwidth, isolation, groups)."""
     head: SnapshotHead
     hosts: dict[int, str]
     nodes: dict[int, NodeSummary]
@@ -185,6 +197,13 @@ class ClusterView:
     """The nodes the collectives ran without (they failed their own checks), rank -> why."""
     isolation_skipped: str = ""
     """Why the pairwise rounds did not run ('' when they ran or were not decided on)."""
+    isolation: IsolationResult | None = None
+    """The pairwise rounds (PF-CLUSTER-005); None: not run (`not_measured` or
+    `isolation_skipped` says why)."""
+    groups_plan: GroupsPlan | None = None
+    """The master's plan of job-shaped groups (PF-CLUSTER-008); None: no layout given."""
+    groups: JobGroups | None = None
+    """What the job-shaped groups measured; None: the groups phase did not run."""
     links: list[JSONObject] = field(default_factory=list)
     suspects: list[JSONObject] = field(default_factory=list)
     stragglers: list[JSONObject] = field(default_factory=list)
@@ -195,8 +214,8 @@ class ClusterView:
         a node whose summary cannot be read is missing, with the field that was wrong. The
         nodes' copy (harness.cluster.verdict.for_nodes) carries no summaries. Raises
         SnapshotError naming what of the head, or of a section the collectives added
-        (`bandwidth`, `not_measured`, `left_out`, `isolation_skipped`), is missing or
-        malformed."""
+        (`bandwidth`, `not_measured`, `left_out`, `isolation_skipped`, `isolation`,
+        `groups_plan`, `groups`), is missing or malformed."""
         where = "the cluster snapshot"
         head = SnapshotHead.from_dict(snap, where)
         bw = snap.get("bandwidth")
@@ -219,11 +238,14 @@ class ClusterView:
                     f"published a node summary that cannot be read ({exc}): a node running "
                     "another gpu-preflight version, or a corrupted store")
         hosts.update({r: s.host for r, s in nodes.items() if s.host})
-        return cls(snap=snap, head=head, hosts=hosts, nodes=nodes,
+        return cls(head=head, hosts=hosts, nodes=nodes,
                    missing=dict(sorted(missing.items())), bad=BadNodes(hosts),
                    bandwidth=None if bw is None else ClusterBandwidth.from_dict(bw),
                    not_measured=text_map(snap, "not_measured", where, optional=True),
-                   left_out={int(r): w for r, w in left.items()}, isolation_skipped=skipped)
+                   left_out={int(r): w for r, w in left.items()}, isolation_skipped=skipped,
+                   isolation=optional_record(snap, "isolation", IsolationResult.from_dict, where),
+                   groups_plan=optional_record(snap, "groups_plan", GroupsPlan.from_dict, where),
+                   groups=optional_record(snap, "groups", JobGroups.from_dict, where))
 
     @property
     def num_nodes(self) -> int:

@@ -111,10 +111,10 @@ def decide(snap: JSONMapping) -> ClusterVerdict:
     verdict = "fail" if failed or bad_nodes else "pass"
     radius = blast_radius(cluster.num_nodes, len(bad_nodes),
                           cluster.head.drain_cap or DEFAULT_CAP)
-    actions = _actions(bad_nodes, snap) if bad_nodes else {}
+    actions = _actions(bad_nodes) if bad_nodes else {}
     if radius["suspect"]:  # a shared cause, likely: the drains are held back, and said
         actions = {k: v for k, v in actions.items() if k not in _DRAINS}
-        actions["held_back"] = {k: v for k, v in _actions(bad_nodes, snap).items()
+        actions["held_back"] = {k: v for k, v in _actions(bad_nodes).items()
                                 if k in _DRAINS}
         actions["suspect"] = radius["why"]
     text = _text(cluster, failed, bad_nodes, cluster.suspects, cluster.links, actions) \
@@ -180,7 +180,7 @@ def _nothing_judged(cluster: ClusterView) -> str | None:
 _DRAINS = ("slurm_drain", "hyperpod_replace")
 
 
-def _actions(bad_nodes: Sequence[Mapping[str, Any]], snap: Mapping[str, Any]) -> dict[str, Any]:
+def _actions(bad_nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What to do about the bad nodes: Slurm exclude list and drain, HyperPod replace."""
     names = [b["host"] for b in bad_nodes if not b["host"].startswith("rank ")]
     reason = "gpu-preflight: " + "; ".join(f"{b['host']}: {b['reason']}" for b in bad_nodes)
@@ -199,11 +199,11 @@ def _actions(bad_nodes: Sequence[Mapping[str, Any]], snap: Mapping[str, Any]) ->
     return out
 
 
-def _not_measured(snap: Mapping[str, Any]) -> str:
+def _not_measured(said: Mapping[str, str]) -> str:
     """What the cluster step did not measure and why (one clause per reason), or ''."""
     by_reason: dict[str, list[str]] = {}
-    for step, why in (snap.get("not_measured") or {}).items():
-        by_reason.setdefault(str(why), []).append(str(step))
+    for step, why in said.items():
+        by_reason.setdefault(why, []).append(step)
     return " | ".join(f"{' and '.join(steps)} not measured: {why}"
                       for why, steps in by_reason.items())
 
@@ -233,7 +233,7 @@ def _text(cluster: ClusterView, failed: Sequence[Mapping[str, Any]],
         parts.extend(c["message"] for c in failed)
     if actions.get("slurm_exclude"):
         parts.append(f"Slurm: --exclude={actions['slurm_exclude']}")
-    unmeasured = _not_measured(cluster.snap)
+    unmeasured = _not_measured(cluster.not_measured)
     if unmeasured:
         parts.append(unmeasured)
     head += " | ".join(parts)

@@ -9,7 +9,7 @@ names in DEVELOPERS.md, and these few records need only presence and type checks
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -18,8 +18,9 @@ from harness.judges.cluster import StragglerLimits
 
 T = TypeVar("T")
 
-__all__ = ["ClusterBandwidth", "FailedCheck", "MissingNode", "NodeSummary", "SnapshotError",
-           "SnapshotHead", "required", "text_map"]
+__all__ = ["NUMBER", "OPT_INT", "OPT_NUMBER", "OPT_STR", "ClusterBandwidth", "FailedCheck",
+           "MissingNode", "NodeSdc", "NodeSummary", "SnapshotError", "SnapshotHead", "figure_map",
+           "items", "optional_record", "required", "text_map"]
 
 
 class SnapshotError(ValueError):
@@ -28,21 +29,67 @@ class SnapshotError(ValueError):
 
 def required(d: JSONMapping, key: str, kind: type[T] | tuple[type[T], ...], where: str) -> T:
     """`d[key]`, which must be there and of `kind` (SnapshotError naming it otherwise)."""
-    if not isinstance(d, Mapping):
+    if type(d) is not dict and not isinstance(d, Mapping):  # the exact type first: JSON's
         raise SnapshotError(f"{where} is not a JSON object")
     if key not in d:
         raise SnapshotError(f"{where} has no {key!r}")
     value = d[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+    exact = type(value) is kind if isinstance(kind, type) else type(value) in kind
+    if not exact and not _is(value, kind):
         raise SnapshotError(f"{where}'s {key!r} is {type(value).__name__}, not "
-                            f"{getattr(kind, '__name__', kind)}")
+                            f"{_kind_name(kind)}")
     return value  # type: ignore[return-value]  # checked by isinstance above
 
 
-_OPT_STR = (str, type(None))
-#: A figure as it travels: a number (int or float, kept as read so the bytes do not change) or
-#: None where none was measured.
-_OPT_NUMBER = (int, float, type(None))
+def _is(value: object, kind: type | tuple[type, ...]) -> bool:
+    """isinstance, except that a JSON true/false is not a number (bool is an int subclass)."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kinds) and (not isinstance(value, bool) or bool in kinds)
+
+
+#: The exact JSON types of a map's values (`_all_of`): text, and numbers (never true/false).
+_TEXT, _NUMBERS = frozenset((str,)), frozenset((int, float))
+
+
+def _all_of(values: Iterable[object], kinds: frozenset[type]) -> bool:
+    """Every value's exact type is one of `kinds`: what JSON decodes to, and what the harness
+    builds (no subclass, so a JSON true/false is no number). A set of types, not an isinstance
+    per value: every node's summary holds a few such maps (bench/bench_verdict.py)."""
+    return set(map(type, values)) <= kinds
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+
+
+def items(d: JSONMapping, key: str, kind: type[T] | tuple[type[T], ...], where: str
+          ) -> list[T]:
+    """`d[key]`, a JSON list whose every item is of `kind` (SnapshotError naming it, and the
+    first item that is not, otherwise)."""
+    value = required(d, key, list, where)
+    for i, item in enumerate(value):
+        if not _is(item, kind):
+            raise SnapshotError(f"{where}'s {key!r} holds {type(item).__name__} at {i}, not "
+                                f"{_kind_name(kind)}")
+    return value
+
+
+def optional_record(d: JSONMapping, key: str, read: Callable[[JSONMapping, str], T],
+                    where: str) -> T | None:
+    """`d[key]` read by `read` (a record's `from_dict`) when it is there and not null: a
+    section the collectives add only once they ran it (isolation, the job's groups)."""
+    value = d.get(key)
+    return None if value is None else read(value, f"{where}'s {key!r}")
+
+
+#: The JSON kinds `required` and `items` check (a JSON true/false is never a number).
+OPT_STR = (str, type(None))
+#: A figure as it travels: a number (int or float, kept as read so the bytes do not change).
+NUMBER = (int, float)
+#: A figure or None where none was measured.
+OPT_NUMBER = (int, float, type(None))
+OPT_INT = (int, type(None))
 
 
 def text_map(d: JSONMapping, key: str, where: str, *, optional: bool = False) -> dict[str, str]:
@@ -52,8 +99,16 @@ def text_map(d: JSONMapping, key: str, where: str, *, optional: bool = False) ->
     if optional and key not in d:
         return {}
     value = required(d, key, dict, where)
-    if not all(isinstance(v, str) for v in value.values()):
+    if not _all_of(value.values(), _TEXT):
         raise SnapshotError(f"{where}'s {key!r} holds a value that is not text")
+    return dict(value)
+
+
+def figure_map(d: JSONMapping, key: str, where: str) -> dict[str, float]:
+    """`d[key]`, a JSON object of numbers, kept as read (SnapshotError naming it otherwise)."""
+    value = required(d, key, dict, where)
+    if not _all_of(value.values(), _NUMBERS):
+        raise SnapshotError(f"{where}'s {key!r} holds a value that is not a number")
     return dict(value)
 
 
@@ -90,6 +145,36 @@ class MissingNode:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSdc:
+    """A node's PF-GPU-020 figures as it publishes them (harness.cluster.snapshot.node_sdc),
+    compared across nodes by PF-CLUSTER-007 (harness.cluster.sdc)."""
+
+    spec: str
+    """The workload, as PF-GPU-020 measured it (`SDC workload`)."""
+    devices: Mapping[str, str]
+    """Device label -> its combined digest."""
+    outputs: Mapping[str, str]
+    """Output name -> the digest of the node's majority."""
+    totals: Mapping[str, float]
+    """Output name -> the node's majority's fp32 total (kept as read)."""
+    sm_count: int | None
+    """The device's SM count; None where it has none (CPU ranks)."""
+    outcome: str
+    """PF-GPU-020's outcome on the node."""
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping, where: str = "a node's 'sdc'") -> NodeSdc:
+        return cls(spec=required(d, "spec", str, where), devices=text_map(d, "devices", where),
+                   outputs=text_map(d, "outputs", where), totals=figure_map(d, "totals", where),
+                   sm_count=required(d, "sm_count", OPT_INT, where),
+                   outcome=required(d, "outcome", str, where))
+
+    def to_json(self) -> JSONObject:
+        return {"spec": self.spec, "devices": dict(self.devices), "outputs": dict(self.outputs),
+                "totals": dict(self.totals), "sm_count": self.sm_count, "outcome": self.outcome}
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSummary:
     """What one node publishes after its node-local checks (`node_summary`). Its JSON form
     (`to_json`, the fields in this order) is what travels over the TCPStore; `from_dict` reads
@@ -108,7 +193,7 @@ class NodeSummary:
     figures: JSONMapping
     """NODE_FIGURES -> the node's figure (None where none was measured). Read as published:
     PF-CLUSTER-006 names a node whose figure is not a finite number (harness.cluster.straggler)."""
-    sdc: JSONMapping | None
+    sdc: NodeSdc | None
     """The node's PF-GPU-020 figures (`node_sdc`), None when it measured none."""
     nothing_judged: str | None
     """Why the node's selection judged nothing, else None."""
@@ -117,19 +202,18 @@ class NodeSummary:
     def from_dict(cls, d: JSONMapping, where: str = "a node summary") -> NodeSummary:
         failed = required(d, "failed", list, where)
         errors = required(d, "harness_errors", list, where)
-        env = required(d, "env", dict, where)
+        env = text_map(d, "env", where)
         figures = required(d, "figures", dict, where)
         if not all(isinstance(e, str) for e in errors):
             raise SnapshotError(f"{where}'s 'harness_errors' holds a value that is not text")
-        if not all(isinstance(v, str) for v in env.values()):
-            raise SnapshotError(f"{where}'s 'env' holds a value that is not text")
+        sdc = required(d, "sdc", (dict, type(None)), where)
         return cls(rank=required(d, "rank", int, where), host=required(d, "host", str, where),
                    verdict=required(d, "verdict", str, where),
                    failed=tuple(FailedCheck.from_dict(f, f"{where}'s 'failed'") for f in failed),
                    num_failed=required(d, "num_failed", int, where), harness_errors=tuple(errors),
                    facts=required(d, "facts", dict, where), env=env, figures=figures,
-                   sdc=required(d, "sdc", (dict, type(None)), where),
-                   nothing_judged=required(d, "nothing_judged", _OPT_STR, where))
+                   sdc=None if sdc is None else NodeSdc.from_dict(sdc, f"{where}'s 'sdc'"),
+                   nothing_judged=required(d, "nothing_judged", OPT_STR, where))
 
     def to_json(self) -> JSONObject:
         """The wire form: `from_dict(s.to_json()) == s`, and the bytes `json.dumps` makes of
@@ -138,7 +222,7 @@ class NodeSummary:
                 "failed": [f.to_json() for f in self.failed], "num_failed": self.num_failed,
                 "harness_errors": list(self.harness_errors), "facts": dict(self.facts),
                 "env": dict(self.env), "figures": dict(self.figures),
-                "sdc": dict(self.sdc) if self.sdc is not None else None,
+                "sdc": self.sdc.to_json() if self.sdc is not None else None,
                 "nothing_judged": self.nothing_judged}
 
 
@@ -213,13 +297,13 @@ class ClusterBandwidth:
         if not all(isinstance(e, str) for e in errors):
             raise SnapshotError(f"{where}'s 'errors' holds a value that is not text")
         if per_rank is not None and not all(
-                isinstance(v, _OPT_NUMBER) and not isinstance(v, bool) for v in per_rank.values()):
+                isinstance(v, OPT_NUMBER) and not isinstance(v, bool) for v in per_rank.values()):
             raise SnapshotError(f"{where}'s 'per_rank' holds a value that is not a figure")
         on = required(d, "per_rank_on", str, where) if "per_rank_on" in d else None
         return cls(size_bytes=required(d, "size_bytes", int, where),
                    nranks=required(d, "nranks", int, where), ranks=tuple(ranks),
-                   floor_gb_s=required(d, "floor_gb_s", _OPT_NUMBER, where),
-                   busbw_gb_s=required(d, "busbw_gb_s", _OPT_NUMBER, where),
+                   floor_gb_s=required(d, "floor_gb_s", OPT_NUMBER, where),
+                   busbw_gb_s=required(d, "busbw_gb_s", OPT_NUMBER, where),
                    data_ok=required(d, "data_ok", bool, where), per_rank=per_rank,
                    errors=tuple(errors), missing=text_map(d, "missing", where), per_rank_on=on)
 
