@@ -280,10 +280,10 @@ def allreduce_bench(
                 iters=max(iters // reps, 1), reps=reps, timer=make_timer(device.type, torch),
                 guard=functools.partial(_Waiter.wait_for, waiter, what))
             wrong = None
-            if check_data:
-                del tensor
-                wrong = _check_once(group, rank, nranks, count, torch_dtype, device,
-                                    corrupt=corrupt_rank == rank, waiter=_Waiter(timeout_s))
+            if check_data:  # in the timed loop's tensor: no second message, no fresh pages
+                wrong = _check_once(group, rank, nranks, tensor, corrupt=corrupt_rank == rank,
+                                    waiter=_Waiter(timeout_s))
+            del tensor
             # One collective for every repetition's time and the total of wrong elements.
             stats = torch.tensor([*times.per_iter_s, float(wrong or 0)], dtype=torch.float64,
                                  device=device)
@@ -318,19 +318,18 @@ def allreduce_bench(
 
 
 def _check_once(
-    group: dist.ProcessGroup | None, rank: int, nranks: int, count: int, dtype: torch.dtype,
-    device: torch.device, *,
+    group: dist.ProcessGroup | None, rank: int, nranks: int, data: torch.Tensor, *,
     corrupt: bool, waiter: _Waiter,
 ) -> int:
-    """Reduce this rank's pattern once and count the elements that differ from the exact sum."""
-    import torch
+    """Write this rank's pattern into `data`, reduce it once and count the elements that differ
+    from the exact sum."""
     import torch.distributed as dist
 
-    data = fill_pattern(torch.empty(count, dtype=dtype, device=device), rank)
+    fill_pattern(data, rank)
     if corrupt:
-        data[count // 2] += 1
+        data[data.numel() // 2] += 1
     waiter.wait(dist.all_reduce(data, group=group, async_op=True),
-                f"data-check all_reduce of {count * data.element_size()} bytes")
+                f"data-check all_reduce of {data.numel() * data.element_size()} bytes")
     return count_wrong(data, nranks)
 
 
