@@ -3,9 +3,10 @@
 every Python process it starts append, at exit, its own CPU time (RUSAGE_SELF) and that of the
 children it waited for (RUSAGE_CHILDREN) with its argv. Each process is given a role (the CLI,
 a check session, an xdist worker, torchrun, a torchrun rank) and the CPU seconds are summed per
-role; the CPU of processes that wrote nothing (non-Python tools, a process ended by os._exit
-or a signal) is what their parent waited for beyond its recorded children ("unrecorded
-children of" the parent's role).
+role; the CPU of processes that wrote nothing (non-Python tools, a process ended by a signal)
+is what their parent waited for beyond its recorded children ("unrecorded children of" the
+parent's role). `os._exit`, the torchrun ranks' way out, is wrapped to record first (the hook
+runs before any module binds it), so the ranks are a role of their own.
 Hand-written (a stdlib atexit hook): no profiler here follows a process tree across exec and
 torchrun. `--hand N`: N runs of bench_worker.py's hand-scripted side under the same hook.
 Usage: python bench/bench_whole_split.py [--runs 2] [--hand 3]; bench/out/whole_split.json."""
@@ -34,6 +35,11 @@ def _h28_split():
                             "self": s.ru_utime + s.ru_stime,
                             "children": c.ru_utime + c.ru_stime}) + "\\n")
 atexit.register(_h28_split)
+_h28_exit = os._exit
+def _h28_exit_recorded(code):  # the worker's ranks (and the hand script) leave by os._exit
+    _h28_split()
+    _h28_exit(code)
+os._exit = _h28_exit_recorded
 '''
 
 

@@ -19,7 +19,10 @@ work that run's worker does on CPU (all_reduce of 1 and 16 MiB, 1 warm-up + 3 ti
 data check; the FSDP2 steps; the SDC part's short CPU workload through harness.probes.sdc's
 own `run_sdc`, so both sides multiply the same matrices), both in one torchrun launch of 2
 gloo ranks. Wall seconds and CPU seconds (user + sys of the process and every child it waited
-for, os.wait4), each the median of per-pair ratios. Writes bench/out/whole_preflight.json.
+for, os.wait4), each the median of per-pair ratios. `--base DIR` (a worktree of the baseline
+beside this tree, whose imports the same venv takes from PYTHONPATH) runs its `preflight run` in
+the same rounds: its ratio and the median paired CPU change. Writes
+bench/out/whole_preflight.json.
 """
 
 from __future__ import annotations
@@ -114,10 +117,13 @@ def cpu_wall(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, flo
     return wall, usage.ru_utime + usage.ru_stime, text
 
 
-def whole(pairs_n: int) -> int:
-    """The whole local preflight against the hand-scripted torch work (module docstring)."""
+def whole(pairs_n: int, base: Path | None = None) -> int:
+    """The whole local preflight against the hand-scripted torch work (module docstring);
+    `base`: a baseline tree's `preflight run` in the same rounds (its paired difference)."""
     env = {**_env(), "AWS_EC2_METADATA_DISABLED": "true"}
     hand_env = {**env, "HAND_ITERS": "4", "HAND_SDC": "1", "HAND_STEPS": "5"}
+    base_env = {**env, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(base), os.environ.get("PYTHONPATH")) if p)} if base else env
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "hand.py"
@@ -125,22 +131,31 @@ def whole(pairs_n: int) -> int:
         hand = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node=2", str(script)]
         run = [sys.executable, "-m", "harness", "run", "--report-dir", str(Path(tmp) / "r")]
-        _, _, text = cpu_wall(run, env, tmp)  # warm-up (page cache, bytecode); not counted
-        verdict = next((ln for ln in text.splitlines() if " in " in ln and "pass" in ln), "")
-        cpu_wall(hand, hand_env, tmp)
+        sides = [("run", run, env), ("hand", hand, hand_env)]
+        if base is not None:
+            sides.append(("base", [*run[:-1], str(Path(tmp) / "b")], base_env))
+        texts = {name: cpu_wall(argv, e, tmp)[2] for name, argv, e in sides}  # warm-up
+        verdict = next((ln for ln in texts["run"].splitlines() if " in " in ln and "pass" in ln),
+                       "")
         for i in range(pairs_n):
-            order = [("run", run, env), ("hand", hand, hand_env)]
-            got = {name: cpu_wall(argv, e, tmp)[:2]
-                   for name, argv, e in (order if i % 2 == 0 else order[::-1])}
+            order = sides[i % len(sides):] + sides[:i % len(sides)]  # each side first in turn
+            got = {name: cpu_wall(argv, e, tmp)[:2] for name, argv, e in order}
             (pw, pc), (hw, hc) = got["run"], got["hand"]
-            pairs.append({"preflight_wall_s": round(pw, 3), "hand_wall_s": round(hw, 3),
-                          "preflight_cpu_s": round(pc, 3), "hand_cpu_s": round(hc, 3),
-                          "wall_ratio": round(pw / hw, 3), "cpu_ratio": round(pc / hc, 3)})
-            print(f"pair {i}: preflight {pw:.2f} s ({pc:.2f} CPU s), hand {hw:.2f} s "
-                  f"({hc:.2f} CPU s), ratio wall {pw / hw:.2f} CPU {pc / hc:.2f}", flush=True)
+            pair = {"preflight_wall_s": round(pw, 3), "hand_wall_s": round(hw, 3),
+                    "preflight_cpu_s": round(pc, 3), "hand_cpu_s": round(hc, 3),
+                    "wall_ratio": round(pw / hw, 3), "cpu_ratio": round(pc / hc, 3)}
+            line = (f"pair {i}: preflight {pw:.2f} s ({pc:.2f} CPU s), hand {hw:.2f} s "
+                    f"({hc:.2f} CPU s), ratio wall {pw / hw:.2f} CPU {pc / hc:.2f}")
+            if base is not None:
+                bw, bc = got["base"]
+                pair.update(base_wall_s=round(bw, 3), base_cpu_s=round(bc, 3),
+                            base_cpu_ratio=round(bc / hc, 3), cpu_change_s=round(pc - bc, 3))
+                line += f"; base {bw:.2f} s ({bc:.2f} CPU s), CPU {bc / hc:.2f}"
+            pairs.append(pair)
+            print(line, flush=True)
     med = {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
-    summary = {"bench": "whole_preflight", "run": verdict, "pairs": pairs, "median": med,
-               "loadavg": os.getloadavg()}
+    summary = {"bench": "whole_preflight", "run": verdict, "base": str(base) if base else None,
+               "pairs": pairs, "median": med, "loadavg": os.getloadavg()}
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "whole_preflight.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -149,6 +164,9 @@ def whole(pairs_n: int) -> int:
           f"{med['hand_wall_s']:.1f} s), CPU {med['cpu_ratio']:.2f}x "
           f"({med['preflight_cpu_s']:.1f} vs {med['hand_cpu_s']:.1f} CPU s); goal <= 1.15; "
           f"load {os.getloadavg()[0]:.1f}")
+    if base is not None:
+        print(f"base {base}: CPU {med['base_cpu_ratio']:.2f}x ({med['base_cpu_s']:.2f} CPU s); "
+              f"this tree - base, median paired: {med['cpu_change_s']:+.2f} CPU s")
     return 0
 
 
@@ -157,9 +175,11 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--whole", action="store_true",
                         help="the whole local preflight against the hand-scripted work")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="with --whole: a baseline worktree's preflight in the same rounds")
     args = parser.parse_args()
     if args.whole:
-        return whole(args.pairs)
+        return whole(args.pairs, args.base)
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "hand.py"

@@ -152,6 +152,49 @@ def test_the_data_check_counts_right_across_pieces():
     assert tb.count_wrong(data, 2, chunk=7) == 2
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int64"])
+@pytest.mark.parametrize(("count", "chunk"), [(1000, 7), (1000, 13), (1000, 1000), (50, 4096),
+                                              (4099, 1024)])
+def test_the_pattern_is_its_definition_at_every_offset(dtype, count, chunk):
+    """The periodic pattern made once and sliced per piece is (r + 1) * ((i % 13) + 1) cast to
+    the dtype at every element, and the exact sum of n ranks' patterns reads as 0 wrong."""
+    torch = pytest.importorskip("torch")
+    from harness.worker import bandwidth as tb
+
+    kind = getattr(torch, dtype)
+    for rank in (0, 2, 7):
+        data = tb.fill_pattern(torch.zeros(count, dtype=kind), rank=rank, chunk=chunk)
+        want = torch.tensor([(rank + 1) * (i % 13 + 1) for i in range(count)]).to(kind)
+        assert torch.equal(data, want)
+    total = sum(r + 1 for r in range(8))  # 8 ranks' patterns, summed exactly, then cast
+    summed = torch.tensor([total * (i % 13 + 1) for i in range(count)]).to(kind)
+    assert tb.count_wrong(summed, 8, chunk=chunk) == 0
+
+
+def test_the_data_check_catches_a_shift_a_nan_and_a_zeroed_piece():
+    """Each fault the check exists for turns it non-zero: a result one element off its place,
+    a NaN, a piece left unreduced (zeros), and one piece reduced with the wrong scale."""
+    torch = pytest.importorskip("torch")
+    from harness.worker import bandwidth as tb
+
+    good = tb.fill_pattern(torch.empty(1000, dtype=torch.float32), rank=0, chunk=64).mul_(3)
+    assert tb.count_wrong(good, 2, chunk=64) == 0
+    shifted = torch.roll(good, 1)
+    assert tb.count_wrong(shifted, 2, chunk=64) == 1000
+    nan = good.clone()
+    nan[130] = float("nan")
+    assert tb.count_wrong(nan, 2, chunk=64) == 1
+    zeroed = good.clone()
+    zeroed[64:128] = 0
+    assert tb.count_wrong(zeroed, 2, chunk=64) == 64
+    half = good.clone()
+    half[960:] /= 3  # one rank's share only
+    assert tb.count_wrong(half, 2, chunk=64) == 40
+    bf16 = tb.fill_pattern(torch.empty(1000, dtype=torch.bfloat16), rank=0, chunk=64).mul_(3)
+    bf16[5] += 8
+    assert tb.count_wrong(bf16, 2, chunk=64) == 1
+
+
 def test_the_data_check_needs_a_fraction_of_the_message_beside_it():
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "-c", DATA_CHECK], capture_output=True, text=True,

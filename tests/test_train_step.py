@@ -4,7 +4,6 @@ judging real and recorded runs through the harness's pytest plugin."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import types
@@ -23,9 +22,9 @@ from harness.probes.train_step import (
 )
 from harness.worker.launch import run_train_step
 from tests.conftest import copy_check_file, run_checks
+from tests.train_canned import DATA, canned, check_results
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).parent / "data" / "train_step"
 MISMATCH = (DATA / "te_version_mismatch.txt").read_text().strip().splitlines()[-1]
 TE_24 = TeInfo(True, version="2.4.0")
 TE_113 = TeInfo(True, version="1.13.0")
@@ -203,18 +202,11 @@ def test_te_path_on_gpu():
 # --- the checks, through the plugin -----------------------------------------------------------
 
 
-def _check_results(suite, *args) -> dict[str, tuple[str, str]]:
-    """Run checks/test_training.py through the plugin: (outcome, message) by check ID."""
-    copy_check_file(suite, "test_training.py")
-    _, by_id = run_checks(suite, *args)
-    return {k: (r["outcome"], r["message"]) for k, r in by_id.items()}
-
-
 def test_checks_pass_on_a_real_cpu_run(suite):
     # a generous budget: this test must not depend on how busy the machine is
     (suite.path / "profiles.toml").write_text(
         '[profiles."slow-cpu"]\nbase = "local-cpu"\ntrain_step_budget_s = 600.0\n')
-    got = _check_results(suite, "--preflight-profile", "slow-cpu",
+    got = check_results(suite, "--preflight-profile", "slow-cpu",
                          "--preflight-profile-file", "profiles.toml")
     assert {k: v[0] for k, v in got.items()} == {
         "PF-TRAIN-001": "pass", "PF-TRAIN-002": "skip", "PF-TRAIN-003": "pass",
@@ -241,7 +233,7 @@ def test_the_worker_launch_is_not_cut_at_the_first_checks_timeout(suite):
 
 def test_perturbed_gradient_on_one_rank_fails_the_reference_checks(suite, monkeypatch):
     monkeypatch.setenv("PREFLIGHT_TRAIN_FAULT", "grad-perturb,rank=1,scale=0.05")
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     outcome, message = got["PF-TRAIN-006"]
     assert outcome == "fail"
     assert message.startswith(
@@ -256,7 +248,7 @@ def test_perturbed_gradient_on_one_rank_fails_the_reference_checks(suite, monkey
 
 def test_nan_loss_on_one_rank_fails_the_finite_check(suite, monkeypatch):
     monkeypatch.setenv("PREFLIGHT_TRAIN_FAULT", "nan,rank=1,step=2")
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     outcome, message = got["PF-TRAIN-003"]
     assert outcome == "fail"
     assert message.startswith("[PF-TRAIN-003] ranks with a non-finite loss: 2 found, none "
@@ -266,33 +258,9 @@ def test_nan_loss_on_one_rank_fails_the_finite_check(suite, monkeypatch):
     assert got["PF-TRAIN-004"][0] == "fail"
 
 
-def _canned(suite, name: str, returncode: int, edit=None, duration_s: float = 3.0) -> None:
-    text = (DATA / name).read_text()
-    if edit is not None:
-        lines = text.splitlines()
-        at = next(i for i, line in enumerate(lines) if line.startswith('{"schema"'))
-        lines[at] = json.dumps(edit(json.loads(lines[at])))
-        text = "\n".join(lines) + "\n"
-    (suite.path / "run.txt").write_text(text)
-    suite.makeconftest(f"""
-import pytest
-from pathlib import Path
-from harness.parsers.train_step import parse_train_step
-from harness.probes.train_step import TrainStepRun
-from harness.base.proc_result import ProcResult
-
-@pytest.fixture(scope="session")
-def train_step():
-    text = Path("run.txt").read_text()
-    proc = ProcResult(("torchrun",), {returncode}, text, "", duration_s={duration_s},
-                      timeout_s=60.0)
-    return TrainStepRun(proc, parse_train_step(text), None, 2)
-""")
-
-
 def test_oom_run_fails_completion_check_with_allocation(suite):
-    _canned(suite, "oom_torch25_fsdp.txt", 1)
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "oom_torch25_fsdp.txt", 1)
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-001"] == ("fail", (
         "[PF-TRAIN-001] training step failed: CUDA out of memory: tried to allocate 388.00 MiB "
         "on GPU 0 (9.68 GiB total, 95.75 MiB free); another process holds GPU memory "
@@ -303,8 +271,8 @@ def test_oom_run_fails_completion_check_with_allocation(suite):
 
 
 def test_abort_at_exit_fails_completion_check(suite):
-    _canned(suite, "abort_at_exit_gloo.txt", 1)
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "abort_at_exit_gloo.txt", 1)
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-001"][0] == "fail"
     assert got["PF-TRAIN-001"][1].startswith(
         "[PF-TRAIN-001] training step finished but torchrun exited with status 1: a rank "
@@ -321,10 +289,10 @@ def _te_missing(result: dict) -> dict:
 
 
 def test_te_required_but_absent_fails_with_the_import_error(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_te_missing)
+    canned(suite, "result_cpu_gloo.txt", 0, edit=_te_missing)
     (suite.path / "profiles.toml").write_text(
         '[profiles."p5-te"]\nbase = "p5.48xlarge"\nte_required = true\n')
-    got = _check_results(suite, "--preflight-profile", "p5-te",
+    got = check_results(suite, "--preflight-profile", "p5-te",
                          "--preflight-profile-file", "profiles.toml")
     assert got["PF-TRAIN-002"] == ("fail", (
         "[PF-TRAIN-002] TransformerEngine required for p5-te, the step ran plain torch bf16: "
@@ -333,8 +301,8 @@ def test_te_required_but_absent_fails_with_the_import_error(suite):
 
 
 def test_te_optional_and_absent_only_warns(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_te_missing)
-    got = _check_results(suite, "--preflight-profile", "p5.48xlarge")
+    canned(suite, "result_cpu_gloo.txt", 0, edit=_te_missing)
+    got = check_results(suite, "--preflight-profile", "p5.48xlarge")
     outcome, message = got["PF-TRAIN-002"]
     assert outcome == "warn"
     assert message.startswith("[PF-TRAIN-002] recipe bf16 ran, fp8-delayed required for "
@@ -342,8 +310,8 @@ def test_te_optional_and_absent_only_warns(suite):
 
 
 def test_slow_step_fails_the_budget_check(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, duration_s=75.0)
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "result_cpu_gloo.txt", 0, duration_s=75.0)
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-008"] == ("fail", (
         "[PF-TRAIN-008] training step check wall time 75.0 s > 60.0 s required for local-cpu; "
         "look for other processes on the GPUs/CPUs; compare with the PF-GPU checks"))
@@ -371,11 +339,11 @@ def _fp8(stack_gap: float, judged_gap: float | None, world: int = 2):
 def test_an_fp8_step_is_judged_on_its_bf16_comparison(suite):
     """Corruption is judged where it can fail: a large FP8 gap (same recipe on both sides, the
     stack check) is reported, not judged; the bf16 comparison beside it is, and fails."""
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(0.3, 1e-3))
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(0.3, 1e-3))
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-005"][0] == got["PF-TRAIN-006"][0] == "pass"
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(1e-3, 0.05))
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(1e-3, 0.05))
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     outcome, message = got["PF-TRAIN-006"]
     assert outcome == "fail"
     assert message.startswith("[PF-TRAIN-006] relative error of the parameter update vs the "
@@ -384,16 +352,16 @@ def test_an_fp8_step_is_judged_on_its_bf16_comparison(suite):
 
 
 def test_an_fp8_step_without_its_bf16_comparison_is_an_error(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(1e-3, None))
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(1e-3, None))
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-005"] == ("error", "[PF-TRAIN-005] the fp8-delayed step's result has no "
                                    "bf16 comparison: an FP8 gap alone cannot judge corruption "
                                    "(see PF-TRAIN-001)")
 
 
 def test_one_rank_cannot_measure_a_sharding_tolerance(suite):
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(0.0, 0.0, world=1))
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "result_cpu_gloo.txt", 0, edit=_fp8(0.0, 0.0, world=1))
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-005"][0] == got["PF-TRAIN-006"][0] == "skip"
     assert "1 rank: the sharded step and the reference are the same computation" in \
         got["PF-TRAIN-006"][1]
