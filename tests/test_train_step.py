@@ -373,7 +373,7 @@ def test_a_result_without_a_judged_fact_is_an_error_naming_it(suite):
     def edit(result: dict) -> dict:
         return {k: v for k, v in result.items() if k != "loss_max_rel_diff"}
 
-    _canned(suite, "result_cpu_gloo.txt", 0, edit=edit)
-    got = _check_results(suite, "--preflight-profile", "local-cpu")
+    canned(suite, "result_cpu_gloo.txt", 0, edit=edit)
+    got = check_results(suite, "--preflight-profile", "local-cpu")
     assert got["PF-TRAIN-005"][0] == "error"
     assert "training step result has no loss_max_rel_diff: not judged" in got["PF-TRAIN-005"][1]
