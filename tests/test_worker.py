@@ -125,9 +125,11 @@ def test_compute_tflops_are_over_the_matmuls_alone_not_the_nvml_reads():
                                                        chunk_iters=2, read=slow_read)
     wall = time.perf_counter() - start
     assert len(readings) >= 2 and busy < wall - 0.05 * len(readings) + 0.02
+    # the chunk time, not the wall: the figure is over `busy`, which the line above holds clear
+    # of every 50 ms read (counting the reads would fail it). A bound on busy against wall / 2
+    # failed once at load 11: a loaded machine can stall a chunk for as long as a read.
     assert tflops == pytest.approx(gc.matmul_tflops(64, busy, 2 * len(chunks)))
-    # the chunk time, not the wall: 3 x 64^3 flops take microseconds, the reads 50 ms each
-    assert tflops > gc.matmul_tflops(64, wall, 2 * len(chunks)) * 2
+    assert tflops > gc.matmul_tflops(64, wall, 2 * len(chunks))
 
 
 def test_parse_parts_names_the_part_that_was_running():
