@@ -5,7 +5,7 @@ every form of harness.parsers.env fills."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 
 from harness.parsers.reader import MAX_LINE_CHARS
 from harness.parsers.shell_words import shell_words as _shell_words
@@ -91,17 +91,28 @@ _QUICK = re.compile(rf"(?:[ \t]*{_END}|[ \t]*(?:export[ \t]+)?{VAR_NAME}={_PLAIN
 _QUICK_ASSIGN = re.compile(rf"^[ \t]*(?:export[ \t]+)?({VAR_NAME})=({_PLAIN_VALUE})", re.M)
 
 
+#: Distinct command lines whose reading parse_script keeps, and the longest kept. A script's
+#: lines recur through a log that holds it many times (the 20 MB bench input reads each of its
+#: commands ~2,000 times); each is lexed and read once, its assignments then replayed in order.
+#: Past the bound a line is read as before: the memo stays small on any input.
+_MEMO_LINES = 4096
+_MEMO_CHARS = 4096
+
+
 #: Lines joined into one text for _QUICK at a time (a batch is a chunk's lines, ~25k): the
 #: joined text and a run in it are the only copies, kept small.
 _BLOCK_LINES = 1024
 
 
-def _logical_lines(batches: Iterable[list[str]]) -> Iterator[tuple[bool, str, list[str] | slice]]:
+def _logical_lines(batches: Iterable[list[str]], known: Container[str] = ()
+                   ) -> Iterator[tuple[bool, str, list[str] | tuple[str] | slice | None]]:
     """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
     comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
     whole (up to _MAX_VALUE_LINES lines and MAX_VALUE_CHARS characters). What is still pending
     when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
-    nothing is pending) comes as one item, (False, the text it is in, its slice of it)."""
+    nothing is pending) comes as one item, (False, the text it is in, its slice of it). A
+    command in `known` (parse_script's memo: lexed before) comes unlexed, with None for its
+    words; text that is no command (an unclosed quote) comes as (text,)."""
     parts: list[str] = []  # the pending command's pieces
     size = 0
     joined = 0  # lines in the pending command
@@ -110,6 +121,21 @@ def _logical_lines(batches: Iterable[list[str]]) -> Iterator[tuple[bool, str, li
     new_quote = False  # a quote character came since the last failed attempt
     continued = False  # pending ends in a backslash continuation
     prompted = False
+    unlexed: set[str] = set()  # texts that failed to lex (a value's first lines), bounded
+
+    def lex(text: str) -> list[str] | None:
+        """The words of `text`, None when `known` holds it; ValueError where it cannot be lexed."""
+        if text in known:
+            return None
+        if text in unlexed:
+            raise ValueError("not closed")
+        try:
+            return _shell_words(_strip_comment(text))
+        except ValueError:
+            if len(unlexed) < _MEMO_LINES and len(text) <= _MEMO_CHARS:
+                unlexed.add(text)
+            raise
+
     for batch in batches:
         for first in range(0, len(batch), _BLOCK_LINES):
             block = "\n".join(batch[first:first + _BLOCK_LINES]) + "\n"
@@ -129,7 +155,7 @@ def _logical_lines(batches: Iterable[list[str]]) -> Iterator[tuple[bool, str, li
                     line = line[2:] if prompted else line
                     if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
                         try:
-                            words = _shell_words(_strip_comment(line))
+                            words = lex(line)
                         except ValueError:
                             pass
                         else:
@@ -149,14 +175,16 @@ def _logical_lines(batches: Iterable[list[str]]) -> Iterator[tuple[bool, str, li
                 try:
                     if open_quote and not new_quote:
                         raise ValueError("the open quote is still open")  # lexing again cannot close it
-                    words = _shell_words(_strip_comment(text))
+                    words = lex(text)
                 except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
                     if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
                         parts = [text + "\n"]
                         size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
                         open_quote, new_quote = True, False
                         continue
-                    words = [text]  # not a command: counted as skipped
+                    parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
+                    yield prompted, text, (text,)  # not a command: counted as skipped
+                    continue
                 parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
                 yield prompted, text, words
 
@@ -210,48 +238,80 @@ def _prints_env(words: list[str]) -> bool:
                            or head in (["export", "-p"], ["declare", "-x"], ["set"]))
 
 
-def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
-    """The variables a shell script sets, and the count of commands that set none, from its
-    lines in batches (Input.batches)."""
-    variables = Variables()
-    skipped = 0
+#: What reading one command line tells, apart from the variables it is read against: whether
+#: it prints the environment (`env | grep NCCL` after a prompt), and None for a line that sets
+#: nothing by design (a Dockerfile `RUN`, no words), else its assignments in order, as
+#: (name, value as written), and whether it had any.
+_Reading = tuple[bool, tuple[tuple[str, str], ...] | None, bool]
+
+
+def _reading(words: list[str]) -> _Reading:
+    """The reading of a command line's words (what parse_script's loop does with them, but
+    for the expansion and the store, which depend on the variables read before it)."""
+    prints = _prints_env(words)
+    if words[:1] == ["RUN"] or not words:  # a Dockerfile build step: not the image's env
+        return prints, None, False
+    pairs: list[tuple[str, str]] = []
 
     def add(word: str) -> bool:
         name, sep, value = word.partition("=")
         if not sep or not IS_NAME.match(name):
             return False
-        variables.put(name, _expand(value, variables))
+        pairs.append((name, value))
         return True
 
+    found = False
+    # one simple command (a `;`, `&` or `|` word comes from one of these characters) or several
+    for command in _commands(words) if any(w[:1] in _PUNCTUATION for w in words) else (words,):
+        found |= _read_command(command, add)
+    return prints, tuple(pairs), found
+
+
+def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
+    """The variables a shell script sets, and the count of commands that set none, from its
+    lines in batches (Input.batches)."""
+    variables = Variables()
+    put = variables.put
+    skipped = 0
+    memo: dict[str, _Reading] = {}  # command line -> its reading (see _MEMO_LINES)
+
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
-    for prompted, text, words in _logical_lines(batches):
+    for prompted, text, words in _logical_lines(batches, memo):
         if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
             if not env_output:
+                if text.find("$", words.start, words.stop) < 0:  # nothing to expand
+                    size = words.stop - words.start  # bounds each value and all of them
+                    variables.put_all(_QUICK_ASSIGN.findall(text, words.start, words.stop),
+                                      size, size)
+                    continue
                 for m in _QUICK_ASSIGN.finditer(text, words.start, words.stop):
-                    variables.put(m[1], _expand(m[2], variables))
+                    put(m[1], _expand(m[2], variables))
                 continue
             for line in text[words.start:words.stop - 1].split("\n"):
                 if m := ASSIGN.match(line):
-                    variables.put(m["name"], m["value"])  # `env` output: the value taken whole
+                    put(m["name"], m["value"])  # `env` output: the value taken whole
                 elif m := _QUICK_ASSIGN.match(line):
-                    variables.put(m[1], _expand(m[2], variables))
+                    put(m[1], _expand(m[2], variables))
             continue
+        if words is None:  # lexed before: read before
+            reading = memo[text]
+        elif isinstance(words, tuple):  # no command (an unclosed quote): its text as one word
+            reading = _reading(list(words))
+        else:
+            reading = _reading(words)
+            if len(memo) < _MEMO_LINES and len(text) <= _MEMO_CHARS:
+                memo[text] = reading
+        prints, pairs, found = reading
         if prompted:
-            env_output = _prints_env(words)
+            env_output = prints
         elif env_output and (m := ASSIGN.match(text)):
-            variables.put(m["name"], m["value"])
+            put(m["name"], m["value"])
             continue
-        if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env
+        if pairs is None:
             continue
-        if not words:
-            continue
-        if ";" in text or "&" in text or "|" in text:
-            found = False
-            for command in _commands(words):
-                found |= _read_command(command, add)
-        else:  # one simple command (a `;`, `&` or `|` word comes from one of these characters)
-            found = _read_command(words, add)
-        if not found and words:
+        for name, value in pairs:
+            put(name, _expand(value, variables) if "$" in value else value)
+        if not found:
             skipped += 1
     return variables, skipped
 

@@ -1,0 +1,103 @@
+"""The env script reader's memo (issue 32 item 3): a command line read before is not lexed or
+read again, only its assignments replayed against the variables of the moment. The same line in
+another context (after `$ env`, inside a continued command or a quoted value, after `RUN`) reads
+as it did before the memo: the expected values below are what main at 3c19681 returned.
+tests/test_parsers_env_equivalence.py holds every recorded file to the older reader too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.parsers import env_script
+from harness.parsers.env import parse_env_dump
+
+TESTS = Path(__file__).parent
+SCRIPTS = sorted([*TESTS.glob("data/env/*.sh"), *TESTS.glob("samples/env/*.sh"),
+                  *TESTS.glob("data/env/*.dockerfile"), *TESTS.glob("data/env/*cmdline*.txt")])
+
+CASES = [
+    # the same line in every context: plain, after `$ env` (taken whole), continued, in a value
+    ("A=1\nB=$A:x\n$ env | grep B\nB=$A:x\n$ echo\nB=$A:x\nmpirun -x B=$A:x \\\n  -x C=2 prog\n"
+     "export D=\"B=$A:x\nB=$A:x\"\nB=$A:x\nA=2\nB=$A:x\n",
+     {"A": "2", "B": "2:x", "C": "2", "D": "B=1:x\nB=1:x"}, 2),
+    # a list of commands, the same after RUN, and after a prompt
+    ("export A=1; B=2 || C=3\nRUN export E=1\nexport A=1; B=2 || C=3\n$ export A=9\n"
+     "export A=1; B=2 || C=3\n", {"A": "1", "B": "2", "C": "3"}, 0),
+    # an unclosed quote that is no value (prose), twice; one that opens a value, twice
+    ("echo \"it's\nexport A=1\necho \"it's\nexport V=\"a\nb\"\nexport V=\"a\nb\"\nW=$V\n",
+     {"A": "1", "V": "a\nb", "W": "a\nb"}, 2),
+    # declare -x and declare -a; legacy Dockerfile ENV, twice
+    ("declare -x A=1\ndeclare -a A=(x)\ndeclare -x A=1\nENV B 1 2\nENV B 1 2\n",
+     {"A": "1", "B": "1 2"}, 1),
+]
+
+
+@pytest.mark.parametrize(("text", "variables", "skipped"), CASES)
+def test_a_line_read_before_reads_as_before_in_its_context(text: str, variables: dict[str, str],
+                                                            skipped: int) -> None:
+    dump = parse_env_dump(text)
+    assert (dump.format, dump.variables, list(dump.variables), dump.skipped) == (
+        "script", variables, list(variables), skipped)
+
+
+def _read(text: str) -> tuple[object, ...]:
+    dump = parse_env_dump(text)
+    return dump.format, list(dump.variables.items()), dump.skipped, dump.dropped
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
+        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each recorded script three times over (every line after the first copy a memo hit), and
+    all of them after it: the memo gives what reading every line anew gives."""
+    text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
+    text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
+    with_memo = _read(text)
+    monkeypatch.setattr(env_script, "_MEMO_LINES", 0)
+    assert _read(text) == with_memo
+
+
+def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo is the path taken (else the tests above compare the lexer with itself): 100
+    copies of a script lex as many lines as one copy; without the memo, 100 times as many."""
+    text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
+    calls: list[str] = []
+    lexer = env_script._shell_words
+
+    def counted(line: str) -> list[str]:
+        calls.append(line)
+        return lexer(line)
+
+    monkeypatch.setattr(env_script, "_shell_words", counted)
+    parse_env_dump(text)
+    once = len(calls)
+    calls.clear()
+    parse_env_dump(text * 100)
+    assert 0 < len(calls) == once
+    calls.clear()
+    monkeypatch.setattr(env_script, "_MEMO_LINES", 0)
+    parse_env_dump(text * 100)
+    assert len(calls) == 100 * once
+
+
+def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distinct lines past _MEMO_LINES, and lines past _MEMO_CHARS, are read without being kept."""
+    kept: list[int] = []
+    reading = env_script._reading
+
+    def spy(words: list[str]) -> env_script._Reading:
+        kept.append(1)
+        return reading(words)
+
+    monkeypatch.setattr(env_script, "_reading", spy)
+    monkeypatch.setattr(env_script, "_MEMO_LINES", 10)
+    lines = "".join(f"export A{i}=\"{i}\"\n" for i in range(50)) * 2  # quoted: each line lexed
+    dump = parse_env_dump(lines)
+    assert len(dump.variables) == 50
+    assert len(kept) == 50 + 40  # the first 10 kept, read once; the other 40 read twice
+    kept.clear()
+    long = f"export A=\"{'x' * (env_script._MEMO_CHARS + 1)}\"\n"
+    parse_env_dump(long * 3)
+    assert len(kept) == 3
