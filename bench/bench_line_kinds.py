@@ -5,7 +5,8 @@ For each kind the input of bench_inspect.py's generator (the recorded samples co
 long log holds them) is written at `--mb` MB; then, `--runs` times, interleaved, the CPU time
 (user + sys, from wait4) of
 
-- `preflight inspect KIND FILE --json` (the console script, as users run it), and
+- `preflight inspect KIND FILE --json` (the console script's entry point, as users run it,
+  with this checkout's harness), and
 - `python -c 'for line in open(FILE, errors="replace"): pass'` (the same interpreter), the
   floor: reading and decoding the lines and nothing else,
 
@@ -55,9 +56,10 @@ def _run(cmd: list[str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def _preflight() -> str:
-    script = Path(sys.executable).with_name("preflight")
-    return str(script) if script.exists() else shutil.which("preflight") or "preflight"
+def _preflight() -> list[str]:
+    """`preflight` with this checkout's harness. (The console script imports whatever tree the
+    venv's editable install points at, which need not be this one: a clone sharing a venv.)"""
+    return [sys.executable, "-c", BASE, str(Path(__file__).resolve().parents[1])]
 
 
 def _input(folder: Path, name: str, mb: float) -> tuple[str, Path]:
@@ -95,7 +97,7 @@ def main() -> None:
                 if args.base:
                     base.append(_run([sys.executable, "-c", BASE, args.base, "inspect", kind,
                                       str(path), "--json"])[0])
-                cpu, peak = _run([pre, "inspect", kind, str(path), "--json"])
+                cpu, peak = _run([*pre, "inspect", kind, str(path), "--json"])
                 floor, _ = _run([sys.executable, "-c", LOOP, str(path)])
                 ratios.append(cpu / floor)
                 ours.append(cpu)
@@ -114,7 +116,7 @@ def main() -> None:
             peaks = []
             for size in (float(s) for s in args.rss.split(",")):
                 kind, path = _input(folder, args.rss_kind, size)
-                peaks.append((size, _run([pre, "inspect", kind, str(path), "--json"])[1]))
+                peaks.append((size, _run([*pre, "inspect", kind, str(path), "--json"])[1]))
                 if not args.keep:
                     path.unlink()
             (s0, r0), (s1, r1) = peaks[0], peaks[-1]

@@ -139,9 +139,11 @@ def parse_env_dump(text: str | Input) -> EnvDump:
 def _shape(source: Input) -> _Shape:
     """The first pass: NULs, the first character, structure markers, rank prefixes, script
     lines. (Each regex is tried only where its literals are: the pass reads every line; a batch
-    of plain assignments is judged as a whole, see _plain_batch.)"""
+    of plain assignments is judged as a whole, see _plain_batch; a line seen before is judged
+    as before, see _shape_lines.)"""
     shape = _Shape()
     previous: str | None = None  # the last non-blank line's list item (`- -x` then `- A=b`)
+    memo: dict[str, _LineShape] = {}
     for batch in source.batches():
         text = None if shape.structured else _assignment_text(batch)
         if text is not None and "\0" not in text and _plain_batch(text, shape.script_plain):
@@ -149,40 +151,73 @@ def _shape(source: Input) -> _Shape:
             shape.first = shape.first or batch[0][:1]
             previous = None
             continue
-        for line in batch:
-            if "\0" in line:
-                shape.nul = True
-                return shape
-            if shape.structured:
-                continue  # only a NUL can change the answer now
-            stripped = line.lstrip()
-            if not stripped:
-                continue
-            shape.nonblank += 1
-            if not shape.first:
-                shape.first = stripped[:1]
-                if shape.first == "[" and _RANK_PREFIX.match(stripped):
-                    shape.first = "r"  # `[1,0]<stdout>:` is a rank prefix, not JSON
-                shape.structured = shape.first in ("[", "{")
-            item = list_item(line) if stripped[:1] in "-\"" else None
-            shape.structured = bool(
-                (":" in line and _is_structured_line(line))
-                or ("{" in line and INLINE_ENV.search(line))
-                or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
-            previous = item
-            m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
-            if not shape.timestamped and "0" <= line[:1] <= "9":
-                shape.timestamped = _TIMESTAMP.match(line) is not None
-            if m is not None:
-                rank = m["srun"] or m["mpi"]
-                shape.tagged += 1
-                if shape.first_rank is None:
-                    shape.first_rank = rank
-                if rank == shape.first_rank and not shape.script_tagged:
-                    shape.script_tagged = _is_script_line(_untimed(line[m.end():]))
-            if not shape.script_plain:
-                shape.script_plain = _is_script_line(_untimed(line))
+        previous = _shape_lines(batch, shape, previous, memo)
+        if shape.nul:
+            break
     return shape
+
+
+#: What _shape_lines finds on a line by itself: its own structure marker (a YAML or dict line,
+#: an inline `env={...}`), its list item, whether that item is an assignment, whether the line
+#: is a script's.
+_LineShape = tuple[bool, "str | None", bool, bool]
+#: Distinct lines whose _LineShape is kept, and the longest kept: a script repeated through a
+#: log (the 20 MB bench input holds each of its lines ~2,000 times) is judged once a line.
+_MEMO_LINES = 4096
+_MEMO_CHARS = 4096
+
+
+def _shape_lines(batch: list[str], shape: _Shape, previous: str | None,
+                 memo: dict[str, _LineShape]) -> str | None:
+    """_shape's line loop over one batch; the last non-blank line's list item. A line that
+    can hold no rank prefix or timestamp (its first non-blank character is no digit or `[`),
+    past the input's first non-blank line, is judged by itself once and kept in `memo`."""
+    for line in batch:
+        if "\0" in line:
+            shape.nul = True
+            return previous
+        if shape.structured:
+            continue  # only a NUL can change the answer now
+        known = memo.get(line)
+        if known is not None:
+            own, item, assign, script = known
+            shape.nonblank += 1
+            shape.structured = own or (assign and previous in FLAG_WORDS)
+            previous = item
+            if script:
+                shape.script_plain = True
+            continue
+        stripped = line.lstrip()
+        if not stripped:
+            continue
+        shape.nonblank += 1
+        keep = bool(shape.first) and stripped[:1] not in "[0123456789"
+        if not shape.first:
+            shape.first = stripped[:1]
+            if shape.first == "[" and _RANK_PREFIX.match(stripped):
+                shape.first = "r"  # `[1,0]<stdout>:` is a rank prefix, not JSON
+            shape.structured = shape.first in ("[", "{")
+        item = list_item(line) if stripped[:1] in "-\"" else None
+        own = bool((":" in line and _is_structured_line(line))
+                   or ("{" in line and INLINE_ENV.search(line)))
+        assign = item is not None and ASSIGN.match(item) is not None
+        shape.structured = own or (assign and previous in FLAG_WORDS)
+        previous = item
+        if keep and len(memo) < _MEMO_LINES and len(line) <= _MEMO_CHARS:
+            memo[line] = (own, item, assign, _is_script_line(line))  # (no timestamp to take off)
+        m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
+        if not shape.timestamped and "0" <= line[:1] <= "9":
+            shape.timestamped = _TIMESTAMP.match(line) is not None
+        if m is not None:
+            rank = m["srun"] or m["mpi"]
+            shape.tagged += 1
+            if shape.first_rank is None:
+                shape.first_rank = rank
+            if rank == shape.first_rank and not shape.script_tagged:
+                shape.script_tagged = _is_script_line(_untimed(line[m.end():]))
+        if not shape.script_plain:
+            shape.script_plain = _is_script_line(_untimed(line))
+    return previous
 
 
 def _assignment_text(batch: list[str]) -> str | None:
