@@ -5,7 +5,8 @@ every form of harness.parsers.env fills."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from itertools import repeat
 
 from harness.parsers.reader import MAX_LINE_CHARS
 from harness.parsers.shell_words import shell_words as _shell_words
@@ -56,16 +57,19 @@ class Variables(dict[str, str]):
         self[name] = value
         self.total += grow
 
-    def put_all(self, pairs: list[tuple[str, str]], longest: int, chars: int) -> None:
+    def put_all(self, pairs: Sequence[tuple[str, str]], longest: int, chars: int,
+                new: dict[str, str] | None = None) -> None:
         """put() each pair in order. `longest` and `chars` bound a value's and all values'
-        length: where no put could be refused or cut, the pairs are taken in one update."""
+        length: where no put could be refused or cut, the pairs are taken in one update (of
+        `new`, dict(pairs), where the caller has it)."""
         if (longest > MAX_VALUE_CHARS or len(self) + len(pairs) > MAX_VARIABLES
                 or self.total + chars > MAX_TOTAL_CHARS):
             for name, value in pairs:
                 self.put(name, value)
             return
-        new = dict(pairs)  # the last value of each name, in the order names first come
-        old = sum(len(self[name]) for name in new.keys() & self.keys())
+        if new is None:
+            new = dict(pairs)  # the last value of each name, in the order names first come
+        old = sum(map(len, map(self.get, new, repeat(""))))
         self.update(new)
         self.total += sum(map(len, new.values())) - old
 
@@ -267,6 +271,16 @@ def _reading(words: list[str]) -> _Reading:
     return prints, tuple(pairs), found
 
 
+#: A _QUICK run's assignments in order, (name, value as written), and dict(them) where no
+#: value has a `$` to expand (so that they can be taken in one update).
+_Run = tuple[list[tuple[str, str]], dict[str, str] | None]
+
+
+def _run(text: str) -> _Run:
+    pairs = _QUICK_ASSIGN.findall(text)
+    return pairs, None if "$" in text else dict(pairs)
+
+
 def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     """The variables a shell script sets, and the count of commands that set none, from its
     lines in batches (Input.batches)."""
@@ -274,18 +288,24 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     put = variables.put
     skipped = 0
     memo: dict[str, _Reading] = {}  # command line -> its reading (see _MEMO_LINES)
+    runs: dict[str, _Run] = {}  # a _QUICK run's text -> its assignments (bounded as memo)
 
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
     for prompted, text, words in _logical_lines(batches, memo):
         if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
             if not env_output:
-                if text.find("$", words.start, words.stop) < 0:  # nothing to expand
-                    size = words.stop - words.start  # bounds each value and all of them
-                    variables.put_all(_QUICK_ASSIGN.findall(text, words.start, words.stop),
-                                      size, size)
+                run_text = text[words.start:words.stop]
+                run = runs.get(run_text)
+                if run is None:
+                    run = _run(run_text)
+                    if len(runs) < _MEMO_LINES and len(run_text) <= _MEMO_CHARS:
+                        runs[run_text] = run
+                pairs, new = run
+                if new is not None:  # nothing to expand
+                    variables.put_all(pairs, len(run_text), len(run_text), new)
                     continue
-                for m in _QUICK_ASSIGN.finditer(text, words.start, words.stop):
-                    put(m[1], _expand(m[2], variables))
+                for name, value in pairs:
+                    put(name, _expand(value, variables) if "$" in value else value)
                 continue
             for line in text[words.start:words.stop - 1].split("\n"):
                 if m := ASSIGN.match(line):
