@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.parsers import env_script
+from harness.parsers import env_script, env_script_lines
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input
 
@@ -35,7 +35,28 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "variables", "skipped"), CASES)
+_SEGMENT = "export A=1\nB=$A:$B\nexport C=\"q $B\"\n\n"
+#: Segments (lines to a blank line, read before: one item, see env_script_lines.Segment) in contexts.
+SEGMENT_CASES = [
+    # a segment repeated: expansions against the variables of each time
+    (_SEGMENT * 3 + "A=2\n\n" + _SEGMENT,
+     {"A": "1", "B": "1:1:1:1:$B", "C": "q 1:1:1:1:$B"}, 0),
+    # the same segment after `$ env` output (its assignment lines taken whole), then after a
+    # new prompt
+    (_SEGMENT + "$ env | grep A\n\n" + _SEGMENT + "$ echo\n\n" + _SEGMENT,
+     {"A": "1", "B": "1:$A:$B", "C": "q 1:$A:$B"}, 2),
+    # a segment with a prompt in it, twice (env output follows it: C is taken whole)
+    ("A=1\n$ env\nB=$A\n\n$ echo\n\nA=1\n$ env\nB=$A\n\nC=$B\n",
+     {"A": "1", "B": "$A", "C": "$B"}, 3),
+    # a blank line inside a quoted value and inside a continued command
+    ("export V=\"a\n\nb\"\nW=$V\n\n" * 2 + "mpirun -x X=1 \\\n\n  -x Y=2 prog\n\n" * 2,
+     {"V": "a\n\nb", "W": "a\n\nb", "X": "1", "Y": "2"}, 0),
+    # a blank line right after a continuation; a comment ending in a backslash before one
+    ("A=1 \\\n\nB=2\n\n# c \\\n\nC=3\n\n" * 2, {"A": "1", "B": "2", "C": "3"}, 0),
+]
+
+
+@pytest.mark.parametrize(("text", "variables", "skipped"), CASES + SEGMENT_CASES)
 def test_a_line_read_before_reads_as_before_in_its_context(text: str, variables: dict[str, str],
                                                             skipped: int) -> None:
     dump = parse_env_dump(text)
@@ -56,7 +77,7 @@ def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
     text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
     text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
     with_memo = _read(text)
-    monkeypatch.setattr(env_script, "_MEMO_LINES", 0)
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 0)
     assert _read(text) == with_memo
 
 
@@ -65,26 +86,26 @@ def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) ->
     copies of a script lex as many lines as one copy; without the memo, 100 times as many."""
     text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
     calls: list[str] = []
-    lexer = env_script._shell_words
+    lexer = env_script_lines._shell_words
 
     def counted(line: str) -> list[str]:
         calls.append(line)
         return lexer(line)
 
-    monkeypatch.setattr(env_script, "_shell_words", counted)
+    monkeypatch.setattr(env_script_lines, "_shell_words", counted)
     parse_env_dump(text)
     once = len(calls)
     calls.clear()
     parse_env_dump(text * 100)
     assert 0 < len(calls) == once
     calls.clear()
-    monkeypatch.setattr(env_script, "_MEMO_LINES", 0)
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 0)
     parse_env_dump(text * 100)
     assert len(calls) == 100 * once
 
 
 def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Distinct lines past _MEMO_LINES, and lines past _MEMO_CHARS, are read without being kept."""
+    """Distinct lines past MEMO_LINES, and lines past MEMO_CHARS, are read without being kept."""
     kept: list[int] = []
     reading = env_script._reading
 
@@ -93,13 +114,13 @@ def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         return reading(words)
 
     monkeypatch.setattr(env_script, "_reading", spy)
-    monkeypatch.setattr(env_script, "_MEMO_LINES", 10)
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 10)
     lines = "".join(f"export A{i}=\"{i}\"\n" for i in range(50)) * 2  # quoted: each line lexed
     dump = parse_env_dump(lines)
     assert len(dump.variables) == 50
     assert len(kept) == 50 + 40  # the first 10 kept, read once; the other 40 read twice
     kept.clear()
-    long = f"export A=\"{'x' * (env_script._MEMO_CHARS + 1)}\"\n"
+    long = f"export A=\"{'x' * (env_script_lines.MEMO_CHARS + 1)}\"\n"
     parse_env_dump(long * 3)
     assert len(kept) == 3
 
@@ -144,3 +165,16 @@ def test_a_line_judged_before_is_judged_as_before_after_any_other(line: str) -> 
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(env, "_MEMO_LINES", 0)
             assert env._shape(Input(text)) == with_memo, (other, line)
+
+
+def test_a_segment_read_before_comes_as_one_item() -> None:
+    """The segment path is the one taken (else SEGMENT_CASES test only the line path): the
+    second copy of a segment comes as one Segment item, a segment with a prompt never does."""
+    segments: dict[str, env_script_lines.Segment] = {}
+    lines = (_SEGMENT * 2 + "$ env\nA=1\n\n" * 2).split("\n")[:-1]
+    items = list(env_script_lines.logical_lines([lines], {}, segments))
+    kinds = [type(words).__name__ for _, _, words in items]
+    assert kinds == ["slice", "list", "slice", "Segment", "list", "slice", "list", "slice"]
+    assert list(segments) == [_SEGMENT]
+    assert [text for text, kind in zip([i[1] for i in items], kinds, strict=True)
+            if kind == "Segment"] == [_SEGMENT]

@@ -20,10 +20,10 @@ from harness.parsers.env_script import (
     MAX_TOTAL_CHARS,
     MAX_VALUE_CHARS,
     MAX_VARIABLES,
-    VAR_NAME,
     Variables,
     parse_script,
 )
+from harness.parsers.env_script_lines import VAR_NAME
 from harness.parsers.env_yaml import (
     DICT_ENTRY,
     INLINE_ENV,

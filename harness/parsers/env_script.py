@@ -5,29 +5,24 @@ every form of harness.parsers.env fills."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 
+from harness.parsers import env_script_lines as script_lines
+from harness.parsers.env_script_lines import QUICK_ASSIGN, VAR_NAME, Item, Segment, logical_lines
 from harness.parsers.reader import MAX_LINE_CHARS
-from harness.parsers.shell_words import shell_words as _shell_words
-from harness.parsers.shell_words import strip_comment as _strip_comment
 
 __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
            "parse_script"]
 
-VAR_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 IS_NAME = re.compile(rf"{VAR_NAME}\Z")
 ASSIGN = re.compile(rf"^(?P<name>{VAR_NAME})=(?P<value>.*)$", re.S)
-# A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
-_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{VAR_NAME}=[\"']")
 # `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:=default}`, `$NAME`.
 _PARAM = re.compile(rf"\$\{{(?P<name>{VAR_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}"
                     rf"|\$(?P<bare>{VAR_NAME})")
 _SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
 #: Launcher flags whose next word is an assignment: mpirun `-x`, docker `-e` / `--env`.
 FLAG_WORDS = frozenset({"-x", "-e", "--env"})
-#: A quoted value may run over this many lines before the rest is taken as broken input.
-_MAX_VALUE_LINES = 50
 
 #: Bounds that keep memory flat on any input. No real environment comes near them: an execve
 #: string is at most MAX_ARG_STRLEN = 128 KiB (linux include/uapi/linux/binfmts.h) and the whole
@@ -72,125 +67,6 @@ class Variables(dict[str, str]):
         old = sum(map(len, map(self.get, new, repeat(""))))
         self.update(new)
         self.total += sum(map(len, new.values())) - old
-
-
-#: Backslash-continued lines joined into one command at most (a Dockerfile RUN has tens).
-_MAX_CONTINUED_LINES = 1000
-
-
-#: A line that is no command when nothing is pending: blank or a comment (one that does not end
-#: in a backslash, which _logical_lines reads as a continuation).
-_NOOP_LINE = re.compile(r"[ \t]*(?:#.*)?", re.S)
-
-
-#: A run of lines that need no lexer, each ending in `\n`: blank lines, comments (not ending in
-#: a backslash) and plain `NAME=value` / `export NAME=value` lines (a value without blanks,
-#: quotes, escapes, `;&|`, `#` or parentheses, so its one shell word is the text itself; a
-#: comment may follow). One match takes the run (most of a script), where the per-line state
-#: machine below costs ~5 us a line.
-_PLAIN_VALUE = r"[^\s\"'\\;&|#()]*"
-_END = r"(?:#[^\n]*(?<!\\))?\n"  # an optional comment, not a continuation, and the line end
-_QUICK = re.compile(rf"(?:[ \t]*{_END}|[ \t]*(?:export[ \t]+)?{VAR_NAME}={_PLAIN_VALUE}"
-                    rf"(?:[ \t]+{_END}|\n))+")
-_QUICK_ASSIGN = re.compile(rf"^[ \t]*(?:export[ \t]+)?({VAR_NAME})=({_PLAIN_VALUE})", re.M)
-
-
-#: Distinct command lines whose reading parse_script keeps, and the longest kept. A script's
-#: lines recur through a log that holds it many times (the 20 MB bench input reads each of its
-#: commands ~2,000 times); each is lexed and read once, its assignments then replayed in order.
-#: Past the bound a line is read as before: the memo stays small on any input.
-_MEMO_LINES = 4096
-_MEMO_CHARS = 4096
-
-
-#: Lines joined into one text for _QUICK at a time (a batch is a chunk's lines, ~25k): the
-#: joined text and a run in it are the only copies, kept small.
-_BLOCK_LINES = 1024
-
-
-def _logical_lines(batches: Iterable[list[str]], known: Container[str] = ()
-                   ) -> Iterator[tuple[bool, str, list[str] | tuple[str] | slice | None]]:
-    """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
-    comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
-    whole (up to _MAX_VALUE_LINES lines and MAX_VALUE_CHARS characters). What is still pending
-    when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
-    nothing is pending) comes as one item, (False, the text it is in, its slice of it). A
-    command in `known` (parse_script's memo: lexed before) comes unlexed, with None for its
-    words; text that is no command (an unclosed quote) comes as (text,)."""
-    parts: list[str] = []  # the pending command's pieces
-    size = 0
-    joined = 0  # lines in the pending command
-    newlines = 0  # ... joined at an open quote (the value's own line breaks)
-    open_quote = False  # pending because a quote is open (lexing again needs a new quote)
-    new_quote = False  # a quote character came since the last failed attempt
-    continued = False  # pending ends in a backslash continuation
-    prompted = False
-    unlexed: set[str] = set()  # texts that failed to lex (a value's first lines), bounded
-
-    def lex(text: str) -> list[str] | None:
-        """The words of `text`, None when `known` holds it; ValueError where it cannot be lexed."""
-        if text in known:
-            return None
-        if text in unlexed:
-            raise ValueError("not closed")
-        try:
-            return _shell_words(_strip_comment(text))
-        except ValueError:
-            if len(unlexed) < _MEMO_LINES and len(text) <= _MEMO_CHARS:
-                unlexed.add(text)
-            raise
-
-    for batch in batches:
-        for first in range(0, len(batch), _BLOCK_LINES):
-            block = "\n".join(batch[first:first + _BLOCK_LINES]) + "\n"
-            pos, end = 0, len(block)
-            while pos < end:
-                if not parts and (m := _QUICK.match(block, pos)):
-                    yield False, block, slice(pos, m.end())
-                    pos = m.end()
-                    if pos == end:
-                        break
-                nl = block.index("\n", pos)
-                line, pos = block[pos:nl], nl + 1
-                if not parts:
-                    if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
-                        continue  # blank or a comment, nothing pending: no command (most of a script)
-                    prompted = line.startswith("$ ")  # a pasted terminal prompt
-                    line = line[2:] if prompted else line
-                    if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
-                        try:
-                            words = lex(line)
-                        except ValueError:
-                            pass
-                        else:
-                            yield prompted, line, words
-                            continue
-                elif continued and line.lstrip().startswith("#"):
-                    continue  # Docker drops comment lines inside a continued instruction
-                new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
-                room = size + len(line) < MAX_VALUE_CHARS and joined < _MAX_CONTINUED_LINES
-                continued = line.endswith("\\") and not line.endswith("\\\\") and room
-                if continued:
-                    parts.append(line[:-1] + " ")
-                    size, joined = size + len(line), joined + 1
-                    continue
-                parts.append(line)
-                text = "".join(parts)
-                try:
-                    if open_quote and not new_quote:
-                        raise ValueError("the open quote is still open")  # lexing again cannot close it
-                    words = lex(text)
-                except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
-                    if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
-                        parts = [text + "\n"]
-                        size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
-                        open_quote, new_quote = True, False
-                        continue
-                    parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
-                    yield prompted, text, (text,)  # not a command: counted as skipped
-                    continue
-                parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
-                yield prompted, text, words
 
 
 _PUNCTUATION = frozenset(";&|")
@@ -271,14 +147,15 @@ def _reading(words: list[str]) -> _Reading:
     return prints, tuple(pairs), found
 
 
-#: A _QUICK run's assignments in order, (name, value as written), and dict(them) where no
-#: value has a `$` to expand (so that they can be taken in one update).
-_Run = tuple[list[tuple[str, str]], dict[str, str] | None]
+#: A _QUICK run's assignments in order, (name, value as written).
+_Run = list[tuple[str, str]]
 
-
-def _run(text: str) -> _Run:
-    pairs = _QUICK_ASSIGN.findall(text)
-    return pairs, None if "$" in text else dict(pairs)
+#: What items of logical_lines do to the variables, given whether they follow `env` output:
+#: (name, value as written, whether to expand it) in order; the same without the flag and
+#: dict() of them, where nothing is to expand (a segment's, see _effect); the longest value;
+#: all values' characters; the commands that set nothing.
+_Effect = tuple[list[tuple[str, str, bool]], list[tuple[str, str]], dict[str, str] | None,
+                int, int, int]
 
 
 def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
@@ -287,31 +164,53 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     variables = Variables()
     put = variables.put
     skipped = 0
-    memo: dict[str, _Reading] = {}  # command line -> its reading (see _MEMO_LINES)
+    memo: dict[str, _Reading] = {}  # command line -> its reading (see script_lines.MEMO_LINES)
     runs: dict[str, _Run] = {}  # a _QUICK run's text -> its assignments (bounded as memo)
-
+    effects: dict[tuple[str, bool], _Effect] = {}  # (segment, after env output) -> its effect
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
-    for prompted, text, words in _logical_lines(batches, memo):
+    for item in logical_lines(batches, memo, {}):
+        words = item[2]
+        if isinstance(words, Segment):  # a segment read before: no prompt in it
+            key = (item[1], env_output)
+            effect = effects.get(key)
+            if effect is None:
+                effect = _effect(words, env_output, memo, runs)[0]
+                if len(effects) < script_lines.MEMO_LINES:
+                    effects[key] = effect
+        else:
+            effect, env_output = _effect((item,), env_output, memo, runs)
+        pairs, plain, new, longest, chars, unset = effect
+        skipped += unset
+        if new is not None:
+            variables.put_all(plain, longest, chars, new)
+            continue
+        for name, value, expand in pairs:
+            put(name, _expand(value, variables) if expand and "$" in value else value)
+    return variables, skipped
+
+
+def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
+            runs: dict[str, _Run]) -> tuple[_Effect, bool]:
+    """What `items` do after `env_output` (parse_script's loop, but for the store and the
+    expansion, which depend on the variables), and whether env output follows them. Lines and
+    runs read before are taken from `memo` and `runs`; new ones are kept there (bounded)."""
+    out: list[tuple[str, str, bool]] = []
+    unset = 0
+    for prompted, text, words in items:
         if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
             if not env_output:
-                run_text = text[words.start:words.stop]
-                run = runs.get(run_text)
+                run = runs.get(text)
                 if run is None:
-                    run = _run(run_text)
-                    if len(runs) < _MEMO_LINES and len(run_text) <= _MEMO_CHARS:
-                        runs[run_text] = run
-                pairs, new = run
-                if new is not None:  # nothing to expand
-                    variables.put_all(pairs, len(run_text), len(run_text), new)
-                    continue
-                for name, value in pairs:
-                    put(name, _expand(value, variables) if "$" in value else value)
+                    run = QUICK_ASSIGN.findall(text)
+                    if len(runs) < script_lines.MEMO_LINES and len(text) <= script_lines.MEMO_CHARS:
+                        runs[text] = run
+                out += [(name, value, True) for name, value in run]
                 continue
-            for line in text[words.start:words.stop - 1].split("\n"):
+            for line in text[:-1].split("\n"):
                 if m := ASSIGN.match(line):
-                    put(m["name"], m["value"])  # `env` output: the value taken whole
-                elif m := _QUICK_ASSIGN.match(line):
-                    put(m[1], _expand(m[2], variables))
+                    out.append((m["name"], m["value"], False))  # `env` output: taken whole
+                elif m := QUICK_ASSIGN.match(line):
+                    out.append((m[1], m[2], True))
             continue
         if words is None:  # lexed before: read before
             reading = memo[text]
@@ -319,21 +218,24 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
             reading = _reading(list(words))
         else:
             reading = _reading(words)
-            if len(memo) < _MEMO_LINES and len(text) <= _MEMO_CHARS:
+            if len(memo) < script_lines.MEMO_LINES and len(text) <= script_lines.MEMO_CHARS:
                 memo[text] = reading
         prints, pairs, found = reading
         if prompted:
             env_output = prints
         elif env_output and (m := ASSIGN.match(text)):
-            put(m["name"], m["value"])
+            out.append((m["name"], m["value"], False))
             continue
         if pairs is None:
             continue
-        for name, value in pairs:
-            put(name, _expand(value, variables) if "$" in value else value)
+        out += [(name, value, True) for name, value in pairs]
         if not found:
-            skipped += 1
-    return variables, skipped
+            unset += 1
+    if not isinstance(items, Segment) or any(e and "$" in v for _, v, e in out):
+        return (out, [], None, 0, 0, unset), env_output
+    plain = [(name, value) for name, value, _ in out]
+    return (out, plain, dict(plain), max(map(len, (v for _, v in plain)), default=0),
+            sum(len(v) for _, v in plain), unset), env_output
 
 
 #: Where a word of _read_command's second loop is (its words joined with NULs around each).
