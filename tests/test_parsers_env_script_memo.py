@@ -56,9 +56,14 @@ SEGMENT_CASES = [
 ]
 
 
+@pytest.mark.parametrize("segment_min", [0, env_script_lines._SEGMENT_MIN])
 @pytest.mark.parametrize(("text", "variables", "skipped"), CASES + SEGMENT_CASES)
-def test_a_line_read_before_reads_as_before_in_its_context(text: str, variables: dict[str, str],
-                                                            skipped: int) -> None:
+def test_a_line_read_before_reads_as_before_in_its_context(
+        text: str, variables: dict[str, str], skipped: int, segment_min: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Segments end at the first blank line _SEGMENT_MIN characters on: these short texts are
+    read with it 0 too, so that each blank line ends one.)"""
+    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", segment_min)
     dump = parse_env_dump(text)
     assert (dump.format, dump.variables, list(dump.variables), dump.skipped) == (
         "script", variables, list(variables), skipped)
@@ -167,9 +172,10 @@ def test_a_line_judged_before_is_judged_as_before_after_any_other(line: str) -> 
             assert env._shape(Input(text)) == with_memo, (other, line)
 
 
-def test_a_segment_read_before_comes_as_one_item() -> None:
+def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch) -> None:
     """The segment path is the one taken (else SEGMENT_CASES test only the line path): the
     second copy of a segment comes as one Segment item, a segment with a prompt never does."""
+    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
     segments: dict[str, env_script_lines.Segment] = {}
     lines = (_SEGMENT * 2 + "$ env\nA=1\n\n" * 2).split("\n")[:-1]
     items = list(env_script_lines.logical_lines([lines], {}, segments))
@@ -178,3 +184,15 @@ def test_a_segment_read_before_comes_as_one_item() -> None:
     assert list(segments) == [_SEGMENT]
     assert [text for text, kind in zip([i[1] for i in items], kinds, strict=True)
             if kind == "Segment"] == [_SEGMENT]
+
+
+def test_a_segment_ends_at_a_blank_line_past_its_shortest() -> None:
+    """With the default _SEGMENT_MIN, a repeated script of the bench's kind comes mostly as
+    segments: of 50 copies of a sample, 3/4 of the text comes in segments read before."""
+    text = (TESTS / "data/env/real_sbatch_nccl_tests_container_2024.sh").read_text(encoding="utf-8")
+    lines = (text.rstrip("\n") + "\n\n") * 50
+    segments: dict[str, env_script_lines.Segment] = {}
+    items = list(env_script_lines.logical_lines([lines.split("\n")[:-1]], {}, segments))
+    hits = [text for _, text, words in items if isinstance(words, env_script_lines.Segment)]
+    assert sum(map(len, hits)) >= 0.75 * len(lines)
+    assert all(len(text) >= env_script_lines._SEGMENT_MIN for text in segments)

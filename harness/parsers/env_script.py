@@ -151,11 +151,11 @@ def _reading(words: list[str]) -> _Reading:
 _Run = list[tuple[str, str]]
 
 #: What items of logical_lines do to the variables, given whether they follow `env` output:
-#: (name, value as written, whether to expand it) in order; the same without the flag and
-#: dict() of them, where nothing is to expand (a segment's, see _effect); the longest value;
-#: all values' characters; the commands that set nothing.
-_Effect = tuple[list[tuple[str, str, bool]], list[tuple[str, str]], dict[str, str] | None,
-                int, int, int]
+#: in order, (name, value) to expand and store, or a chunk of values to store as they are,
+#: (pairs, longest value, all values' characters, dict(pairs)) for Variables.put_all; and the
+#: count of commands that set nothing.
+_Chunk = tuple[list[tuple[str, str]], int, int, dict[str, str]]
+_Effect = tuple[list["tuple[str, str] | _Chunk"], int]
 
 
 def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
@@ -179,13 +179,13 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
                     effects[key] = effect
         else:
             effect, env_output = _effect((item,), env_output, memo, runs)
-        pairs, plain, new, longest, chars, unset = effect
+        ops, unset = effect
         skipped += unset
-        if new is not None:
-            variables.put_all(plain, longest, chars, new)
-            continue
-        for name, value, expand in pairs:
-            put(name, _expand(value, variables) if expand and "$" in value else value)
+        for op in ops:
+            if len(op) == 2:
+                put(op[0], _expand(op[1], variables))  # a (name, value) to expand
+            else:
+                variables.put_all(*op)  # a _Chunk
     return variables, skipped
 
 
@@ -231,11 +231,24 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
         out += [(name, value, True) for name, value in pairs]
         if not found:
             unset += 1
-    if not isinstance(items, Segment) or any(e and "$" in v for _, v, e in out):
-        return (out, [], None, 0, 0, unset), env_output
-    plain = [(name, value) for name, value, _ in out]
-    return (out, plain, dict(plain), max(map(len, (v for _, v in plain)), default=0),
-            sum(len(v) for _, v in plain), unset), env_output
+    ops: list[tuple[str, str] | _Chunk] = []
+    plain: list[tuple[str, str]] = []  # values to store as they are, since the last expansion
+    for name, value, expand in out:
+        if expand and "$" in value:
+            if plain:
+                ops.append(_chunk(plain))
+                plain = []
+            ops.append((name, value))
+        else:
+            plain.append((name, value))
+    if plain:
+        ops.append(_chunk(plain))
+    return (ops, unset), env_output
+
+
+def _chunk(pairs: list[tuple[str, str]]) -> _Chunk:
+    lengths = [len(value) for _, value in pairs]
+    return pairs, max(lengths), sum(lengths), dict(pairs)
 
 
 #: Where a word of _read_command's second loop is (its words joined with NULs around each).

@@ -55,17 +55,20 @@ _BLOCK_LINES = 1024
 
 
 class Segment(tuple["Item", ...]):
-    """The items of a segment: the lines from a point where no command is pending to the next
-    blank line, that one included, when no command is pending there either and none follows a
-    `$ ` prompt. A script held many times in a log repeats its segments: logical_lines yields
-    one read before as one item, (False, its text, its Segment), and parse_script applies what
-    it did (_effect) without reading its lines again."""
+    """The items of a segment: the lines from a point where no command is pending to a blank
+    line (the first _SEGMENT_MIN characters on), that one included, when no command is pending
+    there either and none follows a `$ ` prompt. A script held many times in a log repeats its
+    segments: logical_lines yields one read before as one item, (False, its text, its
+    Segment), and parse_script applies what it did (_effect) without reading its lines again."""
 
     __slots__ = ()
 
 
-#: The longest segment kept (their count is bounded by MEMO_LINES).
+#: The longest segment kept (their count is bounded by MEMO_LINES), and the shortest: a
+#: segment ends at the first blank line this many characters past its start (fewer, longer
+#: segments: each costs a look-up and an update).
 _MEMO_SEGMENT = 64 << 10
+_SEGMENT_MIN = 2048
 
 Item = tuple[bool, str, "list[str] | tuple[str] | slice | Segment | None"]
 
@@ -117,7 +120,7 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
                         if (seg_items is not None and segments is not None and pos == seg_end
                                 and len(segments) < MEMO_LINES):
                             segments[seg_text] = Segment(seg_items)
-                        seg_end = block.find("\n\n", pos) + 2  # 1: no blank line comes
+                        seg_end = block.find("\n\n", pos + _SEGMENT_MIN) + 2  # 1: none comes
                         seg_items = None
                         if seg_end == 1:
                             seg_end = end
