@@ -69,20 +69,28 @@ def test_a_line_read_before_reads_as_before_in_its_context(
         "script", variables, list(variables), skipped)
 
 
+def _no_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every line lexed and read anew: no memo, no segment kept."""
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 0)
+    monkeypatch.setattr(env_script_lines, "_MEMO_SEGMENT_CHARS", 0)
+
+
 def _read(text: str) -> tuple[object, ...]:
     dump = parse_env_dump(text)
     return dump.format, list(dump.variables.items()), dump.skipped, dump.dropped
 
 
+@pytest.mark.parametrize("segment_min", [0, env_script_lines._SEGMENT_MIN])
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
-        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        path: Path, segment_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each recorded script three times over (every line after the first copy a memo hit), and
-    all of them after it: the memo gives what reading every line anew gives."""
+    all of them after it: the memo and the segments give what reading every line anew gives."""
+    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", segment_min)
     text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
     text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
     with_memo = _read(text)
-    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 0)
+    _no_memo(monkeypatch)
     assert _read(text) == with_memo
 
 
@@ -104,7 +112,7 @@ def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) ->
     parse_env_dump(text * 100)
     assert 0 < len(calls) == once
     calls.clear()
-    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 0)
+    _no_memo(monkeypatch)
     parse_env_dump(text * 100)
     assert len(calls) == 100 * once
 
@@ -196,3 +204,17 @@ def test_a_segment_ends_at_a_blank_line_past_its_shortest() -> None:
     hits = [text for _, text, words in items if isinstance(words, env_script_lines.Segment)]
     assert sum(map(len, hits)) >= 0.75 * len(lines)
     assert all(len(text) >= env_script_lines._SEGMENT_MIN for text in segments)
+
+
+def test_the_segments_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segments are kept while their text in all fits _MEMO_SEGMENT_CHARS; past it they are
+    read line by line, with the same result."""
+    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
+    monkeypatch.setattr(env_script_lines, "_MEMO_SEGMENT_CHARS", 2000)
+    text = "".join(f"export A{i}=\"{i}\"\nB=$A{i}\n\n" for i in range(400)) * 2
+    segments: dict[str, env_script_lines.Segment] = {}
+    list(env_script_lines.logical_lines([text.split("\n")[:-1]], {}, segments))
+    assert 0 < sum(map(len, segments)) <= 2000
+    bounded = _read(text)
+    _no_memo(monkeypatch)
+    assert _read(text) == bounded

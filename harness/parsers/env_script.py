@@ -166,17 +166,13 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     skipped = 0
     memo: dict[str, _Reading] = {}  # command line -> its reading (see script_lines.MEMO_LINES)
     runs: dict[str, _Run] = {}  # a _QUICK run's text -> its assignments (bounded as memo)
-    effects: dict[tuple[str, bool], _Effect] = {}  # (segment, after env output) -> its effect
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
     for item in logical_lines(batches, memo, {}):
         words = item[2]
         if isinstance(words, Segment):  # a segment read before: no prompt in it
-            key = (item[1], env_output)
-            effect = effects.get(key)
+            effect = words.effects.get(env_output)
             if effect is None:
-                effect = _effect(words, env_output, memo, runs)[0]
-                if len(effects) < script_lines.MEMO_LINES:
-                    effects[key] = effect
+                effect = words.effects[env_output] = _effect(words.items, env_output, memo, runs)[0]
         else:
             effect, env_output = _effect((item,), env_output, memo, runs)
         ops, unset = effect

@@ -46,7 +46,7 @@ QUICK_ASSIGN = re.compile(rf"^[ \t]*(?:export[ \t]+)?({VAR_NAME})=({_PLAIN_VALUE
 #: commands ~2,000 times); each is lexed and read once, its assignments then replayed in order.
 #: Past the bound a line is read as before: the memo stays small on any input.
 MEMO_LINES = 4096
-MEMO_CHARS = 4096
+MEMO_CHARS = 1024
 
 
 #: Lines joined into one text for _QUICK at a time (a batch is a chunk's lines, ~25k): the
@@ -54,23 +54,29 @@ MEMO_CHARS = 4096
 _BLOCK_LINES = 1024
 
 
-class Segment(tuple["Item", ...]):
+class Segment:
     """The items of a segment: the lines from a point where no command is pending to a blank
     line (the first _SEGMENT_MIN characters on), that one included, when no command is pending
     there either and none follows a `$ ` prompt. A script held many times in a log repeats its
     segments: logical_lines yields one read before as one item, (False, its text, its
-    Segment), and parse_script applies what it did (_effect) without reading its lines again."""
+    Segment), and parse_script applies what it did (`effects`, after env output or not)
+    without reading its lines again."""
 
-    __slots__ = ()
+    __slots__ = ("effects", "items")
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
+        self.effects: dict[bool, object] = {}
 
 
-#: The longest segment kept (their count is bounded by MEMO_LINES), and the shortest: a
-#: segment ends at the first blank line this many characters past its start (fewer, longer
-#: segments: each costs a look-up and an update).
-_MEMO_SEGMENT = 64 << 10
+#: Segments kept: their text in all at most _MEMO_SEGMENT_CHARS (the items and effects kept
+#: with them are of the same order); a segment ends at the first blank line _SEGMENT_MIN
+#: characters past its start (fewer, longer segments: each costs a look-up and an update).
+_MEMO_SEGMENT_CHARS = 4 << 20
 _SEGMENT_MIN = 2048
 
 Item = tuple[bool, str, "list[str] | tuple[str] | slice | Segment | None"]
+
 
 
 def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
@@ -95,6 +101,7 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
     # the segment being read: its text, where it ends, its items (None: it is not kept)
     seg_text, seg_end = "", 0
     seg_items: list[Item] | None = None
+    kept = 0  # characters of the segments kept
 
     def lex(text: str) -> list[str] | None:
         """The words of `text`, None when `known` holds it; ValueError where it cannot be lexed."""
@@ -117,9 +124,9 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
             while pos < end:
                 if not parts:
                     if pos >= seg_end:  # a new segment (the last one is kept if it ended here)
-                        if (seg_items is not None and segments is not None and pos == seg_end
-                                and len(segments) < MEMO_LINES):
+                        if seg_items is not None and segments is not None and pos == seg_end:
                             segments[seg_text] = Segment(seg_items)
+                            kept += len(seg_text)
                         seg_end = block.find("\n\n", pos + _SEGMENT_MIN) + 2  # 1: none comes
                         seg_items = None
                         if seg_end == 1:
@@ -130,7 +137,7 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
                                 yield False, seg_text, hit
                                 pos = seg_end
                                 continue
-                            if len(seg_text) <= _MEMO_SEGMENT:
+                            if kept + len(seg_text) <= _MEMO_SEGMENT_CHARS:
                                 seg_items = []
                     if m := _QUICK.match(block, pos, seg_end):
                         run = block[pos:m.end()]
@@ -188,6 +195,6 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
                 elif seg_items is not None:
                     seg_items.append(item)
                 yield item
-            if (seg_items is not None and segments is not None and pos == seg_end and not parts
-                    and len(segments) < MEMO_LINES):
+            if seg_items is not None and segments is not None and pos == seg_end and not parts:
                 segments[seg_text] = Segment(seg_items)
+                kept += len(seg_text)
