@@ -218,3 +218,39 @@ def test_the_segments_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     bounded = _read(text)
     _no_memo(monkeypatch)
     assert _read(text) == bounded
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_every_expansion_joined_reads_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long expansion is kept as its pieces (env_script.Joined) until the end: with every
+    expansion kept so, in chains cut every 2 levels, each recorded script (three times over,
+    then all of them) reads as with the default (no expansion of theirs is long)."""
+    text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
+    text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
+    default = _read(text)
+    monkeypatch.setattr(env_script, "_JOINED_MIN", 0)
+    monkeypatch.setattr(env_script, "_JOINED_DEPTH", 2)
+    assert _read(text) == default
+
+
+@pytest.mark.parametrize("lines", [1, 3, 200, 3000])
+def test_a_value_that_expands_itself_reads_as_copied(lines: int) -> None:
+    """`P=/x:$P` again and again from a long value, and `D=$D$D` doubling past the value cap:
+    each the text the shell would give, cut at MAX_VALUE_CHARS, as when every expansion was a
+    copy (Joined chains of 64 levels are copied into one string along the way)."""
+    start = "a" * (env_script._JOINED_MIN + 1)
+    text = f"export P={start}\nexport D=0123456789\n" + "P=/x:$P\nD=$D$D\n" * lines + "E=$P\n"
+    dump = parse_env_dump(text)
+    cap = env_script.MAX_VALUE_CHARS
+    assert dump.variables["P"] == ("/x:" * lines + start)[:cap] == dump.variables["E"]
+    assert dump.variables["D"] == ("0123456789" * 2 ** min(lines, 20))[:cap]
+
+
+def test_a_joined_value_past_the_cap_is_cut_inside_its_last_piece() -> None:
+    """C=$A$Y, both long, past MAX_VALUE_CHARS: C is A's characters, then Y's up to the cap."""
+    cap = env_script.MAX_VALUE_CHARS
+    x, y = "x" * (cap // 4), "0123456789" * (cap // 15)
+    dump = parse_env_dump(f"export X={x}\nexport Y={y}\nA=$X$X\nC=$A$Y\n")
+    assert dump.variables["A"] == x + x
+    assert dump.variables["C"] == (x + x + y)[:cap]
+    assert len(dump.variables["C"]) == cap

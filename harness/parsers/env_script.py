@@ -84,13 +84,14 @@ def _commands(words: list[str]) -> Iterator[list[str]]:
             start = i + 1
 
 
-def _expand(value: str, variables: dict[str, str]) -> str:
+def _expand(value: str, variables: dict[str, str]) -> str | Joined:
     """Shell parameter expansion as far as the dump tells: `${A:-default}` is A's value or the
     default, `$A` / `${A}` is A's value when the script set it, else left as written. The result
-    stops at MAX_VALUE_CHARS (`A=$A$A` lines would double it each time)."""
+    stops at MAX_VALUE_CHARS (`A=$A$A` lines would double it each time). A long result is a
+    Joined of its pieces, not a copy of them (see Joined)."""
     if "$" not in value:
         return value
-    out: list[str] = []
+    out: list[str | Joined] = []
     size = 0
     pos = 0
     for m in _PARAM.finditer(value):
@@ -106,9 +107,63 @@ def _expand(value: str, variables: dict[str, str]) -> str:
         size += m.start() - pos + len(piece)
         pos = m.end()
         if size >= MAX_VALUE_CHARS:
-            return "".join(out)[:MAX_VALUE_CHARS]
+            return _joined(out, MAX_VALUE_CHARS)
     out.append(value[pos:])
-    return "".join(out)[:MAX_VALUE_CHARS]
+    return _joined(out, min(size + len(out[-1]), MAX_VALUE_CHARS))
+
+
+#: An expansion's result this long is a Joined; a Joined holds at most _JOINED_DEPTH levels of
+#: Joined (then it is copied into one string: the chains of a value that expands itself,
+#: `PATH=/x:$PATH` over and over, stay short, and so does their memory).
+_JOINED_MIN = 64 << 10
+_JOINED_DEPTH = 64
+
+
+class Joined:
+    """A long expansion's value, kept as its pieces (strings and Joined) and its length (the
+    pieces' characters up to MAX_VALUE_CHARS), not as one copy of them: a script in a log held
+    many times sets `LD_LIBRARY_PATH=/x:$LD_LIBRARY_PATH` again and again, and copying the
+    ~1 Mi-character value at each was most of its reading time. Only parse_script's Variables
+    hold one, and it makes each a string (_text) before it returns them."""
+
+    __slots__ = ("depth", "pieces", "size")
+
+    def __init__(self, pieces: list[str | Joined], size: int) -> None:
+        self.pieces, self.size = pieces, size
+        self.depth = 1 + max((p.depth for p in pieces if isinstance(p, Joined)), default=0)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _joined(pieces: list[str | Joined], size: int) -> str | Joined:
+    """The pieces of an expansion joined, first `size` characters: a Joined where it is long.
+    (A Joined piece makes it long: each is _JOINED_MIN characters or more.)"""
+    if size < _JOINED_MIN:
+        return "".join(pieces)[:size]  # (no Joined among them)
+    joined = Joined(pieces, size)
+    return _text(joined) if joined.depth > _JOINED_DEPTH else joined
+
+
+def _text(joined: Joined) -> str:
+    """A Joined's characters as one string: its pieces in order, each (a Joined's too) cut to
+    its length, the whole cut to the Joined's. (A stack, not recursion: chains are deep.)"""
+    out: list[str] = []
+    stack = [[joined.pieces, 0, joined.size]]  # [pieces, the next one, characters still to take]
+    while stack:
+        frame = stack[-1]
+        pieces, i, room = frame
+        if room <= 0 or i == len(pieces):
+            stack.pop()
+            continue
+        piece = pieces[i]
+        take = min(len(piece), room)
+        frame[1], frame[2] = i + 1, room - take
+        if type(piece) is Joined:
+            stack.append([piece.pieces, 0, take])
+        elif take:
+            out.append(piece if take == len(piece) else piece[:take])
+    return "".join(out)
 
 
 def _prints_env(words: list[str]) -> bool:
@@ -182,6 +237,9 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
                 put(op[0], _expand(op[1], variables))  # a (name, value) to expand
             else:
                 variables.put_all(*op)  # a _Chunk
+    for name, value in variables.items():
+        if isinstance(value, Joined):
+            variables[name] = _text(value)  # (the same length: Variables.total holds)
     return variables, skipped
 
 
