@@ -102,7 +102,10 @@ def parse_env_dump(text: str | Input) -> EnvDump:
     A name set twice keeps its last value, as the shell, Kubernetes and Docker do.
     """
     source = as_input(text)
-    shape = _shape(source)
+    shape = _Shape()
+    read = _script_while_shaping(_shaped(source, shape), shape)
+    if read is not None:
+        return _finish(read, "script")
     if shape.nul:
         # /proc/PID/environ: every entry is NAME=value (a value's newlines are inside it), so an
         # entry that is not continues nothing; binary data has NULs too, and a chance `A=...`
@@ -142,6 +145,13 @@ def _shape(source: Input) -> _Shape:
     of plain assignments is judged as a whole, see _plain_batch; a line seen before is judged
     as before, see _shape_lines.)"""
     shape = _Shape()
+    for _ in _shaped(source, shape):
+        pass
+    return shape
+
+
+def _shaped(source: Input, shape: _Shape) -> Iterator[list[str]]:
+    """Each batch of `source` once _shape's pass has judged it into `shape` (up to a NUL)."""
     previous: str | None = None  # the last non-blank line's list item (`- -x` then `- A=b`)
     memo: dict[str, _LineShape] = {}
     for batch in source.batches():
@@ -150,11 +160,44 @@ def _shape(source: Input) -> _Shape:
             shape.nonblank += len(batch)  # what the loop below finds on each of these lines
             shape.first = shape.first or batch[0][:1]
             previous = None
-            continue
-        previous = _shape_lines(batch, shape, previous, memo)
-        if shape.nul:
-            break
-    return shape
+        else:
+            previous = _shape_lines(batch, shape, previous, memo)
+            if shape.nul:
+                return
+        yield batch
+
+
+def _script_while_shaping(batches: Iterator[list[str]], shape: _Shape
+                          ) -> tuple[Variables, int] | None:
+    """The script read in the format pass itself (one reading of the input, not two) where
+    its first batch already shows a plain script (_plain_script): the variables and skipped
+    count, or None where the shape of the whole input says otherwise (a NUL, a YAML line, rank
+    prefixes on half the lines, a timestamp to take off, no script line), when the input is
+    read again as that says. Either way `batches` is read to its end."""
+    first = next(batches, None)
+    if first is None or not _plain_script(shape):
+        for _ in batches:
+            pass
+        return None
+
+    def script_batches() -> Iterator[list[str]]:
+        yield first
+        for batch in batches:
+            if not _plain_script(shape):
+                return
+            yield batch
+
+    read = parse_script(script_batches())
+    for _ in batches:
+        pass
+    return read if _plain_script(shape) and not _is_tagged(shape) else None
+
+
+def _plain_script(shape: _Shape) -> bool:
+    """What parse_env_dump reads as a script, without rank prefixes or timestamps to take off
+    (_unwrap would hand the batches on as they are), as far as `shape` has seen."""
+    return (shape.script_plain and not (shape.nul or shape.structured or shape.timestamped)
+            and shape.first not in ("[", "{") and shape.tagged * 2 < shape.nonblank)
 
 
 #: What _shape_lines finds on a line by itself: its own structure marker (a YAML or dict line,
