@@ -174,14 +174,14 @@ def _script_while_shaping(batches: Iterator[list[str]], shape: _Shape
     count, or None where the shape of the whole input says otherwise (a NUL, a YAML line, rank
     prefixes on half the lines, a timestamp to take off, no script line), when the input is
     read again as that says. Either way `batches` is read to its end."""
-    first = next(batches, None)
-    if first is None or not _plain_script(shape):
+    held = [next(batches, None)]  # (held in a list, so that it is let go once read)
+    if held[0] is None or not _plain_script(shape):
         for _ in batches:
             pass
         return None
 
     def script_batches() -> Iterator[list[str]]:
-        yield first
+        yield held.pop() or []  # (not None: tested above)
         for batch in batches:
             if not _plain_script(shape):
                 return
