@@ -38,7 +38,7 @@ def test_one_pass_reads_as_two(tail: str, chunk: int | None,
     if tail == "json-like start":
         text = "{" + text
     one = _read(text, chunk)
-    monkeypatch.setattr(env, "_plain_script", lambda shape: False)
+    monkeypatch.setattr(env, "plain_script", lambda shape: False)
     assert one == _read(text, chunk)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.parsers import env_script, env_script_lines
+from harness.parsers import env_script, env_script_lines, env_shape
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input
 
@@ -139,27 +139,25 @@ def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_format_pass_judges_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """env._shape keeps what it found on a line by itself: 100 copies of a script judge as many
-    lines as one copy (the regexes run once a distinct line), and the shape is the same."""
-    from harness.parsers import env
-
+    """env_shape.shape_of keeps what it found on a line by itself: 100 copies of a script judge
+    as many lines as one copy (the regexes run once a distinct line), and the shape is the same."""
     text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
     calls: list[str] = []
-    judge = env._is_structured_line
+    judge = env_shape._is_structured_line
 
     def counted(line: str) -> bool:
         calls.append(line)
         return judge(line)
 
-    monkeypatch.setattr(env, "_is_structured_line", counted)
-    env._shape(Input(text))
+    monkeypatch.setattr(env_shape, "_is_structured_line", counted)
+    env_shape.shape_of(Input(text))
     once = len(calls)
     calls.clear()
-    with_memo = env._shape(Input(text * 100))
+    with_memo = env_shape.shape_of(Input(text * 100))
     assert 0 < len(calls) == once
-    monkeypatch.setattr(env, "_MEMO_LINES", 0)
+    monkeypatch.setattr(env_shape, "_MEMO_LINES", 0)
     calls.clear()
-    assert env._shape(Input(text * 100)) == with_memo
+    assert env_shape.shape_of(Input(text * 100)) == with_memo
     assert len(calls) == 100 * once
 
 
@@ -169,15 +167,13 @@ def test_a_line_judged_before_is_judged_as_before_after_any_other(line: str) -> 
     """The shape of a line seen before depends on the line before it (`- -x` then `- A=b` is a
     YAML flag list) as when it was first seen: every order of these lines, twice over, gives the
     shape the memo-less pass gives."""
-    from harness.parsers import env
-
     others = ["# c", "- -x", "  - NCCL_DEBUG=INFO", "- name: A", "export A=1", "B=2", ""]
     for other in others:
         text = "\n".join(["export Z=1", other, line, other, line, line, other]) + "\n"
-        with_memo = env._shape(Input(text))
+        with_memo = env_shape.shape_of(Input(text))
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(env, "_MEMO_LINES", 0)
-            assert env._shape(Input(text)) == with_memo, (other, line)
+            mp.setattr(env_shape, "_MEMO_LINES", 0)
+            assert env_shape.shape_of(Input(text)) == with_memo, (other, line)
 
 
 def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch) -> None:
