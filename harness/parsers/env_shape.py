@@ -100,21 +100,29 @@ def _shape_lines(batch: list[str], shape: Shape, previous: str | None,
     """_shape's line loop over one batch; the last non-blank line's list item. A line that
     can hold no rank prefix or timestamp (its first non-blank character is no digit or `[`),
     past the input's first non-blank line, is judged by itself once and kept in `memo`."""
+    get = memo.get
+    hits = 0  # non-blank lines judged from the memo since shape.nonblank was last brought up
     for line in batch:
-        if "\0" in line:
-            shape.nul = True
-            return previous
         if shape.structured:
+            if "\0" in line:
+                shape.nul = True
+                break
             continue  # only a NUL can change the answer now
-        known = memo.get(line)
-        if known is not None:
+        known = get(line)
+        if known is not None:  # (a line kept has no NUL)
             own, item, assign, script = known
-            shape.nonblank += 1
-            shape.structured = own or (assign and previous in FLAG_WORDS)
+            hits += 1
+            if own or (assign and previous in FLAG_WORDS):
+                shape.structured = True
             previous = item
-            if script:
+            if script and not shape.script_plain:
                 shape.script_plain = True
             continue
+        if "\0" in line:
+            shape.nul = True
+            break
+        shape.nonblank += hits
+        hits = 0
         stripped = line.lstrip()
         if not stripped:
             continue
@@ -145,6 +153,7 @@ def _shape_lines(batch: list[str], shape: Shape, previous: str | None,
                 shape.script_tagged = _is_script_line(untimed(line[m.end():]))
         if not shape.script_plain:
             shape.script_plain = _is_script_line(untimed(line))
+    shape.nonblank += hits
     return previous
 
 
