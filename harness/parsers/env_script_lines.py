@@ -78,13 +78,12 @@ _SEGMENT_MIN = 2048
 Item = tuple[bool, str, "list[str] | tuple[str] | slice | Segment | None"]
 
 
-
 def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
                    segments: dict[str, Segment] | None = None) -> Iterator[Item]:
     """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
     comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
-    whole (up to _MAX_VALUE_LINES lines and _MAX_COMMAND_CHARS characters). What is still pending
-    when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
+    whole (up to _MAX_VALUE_LINES lines and _MAX_COMMAND_CHARS characters). What is still
+    pending when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
     nothing is pending) comes as one item, (False, its text, slice(0, its length)). A
     command in `known` (parse_script's memo: lexed before) comes unlexed, with None for its
     words; text that is no command (an unclosed quote) comes as (text,). With `segments`, a
