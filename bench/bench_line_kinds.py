@@ -5,7 +5,8 @@ For each kind the input of bench_inspect.py's generator (the recorded samples co
 long log holds them) is written at `--mb` MB; then, `--runs` times, interleaved, the CPU time
 (user + sys, from wait4) of
 
-- `preflight inspect KIND FILE --json` (the console script, as users run it), and
+- `preflight inspect KIND FILE --json` (the console script's entry point, as users run it,
+  with this checkout's harness), and
 - `python -c 'for line in open(FILE, errors="replace"): pass'` (the same interpreter), the
   floor: reading and decoding the lines and nothing else,
 
@@ -58,16 +59,9 @@ def _run(cmd: list[str]) -> tuple[float, float]:
 
 
 def _preflight() -> list[str]:
-    """The command that runs this checkout's `preflight`: the console script, unless the
-    installed harness is another tree's (a venv copied from another clone: its editable install
-    points there); then this checkout's, the way `--base` runs the baseline's."""
-    installed = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"],
-                               capture_output=True, text=True, cwd="/").stdout.strip()
-    if not installed.startswith(str(ROOT / "harness")):
-        print(f"(the installed harness is {installed or 'missing'}: running {ROOT}'s)")
-        return [sys.executable, "-c", BASE, str(ROOT)]
-    script = Path(sys.executable).with_name("preflight")
-    return [str(script) if script.exists() else shutil.which("preflight") or "preflight"]
+    """`preflight` with this checkout's harness. (The console script imports whatever tree the
+    venv's editable install points at, which need not be this one: a clone sharing a venv.)"""
+    return [sys.executable, "-c", BASE, str(Path(__file__).resolve().parents[1])]
 
 
 def _input(folder: Path, name: str, mb: float) -> tuple[str, Path]:

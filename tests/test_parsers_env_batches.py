@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from harness.parsers import ParseError, env, env_script
+from harness.parsers import ParseError, env, env_script, env_shape
 from harness.parsers.env import parse_env_dump
 from harness.parsers.env_script import Variables
 from harness.parsers.reader import Input
@@ -35,7 +35,7 @@ LINES = [
 
 
 def _plain(pieces: list[str]) -> list[str]:
-    return [line for line in pieces if env._ASSIGN_START.match(line)]
+    return [line for line in pieces if env_shape._ASSIGN_START.match(line)]
 
 
 def _mixes(seed: int, n: int) -> list[str]:
@@ -59,15 +59,17 @@ def _reading(text: str, chunk: int) -> object:
 
 
 def _line_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(env, "_assignment_text", lambda _: None)
+    """No batch path: in the format pass (env_shape) nor in the reading (env)."""
+    monkeypatch.setattr(env, "assignment_text", lambda _: None)
+    monkeypatch.setattr(env_shape, "assignment_text", lambda _: None)
 
 
 def test_batches_read_as_the_line_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(7)
     cases = [(text, rng.choice([3, 7, 16, 61, 4096])) for text in _mixes(32, 1000)]
-    fast = [(_reading(t, c), env._shape(Input(t, chunk=c))) for t, c in cases]
+    fast = [(_reading(t, c), env_shape.shape_of(Input(t, chunk=c))) for t, c in cases]
     _line_loop(monkeypatch)
-    slow = [(_reading(t, c), env._shape(Input(t, chunk=c))) for t, c in cases]
+    slow = [(_reading(t, c), env_shape.shape_of(Input(t, chunk=c))) for t, c in cases]
     differ = [cases[i] for i, (a, b) in enumerate(zip(fast, slow, strict=True)) if a != b]
     assert not differ, differ[:3]
     # the mixes reach every form and both paths (not all refused, not all read one way)
@@ -75,16 +77,16 @@ def test_batches_read_as_the_line_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"env", "script", "yaml", "error"} <= formats, formats
 
 
-@pytest.mark.parametrize("line", [line for line in LINES if not env._ASSIGN_START.match(line)])
+@pytest.mark.parametrize("line", [line for line in LINES if not env_shape._ASSIGN_START.match(line)])
 def test_one_line_of_another_kind_among_plain_ones(monkeypatch: pytest.MonkeyPatch,
                                                    line: str) -> None:
     """Each line that is not a plain assignment, in the middle of a long run of them (read whole
     and in chunks that end a batch on either side of it), reads as in the line loop."""
     text = "\n".join(["SLURM_NODEID=0", "A=1"] * 50 + [line] + ["B=2", "A=3"] * 50) + "\n"
     chunks = (15, 16, 17, 600, 601, 602, 4096)
-    fast = [_reading(text, c) for c in chunks] + [env._shape(Input(text, chunk=c)) for c in chunks]
+    fast = [_reading(text, c) for c in chunks] + [env_shape.shape_of(Input(text, chunk=c)) for c in chunks]
     _line_loop(monkeypatch)
-    slow = [_reading(text, c) for c in chunks] + [env._shape(Input(text, chunk=c)) for c in chunks]
+    slow = [_reading(text, c) for c in chunks] + [env_shape.shape_of(Input(text, chunk=c)) for c in chunks]
     assert fast == slow
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import ParseError
-from harness.parsers.env import _is_script_line, parse_env_dump
+from harness.parsers.env import parse_env_dump
+from harness.parsers.env_shape import _is_script_line
 from harness.parsers.env_yaml import INLINE_ENV
 from harness.parsers.reader import Input
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness.parsers.env import parse_env_dump
-from harness.parsers.env_script import _logical_lines
+from harness.parsers.env_script_lines import logical_lines
 
 CASES = [
     # after `$ env`, a line is `env` output: its value taken whole, `#` and `$` included
@@ -40,8 +40,7 @@ def test_runs_read_as_the_lexer_read_them(text: str, variables: dict[str, str],
 def test_plain_lines_are_taken_as_runs() -> None:
     """The run path is the one taken (else the cases above test only the lexer): plain lines
     come as slices, a quoted one as words."""
-    items = list(_logical_lines([["# c", "export A=1", "", "B=$A # x", 'C="q"', "D=2"]]))
+    items = list(logical_lines([["# c", "export A=1", "", "B=$A # x", 'C="q"', "D=2"]]))
     kinds = [type(words).__name__ for _, _, words in items]
     assert kinds == ["slice", "list", "slice"]
-    block = items[0][1]
-    assert block[items[0][2]] == "# c\nexport A=1\n\nB=$A # x\n"
+    assert items[0][1][items[0][2]] == "# c\nexport A=1\n\nB=$A # x\n"

@@ -15,24 +15,24 @@ from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.env_script import (
     ASSIGN,
-    FLAG_WORDS,
     IS_NAME,
     MAX_TOTAL_CHARS,
     MAX_VALUE_CHARS,
     MAX_VARIABLES,
-    VAR_NAME,
     Variables,
     parse_script,
 )
-from harness.parsers.env_yaml import (
-    DICT_ENTRY,
-    INLINE_ENV,
-    YAML_BLOCK,
-    YAML_INLINE,
-    YAML_NAME,
-    list_item,
-    parse_yaml,
+from harness.parsers.env_script_lines import VAR_NAME
+from harness.parsers.env_shape import (
+    Shape,
+    all_assignments,
+    assignment_text,
+    is_tagged,
+    plain_script,
+    shaped,
+    untimed,
 )
+from harness.parsers.env_yaml import parse_yaml
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import RANK_PREFIX
 
@@ -46,24 +46,8 @@ _OTHER_ASSIGN = re.compile(r"^\S+=")  # exported bash functions: BASH_FUNC_f%%=(
 #: (`http_proxy`), not mixed (`A6UtsEIbX1MAjA`, a base64 line's `==` end).
 _CONVENTIONAL = re.compile(r"[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_]*")
 # Wrappers in front of each line: `srun -l` (`0: `), mpirun --tag-output (`[1,0]<stdout>:`), from
-# the one unwrapper (the env parser keeps one rank's copy of a tagged dump).
-_RANK_PREFIX = RANK_PREFIX
-_TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
-                        r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?(?:\s+|$)")
-# A line that only a shell script (or a Dockerfile) has: its start, a trailing backslash, or a
-# launcher flag's assignment. (`NAME=a b` alone is not one: `env` prints values with spaces as
-# they are.) The flag's `-` comes first and the blank before it is a lookbehind, so that the
-# search skips to each `-` with a literal scan (a dump's 120 KB JSON value: 0.05 ms, not 3).
-_SCRIPT_START = re.compile(r"\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|ARG|RUN|FROM)\s)")
-_SCRIPT_FLAG = re.compile(
-    rf"-(?<!\S-)(?:(?:x|e|-env)\s+|-env=|-export=[\"']?(?:[^\s,]*,)*){VAR_NAME}=")
-# Batches of assignment lines only (most of an `env` dump): a batch whose first line starts with
-# `NAME=` and in whose text no `\n` is followed by anything else is read with one findall. (The
-# second pattern starts with its literal, so the search skips from one line end to the next.)
-_ASSIGN_START = re.compile(rf"{VAR_NAME}=")
-_NOT_ASSIGN_NEXT = re.compile(rf"\n(?!{VAR_NAME}=)")
+# the one unwrapper (the env parser keeps one rank's copy of a tagged dump): RANK_PREFIX.
 _ASSIGN_LINES = re.compile(rf"^({VAR_NAME})=(.*)", re.M)  # as ASSIGN on each line of the text
-_LONG_LINE = 512
 #: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
 #: `Variables`).
 _JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
@@ -79,21 +63,6 @@ class EnvDump:
     dropped: int = 0
 
 
-@dataclass(slots=True)
-class _Shape:
-    """What one pass over the input tells about its form (parse_env_dump's first pass)."""
-
-    nul: bool = False
-    first: str = ""  # the first non-blank character
-    structured: bool = False  # a YAML / Python-dict / cut-JSON line was seen
-    nonblank: int = 0
-    tagged: int = 0  # lines with a rank prefix
-    first_rank: str | None = None
-    script_tagged: bool = False  # a script-only line among the first rank's lines
-    script_plain: bool = False  # ... among all lines (timestamps removed)
-    timestamped: bool = False  # a line starts with a timestamp (_unwrap has one to take off)
-
-
 def parse_env_dump(text: str | Input) -> EnvDump:
     """Parse an environment dump: `NCCL_DEBUG=INFO`, `export FI_PROVIDER=efa # comment`,
     `- name: NCCL_DEBUG` / `value: "INFO"`, `"Env": ["NCCL_DEBUG=INFO"]`, or NUL-separated.
@@ -102,7 +71,10 @@ def parse_env_dump(text: str | Input) -> EnvDump:
     A name set twice keeps its last value, as the shell, Kubernetes and Docker do.
     """
     source = as_input(text)
-    shape = _shape(source)
+    shape = Shape()
+    read = _script_while_shaping(shaped(source, shape), shape)
+    if read is not None:
+        return _finish(read, "script")
     if shape.nul:
         # /proc/PID/environ: every entry is NAME=value (a value's newlines are inside it), so an
         # entry that is not continues nothing; binary data has NULs too, and a chance `A=...`
@@ -131,103 +103,35 @@ def parse_env_dump(text: str | Input) -> EnvDump:
             return _finish((variables, 0), "json")
     if shape.structured:
         return _finish(parse_yaml(source.lines()), "yaml")
-    if shape.script_tagged if _is_tagged(shape) else shape.script_plain:
+    if shape.script_tagged if is_tagged(shape) else shape.script_plain:
         return _finish(parse_script(_unwrap(source.batches(), shape)), "script")
     return _finish(_parse_batches(source, shape), "env")
 
 
-def _shape(source: Input) -> _Shape:
-    """The first pass: NULs, the first character, structure markers, rank prefixes, script
-    lines. (Each regex is tried only where its literals are: the pass reads every line; a batch
-    of plain assignments is judged as a whole, see _plain_batch.)"""
-    shape = _Shape()
-    previous: str | None = None  # the last non-blank line's list item (`- -x` then `- A=b`)
-    for batch in source.batches():
-        text = None if shape.structured else _assignment_text(batch)
-        if text is not None and "\0" not in text and _plain_batch(text, shape.script_plain):
-            shape.nonblank += len(batch)  # what the loop below finds on each of these lines
-            shape.first = shape.first or batch[0][:1]
-            previous = None
-            continue
-        for line in batch:
-            if "\0" in line:
-                shape.nul = True
-                return shape
-            if shape.structured:
-                continue  # only a NUL can change the answer now
-            stripped = line.lstrip()
-            if not stripped:
-                continue
-            shape.nonblank += 1
-            if not shape.first:
-                shape.first = stripped[:1]
-                if shape.first == "[" and _RANK_PREFIX.match(stripped):
-                    shape.first = "r"  # `[1,0]<stdout>:` is a rank prefix, not JSON
-                shape.structured = shape.first in ("[", "{")
-            item = list_item(line) if stripped[:1] in "-\"" else None
-            shape.structured = bool(
-                (":" in line and _is_structured_line(line))
-                or ("{" in line and INLINE_ENV.search(line))
-                or (previous in FLAG_WORDS and item is not None and ASSIGN.match(item)))
-            previous = item
-            m = _RANK_PREFIX.match(line) if stripped[:1] in "[0123456789" else None
-            if not shape.timestamped and "0" <= line[:1] <= "9":
-                shape.timestamped = _TIMESTAMP.match(line) is not None
-            if m is not None:
-                rank = m["srun"] or m["mpi"]
-                shape.tagged += 1
-                if shape.first_rank is None:
-                    shape.first_rank = rank
-                if rank == shape.first_rank and not shape.script_tagged:
-                    shape.script_tagged = _is_script_line(_untimed(line[m.end():]))
-            if not shape.script_plain:
-                shape.script_plain = _is_script_line(_untimed(line))
-    return shape
-
-
-def _assignment_text(batch: list[str]) -> str | None:
-    """The batch's lines joined by `\n`, where a batch path may take them: its first line starts
-    with `NAME=`, and its lines are short on average (a few long ones, as a dump of 100 KB JSON
-    values has, cost the line loop little, and joining them would cost more)."""
-    if _ASSIGN_START.match(batch[0]) is None or sum(map(len, batch)) > _LONG_LINE * len(batch):
+def _script_while_shaping(batches: Iterator[list[str]], shape: Shape
+                          ) -> tuple[Variables, int] | None:
+    """The script read in the format pass itself (one reading of the input, not two) where
+    its first batch already shows a plain script (plain_script): the variables and skipped
+    count, or None where the shape of the whole input says otherwise (a NUL, a YAML line, rank
+    prefixes on half the lines, a timestamp to take off, no script line), when the input is
+    read again as that says. Either way `batches` is read to its end."""
+    held = [next(batches, None)]  # (held in a list, so that it is let go once read)
+    if held[0] is None or not plain_script(shape):
+        for _ in batches:
+            pass
         return None
-    return "\n".join(batch)
 
+    def script_batches() -> Iterator[list[str]]:
+        yield held.pop() or []  # (not None: tested above)
+        for batch in batches:
+            if not plain_script(shape):
+                return
+            yield batch
 
-def _all_assignments(text: str) -> bool:
-    """Every line of `text` after its first (an assignment) starts with `NAME=`."""
-    return _NOT_ASSIGN_NEXT.search(text) is None
-
-
-def _plain_batch(text: str, script_seen: bool) -> bool:
-    """A batch that _shape's line loop would only count: assignments only (no list item, rank
-    prefix, timestamp, YAML or dict line starts so; nor does a script keyword, which a blank
-    follows), no inline `env={...}` map, and, until a script line was seen, no trailing
-    backslash or launcher flag. The text-wide searches find each of these wherever a line's
-    own would (and more, across line ends: such a batch goes through the loop instead)."""
-    return (_all_assignments(text)
-            and not ("{" in text and INLINE_ENV.search(text))
-            and (script_seen or not ("\\\n" in text or text.endswith("\\")
-                                     or ("-" in text and _SCRIPT_FLAG.search(text)))))
-
-
-def _is_structured_line(line: str) -> bool:
-    """A Kubernetes `- name:` item, an `env:` block key, a `- {name: .., value: ..}` item, or a
-    `"NAME": "value",` dict entry."""
-    return bool(("name:" in line and (YAML_NAME.match(line) or YAML_INLINE.match(line)))
-                or YAML_BLOCK.match(line) or DICT_ENTRY.match(line))
-
-
-def _is_script_line(line: str) -> bool:
-    """A line that only a shell script or a Dockerfile has (_SCRIPT_START, a trailing `\\`, or
-    _SCRIPT_FLAG, tried only where a `-` and a `=` are)."""
-    return bool(_SCRIPT_START.match(line) or line.endswith("\\")
-                or ("=" in line and "-" in line and _SCRIPT_FLAG.search(line)))
-
-
-def _is_tagged(shape: _Shape) -> bool:
-    """Rank prefixes on at least half the non-blank lines: a launcher's copy of each rank's."""
-    return bool(shape.tagged) and shape.tagged * 2 >= shape.nonblank
+    read = parse_script(script_batches())
+    for _ in batches:
+        pass
+    return read if plain_script(shape) and not is_tagged(shape) else None
 
 
 def _finish(parsed: tuple[Variables, int], fmt: str) -> EnvDump:
@@ -243,28 +147,23 @@ def _finish(parsed: tuple[Variables, int], fmt: str) -> EnvDump:
     return EnvDump(dict(variables), skipped, fmt, variables.dropped)
 
 
-def _unwrap(batches: Iterable[list[str]], shape: _Shape) -> Iterator[list[str]]:
+def _unwrap(batches: Iterable[list[str]], shape: Shape) -> Iterator[list[str]]:
     """Each batch through _unwrap_batch."""
     return (_unwrap_batch(batch, shape) for batch in batches)
 
 
-def _unwrap_batch(batch: list[str], shape: _Shape) -> list[str]:
+def _unwrap_batch(batch: list[str], shape: Shape) -> list[str]:
     """Drop rank prefixes (keeping the first rank's lines only) and leading timestamps."""
-    if _is_tagged(shape):
+    if is_tagged(shape):
         kept = []
         for line in batch:
-            m = _RANK_PREFIX.match(line)
+            m = RANK_PREFIX.match(line)
             if m is not None and (m["srun"] or m["mpi"]) == shape.first_rank:
-                kept.append(_untimed(line[m.end():]))
+                kept.append(untimed(line[m.end():]))
         return kept
     if shape.timestamped:
-        return [_untimed(line) if "0" <= line[:1] <= "9" else line for line in batch]
+        return [untimed(line) if "0" <= line[:1] <= "9" else line for line in batch]
     return batch  # no line starts with a timestamp (the first pass read every line)
-
-
-def _untimed(line: str) -> str:
-    """`line` without a leading ISO timestamp."""
-    return _TIMESTAMP.sub("", line, count=1) if "0" <= line[:1] <= "9" else line
 
 
 def _parse_lines(entries: Iterable[str], *, glue: bool) -> tuple[Variables, int]:
@@ -275,14 +174,14 @@ def _parse_lines(entries: Iterable[str], *, glue: bool) -> tuple[Variables, int]
     return reader.finish()
 
 
-def _parse_batches(source: Input, shape: _Shape) -> tuple[Variables, int]:
+def _parse_batches(source: Input, shape: Shape) -> tuple[Variables, int]:
     """_parse_lines(_unwrap(source.lines(), shape), glue=True), with a batch of plain
     assignments (untagged: no prefix or timestamp to take off) read by one findall."""
     reader = _Assignments(glue=True)
-    tagged = _is_tagged(shape)
+    tagged = is_tagged(shape)
     for batch in source.batches():
-        text = None if tagged else _assignment_text(batch)
-        if text is not None and _all_assignments(text):
+        text = None if tagged else assignment_text(batch)
+        if text is not None and all_assignments(text):
             reader.pairs(_ASSIGN_LINES.findall(text), max(map(len, batch)), len(text))
         else:
             reader.lines(_unwrap_batch(batch, shape))

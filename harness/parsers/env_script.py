@@ -5,28 +5,24 @@ every form of harness.parsers.env fills."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 
+from harness.parsers import env_script_lines as script_lines
+from harness.parsers.env_script_lines import QUICK_ASSIGN, VAR_NAME, Item, Segment, logical_lines
 from harness.parsers.reader import MAX_LINE_CHARS
-from harness.parsers.shell_words import shell_words as _shell_words
-from harness.parsers.shell_words import strip_comment as _strip_comment
 
 __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
            "parse_script"]
 
-VAR_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 IS_NAME = re.compile(rf"{VAR_NAME}\Z")
 ASSIGN = re.compile(rf"^(?P<name>{VAR_NAME})=(?P<value>.*)$", re.S)
-# A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
-_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{VAR_NAME}=[\"']")
 # `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:=default}`, `$NAME`.
 _PARAM = re.compile(rf"\$\{{(?P<name>{VAR_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}"
                     rf"|\$(?P<bare>{VAR_NAME})")
 _SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
 #: Launcher flags whose next word is an assignment: mpirun `-x`, docker `-e` / `--env`.
 FLAG_WORDS = frozenset({"-x", "-e", "--env"})
-#: A quoted value may run over this many lines before the rest is taken as broken input.
-_MAX_VALUE_LINES = 50
 
 #: Bounds that keep memory flat on any input. No real environment comes near them: an execve
 #: string is at most MAX_ARG_STRLEN = 128 KiB (linux include/uapi/linux/binfmts.h) and the whole
@@ -56,109 +52,21 @@ class Variables(dict[str, str]):
         self[name] = value
         self.total += grow
 
-    def put_all(self, pairs: list[tuple[str, str]], longest: int, chars: int) -> None:
+    def put_all(self, pairs: Sequence[tuple[str, str]], longest: int, chars: int,
+                new: dict[str, str] | None = None) -> None:
         """put() each pair in order. `longest` and `chars` bound a value's and all values'
-        length: where no put could be refused or cut, the pairs are taken in one update."""
+        length: where no put could be refused or cut, the pairs are taken in one update (of
+        `new`, dict(pairs), where the caller has it)."""
         if (longest > MAX_VALUE_CHARS or len(self) + len(pairs) > MAX_VARIABLES
                 or self.total + chars > MAX_TOTAL_CHARS):
             for name, value in pairs:
                 self.put(name, value)
             return
-        new = dict(pairs)  # the last value of each name, in the order names first come
-        old = sum(len(self[name]) for name in new.keys() & self.keys())
+        if new is None:
+            new = dict(pairs)  # the last value of each name, in the order names first come
+        old = sum(map(len, map(self.get, new, repeat(""))))
         self.update(new)
         self.total += sum(map(len, new.values())) - old
-
-
-#: Backslash-continued lines joined into one command at most (a Dockerfile RUN has tens).
-_MAX_CONTINUED_LINES = 1000
-
-
-#: A line that is no command when nothing is pending: blank or a comment (one that does not end
-#: in a backslash, which _logical_lines reads as a continuation).
-_NOOP_LINE = re.compile(r"[ \t]*(?:#.*)?", re.S)
-
-
-#: A run of lines that need no lexer, each ending in `\n`: blank lines, comments (not ending in
-#: a backslash) and plain `NAME=value` / `export NAME=value` lines (a value without blanks,
-#: quotes, escapes, `;&|`, `#` or parentheses, so its one shell word is the text itself; a
-#: comment may follow). One match takes the run (most of a script), where the per-line state
-#: machine below costs ~5 us a line.
-_PLAIN_VALUE = r"[^\s\"'\\;&|#()]*"
-_END = r"(?:#[^\n]*(?<!\\))?\n"  # an optional comment, not a continuation, and the line end
-_QUICK = re.compile(rf"(?:[ \t]*{_END}|[ \t]*(?:export[ \t]+)?{VAR_NAME}={_PLAIN_VALUE}"
-                    rf"(?:[ \t]+{_END}|\n))+")
-_QUICK_ASSIGN = re.compile(rf"^[ \t]*(?:export[ \t]+)?({VAR_NAME})=({_PLAIN_VALUE})", re.M)
-
-
-#: Lines joined into one text for _QUICK at a time (a batch is a chunk's lines, ~25k): the
-#: joined text and a run in it are the only copies, kept small.
-_BLOCK_LINES = 1024
-
-
-def _logical_lines(batches: Iterable[list[str]]) -> Iterator[tuple[bool, str, list[str] | slice]]:
-    """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
-    comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
-    whole (up to _MAX_VALUE_LINES lines and MAX_VALUE_CHARS characters). What is still pending
-    when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
-    nothing is pending) comes as one item, (False, the text it is in, its slice of it)."""
-    parts: list[str] = []  # the pending command's pieces
-    size = 0
-    joined = 0  # lines in the pending command
-    newlines = 0  # ... joined at an open quote (the value's own line breaks)
-    open_quote = False  # pending because a quote is open (lexing again needs a new quote)
-    new_quote = False  # a quote character came since the last failed attempt
-    continued = False  # pending ends in a backslash continuation
-    prompted = False
-    for batch in batches:
-        for first in range(0, len(batch), _BLOCK_LINES):
-            block = "\n".join(batch[first:first + _BLOCK_LINES]) + "\n"
-            pos, end = 0, len(block)
-            while pos < end:
-                if not parts and (m := _QUICK.match(block, pos)):
-                    yield False, block, slice(pos, m.end())
-                    pos = m.end()
-                    if pos == end:
-                        break
-                nl = block.index("\n", pos)
-                line, pos = block[pos:nl], nl + 1
-                if not parts:
-                    if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
-                        continue  # blank or a comment, nothing pending: no command (most of a script)
-                    prompted = line.startswith("$ ")  # a pasted terminal prompt
-                    line = line[2:] if prompted else line
-                    if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
-                        try:
-                            words = _shell_words(_strip_comment(line))
-                        except ValueError:
-                            pass
-                        else:
-                            yield prompted, line, words
-                            continue
-                elif continued and line.lstrip().startswith("#"):
-                    continue  # Docker drops comment lines inside a continued instruction
-                new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
-                room = size + len(line) < MAX_VALUE_CHARS and joined < _MAX_CONTINUED_LINES
-                continued = line.endswith("\\") and not line.endswith("\\\\") and room
-                if continued:
-                    parts.append(line[:-1] + " ")
-                    size, joined = size + len(line), joined + 1
-                    continue
-                parts.append(line)
-                text = "".join(parts)
-                try:
-                    if open_quote and not new_quote:
-                        raise ValueError("the open quote is still open")  # lexing again cannot close it
-                    words = _shell_words(_strip_comment(text))
-                except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
-                    if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
-                        parts = [text + "\n"]
-                        size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
-                        open_quote, new_quote = True, False
-                        continue
-                    words = [text]  # not a command: counted as skipped
-                parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
-                yield prompted, text, words
 
 
 _PUNCTUATION = frozenset(";&|")
@@ -176,13 +84,14 @@ def _commands(words: list[str]) -> Iterator[list[str]]:
             start = i + 1
 
 
-def _expand(value: str, variables: dict[str, str]) -> str:
+def _expand(value: str, variables: dict[str, str]) -> str | Joined:
     """Shell parameter expansion as far as the dump tells: `${A:-default}` is A's value or the
     default, `$A` / `${A}` is A's value when the script set it, else left as written. The result
-    stops at MAX_VALUE_CHARS (`A=$A$A` lines would double it each time)."""
+    stops at MAX_VALUE_CHARS (`A=$A$A` lines would double it each time). A long result is a
+    Joined of its pieces, not a copy of them (see Joined)."""
     if "$" not in value:
         return value
-    out: list[str] = []
+    out: list[str | Joined] = []
     size = 0
     pos = 0
     for m in _PARAM.finditer(value):
@@ -198,9 +107,63 @@ def _expand(value: str, variables: dict[str, str]) -> str:
         size += m.start() - pos + len(piece)
         pos = m.end()
         if size >= MAX_VALUE_CHARS:
-            return "".join(out)[:MAX_VALUE_CHARS]
+            return _joined(out, MAX_VALUE_CHARS)
     out.append(value[pos:])
-    return "".join(out)[:MAX_VALUE_CHARS]
+    return _joined(out, min(size + len(out[-1]), MAX_VALUE_CHARS))
+
+
+#: An expansion's result this long is a Joined; a Joined holds at most _JOINED_DEPTH levels of
+#: Joined (then it is copied into one string: the chains of a value that expands itself,
+#: `PATH=/x:$PATH` over and over, stay short, and so does their memory).
+_JOINED_MIN = 64 << 10
+_JOINED_DEPTH = 64
+
+
+class Joined:
+    """A long expansion's value, kept as its pieces (strings and Joined) and its length (the
+    pieces' characters up to MAX_VALUE_CHARS), not as one copy of them: a script in a log held
+    many times sets `LD_LIBRARY_PATH=/x:$LD_LIBRARY_PATH` again and again, and copying the
+    ~1 Mi-character value at each was most of its reading time. Only parse_script's Variables
+    hold one, and it makes each a string (_text) before it returns them."""
+
+    __slots__ = ("depth", "pieces", "size")
+
+    def __init__(self, pieces: list[str | Joined], size: int) -> None:
+        self.pieces, self.size = pieces, size
+        self.depth = 1 + max((p.depth for p in pieces if isinstance(p, Joined)), default=0)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _joined(pieces: list[str | Joined], size: int) -> str | Joined:
+    """The pieces of an expansion joined, first `size` characters: a Joined where it is long.
+    (A Joined piece makes it long: each is _JOINED_MIN characters or more.)"""
+    if size < _JOINED_MIN:
+        return "".join(pieces)[:size]  # (no Joined among them)
+    joined = Joined(pieces, size)
+    return _text(joined) if joined.depth > _JOINED_DEPTH else joined
+
+
+def _text(joined: Joined) -> str:
+    """A Joined's characters as one string: its pieces in order, each (a Joined's too) cut to
+    its length, the whole cut to the Joined's. (A stack, not recursion: chains are deep.)"""
+    out: list[str] = []
+    stack = [[joined.pieces, 0, joined.size]]  # [pieces, the next one, characters still to take]
+    while stack:
+        frame = stack[-1]
+        pieces, i, room = frame
+        if room <= 0 or i == len(pieces):
+            stack.pop()
+            continue
+        piece = pieces[i]
+        take = min(len(piece), room)
+        frame[1], frame[2] = i + 1, room - take
+        if type(piece) is Joined:
+            stack.append([piece.pieces, 0, take])
+        elif take:
+            out.append(piece if take == len(piece) else piece[:take])
+    return "".join(out)
 
 
 def _prints_env(words: list[str]) -> bool:
@@ -210,50 +173,136 @@ def _prints_env(words: list[str]) -> bool:
                            or head in (["export", "-p"], ["declare", "-x"], ["set"]))
 
 
-def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
-    """The variables a shell script sets, and the count of commands that set none, from its
-    lines in batches (Input.batches)."""
-    variables = Variables()
-    skipped = 0
+#: What reading one command line tells, apart from the variables it is read against: whether
+#: it prints the environment (`env | grep NCCL` after a prompt), and None for a line that sets
+#: nothing by design (a Dockerfile `RUN`, no words), else its assignments in order, as
+#: (name, value as written), and whether it had any.
+_Reading = tuple[bool, tuple[tuple[str, str], ...] | None, bool]
+
+
+def _reading(words: list[str]) -> _Reading:
+    """The reading of a command line's words (what parse_script's loop does with them, but
+    for the expansion and the store, which depend on the variables read before it)."""
+    prints = _prints_env(words)
+    if words[:1] == ["RUN"] or not words:  # a Dockerfile build step: not the image's env
+        return prints, None, False
+    pairs: list[tuple[str, str]] = []
 
     def add(word: str) -> bool:
         name, sep, value = word.partition("=")
         if not sep or not IS_NAME.match(name):
             return False
-        variables.put(name, _expand(value, variables))
+        pairs.append((name, value))
         return True
 
+    found = False
+    # one simple command (a `;`, `&` or `|` word comes from one of these characters) or several
+    for command in _commands(words) if any(w[:1] in _PUNCTUATION for w in words) else (words,):
+        found |= _read_command(command, add)
+    return prints, tuple(pairs), found
+
+
+#: A _QUICK run's assignments in order, (name, value as written).
+_Run = list[tuple[str, str]]
+
+#: What items of logical_lines do to the variables, given whether they follow `env` output:
+#: in order, (name, value) to expand and store, or a chunk of values to store as they are,
+#: (pairs, longest value, all values' characters, dict(pairs)) for Variables.put_all; and the
+#: count of commands that set nothing.
+_Chunk = tuple[list[tuple[str, str]], int, int, dict[str, str]]
+_Effect = tuple[list["tuple[str, str] | _Chunk"], int]
+
+
+def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
+    """The variables a shell script sets, and the count of commands that set none, from its
+    lines in batches (Input.batches)."""
+    variables = Variables()
+    put = variables.put
+    skipped = 0
+    memo: dict[str, _Reading] = {}  # command line -> its reading (see script_lines.MEMO_LINES)
+    runs: dict[str, _Run] = {}  # a _QUICK run's text -> its assignments (bounded as memo)
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
-    for prompted, text, words in _logical_lines(batches):
+    for item in logical_lines(batches, memo, {}):
+        words = item[2]
+        if isinstance(words, Segment):  # a segment read before: no prompt in it
+            effect = words.effects.get(env_output)
+            if effect is None:
+                effect = words.effects[env_output] = _effect(words.items, env_output, memo, runs)[0]
+        else:
+            effect, env_output = _effect((item,), env_output, memo, runs)
+        ops, unset = effect
+        skipped += unset
+        for op in ops:
+            if len(op) == 2:
+                put(op[0], _expand(op[1], variables))  # a (name, value) to expand
+            else:
+                variables.put_all(*op)  # a _Chunk
+    for name, value in variables.items():
+        if isinstance(value, Joined):
+            variables[name] = _text(value)  # (the same length: Variables.total holds)
+    return variables, skipped
+
+
+def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
+            runs: dict[str, _Run]) -> tuple[_Effect, bool]:
+    """What `items` do after `env_output` (parse_script's loop, but for the store and the
+    expansion, which depend on the variables), and whether env output follows them. Lines and
+    runs read before are taken from `memo` and `runs`; new ones are kept there (bounded)."""
+    out: list[tuple[str, str, bool]] = []
+    unset = 0
+    for prompted, text, words in items:
         if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
             if not env_output:
-                for m in _QUICK_ASSIGN.finditer(text, words.start, words.stop):
-                    variables.put(m[1], _expand(m[2], variables))
+                run = runs.get(text)
+                if run is None:
+                    run = QUICK_ASSIGN.findall(text)
+                    if len(runs) < script_lines.MEMO_LINES and len(text) <= script_lines.MEMO_CHARS:
+                        runs[text] = run
+                out += [(name, value, True) for name, value in run]
                 continue
-            for line in text[words.start:words.stop - 1].split("\n"):
+            for line in text[:-1].split("\n"):
                 if m := ASSIGN.match(line):
-                    variables.put(m["name"], m["value"])  # `env` output: the value taken whole
-                elif m := _QUICK_ASSIGN.match(line):
-                    variables.put(m[1], _expand(m[2], variables))
+                    out.append((m["name"], m["value"], False))  # `env` output: taken whole
+                elif m := QUICK_ASSIGN.match(line):
+                    out.append((m[1], m[2], True))
             continue
+        if words is None:  # lexed before: read before
+            reading = memo[text]
+        elif isinstance(words, tuple):  # no command (an unclosed quote): its text as one word
+            reading = _reading(list(words))
+        else:
+            reading = _reading(words)
+            if len(memo) < script_lines.MEMO_LINES and len(text) <= script_lines.MEMO_CHARS:
+                memo[text] = reading
+        prints, pairs, found = reading
         if prompted:
-            env_output = _prints_env(words)
+            env_output = prints
         elif env_output and (m := ASSIGN.match(text)):
-            variables.put(m["name"], m["value"])
+            out.append((m["name"], m["value"], False))
             continue
-        if words[:1] == ["RUN"]:  # a Dockerfile build step: its exports are not the image's env
+        if pairs is None:
             continue
-        if not words:
-            continue
-        if ";" in text or "&" in text or "|" in text:
-            found = False
-            for command in _commands(words):
-                found |= _read_command(command, add)
-        else:  # one simple command (a `;`, `&` or `|` word comes from one of these characters)
-            found = _read_command(words, add)
-        if not found and words:
-            skipped += 1
-    return variables, skipped
+        out += [(name, value, True) for name, value in pairs]
+        if not found:
+            unset += 1
+    ops: list[tuple[str, str] | _Chunk] = []
+    plain: list[tuple[str, str]] = []  # values to store as they are, since the last expansion
+    for name, value, expand in out:
+        if expand and "$" in value:
+            if plain:
+                ops.append(_chunk(plain))
+                plain = []
+            ops.append((name, value))
+        else:
+            plain.append((name, value))
+    if plain:
+        ops.append(_chunk(plain))
+    return (ops, unset), env_output
+
+
+def _chunk(pairs: list[tuple[str, str]]) -> _Chunk:
+    lengths = [len(value) for _, value in pairs]
+    return pairs, max(lengths), sum(lengths), dict(pairs)
 
 
 #: Where a word of _read_command's second loop is (its words joined with NULs around each).

@@ -8,7 +8,8 @@ import json
 import re
 from collections.abc import Iterable
 
-from harness.parsers.env_script import ASSIGN, FLAG_WORDS, VAR_NAME, Variables
+from harness.parsers.env_script import ASSIGN, FLAG_WORDS, Variables
+from harness.parsers.env_script_lines import VAR_NAME
 
 # YAML: the list form of Kubernetes `env:`, keys that open an environment block, map entries.
 YAML_NAME = re.compile(rf"^(?P<indent>\s*)-\s+name:\s*[\"']?(?P<name>{VAR_NAME})[\"']?\s*(?:#.*)?$")

@@ -1,0 +1,199 @@
+"""A shell script's lines as the commands a shell would run (for harness.parsers.env_script):
+backslash continuations joined, comments dropped, a quoted value that spans lines kept whole;
+runs of plain lines, and whole segments read before, taken at once."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container, Iterable, Iterator
+
+from harness.parsers.reader import MAX_LINE_CHARS
+from harness.parsers.shell_words import shell_words as _shell_words
+from harness.parsers.shell_words import strip_comment as _strip_comment
+
+__all__ = ["MEMO_CHARS", "MEMO_LINES", "QUICK_ASSIGN", "VAR_NAME", "Item", "Segment",
+           "logical_lines"]
+
+VAR_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+#: A command is at most one value's worth of characters (the store cuts a value there too).
+_MAX_COMMAND_CHARS = MAX_LINE_CHARS
+
+# A line whose quoted value may run on: `NAME="...`, `export NAME='...`, `declare -x NAME="...`.
+_OPENS_VALUE = re.compile(rf"^\s*(?:(?:export|declare\s+-x|typeset\s+-x|ENV)\s+)?{VAR_NAME}=[\"']")
+#: A quoted value may run over this many lines before the rest is taken as broken input.
+_MAX_VALUE_LINES = 50
+#: Backslash-continued lines joined into one command at most (a Dockerfile RUN has tens).
+_MAX_CONTINUED_LINES = 1000
+
+#: A line that is no command when nothing is pending: blank or a comment (one that does not end
+#: in a backslash, which logical_lines reads as a continuation).
+_NOOP_LINE = re.compile(r"[ \t]*(?:#.*)?", re.S)
+
+#: A run of lines that need no lexer, each ending in `\n`: blank lines, comments (not ending in
+#: a backslash) and plain `NAME=value` / `export NAME=value` lines (a value without blanks,
+#: quotes, escapes, `;&|`, `#` or parentheses, so its one shell word is the text itself; a
+#: comment may follow). One match takes the run (most of a script), where the per-line state
+#: machine below costs ~5 us a line.
+_PLAIN_VALUE = r"[^\s\"'\\;&|#()]*"
+_END = r"(?:#[^\n]*(?<!\\))?\n"  # an optional comment, not a continuation, and the line end
+_QUICK = re.compile(rf"(?:[ \t]*{_END}|[ \t]*(?:export[ \t]+)?{VAR_NAME}={_PLAIN_VALUE}"
+                    rf"(?:[ \t]+{_END}|\n))+")
+QUICK_ASSIGN = re.compile(rf"^[ \t]*(?:export[ \t]+)?({VAR_NAME})=({_PLAIN_VALUE})", re.M)
+
+
+#: Distinct command lines whose reading parse_script keeps, and the longest kept. A script's
+#: lines recur through a log that holds it many times (the 20 MB bench input reads each of its
+#: commands ~2,000 times); each is lexed and read once, its assignments then replayed in order.
+#: Past the bound a line is read as before: the memo stays small on any input.
+MEMO_LINES = 4096
+MEMO_CHARS = 1024
+
+
+#: Lines joined into one text for _QUICK at a time (a batch is a chunk's lines, ~25k): the
+#: joined text and a run in it are the only copies, kept small.
+_BLOCK_LINES = 1024
+
+
+class Segment:
+    """The items of a segment: the lines from a point where no command is pending to a blank
+    line (the first _SEGMENT_MIN characters on), that one included, when no command is pending
+    there either and none follows a `$ ` prompt. A script held many times in a log repeats its
+    segments: logical_lines yields one read before as one item, (False, its text, its
+    Segment), and parse_script applies what it did (`effects`, after env output or not)
+    without reading its lines again."""
+
+    __slots__ = ("effects", "items")
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
+        self.effects: dict[bool, object] = {}
+
+
+#: Segments kept: their text in all at most _MEMO_SEGMENT_CHARS (the items and effects kept
+#: with them are of the same order); a segment ends at the first blank line _SEGMENT_MIN
+#: characters past its start (fewer, longer segments: each costs a look-up and an update).
+_MEMO_SEGMENT_CHARS = 4 << 20
+_SEGMENT_MIN = 2048
+
+Item = tuple[bool, str, "list[str] | tuple[str] | slice | Segment | None"]
+
+
+def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
+                   segments: dict[str, Segment] | None = None) -> Iterator[Item]:
+    """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
+    comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
+    whole (up to _MAX_VALUE_LINES lines and _MAX_COMMAND_CHARS characters). What is still
+    pending when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
+    nothing is pending) comes as one item, (False, its text, slice(0, its length)). A
+    command in `known` (parse_script's memo: lexed before) comes unlexed, with None for its
+    words; text that is no command (an unclosed quote) comes as (text,). With `segments`, a
+    Segment read before comes as one item, and a new one is kept there (bounded)."""
+    parts: list[str] = []  # the pending command's pieces
+    size = 0
+    joined = 0  # lines in the pending command
+    newlines = 0  # ... joined at an open quote (the value's own line breaks)
+    open_quote = False  # pending because a quote is open (lexing again needs a new quote)
+    new_quote = False  # a quote character came since the last failed attempt
+    continued = False  # pending ends in a backslash continuation
+    prompted = False
+    unlexed: set[str] = set()  # texts that failed to lex (a value's first lines), bounded
+    # the segment being read: its text, where it ends, its items (None: it is not kept)
+    seg_text, seg_end = "", 0
+    seg_items: list[Item] | None = None
+    kept = 0  # characters of the segments kept
+
+    def lex(text: str) -> list[str] | None:
+        """The words of `text`, None when `known` holds it; ValueError where it cannot be lexed."""
+        if text in known:
+            return None
+        if text in unlexed:
+            raise ValueError("not closed")
+        try:
+            return _shell_words(_strip_comment(text))
+        except ValueError:
+            if len(unlexed) < MEMO_LINES and len(text) <= MEMO_CHARS:
+                unlexed.add(text)
+            raise
+
+    for batch in batches:
+        for first in range(0, len(batch), _BLOCK_LINES):
+            block = "\n".join(batch[first:first + _BLOCK_LINES]) + "\n"
+            pos, end = 0, len(block)
+            seg_end, seg_items = 0, None  # (a segment ends inside its block)
+            while pos < end:
+                if not parts:
+                    if pos >= seg_end:  # a new segment (the last one is kept if it ended here)
+                        if seg_items is not None and segments is not None and pos == seg_end:
+                            segments[seg_text] = Segment(seg_items)
+                            kept += len(seg_text)
+                        seg_end = block.find("\n\n", pos + _SEGMENT_MIN) + 2  # 1: none comes
+                        seg_items = None
+                        if seg_end == 1:
+                            seg_end = end
+                        elif segments is not None:
+                            seg_text = block[pos:seg_end]
+                            if (hit := segments.get(seg_text)) is not None:
+                                yield False, seg_text, hit
+                                pos = seg_end
+                                continue
+                            if kept + len(seg_text) <= _MEMO_SEGMENT_CHARS:
+                                seg_items = []
+                    if m := _QUICK.match(block, pos, seg_end):
+                        run = block[pos:m.end()]
+                        if seg_items is not None:
+                            seg_items.append((False, run, slice(0, len(run))))
+                        yield False, run, slice(0, len(run))
+                        pos = m.end()
+                        if pos == seg_end:
+                            continue
+                nl = block.index("\n", pos)
+                line, pos = block[pos:nl], nl + 1
+                if not parts:
+                    if (not line or line[0] in " \t#") and _NOOP_LINE.fullmatch(line) and line[-1:] != "\\":
+                        continue  # blank or a comment, nothing pending: no command (most of a script)
+                    prompted = line.startswith("$ ")  # a pasted terminal prompt
+                    line = line[2:] if prompted else line
+                    if line[-1:] != "\\":  # a command on one line (an open quote: read on below)
+                        try:
+                            words = lex(line)
+                        except ValueError:
+                            pass
+                        else:
+                            if prompted:  # (a segment with a prompt in it is not kept)
+                                seg_items = None
+                            elif seg_items is not None:
+                                seg_items.append((False, line, words))
+                            yield prompted, line, words
+                            continue
+                elif continued and line.lstrip().startswith("#"):
+                    continue  # Docker drops comment lines inside a continued instruction
+                new_quote = new_quote or "'" in line or '"' in line or ")" in line  # `)`: ends a $(
+                room = size + len(line) < _MAX_COMMAND_CHARS and joined < _MAX_CONTINUED_LINES
+                continued = line.endswith("\\") and not line.endswith("\\\\") and room
+                if continued:
+                    parts.append(line[:-1] + " ")
+                    size, joined = size + len(line), joined + 1
+                    continue
+                parts.append(line)
+                text = "".join(parts)
+                item: Item
+                try:
+                    if open_quote and not new_quote:
+                        raise ValueError("the open quote is still open")  # lexing again cannot close it
+                    item = (prompted, text, lex(text))
+                except ValueError:  # an unclosed quote: a value that goes on in the next line, or prose
+                    if room and (len(parts) > 1 or _OPENS_VALUE.match(text)) and newlines < _MAX_VALUE_LINES:
+                        parts = [text + "\n"]
+                        size, joined, newlines = len(text) + 1, joined + 1, newlines + 1
+                        open_quote, new_quote = True, False
+                        continue
+                    item = (prompted, text, (text,))  # not a command: counted as skipped
+                parts, size, joined, newlines, open_quote, new_quote = [], 0, 0, 0, False, False
+                if prompted:
+                    seg_items = None
+                elif seg_items is not None:
+                    seg_items.append(item)
+                yield item
+            if seg_items is not None and segments is not None and pos == seg_end and not parts:
+                segments[seg_text] = Segment(seg_items)
+                kept += len(seg_text)
