@@ -172,8 +172,9 @@ class CheckResult:
     warnings: tuple[str, ...] = ()
     measurements: tuple[Measurement, ...] = ()
     remedy: str = ""
-    duration_s: float | None = 0.0
-    """How long the check took; None: not measured (a record read without one), never 0."""
+    duration_s: float | None = None
+    """How long the check took; None: not measured (a record read without one, a check that
+    reported nothing, a judge run on a snapshot by harness.checking.run_check), never 0."""
     worker: str = "main"
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Other keys the record carries (a collected item's `exclusive`, `why`, `defined`)."""
@@ -218,7 +219,7 @@ class CheckResult:
     def no_result(cls, item: JSONMapping, why: str, **extra: JSONValue) -> CheckResult:
         """The error result of a selected check that reported nothing (`why` says why)."""
         record = {**item, **extra, "outcome": "error", "message": f"[{item['id']}] {why}",
-                  "warnings": [], "measurements": [], "duration_s": 0.0}
+                  "warnings": [], "measurements": [], "duration_s": None}  # never timed
         return cls.from_dict(record)
 
 
