@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness.base.jsontypes import JSONObject
 from harness.report.causes import id_ranges
@@ -20,7 +20,7 @@ _STYLE = {"pass": "green", "warn": "yellow", "skip": "dim", "fail": "bold red", 
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
 
 
-def _console(file: TextIO | None = None) -> Any:
+def _console(file: TextIO | None = None) -> Console:
     from rich.console import Console
 
     out = file or sys.stdout
