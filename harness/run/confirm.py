@@ -128,7 +128,7 @@ def _run(c: CheckResult) -> JSONObject:
             "duration_s": None if c.duration_s is None else round(c.duration_s, 3)}
 
 
-def _noted(c: CheckResult, note: JSONObject) -> dict[str, object]:
+def _noted(c: CheckResult, note: JSONObject) -> JSONObject:
     """`c`'s extra keys with its `confirmation` note."""
     return {**c.extra, "confirmation": note}
 
