@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from harness.base.jsontypes import JSONMapping, JSONObject
+from harness.base.jsontypes import JSONObject
 from harness.run.suites import Suite
+
+if TYPE_CHECKING:
+    from harness.run.selection import ItemRecord
 
 __all__ = ["Catalog", "CatalogError", "catalog", "explain_lines", "find", "list_lines",
            "list_records"]
@@ -27,7 +30,7 @@ class Catalog:
     (files that could not be collected: the rest is still listed)."""
 
     suites: list[Suite] = field(default_factory=list)
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[ItemRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -52,11 +55,11 @@ def catalog(extra: Sequence[str] = (), *, tier: str, keyword: str | None = None,
     return Catalog(suites, checks, found.problems)
 
 
-def list_records(checks: Sequence[JSONObject]) -> list[JSONObject]:
+def list_records(checks: Sequence[ItemRecord]) -> list[JSONObject]:
     return [{k: c.get(k) for k in LIST_KEYS} for c in checks]
 
 
-def list_lines(checks: Sequence[JSONObject]) -> list[str]:
+def list_lines(checks: Sequence[ItemRecord]) -> list[str]:
     """`ID  tier  suite  title`, one line per check, columns as wide as their longest value."""
     width = max([12, *(len(c["id"]) for c in checks)])
     suite_width = max([8, *(len(c["suite"]) for c in checks)])
@@ -64,13 +67,13 @@ def list_lines(checks: Sequence[JSONObject]) -> list[str]:
             for c in checks]
 
 
-def find(checks: Sequence[JSONObject], check_id: str) -> JSONObject | None:
+def find(checks: Sequence[ItemRecord], check_id: str) -> ItemRecord | None:
     """The check with this ID (any case), or None."""
     wanted = check_id.strip().lower()
     return next((c for c in checks if c["id"].lower() == wanted), None)
 
 
-def explain_lines(spec: JSONMapping, suites: Sequence[Suite]) -> list[str]:
+def explain_lines(spec: ItemRecord, suites: Sequence[Suite]) -> list[str]:
     """What `preflight explain` prints about one check."""
     where = next((f"{s.name} ({s.path})" for s in suites if s.name == spec["suite"]), spec["suite"])
     alone = " (runs alone: owns GPUs/network)" if spec["exclusive"] else ""

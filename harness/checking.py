@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import pytest
 
 from harness.base.compare import OPS, fmt
 from harness.base.errors import ProbeError
+from harness.base.jsontypes import JSONObject
 from harness.base.tiers import TIERS
 from harness.profiles.model import CONFIRM_FAMILIES
 from harness.results import CheckResult, Measurement, measurement_name, plain
@@ -47,7 +48,7 @@ __all__ = [
 #: Outcomes of a check. `error` (a probe could not produce its fact) counts as a failure.
 OUTCOMES = ("pass", "warn", "skip", "fail", "error")
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ class CheckContext:
     check_id: str
     profile: str
     remedy: str = ""
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[JSONObject] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 

@@ -11,12 +11,14 @@ a --preflight-* option, `-p harness.plugin`, or a path into the built-in suite
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import pkgutil
 from collections.abc import Generator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.profiles.model import Profile
@@ -26,6 +28,7 @@ import pytest
 import harness.fixtures as _fixtures_pkg
 from harness import __version__
 from harness.base.deadline import TimeoutHooks
+from harness.base.jsontypes import JSONObject
 from harness.base.redact import Redactor
 from harness.base.tiers import TIERS
 from harness.checking import CheckContext, CheckSpec, classify, combine, error_text, set_current
@@ -68,8 +71,8 @@ MARKERS = {
 }
 
 _active_key = pytest.StashKey[bool]()
-_profile_key = pytest.StashKey[Any]()
-_phases_key = pytest.StashKey[dict[str, Any]]()
+_profile_key = pytest.StashKey["tuple[Profile, str]"]()
+_phases_key = pytest.StashKey["_ItemState"]()
 _redactor_key = pytest.StashKey[Redactor]()
 
 
@@ -254,6 +257,16 @@ def _time_for_the_worker(config: pytest.Config, items: list[pytest.Item]) -> Non
         reporter.write_line(f"gpu-preflight {line}")
 
 
+@dataclass(slots=True)
+class _ItemState:
+    """A running check item's context and the (outcome, message, seconds) of each of its
+    phases (setup, call, teardown) as pytest reports them."""
+
+    ctx: CheckContext
+    token: contextvars.Token[CheckContext | None]
+    phases: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not active(item.config):
@@ -264,7 +277,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     except pytest.UsageError:
         profile_name = "?"
     ctx = CheckContext(check_id=spec.id, profile=profile_name, remedy=spec.remedy)
-    item.stash[_phases_key] = {"ctx": ctx, "token": set_current(ctx), "phases": {}}
+    item.stash[_phases_key] = _ItemState(ctx, set_current(ctx))
 
 
 def _where(rep: pytest.TestReport) -> str:
@@ -298,7 +311,7 @@ def pytest_runtest_makereport(
     if not active(item.config) or state is None:
         return rep
     spec = item_spec(item)
-    state["phases"][rep.when] = (*_classify(spec, call, rep), rep.duration)
+    state.phases[rep.when] = (*_classify(spec, call, rep), rep.duration)
     # A test's own record_property values cross xdist's channel too: plain data only.
     rep.user_properties = [(str(k), plain(v)) for k, v in rep.user_properties]
     if rep.when == "teardown":
@@ -309,9 +322,9 @@ def pytest_runtest_makereport(
     return rep
 
 
-def _final(spec: CheckSpec, item: pytest.Item, state: dict[str, Any]) -> dict[str, Any]:
-    ctx: CheckContext = state["ctx"]
-    phases = state["phases"]
+def _final(spec: CheckSpec, item: pytest.Item, state: _ItemState) -> JSONObject:
+    ctx = state.ctx
+    phases = state.phases
     outcome, message = combine((phases[w][:2] for w in ("setup", "call", "teardown") if w in phases),
                                 ctx.warnings)
     suite = suite_of(item)

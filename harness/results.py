@@ -18,7 +18,6 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 
@@ -117,10 +116,10 @@ class Measurement:
     """One measured value and what it was judged against (`op`, `threshold`, `ok`)."""
 
     what: str
-    value: Any
+    value: JSONValue
     unit: str = ""
     op: str | None = None
-    threshold: Any = None
+    threshold: JSONValue = None
     ok: bool | None = None
     size_bytes: int | None = None
     """The message size a bandwidth figure was measured at."""
@@ -172,10 +171,11 @@ class CheckResult:
     warnings: tuple[str, ...] = ()
     measurements: tuple[Measurement, ...] = ()
     remedy: str = ""
-    duration_s: float | None = 0.0
-    """How long the check took; None: not measured (a record read without one), never 0."""
+    duration_s: float | None = None
+    """How long the check took; None: not measured (a record read without one, a check that
+    reported nothing, a judge run on a snapshot by harness.checking.run_check), never 0."""
     worker: str = "main"
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: JSONMapping = field(default_factory=dict)
     """Other keys the record carries (a collected item's `exclusive`, `why`, `defined`)."""
 
     @property
@@ -188,7 +188,7 @@ class CheckResult:
 
     def to_dict(self) -> JSONObject:
         """Plain data in report.json's shape (it crosses xdist's channel and ends in JSON)."""
-        out: dict[str, Any] = {k: plain(v) for k, v in self.extra.items()
+        out: JSONObject = {k: plain(v) for k, v in self.extra.items()
                                if k not in _RESULT_KEYS}
         head = {k: plain(getattr(self, k)) for k in _RESULT_KEYS if k != "measurements"}
         head["warnings"] = list(head["warnings"])
@@ -218,7 +218,7 @@ class CheckResult:
     def no_result(cls, item: JSONMapping, why: str, **extra: JSONValue) -> CheckResult:
         """The error result of a selected check that reported nothing (`why` says why)."""
         record = {**item, **extra, "outcome": "error", "message": f"[{item['id']}] {why}",
-                  "warnings": [], "measurements": [], "duration_s": 0.0}
+                  "warnings": [], "measurements": [], "duration_s": None}  # never timed
         return cls.from_dict(record)
 
 

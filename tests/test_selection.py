@@ -71,6 +71,16 @@ def test_a_check_without_result_is_an_error_naming_it(tmp_path):
     assert proof.selection["missing"] == ["PF-T-002"] and proof.selection["reported"] == 1
 
 
+def test_a_check_without_result_has_no_duration_never_0(tmp_path):
+    """A check that reported nothing was not timed: its duration is None (null in report.json,
+    no JUnit time, no metric sample), in every way a result goes missing, never a 0.0."""
+    lines = [_collected("checks", [_item(1), _item(2)]), _result(1), _result(1, "fail")]
+    checks = _account(tmp_path, lines, [PhaseRun("checks", 1)]).checks  # a duplicate, a missing
+    checks += _interrupted(tmp_path, [_collected("checks", [_item(3)])]).checks  # not finished
+    assert [c["outcome"] for c in checks] == ["error"] * 3
+    assert [c["duration_s"] for c in checks] == [None, None, None]
+
+
 def test_a_duplicate_result_is_an_error(tmp_path):
     proof = _account(tmp_path, [_collected("checks", [_item(1)]), _result(1),
                                 _result(1, "fail")], [PhaseRun("checks", 1)])

@@ -110,6 +110,17 @@ def test_status_line_says_what_runs_now(tmp_path: Path) -> None:
         "PF-X-004 (10 s) and 1 more · 2 s of at most 300 s")
 
 
+def test_progress_of_a_check_not_timed_says_so_never_0() -> None:
+    """A result without a duration (null: not measured) is shown as not timed, not as 0.0 s
+    and not as a crash of the progress line."""
+    from harness.report.summary import print_progress
+
+    out = io.StringIO()
+    print_progress({"outcome": "error", "id": "PF-GPU-001", "title": "gpus", "duration_s": None,
+                    "message": "[PF-GPU-001] produced no result"}, out)
+    assert out.getvalue().split() == ["ERROR", "PF-GPU-001", "gpus", "(not", "timed)"]
+
+
 def test_verbose_progress_shows_every_value_and_why() -> None:
     from harness.report.summary import print_progress
 

@@ -19,9 +19,8 @@ without the profile's required variables.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONMapping, JSONObject, JSONValue
 
 __all__ = ["FAIL_ON", "problems"]
 
@@ -29,34 +28,45 @@ __all__ = ["FAIL_ON", "problems"]
 FAIL_ON = ("problem", "harmful")
 
 
-def _named(items: list[Any], what: str) -> list[str]:
+def _items(result: JSONMapping, key: str) -> list[JSONValue]:
+    """`result[key]`, a list (missing or not a list: empty)."""
+    value = result.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _records(result: JSONMapping, key: str) -> list[JSONObject]:
+    """The objects in the list `result[key]`."""
+    return [item for item in _items(result, key) if isinstance(item, dict)]
+
+
+def _named(items: list[JSONValue], what: str) -> list[str]:
     return [f"{what}: {item.get('name', item) if isinstance(item, dict) else item}"
             for item in items]
 
 
-def _env(result: dict[str, Any], harmful_only: bool) -> list[str]:
-    found = _named(result.get("harmful", []), "harmful")
+def _env(result: JSONMapping, harmful_only: bool) -> list[str]:
+    found = _named(_items(result, "harmful"), "harmful")
     if not harmful_only:
-        found += _named(result.get("required", []), "required but unset or wrong")
-        found += [f"malformed: {m}" for m in result.get("malformed", [])]
+        found += _named(_items(result, "required"), "required but unset or wrong")
+        found += [f"malformed: {m}" for m in _items(result, "malformed")]
     return found
 
 
-def _nvidia_smi(result: dict[str, Any]) -> list[str]:
+def _nvidia_smi(result: JSONMapping) -> list[str]:
     # A fact the input showed without a value is the GPU checks' error: unknown is not a pass.
-    return [*(f"GPU {p.get('gpu')}: {p.get('what')}" for p in result.get("problems", [])),
-            *(f"not known: {u}" for u in result.get("unread", []))]
+    return [*(f"GPU {p.get('gpu')}: {p.get('what')}" for p in _records(result, "problems")),
+            *(f"not known: {u}" for u in _items(result, "unread"))]
 
 
-def _nccl_log(result: dict[str, Any]) -> list[str]:
-    found = [f"{e['cause']}: {e['line']}" for e in result.get("errors", [])]
-    found += [f"watchdog timeout: {t['line']}" for t in result.get("timeouts", [])]
-    found += [f"NCCL warning: {w}" for w in result.get("warnings", [])]
+def _nccl_log(result: JSONMapping) -> list[str]:
+    found = [f"{e['cause']}: {e['line']}" for e in _records(result, "errors")]
+    found += [f"watchdog timeout: {t['line']}" for t in _records(result, "timeouts")]
+    found += [f"NCCL warning: {w}" for w in _items(result, "warnings")]
     return found
 
 
-def _nccl_tests(result: dict[str, Any]) -> list[str]:
-    found = list(result.get("errors", []))
+def _nccl_tests(result: JSONMapping) -> list[str]:
+    found = [str(e) for e in _items(result, "errors")]
     if result.get("num_wrong"):
         found.append(f"{result['num_wrong']} wrong element(s)")
     if result.get("out_of_bounds"):
@@ -71,40 +81,41 @@ def _nccl_tests(result: dict[str, Any]) -> list[str]:
     return found
 
 
-def _dcgm(result: dict[str, Any]) -> list[str]:
-    found = [f"{t.get('test')}: {t.get('message')}" for t in result.get("failed_tests", [])]
+def _dcgm(result: JSONMapping) -> list[str]:
+    found = [f"{t.get('test')}: {t.get('message')}" for t in _records(result, "failed_tests")]
     if result.get("passed") is not True and not found:
         found.append("no verdict: the diagnostic's results are incomplete (unknown is not a pass)")
     found += [f"not known: GPU {g} has no result (DCGM detected it and did not test it)"
-              for g in result.get("untested_gpus", [])]
+              for g in _items(result, "untested_gpus")]
     return found
 
 
-def _kernel_log(result: dict[str, Any]) -> list[str]:
+def _kernel_log(result: JSONMapping) -> list[str]:
     found = [f"Xid {e.get('xid')} on {e.get('pci')}: {e.get('action')}"
-             for e in result.get("xid_events", [])]
+             for e in _records(result, "xid_events")]
     found += [f"SXid {e.get('sxid')} on {e.get('switch') or e.get('pci')}"
-              for e in result.get("sxid_events", []) if e.get("fatal") is not False]  # unknown too
+              for e in _records(result, "sxid_events") if e.get("fatal") is not False]  # unknown too
     if result.get("cut"):  # PF-GPU-006 / 018 error on a log cut mid-line
         found.append(f"not known: {result['cut']}")
     return found
 
 
-def _fi_info(result: dict[str, Any]) -> list[str]:
+def _fi_info(result: JSONMapping) -> list[str]:
     code = result.get("error_code")
     return [] if code is None else [f"fi_info failed with {code}"]
 
 
-def _train_step(result: dict[str, Any]) -> list[str]:
-    found = [str(e) for e in result.get("errors", [])]
+def _train_step(result: JSONMapping) -> list[str]:
+    found = [str(e) for e in _items(result, "errors")]
     # What the training checks would error on (harness.parsers.train_step.unread_in_result).
-    found += [f"not known: the result has no {u}" for u in result.get("unread", [])]
-    if result.get("failure"):
-        found.append(str(result["failure"].get("message", result["failure"])))
+    found += [f"not known: the result has no {u}" for u in _items(result, "unread")]
+    failure = result.get("failure")
+    if failure:
+        found.append(str(failure.get("message", failure) if isinstance(failure, dict) else failure))
     return found
 
 
-_BY_KIND: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+_BY_KIND: dict[str, Callable[[JSONMapping], list[str]]] = {
     "nvidia-smi": _nvidia_smi, "nccl-log": _nccl_log, "nccl-tests": _nccl_tests,
     "dcgm": _dcgm, "kernel-log": _kernel_log, "fi-info": _fi_info, "train-step": _train_step,
 }
@@ -120,8 +131,8 @@ def problems(kind: str, result: JSONObject, fail_on: str = "problem") -> list[st
     if fail_on == "harmful":
         return []
     judge = _BY_KIND.get(kind)
-    found = judge(result) if judge is not None else [str(e) for e in result.get("errors", [])]
+    found = judge(result) if judge is not None else [str(e) for e in _items(result, "errors")]
     # The checks' verdicts for the profile (harness.judges.network): what would fail or error the run.
-    found += [f"{v['check']} {v['status']}: {v['message']}" for v in result.get("verdicts", [])
+    found += [f"{v['check']} {v['status']}: {v['message']}" for v in _records(result, "verdicts")
               if v.get("status") in ("fail", "unknown")]
     return found

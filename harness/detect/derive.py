@@ -11,13 +11,14 @@ import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.detect.instance import Detection
     from harness.probes import fabric
 
 from harness.base.gpu_record import GpuInventory
+from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_path
 from harness.profiles.model import Profile
 from harness.profiles.table import BUILTIN_PROFILES, SKUS, get_profile
@@ -95,7 +96,7 @@ def match_sku(facts: MachineFacts) -> tuple[str | None, str]:
         f"{sorted(set(facts.gpu_names))} / PCI {sorted(set(facts.pci_device_ids))}")
 
 
-def _nic_summary(nics: tuple[fabric.RdmaDevice, ...]) -> dict[str, Any]:
+def _nic_summary(nics: tuple[fabric.RdmaDevice, ...]) -> JSONObject:
     kinds = Counter(d.kind for d in nics)
     return {"efa": kinds.get("efa", 0), "ib": kinds.get("ib", 0), "roce": kinds.get("roce", 0),
             "devices": [{"name": d.name, "kind": d.kind, "hca_type": d.hca_type,
@@ -112,7 +113,7 @@ def derive_profile(facts: MachineFacts) -> Profile:
     estimates = set(base.estimates)
     sources = dict(base.sources)
     nics = _nic_summary(facts.nics)
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     measured_with = SKUS[sku].get("nvlink_busbw_gpus") if sku else None
     if base.nvlink_busbw_gb_s_min is not None and measured_with and n != measured_with:
         estimates.add("nvlink_busbw_gb_s_min")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.base.deadline import Deadline
+from harness.base.jsontypes import JSONObject
 from harness.profiles.model import Profile
 
 __all__ = ["DEVICE", "REHEARSE", "Context"]
@@ -30,12 +30,12 @@ class Context:
     env: dict[str, str]
     """The environment every subprocess gets (fakes first on PATH in a rehearsal)."""
     deadline: Deadline
-    nvml: Any = None
+    nvml: object | None = None
     """The pynvml module, or a stand-in with its API (None: import pynvml)."""
     nvls: bool = False
     """Whether an NVLS-only nccl-tests pass applies (NVSwitch, Hopper or newer)."""
     log: list[str] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: JSONObject = field(default_factory=dict)
     """What earlier steps learnt that later ones use (compute capability, TE version)."""
     started: float = field(default_factory=time.monotonic)
 

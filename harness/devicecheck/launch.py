@@ -12,9 +12,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from harness.base.jsontypes import JSONMapping
+from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.devicecheck.context import Context
 from harness.devicecheck.record import Expected, Figure, StepResult, figure_key, settle
 from harness.fixtures.worker import WorkerSession, bandwidth_args
@@ -253,7 +252,7 @@ def worker_step(ctx: Context) -> StepResult:
     return settle(step, worker_expected(step.figures, expected))
 
 
-def _train_record(output: str, run: str | None = None) -> dict[str, Any] | None:
+def _train_record(output: str, run: str | None = None) -> JSONObject | None:
     from harness.probes.train_step import SCHEMA
 
     records = [r for r in schema_records(output, SCHEMA) if "error" not in r]
@@ -386,7 +385,7 @@ def run_problems(result: JSONMapping) -> list[str]:
     return out
 
 
-def _missing_runs(records: list[dict[str, Any]], wanted: list[str],
+def _missing_runs(records: list[JSONObject], wanted: list[str],
                   outcome: PartOutcome) -> list[str]:
     have = {r.get("run") for r in records}
     missing = [w for w in wanted if w not in have]

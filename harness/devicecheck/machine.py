@@ -9,11 +9,15 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.base import proc
+from harness.base.jsontypes import JSONObject
 from harness.devicecheck.context import Context
 from harness.devicecheck.record import Figure, StepResult, figure_key, settle
+
+if TYPE_CHECKING:
+    from harness.probes.nvml_nvlink import GpuCounters
 
 __all__ = ["NvlinkSampler", "dcgm_step", "nvml_step", "versions_step"]
 
@@ -48,7 +52,7 @@ print("DEVICE-CHECK " + json.dumps(out))
 """
 
 
-def _marked(output: str) -> dict[str, Any] | None:
+def _marked(output: str) -> JSONObject | None:
     for line in reversed(output.splitlines()):
         if line.startswith("DEVICE-CHECK "):
             try:
@@ -167,7 +171,7 @@ class NvlinkSampler:
     def __init__(self, ctx: Context, interval_s: float = 15.0) -> None:
         self.ctx = ctx
         self.interval_s = interval_s
-        self.samples: list[tuple[float, dict[int, Any]]] = []
+        self.samples: list[tuple[float, dict[int, GpuCounters]]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="nvlink-sampler", daemon=True)

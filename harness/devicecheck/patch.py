@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject
 
@@ -50,12 +49,12 @@ def measured_on(machine: JSONMapping) -> str:
                    else "")
 
 
-def _step(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
+def _step(doc: JSONMapping, name: str) -> JSONObject | None:
     return next((s for s in doc["steps"] if s.get("step") == name and s.get("outcome") == "ok"),
                 None)
 
 
-def _values(step: dict[str, Any] | None, name: str) -> list[dict[str, Any]]:
+def _values(step: JSONMapping | None, name: str) -> list[JSONObject]:
     return [f for f in (step or {}).get("figures", []) if f.get("name") == name
             and isinstance(f.get("value"), int | float) and not isinstance(f.get("value"), bool)]
 
@@ -73,7 +72,7 @@ def floors(doc: JSONMapping) -> list[Floor]:
     ranks = machine.get("ranks")
     out = []
 
-    def largest(step: str, name: str) -> dict[str, Any] | None:
+    def largest(step: str, name: str) -> JSONObject | None:
         rows = _values(_step(doc, step), name)
         return max(rows, key=lambda f: f.get("size_bytes") or 0, default=None)
 
@@ -105,7 +104,7 @@ def floors(doc: JSONMapping) -> list[Floor]:
     return out
 
 
-def _notes(doc: dict[str, Any]) -> list[str]:
+def _notes(doc: JSONMapping) -> list[str]:
     """What is no profile field: the start-up the launch allowance covers, the tolerances."""
     lines = []
     starts = _values(_step(doc, "worker"), "startup_s")

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 __all__ = ["APPLICATION_XIDS", "XidWindow", "event_epoch", "is_application", "summarize"]
 
@@ -87,8 +87,8 @@ class XidWindow:
 
     start_epoch: float
     hours: float
-    application: list[Any] = field(default_factory=list)
-    hardware: list[Any] = field(default_factory=list)
+    application: list[XidEvent] = field(default_factory=list)
+    hardware: list[XidEvent] = field(default_factory=list)
     undated: int = 0
     """Events whose time could not be placed: counted in no window (PF-GPU-006 still sees them)."""
 
@@ -102,7 +102,7 @@ class XidWindow:
 
     def suspicious_application(self, min_events: int = 3, min_processes: int = 2) -> list[str]:
         """GPUs with at least `min_events` application XIDs from `min_processes` processes."""
-        by_gpu: dict[str, list[Any]] = {}
+        by_gpu: dict[str, list[XidEvent]] = {}
         for event in self.application:
             by_gpu.setdefault(event.pci, []).append(event)
         return sorted(pci for pci, events in by_gpu.items() if len(events) >= min_events

@@ -15,10 +15,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 # The one AWS client with bounded timeouts and retries (publish.py's): a store never hangs a run.
 from harness.report.publish import aws_client, parse_s3_uri
+
+if TYPE_CHECKING:  # boto3 is optional
+    from botocore.response import StreamingBody
 
 __all__ = ["Store", "StoreError"]
 
@@ -87,7 +90,7 @@ class Store:
     def _s3_get(self, key: str) -> bytes | None:
         client = aws_client("s3")
         try:
-            body: Any = client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            body: StreamingBody = client.get_object(Bucket=self.bucket, Key=key)["Body"]
         except client.exceptions.NoSuchKey:
             return None
         return bytes(body.read())

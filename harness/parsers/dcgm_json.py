@@ -4,9 +4,8 @@ Diagnostic`, `entity_id`, `metadata`) and old NVVS, read into a DcgmDiag."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject, JSONValue
 from harness.parsers import ParseError
 from harness.parsers.dcgm_records import MAX_MESSAGES, MAX_RESULTS, DcgmDiag, DcgmResult, status_of
 from harness.parsers.values import ascii_int
@@ -14,7 +13,7 @@ from harness.parsers.values import ascii_int
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}(?:\.[0-9]+)*$")
 
 
-def _gpu_ids(result: dict[str, Any]) -> list[int | None]:
+def _gpu_ids(result: JSONObject) -> list[int | None]:
     group = str(result.get("entity_group", "GPU")).upper()
     for key in ("entity_id", "gpu_id", "gpu_ids"):
         if key in result:
@@ -27,7 +26,7 @@ def _gpu_ids(result: dict[str, Any]) -> list[int | None]:
     return [None]
 
 
-def _messages(result: dict[str, Any]) -> str:
+def _messages(result: JSONObject) -> str:
     parts = []
     for key in ("warnings", "errors", "error", "warning"):
         items = result.get(key)
@@ -45,7 +44,7 @@ def _messages(result: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: object) -> list[JSONValue]:
     """`value` when it is a JSON list, else [] (a number or string where a list belongs)."""
     return value if isinstance(value, list) else []
 
@@ -69,7 +68,7 @@ def diag_from_json(doc: JSONObject) -> DcgmDiag:
         # Old NVVS wrote the driver's version there (`"version" : "440.37"`, and its text banner
         # `DCGM GPU Diagnostic (version 418)`); DCGM's own versions are 1.x to 4.x.
         driver, version = driver or version, None
-    tests: list[tuple[str, dict[str, Any]]] = []
+    tests: list[tuple[str, JSONObject]] = []
     for category in _list(body.get("test_categories")):
         if isinstance(category, dict):
             tests.extend((str(category.get("category") or ""), t)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 from harness.base.gpu_actions import xid_action
 from harness.base.gpu_record import pci_key
@@ -157,15 +157,18 @@ MAX_EVENTS = 1_000
 MAX_KINDS = 2 * MAX_EVENTS
 
 
-class _Kept:
+_Event = TypeVar("_Event")
+
+
+class _Kept(Generic[_Event]):
     """Events in order, bounded: every one up to MAX_EVENTS, then one per new kind."""
 
     def __init__(self) -> None:
-        self.items: list[Any] = []
-        self.kinds: set[tuple[Any, ...]] = set()
+        self.items: list[_Event] = []
+        self.kinds: set[tuple[object, ...]] = set()
         self.omitted = 0
 
-    def add(self, item: Any, kind: tuple[Any, ...]) -> None:
+    def add(self, item: _Event, kind: tuple[object, ...]) -> None:
         new = kind not in self.kinds
         if len(self.items) < MAX_EVENTS or (new and len(self.items) < MAX_KINDS):
             self.items.append(item)
@@ -183,8 +186,8 @@ class _Reader:
     ordinary dmesg lines (the lines kernel_log_format.lines_to_read leaves out) by counting them."""
 
     def __init__(self) -> None:
-        self.events = _Kept()
-        self.sxids = _Kept()
+        self.events: _Kept[XidEvent] = _Kept()
+        self.sxids: _Kept[SxidEvent] = _Kept()
         self.fallen: dict[object, XidEvent] = {}  # the first report per GPU without an Xid line
         self.tally = Tally()
         self.boots: list[tuple[int, str | None]] = []
@@ -331,7 +334,7 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True,
 
 
 def _sxid(line: str, when: str | None, n: int, headed: dict[tuple[int, str, int], bool]
-          ) -> tuple[SxidEvent, tuple[Any, ...]] | None:
+          ) -> tuple[SxidEvent, tuple[object, ...]] | None:
     """The event (and its kind) an SXid line starts: its first line, or a detail line of an SXid
     whose first line is not in the log (once per switch and SXid); None for another detail line."""
     sx = _SXID.search(line)

@@ -7,8 +7,8 @@ import contextlib
 import json
 import math
 import re
-from typing import Any
 
+from harness.base.jsontypes import JSONObject, JSONValue
 from harness.parsers import ParseError
 from harness.parsers.nccl_tests_model import (
     MAX_ERRORS,
@@ -23,14 +23,14 @@ from harness.parsers.values import ascii_int
 
 __all__ = ["parse_json"]
 
-def _json_num(value: Any) -> float | None:
+def _json_num(value: JSONValue) -> float | None:
     """A finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _json_int(value: Any) -> int | None:
+def _json_int(value: JSONValue) -> int | None:
     """An integer from a JSON number or numeric string (`"root": "0"`)."""
     if isinstance(value, str):
         return ascii_int(value)
@@ -38,7 +38,7 @@ def _json_int(value: Any) -> int | None:
     return None if number is None or abs(number) >= 1e18 else round(number)
 
 
-def _json_measure(obj: Any) -> Measurement | None:
+def _json_measure(obj: JSONValue) -> Measurement | None:
     if not isinstance(obj, dict):
         return None
     return Measurement(_json_num(obj.get("time")) if "time" in obj else _json_num(obj.get("cpu_time")),
@@ -46,7 +46,7 @@ def _json_measure(obj: Any) -> Measurement | None:
                        _json_int(obj.get("nwrong")))
 
 
-def _json_results(text: str) -> tuple[dict[str, Any], bool]:
+def _json_results(text: str) -> tuple[JSONObject, bool]:
     """The document, or what can be salvaged from a file cut short (result objects only)."""
     try:
         doc = json.loads(text)
@@ -55,7 +55,7 @@ def _json_results(text: str) -> tuple[dict[str, Any], bool]:
     except (ValueError, RecursionError):
         pass
     decoder = json.JSONDecoder()
-    results = []
+    results: list[JSONValue] = []
     for m in re.finditer(r'\{"size":', text):
         try:
             obj, _ = decoder.raw_decode(text, m.start())
@@ -64,7 +64,7 @@ def _json_results(text: str) -> tuple[dict[str, Any], bool]:
         results.append(obj)
         if len(results) >= MAX_ROWS:
             break
-    salvaged: dict[str, Any] = {"results": results}
+    salvaged: JSONObject = {"results": results}
     for key in ("args", "config"):
         m = re.search(rf'"{key}":', text)
         if m:

@@ -8,7 +8,6 @@ import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers import ParseError
@@ -73,7 +72,7 @@ class SmiCsv:
     columns: tuple[str, ...]
 
 
-def _csv_value(field_name: str, raw: str) -> Any:
+def _csv_value(field_name: str, raw: str) -> bool | int | float | str | None:
     if field_name in _BOOL_FIELDS:
         return yes_no(raw)
     if field_name in _INT_FIELDS:
@@ -131,7 +130,7 @@ def read_smi_csv(source: Input, side: Side, columns: tuple[str, ...] | None = No
         side.shown["*"] = _shown(header)
         key_col = next((c for c in ("index", "pci.bus_id", "uuid", "gpu_bus_id", "gpu_uuid")
                         if c in header), None)
-        latest: dict[str, dict[str, Any]] = {}
+        latest: dict[str, dict[str, object]] = {}
         driver = None
         num_samples = 0
         for row in rows:
@@ -163,9 +162,9 @@ def read_smi_csv(source: Input, side: Side, columns: tuple[str, ...] | None = No
                   num_samples, header)
 
 
-def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, Any]], key: str) -> str | None:
+def _csv_record(cells: dict[str, str], latest: dict[str, dict[str, object]], key: str) -> str | None:
     """Store one CSV sample as the GPU's latest record; the driver version it names, if any."""
-    record: dict[str, Any] = {}
+    record: dict[str, object] = {}
     reasons: list[str] | None = None  # None: no reason column
     reset = False
     driver = None

@@ -4,7 +4,7 @@ GPUs), read into a GpuInventory."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.parsers import ParseError
@@ -29,13 +29,16 @@ from harness.parsers.nvidia_smi_common import (
 )
 from harness.parsers.reader import MAX_DOCUMENT_CHARS, Input, as_input
 
+if TYPE_CHECKING:  # the XML reader is imported where a document is parsed
+    from xml.etree.ElementTree import Element
 
-def _xml_text(node: Any, path: str) -> str | None:
+
+def _xml_text(node: Element, path: str) -> str | None:
     found = node.find(path)
     return None if found is None or found.text is None else found.text.strip()
 
 
-def _xml_ecc(gpu: Any, scope: str) -> int | None:
+def _xml_ecc(gpu: Element, scope: str) -> int | None:
     """Uncorrected count of a scope in the new (`dram_uncorrectable`, `sram_uncorrectable*`)
     or old (`double_bit/total`) XML layout."""
     node = gpu.find(f"ecc_errors/{scope}")
@@ -49,7 +52,7 @@ def _xml_ecc(gpu: Any, scope: str) -> int | None:
     return to_int(_xml_text(node, "double_bit/total") or _xml_text(node, "double_bit/device_memory"))
 
 
-def _xml_gpu(index: int, g: Any) -> GpuInfo:
+def _xml_gpu(index: int, g: Element) -> GpuInfo:
     t = lambda path: _xml_text(g, path)  # noqa: E731
     link = "pci/pci_gpu_link_info"
     reasons: list[str] | None = None  # None: no reason element says yes or no

@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
@@ -229,8 +229,8 @@ class TrainStepOutput:
     """What one run printed: rank 0's result, the ranks' error lines, the root-cause failure
     (None when the step produced a result), and whether a rank aborted at exit."""
 
-    result: dict[str, Any] | None
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    result: JSONObject | None
+    errors: list[JSONObject] = field(default_factory=list)
     failure: Failure | None = None
     aborted_at_exit: bool = False
 
@@ -239,7 +239,7 @@ class TrainStepOutput:
 _LINE_END = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
-def _json_lines(text: str) -> list[dict[str, Any]]:
+def _json_lines(text: str) -> list[JSONObject]:
     """The JSON records of the lines holding SCHEMA_PREFIX, each read from its first prefix to
     the line's end (found by `str.find`: no Python work for the other lines)."""
     records = []
@@ -267,8 +267,8 @@ def parse_train_step(text: str | Input) -> TrainStepOutput:
     2.00 GiB`, `Watchdog caught collective operation timeout: WorkNCCL(...)`, ...). An Input is
     streamed: the classifiers search it a chunk of lines at a time, each keeping its first
     finding (the exception its last), so the result is that of the whole text."""
-    result: dict[str, Any] | None = None
-    errors: list[dict[str, Any]] = []
+    result: JSONObject | None = None
+    errors: list[JSONObject] = []
     found: dict[int, Failure] = {}  # classifier index -> its finding
     aborted = False
     for chunk in _chunks(inside_transport(as_input(text))):  # a job log's wrappers off

@@ -9,14 +9,15 @@ import ctypes
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TypeVar
 
 from harness.base import deadline as dl
 from harness.base.errors import ProbeError
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.probes import chain
 from harness.probes.nvidia_smi import SMI_TIMEOUT_S, smi_query, smi_query_csv, smi_query_xml
-from harness.probes.nvml import NvmlUnavailableError, Reader, session, text
+from harness.probes.nvml import NvmlHandle, NvmlUnavailableError, Reader, session, text
 from harness.probes.nvml_nvlink import (
     GpuCounters,
     NvlinkCounters,
@@ -34,6 +35,8 @@ __all__ = [
     "query_gpus",
     "sample_nvlink_errors",
 ]
+
+T = TypeVar("T")
 
 #: Bound on NVML's answer (nvmlInit and every device query), s: a few seconds on 8 GPUs even
 #: without persistence mode; past this the driver is stuck.
@@ -59,7 +62,7 @@ def clock_event_reasons(mask: int | None) -> tuple[str, ...] | None:
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
 
 
-def _fabric(r: Reader, handle: Any) -> tuple[str | None, str | None]:
+def _fabric(r: Reader, handle: NvmlHandle) -> tuple[str | None, str | None]:
     """(state, status) of the GPU's NVSwitch fabric registration; (None, None) unsupported."""
     struct = getattr(r.nvml, "c_nvmlGpuFabricInfo_t", None)
     if struct is None:
@@ -84,7 +87,7 @@ _RESET_FIELDS = ("NVML_FI_DEV_RESET_STATUS", "NVML_FI_DEV_DRAIN_AND_RESET_STATUS
                  "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION")
 
 
-def _reset_state(r: Reader, handle: Any) -> tuple[bool | None, str | None]:
+def _reset_state(r: Reader, handle: NvmlHandle) -> tuple[bool | None, str | None]:
     """(requires a reset, the driver's recovery action) from NVML's fields: True when the reset
     or drain-and-reset status says so, False when they say not, None when neither answered; the
     action's name (`None` when the driver needs nothing), None when the field did not answer."""
@@ -97,7 +100,7 @@ def _reset_state(r: Reader, handle: Any) -> tuple[bool | None, str | None]:
     return requires, recovery
 
 
-def _gpu(nvml: Any, index: int, nvlink: bool) -> GpuInfo:
+def _gpu(nvml: ModuleType, index: int, nvlink: bool) -> GpuInfo:
     r = Reader(nvml)
     handle = r.get("nvmlDeviceGetHandleByIndex", index)
     if handle is None:  # an answer of "not supported" still leaves the GPU unread
@@ -211,8 +214,8 @@ def nvlink_error_growth(
     return _nvml_call(sample, NVML_TIMEOUT_S + interval_s, deadline, "NVML NVLink counters")
 
 
-def _nvml_call(fn: Callable[[], Any], cap_s: float, deadline: dl.Deadline | None,
-               what: str) -> Any:
+def _nvml_call(fn: Callable[[], T], cap_s: float, deadline: dl.Deadline | None,
+               what: str) -> T:
     """`fn()` (NVML calls) bounded by `cap_s` and the deadline: a stuck driver blocks inside
     NVML's C code, which no timeout can interrupt, so it runs in a worker thread."""
     limit = deadline.limit(cap_s) if deadline is not None else cap_s

@@ -12,7 +12,7 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.base import deadline as dl
 from harness.base.errors import ProbeError
@@ -67,7 +67,7 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _from_file(path: str) -> Any:
+def _from_file(path: str) -> KernelLog:
     """A saved log: its last boot, or ProbeError when it is empty, unreadable, not a kernel log,
     or was last written before this host booted (then it cannot hold this boot's XIDs)."""
     from harness.parsers.kernel_log import parse_kernel_log
@@ -141,7 +141,7 @@ def read_kernel_log(
 
 
 def _read(text: str, cmd: str, since: str | None, deadline: dl.Deadline | None,
-          env: dict[str, str]) -> Any:
+          env: dict[str, str]) -> KernelLog | str:
     """The KernelLog in a tool's output, or a string saying why there is none."""
     from harness.parsers.kernel_log import KernelLog, parse_kernel_log
 

@@ -13,10 +13,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.base.proc_result import ProcResult
 from harness.base.settings import get_str
+
+if TYPE_CHECKING:  # the parser is imported where the output is read
+    from harness.parsers.train_step import TrainStepOutput
 
 __all__ = [
     "FAULT_KINDS",
@@ -281,7 +284,7 @@ def parse_fault(text: str | None) -> Fault | None:
     kind, *options = (p.strip() for p in text.split(","))
     if kind not in FAULT_KINDS:
         raise ValueError(f"fault {kind!r} is not one of {', '.join(FAULT_KINDS)}")
-    values: dict[str, Any] = {}
+    values: dict[str, int | float] = {}
     for option in options:
         key, sep, value = option.partition("=")
         if not sep or key not in ("rank", "step", "scale"):
@@ -359,8 +362,8 @@ class TrainStepRun:
 
     proc: ProcResult
     """The worker launch that ran the step (shared with the launch's other parts)."""
-    output: Any
-    """`harness.parsers.train_step.TrainStepOutput`, or None when nothing in it was recognised."""
+    output: TrainStepOutput | None
+    """What the output said; None when nothing in it was recognised."""
     parse_error: str | None
     nproc: int
     part_s: float | None = None

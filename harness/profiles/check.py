@@ -16,7 +16,7 @@ import sys
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from harness.base.tiers import TIERS
 from harness.profiles.model import CONFIRM_FAMILIES, Profile, ProfileError
@@ -48,7 +48,7 @@ _VERSIONS = ("min_driver_version", "min_cuda_version", "min_ofi_nccl_version")
 MAX_DCGM_LEVEL = 4
 
 
-def _toml() -> Any:
+def _toml() -> ModuleType:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
@@ -96,7 +96,7 @@ class _Rule:
     highest: float | None = None
 
 
-def _rule_of(name: str, hint: Any) -> _Rule:
+def _rule_of(name: str, hint: object) -> _Rule:
     """The rule of a field from its annotation and its name (units and ranges by suffix)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     origin = typing.get_origin(hint)

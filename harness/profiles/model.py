@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.base.jsontypes import JSONObject
 
@@ -196,7 +195,7 @@ class Profile:
     weakened: tuple[str, ...] = ()
     """What the profile file turned off, one line each (`num_gpus 8 -> 4`): worked out by the
     loader, shown in the run header, `preflight profiles` and report.json."""
-    derived_from: dict[str, Any] = field(default_factory=dict)
+    derived_from: dict[str, object] = field(default_factory=dict)
     """What a derived profile was built from: GPU model, count, memory, PCI IDs, NVLink, NICs."""
 
     sources: dict[str, str] = field(default_factory=dict)

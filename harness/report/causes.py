@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from harness.base.jsontypes import JSONObject
 
@@ -158,12 +158,27 @@ def _own(message: str, remedy: str, outcome: str) -> tuple[str, str]:
     return message, remedy if outcome == "fail" else ""
 
 
+@dataclass(slots=True)
+class _Group:
+    """The failed checks of one cause, while find_causes gathers them."""
+
+    text: str
+    fix: str
+    own: tuple[str, str]
+    """The first check's own (cause, fix): what a cause of one check says."""
+    ids: list[str] = field(default_factory=list)
+    outcomes: set[str] = field(default_factory=set)
+    fixes: dict[str, str] = field(default_factory=dict)
+    """check ID -> its own remedy."""
+    gpus: list[str] = field(default_factory=list)
+
+
 def find_causes(checks: Iterable[CheckResult]) -> list[Cause]:
     """The causes of the failed (fail/error) checks of `checks` (a report.json's `checks` are
     read with harness.results.results first): those that block other checks first (most
     first), then the rest, measured failures before errors, each in check-ID order.
     Every failed check is in exactly one cause."""
-    groups: dict[str, dict[str, Any]] = {}
+    groups: dict[str, _Group] = {}
     for c in checks:
         outcome, cid = c.outcome, c.id or "?"
         if not c.failed:
@@ -173,28 +188,25 @@ def find_causes(checks: Iterable[CheckResult]) -> list[Cause]:
         # No rule: one message on several checks or GPUs (`GPU 3` -> `GPU N`) is one failure.
         same = _GPU.sub("GPU N", own[0])
         key, text, fix = _key_of(message) or (f"same:{same}", *own)
-        group = groups.setdefault(key, {"text": text, "fix": fix, "ids": [], "outcomes": set(),
-                                        "fixes": {}})
-        group["fixes"].setdefault(cid, own[1])
-        group.setdefault("gpus", []).extend(
-            g for g in _GPU.findall(own[0]) if g not in group["gpus"])
-        if key.startswith("same:") and text != group["text"]:  # several GPUs: said as GPU N
-            group["text"] = key.removeprefix("same:") + " (GPU N: " + ", ".join(
-                n.removeprefix("GPU ") for n in group["gpus"]) + ")"
-        if cid not in group["ids"]:
-            group["ids"].append(cid)
-            group.setdefault("own", own)
-        group["outcomes"].add(outcome)
+        group = groups.setdefault(key, _Group(text, fix, own))
+        group.fixes.setdefault(cid, own[1])
+        group.gpus.extend(g for g in _GPU.findall(own[0]) if g not in group.gpus)
+        if key.startswith("same:") and text != group.text:  # several GPUs: said as GPU N
+            group.text = key.removeprefix("same:") + " (GPU N: " + ", ".join(
+                n.removeprefix("GPU ") for n in group.gpus) + ")"
+        if cid not in group.ids:
+            group.ids.append(cid)
+        group.outcomes.add(outcome)
     causes = []
     for key, g in groups.items():
-        ids = sorted(g["ids"])
+        ids = sorted(g.ids)
         if len(ids) == 1:  # one check: said as it said it (on several GPUs: as GPU N)
             if not key.startswith("same:"):
-                g["text"], g["fix"] = g["own"]
+                g.text, g.fix = g.own
             key = f"check:{ids[0]}"
         root = next((r for r in _ROOTS.get(key, ()) if r in ids), ids[0])
-        fix = g["fix"] or g["fixes"].get(root, "")  # else the root check's own remedy
-        causes.append(Cause(key=key, text=g["text"], fix=fix, root=root,
+        fix = g.fix or g.fixes.get(root, "")  # else the root check's own remedy
+        causes.append(Cause(key=key, text=g.text, fix=fix, root=root,
                             blocked=tuple(i for i in ids if i != root),
-                            outcome="fail" if "fail" in g["outcomes"] else "error"))
+                            outcome="fail" if "fail" in g.outcomes else "error"))
     return sorted(causes, key=lambda c: (-len(c.blocked), c.outcome != "fail", c.root))

@@ -18,9 +18,9 @@ import json
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Protocol
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.base.settings import get_str
 from harness.report.model import Report
 
@@ -40,7 +40,7 @@ def emf_events(report: Report, data: list[JSONObject], namespace: str,
     properties = {"Host": base.get("Host", report.host or "?"),
                   "Verdict": report.verdict, "Tier": report.tier or "?",
                   "FailedCheckIds": [c.id for c in report.checks if c.failed]}
-    node: dict[str, Any] = {k: base.get(k, "?") for k in NODE_DIMENSIONS}
+    node: JSONObject = {k: base.get(k, "?") for k in NODE_DIMENSIONS}
     node_metrics: list[dict[str, str]] = []
     events = []
     for item in data:
@@ -58,7 +58,7 @@ def emf_events(report: Report, data: list[JSONObject], namespace: str,
 
 
 def _event(stamp: int, namespace: str, dims: Mapping[str, str], values: Mapping[str, float],
-           metrics: list[dict[str, str]], properties: Mapping[str, Any]) -> dict[str, Any]:
+           metrics: list[dict[str, str]], properties: JSONMapping) -> JSONObject:
     return {"_aws": {"Timestamp": stamp, "CloudWatchMetrics": [
         {"Namespace": namespace, "Dimensions": [list(dims)], "Metrics": metrics}]},
         **properties, **dims, **values}

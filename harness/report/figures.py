@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.base.jsontypes import JSONMapping
 from harness.report.model import Report
 from harness.results import Measurement
 
@@ -80,7 +80,7 @@ def _label(check_id: str, m: Measurement) -> str:
     return f"{check_id} {m.collective}" if m.collective else check_id
 
 
-def _row_busbw(row: Mapping[str, Any]) -> float | None:
+def _row_busbw(row: JSONMapping) -> float | None:
     value = _number(row.get("busbw_gb_s"))
     if value is not None:
         return value

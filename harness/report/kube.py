@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from harness.base.jsontypes import JSONObject
 from harness.base.settings import get_list, get_path, get_str, setting
@@ -129,7 +128,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _label_patch(mark: NodeMark) -> dict[str, Any]:
+def _label_patch(mark: NodeMark) -> JSONObject:
     labels: dict[str, str | None] = {}
     if "label" in mark.kinds:
         labels[LABEL] = "fail" if mark.failed else "pass"
@@ -138,7 +137,7 @@ def _label_patch(mark: NodeMark) -> dict[str, Any]:
     return {"metadata": {"labels": labels}} if labels else {}
 
 
-def _taints(current: list[dict[str, Any]], mark: NodeMark) -> list[dict[str, Any]]:
+def _taints(current: list[JSONObject], mark: NodeMark) -> list[JSONObject]:
     """The node's taints with ours added (failed) or removed (passed). Taints are replaced as
     a whole list by a patch, hence read-modify-write with the node's resourceVersion."""
     kept = [t for t in current if t.get("key") != TAINT_KEY]

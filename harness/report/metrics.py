@@ -15,10 +15,15 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.report.model import Report
 from harness.results import measurement_name
+
+if TYPE_CHECKING:  # prometheus_client is imported where a metrics file is written
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
 
 __all__ = ["METRICS_FILE_ENV", "render", "write_metrics_file"]
 
@@ -71,7 +76,7 @@ class _ReportCollector:
         self.report = report
         self.now = now
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         report = self.report
@@ -141,7 +146,7 @@ class _ReportCollector:
         yield from (outcome, duration, value, threshold, judged)
 
 
-def _single(name: str, doc: str, labels: Mapping[str, str], value: float) -> Any:
+def _single(name: str, doc: str, labels: Mapping[str, str], value: float) -> GaugeMetricFamily:
     from prometheus_client.core import GaugeMetricFamily
 
     fam = GaugeMetricFamily(name, doc, labels=list(labels))
@@ -149,7 +154,7 @@ def _single(name: str, doc: str, labels: Mapping[str, str], value: float) -> Any
     return fam
 
 
-def _registry(report: Report, now: float | None) -> Any:
+def _registry(report: Report, now: float | None) -> CollectorRegistry:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from harness import __version__
 from harness.base.jsontypes import JSONMapping, JSONObject
@@ -70,21 +69,21 @@ class Report:
     command: list[str] = field(default_factory=list)
     warn_only: bool = False
     environment: dict[str, str] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[JSONObject] = field(default_factory=list)
     exit_code: int = 0
     suites: list[dict[str, str]] = field(default_factory=list)
     """Every check suite the run collected (harness.run.suites.Suite.to_dict)."""
     overrides: list[dict[str, str]] = field(default_factory=list)
-    profile_detail: dict[str, Any] = field(default_factory=dict)
+    profile_detail: JSONObject = field(default_factory=dict)
     """The whole resolved profile (Profile.to_dict: origin, derived_from, every threshold)."""
     """Every override in force that changes where evidence comes from (harness.run.suites)."""
-    selection: dict[str, Any] = field(default_factory=dict)
+    selection: JSONObject = field(default_factory=dict)
     """What was selected and what reported (harness.run.selection): the proof of a pass."""
     usage_error: str = ""
     """Set when the run could not start as asked (an empty selection, a bad -k): exit 2."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
     """Sections later stages add (the cluster verdict, uploads)."""
-    interrupted: dict[str, Any] | None = None
+    interrupted: JSONObject | None = None
     """Set when a signal stopped the run (harness.run.interrupted): the verdict is `interrupted`."""
     harness_version: str = __version__
     """The harness that wrote it (another for a report read from a file)."""
@@ -159,8 +158,8 @@ class Report:
         process's environment): what every output renders. A copy; redacting a redacted report
         again costs a lookup per string (Redactor.of remembers what it redacted)."""
         redactor = Redactor.of(env)
-        changes: dict[str, Any] = {f.name: redactor.obj(getattr(self, f.name))
-                                   for f in dataclasses.fields(self) if f.name != "checks"}
+        changes: dict[str, object] = {f.name: redactor.obj(getattr(self, f.name))
+                                      for f in dataclasses.fields(self) if f.name != "checks"}
         changes["checks"] = [CheckResult.from_dict(redactor.obj(c.to_dict())) for c in self.checks]
         return Report(**changes)
 
@@ -313,8 +312,8 @@ def redact_outputs(directory: Path, env: Mapping[str, str] | None = None) -> Non
 def load_results(path: Path) -> tuple[list[JSONObject], dict[str, JSONObject], list[int]]:
     """(collected checks, results by nodeid, pytest exit statuses) from a results JSONL file.
     A torn last line (the session was killed mid-write) is ignored."""
-    collected: list[dict[str, Any]] = []
-    results: dict[str, dict[str, Any]] = {}
+    collected: list[JSONObject] = []
+    results: dict[str, JSONObject] = {}
     statuses: list[int] = []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()

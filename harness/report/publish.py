@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject, JSONValue
 from harness.base.redact import Redactor
 from harness.base.settings import get_str
 from harness.report.figures import bandwidth_curves, gpus_healthy
@@ -139,13 +139,13 @@ def _expected_gpus(profile_name: str) -> int | None:
         return None
 
 
-def _put_metrics(namespace: str, data: list[dict[str, Any]]) -> None:
+def _put_metrics(namespace: str, data: list[JSONObject]) -> None:
     client = aws_client("cloudwatch")
     for start in range(0, len(data), 500):  # PutMetricData takes at most 1000 items per call
         client.put_metric_data(Namespace=namespace, MetricData=data[start:start + 500])
 
 
-def _upload(client: Any, path: Path, location: S3Location) -> str:
+def _upload(client: BaseClient, path: Path, location: S3Location) -> str:
     key = f"{location.prefix}{path.name}"
     extra = {"ContentType": _CONTENT_TYPES.get(path.suffix, "application/octet-stream")}
     client.upload_file(str(path), location.bucket, key, ExtraArgs=extra)
@@ -166,13 +166,14 @@ def publish(
     Never raises for an AWS problem; each one is a warning."""
     warn = warn or (lambda text: print(text, file=sys.stderr, flush=True))
     local = report_dir / "report.json"
-    uploads: dict[str, Any] = {"s3": None, "cloudwatch": None, "warnings": []}
+    warnings: list[JSONValue] = []
+    uploads: JSONObject = {"s3": None, "cloudwatch": None, "warnings": warnings}
 
     def problem(what: str, exc: BaseException) -> None:
         text = Redactor.of(env).text(
             f"preflight: warning: {what} failed: {describe_error(exc)}; the local report "
             f"{local} is intact and the verdict ({report.verdict}) is unchanged")
-        uploads["warnings"].append(text.removeprefix("preflight: warning: "))
+        warnings.append(text.removeprefix("preflight: warning: "))
         warn(text)
 
     if namespace and get_str(CW_FORMAT_ENV, env) == "emf":  # harness.report.emf: no Host dimension
@@ -199,19 +200,21 @@ def publish(
             problem(f"putting CloudWatch metrics in namespace {namespace}", exc)
 
     s3_client, target = None, None
+    s3: JSONObject = {}
+    s3_files: list[JSONValue] = []
     if s3_uri:
         target = parse_s3_uri(s3_uri).child(
             (report.started_at or "unknown")[:10], job_id(env), report.host)
         files = sorted(p for p in report_dir.rglob("*")
                        if p.is_file() and not p.name.startswith(".") and p != local)
-        uploads["s3"] = {"uri": str(target), "ok": False, "files": []}
+        uploads["s3"] = s3 = {"uri": str(target), "ok": False, "files": s3_files}
         try:
             s3_client = aws_client("s3")
             for path in files:
-                uploads["s3"]["files"].append(_upload(s3_client, path, target.child(
+                s3_files.append(_upload(s3_client, path, target.child(
                     *path.parent.relative_to(report_dir).parts)))
-            uploads["s3"]["ok"] = True
-            uploads["s3"]["files"].append(f"{target.prefix}report.json")
+            s3["ok"] = True
+            s3_files.append(f"{target.prefix}report.json")
         except Exception as exc:
             s3_client = None
             problem(f"uploading the report to {target}", exc)
@@ -222,8 +225,8 @@ def publish(
         try:
             _upload(s3_client, local, target)
         except Exception as exc:
-            uploads["s3"]["ok"] = False
-            uploads["s3"]["files"].remove(f"{target.prefix}report.json")
+            s3["ok"] = False
+            s3_files.remove(f"{target.prefix}report.json")
             problem(f"uploading report.json to {target}", exc)
             write_report(report, report_dir, env)
     return uploads

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness.base.jsontypes import JSONObject
 from harness.report.causes import id_ranges
@@ -20,7 +20,7 @@ _STYLE = {"pass": "green", "warn": "yellow", "skip": "dim", "fail": "bold red", 
 _LABEL = {"pass": "PASS", "warn": "WARN", "skip": "SKIP", "fail": "FAIL", "error": "ERROR"}
 
 
-def _console(file: TextIO | None = None) -> Any:
+def _console(file: TextIO | None = None) -> Console:
     from rich.console import Console
 
     out = file or sys.stdout
@@ -34,9 +34,10 @@ def print_progress(result: JSONObject, file: TextIO | None = None, *, verbose: b
     value the check measured, with the threshold it was judged against, and, for a check that
     did not pass or does not apply, its message (why)."""
     outcome = result["outcome"]
+    took = result.get("duration_s")
     lines = [[("", "  "), (_STYLE[outcome], f"{_LABEL[outcome]:5}"),
               ("", f" {result['id']:11} {result['title']} "),
-              ("dim", f"({result['duration_s']:.1f} s)")]]
+              ("dim", "(not timed)" if took is None else f"({took:.1f} s)")]]
     if verbose:
         lines += [[("", "        "), ("dim", line)]
                   for line in measured_lines(result.get("measurements") or [])]

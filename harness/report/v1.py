@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from harness.base.jsontypes import JSONMapping, JSONObject
 
@@ -60,7 +59,7 @@ def is_v1(data: JSONMapping) -> bool:
     return data.get("results_schema") is None
 
 
-def _measurement(m: Mapping[str, Any]) -> JSONObject:
+def _measurement(m: JSONMapping) -> JSONObject:
     what = str(m.get("what") or "")
     out = dict(m)
     if out.get("size_bytes") is None and (size := legacy_size(what)) is not None:
@@ -75,7 +74,7 @@ def _measurement(m: Mapping[str, Any]) -> JSONObject:
     return out
 
 
-def _check(check: Mapping[str, Any]) -> JSONObject:
+def _check(check: JSONMapping) -> JSONObject:
     measurements = [_measurement(m) for m in check.get("measurements") or []
                     if isinstance(m, Mapping)]
     if check.get("outcome") in ("fail", "error"):  # the GPUs a v1 message named, as fields

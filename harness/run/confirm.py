@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from harness.base.compare import fmt
 from harness.base.jsontypes import JSONMapping, JSONObject
@@ -127,13 +128,9 @@ def _run(c: CheckResult) -> JSONObject:
             "duration_s": None if c.duration_s is None else round(c.duration_s, 3)}
 
 
-def _with(c: CheckResult, **changes: Any) -> CheckResult:
-    extra = {**c.extra, **changes.pop("extra", {})}
-    fields = {"id": c.id, "nodeid": c.nodeid, "title": c.title, "tier": c.tier, "kind": c.kind,
-              "suite": c.suite, "outcome": c.outcome, "message": c.message,
-              "warnings": c.warnings, "measurements": c.measurements, "remedy": c.remedy,
-              "duration_s": c.duration_s, "worker": c.worker}
-    return CheckResult(**{**fields, **changes}, extra=extra)
+def _noted(c: CheckResult, note: JSONObject) -> JSONObject:
+    """`c`'s extra keys with its `confirmation` note."""
+    return {**c.extra, "confirmation": note}
 
 
 def _judge(first: CheckResult, again: CheckResult | None, why_not: str | None
@@ -142,31 +139,31 @@ def _judge(first: CheckResult, again: CheckResult | None, why_not: str | None
     body = first.message.removeprefix(f"[{first.id}] ")
     if again is None:
         why = why_not or "the confirming session reported no result for it"
-        note = {"status": "unconfirmed", "why": why, "first": _run(first)}
-        return "unconfirmed", _with(first, message=f"{first.message} (not confirmed: {why})",
-                                    extra={"confirmation": note})
+        note: JSONObject = {"status": "unconfirmed", "why": why, "first": _run(first)}
+        return "unconfirmed", replace(first, message=f"{first.message} (not confirmed: {why})",
+                                      extra=_noted(first, note))
     note = {"first": _run(first), "again": _run(again)}
     duration = None if first.duration_s is None or again.duration_s is None else \
         first.duration_s + again.duration_s
     if again.outcome == "fail":
         note["status"] = "confirmed"
-        return "confirmed", _with(
+        return "confirmed", replace(
             first, message=f"{first.message} (confirmed: failed again when run again: "
                            f"{_figures(again)})", duration_s=duration,
-            extra={"confirmation": note})
+            extra=_noted(first, note))
     if again.outcome in ("pass", "warn"):
         note["status"] = "flaky"
         message = (f"[{first.id}] flaky: failed, then passed when run again (first: "
                    f"{_figures(first)}; again: {_figures(again)}); not condemned, not a reason "
                    f"to drain; watch this node if it recurs. The first run said: {body}")
-        return "flaky", _with(first, outcome="warn", message=message,
-                              warnings=(*again.warnings, message),
-                              measurements=again.measurements, duration_s=duration,
-                              extra={"confirmation": note})
+        return "flaky", replace(first, outcome="warn", message=message,
+                                warnings=(*again.warnings, message),
+                                measurements=again.measurements, duration_s=duration,
+                                extra=_noted(first, note))
     why = f"the second run could not judge it ({again.outcome}: {again.message})"
     note.update(status="unconfirmed", why=why)
-    return "unconfirmed", _with(first, message=f"{first.message} (not confirmed: {why})",
-                                duration_s=duration, extra={"confirmation": note})
+    return "unconfirmed", replace(first, message=f"{first.message} (not confirmed: {why})",
+                                  duration_s=duration, extra=_noted(first, note))
 
 
 def merge(checks: Sequence[CheckResult], asked: Sequence[CheckResult],

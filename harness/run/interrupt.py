@@ -30,12 +30,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from types import FrameType
+from typing import NoReturn, TypeAlias
 
 from harness.base import proc, proctree, sigmask
 from harness.base.sigmask import SIGNALS
 
 __all__ = ["EXIT_WITHIN_S", "RunGuard", "install_session_handlers", "signal_name"]
+
+#: A signal disposition as `signal.signal` returns it (a handler, SIG_DFL / SIG_IGN, or None
+#: for one not installed from Python).
+_Disposition: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 #: The bound the issue sets from signal to exit, s.
 EXIT_WITHIN_S = 10.0
@@ -76,7 +81,7 @@ class RunGuard:
         """Held by the main thread's `section` and by the finalizer: one writes the outputs."""
         self._hurry = threading.Event()
         self._finalizer: Callable[[int], None] | None = None
-        self._old: dict[int, Any] = {}
+        self._old: dict[int, _Disposition] = {}
         self._old_wakeup = -1
         self._pipe: tuple[int, int] | None = None
         self._mine = proctree.descendants_of_self
@@ -137,7 +142,7 @@ class RunGuard:
         self._finalizer = fn
 
     @staticmethod
-    def _on_signal(signum: int, frame: Any) -> None:
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
         """The Python-level handler: nothing (the watcher acts on the wakeup byte). It must not
         raise: the main thread carries on until it reaches a `section`, where it parks."""
 
@@ -292,6 +297,6 @@ def install_session_handlers() -> None:
             signal.signal(sig, _raise_interrupt)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     proc.stop_starting(f"the check session got {signal_name(signum)}")
     raise KeyboardInterrupt(f"{signal_name(signum)} received")

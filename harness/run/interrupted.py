@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from harness.run.runner import RunConfig
@@ -40,7 +40,7 @@ from harness.run.interrupt import RunGuard, signal_name
 from harness.run.junit import write_junit
 from harness.run.selection import Events, account_interrupted, load_events
 
-__all__ = ["RunFinalizer", "failure_text", "interrupted_report"]
+__all__ = ["ClusterAbort", "RunFinalizer", "failure_text", "interrupted_report"]
 
 def _events(results_path: Path, since: float) -> Events:
     """The check sessions' events; none from a results file older than this run (`since`,
@@ -63,6 +63,14 @@ def describe_selection(cfg: RunConfig | None, tier: str, keyword: str | None) ->
     if cfg is not None:
         parts.append("suites " + ", ".join(s.name for s in cfg.resolved_suites()))
     return ", ".join(parts)
+
+
+class ClusterAbort(Protocol):
+    """What the finalizer needs of a multi-node run's control plane (harness.cluster.step's
+    ClusterStep; run/ never imports cluster/)."""
+
+    def abort(self, report: Report) -> None:
+        """Publish this node's interrupted report to the master, best effort."""
 
 
 def interrupted_report(guard: RunGuard, *, host: str, tier: str, cfg: RunConfig | None = None,
@@ -171,8 +179,8 @@ class RunFinalizer:
         self.report_dir, self.failure_file, self.write_failure = report_dir, failure_file, write_failure
         self.keyword = keyword
         self.command = command_for_report(command, env)
-        self.cfg: Any = None
-        self.cluster: Any = None
+        self.cfg: RunConfig | None = None
+        self.cluster: ClusterAbort | None = None
         #: The run's metrics file and uploads (harness.commands.run sets it once it knows them).
         self.outputs: Callable[[Report], None] | None = None
         #: The run's own report once the checks have given it (a crash after them keeps them).

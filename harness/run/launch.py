@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the sagemaker SDK is optional (gpu-preflight[sagemaker])
     from sagemaker.train import ModelTrainer
@@ -142,15 +142,14 @@ def build_request(spec: LaunchSpec, job_name: str | None = None) -> JSONObject:
     The job runs the image's own entrypoint: SageMaker passes `train`, and the entrypoint runs
     `preflight run` (tier from PREFLIGHT_TIER) and, with no SAGEMAKER_PROGRAM, nothing after it.
     """
-    resource: dict[str, Any] = {"InstanceType": spec.instance_type,
-                                "InstanceCount": spec.instance_count,
-                                "VolumeSizeInGB": spec.volume_gb}
+    resource: JSONObject = {"InstanceType": spec.instance_type,
+                            "InstanceCount": spec.instance_count, "VolumeSizeInGB": spec.volume_gb}
     if spec.training_plan:
         resource["TrainingPlanArn"] = spec.training_plan
-    stopping: dict[str, Any] = {"MaxRuntimeInSeconds": spec.max_runtime_s}
+    stopping: JSONObject = {"MaxRuntimeInSeconds": spec.max_runtime_s}
     if spec.max_wait_s is not None:
         stopping["MaxWaitTimeInSeconds"] = spec.max_wait_s
-    request: dict[str, Any] = {
+    request: JSONObject = {
         "TrainingJobName": job_name or spec.job_name or default_job_name(spec.tier),
         "AlgorithmSpecification": {"TrainingImage": spec.image, "TrainingInputMode": "File"},
         "HyperParameters": {},

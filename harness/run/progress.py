@@ -17,7 +17,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
+
+from harness.base.jsontypes import JSONObject, JSONValue
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 __all__ = ["HEARTBEAT_S", "Progress"]
 
@@ -27,6 +33,11 @@ HEARTBEAT_S = 30.0
 POLL_S = 0.2
 #: Checks named as running in the status line; more are counted.
 RUNNING_SHOWN = 3
+
+
+def _items(value: JSONValue) -> list[JSONValue]:
+    """A collected event's list of items (anything else: none)."""
+    return value if isinstance(value, list) else []
 
 
 class Progress(threading.Thread):
@@ -44,8 +55,8 @@ class Progress(threading.Thread):
         self.running: dict[str, float] = {}  # nodeid -> monotonic start
         self.collected = False
         self.began = self.last = time.monotonic()
-        self._console: Any = None
-        self._status: Any = None
+        self._console: Console | None = None
+        self._status: Status | None = None
 
     # -- reading --------------------------------------------------------------------------
 
@@ -66,15 +77,15 @@ class Progress(threading.Thread):
             if isinstance(record, dict):
                 self._event(record)
 
-    def _event(self, record: dict[str, Any]) -> None:
+    def _event(self, record: JSONObject) -> None:
         from harness.report.summary import print_progress
 
         kind = record.get("event")
         if kind == "collected":
-            checks = record.get("checks") or []
+            checks = _items(record.get("checks"))
             # Every phase's session records the whole selection (`selected`): the header and
             # the verdict count the same checks, whatever the phases.
-            selected = record.get("selected") or checks
+            selected = _items(record.get("selected")) or checks
             self.total = max(self.total, len(selected))
             for c in [*checks, *selected]:
                 if isinstance(c, dict) and c.get("nodeid"):

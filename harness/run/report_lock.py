@@ -26,7 +26,8 @@ import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+
+from harness.base.jsontypes import JSONObject
 
 __all__ = ["LOCK_NAME", "ReportLock", "ReportLockBusy"]
 
@@ -57,9 +58,9 @@ class ReportLock:
     """This run's hold on one report folder: `acquire`, `extend` once the run's bound is known,
     `release` before exit or hand-off (idempotent)."""
 
-    def __init__(self, path: Path, fd: int, identity: dict[str, Any]) -> None:
+    def __init__(self, path: Path, fd: int, identity: JSONObject) -> None:
         self.path, self._fd, self.identity = path, fd, identity
-        self.took_over: dict[str, Any] | None = None
+        self.took_over: JSONObject | None = None
         """The stale lock this run replaced (its writer was gone), if any."""
 
     @classmethod
@@ -75,9 +76,10 @@ class ReportLock:
             if holder and cls._live(holder, shared):
                 raise ReportLockBusy(_busy(folder, holder))
             now = time.time()
-            identity = {"pid": os.getpid(), "machine": socket.gethostname(),
-                        "boot_id": _boot_id(), "host": host, "started_at": _iso(now),
-                        "started": round(now, 3), "until": round(now + hold_s, 3)}
+            identity: JSONObject = {
+                "pid": os.getpid(), "machine": socket.gethostname(), "boot_id": _boot_id(),
+                "host": host, "started_at": _iso(now), "started": round(now, 3),
+                "until": round(now + hold_s, 3)}
             lock = cls(path, fd, identity)
             lock.took_over = holder or None
             lock._write()
@@ -98,7 +100,7 @@ class ReportLock:
         return True
 
     @staticmethod
-    def _live(holder: dict[str, Any], flocked: bool) -> bool:
+    def _live(holder: JSONObject, flocked: bool) -> bool:
         """Whether the run written in the file may still be running (we hold the flock, or the
         file system has none)."""
         if holder.get("boot_id") == _boot_id():  # this machine: the flock is the truth
@@ -131,7 +133,7 @@ class ReportLock:
         os.pwrite(self._fd, data, 0)
 
 
-def _read(fd: int) -> dict[str, Any]:
+def _read(fd: int) -> JSONObject:
     """The identity in the lock file ({} when empty or not ours to read)."""
     try:
         data = os.pread(fd, 4096, 0)
@@ -153,7 +155,7 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def _busy(folder: Path, holder: dict[str, Any]) -> str:
+def _busy(folder: Path, holder: JSONObject) -> str:
     """What the second run says: who holds the folder, since when, and what to do."""
     if holder:
         started = holder.get("started")

@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.base import proc, settings
 from harness.base.deadline import run_deadline_env
@@ -24,7 +23,14 @@ from harness.report.model import Report, now_iso, report_environment
 from harness.results import results as typed_results
 from harness.run import confirm
 from harness.run.progress import Progress
-from harness.run.selection import PhaseRun, account, collection_problems, error_lines, load_events
+from harness.run.selection import (
+    ItemRecord,
+    PhaseRun,
+    account,
+    collection_problems,
+    error_lines,
+    load_events,
+)
 from harness.run.suites import BUILTIN_SUITE, Suite, resolve_suites, source_overrides
 
 __all__ = ["PROFILE_FILE", "Collection", "RunConfig", "checks_dir", "collect_checks", "list_command",
@@ -360,7 +366,7 @@ def _nothing_judged(cfg: RunConfig, suites: Sequence[Suite], report: Report) -> 
 class Collection:
     """What `preflight list` / `explain` collected: the selected checks and what went wrong."""
 
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[ItemRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     """Harness errors: files that could not be collected, a session that crashed."""
     usage_error: str = ""

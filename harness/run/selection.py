@@ -11,13 +11,16 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
+from harness.base.jsontypes import JSONMapping, JSONObject
 from harness.results import CheckResult
 
 __all__ = [
     "Accounting",
+    "CollectedRecord",
     "Events",
+    "ItemRecord",
     "PhaseRun",
     "SelectionError",
     "account",
@@ -59,12 +62,43 @@ def check_keyword(expr: str) -> None:
         ) from None
 
 
+class ItemRecord(TypedDict, total=False):
+    """A selected check as a `collected` event names it (harness.items.describe_item)."""
+
+    id: str
+    nodeid: str
+    title: str
+    tier: str
+    exclusive: bool
+    kind: str
+    suite: str
+    why: str
+    remedy: str
+    defined: str
+    reads: list[str]
+    family: str
+
+
+class CollectedRecord(TypedDict, total=False):
+    """A `collected` event (harness.run.recorder): the checks this phase's session runs
+    (`checks`), the whole selection (`selected`, the same in every phase) and the files it
+    could not collect (`errors`: nodeid, message)."""
+
+    phase: str
+    worker: str
+    checks: list[ItemRecord]
+    selected: list[ItemRecord]
+    errors: list[dict[str, str]]
+    time: float
+    reused: list[str]
+
+
 @dataclass(slots=True)
 class Events:
     """Everything the check sessions wrote to the results file (see harness.run.recorder)."""
 
-    collected: list[dict[str, Any]] = field(default_factory=list)
-    results: list[dict[str, Any]] = field(default_factory=list)
+    collected: list[CollectedRecord] = field(default_factory=list)
+    results: list[JSONObject] = field(default_factory=list)
     """Every result event, duplicates kept: a check must report exactly once."""
     lost: dict[str, str] = field(default_factory=dict)
     internal_errors: list[str] = field(default_factory=list)
@@ -97,7 +131,7 @@ def load_events(path: Path) -> Events:
             continue
         kind = record.pop("event", None)
         if kind == "collected":
-            events.collected.append(record)
+            events.collected.append(cast(CollectedRecord, record))  # the recorder's own record
         elif kind == "result" and "nodeid" in record:
             events.results.append(record)
         elif kind == "lost":
@@ -124,10 +158,10 @@ class PhaseRun:
 class Accounting:
     """The checks of the report (one record per selected check) and what failed the proof."""
 
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[JSONObject] = field(default_factory=list)
     harness_errors: list[str] = field(default_factory=list)
     usage_error: str = ""
-    selection: dict[str, Any] = field(default_factory=dict)
+    selection: JSONObject = field(default_factory=dict)
     phases: dict[str, str] = field(default_factory=dict)
     """nodeid -> the phase whose session ran it (its junit file: harness.run.junit)."""
     not_finished: list[str] = field(default_factory=list)
@@ -157,21 +191,22 @@ def _status(code: int) -> str:
     return f"exit status {code} ({PYTEST_EXIT[code]})" if code in PYTEST_EXIT else f"exit status {code}"
 
 
-def _no_result(record: dict[str, Any], why: str) -> dict[str, Any]:
+def _no_result(record: JSONMapping, why: str) -> JSONObject:
     return CheckResult.no_result(record, why).to_dict()
 
 
-def _described(item: dict[str, Any]) -> dict[str, Any]:
+def _described(item: ItemRecord) -> JSONObject:
     """What a selected item's no-result record keeps of its collection record."""
-    base = {k: item[k] for k in ("id", "nodeid", "title", "tier", "kind", "suite") if k in item}
+    base: JSONObject = {k: item.get(k) for k in ("id", "nodeid", "title", "tier", "kind", "suite")
+                        if k in item}
     base["remedy"] = item.get("remedy", "")
     return base
 
 
-def _selected(events: Events) -> dict[str, dict[str, Any]]:
+def _selected(events: Events) -> dict[str, ItemRecord]:
     """nodeid -> collection record of every selected check (each phase's session records the
     whole selection, before the phase split)."""
-    selected: dict[str, dict[str, Any]] = {}
+    selected: dict[str, ItemRecord] = {}
     for record in events.collected:
         for item in record.get("selected", []):
             selected.setdefault(item["nodeid"], item)
@@ -193,13 +228,13 @@ def account(
     `unfinished`: why a check without a result did not finish, when the run was cut short
     (`did not finish within the run budget (300 s)`); None when it ran to its end."""
     out = Accounting()
-    selected: dict[str, dict[str, Any]] = {}
+    selected: dict[str, ItemRecord] = {}
     ran_in: dict[str, str] = {}
     known = True
     errors: dict[str, str] = {}
-    collected = {}
-    for record in events.collected:
-        collected.setdefault(record.get("phase", "checks"), record)
+    collected: dict[str, CollectedRecord] = {}
+    for event in events.collected:
+        collected.setdefault(event.get("phase", "checks"), event)
     for run in runs:
         record = collected.get(run.name)
         if record is None:
@@ -221,9 +256,9 @@ def account(
     for message in dict.fromkeys(events.internal_errors):
         out.harness_errors.append(f"pytest INTERNALERROR: {error_lines(message, 3)}")
 
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[JSONObject]] = {}
     for result in events.results:
-        by_node.setdefault(result["nodeid"], []).append(result)
+        by_node.setdefault(str(result["nodeid"]), []).append(result)
     missing, duplicates = [], []
     for nodeid, item in selected.items():
         got = by_node.get(nodeid, [])
@@ -233,7 +268,7 @@ def account(
         base = _described(item)
         if got:
             duplicates.append(item["id"])
-            outcomes = ", ".join(r.get("outcome", "?") for r in got)
+            outcomes = ", ".join(str(r.get("outcome", "?")) for r in got)
             out.checks.append(_no_result(base, f"reported {len(got)} results ({outcomes}); a check "
                                          "must report exactly one"))
             continue
@@ -253,7 +288,7 @@ def account(
     out.checks.extend(unexpected)
     if unexpected and known:
         out.harness_errors.append("results for tests that were not selected: "
-                                  + ", ".join(sorted({r["id"] for r in unexpected})))
+                                  + ", ".join(sorted({str(r["id"]) for r in unexpected})))
 
     for run in runs:
         _map_exit(run, by_node, ran_in, events, errors, out)
@@ -265,7 +300,7 @@ def account(
         "selected": len(selected), "reported": len(selected) - len(missing) - len(duplicates),
         "judged": sum(1 for c in out.checks if c.get("outcome") != "skip"),
         "missing": missing, "duplicates": duplicates,
-        "unexpected": sorted({r["id"] for r in unexpected}),
+        "unexpected": sorted({str(r["id"]) for r in unexpected}),
         "per_phase": {run.name: sum(1 for p in ran_in.values() if p == run.name) for run in runs},
     }
     out.phases = dict(ran_in)
@@ -279,9 +314,9 @@ def account_interrupted(events: Events, why: str) -> Accounting:
     no session had collected it yet (the signal came first)."""
     out = Accounting(phases=phases_of(events))
     selected = _selected(events)
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[JSONObject]] = {}
     for result in events.results:
-        by_node.setdefault(result["nodeid"], []).append(result)
+        by_node.setdefault(str(result["nodeid"]), []).append(result)
     duplicates = []
     for nodeid, item in selected.items():
         got = by_node.get(nodeid, [])
@@ -299,13 +334,13 @@ def account_interrupted(events: Events, why: str) -> Accounting:
     out.selection = {
         "selected": len(selected) if events.collected else None,
         "reported": len(selected) - len(out.not_finished), "missing": list(out.not_finished),
-        "duplicates": duplicates, "unexpected": sorted({r["id"] for r in unexpected}),
+        "duplicates": duplicates, "unexpected": sorted({str(r["id"]) for r in unexpected}),
     }
     return out
 
 
 def _map_exit(
-    run: PhaseRun, by_node: dict[str, list[dict[str, Any]]], ran_in: dict[str, str],
+    run: PhaseRun, by_node: dict[str, list[JSONObject]], ran_in: dict[str, str],
     events: Events, errors: dict[str, str], out: Accounting,
 ) -> None:
     """What pytest's exit status of one phase says beyond its results (never ignored)."""

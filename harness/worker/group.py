@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, MutableMapping
 from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is optional and imported inside the functions
     import torch
@@ -62,7 +62,7 @@ def init_group(
     """
     import torch.distributed as dist
 
-    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    kwargs: dict[str, object] = {"timeout": timedelta(seconds=timeout_s)}
     if store is not None:
         kwargs["store"] = store
     if init_method is not None:

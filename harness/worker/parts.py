@@ -19,9 +19,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from harness.base.jsontypes import JSONObject
+from harness.base.jsontypes import JSONObject, JSONValue
 from harness.base.settings import get_float, get_str
 from harness.probes import train_step as ts
 from harness.worker import links, sdc
@@ -53,7 +53,7 @@ def emit(record: JSONObject) -> None:
         data = data[os.write(1, data):]
 
 
-def _mark(part: str, event: str, rank: int, **extra: Any) -> None:
+def _mark(part: str, event: str, rank: int, **extra: JSONValue) -> None:
     emit({"schema": WORKER_SCHEMA, "part": part, "event": event, "rank": rank, **extra})
 
 
@@ -110,14 +110,14 @@ class _Watchdog:
     (A hung collective cannot be interrupted from Python; only leaving the process ends it.)"""
 
     def __init__(self, part: str, rank: int, timeout_s: float, started: float,
-                 exit_fn: Callable[[int], Any] = os._exit) -> None:
+                 exit_fn: Callable[[int], object] = os._exit) -> None:
         self._timer = threading.Timer(timeout_s, self._fire, args=(part, rank, timeout_s,
                                                                    started, exit_fn))
         self._timer.daemon = True
 
     @staticmethod
     def _fire(part: str, rank: int, timeout_s: float, started: float,
-              exit_fn: Callable[[int], Any]) -> None:
+              exit_fn: Callable[[int], object]) -> None:
         _mark(part, "end", rank, status="timeout", timeout_s=timeout_s,
               elapsed_s=round(time.perf_counter() - started, 3),
               message=f"part {part!r} did not finish within {timeout_s:g} s on rank {rank}")
@@ -132,7 +132,7 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
+def _bandwidth(args: argparse.Namespace, device: torch.device, rank: int) -> str:
     from harness.worker import bandwidth as tb
 
     result = tb.allreduce_bench(
@@ -146,7 +146,7 @@ def _bandwidth(args: argparse.Namespace, device: Any, rank: int) -> str:
     return OK if result.ok else FAILED  # wrong data: measured, the group is intact
 
 
-def _train(args: argparse.Namespace, device: Any, rank: int) -> str:
+def _train(args: argparse.Namespace, device: torch.device, rank: int) -> str:
     from harness.worker import train as train_worker
 
     if not args.train_run:
@@ -162,19 +162,19 @@ def _train(args: argparse.Namespace, device: Any, rank: int) -> str:
     return OK
 
 
-def _compute(args: argparse.Namespace, device: Any, rank: int) -> str:
+def _compute(args: argparse.Namespace, device: torch.device, rank: int) -> str:
     from harness.worker import compute
 
     compute.run_part(device, seconds=args.compute_seconds, emit=emit)
     return OK
 
 
-def _sdc(args: argparse.Namespace, device: Any, rank: int) -> str:
+def _sdc(args: argparse.Namespace, device: torch.device, rank: int) -> str:
     sdc.run_part(args, device, rank, emit=emit)
     return OK
 
 
-def _links(args: argparse.Namespace, device: Any, rank: int) -> str:
+def _links(args: argparse.Namespace, device: torch.device, rank: int) -> str:
     return OK if links.run_part(args, device, emit=emit) else BROKEN
 
 
@@ -182,7 +182,7 @@ def _links(args: argparse.Namespace, device: Any, rank: int) -> str:
 #: (the group is intact: the next part runs); the group may be broken (the rank leaves).
 OK, FAILED, BROKEN = "ok", "failed", "broken"
 
-RUNNERS: dict[str, Callable[[argparse.Namespace, Any, int], str]] = {
+RUNNERS: dict[str, Callable[[argparse.Namespace, torch.device, int], str]] = {
     "compute": _compute, "sdc": _sdc, "links": _links, "bandwidth": _bandwidth, "train": _train,
 }
 

@@ -124,7 +124,7 @@ def _problems(tool: Tool, fault: str, node: FakeNode, run: procs.Run) -> list[st
         problems.append("no junit.xml")
     if run.left_running:
         problems.append(f"left running: {run.left_running}")
-    checks = [run.check(c) or {"id": c, "outcome": "missing", "message": "", "duration_s": 0}
+    checks = [run.check(c) or {"id": c, "outcome": "missing", "message": "", "duration_s": None}
               for c in tool.checks]
     shown = "; ".join(f"{c['id']} {c['outcome']}: {c['message'][:300]}" for c in checks)
     passing = fault == "none" or ((tool.name, fault) in UNDETECTABLE and run.returncode == 0)
@@ -141,6 +141,8 @@ def _problems(tool: Tool, fault: str, node: FakeNode, run: procs.Run) -> list[st
              and _named(c["message"], tool.name, fault)]
     if not named:
         problems.append(f"no check names {tool.name!r} and /{FAULTS[fault]}/: {shown}")
+    elif named[0]["duration_s"] is None:  # null: not timed, a result the harness wrote for it
+        problems.append(f"{named[0]['id']} has no duration: it reported no result of its own")
     elif named[0]["duration_s"] > CHECK_TIMEOUT_S + SLACK_S:
         problems.append(f"{named[0]['id']} took {named[0]['duration_s']} s "
                         f"(deadline {CHECK_TIMEOUT_S:g} s + {SLACK_S:g} s)")

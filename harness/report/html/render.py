@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
+from harness.base.jsontypes import JSONObject, JSONValue
 from harness.report.figures import bandwidth_curves
 from harness.report.html.isolation import isolation_section
 from harness.report.html.nodes import bad_nodes_section, cluster_band, matrix_section
@@ -53,13 +53,14 @@ class _Redact:
 
         from harness.base.redact import Redactor
 
-        self.redactor, self.seen = Redactor(), {}
+        self.redactor = Redactor()
+        self.seen: dict[str, object] = {}
         memo = functools.lru_cache(maxsize=65536)(self.redactor.text)
         self.redactor.text = memo  # type: ignore[method-assign]
 
-    def __call__(self, data: dict[str, Any]) -> Any:
+    def __call__(self, data: JSONObject) -> JSONObject:
         cluster = data.get("cluster")
-        shared = {}
+        shared: dict[str, JSONValue] = {}
         if isinstance(cluster, dict):
             shared = {k: cluster.pop(k) for k in _SHARED if k in cluster}
         out = self.redactor.obj(data)
