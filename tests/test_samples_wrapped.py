@@ -49,30 +49,12 @@ MORE_WRAPPERS: dict[str, Callable[[str], str]] = {
     "cloudwatch-console": lambda line: f"| 2025-05-16T16:39:51.208-07:00 | {line}",
     "markdown-quote": lambda line: f"> {line}",
 }
-#: (wrapper, kind) not read as the bare samples yet, and what differs: found by this test
-#: (issue 32), not fixed here (the unwrapper is being split, h28r). A strict xfail: meeting it
-#: fails the test until the gap is taken off.
-_STAMP_TIME = ("the event's own kernel time is lost (`time` null: 23 samples) when a shipper's "
-               "stamp stands before the kernel line in this form")
-GAPS = {
-    ("bracketed-stamp", "kernel-log"): _STAMP_TIME,
-    ("cloudwatch-console", "kernel-log"): _STAMP_TIME,
-    ("cloudwatch-console", "nvidia-smi"): "a `|` in the line ends CloudWatch's message column: "
-    "the table form and `nvidia-smi -q | grep` command lines are cut there (13 samples)",
-    ("cloudwatch-console", "dcgm"): "a `|` in the line ends CloudWatch's message column: the "
-    "dcgmi table is not read (14 samples)",
-    ("cloudwatch-console", "nccl-log"): "a `|` in a command line ends CloudWatch's message "
-    "column (commands_seen: 1 sample)",
-    ("markdown-quote", "dcgm"): "a `-j` JSON document quoted line by line is not unwrapped "
-    "before it is parsed (10 samples)",
-    ("markdown-quote", "nccl-tests"): "commands_seen (2 samples) and a launcher's in-row rank "
-    "tags (real_rank_tag_per_write_chunk.txt: no rows)",
-    ("markdown-quote", "fi-info"): "a quoted prompt's command line is not kept (commands_seen)",
-    ("markdown-quote", "nccl-log"): "the bare `Test NCCL failure` line is not found under `> ` "
-    "(errors: real_nccl_tests_36_*)",
-    ("markdown-quote", "train-step"): "TransformerEngine import failures under `> ` (failure: "
-    "te_undefined_symbol.txt, te_version_mismatch.txt)",
-}
+#: (wrapper, kind) not read as the bare samples yet, and what differs, as strict xfails (meeting
+#: one fails the test until the gap is taken off). None left (issue 32): the markdown quote is
+#: a block's wrapper (Unwrapper.transported), a CloudWatch row's message keeps its `|`s
+#: (cloudwatch_message), and the kernel-log reader reads a bracketed or CloudWatch stamp as the
+#: shipper's, the line's own time kept (kernel_log_format.classify).
+GAPS: dict[tuple[str, str], str] = {}
 #: What a wrapper names, where the kind's result shows it.
 ADDED = {"kubectl-prefix": {"hosts_seen": ["trainer-worker-3"]},
          "srun-label": {"ranks_seen": ["3"]}, "mpirun-tag-output": {"ranks_seen": ["3"]},

@@ -13,7 +13,8 @@ docs/parsers.md):
 - `kubectl logs --prefix` `[pod/NAME/CONTAINER] ` (host NAME);
 - ISO / RFC 3339 timestamps (`kubectl logs --timestamps`, CloudWatch copies) and the bracketed
   `[2026-01-02 10:24:27] ` form, before a line, or a line of their own;
-- CloudWatch console copies ` | ts | line | line` (the first message column is kept);
+- CloudWatch console copies ` | ts | line` (the rest of the row, `|`s and all) and
+  ` | tsline | line` (the message once);
 - docker json-file `{"log":"...","stream":"stdout",...}` (JSON-decoded, not stripped);
 - ANSI colour sequences (also their mojibake, ESC read as U+FFFD), CR left inside a line;
 - markdown fences, `> ` quote markers, inline-code backticks around a command;
@@ -43,8 +44,8 @@ from dataclasses import dataclass, field
 from harness.parsers.unwrap_candidates import CANDIDATES
 from harness.parsers.unwrap_commands import command_program
 
-__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "docker_line", "is_docker_record",
-           "table_line"]
+__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "cloudwatch_message", "docker_line",
+           "is_docker_record", "table_line"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -63,7 +64,7 @@ _KUBECTL = re.compile(r"^\s*\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]+\] ")
 #: CloudWatch console copy: `| 2025-05-16T16:39:51.208-07:00 | line`, or the stamp glued to the
 #: line and the line repeated: `| 2025-..-07:00ip-10-36-29-253:79:79 [0] NCCL INFO ... | ...`
 #: (aws-ofi-nccl issue #889; tests/data/nccl_log/real_cloudwatch_*.log).
-_CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text>[^|]*)")
+_CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?P<bar>\s*\|\s?)?")
 #: ANSI colour (SGR and other CSI) sequences and OSC titles.
 ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
@@ -104,6 +105,23 @@ def docker_line(line: str) -> str:
     return text.rstrip("\r\n") if isinstance(text, str) else line
 
 
+def cloudwatch_message(line: str) -> str | None:
+    """The message of a CloudWatch console row (`| STAMP | message`: the rest of the row, `|`s
+    and all, as a table line or a `cmd | grep` holds them; `| STAMPmessage | message`: the
+    message once, where the row repeats it; else up to its first `|`), None when `line` is not
+    one."""
+    m = _CLOUDWATCH.match(line)
+    if m is None:
+        return None
+    rest = line[m.end():].rstrip()
+    if m["bar"] is not None:
+        return rest
+    half = (len(rest) - 3) // 2
+    if rest[half:half + 3] == " | " and rest[:half] == rest[half + 3:]:
+        return rest[:half]
+    return rest.partition("|")[0].rstrip()
+
+
 def is_docker_record(line: str) -> bool:
     """`line` starts a docker json-file record (`{"log":...`): a line of output, JSON-wrapped."""
     return line.lstrip().startswith('{"log":')
@@ -133,7 +151,7 @@ def _peel(line: str, starts: frozenset[str],
 
 
 #: First characters (after blanks) that can start a transport wrapper (Unwrapper.transported).
-_TRANSPORT_STARTS = frozenset("{[0123456789TSMFWtsmfw|")
+_TRANSPORT_STARTS = frozenset("{[0123456789TSMFWtsmfw|>")
 #: First characters (after blanks) that can start a wrapper rule; others skip every rule.
 _STARTS = frozenset("[0123456789{|`>~$%#+(\x1b\ufffdWTSMFtsmfw…._/!" + "➜"
                     + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -190,10 +208,11 @@ class Unwrapper:
         return _peel(line, _STARTS, self._strip_once)
 
     def transported(self, line: str) -> str | None:
-        """`line` inside the wrappers a launcher or log shipper puts around every line (docker
-        records, rank tags, kubectl prefixes, timestamps, CloudWatch columns), the rules of a
-        paste (prompts, quotes, fences) not applied: what a continued command or a `which`
-        prints looks the same under them. Colours and CRs are removed first."""
+        """`line` inside the wrappers put around every line of a block (docker records, rank
+        tags, kubectl prefixes, timestamps, CloudWatch columns, a markdown `> ` quote), the
+        rules of a paste's single lines (prompts, fences, comments) not applied: what a
+        continued command or a `which` prints looks the same under them. Colours and CRs are
+        removed first."""
         return _peel(_plain(line), _TRANSPORT_STARTS, self._strip_transport)
 
     def _strip_transport(self, line: str, head: str) -> str | None:
@@ -215,6 +234,8 @@ class Unwrapper:
                 return None
         if head == "|" and self.timestamps:
             return self._cloudwatch(line)
+        if head == ">" and (m := _QUOTE.match(line)) is not None:
+            return line[m.end():]
         return line
 
     def _strip_once(self, line: str, head: str) -> str | None:
@@ -230,8 +251,6 @@ class Unwrapper:
             return line[m.end():]
         if self.comments and head in "#/" and (m := _COMMENT.match(line)) is not None:
             return line[m.end():] if line[m.end():].strip() else None
-        if head == ">" and (m := _QUOTE.match(line)) is not None:
-            return line[m.end():]
         if head in "….":
             if _ELISION.match(line):
                 self.elided += 1
@@ -265,8 +284,8 @@ class Unwrapper:
         return docker_line(line)
 
     def _cloudwatch(self, line: str) -> str:
-        m = _CLOUDWATCH.match(line)
-        return m["text"].rstrip() if m is not None else line
+        message = cloudwatch_message(line)
+        return line if message is None else message
 
     def _origin(self, into: dict[str, None], name: str) -> None:
         self.rank = name if into is self.ranks else self.rank
