@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from harness.parsers.unwrap import cloudwatch_message
 from harness.parsers.values import ascii_int
 
 __all__ = ["KERNEL", "LOG", "NEUTRAL", "OTHER", "WORDS", "Line", "LogShape", "Tally", "classify",
@@ -57,11 +56,6 @@ _SYSLOG = re.compile(rf"^\s*(?P<time>{_STAMP}) (?:\S*[^\s:] )?(?P<ident>[^\s:\[]
 # A log shipper's RFC 3339 stamp before a line that has its own (`kubectl logs --timestamps` of
 # a pod printing dmesg: `2025-06-01T12:00:00.123456789Z [ 1399.140323] NVRM: Xid ...`).
 _SHIPPER_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
-# A shipper's or console's stamp that no kernel log format writes: `[2026-01-02 10:24:27] ` (a
-# collector's bracketed stamp; talosctl's `[ISO]:` stands after its facility) and a CloudWatch
-# console row (`  | 2025-05-16T16:39:51.208-07:00 | message`, harness.parsers.unwrap): the line
-# inside is read as it is, its time its own (the stamp says when it was shipped).
-_BRACKET_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ")
 # ` kernel: ` near the start: syslog lines with a localised or unusual stamp, `host kernel:`.
 _KERNEL_TAG = re.compile(r"(?:^|\s)kernel: ")
 # Untimestamped text only the kernel writes: the NVIDIA driver (`NVRM: `), the NVSwitch
@@ -137,14 +131,10 @@ def classify(line: str) -> Line:
         fast = _PLAIN_DMESG.match(line)  # dmesg's default form: most lines of most logs
         if fast:
             return _tuple(Line, (KERNEL, line, fast[1], fast[1], _banner(line)))
-        if (st := _BRACKET_STAMP.match(line)) is not None:
-            return classify(line[st.end():])
     elif line[0] == "{":
         found = _journal_json(line)
         if found is not None:
             return found
-    elif line[0] in " |" and (message := cloudwatch_message(line)) is not None:
-        return classify(message)
     shipped = None  # the line under a shipper's stamp (kubectl --timestamps), without one of its own
     if line[0].isdigit() and (st := _SHIPPER_STAMP.match(line)) is not None:
         inner = classify(line[st.end():])

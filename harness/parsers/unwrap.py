@@ -24,7 +24,8 @@ docs/parsers.md):
 
 Leading blanks are kept (nvidia-smi -q nests by indentation); blanks before a wrapper go with
 it. Kernel-log stamps (syslog, journal, dmesg, kmsg) are not removed here: the kernel-log
-parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps ISO stamps too.
+parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps bare ISO stamps
+too (a bracketed one or a CloudWatch row is a shipper's: removed).
 Each rule is tried only when the line's first non-blank character can start it; `lines()` given a
 reader's batch first finds the lines that may carry a wrapper with one regex pass over the whole
 batch, and hands the others on untouched (a log without wrappers costs one C-speed scan).
@@ -60,6 +61,8 @@ RANK_PREFIX = re.compile(
 _ISO = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
         r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?")
 _TIMESTAMP = re.compile(rf"^\s*(?:{_ISO}|\[{_ISO}\])(?: |\t|$)")  # the line's own indent stays
+#: A bracketed stamp, which no kernel log format writes (removed with `timestamps=False` too).
+_BRACKETED = re.compile(rf"^\s*\[{_ISO}\](?: |\t|$)")
 _KUBECTL = re.compile(r"^\s*\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]+\] ")
 #: CloudWatch console copy: `| 2025-05-16T16:39:51.208-07:00 | line`, or the stamp glued to the
 #: line and the line repeated: `| 2025-..-07:00ip-10-36-29-253:79:79 [0] NCCL INFO ... | ...`
@@ -113,9 +116,9 @@ def cloudwatch_message(line: str) -> str | None:
     m = _CLOUDWATCH.match(line)
     if m is None:
         return None
-    rest = line[m.end():].rstrip()
+    rest = line[m.end():].rstrip()  # (the glued form's copy: ends in blanks of CloudWatch's)
     if m["bar"] is not None:
-        return rest
+        return line[m.end():]  # trailing blanks too: they may be the line's (`3:  `)
     half = (len(rest) - 3) // 2
     if rest[half:half + 3] == " | " and rest[:half] == rest[half + 3:]:
         return rest[:half]
@@ -162,7 +165,9 @@ class Unwrapper:
     """Unwraps lines one at a time, remembering where they came from."""
 
     timestamps: bool = True
-    """Remove ISO timestamps before a line (False: the kernel-log parser reads them)."""
+    """Remove ISO timestamps before a line (False: the kernel-log parser reads them; a
+    bracketed stamp or a CloudWatch row, which no kernel log format writes, is the shipper's
+    and still removed)."""
     host_prefix: bool = False
     """Also remove a pdsh / MPIJob `host: ` prefix (`worker: `, `node-1: `; nccl-tests only:
     elsewhere `Name: value` is the tool's own line)."""
@@ -227,12 +232,12 @@ class Unwrapper:
             if head == "[" and (m := _KUBECTL.match(line)) is not None:
                 self._origin(self.hosts, m["pod"])
                 return line[m.end():]
-            if self.timestamps and (m := _TIMESTAMP.match(line)) is not None:
+            if (m := (_TIMESTAMP if self.timestamps else _BRACKETED).match(line)) is not None:
                 rest = line[m.end():]
                 return rest if rest.strip() else None
             if head == "W" and _SSH.match(line):
                 return None
-        if head == "|" and self.timestamps:
+        if head == "|":
             return self._cloudwatch(line)
         if head == ">" and (m := _QUOTE.match(line)) is not None:
             return line[m.end():]
