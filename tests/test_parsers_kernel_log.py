@@ -84,6 +84,21 @@ def test_times_of_other_forms(line: str, time: str):
     assert (e.xid, e.pci, e.time) == (48, "0000:af:00", time)
 
 
+_XID = "NVRM: Xid (PCI:0000:af:00): 48, pid=1, name=python3, DBE"
+
+
+@pytest.mark.parametrize("stamp", ["[2026-01-02 10:24:27] ",
+                                   "  | 2025-05-16T16:39:51.208-07:00 | "],
+                         ids=["bracketed", "cloudwatch"])
+@pytest.mark.parametrize(("line", "time"), [(f"[ 1399.140323] {_XID}", "1399.140323"),
+                                            (_XID, None)])
+def test_a_shippers_stamp_is_not_the_events_time(stamp: str, line: str, time: str | None):
+    """A collector's or CloudWatch console's stamp says when the line was shipped: the event's
+    time is the line's own, or unknown (issue 32)."""
+    (e,) = parse_kernel_log(stamp + line).events
+    assert (e.xid, e.pci, e.time) == (48, "0000:af:00", time)
+
+
 def test_kernel_log_without_xids_is_valid():
     log = parse_kernel_log("[    0.000000] Linux version 6.8.0-1015-aws\n"
                            "[    1.234567] pci 0000:53:00.0: [10de:2330] type 00 class 0x030200\n")

@@ -97,8 +97,9 @@ def test_continued_command_is_one_command():
 
 @pytest.mark.parametrize("wrap", [lambda s: f"[pod/w-0/main] {s}", lambda s: f"3: {s}",
                                   lambda s: f"\x1b[32m{s}\x1b[0m",
-                                  lambda s: '{"log":"' + s.replace("\\", "\\\\") + '\\n"}'],
-                         ids=["kubectl", "srun", "ansi", "docker"])
+                                  lambda s: '{"log":"' + s.replace("\\", "\\\\") + '\\n"}',
+                                  lambda s: f"> {s}", lambda s: f"> > 3: {s}"],
+                         ids=["kubectl", "srun", "ansi", "docker", "quote", "quote-srun"])
 def test_which_output_and_continued_commands_read_under_a_wrapper(wrap):
     """What `which` prints and a command's `\\` continuation are read inside the wrappers a
     launcher or shipper puts on every line (the continuation keeps none of them)."""
@@ -108,6 +109,44 @@ def test_which_output_and_continued_commands_read_under_a_wrapper(wrap):
     assert list(u.lines(wrap(line) for line in lines)) == ["/opt/amazon/efa/bin/fi_info",
                                                            "# nThread 1"]
     assert u.commands == ["which fi_info", "mpirun -np 2 -x NCCL_DEBUG=INFO ./all_reduce_perf -g 1"]
+
+
+CLOUDWATCH = "  | 2025-05-16T16:39:51.208-07:00"
+
+
+@pytest.mark.parametrize(("line", "inner"), [
+    (f"{CLOUDWATCH} | |   0  NVIDIA H100 80GB HBM3    On  |   00000000:53:00.0 Off |",
+     "|   0  NVIDIA H100 80GB HBM3    On  |   00000000:53:00.0 Off |"),
+    (f"{CLOUDWATCH} | | Memory                    | Pass                            |",
+     "| Memory                    | Pass                            |"),
+    (f"{CLOUDWATCH}a | b | a | b", "a | b"),  # the glued row repeats its message once
+    (f"{CLOUDWATCH}{LINE} | {LINE}", LINE),
+    (f"{CLOUDWATCH}{LINE} | other", LINE),  # not a repeat: the first column
+])
+def test_a_cloudwatch_rows_message_keeps_its_bars(line: str, inner: str):
+    """`| STAMP | message`: the message is the rest of the row, a table's `|`s and a command's
+    pipe included (issue 32)."""
+    assert Unwrapper().unwrap(line) == inner
+
+
+def test_a_cloudwatch_rows_command_keeps_its_pipe():
+    u = Unwrapper()
+    assert u.unwrap(f"{CLOUDWATCH} | $ nvidia-smi -q | grep -A 3 Fabric") is None
+    assert u.commands == ["nvidia-smi -q | grep -A 3 Fabric"]
+
+
+@pytest.mark.parametrize("line", [
+    "| NVIDIA-SMI 570.86.15              Driver Version: 570.86.15      CUDA Version: 12.8     |",
+    "|  0  NVIDIA H100 80GB HBM3    On  |", "| 2 | 3 |", "|    0   N/A  N/A      1234      C   python |",
+    "# nThread 1 nGpus 8 minBytes 8", "#  Rank  0 Group  0 Pid 1 on h device 0",
+    "# FI_LOG_LEVEL: String", ">>> import torch",
+])
+def test_tool_lines_with_bars_and_marks_stay(line: str):
+    """Lines a tool prints itself (nvidia-smi's tables, nccl-tests' and fi_info's `#` lines)
+    are no CloudWatch rows or quotes, bare or under a quote."""
+    assert Unwrapper().unwrap(line) == line
+    assert Unwrapper().transported(line) == line
+    assert Unwrapper().unwrap(f"> {line}") == line
 
 
 def test_indentation_is_kept_under_a_timestamp():

@@ -48,35 +48,20 @@ MORE_WRAPPERS: dict[str, Callable[[str], str]] = {
     "bracketed-stamp": lambda line: f"[2026-01-02 10:24:27] {line}",
     "cloudwatch-console": lambda line: f"| 2025-05-16T16:39:51.208-07:00 | {line}",
     "markdown-quote": lambda line: f"> {line}",
+    # Wrappers nest: a job's CloudWatch copy of an srun-labelled log, quoted into an issue.
+    "quoted-cloudwatch-srun": lambda line: f"> | 2025-05-16T16:39:51.208-07:00 | 3: {line}",
 }
-#: (wrapper, kind) not read as the bare samples yet, and what differs: found by this test
-#: (issue 32), not fixed here (the unwrapper is being split, h28r). A strict xfail: meeting it
-#: fails the test until the gap is taken off.
-_STAMP_TIME = ("the event's own kernel time is lost (`time` null: 23 samples) when a shipper's "
-               "stamp stands before the kernel line in this form")
-GAPS = {
-    ("bracketed-stamp", "kernel-log"): _STAMP_TIME,
-    ("cloudwatch-console", "kernel-log"): _STAMP_TIME,
-    ("cloudwatch-console", "nvidia-smi"): "a `|` in the line ends CloudWatch's message column: "
-    "the table form and `nvidia-smi -q | grep` command lines are cut there (13 samples)",
-    ("cloudwatch-console", "dcgm"): "a `|` in the line ends CloudWatch's message column: the "
-    "dcgmi table is not read (14 samples)",
-    ("cloudwatch-console", "nccl-log"): "a `|` in a command line ends CloudWatch's message "
-    "column (commands_seen: 1 sample)",
-    ("markdown-quote", "dcgm"): "a `-j` JSON document quoted line by line is not unwrapped "
-    "before it is parsed (10 samples)",
-    ("markdown-quote", "nccl-tests"): "commands_seen (2 samples) and a launcher's in-row rank "
-    "tags (real_rank_tag_per_write_chunk.txt: no rows)",
-    ("markdown-quote", "fi-info"): "a quoted prompt's command line is not kept (commands_seen)",
-    ("markdown-quote", "nccl-log"): "the bare `Test NCCL failure` line is not found under `> ` "
-    "(errors: real_nccl_tests_36_*)",
-    ("markdown-quote", "train-step"): "TransformerEngine import failures under `> ` (failure: "
-    "te_undefined_symbol.txt, te_version_mismatch.txt)",
-}
+#: (wrapper, kind) not read as the bare samples yet, and what differs, as strict xfails (meeting
+#: one fails the test until the gap is taken off). None left (issue 32): the markdown quote is
+#: a block's wrapper (Unwrapper.transported), a CloudWatch row's message keeps its `|`s
+#: (cloudwatch_message), and a bracketed stamp or a CloudWatch row is a shipper's, removed for
+#: kernel-log too (`Unwrapper(timestamps=False)`), the line's own time kept.
+GAPS: dict[tuple[str, str], str] = {}
 #: What a wrapper names, where the kind's result shows it.
 ADDED = {"kubectl-prefix": {"hosts_seen": ["trainer-worker-3"]},
          "srun-label": {"ranks_seen": ["3"]}, "mpirun-tag-output": {"ranks_seen": ["3"]},
-         "mpirun-timestamp-output": {"ranks_seen": ["3"]}}
+         "mpirun-timestamp-output": {"ranks_seen": ["3"]},
+         "quoted-cloudwatch-srun": {"ranks_seen": ["3"]}}
 NOT_WRAPPED = {"json_constructed.json": "an nccl-tests -J file",
                "json_cut_short_constructed.json": "an nccl-tests -J file",
                "real_json_v3_2.19.7_t4_per_iter_one_device_entry.json": "an nccl-tests -J file",
@@ -155,7 +140,7 @@ def test_a_wrapped_sample_reads_as_the_bare_one(kind: str, wrapper: str):
                 assert got.get(key) == value, (sample.name, key)
                 got[key] = bare[key]
         if kind == "kernel-log" and wrapper in ("kubectl-timestamps", "bracketed-stamp",
-                                                "cloudwatch-console"):
+                                                "cloudwatch-console", "quoted-cloudwatch-srun"):
             got = _shipper_times(bare, got)
             for key in ("from_boot", "window"):  # judged from the times, some now known
                 got[key] = bare.get(key)

@@ -13,7 +13,8 @@ docs/parsers.md):
 - `kubectl logs --prefix` `[pod/NAME/CONTAINER] ` (host NAME);
 - ISO / RFC 3339 timestamps (`kubectl logs --timestamps`, CloudWatch copies) and the bracketed
   `[2026-01-02 10:24:27] ` form, before a line, or a line of their own;
-- CloudWatch console copies ` | ts | line | line` (the first message column is kept);
+- CloudWatch console copies ` | ts | line` (the rest of the row, `|`s and all) and
+  ` | tsline | line` (the message once);
 - docker json-file `{"log":"...","stream":"stdout",...}` (JSON-decoded, not stripped);
 - ANSI colour sequences (also their mojibake, ESC read as U+FFFD), CR left inside a line;
 - markdown fences, `> ` quote markers, inline-code backticks around a command;
@@ -23,7 +24,8 @@ docs/parsers.md):
 
 Leading blanks are kept (nvidia-smi -q nests by indentation); blanks before a wrapper go with
 it. Kernel-log stamps (syslog, journal, dmesg, kmsg) are not removed here: the kernel-log
-parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps ISO stamps too.
+parser reads them (harness.parsers.kernel_log_format), `timestamps=False` keeps bare ISO stamps
+too (a bracketed one or a CloudWatch row is a shipper's: removed).
 Each rule is tried only when the line's first non-blank character can start it; `lines()` given a
 reader's batch first finds the lines that may carry a wrapper with one regex pass over the whole
 batch, and hands the others on untouched (a log without wrappers costs one C-speed scan).
@@ -43,8 +45,8 @@ from dataclasses import dataclass, field
 from harness.parsers.unwrap_candidates import CANDIDATES
 from harness.parsers.unwrap_commands import command_program
 
-__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "docker_line", "is_docker_record",
-           "table_line"]
+__all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "cloudwatch_message", "docker_line",
+           "is_docker_record", "table_line"]
 
 #: Command lines remembered (the first ones: the command that produced the output comes first).
 MAX_COMMANDS = 16
@@ -59,11 +61,13 @@ RANK_PREFIX = re.compile(
 _ISO = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
         r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?")
 _TIMESTAMP = re.compile(rf"^\s*(?:{_ISO}|\[{_ISO}\])(?: |\t|$)")  # the line's own indent stays
+#: A bracketed stamp, which no kernel log format writes (removed with `timestamps=False` too).
+_BRACKETED = re.compile(rf"^\s*\[{_ISO}\](?: |\t|$)")
 _KUBECTL = re.compile(r"^\s*\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]+\] ")
 #: CloudWatch console copy: `| 2025-05-16T16:39:51.208-07:00 | line`, or the stamp glued to the
 #: line and the line repeated: `| 2025-..-07:00ip-10-36-29-253:79:79 [0] NCCL INFO ... | ...`
 #: (aws-ofi-nccl issue #889; tests/data/nccl_log/real_cloudwatch_*.log).
-_CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?:\s*\|\s?)?(?P<text>[^|]*)")
+_CLOUDWATCH = re.compile(rf"^\s*\|\s*(?:[0-9]{{13}}|{_ISO})(?P<bar>\s*\|\s?)?")
 #: ANSI colour (SGR and other CSI) sequences and OSC titles.
 ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
@@ -104,6 +108,23 @@ def docker_line(line: str) -> str:
     return text.rstrip("\r\n") if isinstance(text, str) else line
 
 
+def cloudwatch_message(line: str) -> str | None:
+    """The message of a CloudWatch console row (`| STAMP | message`: the rest of the row, `|`s
+    and all, as a table line or a `cmd | grep` holds them; `| STAMPmessage | message`: the
+    message once, where the row repeats it; else up to its first `|`), None when `line` is not
+    one."""
+    m = _CLOUDWATCH.match(line)
+    if m is None:
+        return None
+    rest = line[m.end():].rstrip()  # (the glued form's copy: ends in blanks of CloudWatch's)
+    if m["bar"] is not None:
+        return line[m.end():]  # trailing blanks too: they may be the line's (`3:  `)
+    half = (len(rest) - 3) // 2
+    if rest[half:half + 3] == " | " and rest[:half] == rest[half + 3:]:
+        return rest[:half]
+    return rest.partition("|")[0].rstrip()
+
+
 def is_docker_record(line: str) -> bool:
     """`line` starts a docker json-file record (`{"log":...`): a line of output, JSON-wrapped."""
     return line.lstrip().startswith('{"log":')
@@ -133,7 +154,7 @@ def _peel(line: str, starts: frozenset[str],
 
 
 #: First characters (after blanks) that can start a transport wrapper (Unwrapper.transported).
-_TRANSPORT_STARTS = frozenset("{[0123456789TSMFWtsmfw|")
+_TRANSPORT_STARTS = frozenset("{[0123456789TSMFWtsmfw|>")
 #: First characters (after blanks) that can start a wrapper rule; others skip every rule.
 _STARTS = frozenset("[0123456789{|`>~$%#+(\x1b\ufffdWTSMFtsmfw…._/!" + "➜"
                     + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -144,7 +165,9 @@ class Unwrapper:
     """Unwraps lines one at a time, remembering where they came from."""
 
     timestamps: bool = True
-    """Remove ISO timestamps before a line (False: the kernel-log parser reads them)."""
+    """Remove ISO timestamps before a line (False: the kernel-log parser reads them; a
+    bracketed stamp or a CloudWatch row, which no kernel log format writes, is the shipper's
+    and still removed)."""
     host_prefix: bool = False
     """Also remove a pdsh / MPIJob `host: ` prefix (`worker: `, `node-1: `; nccl-tests only:
     elsewhere `Name: value` is the tool's own line)."""
@@ -190,10 +213,11 @@ class Unwrapper:
         return _peel(line, _STARTS, self._strip_once)
 
     def transported(self, line: str) -> str | None:
-        """`line` inside the wrappers a launcher or log shipper puts around every line (docker
-        records, rank tags, kubectl prefixes, timestamps, CloudWatch columns), the rules of a
-        paste (prompts, quotes, fences) not applied: what a continued command or a `which`
-        prints looks the same under them. Colours and CRs are removed first."""
+        """`line` inside the wrappers put around every line of a block (docker records, rank
+        tags, kubectl prefixes, timestamps, CloudWatch columns, a markdown `> ` quote), the
+        rules of a paste's single lines (prompts, fences, comments) not applied: what a
+        continued command or a `which` prints looks the same under them. Colours and CRs are
+        removed first."""
         return _peel(_plain(line), _TRANSPORT_STARTS, self._strip_transport)
 
     def _strip_transport(self, line: str, head: str) -> str | None:
@@ -208,13 +232,15 @@ class Unwrapper:
             if head == "[" and (m := _KUBECTL.match(line)) is not None:
                 self._origin(self.hosts, m["pod"])
                 return line[m.end():]
-            if self.timestamps and (m := _TIMESTAMP.match(line)) is not None:
+            if (m := (_TIMESTAMP if self.timestamps else _BRACKETED).match(line)) is not None:
                 rest = line[m.end():]
                 return rest if rest.strip() else None
             if head == "W" and _SSH.match(line):
                 return None
-        if head == "|" and self.timestamps:
+        if head == "|":
             return self._cloudwatch(line)
+        if head == ">" and (m := _QUOTE.match(line)) is not None:
+            return line[m.end():]
         return line
 
     def _strip_once(self, line: str, head: str) -> str | None:
@@ -230,8 +256,6 @@ class Unwrapper:
             return line[m.end():]
         if self.comments and head in "#/" and (m := _COMMENT.match(line)) is not None:
             return line[m.end():] if line[m.end():].strip() else None
-        if head == ">" and (m := _QUOTE.match(line)) is not None:
-            return line[m.end():]
         if head in "….":
             if _ELISION.match(line):
                 self.elided += 1
@@ -265,8 +289,8 @@ class Unwrapper:
         return docker_line(line)
 
     def _cloudwatch(self, line: str) -> str:
-        m = _CLOUDWATCH.match(line)
-        return m["text"].rstrip() if m is not None else line
+        message = cloudwatch_message(line)
+        return line if message is None else message
 
     def _origin(self, into: dict[str, None], name: str) -> None:
         self.rank = name if into is self.ranks else self.rank

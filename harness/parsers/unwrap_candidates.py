@@ -49,10 +49,10 @@ def _candidate(timestamps: bool, host_prefix: bool, comments: bool) -> re.Patter
         r"```", r"~~~", r">(?=[ \n]|\Z)",
         r"(?:\.\.\.|…)(?=\s|\Z)", r"`", rf"[#+][^\S\n]++{_COMMAND}", r"\([\w.-]++\)",
         r"(?:#++|//|>)[ \t]*+[|+]",
-        r"➜", r"[$%]", *word_rules,
+        r"➜", r"[$%]", *word_rules, rf"\[{iso}", r"\|[^\S\n]*+[0-9]",
     ]
     if timestamps:
-        other += [iso, rf"\[{iso}", r"\|[^\S\n]*+[0-9]"]
+        other.append(iso)
     if comments:
         other.append(r"(?:\#|//)")
     # Every rule ends before the line's `\n` (lookaheads): the next line's match starts there.

@@ -44,9 +44,10 @@ class _LineStream(io.TextIOBase):
 def inside_transport(source: Input) -> Input:
     """`source` read inside the wrappers a launcher or log shipper puts around every line (srun
     `--label`, Open MPI `--tag-output`, `kubectl logs --prefix` / `--timestamps`, docker
-    json-file records, CloudWatch copies, colours; Unwrapper.transported), for the parsers that
-    read a tool's lines as it printed them (DCGM's JSON and tables, the training step's output);
-    `source` itself when the first lines carry none of them."""
+    json-file records, CloudWatch copies, a markdown `> ` quote, colours;
+    Unwrapper.transported), for the parsers that read a tool's lines as it printed them (DCGM's
+    JSON and tables, the training step's output); `source` itself when the first lines carry
+    none of them."""
     unwrapper = Unwrapper()
     head = source.head(8192).splitlines()[:64]
     if all(unwrapper.transported(line) == line for line in head):
