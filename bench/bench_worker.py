@@ -19,7 +19,9 @@ work that run's worker does on CPU (all_reduce of 1 and 16 MiB, 1 warm-up + 3 ti
 data check; the FSDP2 steps; the SDC part's short CPU workload through harness.probes.sdc's
 own `run_sdc`, so both sides multiply the same matrices), both in one torchrun launch of 2
 gloo ranks. Wall seconds and CPU seconds (user + sys of the process and every child it waited
-for, os.wait4), each the median of per-pair ratios. Writes bench/out/whole_preflight.json.
+for, os.wait4), each the median of per-pair ratios. `--base DIR`: the same `preflight run` from
+a baseline worktree (beside this one: a tree elsewhere times differently) joins every pair, each
+side first in turn. Writes bench/out/whole_preflight.json.
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ def cpu_wall(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, flo
     return wall, usage.ru_utime + usage.ru_stime, text
 
 
-def whole(pairs_n: int) -> int:
-    """The whole local preflight against the hand-scripted torch work (module docstring)."""
+def whole(pairs_n: int, base: Path | None = None) -> int:
+    """The whole local preflight against the hand-scripted torch work (module docstring);
+    `base`: a worktree of a baseline whose `preflight run` joins every pair (before/after)."""
     env = {**_env(), "AWS_EC2_METADATA_DISABLED": "true"}
     hand_env = {**env, "HAND_ITERS": "4", "HAND_SDC": "1", "HAND_STEPS": "5"}
     pairs = []
@@ -125,25 +128,40 @@ def whole(pairs_n: int) -> int:
         hand = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node=2", str(script)]
         run = [sys.executable, "-m", "harness", "run", "--report-dir", str(Path(tmp) / "r")]
+        order = [("run", run, env), ("hand", hand, hand_env)]
+        if base is not None:  # the same command with the baseline's tree first on the path
+            base_env = {**env, "PYTHONPATH": os.pathsep.join(
+                [str(base), *env["PYTHONPATH"].split(os.pathsep)[1:]])}
+            order.append(("base", run, base_env))
         _, _, text = cpu_wall(run, env, tmp)  # warm-up (page cache, bytecode); not counted
         verdict = next((ln for ln in text.splitlines() if " in " in ln and "pass" in ln), "")
-        cpu_wall(hand, hand_env, tmp)
+        for _, argv, e in order[1:]:
+            cpu_wall(argv, e, tmp)
         for i in range(pairs_n):
-            order = [("run", run, env), ("hand", hand, hand_env)]
-            got = {name: cpu_wall(argv, e, tmp)[:2]
-                   for name, argv, e in (order if i % 2 == 0 else order[::-1])}
+            turn = order[i % len(order):] + order[:i % len(order)]  # each side first in turn
+            got = {name: cpu_wall(argv, e, tmp)[:2] for name, argv, e in turn}
             (pw, pc), (hw, hc) = got["run"], got["hand"]
             pairs.append({"preflight_wall_s": round(pw, 3), "hand_wall_s": round(hw, 3),
                           "preflight_cpu_s": round(pc, 3), "hand_cpu_s": round(hc, 3),
                           "wall_ratio": round(pw / hw, 3), "cpu_ratio": round(pc / hc, 3)})
-            print(f"pair {i}: preflight {pw:.2f} s ({pc:.2f} CPU s), hand {hw:.2f} s "
-                  f"({hc:.2f} CPU s), ratio wall {pw / hw:.2f} CPU {pc / hc:.2f}", flush=True)
+            line = (f"pair {i}: preflight {pw:.2f} s ({pc:.2f} CPU s), hand {hw:.2f} s "
+                    f"({hc:.2f} CPU s), ratio wall {pw / hw:.2f} CPU {pc / hc:.2f}")
+            if "base" in got:
+                bw, bc = got["base"]
+                pairs[-1].update({"base_wall_s": round(bw, 3), "base_cpu_s": round(bc, 3),
+                                  "base_cpu_ratio": round(bc / hc, 3),
+                                  "cpu_change_s": round(pc - bc, 3)})
+                line += f"; base {bw:.2f} s ({bc:.2f} CPU s, ratio CPU {bc / hc:.2f})"
+            print(line, flush=True)
     med = {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
     summary = {"bench": "whole_preflight", "run": verdict, "pairs": pairs, "median": med,
                "loadavg": os.getloadavg()}
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "whole_preflight.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if base is not None:
+        print(f"base {base}: CPU {med['base_cpu_ratio']:.2f}x ({med['base_cpu_s']:.2f} CPU s); "
+              f"paired change {med['cpu_change_s']:+.3f} CPU s")
     print(f"{verdict}\nwhole local preflight / hand-scripted torch work, median of {len(pairs)} "
           f"paired ratios: wall {med['wall_ratio']:.2f}x ({med['preflight_wall_s']:.1f} s vs "
           f"{med['hand_wall_s']:.1f} s), CPU {med['cpu_ratio']:.2f}x "
@@ -157,9 +175,11 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--whole", action="store_true",
                         help="the whole local preflight against the hand-scripted work")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="--whole: a baseline worktree run in the same pairs")
     args = parser.parse_args()
     if args.whole:
-        return whole(args.pairs)
+        return whole(args.pairs, args.base)
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "hand.py"
