@@ -96,6 +96,13 @@ NOT_IN_A_SESSION = ("harness.probes", "harness.parsers", "harness.worker", "harn
 INI = Path(harness.__file__).parent / "run" / "checks.ini"
 
 
+def _this_tree() -> str:
+    """PYTHONPATH with this tree's harness first, as the runner's sessions have it (an editable
+    install elsewhere does not stand in for it)."""
+    root = str(Path(harness.__file__).parent.parent)
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+
+
 def _session_modules(tmp_path: Path, body: str) -> tuple[int, list[str]]:
     """Run one check in a pytest session started the way the runner starts one (checks.ini,
     autoload off, the plugin in force with a results file and the handed profile); the exit
@@ -114,7 +121,7 @@ def _session_modules(tmp_path: Path, body: str) -> tuple[int, list[str]]:
     code = (f"import sys, pytest; rc = pytest.main({argv!r}); "
             "print(int(rc), ' '.join(m for m in sys.modules "
             "if m.startswith(('harness.', 'torch'))))")
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": _this_tree()}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120, env=env, cwd=tmp_path).stdout
     rc, *modules = out.strip().splitlines()[-1].split()
@@ -136,6 +143,14 @@ def test_a_fixture_imports_its_probe_when_a_check_uses_it(tmp_path):
     assert rc == 0
     assert "harness.probes.host" in modules
     assert "harness.probes.network" not in modules
+
+
+def test_a_check_session_freezes_what_collection_built(tmp_path):
+    """The cyclic GC skips the modules, items and fixtures collection made (harness.plugin:
+    gc.freeze at the end of collection): the check sees them frozen (fails without it)."""
+    rc, _ = _session_modules(tmp_path, "def test_one():\n    import gc\n"
+                                       "    assert gc.get_freeze_count() > 1000\n")
+    assert rc == 0
 
 
 #: What a check session of the built-in suite on a CPU profile never imports when its checks
@@ -164,9 +179,7 @@ def _builtin_session_modules(tmp_path: Path, keyword: str) -> tuple[int, str, li
     code = (f"import sys, pytest; rc = pytest.main({argv!r}); "
             "print(int(rc), ' '.join(m for m in sys.modules if m.startswith('harness.')))")
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "AWS_EC2_METADATA_DISABLED": "true",
-           # this tree's harness and checks first, as the runner's sessions have them
-           "PYTHONPATH": os.pathsep.join(p for p in (str(checks.parent),
-                                                     os.environ.get("PYTHONPATH")) if p)}
+           "PYTHONPATH": _this_tree()}
     env.pop("PREFLIGHT_LEDGER", None)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=240, env=env, cwd=tmp_path).stdout.splitlines()
