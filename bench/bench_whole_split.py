@@ -9,7 +9,10 @@ parent's role). `os._exit`, the torchrun ranks' way out, is wrapped to record fi
 runs before any module binds it), so the ranks are a role of their own.
 Hand-written (a stdlib atexit hook): no profiler here follows a process tree across exec and
 torchrun. `--hand N`: N runs of bench_worker.py's hand-scripted side under the same hook.
-Usage: python bench/bench_whole_split.py [--runs 2] [--hand 3]; bench/out/whole_split.json."""
+`--base DIR`: a baseline worktree's run alternates with this tree's, `--runs` pairs: per role
+the medians and the median paired change (bench/out/whole_split_paired.json).
+Usage: python bench/bench_whole_split.py [--runs 2] [--hand 3] [--base DIR];
+bench/out/whole_split.json."""
 
 from __future__ import annotations
 
@@ -59,7 +62,8 @@ def role(rec: dict[str, object]) -> str:
     return "other python: " + text[:60]
 
 
-def one_run(tmp: Path) -> tuple[float, dict[str, float]]:
+def one_run(tmp: Path, root: Path | None = None) -> tuple[float, dict[str, float]]:
+    """One `preflight run` under the hook; `root`: a baseline tree first on the path."""
     hook = tmp / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK)
@@ -68,6 +72,8 @@ def one_run(tmp: Path) -> tuple[float, dict[str, float]]:
     from bench_worker import _env  # the environment bench_worker.py --whole runs both sides in
 
     base = _env()
+    if root is not None:
+        base["PYTHONPATH"] = os.pathsep.join([str(root), *base["PYTHONPATH"].split(os.pathsep)[1:]])
     env = {**base, "PYTHONPATH": f"{hook}:{base['PYTHONPATH']}", "SPLIT_FILE": str(split),
            "AWS_EC2_METADATA_DISABLED": "true"}
     env.pop("PREFLIGHT_SUITE", None)
@@ -118,7 +124,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--hand", type=int, default=0, help="runs of the hand-scripted side too")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="a baseline worktree (beside this one), run alternately with this tree")
     args = ap.parse_args()
+    if args.base is not None:
+        return paired(args.runs, args.base)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.hand):
@@ -143,6 +153,38 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "whole_split.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary["median"], indent=1))
+    return 0
+
+
+def paired(runs_n: int, base: Path) -> int:
+    """`runs_n` runs of each tree, alternating (each first in turn): per role, the medians and
+    the median paired change (this tree - base); bench/out/whole_split_paired.json."""
+    pairs: list[dict[str, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        one_run(Path(tmp)), one_run(Path(tmp), base)  # warm-up (page cache, bytecode)
+        for i in range(runs_n):
+            order = [("this", None), ("base", base)]
+            got = {name: one_run(Path(tmp), root) for name, root in
+                   (order if i % 2 == 0 else order[::-1])}
+            pairs.append({name: {"total": total, **roles} for name, (total, roles) in got.items()})
+            print(f"pair {i}: this {got['this'][0]:.2f}, base {got['base'][0]:.2f} CPU s",
+                  flush=True)
+    names = sorted({k for p in pairs for side in p.values() for k in side})
+    table = {}
+    for k in names:
+        this = [p["this"].get(k, 0.0) for p in pairs]
+        before = [p["base"].get(k, 0.0) for p in pairs]
+        table[k] = {"base": round(statistics.median(before), 3),
+                    "this": round(statistics.median(this), 3),
+                    "change": round(statistics.median(a - b for a, b in zip(this, before, strict=True)), 3)}
+    summary = {"bench": "whole_split_paired", "base": str(base), "pairs": len(pairs),
+               "roles": table, "loadavg": os.getloadavg()}
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "whole_split_paired.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for k, row in sorted(table.items(), key=lambda kv: -kv[1]["base"]):
+        print(f"{row['base']:7.3f} {row['this']:7.3f} {row['change']:+7.3f}  {k}")
+    print(f"load {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -5,12 +5,16 @@ fabric state completed with a zero cluster UUID, which is not a domain (NCCL src
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.base.errors import ProbeError
 from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.fabric import IMEX_CHANNELS, domain_gpus, one_domain, require_ib
 from harness.parsers.nccl_mnnvl import health_faults
-from harness.probes.fabric import FabricInfo, RdmaDevice
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the probes and parsers load in the fixtures that read (start-up)
+    from harness.probes.fabric import FabricInfo, RdmaDevice
+    from harness.profiles.model import Profile
 
 REMEDY_PORT = ("check the cable and the switch port (`ibstat`, `iblinkinfo`), that the subnet "
                "manager runs (`sminfo`), and `mlxlink -d <dev> -m` for errors; a port stuck in "

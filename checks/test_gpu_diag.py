@@ -4,6 +4,8 @@ bandwidth (PF-GPU-013..015). Every bad GPU is named by index, bus id and serial.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from checks.gpu_common import ACTION_REMEDY, remedy_for
@@ -13,10 +15,12 @@ from harness.base.gpu_facts import explain_other
 from harness.base.gpu_record import GpuInfo, GpuInventory, gpu_label
 from harness.checking import check, expect_none, fail, measure, not_applicable, warn
 from harness.fixtures.gpu import require_gpus
-from harness.fixtures.reading import Reading
-from harness.parsers.dcgm_records import DcgmDiag
 from harness.probes.gpu_compute import ComputeResult, below_floor, sdc_suspects
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the probes and parsers load in the fixtures that read (start-up)
+    from harness.fixtures.reading import Reading
+    from harness.parsers.dcgm_records import DcgmDiag
+    from harness.profiles.model import Profile
 
 #: DCGM tests whose failure is a setting of the node, not a fault of the GPU.
 _DCGM_SOFTWARE = {"software", "denylist", "nvml library", "cuda main library",

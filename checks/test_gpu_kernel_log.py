@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from checks.gpu_common import ACTION_REMEDY, UNREADABLE_LOG, Found, judge
 from harness.base.errors import ProbeError
 from harness.base.gpu_actions import MONITOR, REBOOT, worst_action
@@ -10,10 +12,11 @@ from harness.base.gpu_facts import explain_other
 from harness.base.gpu_record import GpuInventory, gpu_label
 from harness.checking import check, measure, not_applicable, warn
 from harness.fixtures.gpu import require_gpus
-from harness.fixtures.reading import Reading
-from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
-from harness.probes.kernel_log import IncompleteLogError
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the parser and its probe load where the log is read (start-up)
+    from harness.fixtures.reading import Reading
+    from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
+    from harness.profiles.model import Profile
 
 
 @check(
@@ -65,6 +68,8 @@ def _kernel_log(reading: Reading[KernelLog], tier: str, what: str) -> KernelLog 
     try:
         return reading.get()
     except ProbeError as exc:
+        from harness.probes.kernel_log import IncompleteLogError  # loaded by the reading
+
         if tier != "preflight" or isinstance(exc, IncompleteLogError):
             raise
         warn(f"{what} not judged: {exc}", remedy="mount the host journal or set "

@@ -3,6 +3,8 @@ processes stuck in D state and clock sync. Every profile, local-cpu included (do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.base.errors import ProbeError
 from harness.checking import check, expect, expect_none, fail, measure, not_applicable, warn
 from harness.fixtures.host import (
@@ -13,8 +15,10 @@ from harness.fixtures.host import (
     OutputPath,
 )
 from harness.parsers.host import mount_kind
-from harness.probes.host import PathSpace, Stuck
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the probes and parsers load in the fixtures that read (start-up)
+    from harness.probes.host import PathSpace, Stuck
+    from harness.profiles.model import Profile
 
 GIB = 1024**3
 #: |clock offset| past which AWS rejects signed requests (SigV4: a request must reach AWS within

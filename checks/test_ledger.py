@@ -9,9 +9,6 @@ from pathlib import Path
 from harness.base.errors import ProbeError
 from harness.base.settings import get_str
 from harness.checking import check, fail, measure, not_applicable, warn
-from harness.memory.identity import gpu_keys, read_gpus, read_nics
-from harness.memory.ledger import Ledger, describe, keys_of
-from harness.memory.store import Store, StoreError
 from harness.profiles.model import Profile
 
 
@@ -31,6 +28,11 @@ def test_no_ledgered_hardware(profile: Profile, tier: str, environ: dict[str, st
     where = get_str("PREFLIGHT_LEDGER", environ)
     if not where:
         not_applicable("no bad-hardware ledger: PREFLIGHT_LEDGER is not set")
+    # Imported where a ledger is set (start-up, issue 28: the stores bring the uploads' modules).
+    from harness.memory.identity import gpu_keys, read_gpus, read_nics
+    from harness.memory.ledger import Ledger, describe, keys_of
+    from harness.memory.store import Store, StoreError
+
     inv, problem = read_gpus(profile, sysroot)
     if problem and profile.has_gpus:
         raise ProbeError(f"cannot look this node's GPUs up in the ledger: {problem}")

@@ -3,13 +3,17 @@ log of a real NCCL collective, that NCCL uses EFA through aws-ofi-nccl with GPUD
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.base.errors import ProbeError
 from harness.checking import check, expect, fail, measure, settle
 from harness.fixtures.network import NcclNetEvidence, require_efa
 from harness.judges import network as judges
-from harness.parsers.fi_info import FiInfo
-from harness.probes.network import EfaDevices, OfiNcclLib
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the probes and parsers load in the fixtures that read (start-up)
+    from harness.parsers.fi_info import FiInfo
+    from harness.probes.network import EfaDevices, OfiNcclLib
+    from harness.profiles.model import Profile
 
 REMEDY_DEVICES = ("pass every EFA device to the container (docker run --device "
                   "/dev/infiniband/uverbsN for each, or the EKS vpc.amazonaws.com/efa resource); "

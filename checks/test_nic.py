@@ -4,16 +4,19 @@ the bandwidth checks ran (snapshots before and after, judged on the delta; docs/
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from harness.base.errors import ProbeError
 from harness.checking import check, expect_none, measure, warn
-from harness.fixtures.bandwidth import BandwidthRun
 from harness.fixtures.network import require_fabric
 from harness.probes import nic_counters
-from harness.probes.network import EfaDevices
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the probes and parsers load in the fixtures that read (start-up)
+    from harness.fixtures.bandwidth import BandwidthRun
+    from harness.probes.network import EfaDevices
+    from harness.profiles.model import Profile
 
 REMEDY_LINK = ("check the cable/switch port of the device named (`ibstat`, `rdma link`), "
                "then reboot or drain the node if the link stays down")

@@ -8,6 +8,8 @@ checks are not applicable and say why: other tools raise false IMEX alarms on su
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from harness.base.errors import ProbeError
@@ -15,9 +17,11 @@ from harness.checking import check, expect_none, fail, measure, not_applicable, 
 from harness.fixtures.fabric import domain_gpus, one_domain
 from harness.fixtures.nvl_domain import NVLS_GATE_SIZE, FabricEvidence
 from harness.parsers.nccl_mnnvl import health_faults
-from harness.probes.fabric import FabricInfo
-from harness.probes.imex import ImexStatus
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the probes and parsers load in the fixtures that read (start-up)
+    from harness.probes.fabric import FabricInfo
+    from harness.probes.imex import ImexStatus
+    from harness.profiles.model import Profile
 
 REMEDY_MNNVL = ("check every tray's fabric (`nvidia-smi -q | grep -A8 Fabric`: State Completed, "
                 "Status Success, one Cluster UUID and Clique ID), the NVLink switch trays and "

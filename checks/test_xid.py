@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.base.gpu_actions import MONITOR
 from harness.base.gpu_facts import explain_other
@@ -15,8 +16,10 @@ from harness.base.settings import get_float
 from harness.checking import check, expect_none, measure, warn
 from harness.fixtures.gpu import require_gpus
 from harness.judges.xid import summarize
-from harness.parsers.kernel_log import KernelLog, XidEvent
-from harness.profiles.model import Profile
+
+if TYPE_CHECKING:  # types only: the parser loads where the log is read (start-up)
+    from harness.parsers.kernel_log import KernelLog, XidEvent
+    from harness.profiles.model import Profile
 
 #: Hours of kernel log judged instead of the profile's `xid_window_h` (default 2 h, AzHC's).
 WINDOW_ENV = "PREFLIGHT_XID_WINDOW_H"

@@ -5,6 +5,7 @@ it), below both, so that neither imports the other."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 
@@ -27,11 +28,16 @@ reused_key = pytest.StashKey[list[str]]()
 
 def suite_of(item: pytest.Item) -> tuple[str, Path] | None:
     """(NAME, root) of the --preflight-suite the item was collected from; None: the built-in."""
-    path = Path(item.path).resolve()
+    path = _resolved(str(item.path))
     for name, root in item.config.stash.get(suites_key, []):
         if path == root or root in path.parents:
             return name, root
     return None
+
+
+@functools.lru_cache(maxsize=4096)  # asked for every item several times; a realpath each time
+def _resolved(path: str) -> Path:
+    return Path(path).resolve()
 
 
 def _plain_id(item: pytest.Item) -> str:
@@ -41,7 +47,7 @@ def _plain_id(item: pytest.Item) -> str:
     if suite is None:
         return item.nodeid
     rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    return f"{Path(item.path).resolve().relative_to(suite[1].parent).as_posix()}::{rest}"
+    return f"{_resolved(str(item.path)).relative_to(suite[1].parent).as_posix()}::{rest}"
 
 
 def item_spec(item: pytest.Item) -> CheckSpec:

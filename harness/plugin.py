@@ -12,6 +12,7 @@ a --preflight-* option, `-p harness.plugin`, or a path into the built-in suite
 from __future__ import annotations
 
 import contextvars
+import gc
 import json
 import os
 import pkgutil
@@ -204,6 +205,16 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     lines = [f"gpu-preflight {__version__}: profile {profile.name} (from {source}), tier {tier}"]
     lines += [f"gpu-preflight suite {name}: {path}" for name, path in config.stash[suites_key]]
     return lines
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run's check session (a results file): what collection built (modules, items, fixture
+    definitions) lives to the session's end, so the cyclic GC is told to stop walking it
+    (gc.freeze): the collections during the checks and pytest's full ones at its end
+    (unraisableexception) then walk only what the checks make (~40-100 ms of the session's
+    CPU on the built-in suite, bench/bench_whole_split.py)."""
+    if active(session.config) and session.config.getoption("preflight_results"):
+        gc.freeze()
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

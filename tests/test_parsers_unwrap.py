@@ -212,7 +212,7 @@ def test_a_batch_unwraps_as_its_lines_one_by_one(flags):
     """The fast path (a batch's lines without a wrapper handed on untouched) is exact: every
     recorded sample, and each of the wrappers above inside a plain log, read in batches of 1,
     3, 50 and whole, gives the same lines, commands, ranks and hosts as `unwrap` on each line.
-    A wrapper rule whose first characters `_candidate` lacks fails here."""
+    A wrapper rule whose first characters `unwrap_candidates.candidates` lacks fails here."""
     timestamps, host_prefix, comments = flags
     opts = {"timestamps": timestamps, "host_prefix": host_prefix, "comments": comments}
     plain = ["    domain: rdmap79s27-rdm", "provider: efa", "  Product Name : NVIDIA H100"]

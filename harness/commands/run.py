@@ -281,8 +281,10 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     finalizer.report = report
     with guard.section():  # after a signal: parks; the signal's cleanup writes the outputs
         write_report(report, report_dir, env)  # ReportDirError: the crash path, exit 3
-        _write_junit(report, report_dir, env)  # one junit.xml, every selected check by its ID
         redact_outputs(report_dir, env)  # what pytest itself wrote beside the results
+        # One junit.xml, every selected check by its ID: rendered from the redacted record
+        # like report.json, so written after the sweep (which would read it all again).
+        _write_junit(report, report_dir, env)
         outputs(report)
         _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
         if report.usage_error:

@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from harness.parsers.unwrap_candidates import CANDIDATES
+from harness.parsers.unwrap_candidates import candidates
 from harness.parsers.unwrap_commands import command_program
 
 __all__ = ["ANSI", "MAX_COMMANDS", "RANK_PREFIX", "Unwrapper", "cloudwatch_message", "docker_line",
@@ -299,14 +299,14 @@ class Unwrapper:
 
     def lines(self, lines: Iterable[str]) -> Iterator[str]:
         """Every tool line inside `lines` (wrapping-only lines dropped). In a list (a reader's
-        batch) only the lines that may carry a wrapper (`CANDIDATES`, one regex pass over the
+        batch) only the lines that may carry a wrapper (`candidates`, one regex pass over the
         batch) go through the rules; the others are handed on as they are."""
         if not isinstance(lines, list):
             return self._unwrapped(lines)
         text = "\n" + "\n".join(lines)
         if "\x1b" in text or "\r" in text or "\ufffd[" in text:
             return self._unwrapped(lines)
-        found = CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text)
+        found = candidates(self.timestamps, self.host_prefix, self.comments).finditer(text)
         first = next(found, None)
         if first is None and not (self.continued or self.which_output):
             self.rank = self.host = None
@@ -315,7 +315,7 @@ class Unwrapper:
 
     def candidates(self, batch: list[str], joined: str | None = None) -> set[int] | None:
         """The indices of the lines of `batch` that may carry a wrapper (one regex pass,
-        `CANDIDATES`); the others are their own text as long as no command continues into
+        `candidates`); the others are their own text as long as no command continues into
         them (`continued`, `which_output`: check before each line). None: every line may (a
         colour or a CR in the batch). For parsers that unwrap line by line (they count lines).
         `joined`: `"\\n".join(batch)`, when the caller has it already."""
@@ -324,7 +324,7 @@ class Unwrapper:
             return None
         found: set[int] = set()
         newlines, seen = 0, 0
-        for m in CANDIDATES[self.timestamps, self.host_prefix, self.comments].finditer(text):
+        for m in candidates(self.timestamps, self.host_prefix, self.comments).finditer(text):
             newlines += text.count("\n", seen, m.start() + 1)
             seen = m.start() + 1
             found.add(newlines - 1)

@@ -10,13 +10,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.base import proc
 from harness.base.proc_result import ProcResult
 from harness.parsers import ParseError
-from harness.parsers.fi_info import FiInfo, parse_fi_info
-from harness.parsers.nccl_log import parse_nccl_log_stream
-from harness.parsers.nccl_log_facts import NcclLogSummary
+
+if TYPE_CHECKING:  # types only: each parser is imported where its output is read (start-up)
+    from harness.parsers.fi_info import FiInfo
+    from harness.parsers.nccl_log_facts import NcclLogSummary
 
 __all__ = [
     "CollectiveRun",
@@ -337,6 +339,8 @@ def query_fi_info(provider: str | None = "efa", timeout_s: float = 15.0) -> FiIn
         # Killed mid-listing, cut, or left children behind: a provider missing from a cut
         # listing is not absent.
         return FiInfoProbe(result, None, result.describe())
+    from harness.parsers.fi_info import parse_fi_info  # here: the library probes need no parser
+
     try:
         return FiInfoProbe(result, parse_fi_info(result.output))
     except ParseError as exc:
@@ -357,6 +361,8 @@ class CollectiveRun:
         """The NCCL logs of every rank, parsed as one log (ParseError when there are none)."""
         if not self.log_files:
             raise ParseError(f"the collective wrote no NCCL debug log under {self.workdir}")
+        from harness.parsers.nccl_log import parse_nccl_log_stream  # the C scan: where a log is
+
         handles = [path.open("rb") for path in self.log_files]
         try:
             return parse_nccl_log_stream(handles)
