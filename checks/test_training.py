@@ -9,7 +9,6 @@ from typing import Any
 
 from harness.base.errors import ProbeError
 from harness.checking import check, expect, expect_none, fail, measure, not_applicable, warn
-from harness.parsers.train_step import unread_in_result
 from harness.probes.train_step import FP8_RECIPES, TrainStepRun
 from harness.profiles.model import Profile
 
@@ -62,6 +61,8 @@ def _result(run: TrainStepRun) -> dict[str, Any]:
     if why is not None:
         raise ProbeError(f"{why} (see PF-TRAIN-001)")
     result = run.output.result
+    # imported here: a session whose training checks do not run loads no log parser
+    from harness.parsers.train_step import unread_in_result
     if missing := unread_in_result(result):  # never a KeyError, never a guess
         raise ProbeError(f"rank 0's training step result has no {', '.join(missing[:12])}: "
                          "not judged")
