@@ -145,9 +145,14 @@ def test_memory_stays_flat_in_the_size_of_the_input(kind, monkeypatch):
     """With 8 KiB chunks (and the kernel log keeping 100 events in full), what a parser holds
     reading a log four times as long (a sample repeated, as long logs are) is about the same;
     before, each held the whole input and more."""
-    from harness.parsers import kernel_log, nccl_log
+    from harness.parsers import env_script_lines, env_shape, kernel_log, nccl_log
 
     monkeypatch.setattr(reader, "CHUNK_CHARS", 1 << 13)
+    # the env reader's memos of lines and segments read before fill up to their bounds (4,096
+    # lines, 4 MiB) and then hold flat; made small here, as the kernel log's events are
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", 64)
+    monkeypatch.setattr(env_script_lines, "_MEMO_SEGMENT_CHARS", 1 << 14)
+    monkeypatch.setattr(env_shape, "_MEMO_LINES", 64)
     monkeypatch.setattr(nccl_log, "_CHUNK_BYTES", 1 << 13)
     monkeypatch.setattr(kernel_log, "MAX_EVENTS", 100)
     monkeypatch.setattr(kernel_log, "MAX_KINDS", 200)
