@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,14 @@ def holds(pid: int, sig: int) -> bool:
 def handles(pid: int, sig: int) -> bool:
     """`pid` has a handler for `sig`."""
     return bool(signal_mask(pid, "SigCgt") & (1 << (sig - 1)))
+
+
+def run_token(what: str) -> str:
+    """A token for one run's processes (E2E_RUN_TOKEN), unique across xdist workers: a tmp
+    folder's name is not (pytest cuts a long test name to the same 30 characters, and each
+    worker numbers its folders from 0, so two parametrized cases met and killed each other's
+    processes under -n 2)."""
+    return f"{what}-{uuid.uuid4().hex}"
 
 
 def token_processes(token: str) -> list[int]:

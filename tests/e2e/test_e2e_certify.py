@@ -20,7 +20,7 @@ HARD_BOUND_S = 228.0
 
 
 def _selftest(shipped: Shipped, tmp_path: Path, tier: str) -> tuple[procs.Run, dict]:
-    token = f"certify-{tier}-{tmp_path.name}"
+    token = procs.run_token(f"certify-{tier}")
     argv = [str(shipped.preflight), "selftest", "cluster", "--nodes", "8", "--tier", tier,
             "--inject", "fail-check=3", "--inject", "slow=5", "--work-dir",
             str(tmp_path / "work"), "--json"]

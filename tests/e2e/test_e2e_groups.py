@@ -14,7 +14,7 @@ from tests.e2e.shipped import Shipped
 
 def _selftest(shipped: Shipped, tmp_path, groups: str,
               slow: str) -> tuple[subprocess.CompletedProcess[str], str]:
-    token = "groups-" + tmp_path.name
+    token = procs.run_token("groups")
     env = {"PATH": f"{shipped.bin}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "AWS_EC2_METADATA_DISABLED": "true", "E2E_RUN_TOKEN": token}
     argv = [str(shipped.preflight), "selftest", "cluster", "--nodes", "4", "--groups", groups,

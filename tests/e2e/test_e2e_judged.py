@@ -75,7 +75,7 @@ def test_a_cluster_that_judged_nothing_stops_every_node_alike(shipped: Shipped, 
         "work_dir=Path(sys.argv[1])), echo=False)\n"
         "print(json.dumps([[n.exit_code, n.executed, n.verdict, n.failure_text] "
         "for n in r.nodes]))\n")
-    token = "judged-" + tmp_path.name
+    token = procs.run_token("judged")
     env = {"PATH": f"{shipped.bin}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "AWS_EC2_METADATA_DISABLED": "true", "E2E_RUN_TOKEN": token}
     try:

@@ -141,7 +141,7 @@ def _problems(fault: NodeFault, run: procs.Run, work: Path, signalled_at: float 
 
 @pytest.mark.parametrize("fault", NODE_FAULTS, ids=[f.name for f in NODE_FAULTS])
 def test_node_fault(shipped: Shipped, tmp_path: Path, fault: NodeFault) -> None:
-    token = f"node-{fault.name}-{tmp_path.name}"
+    token = procs.run_token(f"node-{fault.name}")
     work = tmp_path / "work"
     argv = [str(shipped.preflight), "selftest", "cluster", "--nodes", str(NODES),
             "--work-dir", str(work)]

@@ -45,7 +45,7 @@ class Runner:
 
     def __init__(self, shipped: Shipped, tmp: Path) -> None:
         self.shipped, self.tmp = shipped, tmp
-        self.reports, self.token = tmp / "reports", f"guards-{tmp.name}"
+        self.reports, self.token = tmp / "reports", procs.run_token("guards")
         self.cwd = tmp / "work"
         self.cwd.mkdir()
         (tmp / "site").mkdir()

@@ -20,7 +20,7 @@ def _env(shipped: Shipped, tmp_path, token: str) -> dict[str, str]:
 
 def test_selftest_names_the_node_whose_sdc_result_differs_by_one_bit(shipped: Shipped,
                                                                     tmp_path) -> None:
-    token = "sdc-" + tmp_path.name
+    token = procs.run_token("sdc")
     argv = [str(shipped.preflight), "selftest", "cluster", "--nodes", "3", "--inject", "sdc=1",
             "--work-dir", str(tmp_path / "world")]
     try:
@@ -61,7 +61,7 @@ print(json.dumps([run.parts["sdc"].status, result.outcome, result.message]))
 
 
 def test_one_gloo_rank_with_a_flipped_bit_is_named(shipped: Shipped, tmp_path) -> None:
-    token = "sdc-rank-" + tmp_path.name
+    token = procs.run_token("sdc-rank")
     try:
         out = subprocess.run([str(shipped.python), "-c", WORKER], cwd=tmp_path, timeout=180,
                              env=_env(shipped, tmp_path, token), capture_output=True, text=True)

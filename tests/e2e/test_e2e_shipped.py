@@ -137,7 +137,7 @@ def _readme_main_job() -> list[str]:
 def test_readme_main_job_passes_and_hands_off(shipped: Shipped, tmp_path: Path) -> None:
     """README step 1 on this machine (local-cpu): env checks, a real gloo all_reduce, a real
     FSDP2 step, then the hand-off to a command that proves it ran."""
-    token = "main-job-" + tmp_path.name
+    token = procs.run_token("main-job")
     marker = tmp_path / "handed-off"
     env = {**_outside_env(), "E2E_RUN_TOKEN": token, "PREFLIGHT_HOSTNAME": "e2e-main",
            "AWS_EC2_METADATA_DISABLED": "true"}
