@@ -250,3 +250,14 @@ def test_a_joined_value_past_the_cap_is_cut_inside_its_last_piece() -> None:
     assert dump.variables["A"] == x + x
     assert dump.variables["C"] == (x + x + y)[:cap]
     assert len(dump.variables["C"]) == cap
+
+
+@pytest.mark.parametrize("run", [
+    "A=1\n", "\n\n  export B=2 # C=3\n\t D=x/y:z\n# E=5\nexport\tF=\n",
+    "## a comment\nG=7 #\n  \n H=8\n", "I=9\nJ=10 # K=11\nexport L=12\n\n",
+])
+def test_the_assignments_of_a_run_are_found_from_each_line_end(run: str) -> None:
+    """QUICK_ASSIGNS over "\\n" + a run finds what QUICK_ASSIGN (`^` under re.M) finds."""
+    found = env_script_lines.QUICK_ASSIGNS.findall("\n" + run)
+    assert found == env_script_lines.QUICK_ASSIGN.findall(run)
+    assert found and ("K", "11") not in found and ("C", "3") not in found

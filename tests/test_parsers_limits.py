@@ -142,9 +142,9 @@ def _peak(kind: str, text: bytes) -> int:
 @pytest.mark.parametrize("kind", ["env", "fi-info", "nccl-tests", "kernel-log", "nvidia-smi",
                                   "dcgm", "nccl-log", "train-step", "topology"])
 def test_memory_stays_flat_in_the_size_of_the_input(kind, monkeypatch):
-    """With 8 KiB chunks (and the kernel log keeping 100 events in full), what a parser holds
-    reading a log four times as long (a sample repeated, as long logs are) is about the same;
-    before, each held the whole input and more."""
+    """With 8 KiB chunks (the kernel log keeping 100 events in full, env scripts' memos small),
+    what a parser holds reading a log four times as long (a sample repeated, as long logs are)
+    is about the same; before, each held the whole input and more."""
     from harness.parsers import env_script_lines, env_shape, kernel_log, nccl_log
 
     monkeypatch.setattr(reader, "CHUNK_CHARS", 1 << 13)

@@ -6,6 +6,7 @@ JSON (`docker inspect` `Env` arrays, `{"NAME": "value"}` maps, ECS `environment`
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -269,11 +270,15 @@ def inspect_env(stream: TextIO | Input, *, profile: Profile) -> JSONObject:
     for `profile` (keys: profile, format, num_variables, relevant, versions, harmful, required,
     outdated, recommended, malformed)."""
     from harness.base.redact import Redactor
+    from harness.base.redact_pairs import is_secret_name
     from harness.judges.env import Versions, evaluate, format_problems
 
     dump = parse_env_dump(as_input(stream))
     env = dump.variables
-    redactor = Redactor(env)
+    # The one redaction of the result (cmd_inspect does not redact it again: see `redacted`
+    # below): the dump's secrets and this process's (what cmd_inspect's Redactor() knows). A
+    # second pass cost as much as this one (a 1 Mi-character LD_LIBRARY_PATH is ~0.1 s a pass).
+    redactor = Redactor(env, extra_values=[v for k, v in os.environ.items() if is_secret_name(k)])
     prefixes = ("NCCL_", "FI_", "OFI_NCCL_", "TORCH_", "RDMAV_", "CUDA_", "LD_LIBRARY_PATH")
     result: JSONObject = {
         "profile": profile.name,
@@ -284,18 +289,26 @@ def inspect_env(stream: TextIO | Input, *, profile: Profile) -> JSONObject:
     # A dump rarely names the library versions (an image's `AWS_OFI_NCCL_VERSION` build variable
     # does); where it does not, version-ranged rules use their documented default.
     versions = Versions(ofi_nccl=next((env[n] for n in _OFI_NCCL_VERSION_VARS if env.get(n)), None))
-    result["versions"] = {"ofi_nccl": versions.ofi_nccl, "libfabric": versions.libfabric}
+    rest: JSONObject = {"versions": {"ofi_nccl": versions.ofi_nccl, "libfabric": versions.libfabric}}
     for kind in ("harmful", "required", "outdated", "recommended"):
-        result[kind] = [
-            {"name": f.rule.name, "value": None if f.value is None else redactor.text(f.value),
-             "reason": f.rule.reason, "remedy": f.rule.remedy, "source": f.rule.source}
+        rest[kind] = [
+            {"name": f.rule.name, "value": f.value, "reason": f.rule.reason,
+             "remedy": f.rule.remedy, "source": f.rule.source}
             for f in evaluate(env, profile, versions, [kind])
         ]
-    result["malformed"] = [redactor.text(p) for p in format_problems(env)]
+    rest["malformed"] = format_problems(env)
     if dump.dropped:
-        result["notes"] = [f"{dump.dropped:,} assignment(s) past {MAX_VARIABLES:,} variables or "
-                           f"{MAX_TOTAL_CHARS >> 20} MiB of values were not kept"]
+        rest["notes"] = [f"{dump.dropped:,} assignment(s) past {MAX_VARIABLES:,} variables or "
+                         f"{MAX_TOTAL_CHARS >> 20} MiB of values were not kept"]
+    # everything but `relevant` (redacted above, by name and text) as cmd_inspect redacted it
+    result.update(redactor.obj(rest))
+    result["profile"], result["format"] = redactor.obj([result["profile"], result["format"]])
     return result
+
+
+#: inspect_env's result is redacted whole, against this process's secrets too: cmd_inspect takes
+#: it as it is (one pass over its long values, not two).
+inspect_env.redacted = True  # type: ignore[attr-defined]
 
 
 INSPECT = {"env": inspect_env}

@@ -255,7 +255,7 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
             if not env_output:
                 run = runs.get(text)
                 if run is None:
-                    run = QUICK_ASSIGN.findall(text)
+                    run = script_lines.QUICK_ASSIGNS.findall("\n" + text)
                     if len(runs) < script_lines.MEMO_LINES and len(text) <= script_lines.MEMO_CHARS:
                         runs[text] = run
                 out += [(name, value, True) for name, value in run]
