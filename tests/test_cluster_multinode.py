@@ -87,7 +87,13 @@ def test_crashing_master_is_named_for_one_reason_by_every_node(tmp_path):
     reasons = {b["reason"] for r in reports for b in r["cluster"]["bad_nodes"]}
     assert len(reasons) == 1, reasons
     assert reasons.pop().startswith("the control-plane master node0 (node rank 0, 127.0.0.1:")
-    assert all(r["cluster"]["master_lost"]["phase"] == "the cluster all_reduce" for r in reports)
+    # where each noticed is its own (harness.cluster.collectives._lost_master): the master
+    # crashes in the all_reduce, but a node that a loaded machine kept from reading the master's
+    # snapshot before the crash notices in the gather (seen once in CI, at load); each says
+    # where and why
+    phases = [r["cluster"]["master_lost"]["phase"] for r in reports]
+    assert set(phases) <= {"the cluster all_reduce", "the gather of node-local results"}, phases
+    assert all(r["cluster"]["master_lost"]["error"] for r in reports)
 
 
 def test_hanging_node_is_named_and_survivors_do_not_hang(tmp_path):
