@@ -306,3 +306,32 @@ def test_records_glued_by_another_rank_on_one_line_are_still_read():
     glued = _json.dumps(bench) + _json.dumps(marker) + "\n"
     assert schema_records(glued) == [marker]
     assert result_from_output(glued) is not None
+
+
+def test_the_ranks_imports_run_without_the_gc_and_leave_no_garbage_frozen():
+    """harness.worker.parts.imports_without_gc: the GC is off inside (no collection walks the
+    imports' heap again and again), is on again after, the imports' own garbage cycles are
+    collected, not frozen (a cycle made inside is gone), and what lives on is frozen."""
+    import gc
+    import weakref
+
+    from harness.worker.parts import imports_without_gc
+
+    class Node:
+        pass
+
+    assert gc.isenabled()
+    before = gc.get_freeze_count()
+    try:
+        with imports_without_gc():
+            assert not gc.isenabled()
+            cycle = Node()
+            cycle.me = cycle
+            gone = weakref.ref(cycle)
+            kept = Node()
+            del cycle
+        assert gc.isenabled()
+        assert gone() is None  # collected before the freeze, never kept forever
+        assert gc.get_freeze_count() > before and kept is not None
+    finally:
+        gc.unfreeze()
