@@ -335,3 +335,18 @@ def test_the_ranks_imports_run_without_the_gc_and_leave_no_garbage_frozen():
         assert gc.get_freeze_count() > before and kept is not None
     finally:
         gc.unfreeze()
+
+
+def test_an_fsdp2_that_cannot_be_imported_is_left_to_the_train_part():
+    """prefetch_train_imports loads FSDP2 among the rank's imports; where it cannot be imported
+    (torch < 2.4) the rank's other parts still run: the train part names the ImportError
+    itself (harness.worker.group.fsdp_api), not the shared import step for every part."""
+    from harness.worker.parts import prefetch_train_imports
+
+    def missing() -> None:
+        raise ImportError("FSDP2 (fully_shard) not found; needs torch >= 2.4")
+
+    prefetch_train_imports(missing)  # no raise
+    called = []
+    prefetch_train_imports(lambda: called.append(1))
+    assert called == [1]

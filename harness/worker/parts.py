@@ -225,6 +225,16 @@ def imports_without_gc() -> Iterator[None]:
             gc.enable()
 
 
+def prefetch_train_imports(fsdp: Callable[[], object]) -> None:
+    """FSDP2 (`fsdp`: harness.worker.group.fsdp_api) and the `torch._dynamo` chain its first
+    `fully_shard` imports, loaded among the rank's imports (imports_without_gc). One that cannot
+    be imported is left to the train part, which names it as its own failure: the other parts
+    still run (a failed import here would fail every part of the rank)."""
+    with contextlib.suppress(ImportError):
+        fsdp()
+        import torch._dynamo  # noqa: F401
+
+
 def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit) -> int:
     """One rank's life: one init, every part under its watchdog, barrier, destroy, exit.
 
@@ -244,14 +254,13 @@ def run(args: argparse.Namespace, *, exit_fn: Callable[[int], object] = os._exit
     code = 0
     try:
         with imports_without_gc():
-            import torch  # its import is start-up time, measured below
+            import torch  # noqa: F401  (its import is start-up time, measured below)
 
             from harness.worker import train as train_worker
             from harness.worker.group import fsdp_api, init_group
 
-            if "train" in parts:  # FSDP2, and the dynamo chain its first fully_shard imports
-                fsdp_api()
-                import torch._dynamo  # noqa: F401
+            if "train" in parts:
+                prefetch_train_imports(fsdp_api)
 
         imported = time.perf_counter()
         device = train_worker.device_for(args.device)
