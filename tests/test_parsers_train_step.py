@@ -59,3 +59,30 @@ def test_the_rank_tag_of_a_line_matched_from_its_start_is_read():
     assert (gloo.kind, gloo.rank) == ("collective_timeout", 2)
     untagged = classify_failure("ncclInternalError: internal check failed\n")
     assert (untagged.kind, untagged.rank) == ("nccl_error", None)
+
+
+@pytest.mark.parametrize("text", [
+    # torch 2.3-2.5 (hiyouga/LlamaFactory#6953): the monitor's line, then the watchdog's.
+    "[rank144]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 144] Heartbeat monitor timed out! "
+    "Process will be terminated after dumping debug info. workMetaList_.size()=1\n"
+    "[rank144]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 144] [PG 0 Rank 144] ProcessGroupNCCL's "
+    "watchdog got stuck for 600 seconds without making progress in monitoring enqueued "
+    "collectives.\n",
+    # the watchdog's line alone (a log cut before the monitor's, or filtered by `grep F`)
+    "[rank144]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 144] ProcessGroupNCCL's watchdog got "
+    "stuck for 600 seconds without making progress in monitoring enqueued collectives.\n",
+])
+def test_a_hung_nccl_watchdog_is_an_nccl_timeout(text: str):
+    """When the watchdog itself hangs in a NCCL or CUDA call, torch's heartbeat monitor kills
+    the process and no `Watchdog caught collective operation timeout` line comes: a NCCL hang
+    all the same (it was refused as `no known failure`)."""
+    failure = classify_failure(text)
+    assert (failure.kind, failure.rank) == ("nccl_timeout", 144)
+    assert "stuck for 600 s" in failure.message
+
+
+def test_the_heartbeat_monitor_line_alone_is_an_nccl_timeout():
+    failure = classify_failure("[rank3]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 3] Heartbeat "
+                               "monitor timed out! Process will be terminated after dumping "
+                               "debug info. workMetaList_.size()=2\n")
+    assert (failure.kind, failure.rank) == ("nccl_timeout", 3)

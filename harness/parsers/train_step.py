@@ -59,6 +59,12 @@ _NCCL_WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\(.*?\)) ran for "
     r"(?P<ms>[0-9]+) milliseconds"
 )
+# torch >= 2.2's heartbeat monitor, when the watchdog itself hangs in a NCCL or CUDA call (no
+# `Watchdog caught ...` line comes): `[PG 0 Rank 144] Heartbeat monitor timed out! Process will be
+# terminated after dumping debug info. workMetaList_.size()=1`, then `ProcessGroupNCCL's watchdog
+# got stuck for 600 seconds without making progress in monitoring enqueued collectives. ...`.
+_NCCL_STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>[0-9]+) seconds")
+_HEARTBEAT = "Heartbeat monitor timed out!"
 _NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[:,]? ?(?P<what>[^\n]*)")
 _NCCL_CODE = re.compile(r"^.*?(?P<code>nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|"
                         r"InvalidArgument)Error):? ?(?P<what>[^\n]*)", re.M)
@@ -146,6 +152,13 @@ def _nccl(text: str) -> Failure | None:
         took = "an unreadable time" if ms is None else f"{ms / 1000:g} s"
         return Failure("nccl_timeout", f"NCCL collective timed out: {m.group('work')[:500]} ran "
                        f"for {took}", _rank_of(text, m.start()))
+    stuck = _NCCL_STUCK.search(text) if "watchdog got stuck" in text else None  # (prefilter)
+    beat = text.find(_HEARTBEAT)
+    if stuck or beat >= 0:
+        took = f" for {stuck.group('s')} s" if stuck else ""
+        return Failure("nccl_timeout", f"NCCL watchdog stuck{took} without progress (the "
+                       "heartbeat monitor timed out): a NCCL or CUDA call hung; the process is "
+                       "terminated", _rank_of(text, stuck.start() if stuck else beat))
     m = _NCCL_ERROR.search(text)
     code = None
     if (first := _NCCL_CODE_WORD.search(text)) is not None:  # the code's line, then the rule
