@@ -86,3 +86,27 @@ def test_the_heartbeat_monitor_line_alone_is_an_nccl_timeout():
                                "monitor timed out! Process will be terminated after dumping "
                                "debug info. workMetaList_.size()=2\n")
     assert (failure.kind, failure.rank) == ("nccl_timeout", 3)
+
+
+@pytest.mark.parametrize(("text", "rank"), [
+    # NVIDIA/TransformerEngine#1541 (TE 1.13): one frame, then the bare exception
+    ('Traceback (most recent call last):\n  File "/env/lib/python3.10/site-packages/'
+     'transformer_engine/pytorch/__init__.py", line 52, in _load_library\n    so_path = '
+     'next(so_dir.glob(f"{module_name}.*.{extension}"))\nStopIteration\n', None),
+    # the same under torchrun's rank prefix
+    ('[rank1]: Traceback (most recent call last):\n[rank1]:   File "/usr/lib/python3/dist-'
+     'packages/transformer_engine/pytorch/__init__.py", line 25, in _load_library\n[rank1]:     '
+     'so_path = next(so_dir.glob(f"*.{extension}"))\n[rank1]: StopIteration\n', 1),
+])
+def test_te_library_loader_failing_is_a_te_import_error(text: str, rank: int | None):
+    """TE's `_load_library` raising a bare `StopIteration` (its shared object not found): a TE
+    import failure (it was refused as `no known failure`)."""
+    failure = classify_failure(text)
+    assert (failure.kind, failure.rank) == ("te_import", rank)
+    assert "raised StopIteration" in failure.message and "transformer_engine" in failure.message
+
+
+def test_a_load_library_frame_without_its_exception_is_not_a_te_failure():
+    with pytest.raises(ParseError):
+        parse_train_step('  File "/x/transformer_engine/pytorch/__init__.py", line 25, in '
+                         "_load_library\n    so_path = next(x)\n")
