@@ -23,13 +23,15 @@ if TYPE_CHECKING:  # types only: the parser and its probe load where the log is 
     "PF-GPU-006",
     title="No XID error that needs a reset, reboot or replacement since boot",
     why="XIDs are the driver's record of GPU faults: 79 (fallen off the bus), 48 (double-bit "
-    "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again. "
+    "ECC), 74 (NVLink), 54 ... each needs its action before the GPU can be trusted again. A "
+    "GPU the driver could not initialise (`RmInitAdapter failed!`) has no Xid line: named too. "
     + "No Xid line counts as no XID only in text that is positively a kernel log; " + UNREADABLE_LOG,
     remedy="see the action named for each GPU (XID catalogue: harness/base/gpu_actions.py)",
     reads=explain_other(
         ["the kernel log since boot (or $PREFLIGHT_XID_SINCE): $PREFLIGHT_KERNEL_LOG, else "
          "`journalctl -k -b`, else `dmesg`; `NVRM: Xid (PCI:...): N, ...` lines, the action "
-         "of each from NVIDIA's Xid catalogue"],
+         "of each from NVIDIA's Xid catalogue; `NVRM: GPU <bus>: RmInitAdapter failed!` lines "
+         "(reboot)"],
         UNREADABLE_LOG,
         "nothing: every GPU profile has a kernel log; an Xid code the catalogue does not list "
         "is watched (monitor, a warning), never ignored"),
@@ -55,6 +57,11 @@ def test_no_serious_xid(profile: Profile, tier: str, kernel_log_reading: Reading
         text = next(e for e in reversed(events) if e.action == action).message[:100]
         found.append((gpu_label(gpu, bus_id=pci),
                       f"Xid {xid}{times}" + (f" ({text})" if text else ""), action))
+    for failed in log.init_failures:  # no Xid line: the GPU never came up (reboot, then RMA)
+        gpu = inventory.by_pci(failed.pci) if inventory else None
+        times = f" x{failed.count}" if failed.count > 1 else ""
+        found.append((gpu_label(gpu, bus_id=failed.pci), f"RmInitAdapter failed{times} "
+                       f"({failed.code}): the driver could not initialise the GPU", REBOOT))
     _measure_log(log, "XID events", len(xid_events))
     judge(f"XID errors (kernel log: {log.source or 'given'}, {log.window})", found)
 

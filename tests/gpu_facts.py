@@ -10,6 +10,7 @@ from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.fixtures.reading import Reading
 from harness.parsers.dcgm_records import DcgmDiag, DcgmResult
 from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
+from harness.parsers.kernel_log_init import InitFailure
 from harness.probes.gpu_compute import ComputeResult
 from harness.probes.nvml_nvlink import NvlinkCounters
 
@@ -105,6 +106,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         (_xid(79, "64", "reboot", "GPU has fallen off the bus."),),
         source="PREFLIGHT_KERNEL_LOG=/var/log/kern.log (a file, last written 2024-10-01T10:00:00Z)",
         from_boot=False)),
+    # A GPU the driver could not initialise (no Xid line: gpu-operator#1146's log), three times.
+    "gpu_init_failed": _with(kernel_log=dataclasses.replace(_log(), init_failures=(
+        InitFailure("0000:75:00.0", "0x24:0x72:1568", "2024-10-01T09:00:10+0000", 7, 3),))),
     # A fatal SXid (twice) and a non-fatal one on another switch: fail and warn.
     "sxid": _with(kernel_log=_log(sxids=(
         SxidEvent(20034, 1, "0000:06:00.0", True, "LTSSM Fault Up on Link 48"),

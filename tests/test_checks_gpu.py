@@ -104,6 +104,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "not reach back to the boot: ring buffer wrapped or journal rotated; older XIDs are not "
         f"seen)): 1 found, {NONE_FOR}: {GPU[1]}: Xid 79 (GPU has fallen off the bus.) -> "
         f"reboot; {ACT_REBOOT}"))},
+    "gpu_init_failed": {"PF-GPU-006": ("fail", (
+        f"[PF-GPU-006] XID errors (kernel log: {JOURNAL}, since boot): 1 found, {NONE_FOR}: "
+        f"{GPU[2]}: RmInitAdapter failed x3 (0x24:0x72:1568): the driver could not initialise "
+        f"the GPU -> reboot; {ACT_REBOOT}"))},
     "sxid": {"PF-GPU-018": ("fail", (
         f"[PF-GPU-018] fatal NVSwitch SXid errors (kernel log: {JOURNAL}, since boot): 1 found, "
         f"{NONE_FOR}: NVSwitch 1 (bus 0000:06:00.0): SXid 20034 x2 (Fatal, LTSSM Fault Up on "

@@ -119,3 +119,12 @@ def test_a_host_max_below_nvmls_is_shown_as_information():
     assert pcie_link_gen_max(gb300) == 6
     assert pcie_host_note(gb300) == "host reports max gen 4 (information; NVML's maximum is judged)"
     assert pcie_host_note(BASE) is None
+
+
+@pytest.mark.parametrize(("state", "idle"), [("P8", True), ("P15", True), ("P0", False),
+                                              ("P" + "9" * 5000, False), ("P٨", False), ("", False)])
+def test_a_garbled_performance_state_is_not_idle_and_does_not_crash(state: str, idle: bool):
+    """`P` and 5,000 digits (a mutated dump, tests/test_fuzz_parsers.py) made int() raise: more
+    than 4,300 digits are refused."""
+    from harness.base.gpu_pcie import idle as is_idle
+    assert is_idle(GpuInfo(0, performance_state=state)) is idle

@@ -95,8 +95,9 @@ def test_kernel_log_keys(capsys):
     code, out = _inspect(capsys, "kernel-log",
                          str(DATA / "kernel_log/journal-short-iso-p5-faults-constructed.txt"))
     assert code == 0
-    assert set(out) == {"xid_events", "sxid_events", "num_lines", "first_time", "from_boot",
-                        "window", "notes"}
+    assert set(out) == {"xid_events", "sxid_events", "init_failures", "num_lines", "first_time",
+                        "from_boot", "window", "notes"}
+    assert out["init_failures"] == []
     assert out["xid_events"][2] == {"xid": 79, "pci": "0000:64:00", "mig": None, "pid": 41240,
                                     "process": "python", "time": "2024-10-01T09:20:02+0000",
                                     "message": "GPU has fallen off the bus.", "action": "reboot"}

@@ -168,3 +168,17 @@ def test_text_table_cut_at_a_category_header_has_no_verdict():
     assert diag.passed is None and diag.cut_at == "Integration"
     whole = text + "| PCIe                      | Pass                                           |\n"
     assert parse_dcgm_diag(whole).passed is True
+
+
+def test_every_error_line_dcgmi_printed_is_named():
+    """DCGM 4.4 without its CUDA 12 plugins (NVIDIA/DCGM#254) prints what failed, then why: the
+    refusal names both lines (it kept the first only), at most three, each once."""
+    text = ("Error: Unable to complete diagnostic for entities 0,1,2,3. Return: (-30) : DCGM GPU "
+            "Diagnostic returned an error\nError: Cannot load plugins. Unable to change to the "
+            "plugin dir '/usr/libexec/datacenter-gpu-manager-4/plugins/cuda12/': 'No such file or "
+            "directory'\n")
+    with pytest.raises(ParseError, match=r"returned an error Error: Cannot load plugins\. "):
+        parse_dcgm_diag(text)
+    many = "".join(f"Error: e{i}\nError: e{i}\n" for i in range(5))
+    with pytest.raises(ParseError, match=r"results: Error: e0 Error: e1 Error: e2$"):
+        parse_dcgm_diag(many)

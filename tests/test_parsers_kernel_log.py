@@ -270,3 +270,26 @@ def test_an_xid_in_a_paste_with_commentary_is_still_read():
             "has fallen off the bus.\n"
             "Any idea? It happened twice.\nThanks!\n")
     assert [(e.xid, e.pci) for e in parse_kernel_log(text).events] == [(79, "0000:5d:00")]
+
+
+def test_a_gpu_the_driver_could_not_initialise_is_read_once_with_its_count():
+    """`RmInitAdapter failed!` (no Xid line: the GPU never came up, gpu-operator#1146) is one
+    init failure per GPU, its first time and the driver's code, the repeats counted; the
+    `rm_init_adapter failed, device minor number N` line after it adds nothing. Before, such a
+    log read as clean."""
+    text = "".join(
+        f"[ {t}.000000] NVRM: GPU 0000:{bus}:00.0: RmInitAdapter failed! (0x24:0x72:1568)\n"
+        f"[ {t}.000001] NVRM: GPU 0000:{bus}:00.0: rm_init_adapter failed, device minor number 5\n"
+        for t, bus in ((885, "0a"), (926, "0a"), (930, "0b")))
+    log = parse_kernel_log(text)
+    assert log.events == () and [(f.pci, f.code, f.time, f.count) for f in log.init_failures] == [
+        ("0000:0a:00.0", "0x24:0x72:1568", "885.000000", 2),
+        ("0000:0b:00.0", "0x24:0x72:1568", "930.000000", 1)]
+
+
+def test_init_failures_before_the_last_boot_are_left_out():
+    text = ("[    0.000000] Linux version 6.8.0\n"
+            "[   12.000000] NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)\n"
+            "[    0.000000] Linux version 6.8.0\n[    1.000000] clean boot\n")
+    log = parse_kernel_log(text)
+    assert len(log.init_failures) == 1 and log.last_boot().init_failures == ()

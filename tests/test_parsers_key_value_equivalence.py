@@ -11,7 +11,11 @@ readers of commit d298e39 (before the batch readers) with
     .venv/bin/python -m tests.test_parsers_key_value_equivalence --write
 
 Each record is kept as a digest of its canonical JSON; the plain read is also kept whole, so
-that a difference shows which field moved."""
+that a difference shows which field moved. A sample added later gets its records by the same
+`--write`, checked by its X.expect.json; the file's other records must not move, unless a
+reader's change says why (round 5: dcgmi's refusal names every `Error:` line it printed, so
+real_dcgmi-hostengine-connection-error.txt's error text grew; a table row whose power draw is
+`N/A` is read, so table-faulted-gpu-err.txt's lost GPU 1 has its memory size)."""
 
 from __future__ import annotations
 

@@ -277,3 +277,35 @@ def test_noheader_rows_take_the_columns_of_the_command_above():
         (0, 41.0), (1, 97.0)]
     with pytest.raises(ParseError, match="no known --query-gpu column"):
         parse_nvidia_smi("0, 41\n1, 97\n")  # no command, no header: not read as anything
+
+
+_TABLE_HEAD = (
+    "| NVIDIA-SMI 525.125.06   Driver Version: 525.125.06   CUDA Version: 12.0     |\n"
+    "|===============================+======================+======================|\n"
+    "|   0  NVIDIA GeForce ...  Off  | 00000000:01:00.0 Off |                    0 |\n")
+
+
+@pytest.mark.parametrize(("row2", "lost", "temp"), [
+    # gpud's 525.125.06 fixture (tests/data/nvidia_smi/real_table-525-geforce-fan-err-only.txt)
+    ("|ERR!   38C    P5    49W / 450W |   2021MiB / 23028MiB |      0%   E. Process |", None, 38.0),
+    # a laptop GPU that reports no power cap (gpud's test of `N/A / ERR!`, driver 535.98)
+    ("| N/A   61C    P0     N/A / ERR! |      5MiB /  4096MiB |      0%      Default |", None, 61.0),
+    ("|ERR!   ERR!   P5    49W / 450W |   2021MiB / 23028MiB |      0%   E. Process |", True, None),
+    ("| 30%   38C  ERR!    49W / 450W |   2021MiB / 23028MiB |   ERR!   E. Process |", True, 38.0),
+    ("|ERR!   38C  ERR!   ERR! / ERR! |   2021MiB / 23028MiB |      0%   E. Process |", True, 38.0),
+])
+def test_err_in_the_fan_or_the_power_cap_alone_is_not_a_lost_gpu(row2: str, lost: bool | None,
+                                                                  temp: float | None):
+    """`ERR!` where a GPU reports no fan speed or no power cap leaves that reading unread; in
+    any other reading of the row (or with it) the driver cannot read the GPU: lost."""
+    gpu = parse_smi_table(_TABLE_HEAD + row2 + "\n").gpus[0]
+    assert (gpu.requires_reset, gpu.temperature_c) == (lost, temp)
+
+
+def test_a_memory_cell_without_used_and_total_keeps_the_rows_other_readings():
+    """GB10's unified memory: `| Not Supported |` in the memory cell (no `used / total`); the
+    row's temperature, pstate and power are read all the same (they were unread before)."""
+    gpu = parse_smi_table(DATA.joinpath("real_table-580-gb10-memory-not-supported.txt").read_text()
+                          ).gpus[0]
+    assert (gpu.temperature_c, gpu.performance_state, gpu.power_draw_w, gpu.memory_total_gib) == (
+        42.0, "P0", 11.0, None)

@@ -59,3 +59,54 @@ def test_the_rank_tag_of_a_line_matched_from_its_start_is_read():
     assert (gloo.kind, gloo.rank) == ("collective_timeout", 2)
     untagged = classify_failure("ncclInternalError: internal check failed\n")
     assert (untagged.kind, untagged.rank) == ("nccl_error", None)
+
+
+@pytest.mark.parametrize("text", [
+    # torch 2.3-2.5 (hiyouga/LlamaFactory#6953): the monitor's line, then the watchdog's.
+    "[rank144]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 144] Heartbeat monitor timed out! "
+    "Process will be terminated after dumping debug info. workMetaList_.size()=1\n"
+    "[rank144]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 144] [PG 0 Rank 144] ProcessGroupNCCL's "
+    "watchdog got stuck for 600 seconds without making progress in monitoring enqueued "
+    "collectives.\n",
+    # the watchdog's line alone (a log cut before the monitor's, or filtered by `grep F`)
+    "[rank144]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 144] ProcessGroupNCCL's watchdog got "
+    "stuck for 600 seconds without making progress in monitoring enqueued collectives.\n",
+])
+def test_a_hung_nccl_watchdog_is_an_nccl_timeout(text: str):
+    """When the watchdog itself hangs in a NCCL or CUDA call, torch's heartbeat monitor kills
+    the process and no `Watchdog caught collective operation timeout` line comes: a NCCL hang
+    all the same (it was refused as `no known failure`)."""
+    failure = classify_failure(text)
+    assert (failure.kind, failure.rank) == ("nccl_timeout", 144)
+    assert "stuck for 600 s" in failure.message
+
+
+def test_the_heartbeat_monitor_line_alone_is_an_nccl_timeout():
+    failure = classify_failure("[rank3]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 3] Heartbeat "
+                               "monitor timed out! Process will be terminated after dumping "
+                               "debug info. workMetaList_.size()=2\n")
+    assert (failure.kind, failure.rank) == ("nccl_timeout", 3)
+
+
+@pytest.mark.parametrize(("text", "rank"), [
+    # NVIDIA/TransformerEngine#1541 (TE 1.13): one frame, then the bare exception
+    ('Traceback (most recent call last):\n  File "/env/lib/python3.10/site-packages/'
+     'transformer_engine/pytorch/__init__.py", line 52, in _load_library\n    so_path = '
+     'next(so_dir.glob(f"{module_name}.*.{extension}"))\nStopIteration\n', None),
+    # the same under torchrun's rank prefix
+    ('[rank1]: Traceback (most recent call last):\n[rank1]:   File "/usr/lib/python3/dist-'
+     'packages/transformer_engine/pytorch/__init__.py", line 25, in _load_library\n[rank1]:     '
+     'so_path = next(so_dir.glob(f"*.{extension}"))\n[rank1]: StopIteration\n', 1),
+])
+def test_te_library_loader_failing_is_a_te_import_error(text: str, rank: int | None):
+    """TE's `_load_library` raising a bare `StopIteration` (its shared object not found): a TE
+    import failure (it was refused as `no known failure`)."""
+    failure = classify_failure(text)
+    assert (failure.kind, failure.rank) == ("te_import", rank)
+    assert "raised StopIteration" in failure.message and "transformer_engine" in failure.message
+
+
+def test_a_load_library_frame_without_its_exception_is_not_a_te_failure():
+    with pytest.raises(ParseError):
+        parse_train_step('  File "/x/transformer_engine/pytorch/__init__.py", line 25, in '
+                         "_load_library\n    so_path = next(x)\n")

@@ -19,7 +19,8 @@ TEXTS = {p.name: p.read_text(encoding="utf-8", errors="replace")
          for p in sorted(DATA.glob("*.txt"))}
 
 #: Each classifier and its rule, read the plain way (what the classifier did before).
-RULES = {ts._no_torch: ts._NO_TORCH, ts._te: ts._TE_LINE, ts._oom: ts._OOM,
+RULES = {ts._no_torch: ts._NO_TORCH, ts._te: ts._TE_LINE, ts._te_loader: ts._TE_LOADER,
+         ts._oom: ts._OOM,
          ts._gloo: ts._GLOO_TIMEOUT, ts._abort: ts._ABORT}
 
 

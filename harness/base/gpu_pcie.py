@@ -16,9 +16,12 @@ __all__ = ["idle", "pcie_host_note", "pcie_link_gen_max", "pcie_problems", "pcie
 
 
 def idle(gpu: GpuInfo) -> bool:
-    """P5..P15: the GPU is idling (nvidia-smi shows P8 for an idle GPU without work)."""
+    """P5..P15: the GPU is idling (nvidia-smi shows P8 for an idle GPU without work). A garbled
+    state (`P` and 5,000 digits: int() refuses more than 4,300) is not idle."""
     ps = gpu.performance_state or ""
-    return ps.startswith("P") and ps[1:].isascii() and ps[1:].isdigit() and int(ps[1:]) >= 5
+    digits = ps[1:]
+    return (ps.startswith("P") and len(digits) <= 2 and digits.isascii() and digits.isdigit()
+            and int(digits) >= 5)
 
 
 def pcie_link_gen_max(gpu: GpuInfo) -> int | None:

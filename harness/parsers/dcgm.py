@@ -69,18 +69,27 @@ def _looks_json(source: Input) -> bool:
 _WATCHED = 4096
 
 
+#: dcgmi's own `Error: ...` lines kept for the refusal: the first says what failed, the next
+#: ones why (DCGM 4.4 on a missing plugin folder: `Error: Unable to complete diagnostic ...
+#: (-30)` then `Error: Cannot load plugins. Unable to change to the plugin dir ...`).
+_ERRORS_KEPT = 3
+
+
 def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
     """The text table's results; without one, the ParseError says what the input held instead
-    (nothing, or dcgmi's own `Error: ...` line)."""
-    seen = {"nonblank": False, "bar": False, "error": ""}
+    (nothing, or dcgmi's own `Error: ...` lines, the first few, in order)."""
+    seen: dict[str, bool] = {"nonblank": False, "bar": False}
+    errors: list[str] = []
 
     it = iter(lines)
 
     def watch(line: str) -> None:
         if not seen["nonblank"] and line.strip():
             seen["nonblank"] = True
-        if not seen["error"] and line.startswith("Error: "):
-            seen["error"] = line.strip()
+        if len(errors) < _ERRORS_KEPT and line.startswith("Error: "):
+            error = line.strip()
+            if error not in errors:
+                errors.append(error)
         if "|" in line:
             seen["bar"] = seen["nonblank"] = True
 
@@ -105,8 +114,8 @@ def _table_or_error(lines: Iterable[str]) -> DcgmDiag:
     except ParseError:
         if not seen["nonblank"]:
             raise ParseError("empty input: no dcgmi diag output") from None
-        if seen["error"] and not seen["bar"]:
-            raise ParseError(f"dcgmi reported an error and no results: {seen['error']}") from None
+        if errors and not seen["bar"]:
+            raise ParseError(f"dcgmi reported an error and no results: {' '.join(errors)}") from None
         raise
 
 

@@ -13,6 +13,7 @@ from harness.base.gpu_record import pci_key
 from harness.base.jsontypes import JSONObject
 from harness.parsers import ParseError
 from harness.parsers.kernel_log_format import KERNEL, Line, Tally, classify, ends_mid_line, lines_to_read
+from harness.parsers.kernel_log_init import InitFailure, init_failure
 from harness.parsers.reader import Input, as_input
 from harness.parsers.unwrap import Unwrapper
 from harness.parsers.values import ascii_int
@@ -123,6 +124,8 @@ class KernelLog:
     """The window asked for (`journalctl --since`), when one was."""
     omitted: int = 0
     """Xid/SXid events past MAX_EVENTS that repeated a (GPU, Xid, action) already kept."""
+    init_failures: tuple[InitFailure, ...] = ()
+    """GPUs the driver could not initialise (`RmInitAdapter failed!`): no Xid line names them."""
 
     @property
     def window(self) -> str:
@@ -145,6 +148,7 @@ class KernelLog:
         return dataclasses.replace(
             self, events=tuple(e for e in self.events if e.line >= start),
             sxid_events=tuple(e for e in self.sxid_events if e.line >= start),
+            init_failures=tuple(e for e in self.init_failures if e.line >= start),
             boots=(self.boots[-1],), first_time=when or self.first_time, from_boot=True)
 
 
@@ -189,6 +193,7 @@ class _Reader:
         self.events: _Kept[XidEvent] = _Kept()
         self.sxids: _Kept[SxidEvent] = _Kept()
         self.fallen: dict[object, XidEvent] = {}  # the first report per GPU without an Xid line
+        self.init_failed: dict[object, InitFailure] = {}  # per GPU: its first, with the count
         self.tally = Tally()
         self.boots: list[tuple[int, str | None]] = []
         self.first: Line | None = None
@@ -258,6 +263,13 @@ class _Reader:
         one_line = _FALLEN_LINE.search(line) if "fallen" in line else None
         if one_line:
             self.lost(one_line["pci"], when, n)
+        elif (failed := init_failure(line, when, n)) is not None:
+            key = pci_key(failed.pci) or failed.pci
+            first = self.init_failed.get(key)
+            if first is not None:
+                self.init_failed[key] = dataclasses.replace(first, count=first.count + 1)
+            elif len(self.init_failed) < MAX_EVENTS:
+                self.init_failed[key] = failed
 
 
 def _read(source: Input, reader: _Reader, *, by_line: bool = False) -> None:
@@ -317,7 +329,8 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True,
                                            reader.first, reader.boots)
     problem = reader.tally.shape.problem
     found: list[XidEvent] = events.items
-    if require_kernel_lines and problem and not (found or fallen or sxids.items):
+    failed = tuple(reader.init_failed.values())
+    if require_kernel_lines and problem and not (found or fallen or sxids.items or failed):
         # Only "no XID" needs the text to be a kernel log; an Xid line is evidence of a fault
         # wherever it is (a paste with commentary around it).
         raise ParseError(problem)
@@ -330,7 +343,7 @@ def parse_kernel_log(text: str | Input, *, require_kernel_lines: bool = True,
     return KernelLog(tuple(found), reader.tally.kernel, tuple(sxids.items),
                      first_time=first.time if first else None,
                      from_boot=_from_boot(first, boots), boots=tuple(boots),
-                     omitted=events.omitted + sxids.omitted)
+                     omitted=events.omitted + sxids.omitted, init_failures=failed)
 
 
 def _sxid(line: str, when: str | None, n: int, headed: dict[tuple[int, str, int], bool]
@@ -375,7 +388,8 @@ def _fallen(pci: str, when: str | None, line: int) -> XidEvent:
 
 def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JSONObject:
     """`preflight inspect kernel-log FILE`: keys xid_events [{xid, pci, mig, pid, process, time,
-    message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}], num_lines (kernel
+    message, action}], sxid_events [{sxid, switch, pci, fatal, time, message}], init_failures
+    [{pci, code, time, count}] (GPUs the driver could not initialise), num_lines (kernel
     lines read), first_time, from_boot (null: cannot tell), window (what the log covers), and
     `cut` when its last line has no line end (the checks error on such a log: the lines it lost
     may hold XIDs)."""
@@ -387,6 +401,8 @@ def inspect_kernel_log(stream: TextIO | Input, *, profile: Profile | None) -> JS
                           for e in log.events],
            "sxid_events": [{"sxid": e.sxid, "switch": e.switch, "pci": e.pci, "fatal": e.fatal,
                             "time": e.time, "message": e.message} for e in log.sxid_events],
+           "init_failures": [{"pci": e.pci, "code": e.code, "time": e.time, "count": e.count}
+                             for e in log.init_failures],
            "num_lines": log.num_lines, "first_time": log.first_time, "from_boot": log.from_boot,
            "window": log.window}
     if (end := source.stats.open_end) is not None:  # quoted as the tool wrote it

@@ -31,12 +31,18 @@ TABLE_ROW1 = re.compile(
     rf"^\|\s*(?P<index>[0-9]+)\s+(?P<name>\S+(?: \S+)*?)\s+(?P<pm>On|Off|WDDM|TCC|MCDM|N/A|ERR!)\s*\|\s*"
     rf"(?P<bus>{BUS_ID})\s+\S+\s*\|\s*(?P<ecc>\S+)\s*\|\s*$"
 )
-# `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`
+# `|  0%   29C    P8             23W /  300W |       1MiB /  46068MiB |      0%      Default |`;
+# a GPU without its own memory (GB10's unified memory) shows `| Not Supported          |`; a
+# laptop GPU may show neither draw nor cap (`N/A / ERR!`).
 _TABLE_ROW2 = re.compile(
     # (No `/` in a reading: `\S+\s*/` retried every `/` of a long word.)
-    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>[^\s/]+)\s*/\s*[^\s|]+\s*"
-    r"\|\s*[^\s/|]+\s*/\s*(?P<mem>[^\s|]+)\s*\|"
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>N/A|[^\s/]+)\s*/\s*(?P<cap>[^\s|]+)\s*"
+    r"\|(?:\s*[^\s/|]+\s*/\s*(?P<mem>[^\s|]+)\s*|[^|]*)\|"
 )
+#: Cells of a GPU's second row whose `ERR!` alone does not mean a lost GPU: a fan that reports
+#: no speed (GeForce cards, gpud's 525.125.06 fixture) or a power cap a laptop GPU does not
+#: report (`N/A / ERR!`); the GPU still answers for every other reading.
+_ERR_ALONE_HARMLESS = ("fan", "cap")
 #: An author's note after a table line's closing `|` (`|  # ← RTX 5070 が認識されている`, a
 #: WSL write-up in tests/samples/nvidia-smi): not part of the row.
 _TABLE_NOTE = re.compile(r"\|[ \t]+(?:#|<=+|<-+|←)[^|]*$")
@@ -105,7 +111,7 @@ def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuI
         side.omitted += 1
         return
     row2 = _TABLE_ROW2.match(next_line.strip())
-    err = "ERR!" in line or "ERR!" in next_line
+    err = "ERR!" in line or _row2_err(row2, next_line)
     memory_mib = to_float(row2["mem"]) if row2 else None
     perf = clean_value(row2["perf"]) if row2 else None
     ecc_enabled, ecc_errors = _table_ecc(m["ecc"])
@@ -124,3 +130,15 @@ def _table_gpu(m: re.Match[str], line: str, next_line: str, gpus: dict[int, GpuI
         performance_state=perf if perf and perf.startswith("P") else None,
         requires_reset=True if err else None,
     )
+
+
+def _row2_err(row2: re.Match[str] | None, next_line: str) -> bool:
+    """Whether the GPU's second row shows `ERR!` in a reading that means the driver cannot
+    read the GPU: any cell but the fan's and the power cap's (`_ERR_ALONE_HARMLESS`); a row
+    this reader does not recognise counts any `ERR!`."""
+    if "ERR!" not in next_line:
+        return False
+    if row2 is None:
+        return True
+    harmless = sum(row2[cell] == "ERR!" for cell in _ERR_ALONE_HARMLESS)
+    return next_line.count("ERR!") > harmless

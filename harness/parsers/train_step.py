@@ -49,6 +49,13 @@ _TE_LINE = re.compile(
     r"Transformer Engine|cudnn shared object not found).*$",
     re.M | re.I,
 )
+# TE's own library loader failing (TE 1.9-1.13 wheels without their framework library,
+# NVIDIA/TransformerEngine#1147, #1541): a traceback through `transformer_engine/.../__init__.py
+# ..., in _load_library` that ends in a bare `StopIteration` (no `Error:` line to match).
+_TE_LOADER = re.compile(
+    r'File "(?P<file>[^"\n]*transformer_engine[^"\n]*)", line [0-9]+, in _load_library\n'
+    r"(?:(?:\[rank[0-9]+\]:)?[ \t][^\n]*\n)*?(?:\[rank[0-9]+\]: ?)?"
+    r"(?P<exc>[A-Za-z_][\w.]*(?:: [^\n]*)?)$", re.M)
 # torch >= 2.1: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
 # 79.10 GiB of which 1.23 GiB is free."; older: "... (GPU 0; 15.78 GiB total capacity; ...".
 _OOM = re.compile(r"out of memory\. Tried to allocate (?P<size>[0-9.]+ [KMGT]?i?B)", re.I)
@@ -59,6 +66,12 @@ _NCCL_WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\(.*?\)) ran for "
     r"(?P<ms>[0-9]+) milliseconds"
 )
+# torch >= 2.2's heartbeat monitor, when the watchdog itself hangs in a NCCL or CUDA call (no
+# `Watchdog caught ...` line comes): `[PG 0 Rank 144] Heartbeat monitor timed out! Process will be
+# terminated after dumping debug info. workMetaList_.size()=1`, then `ProcessGroupNCCL's watchdog
+# got stuck for 600 seconds without making progress in monitoring enqueued collectives. ...`.
+_NCCL_STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>[0-9]+) seconds")
+_HEARTBEAT = "Heartbeat monitor timed out!"
 _NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[:,]? ?(?P<what>[^\n]*)")
 _NCCL_CODE = re.compile(r"^.*?(?P<code>nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|"
                         r"InvalidArgument)Error):? ?(?P<what>[^\n]*)", re.M)
@@ -139,6 +152,16 @@ def _te(text: str) -> Failure | None:
                    _rank_of(text, m.start()))
 
 
+def _te_loader(text: str) -> Failure | None:
+    loader = _TE_LOADER.search(text) if "in _load_library" in text else None  # (prefilter)
+    if not loader:
+        return None
+    return Failure("te_import", f"TransformerEngine failed to import: its library loader raised "
+                   f"{loader.group('exc')[:300]} ({loader.group('file')[:200]}, _load_library: "
+                   "its shared object was not found or not loadable)",
+                   _rank_of(text, loader.start()))
+
+
 def _nccl(text: str) -> Failure | None:
     m = _NCCL_WATCHDOG.search(text)
     if m:
@@ -146,6 +169,13 @@ def _nccl(text: str) -> Failure | None:
         took = "an unreadable time" if ms is None else f"{ms / 1000:g} s"
         return Failure("nccl_timeout", f"NCCL collective timed out: {m.group('work')[:500]} ran "
                        f"for {took}", _rank_of(text, m.start()))
+    stuck = _NCCL_STUCK.search(text) if "watchdog got stuck" in text else None  # (prefilter)
+    beat = text.find(_HEARTBEAT)
+    if stuck or beat >= 0:
+        took = f" for {stuck.group('s')} s" if stuck else ""
+        return Failure("nccl_timeout", f"NCCL watchdog stuck{took} without progress (the "
+                       "heartbeat monitor timed out): a NCCL or CUDA call hung; the process is "
+                       "terminated", _rank_of(text, stuck.start() if stuck else beat))
     m = _NCCL_ERROR.search(text)
     code = None
     if (first := _NCCL_CODE_WORD.search(text)) is not None:  # the code's line, then the rule
@@ -210,7 +240,7 @@ def _last_exception(text: str) -> re.Match[str] | None:
         end = start
 
 
-_CLASSIFIERS = (_no_torch, _no_gpu, _te, _oom, _nccl, _gloo, _abort, _peer, _exception)
+_CLASSIFIERS = (_no_torch, _no_gpu, _te, _te_loader, _oom, _nccl, _gloo, _abort, _peer, _exception)
 _ABORT_AT = _CLASSIFIERS.index(_abort)
 
 
