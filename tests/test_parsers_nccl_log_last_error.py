@@ -121,3 +121,19 @@ def test_the_reason_is_read_wherever_the_chunks_of_the_stream_end():
     for size in range(40, len(text) + 1, 7):
         summary = parse_nccl_log_stream(io.BytesIO(text), chunk_bytes=size)
         assert [e.line for e in summary.errors] == [TORCH[3]], size
+
+
+ABORT = ("[rank12]:[E218 04:54:23.314083987 ProcessGroupNCCL.cpp:630] [Rank 0] Some NCCL operations "
+         "have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU "
+         "operations might run on corrupted/incomplete data.")
+WATCHDOG = ("[rank0]:[E626 06:24:44.159932949 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, "
+            "NumelOut=9801523, Timeout(ms)=600000) ran for 600030 milliseconds before timing out.")
+
+
+def test_the_watchdog_taking_the_process_down_is_a_failure_where_nothing_names_it():
+    """issue #1610: the copy kept no `Watchdog caught` line; before, read as no problem."""
+    out = _inspect([ABORT])
+    assert [e["line"] for e in out["errors"]] == [ABORT.partition("630] ")[2]]
+    named = _inspect([WATCHDOG, ABORT])  # the timeout names it: no error besides
+    assert named["errors"] == [] and len(named["timeouts"]) == 1

@@ -265,6 +265,20 @@ FAILURES: tuple[KnownFailure, ...] = (
         last_resort=True,
     ),
     KnownFailure(
+        # torch's watchdog, `ProcessGroupNCCL.cpp:630] [Rank 0] Some NCCL operations have failed
+        # or timed out. ... we are taking the entire process down.` where the copy kept no
+        # line naming the collective (NVIDIA/nccl issue #1610).
+        r"Some NCCL operations have failed or timed out",
+        "PyTorch's NCCL watchdog found a collective that failed or timed out and took the "
+        "process down (the watchdog's own line, `Watchdog caught collective operation timeout` "
+        "or the NCCL error, names the collective and the rank)",
+        "find the watchdog's line of the first rank that failed (its SeqNum and OpType) and "
+        "that rank's own log; check the node it ran on",
+        "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog's abort); "
+        "NVIDIA/nccl issue #1610",
+        last_resort=True,
+    ),
+    KnownFailure(
         r"Test (?:NCCL|CUDA) failure",
         "nccl-tests stopped on an NCCL or CUDA error (the quoted text is the error NCCL or CUDA "
         "returned): the collective never ran to completion",

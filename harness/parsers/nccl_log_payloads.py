@@ -349,10 +349,11 @@ class PayloadFacts:
 
     def _errors(self) -> tuple[FailureHit, ...]:
         """The errors in catalogue order; a `last_resort` entry's only where nothing else
-        explains a line (they are the consequence of the failure the others name)."""
+        explains a line and no watchdog timeout was read (they are the consequence of the
+        failure the others name)."""
         hits = sorted(self.errors.items(), key=lambda kv: kv[0][0])
         named = [hit for (index, _), hit in hits if not _FAILURE_RES[index][1].last_resort]
-        return tuple(named or (hit for _, hit in hits))
+        return tuple(named or ([] if self.timeouts else (hit for _, hit in hits)))
 
     def build(self) -> NcclLogSummary:
         self.wrapped_tail(None)
