@@ -137,3 +137,23 @@ def test_the_watchdog_taking_the_process_down_is_a_failure_where_nothing_names_i
     assert [e["line"] for e in out["errors"]] == [ABORT.partition("630] ")[2]]
     named = _inspect([WATCHDOG, ABORT])  # the timeout names it: no error besides
     assert named["errors"] == [] and len(named["timeouts"]) == 1
+
+
+@pytest.mark.parametrize(("exception", "cause"), [
+    ("CUDA error: uncorrectable ECC error encountered", "uncorrectable ECC error"),
+    ("CUDA error: unknown error", "a CUDA error reached PyTorch's NCCL watchdog"),
+    ("c10::Error: something else", "PyTorch's NCCL watchdog stopped on an exception"),
+])
+def test_the_watchdog_stopped_by_an_exception_is_a_failure(exception: str, cause: str):
+    """pytorch/pytorch#113128, DeepSpeed#4648: before, only a timeout or an NCCL error there
+    was read; a GPU's uncorrectable ECC error read as no problem."""
+    line = ("[rank12]:[E817 17:40:34.227531918 ProcessGroupNCCL.cpp:1515] [PG 0 (default_pg) Rank "
+            f"12] Process group watchdog thread terminated with exception: {exception}")
+    out = _inspect([line])
+    assert [e["line"] for e in out["errors"]] == [line.partition("1515] ")[2]]
+    assert cause in out["errors"][0]["cause"]
+    with_timeout = [e["cause"] for e in _inspect([WATCHDOG, line])["errors"]]
+    if exception.startswith("c10"):  # the last resort gives way to the timeout
+        assert with_timeout == []
+    else:  # a named cause stays beside it
+        assert len(with_timeout) == 1 and cause in with_timeout[0]

@@ -164,6 +164,25 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/include/checks.h",
     ),
     KnownFailure(
+        r"uncorrectable ECC error",
+        "a GPU hit an uncorrectable ECC error (CUDA's cudaErrorECCUncorrectable): its memory "
+        "returned corrupted data, and the job on it cannot go on",
+        "take the node out of the job: `nvidia-smi -q -d ECC` (volatile uncorrected count) and "
+        "`-d ROW_REMAPPER` (a pending remap needs a GPU reset); an uncorrected error that comes "
+        "back after the reset means replacing the GPU",
+        "CUDA runtime API (cudaErrorECCUncorrectable); shared/domain-facts.md (ECC / memory); "
+        "pytorch/pytorch issue #113128",
+    ),
+    KnownFailure(
+        r"watchdog thread terminated with exception: CUDA error",
+        "a CUDA error reached PyTorch's NCCL watchdog (it polls each collective's completion "
+        "event): a kernel on this GPU failed; `unknown error` is often a GPU fault (Xid)",
+        "check the node's `dmesg` for Xid and `nvidia-smi -q` for ECC errors; rerun with "
+        "CUDA_LAUNCH_BLOCKING=1 to find the kernel",
+        "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog); "
+        "deepspeedai/DeepSpeed issue #4648",
+    ),
+    KnownFailure(
         r"Cuda failure|unhandled cuda error|ncclUnhandledCudaError",
         "a CUDA call inside NCCL failed (the `Cuda failure '...'` WARN line names it): a GPU in "
         "a bad state, a driver/CUDA mismatch, or CUDA used before a fork",
@@ -276,6 +295,15 @@ FAILURES: tuple[KnownFailure, ...] = (
         "that rank's own log; check the node it ran on",
         "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog's abort); "
         "NVIDIA/nccl issue #1610",
+        last_resort=True,
+    ),
+    KnownFailure(
+        r"watchdog thread terminated with exception",
+        "PyTorch's NCCL watchdog stopped on an exception (named on the line after `with "
+        "exception:`), and with it the process",
+        "read the exception on the line and the traceback after it; check the node's GPUs "
+        "(`dmesg` Xid, `nvidia-smi -q`) and the other ranks' logs",
+        "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog)",
         last_resort=True,
     ),
     KnownFailure(

@@ -116,7 +116,8 @@ class _Scanner:
                 facts.timeout(text, scan.line_after(raw))
                 if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
                     self.torch_error(text.partition("] ")[2])
-                elif "have failed or timed out" in text:  # the watchdog takes the process down
+                elif "have failed or timed out" in text or (  # the watchdog takes the process
+                        "thread terminated" in text and "Watchdog caught" not in text):  # down
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
                 facts.timeout(scan.line_of(raw, b"Watchdog caught"), scan.line_after(raw))
