@@ -22,6 +22,17 @@ def test_verbose_entries_keep_domain_version_and_protocol():
         ("rdmap70s0-dgrm", "200.0", "FI_EP_DGRAM", "FI_PROTO_EFA")]
 
 
+def test_a_verbose_record_whose_head_was_cut_is_read():
+    """ofiwg/libfabric issue #9158: a `fi_info -v` paste that starts mid-record (its `fi_info:`
+    line lost) was refused as no fi_info output; a record section opens the record."""
+    text = (DATA / "real_verbose_fragment_tcp_rxm_libfabric_1.18.txt").read_text()
+    info = parse_fi_info(text)
+    assert [(e.provider, e.fabric, e.domain, e.version, e.type) for e in info.entries] == [
+        ("tcp;ofi_rxm", "172.31.32.0/20", "eth0", "118.10", "FI_EP_RDM")]
+    whole = parse_fi_info("fi_info:\n    fi_tx_attr:\n        size: 2048\n" + text)
+    assert whole.entries == info.entries
+
+
 def test_every_entry_is_kept():
     """Three entries per p5 device (efa-direct RDM, efa RDM, efa DGRAM), not one per device."""
     assert len(parse_fi_info((DATA / "composed_p5_efa_direct_32.txt").read_text()).entries) == 96

@@ -57,6 +57,9 @@ def test_wrapping_only_lines_are_dropped(line: str):
     ("!nvidia-smi -q", "!nvidia-smi -q"),
     ("$./build/libfabric/bin/fi_info --fabric efa", "./build/libfabric/bin/fi_info --fabric efa"),
     ("# which fi_info", "which fi_info"),
+    # A bare relative path (NVIDIA/nccl issue #318): a line starting with `.` is a command too,
+    # not only a `...` elision (before: output, and the collective unknown).
+    ("./build/all_reduce_perf -b 8 -e 4G -f 2 -g 8", "./build/all_reduce_perf -b 8 -e 4G -f 2 -g 8"),
 ])
 def test_command_lines_are_context_not_output(line: str, command: str):
     u = Unwrapper()
@@ -72,7 +75,8 @@ def test_tool_lines_that_look_like_prompts_stay():
                  # Open MPI's own messages name the launcher first: output, not commands.
                  "mpirun detected that one or more processes exited with non-zero status, thus "
                  "causing", "mpiexec noticed that process rank 3 with PID 0 on node n1 exited on "
-                 "signal 9 (Killed).", "mpirun has exited due to process rank 0 with PID 1 on"):
+                 "signal 9 (Killed).", "mpirun has exited due to process rank 0 with PID 1 on",
+                 ".. ip-172-31-10-20 pid 23389: Test failure common.cu:496", "./README.md"):
         assert u.unwrap(line) == line
     assert u.commands == []
 

@@ -116,6 +116,10 @@ _PROVIDER_LINES = re.compile(r"^[^\S\n]*provider:", re.MULTILINE)
 #: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
 _VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
 _VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*)$")
+#: A `fi_info -v` record's section, which also opens a record whose `fi_info:` line was cut off
+#: (a paste that starts mid-record: ofiwg/libfabric issue #9158,
+#: tests/data/fi_info/real_verbose_fragment_tcp_rxm_libfabric_1.18.txt).
+_VERBOSE_SECTION = re.compile(r"^\s*(fi_(?:tx|rx|ep|domain|fabric)_attr):\s*$")
 _VERBOSE_FIELDS = {
     ("fi_fabric_attr", "prov_name"): "provider",
     ("fi_fabric_attr", "name"): "fabric",
@@ -171,6 +175,9 @@ class _Reader:
             self._close_block()
             self.saw_verbose, self.block, self.section = True, {}, ""
             return
+        if self.block is None and "_attr:" in line and (m := _VERBOSE_SECTION.match(line)):
+            self.saw_verbose, self.block, self.section = True, {}, m[1]  # its head cut off
+            return
         if self.block is not None and (m := _VERBOSE_LINE.match(line)):
             value = m[2].rstrip()
             if not value:
@@ -194,7 +201,7 @@ class _Reader:
         matches `_FIELD`), and a block whose text was read before (every node's listing of a
         fleet, concatenated) is not read again: its entry is already kept."""
         text = "\n".join(lines)
-        if self.block is not None or "fi_info:" in text:
+        if self.block is not None or "fi_info:" in text or "_attr:" in text:
             for line in lines:
                 self.feed(line)
             return

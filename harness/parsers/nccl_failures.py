@@ -24,6 +24,9 @@ class KnownFailure:
     source: str = ""
     warn_only: bool = False
     """Explains WARN lines only: an INFO line that matches it is not a failure by itself."""
+    last_resort: bool = False
+    """Reported only where no other entry explains a line of the log: the line is the
+    consequence of a failure another line names (torch's `NCCL error in:` after NCCL's WARN)."""
 
 
 #: The known-failure catalogue, most specific first; a line is attributed to its first match.
@@ -161,6 +164,25 @@ FAILURES: tuple[KnownFailure, ...] = (
         "NVIDIA/nccl src/include/checks.h",
     ),
     KnownFailure(
+        r"uncorrectable ECC error",
+        "a GPU hit an uncorrectable ECC error (CUDA's cudaErrorECCUncorrectable): its memory "
+        "returned corrupted data, and the job on it cannot go on",
+        "take the node out of the job: `nvidia-smi -q -d ECC` (volatile uncorrected count) and "
+        "`-d ROW_REMAPPER` (a pending remap needs a GPU reset); an uncorrected error that comes "
+        "back after the reset means replacing the GPU",
+        "CUDA runtime API (cudaErrorECCUncorrectable); shared/domain-facts.md (ECC / memory); "
+        "pytorch/pytorch issue #113128",
+    ),
+    KnownFailure(
+        r"watchdog thread terminated with exception: CUDA error",
+        "a CUDA error reached PyTorch's NCCL watchdog (it polls each collective's completion "
+        "event): a kernel on this GPU failed; `unknown error` is often a GPU fault (Xid)",
+        "check the node's `dmesg` for Xid and `nvidia-smi -q` for ECC errors; rerun with "
+        "CUDA_LAUNCH_BLOCKING=1 to find the kernel",
+        "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog); "
+        "deepspeedai/DeepSpeed issue #4648",
+    ),
+    KnownFailure(
         r"Cuda failure|unhandled cuda error|ncclUnhandledCudaError",
         "a CUDA call inside NCCL failed (the `Cuda failure '...'` WARN line names it): a GPU in "
         "a bad state, a driver/CUDA mismatch, or CUDA used before a fork",
@@ -223,10 +245,11 @@ FAILURES: tuple[KnownFailure, ...] = (
     ),
     KnownFailure(
         r"remote process exited or there was a network error|Connection closed by remote peer|"
-        r"Connection reset by peer",
+        r"Connection reset by peer|failed : Broken pipe",
         "a peer rank died or the network between the nodes failed",
         "find the first rank that failed (its own log) and check that node",
-        "NVIDIA/nccl src/proxy.cc, src/misc/socket.cc",
+        "NVIDIA/nccl src/proxy.cc, src/misc/socket.cc (`Call to recv from ... failed : Broken "
+        "pipe`: issue #795)",
     ),
     KnownFailure(
         r"Duplicate GPU detected",
@@ -237,10 +260,51 @@ FAILURES: tuple[KnownFailure, ...] = (
     ),
     KnownFailure(
         r"completed with error|Couldn'?t open AV",
-        "an EFA transfer failed (peer gone, address vector or endpoint error)",
-        "read the whole line (RC/prov_errno); check both nodes' EFA health and the security "
-        "group",
-        "aws/aws-ofi-nccl issues #24, #161",
+        "a transfer of the aws-ofi-nccl plugin failed in libfabric (peer gone, address vector "
+        "or endpoint error): over EFA, or over HPE Slingshot's cxi provider",
+        "read the whole line (RC/prov_errno: RC 113 is no route to the host); check both "
+        "nodes' NICs (EFA: health and the security group; Slingshot: the cxi links)",
+        "aws/aws-ofi-nccl issues #24, #161; NVIDIA/nccl issue #1928 (cxi `Error: 2 "
+        "(UNDELIVERABLE)`)",
+    ),
+    KnownFailure(
+        # torch's `DistBackendError: NCCL error in: <file>:<line>, internal error - please
+        # report this issue to the NCCL developers, NCCL version 2.18.6` that no entry above
+        # explains (tests/data/nccl_log/real_ray_vllm_internal_error_last_error_topology.log):
+        # an error all the same, never "no problem".
+        r"NCCL error in: ",
+        "a call PyTorch made into NCCL returned an error (its class is on the line: internal "
+        "error, unhandled system error, invalid usage...): the collective or the communicator "
+        "failed",
+        "read torch's `Last error:` line after it and the NCCL WARN lines before it (they say "
+        "why); with neither, rerun with NCCL_DEBUG=WARN (NCCL 2.18 reports network errors as "
+        "internal errors)",
+        "pytorch torch/csrc/distributed/c10d/NCCLUtils.hpp (C10D_NCCL_CHECK); NVIDIA/nccl "
+        "issues #1092 (maintainer: 2.18 network errors read 'Internal Error'), #1247",
+        last_resort=True,
+    ),
+    KnownFailure(
+        # torch's watchdog, `ProcessGroupNCCL.cpp:630] [Rank 0] Some NCCL operations have failed
+        # or timed out. ... we are taking the entire process down.` where the copy kept no
+        # line naming the collective (NVIDIA/nccl issue #1610).
+        r"Some NCCL operations have failed or timed out",
+        "PyTorch's NCCL watchdog found a collective that failed or timed out and took the "
+        "process down (the watchdog's own line, `Watchdog caught collective operation timeout` "
+        "or the NCCL error, names the collective and the rank)",
+        "find the watchdog's line of the first rank that failed (its SeqNum and OpType) and "
+        "that rank's own log; check the node it ran on",
+        "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog's abort); "
+        "NVIDIA/nccl issue #1610",
+        last_resort=True,
+    ),
+    KnownFailure(
+        r"watchdog thread terminated with exception",
+        "PyTorch's NCCL watchdog stopped on an exception (named on the line after `with "
+        "exception:`), and with it the process",
+        "read the exception on the line and the traceback after it; check the node's GPUs "
+        "(`dmesg` Xid, `nvidia-smi -q`) and the other ranks' logs",
+        "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog)",
+        last_resort=True,
     ),
     KnownFailure(
         r"Test (?:NCCL|CUDA) failure",
@@ -249,6 +313,16 @@ FAILURES: tuple[KnownFailure, ...] = (
         "read the quoted error and the NCCL WARN / NET/OFI lines before and after it (they say "
         "why); with none, rerun with NCCL_DEBUG=INFO",
         "NVIDIA/nccl-tests src/common.h (NCCLCHECK / CUDACHECK); nccl-tests issues #166, #252",
+    ),
+    KnownFailure(
+        r"\*\*\* Process received signal \*\*\*",
+        "a process of the job was killed by a signal (Open MPI's crash banner; the `Signal:` "
+        "line after it names it, e.g. Segmentation fault): the run cannot complete",
+        "read the backtrace under the banner: its top frames name the library that crashed "
+        "(libnccl, the NET plugin, the application); rerun with NCCL_DEBUG=INFO for NCCL's "
+        "last lines before it",
+        "Open MPI (opal/util/stacktrace.c); NVIDIA/nccl issue #1669 (a crash in NCCL's RAS "
+        "thread)",
     ),
     KnownFailure(
         r"NET/OFI",

@@ -63,6 +63,8 @@ class _Scanner:
         self.commands: list[str] | None = None  # read from the input's head, once
         self.docker = False  # docker json-file records: decoded line by line (the slow path)
         self.test_failures: list[str] = []  # nccl-tests' `Test NCCL failure` lines
+        self.torch_errors = False  # torch's `NCCL error` seen: its `Last error:` lines are read
+        self.last_error: bytes | None = None  # the prefix of a `Last error:` ending a chunk
 
     def feed(self, chunk: bytes, end: int | None = None) -> None:
         """Scan `chunk[:end]`, which must end at a line boundary (or the end of input)."""
@@ -113,15 +115,16 @@ class _Scanner:
             elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
                 facts.timeout(text, scan.line_after(raw))
                 if "NCCL error" in text:  # `... raised the following async exception: NCCL error`
+                    self.torch_error(text.partition("] ")[2])
+                elif "have failed or timed out" in text or (  # the watchdog takes the process
+                        "thread terminated" in text and "Watchdog caught" not in text):  # down
                     facts.fault(text.partition("] ")[2])
             elif text.startswith("NCCL(SeqNum="):  # `what():  [PG 3 Rank 5] ... WorkNCCL(SeqNum=`
                 facts.timeout(scan.line_of(raw, b"Watchdog caught"), scan.line_after(raw))
                 if "NCCL error" in text:
-                    facts.fault(text)
+                    self.torch_error(text)
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
-                facts.fault(text)
-                if m := VERSION.search(text):
-                    facts.version(m[1].rstrip(","))
+                self.torch_error(text)
         for raw in scan.warns:
             key = b"<warn> " + raw  # (a `MAIN` payload starts with NCCL: no clash)
             if key not in seen:  # every rank prints it: judged once
@@ -138,13 +141,33 @@ class _Scanner:
             if text.startswith("NET/OFI "):
                 facts.info(text)  # its level was lost with its prefix: read as INFO
             else:  # `Test NCCL failure ...`: judged at the end, where nothing else says why
-                facts.recognised += 1
+                if "received signal" not in text:  # (Open MPI's crash banner: no NCCL log alone)
+                    facts.recognised += 1
                 if len(self.test_failures) < MAX_TEST_FAILURES:
                     self.test_failures.append(text)
+        if self.torch_errors:  # NCCL's reason, on the line after torch's `Last error:`
+            details, pending = scan.last_errors()
+            if self.last_error is not None:  # a `Last error:` line ended the previous chunk
+                details = [*scan.detail_after(self.last_error), *details]
+            self.last_error = pending
+            for raw in details:
+                key = b"<last> " + raw
+                if key not in seen:
+                    seen[key] = None
+                    self.seen_bytes += len(key)
+                    facts.fault(payload_text(raw))
         for raw in scan.old_plugin:
             if m := OLD_PLUGIN.search(payload_text(raw)):
                 (facts.warn if m[1] == "WARN" else facts.info)(m[2])
         self.saw_nccl = self.saw_nccl or scan.nccl_info
+
+    def torch_error(self, text: str) -> None:
+        """torch's `NCCL error ...` text: a failure, and the NCCL version it names (also where
+        the text follows a `ProcessGroupNCCL.cpp:455]` tag on one line)."""
+        self.torch_errors = True
+        self.facts.fault(text)
+        if m := VERSION.search(text):
+            self.facts.version(m[1].rstrip(","))
 
     def summary(self) -> NcclLogSummary:
         commands = tuple(self.commands or ())

@@ -347,6 +347,14 @@ class PayloadFacts:
             return f"NET/IB WARN: {self.ib_warned} (only NCCL's IB transport prints NET/IB)"
         return f"the NET/{network} device line (`NET/{network} : Using ...`)"
 
+    def _errors(self) -> tuple[FailureHit, ...]:
+        """The errors in catalogue order; a `last_resort` entry's only where nothing else
+        explains a line and no watchdog timeout was read (they are the consequence of the
+        failure the others name)."""
+        hits = sorted(self.errors.items(), key=lambda kv: kv[0][0])
+        named = [hit for (index, _), hit in hits if not _FAILURE_RES[index][1].last_resort]
+        return tuple(named or ([] if self.timeouts else (hit for _, hit in hits)))
+
     def build(self) -> NcclLogSummary:
         self.wrapped_tail(None)
         network = self._network()
@@ -403,6 +411,6 @@ class PayloadFacts:
             warnings=tuple(self.warnings) + self._retry_warning(),
             network_evidence=self._network_evidence(network),
             # Most specific cause first (catalogue order), then in the order seen.
-            errors=tuple(hit for _, hit in sorted(self.errors.items(), key=lambda kv: kv[0][0])),
+            errors=self._errors(),
             timeouts=tuple(self.timeouts.values()),
         )

@@ -256,11 +256,9 @@ class Unwrapper:
             return line[m.end():]
         if self.comments and head in "#/" and (m := _COMMENT.match(line)) is not None:
             return line[m.end():] if line[m.end():].strip() else None
-        if head in "….":
-            if _ELISION.match(line):
-                self.elided += 1
-                return None
-            return line
+        if head in "…." and _ELISION.match(line):
+            self.elided += 1
+            return None
         if head == "`" and (m := _BACKTICKS.match(line)) is not None:
             return self._command(m["cmd"], line)
         if head in "#+" and (m := _ROOT_PROMPT.match(line)) is not None:
