@@ -14,6 +14,7 @@ varied input reads as the repeated one does (same kind of result, same problems;
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +70,7 @@ def _scaled(token: str, factor: float) -> str:
     return f"{float(token) * factor:.{_decimals(token)}f}"
 
 
+@functools.lru_cache(maxsize=64)
 def bus_factor(text: str) -> float | None:
     """The table's busbw/algbw factor, from its row with the largest algbw, snapped to the
     nearest 1, (n-1)/n or 2(n-1)/n (n ranks): exact enough to print busbw from a new algbw."""
@@ -144,9 +146,10 @@ RULES: dict[str, list[Rule]] = {
     "fi-info": [_r(r"fe80::[0-9a-f]+:[0-9a-f]+:([0-9a-f]{2,4})", scramble_hex),
                 _r(r"fe80::[0-9a-f]+:[0-9a-f]+:[0-9a-f]+:([0-9a-f]{2,4})", scramble_hex)],
     # each run: new PIDs and host numbers in the rank lines, new times and bandwidths
-    "nccl-tests": [_r(r"Pid +(\d+)", scramble), _r(r" on [A-Za-z-]*?(\d+)", scramble),
-                   _r(r"(?:bus bandwidth|busbw)\s*:\s*(\d+\.\d+)", jitter),
-                   _r(r"\A([\s\S]*)\Z", nccl_tests_text)],
+    # (the rows first: their table's factor is then read from the sample as recorded, once)
+    "nccl-tests": [_r(r"\A([\s\S]*)\Z", nccl_tests_text),
+                   _r(r"Pid +(\d+)", scramble), _r(r" on [A-Za-z-]*?(\d+)", scramble),
+                   _r(r"(?:bus bandwidth|busbw)\s*:\s*(\d+\.\d+)", jitter)],
     # each `-q` print: its timestamp, temperatures, power and PCIe throughput
     "nvidia-smi": [_r(r"^Timestamp\s*: .*? (\d\d:\d\d:\d\d)", _clock),
                    _r(r"Current Temp\s*: (\d+) C", jitter),
