@@ -192,7 +192,9 @@ class PayloadFacts:
         """Every rule that matches is read: one line can hold two facts (`Running on p4d.24xlarge
         platform, Setting NCCL_TOPO_FILE environment variable to ...`, aws-ofi-nccl 1.4-1.11)."""
         matched = False
-        for regex, kind in OFI_RULES:
+        for regex, kind, literal in OFI_RULES:
+            if literal not in text:
+                continue
             m = regex.search(text)
             if m is None:
                 continue
