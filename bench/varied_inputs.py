@@ -196,6 +196,30 @@ def _kernel_block(i: int) -> str:
     return "\n".join([*ordinary[:50], xid, *ordinary[50:]]) + "\n"
 
 
+def _storm_block(i: int) -> str:
+    """100 lines of an EFA failure storm as aws-ofi-nccl prints it (the real sample
+    real_efa_handshake_4126_torch_remote_error.log's WARN, and the endpoint and socket WARNs of
+    the other samples): every line names its own request, domain or operation address, on one of
+    64 hosts; one NCCL INFO line per block."""
+    lines = [f"ip-10-0-{i % 64 // 8}-{i % 8}:{700 + i % 8}:800 [0] NCCL INFO NET/OFI Using transport "
+             "protocol RDMA"]
+    for k in range(99):
+        n = (i * 99 + k) * 2_654_435_761 % (1 << 44) + (1 << 44)
+        who = f"ip-10-0-{k % 64 // 8}-{k % 8}:{700 + k % 8}:{800 + k}"
+        if k % 3 == 0:
+            lines.append(f"{who} [{k % 8}] cm_req_handle_error_entry:46 NCCL WARN NET/OFI Request "
+                         f"0x{n:x} completed with error. RC: 103. Error: 4126 (Unresponsive "
+                         "receiver (reachable by EFA device but handshake failed)). Completed "
+                         "length: 0")
+        elif k % 3 == 1:
+            lines.append(f"{who} [{k % 8}] nccl_net_ofi_domain_get_ep:969 NCCL WARN NET/OFI "
+                         f"Creating new endpoint for domain 0x{n:x} failed: Invalid argument")
+        else:
+            lines.append(f"{who} [{k % 8}] NCCL WARN Socket recv failed while polling for "
+                         f"opId=0x{n:x}")
+    return "\n".join(lines) + "\n"
+
+
 def varied_generators() -> dict[str, tuple[str, Callable[[Path, int], None]]]:
     """name -> (inspect kind, writer(path, size in bytes)), for every line kind but env."""
     out = {}
@@ -210,5 +234,6 @@ def varied_generators() -> dict[str, tuple[str, Callable[[Path, int], None]]]:
         else:
             write = write.varied(vary(RULES[kind]))  # type: ignore[attr-defined]
         out[name] = (kind, write)
+    out["nccl-log (WARN storm)"] = ("nccl-log", _repeat(_storm_block))
     return out
 
