@@ -84,7 +84,13 @@ def _repeat(make: Callable[[int], str]) -> Callable[[Path, int], None]:
 
 
 def _cycle(samples: list[str], wrap: Callable[[str, int], str] = lambda s, i: s):
-    return _repeat(lambda i: wrap(samples[i % len(samples)], i).rstrip("\n") + "\n")
+    """The samples cycled; its `.varied(change)` is the same with each repetition's text passed
+    through change(text, i) first (varied_inputs.py: lines that do not repeat)."""
+    def varied(change: Callable[[str, int], str]) -> Callable[[Path, int], None]:
+        return _repeat(lambda i: wrap(change(samples[i % len(samples)], i), i).rstrip("\n") + "\n")
+    write = varied(lambda s, i: s)
+    write.varied = varied  # type: ignore[attr-defined]
+    return write
 
 
 def _kernel_block(i: int) -> str:
@@ -101,7 +107,12 @@ def _one_long_line(path: Path, size: int) -> None:
             fh.write("x" * MB)
 
 
-def _one_table(path: Path, size: int) -> None:
+def _one_table_rows(change: Callable[[str, int], str]) -> Callable[[Path, int], None]:
+    """_one_table with each row passed through change(row, i) (varied_inputs.py)."""
+    return lambda path, size: _one_table(path, size, change)
+
+
+def _one_table(path: Path, size: int, change: Callable[[str, int], str] = lambda s, i: s) -> None:
     """One nccl-tests run whose table goes on for `size` bytes (current_2node_h100.txt's banner,
     its rows repeated, its footer): a soak run's single long table."""
     lines = (DATA / "nccl_tests" / "current_2node_h100.txt").read_text(encoding="utf-8").splitlines()
@@ -112,7 +123,7 @@ def _one_table(path: Path, size: int) -> None:
         written = fh.write("\n".join(head) + "\n")
         i = 0
         while written < size:
-            written += fh.write(rows[i % len(rows)] + "\n")
+            written += fh.write(change(rows[i % len(rows)], i // len(rows)) + "\n")
             i += 1
         fh.write("\n".join(foot) + "\n")
 

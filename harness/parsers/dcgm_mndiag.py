@@ -69,12 +69,32 @@ class _Table:
         self.results: dict[tuple[int | None, int | None], list[Any]] = {}  # -> [status, [msg]]
         self.message: list[str] | None = None  # the `Error: ...` being continued
         self.errors: list[list[str]] = []
+        # The message being continued and the list it was kept in: once complete, it is dropped
+        # there if that list holds it already (the same table printed again, a log of runs:
+        # one GPU's error kept once, not once a run, so memory stays flat).
+        self.pending: tuple[list[list[str]], list[str]] | None = None
+
+    def keep(self, box: list[list[str]], message: list[str]) -> None:
+        """Keep `message` (being continued) in `box`, at most MAX_MESSAGES there."""
+        self.message = message
+        if len(box) < MAX_MESSAGES:
+            box.append(message)
+            self.pending = (box, message)
+
+    def settle(self) -> None:
+        """The message continued so far is complete: drop it if its list held it already."""
+        if self.pending is not None:
+            box, message = self.pending
+            self.pending = None
+            if box and box[-1] is message and message in box[:-1]:
+                box.pop()
 
     def row(self, name: str, value: str, raw: str) -> None:
         if not name and self.message is not None:  # a wrapped message's next 45 characters
             if len(self.message) < MAX_MESSAGES:
                 self.message.append(raw)
             return
+        self.settle()
         self.message = None
         if self.section == "Metadata":
             if name.endswith(" Test") and value.lower() in _OUTCOMES:
@@ -100,8 +120,7 @@ class _Table:
             # The failed GPU's errors, right under its row (the last GPU row of this host).
             mine = [k for k in self.results if k[0] == self.host]
             if mine:
-                self.message = [raw]
-                self.results[mine[-1]][1].append(self.message)
+                self.keep(self.results[mine[-1]][1], [raw])
 
     def _summary(self, name: str, value: str, raw: str) -> None:
         if m := _WHERE.match(name):
@@ -114,9 +133,7 @@ class _Table:
             else:
                 self.message = []  # read, not kept twice
         elif name == "MPI Error" or (name and value.startswith("Error:")):
-            self.message = [raw]
-            if len(self.errors) < MAX_MESSAGES:
-                self.errors.append(self.message)
+            self.keep(self.errors, [raw])
 
     def _result(self, host: int | None, gpu: int | None) -> list[Any]:
         key = (host, gpu)
@@ -125,6 +142,7 @@ class _Table:
         return self.results.get(key, [None, []])
 
     def diag(self) -> DcgmDiag:
+        self.settle()
         results = [DcgmResult(self.test, gpu, status or "unknown", _text(messages), CATEGORY, host)
                    for (host, gpu), (status, messages) in self.results.items()]
         errors = [_text([e]) for e in self.errors]
@@ -162,6 +180,7 @@ def mndiag_from_text(lines: Iterable[str]) -> DcgmDiag:
     table = _Table()
     for got in table_cells(lines, _split):
         if len(got) == 1:
+            table.settle()
             table.section, table.message = got[0], None
             continue
         table.row(*got)

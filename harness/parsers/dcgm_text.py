@@ -118,9 +118,12 @@ def table_cells(lines: Iterable[str],
             yield got
 
 
-def _split(stripped: str) -> tuple[str, ...] | None:
+def _split(stripped: str) -> tuple[Any, ...] | None:
     """A table line: ("category", name), ("border",), ("row", name, value, raw value: the
-    cell's text as dcgmi cut it), or None (not a table line)."""
+    cell's text as dcgmi cut it, outcome: the value's (status, who) when it reads `Pass`,
+    `Fail - GPU: 1`..., per GPU: (gpu, status) when it reads `GPU1: Pass`), or None (not a table
+    line). (The value's readings are made here, once per distinct line: table_cells keeps the
+    split of a line printed again, so the `GPU0: Pass` lines of a log of runs cost no regex.)"""
     if stripped[1:2] == "-":  # (only a border or a category header starts `+-` / `|-`)
         header = _CATEGORY.match(stripped)
         if header:
@@ -137,7 +140,11 @@ def _split(stripped: str) -> tuple[str, ...] | None:
     if close:
         cell = cell[:-1]
     raw_value = cell[1:len(cell) - 2] if close and len(cell) > 3 else cell[1:]
-    return ("row", m["name"].strip(), raw_value.strip(), raw_value)
+    name, value = m["name"].strip(), raw_value.strip()
+    outcome = _OUTCOME.match(value)
+    per_gpu = None if name else _PER_GPU.match(value)
+    return ("row", name, value, raw_value, outcome and (outcome["status"], outcome["who"]),
+            per_gpu and (int(per_gpu["gpu"]), _text_status(per_gpu["status"])))
 
 
 def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
@@ -163,8 +170,21 @@ def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
             # followed by the table's end is an empty category, not a paste cut there.
             ended = bool(category)
             continue
-        _, name, value, raw_value = got
-        if name in ("Diagnostic", "") and value == "Result":
+        _, name, value, raw_value, outcome, gpu_line = got
+        if not name:  # continuation line (the common case: `GPU0: Pass`, a message's chunk)
+            if value == "Result":
+                continue
+            if current is not None and len(current[1]) >= MAX_MESSAGES:
+                pass  # more GPUs than any node has: the rest is not kept
+            elif gpu_line and current is not None:
+                current[1].append(gpu_line)
+                message = None
+            elif outcome and current is not None and message is None:
+                current[1].extend((g, _text_status(outcome[0])) for g in _who(outcome[1]))
+            elif message is not None and len(message) < MAX_MESSAGES:
+                message.append(raw_value)
+            continue
+        if name == "Diagnostic" and value == "Result":
             continue
         if name == "DCGM Version":
             version = value
@@ -196,31 +216,19 @@ def diag_from_text(lines: Iterable[str]) -> DcgmDiag:
                 _settle_error(errors, error_seen)
                 if len(errors) < MAX_MESSAGES:
                     errors.append(message)
-        elif name:
-            outcome = _OUTCOME.match(value)
+        else:
             if outcome is None and value and value.lower() not in STATUS_WORDS:
                 # Not a result row (a markdown table, a key/value line someone pasted).
                 message = None
                 continue
-            status = _text_status(outcome["status"] if outcome else value)
-            who = _who(outcome["who"] if outcome else None)
-            plain = not (outcome and outcome["who"])
+            status = _text_status(outcome[0] if outcome else value)
+            who = _who(outcome[1] if outcome else None)
+            plain = not (outcome and outcome[1])
             # A row without a value states nothing (its per-GPU lines may follow); a test that
             # never gets an outcome is not a result (random `|x|` text is not a failed test).
             outcomes = [(g, status) for g in who] if value else []
             current = tests.add([name, outcomes, [], category, plain])
             message, in_category = None, True
-        else:  # continuation line
-            outcome, per_gpu = _OUTCOME.match(value), _PER_GPU.match(value)
-            if current is not None and len(current[1]) >= MAX_MESSAGES:
-                pass  # more GPUs than any node has: the rest is not kept
-            elif per_gpu and current is not None:
-                current[1].append((int(per_gpu["gpu"]), _text_status(per_gpu["status"])))
-                message = None
-            elif outcome and current is not None and message is None:
-                current[1].extend((g, _text_status(outcome["status"])) for g in _who(outcome["who"]))
-            elif message is not None and len(message) < MAX_MESSAGES:
-                message.append(raw_value)
     results: list[DcgmResult] = []
     for name, outcomes, messages, test_category, plain in tests.finish():
         texts = [_join(m) for m in messages]

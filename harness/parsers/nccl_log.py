@@ -42,11 +42,13 @@ _CHUNK_BYTES = 1 << 20
 
 
 #: Distinct payloads remembered (so each is interpreted once) before the memory is reset, and
-#: the bytes they may hold.
-SEEN_CAP = 100_000
+#: the bytes they may hold: a log's repeated payloads are a few thousand (2,056 in
+#: bench_nccl_log's 256-rank job); a log whose WARN lines each name their own address fills it
+#: and starts again, holding ~5 MB at most (it held up to 100,000 payloads, ~28 MB).
+SEEN_CAP = 16_384
+SEEN_BYTES = 4 << 20
 #: nccl-tests `Test NCCL failure` lines kept (one a rank at most matters).
 MAX_TEST_FAILURES = 64
-SEEN_BYTES = 64 << 20
 #: A line longer than this is judged by its first MAX_LINE_BYTES (the rest is read and dropped).
 MAX_LINE_BYTES = MAX_LINE_CHARS
 

@@ -92,22 +92,27 @@ def segments_with(chunk: bytes, literal: bytes, end: int) -> list[bytes]:
 
 
 OFI_RULES = (
-    (re.compile(r"(?:Initializing|Using) aws-ofi-nccl (\S+)"), "version"),
+    # (each with a literal its regex cannot match without: the regex is tried only where that
+    # literal is, as PayloadFacts.info does: a storm of distinct WARN lines matches none)
+    (re.compile(r"(?:Initializing|Using) aws-ofi-nccl (\S+)"), "version", " aws-ofi-nccl "),
     (re.compile(r"Selected [Pp]rovider is ([\w;-]+),?(?: fabric is (\S+))?"
-                r"(?: \(found ([0-9]+) nics\))?"), "provider"),
-    (re.compile(r"Using transport protocol (\w+)"), "protocol"),
-    (re.compile(r"Adding (\w+)=(\S*) to environment"), "env"),
-    (re.compile(r"Setting (\w+) environment variable to (\S+?)\.?(?:\s|$)"), "env"),
-    (re.compile(r"Setting (NCCL_\w+) to (\S+)"), "env"),
-    (re.compile(r"Skipping adding (\w+) to environment"), "skip"),
-    (re.compile(r"Running on (\S+) platform"), "platform"),
+                r"(?: \(found ([0-9]+) nics\))?"), "provider", "Selected "),
+    (re.compile(r"Using transport protocol (\w+)"), "protocol", "Using transport protocol "),
+    (re.compile(r"Adding (\w+)=(\S*) to environment"), "env", "Adding "),
+    (re.compile(r"Setting (\w+) environment variable to (\S+?)\.?(?:\s|$)"), "env",
+     " environment variable to "),
+    (re.compile(r"Setting (NCCL_\w+) to (\S+)"), "env", "Setting NCCL_"),
+    (re.compile(r"Skipping adding (\w+) to environment"), "skip", "Skipping adding "),
+    (re.compile(r"Running on (\S+) platform"), "platform", "Running on "),
     # aws-ofi-nccl 1.16 on a platform without its tuner, and no `Running on` line (g6e):
     # `NCCL_OFI_TUNER is not available for platform : g6e.48xlarge, Fall back to NCCL's tuner`
     # (tests/data/nccl_log/real_nccl_2.27.3_ofi_1.16.2_g6e_efa_4_nics_no_gdr_4_pods.log).
-    (re.compile(r"is not available for platform : ([\w.-]+)"), "platform"),
-    (re.compile(r"Using Libfabric version (\S+)"), "libfabric"),
-    (re.compile(r"GDR disabled on GDR-supported|GDR not supported"), "nogdr"),
-    (re.compile(r"aws-ofi-nccl initialization failed"), "failed"),
+    (re.compile(r"is not available for platform : ([\w.-]+)"), "platform",
+     "is not available for platform : "),
+    (re.compile(r"Using Libfabric version (\S+)"), "libfabric", "Using Libfabric version "),
+    (re.compile(r"GDR disabled on GDR-supported|GDR not supported"), "nogdr", "GDR "),
+    (re.compile(r"aws-ofi-nccl initialization failed"), "failed",
+     "aws-ofi-nccl initialization failed"),
 )
 # (Names are taken to the line's end and stripped in Python: a lazy group before `\s*$`
 # rescanned a run of blanks from each of its characters.)

@@ -192,7 +192,9 @@ class PayloadFacts:
         """Every rule that matches is read: one line can hold two facts (`Running on p4d.24xlarge
         platform, Setting NCCL_TOPO_FILE environment variable to ...`, aws-ofi-nccl 1.4-1.11)."""
         matched = False
-        for regex, kind in OFI_RULES:
+        for regex, kind, literal in OFI_RULES:
+            if literal not in text:
+                continue
             m = regex.search(text)
             if m is None:
                 continue
@@ -238,8 +240,12 @@ class PayloadFacts:
 
     def fault(self, text: str, info: bool = False, context: str | None = None) -> None:
         """Record `text` as an error when it (or its whole line, `context`) matches the
-        known-failure catalogue (an INFO line only by an entry that is not `warn_only`)."""
+        known-failure catalogue (an INFO line only by an entry that is not `warn_only`). Once
+        MAX_KEPT errors are kept no line can add one: the catalogue is not tried (a failure storm
+        of distinct WARN lines, each naming its own request address, costs no regex a line)."""
         self.recognised += 1
+        if len(self.errors) >= self.max_kept:
+            return
         for index, (regex, failure) in enumerate(_FAILURE_RES):
             if info and failure.warn_only:
                 continue

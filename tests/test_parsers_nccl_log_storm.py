@@ -1,0 +1,52 @@
+"""An NCCL log whose lines do not repeat (issue 32 item 3): a failure storm where every WARN line
+names its own request address. The memo of payloads read before (nccl_log.SEEN_CAP/SEEN_BYTES)
+fills and starts again, so memory stays flat; before, it held every distinct payload up to 100,000
+(64 MB): 9.6 -> 16.4 MB held between the 5 and the 10 MB log below."""
+
+from __future__ import annotations
+
+import io
+import tracemalloc
+
+import pytest
+
+from harness.parsers import inspect_kinds
+from harness.parsers.nccl_log_payloads import MAX_KEPT
+
+
+def _storm(lines: int) -> str:
+    return "".join(f"ip-10-0-1-{i % 64}:{700 + i % 8}:800 [0] NCCL WARN NET/OFI Request "
+                   f"0x{i * 2654435761 % (1 << 48):012x} completed with error. RC: -1. Error: 113 "
+                   "(Unresponsive receiver)\n" for i in range(lines))
+
+
+def _read(text: str) -> tuple[dict, int]:
+    """(the result, the peak bytes held while reading it)."""
+    stream = io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8", newline="")
+    tracemalloc.start()
+    try:
+        out = inspect_kinds()["nccl-log"](stream, profile=None)
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return out, peak
+
+
+@pytest.mark.timeout(300)
+def test_a_storm_of_distinct_warn_lines_is_read_in_flat_memory() -> None:
+    _read(_storm(1_000))  # imports and compiled patterns out of the way
+    (small_out, small), (large_out, large) = _read(_storm(40_000)), _read(_storm(80_000))
+    assert large < 1.2 * small + (256 << 10), f"{small:,} -> {large:,} bytes held"
+    # the failures the catalogue names: the first MAX_KEPT distinct lines, in both
+    assert len(large_out["errors"]) == MAX_KEPT
+    assert large_out["errors"] == small_out["errors"]
+    assert "Unresponsive receiver" in large_out["errors"][0]["line"]
+
+
+def test_a_failure_after_the_kept_errors_still_reads_as_a_failure() -> None:
+    """The catalogue is skipped once MAX_KEPT errors are kept: the run is still failed by what
+    it kept, and a different failure first in the log is kept."""
+    first = "ip-10-0-1-1:1:1 [0] NCCL WARN Cuda failure 'out of memory'\n"
+    out, _ = _read(first + _storm(MAX_KEPT + 50))
+    assert len(out["errors"]) == MAX_KEPT
+    assert "out of memory" in out["errors"][0]["line"]
