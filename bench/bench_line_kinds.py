@@ -33,13 +33,20 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_inspect import MB, generators
+from bench_inspect import MB, _cycle, _samples, generators
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The line-based kinds (nccl-log has its own bench: bench_nccl_log.py; its figure is here too).
-KINDS = ("env (env dumps)", "env (scripts)", "fi-info", "nccl-tests", "nccl-tests (one table)",
-         "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)", "train-step", "topology", "nccl-log")
+KINDS = ("env (env dumps)", "env (scripts)", "env (scripts, distinct)", "fi-info", "nccl-tests",
+         "nccl-tests (one table)", "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)",
+         "train-step", "topology", "nccl-log")
+#: The env scripts with a counter after each plain assignment value (`A=b` -> `A=b7` in the 7th
+#: copy; `-x A=b` too), so that no copy repeats a command line: the memos of lines and segments
+#: read before (harness/parsers/env_script_lines.py) gain nothing here (issue 32, item 3).
+_PLAIN_VALUE = re.compile(r"(?<=[A-Za-z0-9_]=)([A-Za-z0-9_./:-]+)")
+DISTINCT = {"env (scripts, distinct)": ("env", _cycle(
+    _samples("env", "*.sh"), lambda s, i: _PLAIN_VALUE.sub(lambda m: f"{m[1]}{i}", s)))}
 LOOP = "import sys\nfor line in open(sys.argv[1], errors='replace'): pass\n"
 #: `preflight` with the harness of the folder in argv[1] (the editable install's finder removed).
 BASE = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]"
@@ -65,7 +72,7 @@ def _preflight() -> list[str]:
 
 
 def _input(folder: Path, name: str, mb: float) -> tuple[str, Path]:
-    kind, write = generators()[name]
+    kind, write = {**generators(), **DISTINCT}[name]
     path = folder / f"{re.sub(r'[^a-z0-9]+', '-', name)}-{mb:g}MB.txt"
     if not path.exists():
         write(path, int(mb * MB))
@@ -90,7 +97,7 @@ def main() -> None:
           f"{'RSS MB':>7s}", flush=True)
     try:
         for name in KINDS:
-            if wanted and name not in wanted and generators()[name][0] not in wanted:
+            if wanted and name not in wanted and {**generators(), **DISTINCT}[name][0] not in wanted:
                 continue
             kind, path = _input(folder, name, args.mb)
             mb = path.stat().st_size / MB

@@ -13,6 +13,7 @@ import pytest
 from harness.parsers import env_script, env_script_lines, env_shape
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input
+from tests.test_parsers_env_equivalence import python_path
 
 TESTS = Path(__file__).parent
 SCRIPTS = sorted([*TESTS.glob("data/env/*.sh"), *TESTS.glob("samples/env/*.sh"),
@@ -97,6 +98,7 @@ def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
 def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memo is the path taken (else the tests above compare the lexer with itself): 100
     copies of a script lex as many lines as one copy; without the memo, 100 times as many."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
     calls: list[str] = []
     lexer = env_script_lines._shell_words
@@ -119,6 +121,7 @@ def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Distinct lines past MEMO_LINES, and lines past MEMO_CHARS, are read without being kept."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     kept: list[int] = []
     reading = env_script._reading
 
@@ -141,6 +144,7 @@ def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_format_pass_judges_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """env_shape.shape_of keeps what it found on a line by itself: 100 copies of a script judge
     as many lines as one copy (the regexes run once a distinct line), and the shape is the same."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
     calls: list[str] = []
     judge = env_shape._is_structured_line
@@ -179,6 +183,7 @@ def test_a_line_judged_before_is_judged_as_before_after_any_other(line: str) -> 
 def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch) -> None:
     """The segment path is the one taken (else SEGMENT_CASES test only the line path): the
     second copy of a segment comes as one Segment item, a segment with a prompt never does."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
     segments: dict[str, env_script_lines.Segment] = {}
     lines = (_SEGMENT * 2 + "$ env\nA=1\n\n" * 2).split("\n")[:-1]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 
 from harness.parsers import env_script_lines as script_lines
-from harness.parsers.env_script_lines import QUICK_ASSIGN, VAR_NAME, Item, Segment, logical_lines
+from harness.parsers.env_script_lines import QUICK_ASSIGN, VAR_NAME, Item, Run, Segment, logical_lines
 from harness.parsers.reader import MAX_LINE_CHARS
 
 __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
@@ -197,7 +197,10 @@ def _reading(words: list[str]) -> _Reading:
 
     found = False
     # one simple command (a `;`, `&` or `|` word comes from one of these characters) or several
-    for command in _commands(words) if any(w[:1] in _PUNCTUATION for w in words) else (words,):
+    joined = "\0".join(words)  # (no `;&|` in it: no word starts with one, the common case)
+    several = ("&" in joined or ";" in joined or "|" in joined) and any(
+        w[:1] in _PUNCTUATION for w in words)
+    for command in _commands(words) if several else (words,):
         found |= _read_command(command, add)
     return prints, tuple(pairs), found
 
@@ -224,6 +227,14 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
     for item in logical_lines(batches, memo, {}):
         words = item[2]
+        if type(words) is Run and not env_output:  # common lines the C scan read
+            skipped += words.unset
+            for op in words.ops:
+                if len(op) == 2:
+                    put(op[0], _expand(op[1], variables))
+                else:
+                    variables.put_all(*op)
+            continue
         if isinstance(words, Segment):  # a segment read before: no prompt in it
             effect = words.effects.get(env_output)
             if effect is None:
@@ -249,8 +260,19 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
     expansion, which depend on the variables), and whether env output follows them. Lines and
     runs read before are taken from `memo` and `runs`; new ones are kept there (bounded)."""
     out: list[tuple[str, str, bool]] = []
+    ops: list[tuple[str, str] | _Chunk] = []
     unset = 0
     for prompted, text, words in items:
+        if type(words) is Run:  # the C scan's: its ops where no env output is read, else ...
+            if env_output:  # ... its lines again, on the Python path (no prompt among them)
+                lines = logical_lines([text[:-1].split("\n")], memo, scan=False)
+                (more, more_unset), _ = _effect(lines, env_output, memo, runs)
+            else:
+                more, more_unset = words.ops, words.unset
+            _to_ops(out, ops)
+            ops += more
+            unset += more_unset
+            continue
         if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
             if not env_output:
                 run = runs.get(text)
@@ -285,7 +307,13 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
         out += [(name, value, True) for name, value in pairs]
         if not found:
             unset += 1
-    ops: list[tuple[str, str] | _Chunk] = []
+    _to_ops(out, ops)
+    return (ops, unset), env_output
+
+
+def _to_ops(out: list[tuple[str, str, bool]], ops: list[tuple[str, str] | _Chunk]) -> None:
+    """`out`'s (name, value, whether to expand) as ops after `ops`: a (name, value) to expand
+    where the value holds `$`, else chunks of values stored as they are; `out` emptied."""
     plain: list[tuple[str, str]] = []  # values to store as they are, since the last expansion
     for name, value, expand in out:
         if expand and "$" in value:
@@ -297,7 +325,7 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
             plain.append((name, value))
     if plain:
         ops.append(_chunk(plain))
-    return (ops, unset), env_output
+    out.clear()
 
 
 def _chunk(pairs: list[tuple[str, str]]) -> _Chunk:
@@ -340,6 +368,8 @@ def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
     if not _FLAG_WORD.search("\0".join(["", *words, ""])):
         return found
     for j, word in enumerate(words):
+        if word[:1] != "-" and not word.endswith("env"):
+            continue  # (most words: each branch below reads a `-` flag or an `env`)
         if word in FLAG_WORDS and j + 1 < len(words):
             found |= add(words[j + 1])
         elif j and (word == "env" or word.endswith("/env")):

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.parsers.env_script import ASSIGN, FLAG_WORDS
-from harness.parsers.env_script_lines import VAR_NAME
+from harness.parsers.env_script_lines import VAR_NAME, scan_function
 from harness.parsers.env_yaml import DICT_ENTRY, INLINE_ENV, YAML_BLOCK, YAML_INLINE, YAML_NAME, list_item
 from harness.parsers.reader import Input
 from harness.parsers.unwrap import RANK_PREFIX
@@ -33,6 +33,10 @@ _SCRIPT_FLAG = re.compile(
 _ASSIGN_START = re.compile(rf"{VAR_NAME}=")
 _NOT_ASSIGN_NEXT = re.compile(rf"\n(?!{VAR_NAME}=)")
 _LONG_LINE = 512
+#: The C scan of lines that tell _shape_lines nothing but their count (blank or not):
+#: harness/parsers/_env_lines.c env_shape_run, None where it is not built or switched off
+#: (PREFLIGHT_ENV_NO_C); the same shape either way (tests/test_env_lines_c.py).
+SHAPE_RUN = scan_function("env_shape_run")
 
 
 @dataclass(slots=True)
@@ -102,7 +106,17 @@ def _shape_lines(batch: list[str], shape: Shape, previous: str | None,
     past the input's first non-blank line, is judged by itself once and kept in `memo`."""
     get = memo.get
     hits = 0  # non-blank lines judged from the memo since shape.nonblank was last brought up
-    for line in batch:
+    i, n = 0, len(batch)
+    while i < n:
+        if SHAPE_RUN is not None and shape.script_plain and shape.first and not shape.structured:
+            i, nonblank = SHAPE_RUN(batch, i)  # lines that tell nothing but that they are there
+            if nonblank:
+                shape.nonblank += nonblank
+                previous = None
+            if i == n:
+                break
+        line = batch[i]
+        i += 1
         if shape.structured:
             if "\0" in line:
                 shape.nul = True
