@@ -1,6 +1,7 @@
 """The one build step pyproject.toml cannot declare stably: the optional C extension that scans
 NCCL logs (harness/parsers/_nccl_scan.c), nccl-tests' table rows (harness/parsers/_nccl_rows.c) and
-shell scripts' common lines (harness/parsers/_env_lines.c, _env_words.c, _env_shape.c)
+shell scripts' common lines (harness/parsers/_env_lines.c,
+_env_words.c, _env_read.c, _env_shape.c)
 (setuptools' `ext-modules` table in pyproject.toml is still experimental). Everything else about
 the package is in pyproject.toml.
 
@@ -13,6 +14,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("harness.parsers._nccl_scan",
                              ["harness/parsers/_nccl_scan.c", "harness/parsers/_nccl_rows.c",
                               "harness/parsers/_env_lines.c", "harness/parsers/_env_words.c",
-                              "harness/parsers/_env_shape.c"],
+                              "harness/parsers/_env_read.c", "harness/parsers/_env_shape.c"],
                              depends=["harness/parsers/_nccl_rows.h",
                                       "harness/parsers/_env_lines.h"], optional=True)])

@@ -38,14 +38,14 @@ from bench_inspect import MB, _cycle, _samples, generators
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The line-based kinds (nccl-log has its own bench: bench_nccl_log.py; its figure is here too).
-KINDS = ("env (env dumps)", "env (scripts)", "env (scripts, distinct)", "fi-info", "nccl-tests",
+KINDS = ("env (env dumps)", "env (scripts)", "env (distinct scripts)", "fi-info", "nccl-tests",
          "nccl-tests (one table)", "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)",
          "train-step", "topology", "nccl-log")
 #: The env scripts with a counter after each plain assignment value (`A=b` -> `A=b7` in the 7th
 #: copy; `-x A=b` too), so that no copy repeats a command line: the memos of lines and segments
 #: read before (harness/parsers/env_script_lines.py) gain nothing here (issue 32, item 3).
 _PLAIN_VALUE = re.compile(r"(?<=[A-Za-z0-9_]=)([A-Za-z0-9_./:-]+)")
-DISTINCT = {"env (scripts, distinct)": ("env", _cycle(
+DISTINCT = {"env (distinct scripts)": ("env", _cycle(
     _samples("env", "*.sh"), lambda s, i: _PLAIN_VALUE.sub(lambda m: f"{m[1]}{i}", s)))}
 LOOP = "import sys\nfor line in open(sys.argv[1], errors='replace'): pass\n"
 #: `preflight` with the harness of the folder in argv[1] (the editable install's finder removed).

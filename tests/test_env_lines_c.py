@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import env_script_lines, env_shape
-from harness.parsers.env_script import _effect, parse_script
+from harness.parsers.env_script import _effect, _reading, parse_script
 from harness.parsers.reader import Input
 from harness.parsers.shell_words import shell_words, strip_comment
 from tests.test_parsers_env_equivalence import python_path
@@ -26,16 +26,23 @@ if not hasattr(scan, "env_run"):
 
 DATA = Path(__file__).parent / "data" / "env"
 
-#: Lines the C scan takes (blank, comments, simple assignments) and lines it leaves to Python.
+#: Lines the C scan takes: blank, comments, simple assignments (read by the scan itself), and
+#: commands that the C lexer lexes (read by env_reading), continued ones too; and lines it
+#: leaves to Python.
 TAKEN = ["A=1", "export A=1", "export A=1 B=2", "A=", 'A=""', "A=''", 'A="x y"', "A='x y'",
          "A=$B", 'A="$B:x"', "A='$B x'", "  A=1  # c", "\texport\tA=1", "A=x#y", "A=(x)",
          "A={x}", "export=1", "exportA=1", "A=1\t", "", "   ", "# c", "  # c 'x", "A=a",
-         'A="it\'s"', "A='a\"b'", "_x9=1 Y=2 # z", "A=~/x:${B}:$C"]
-LEFT = ["A=1 B=/usr/bin/env C=3", "A='$B $(x)'", "A=1;", "A=1 && B=2", "A=`x`", 'A="a\\"b"', "A=$(x)",
-        'A="$(x)"', "A=x\\", "$ A=1", "$ env", "export -n A=1", "declare -x A=1", "readonly A=1",
-        "3: A=1", "> A=1", "A=\u00e9", "A=\x00", 'A="x', "A='x", "ENV A=1", "ENV A 1",
-        "RUN A=1", "env A=1 prog", "A=1 env", "A=x\ry", "A=\"x\"y", "A=1 B", "export",
-        "export A", "A\u3000=1", "A=1\u3000#c", "1A=1", "-x A=1", "A=x|y", "A='x", "A=1 #c \\"]
+         'A="it\'s"', "A='a\"b'", "_x9=1 Y=2 # z", "A=~/x:${B}:$C",
+         "A=1 B=/usr/bin/env C=3", "A='$B $(x)'", "A=`x`", "A=$(x)", "export -n A=1",
+         "declare -x A=1", "declare -a A=(", "readonly A=1", "local A=1", "typeset -rx A=1",
+         "3: A=1", "> A=1", "ENV A=1", "ENV A 1", "RUN A=1", "env A=1 prog", "A=1 env",
+         "A=\"x\"y", "A=1 B", "export", "export A", "1A=1", "-x A=1", "mpirun -x A=1 -e B=2 p",
+         "srun --export=ALL,A=1 p", "docker run --env=A=1 --env B=2 i", "x /usr/bin/env A=1 B p",
+         "env", "printenv", "set", "export -p", "declare -x", "a \\\n b=1",
+         "mpirun -x A=1 \\\n -x B=2 \\\n  prog"]
+LEFT = ["env | grep", "A=1;", "A=1 && B=2", 'A="a\\"b"', 'A="$(x)"', "A=x\\", "$ A=1", "$ env",
+        "A=\u00e9", "A=\x00", 'A="x', "A='x", "A=x\ry", "A\u3000=1", "A=1\u3000#c", "A=x|y",
+        "A=1 #c \\", "x $(a 'b')", "A=1 \\\n# c\nB=2", "A=1 \\\n  \u00e9", "A=1\\\\"]
 #: Command substitutions (kept whole inside a word where the line has quotes, split at blanks
 #: where it has none) and quotes inside them (the Python lexer's).
 SUBSTITUTIONS = ['echo "a" $(cat "a b") c', "echo 'a' $(echo 'x y') c", 'x "$(a)" y', "x '$(a b)' y",
@@ -89,38 +96,45 @@ def _python_effect(text: str, memo: dict) -> tuple[list, int]:
 
 
 def test_each_line_the_run_takes_reads_as_on_the_python_path() -> None:
-    """env_run on one line, with an empty memo and with the Python path's reading of it in
-    the memo: where it takes the line, the same pairs (expanded or not) and unset count."""
+    """env_run on each line (some hold line ends: continued commands, values over lines), with
+    an empty memo and with the Python path's readings of them in the memo: the lines it takes
+    give the same pairs (expanded or not) and unset count as the Python path gives them."""
     taken = 0
     for line in LINES:
-        if "\n" in line:
-            continue
         text = line + "\n"
         for memo in ({}, None):
             if memo is None:
                 memo = {}
                 _python_effect(text, memo)  # (fills the memo as parse_script would)
-            stop, ops, unset = scan.env_run(text, 0, len(text), memo)
-            assert stop in (0, len(text)), repr(line)
-            if stop:
+            stop, ops, unset = scan.env_run(text, 0, len(text), memo, 4096, 1024)
+            if stop:  # (the lines up to stop: nothing is pending there)
                 taken += 1
-                assert (_flat(ops), unset) == _python_effect(text, dict(memo)), repr(line)
+                assert text[stop - 1] == "\n"
+                assert (_flat(ops), unset) == _python_effect(text[:stop], dict(memo)), repr(line)
     assert taken > len(LINES) // 2
 
 
 @pytest.mark.parametrize("line", TAKEN)
 def test_the_common_lines_are_taken_without_the_memo(line: str) -> None:
     text = line + "\n"
-    assert scan.env_run(text, 0, len(text), {})[0] == len(text)
+    assert scan.env_run(text, 0, len(text), {}, 0, 0)[0] == len(text)
+
+
+def test_a_line_read_in_c_is_kept_in_the_memo_within_its_bounds() -> None:
+    text = "mpirun -x A=1 prog\n"
+    for lines, chars, kept in ((1, 1024, True), (0, 1024, False), (10, 5, False)):
+        memo: dict = {}
+        assert scan.env_run(text, 0, len(text), memo, lines, chars)[0] == len(text)
+        assert memo == ({text[:-1]: (False, (("A", "1"),), True)} if kept else {})
 
 
 @pytest.mark.parametrize("line", LEFT)
 def test_the_other_lines_are_left_to_python(line: str) -> None:
     """Not taken without a reading of them in the memo (a prompt or a continuation: never)."""
     text = line + "\n"
-    assert scan.env_run(text, 0, len(text), {})[0] == 0
+    assert scan.env_run(text, 0, len(text), {}, 0, 0)[0] == 0
     if line.startswith("$ ") or line.endswith("\\"):
-        assert scan.env_run(text, 0, len(text), {line: (False, (), False)})[0] == 0
+        assert scan.env_run(text, 0, len(text), {line: (False, (), False)}, 0, 0)[0] == 0
 
 
 def test_the_c_lexer_splits_as_shell_words_or_leaves_the_text() -> None:
@@ -228,3 +242,28 @@ def test_scripts_read_the_same_with_every_memo_bound(memo_lines: int,
     expected = _read([lines])
     python_path(monkeypatch)
     assert _read([lines]) == expected
+
+
+#: The words _read_command and _prints_env look at, and words around them.
+VOCABULARY = ["export", "declare", "typeset", "readonly", "local", "ENV", "RUN", "env",
+              "/usr/bin/env", "x/env", "-x", "-e", "--env", "--env=A=1", "--env=", "--export=",
+              "--export=ALL,A=1,B", "-a", "-ax", "-p", "-n", "A=1", "B=$C", "1A=2", "A-B=1", "=x",
+              "", "|", ";", "&&", "||&", ";x", "set", "printenv", "prog", "A=1=2", "_=1",
+              "a\x00-x", "\u00e9=1", "B", "ENV=1"]
+
+
+def test_the_c_reading_is_the_python_reading() -> None:
+    """env_reading(words) == _reading(words): the words of every line, and random lists of
+    VOCABULARY (keywords, flags and assignments in every order)."""
+    rng = random.Random(3)
+    lists = []
+    for line in LINES:
+        try:
+            lists.append(shell_words(strip_comment(line)))
+        except ValueError:
+            continue
+    lists += [rng.choices(VOCABULARY, k=rng.randint(0, 8)) for _ in range(30000)]
+    for words in lists:
+        assert scan.env_reading(words) == _reading(words), words
+    assert scan.env_reading(["mpirun", "-x", "A=1", "--export=ALL,B=2"]) == (
+        False, (("A", "1"), ("B", "2")), True)

@@ -114,7 +114,7 @@ _PLAIN_VALUE = re.compile(r"(?<=[A-Za-z0-9_]=)([A-Za-z0-9_./:-]+)")
 def _generated() -> dict[str, str]:
     """The six recorded scripts cycled 600 times: as they are (`repeated`, "env (scripts)"), and
     with the copy's number after each plain value, so that no command line repeats
-    (`distinct`, "env (scripts, distinct)": the memos of lines read before gain nothing)."""
+    (`distinct`, "env (distinct scripts)": the memos of lines read before gain nothing)."""
     scripts = [p.read_text(encoding="utf-8") for p in sorted((TESTS / "data/env").glob("*.sh"))]
     copies = range(600)
     return {"repeated": "".join(scripts[i % 6].rstrip("\n") + "\n" for i in copies),

@@ -8,7 +8,7 @@
  * ~5 us a line in the Python state machine, its regexes and the lexer; 20 MB of script took
  * 23x a plain line loop (issue 32 asks for 10x). This scan reads a line in tens of ns.
  *
- * env_run(text, pos, end, memo) reads the lines of text[pos:end] (each ending in `\n`) while
+ * env_run(text, pos, end, memo, memo_lines, memo_chars) reads the lines of text[pos:end] (each ending in `\n`) while
  * each is one of (nothing pending before it, as logical_lines reads them):
  *   - blank or a comment: [ \t]* then optionally `#` and anything (logical_lines' _NOOP_LINE);
  *   - simple assignments: [ \t]* (`export`[ \t]+)? A ([ \t]+ A)* [ \t]* (`#` comment)? where
@@ -18,8 +18,13 @@
  *     these are what shell_words + _read_command make of such a line: (NAME, V unquoted);
  *   - a line the caller's memo holds (text -> its reading, see env_script._Reading): its
  *     reading's pairs and whether it set nothing, as env_script._effect applies them;
- * and stops at the first other line (a line ending in `\`, a `$ ` prompt, anything else, a
- * character past ASCII or a control character in an assignment). It returns
+ *   - any other line that env_words lexes (harness/parsers/_env_words.c): read by
+ *     env_reading (_env_read.c), applied as above and kept in the memo while it holds fewer
+ *     than memo_lines readings and the line has at most memo_chars characters (as
+ *     parse_script keeps one);
+ * and stops at the first other line (a line ending in `\`, a `$ ` prompt, a line the C lexer
+ * leaves to shell_words: quotes inside `$(...)`, `#`, `\`, `;&|`, characters past ASCII...).
+ * It returns
  * (stop, ops, unset): where it stopped (after the last line taken), the ops in order as
  * env_script._effect makes them (a (name, value) pair to expand where the value holds `$`,
  * else a chunk (pairs, longest value, all values' characters, dict(pairs))), and the count of
@@ -42,6 +47,11 @@ typedef struct {
 } Assign;
 
 #define MAX_ASSIGNS 64
+
+/* Most lines one continued command joins (logical_lines' bounds are 1,000 lines and 1 MiB; a
+ * command past these is joined on the Python path). */
+#define MAX_JOIN_LINES 256
+#define MAX_JOIN_CHARS (64 << 10)
 
 /* The pending pairs (a chunk being built) and the ops. */
 typedef struct {
@@ -199,6 +209,8 @@ noop_line(int kind, const void *s, Py_ssize_t p, Py_ssize_t eol)
     return p == eol || PyUnicode_READ(kind, s, p) == '#';
 }
 
+static PyObject *join_at(PyObject *text, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *stop);
+
 /* Apply a memo's reading (prints, pairs or None, found); -1 on an error, else the unset count
  * it adds. */
 static int
@@ -234,8 +246,8 @@ apply_reading(Out *out, PyObject *reading)
 }
 
 const char env_lines_run_doc[] =
-    "env_run(text, pos, end, memo) -> (stop, ops, unset): the run of common script lines of\n"
-    "text[pos:end] from pos (see harness/parsers/_env_lines.c).";
+    "env_run(text, pos, end, memo, memo_lines, memo_chars) -> (stop, ops, unset): the run of\n"
+    "common script lines of text[pos:end] from pos (see harness/parsers/_env_lines.c).";
 
 PyObject *
 env_lines_run(PyObject *self, PyObject *args)
@@ -243,7 +255,9 @@ env_lines_run(PyObject *self, PyObject *args)
     PyObject *text, *memo;
     Py_ssize_t pos, end;
     (void)self;
-    if (!PyArg_ParseTuple(args, "UnnO!", &text, &pos, &end, &PyDict_Type, &memo))
+    Py_ssize_t memo_lines, memo_chars;
+    if (!PyArg_ParseTuple(args, "UnnO!nn", &text, &pos, &end, &PyDict_Type, &memo, &memo_lines,
+                          &memo_chars))
         return NULL;
     Py_ssize_t len = PyUnicode_GET_LENGTH(text);
     if (pos < 0 || end > len || pos > end) {
@@ -263,45 +277,72 @@ env_lines_run(PyObject *self, PyObject *args)
             goto error;
         if (eol < 0)
             break;
-        if (eol > p && PyUnicode_READ(kind, s, eol - 1) == '\\')
-            break; /* a continuation */
-        if (noop_line(kind, s, p, eol)) {
-            p = eol + 1;
-            continue;
-        }
         if (eol - p >= 2 && PyUnicode_READ(kind, s, p) == '$' && PyUnicode_READ(kind, s, p + 1) == ' ')
             break; /* a prompt */
-        int n = simple_line(kind, s, p, eol, a);
-        if (n > 0) {
-            for (int i = 0; i < n; i++) {
-                PyObject *name = PyUnicode_Substring(text, a[i].name, a[i].name_end);
-                PyObject *value = name ? PyUnicode_Substring(text, a[i].value, a[i].value_end) : NULL;
-                PyObject *pair = value ? PyTuple_Pack(2, name, value) : NULL;
-                Py_XDECREF(name);
-                Py_XDECREF(value);
-                if (pair == NULL || add_pair(&out, pair, a[i].dollar) < 0)
-                    goto error;
+        Py_ssize_t next = eol + 1; /* where the line (or the command continued from it) ends */
+        PyObject *key;
+        if (eol > p && PyUnicode_READ(kind, s, eol - 1) == '\\') {
+            /* a continued command: joined as logical_lines joins it, read as a line below */
+            key = join_at(text, p, end, &next);
+            if (key == NULL)
+                goto error;
+            if (key == Py_None) {
+                Py_DECREF(key);
+                break;
             }
+        } else if (noop_line(kind, s, p, eol)) {
             p = eol + 1;
             continue;
-        }
-        PyObject *key = PyUnicode_Substring(text, p, eol);
-        if (key == NULL)
-            goto error;
-        PyObject *reading = PyDict_GetItemWithError(memo, key); /* borrowed */
-        Py_DECREF(key);
-        if (reading == NULL) {
-            if (PyErr_Occurred())
+        } else {
+            int n = simple_line(kind, s, p, eol, a);
+            if (n > 0) {
+                for (int i = 0; i < n; i++) {
+                    PyObject *name = PyUnicode_Substring(text, a[i].name, a[i].name_end);
+                    PyObject *value = name ? PyUnicode_Substring(text, a[i].value, a[i].value_end) : NULL;
+                    PyObject *pair = value ? PyTuple_Pack(2, name, value) : NULL;
+                    Py_XDECREF(name);
+                    Py_XDECREF(value);
+                    if (pair == NULL || add_pair(&out, pair, a[i].dollar) < 0)
+                        goto error;
+                }
+                p = eol + 1;
+                continue;
+            }
+            if ((key = PyUnicode_Substring(text, p, eol)) == NULL)
                 goto error;
-            break;
         }
-        Py_INCREF(reading);
+        PyObject *reading = PyDict_GetItemWithError(memo, key); /* borrowed */
+        if (reading != NULL) {
+            Py_INCREF(reading);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto error;
+        } else {
+            /* a line read here: lexed (env_words) and read (env_reading), and kept in the memo
+             * as parse_script keeps a reading (within its bounds) */
+            PyObject *words = env_words_of(key);
+            if (words == Py_None) {
+                Py_DECREF(words);
+                Py_DECREF(key);
+                break;
+            }
+            reading = words ? env_reading_of(words) : NULL;
+            Py_XDECREF(words);
+            if (reading == NULL
+                || (PyDict_GET_SIZE(memo) < memo_lines && PyUnicode_GET_LENGTH(key) <= memo_chars
+                    && PyDict_SetItem(memo, key, reading) < 0)) {
+                Py_XDECREF(reading);
+                Py_DECREF(key);
+                goto error;
+            }
+        }
+        Py_DECREF(key);
         int added = apply_reading(&out, reading);
         Py_DECREF(reading);
         if (added < 0)
             goto error;
         unset += added;
-        p = eol + 1;
+        p = next;
     }
     if (flush(&out) < 0)
         goto error;
@@ -312,10 +353,6 @@ error:
     return NULL;
 }
 
-/* Most lines one continued command joins (logical_lines' bounds are 1,000 lines and 1 MiB; a
- * command past these is joined on the Python path). */
-#define MAX_JOIN_LINES 256
-#define MAX_JOIN_CHARS (64 << 10)
 
 const char env_lines_join_doc[] =
     "env_join(text, pos, end) -> (command, stop) | None: the backslash-continued command whose\n"
@@ -325,18 +362,9 @@ const char env_lines_join_doc[] =
  * last without its `\` and with a blank after it, joined; None where a line is not printable
  * ASCII and tab, starts (after blanks) with `#` (Docker drops such a line: the Python path
  * reads it), the command passes the bounds above, or text[:end] ends before it does. */
-PyObject *
-env_lines_join(PyObject *self, PyObject *args)
+static PyObject *
+join_at(PyObject *text, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *stop)
 {
-    PyObject *text;
-    Py_ssize_t pos, end;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "Unn", &text, &pos, &end))
-        return NULL;
-    if (pos < 0 || end > PyUnicode_GET_LENGTH(text) || pos > end) {
-        PyErr_SetString(PyExc_ValueError, "env_join: pos/end outside the text");
-        return NULL;
-    }
     int kind = PyUnicode_KIND(text);
     const void *s = PyUnicode_DATA(text);
     Py_ssize_t starts[MAX_JOIN_LINES], ends[MAX_JOIN_LINES];
@@ -346,8 +374,6 @@ env_lines_join(PyObject *self, PyObject *args)
         if (n == MAX_JOIN_LINES || p >= end)
             Py_RETURN_NONE;
         Py_ssize_t q = p;
-        while (q < end && PyUnicode_READ(kind, s, q) == ' ')
-            q++;
         while (q < end && IS_BLANK(PyUnicode_READ(kind, s, q)))
             q++;
         if (q < end && PyUnicode_READ(kind, s, q) == '#' && n > 0)
@@ -388,5 +414,24 @@ env_lines_join(PyObject *self, PyObject *args)
     }
     if (PyUnicode_Resize(&out, k) < 0)
         return NULL;
-    return Py_BuildValue("(Nn)", out, p);
+    *stop = p;
+    return out;
+}
+
+PyObject *
+env_lines_join(PyObject *self, PyObject *args)
+{
+    PyObject *text;
+    Py_ssize_t pos, end, stop = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Unn", &text, &pos, &end))
+        return NULL;
+    if (pos < 0 || end > PyUnicode_GET_LENGTH(text) || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "env_join: pos/end outside the text");
+        return NULL;
+    }
+    PyObject *joined = join_at(text, pos, end, &stop);
+    if (joined == NULL || joined == Py_None)
+        return joined;
+    return Py_BuildValue("(Nn)", joined, stop);
 }

@@ -1,6 +1,6 @@
 /* A shell script's common lines (harness/parsers/_env_lines.c: env_run, env_join), words
- * (_env_words.c: env_words) and the format pass's inert lines (_env_shape.c: env_shape_run),
- * listed in _nccl_scan's method table. */
+ * (_env_words.c: env_words), readings (_env_read.c: env_reading) and the format pass's inert
+ * lines (_env_shape.c: env_shape_run), listed in _nccl_scan's method table. */
 #ifndef ENV_LINES_H
 #define ENV_LINES_H
 #include <Python.h>
@@ -15,6 +15,11 @@ extern const char env_lines_run_doc[];
 PyObject *env_lines_run(PyObject *self, PyObject *args);
 extern const char env_lines_words_doc[];
 PyObject *env_lines_words(PyObject *self, PyObject *arg);
+/* env_words(text) and env_reading(words) for env_run: a new reference (None: not lexed). */
+PyObject *env_words_of(PyObject *text);
+PyObject *env_reading_of(PyObject *words);
+extern const char env_lines_reading_doc[];
+PyObject *env_lines_reading(PyObject *self, PyObject *words);
 extern const char env_lines_join_doc[];
 PyObject *env_lines_join(PyObject *self, PyObject *args);
 extern const char env_lines_shape_run_doc[];

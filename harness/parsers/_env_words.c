@@ -31,6 +31,12 @@ env_lines_words(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "env_words: a str");
         return NULL;
     }
+    return env_words_of(arg);
+}
+
+PyObject *
+env_words_of(PyObject *arg)
+{
     if (!PyUnicode_IS_ASCII(arg))
         Py_RETURN_NONE;
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(arg);

@@ -273,6 +273,7 @@ static PyMethodDef methods[] = {
     {"env_run", env_lines_run, METH_VARARGS, env_lines_run_doc},
     {"env_join", env_lines_join, METH_VARARGS, env_lines_join_doc},
     {"env_words", env_lines_words, METH_O, env_lines_words_doc},
+    {"env_reading", env_lines_reading, METH_O, env_lines_reading_doc},
     {"env_shape_run", env_lines_shape_run, METH_VARARGS, env_lines_shape_run_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -106,7 +106,8 @@ def scan_function(name: str) -> Callable | None:
 
 #: The C scan of common lines (env_run); None reads every line on the Python path (the same
 #: results: tests/test_env_lines_c.py, tests/test_parsers_env_equivalence.py).
-ENV_RUN: Callable[[str, int, int, dict], tuple[int, list, int]] | None = scan_function("env_run")
+ENV_RUN: Callable[[str, int, int, dict, int, int], tuple[int, list, int]] | None = (
+    scan_function("env_run"))
 #: The C join of a backslash-continued command (env_join), None: joined line by line below.
 ENV_JOIN: Callable[[str, int, int], tuple[str, int] | None] | None = scan_function("env_join")
 #: The C lexer of a command in its common forms (env_words), None: shell_words lexes every one.
@@ -185,7 +186,8 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
                             if kept + len(seg_text) <= _MEMO_SEGMENT_CHARS:
                                 seg_items = []
                     if env_run is not None:
-                        stop, ops, unset = env_run(block, pos, seg_end, known)
+                        stop, ops, unset = env_run(block, pos, seg_end, known, MEMO_LINES,
+                                                   MEMO_CHARS)
                         if stop > pos:
                             run_item = (False, block[pos:stop], Run(ops, unset))
                             if seg_items is not None:
