@@ -94,22 +94,27 @@ def _expand(value: str, variables: dict[str, str]) -> str | Joined:
     out: list[str | Joined] = []
     size = 0
     pos = 0
+    get = variables.get
     for m in _PARAM.finditer(value):
-        name = m["name"] or m["bare"]
-        known = variables.get(name)
-        if m["op"] is None:
-            piece = m.group(0) if known is None else known
-        elif known is None or (m["op"].startswith(":") and not known):
-            piece = _expand(m["default"], variables)
+        name, op, default, bare = m.groups()
+        start, end = m.span()
+        known = get(name or bare)
+        if op is None:
+            piece = m[0] if known is None else known
+        elif known is None or (not known and op[0] == ":"):
+            piece = _expand(default, variables)
         else:
             piece = known
-        out += [value[pos:m.start()], piece]
-        size += m.start() - pos + len(piece)
-        pos = m.end()
+        out += (value[pos:start], piece)
+        size += start - pos + len(piece)
+        pos = end
         if size >= MAX_VALUE_CHARS:
             return _joined(out, MAX_VALUE_CHARS)
     out.append(value[pos:])
-    return _joined(out, min(size + len(out[-1]), MAX_VALUE_CHARS))
+    size += len(value) - pos
+    if size < _JOINED_MIN:
+        return "".join(out)  # (short: no Joined among the pieces; _joined's case, inlined)
+    return _joined(out, min(size, MAX_VALUE_CHARS))
 
 
 #: An expansion's result this long is a Joined; a Joined holds at most _JOINED_DEPTH levels of
