@@ -270,7 +270,7 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
     for prompted, text, words in items:
         if type(words) is Run:  # the C scan's: its ops where no env output is read, else ...
             if env_output:  # ... its lines again, on the Python path (no prompt among them)
-                lines = logical_lines([text[:-1].split("\n")], memo, scan=False)
+                lines = logical_lines([words.text[:-1].split("\n")], memo, scan=False)
                 (more, more_unset), _ = _effect(lines, env_output, memo, runs)
             else:
                 more, more_unset = words.ops, words.unset

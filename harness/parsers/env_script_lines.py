@@ -86,15 +86,21 @@ _MEMO_SEGMENT_CHARS = 4 << 20
 _SEGMENT_MIN = 2048
 
 class Run:
-    """What the C scan (harness/parsers/_env_lines.c, env_run) read of a run of common lines
-    (blank, comments, simple assignments, lines the memo holds), nothing pending before or
-    after it: `ops` and `unset` as env_script._effect makes them where no `env` output is
-    being read (there the run's text is read again on the Python path)."""
+    """What the C scan (harness/parsers/_env_lines.c, env_run) read of a run of lines
+    (blank, comments, simple assignments, lines the memo holds or the C lexer lexes), nothing
+    pending before or after it: `ops` and `unset` as env_script._effect makes them where no
+    `env` output is being read (there its `text` is read again on the Python path). The text
+    is cut from its block only then (most runs are never read again)."""
 
-    __slots__ = ("ops", "unset")
+    __slots__ = ("block", "ops", "start", "stop", "unset")
 
-    def __init__(self, ops: list, unset: int) -> None:
+    def __init__(self, ops: list, unset: int, block: str, start: int, stop: int) -> None:
         self.ops, self.unset = ops, unset
+        self.block, self.start, self.stop = block, start, stop
+
+    @property
+    def text(self) -> str:
+        return self.block[self.start:self.stop]
 
 
 def scan_function(name: str) -> Callable | None:
@@ -122,13 +128,14 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
     """(after a `$ ` prompt, text, shell words) per command: backslash continuations joined,
     comments dropped, and a quoted value that spans lines (`declare -x A="x<newline>y"`) kept
     whole (up to _MAX_VALUE_LINES lines and _MAX_COMMAND_CHARS characters). What is still
-    pending when the input ends is dropped, as a shell would never run it. A run of _QUICK lines (when
+    pending when the input ends is dropped, as a shell would never run it. With `scan` and
+    `known` a dict (parse_script's memo) and ENV_RUN built, a run of lines the C scan reads
+    comes as one item, (False, "", Run) (Run.text: its text); else a run of _QUICK lines (when
     nothing is pending) comes as one item, (False, its text, slice(0, its length)). A
     command in `known` (parse_script's memo: lexed before) comes unlexed, with None for its
     words; text that is no command (an unclosed quote) comes as (text,). With `segments`, a
-    Segment read before comes as one item, and a new one is kept there (bounded). With `scan`
-    and `known` a dict (parse_script's memo) and ENV_RUN built, a run of common lines comes as
-    one item, (False, its text, Run)."""
+    Segment read before comes as one item, and a new one is kept there (bounded). Continued
+    commands are joined, and commands lexed, in C where ENV_JOIN and ENV_WORDS are built."""
     env_run = ENV_RUN if scan and isinstance(known, dict) else None
     env_join = ENV_JOIN if scan else None
     env_words = ENV_WORDS if scan else None
@@ -188,15 +195,15 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
                     if env_run is not None:
                         stop, ops, unset = env_run(block, pos, seg_end, known, MEMO_LINES,
                                                    MEMO_CHARS)
-                        if stop > pos:
-                            run_item = (False, block[pos:stop], Run(ops, unset))
+                        if stop > pos:  # (the run's text: Run.text, cut where it is read)
+                            run_item = (False, "", Run(ops, unset, block, pos, stop))
                             if seg_items is not None:
                                 seg_items.append(run_item)
                             yield run_item
                             pos = stop
                             if pos == seg_end:
                                 continue
-                    if m := _QUICK.match(block, pos, seg_end):
+                    if env_run is None and (m := _QUICK.match(block, pos, seg_end)):
                         run = block[pos:m.end()]
                         if seg_items is not None:
                             seg_items.append((False, run, slice(0, len(run))))
