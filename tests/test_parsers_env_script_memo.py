@@ -266,3 +266,24 @@ def test_the_assignments_of_a_run_are_found_from_each_line_end(run: str) -> None
     found = env_script_lines.QUICK_ASSIGNS.findall("\n" + run)
     assert found == env_script_lines.QUICK_ASSIGN.findall(run)
     assert found and ("K", "11") not in found and ("C", "3") not in found
+
+
+def _no_expansion_memo(value: str, variables: dict[str, str], known: dict) -> object:
+    return env_script._expand(value, variables)
+
+
+@pytest.mark.parametrize("memo_lines", [0, 2, 4096])
+def test_an_expansion_kept_is_taken_only_where_the_names_it_reads_are_unchanged(
+        memo_lines: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """_expanded keeps a value's expansion with the values of every name it reads (a default's
+    too): each of these lines, repeated after the names change, reads as _expand reads it."""
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", memo_lines)
+    lines = ["X=${A:-x}", "Y=${A:-$B}", "Z=$A$B", "W=${C:=${A}}", "V=${A}-${B:-b}"]
+    script = []
+    for step in ["", "export A=1", "export B=2", "A=", "export A=3 B=4", "unset A", "C=5"]:
+        script += [step, *lines]
+    text = "\n".join(script * 3) + "\n"
+    expected = dict(parse_env_dump(text).variables)
+    monkeypatch.setattr(env_script, "_expanded", _no_expansion_memo)
+    assert dict(parse_env_dump(text).variables) == expected
+    assert expected["X"] == "3" and expected["Y"] == "3" and expected["V"] == "3-4"

@@ -117,6 +117,31 @@ def _expand(value: str, variables: dict[str, str]) -> str | Joined:
     return _joined(out, min(size, MAX_VALUE_CHARS))
 
 
+#: What _expanded keeps of a value expanded before: the names it reads, their values then, and
+#: its expansion.
+_Expansion = tuple[tuple[str, ...], tuple["str | Joined | None", ...], str]
+#: The names a value's expansion may read (every `$NAME` and `${NAME`, defaults' included).
+_NAMES = re.compile(rf"\$\{{?({VAR_NAME})")
+
+
+def _expanded(value: str, variables: dict[str, str], known: dict[str, _Expansion]
+              ) -> str | Joined:
+    """_expand(value, variables), taken from `known` where the value was expanded before with
+    the same values of the names it reads (a script held many times in a log expands the same
+    `${NCCL_DEBUG:-WARN}` in each copy); short results are kept, bounded as parse_script's
+    memo of readings (script_lines.MEMO_LINES values of MEMO_CHARS characters at most)."""
+    hit = known.get(value)
+    if hit is not None and tuple(map(variables.get, hit[0])) == hit[1]:
+        return hit[2]
+    result = _expand(value, variables)
+    if (type(result) is str and len(value) <= script_lines.MEMO_CHARS
+            and len(result) <= script_lines.MEMO_CHARS
+            and (hit is not None or len(known) < script_lines.MEMO_LINES)):
+        names = tuple(_NAMES.findall(value))
+        known[value] = (names, tuple(map(variables.get, names)), result)
+    return result
+
+
 #: An expansion's result this long is a Joined; a Joined holds at most _JOINED_DEPTH levels of
 #: Joined (then it is copied into one string: the chains of a value that expands itself,
 #: `PATH=/x:$PATH` over and over, stay short, and so does their memory).
@@ -230,13 +255,15 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     memo: dict[str, _Reading] = {}  # command line -> its reading (see script_lines.MEMO_LINES)
     runs: dict[str, _Run] = {}  # a _QUICK run's text -> its assignments (bounded as memo)
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
+    expansions: dict[str, _Expansion] = {}  # see _expanded
+    expanded = _expanded
     for item in logical_lines(batches, memo, {}):
         words = item[2]
         if type(words) is Run and not env_output:  # common lines the C scan read
             skipped += words.unset
             for op in words.ops:
                 if len(op) == 2:
-                    put(op[0], _expand(op[1], variables))
+                    put(op[0], expanded(op[1], variables, expansions))
                 else:
                     variables.put_all(*op)
             continue
@@ -250,7 +277,7 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
         skipped += unset
         for op in ops:
             if len(op) == 2:
-                put(op[0], _expand(op[1], variables))  # a (name, value) to expand
+                put(op[0], expanded(op[1], variables, expansions))  # a (name, value) to expand
             else:
                 variables.put_all(*op)  # a _Chunk
     for name, value in variables.items():
