@@ -64,7 +64,7 @@ def test_a_line_read_before_reads_as_before_in_its_context(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """(Segments end at the first blank line _SEGMENT_MIN characters on: these short texts are
     read with it 0 too, so that each blank line ends one.)"""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", segment_min)
+    _segment_min(monkeypatch, segment_min)
     dump = parse_env_dump(text)
     assert (dump.format, dump.variables, list(dump.variables), dump.skipped) == (
         "script", variables, list(variables), skipped)
@@ -87,7 +87,7 @@ def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
         path: Path, segment_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each recorded script three times over (every line after the first copy a memo hit), and
     all of them after it: the memo and the segments give what reading every line anew gives."""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", segment_min)
+    _segment_min(monkeypatch, segment_min)
     text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
     text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
     with_memo = _read(text)
@@ -184,7 +184,7 @@ def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch
     """The segment path is the one taken (else SEGMENT_CASES test only the line path): the
     second copy of a segment comes as one Segment item, a segment with a prompt never does."""
     python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
+    _segment_min(monkeypatch, 0)
     segments: dict[str, env_script_lines.Segment] = {}
     lines = (_SEGMENT * 2 + "$ env\nA=1\n\n" * 2).split("\n")[:-1]
     items = list(env_script_lines.logical_lines([lines], {}, segments))
@@ -195,9 +195,16 @@ def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch
             if kind == "Segment"] == [_SEGMENT]
 
 
-def test_a_segment_ends_at_a_blank_line_past_its_shortest() -> None:
+def _segment_min(mp: pytest.MonkeyPatch, chars: int) -> None:
+    """Segments from `chars` characters on, on the Python path and the C scan's."""
+    mp.setattr(env_script_lines, "_SEGMENT_MIN", chars)
+    mp.setattr(env_script_lines, "_SEGMENT_MIN_C", chars)
+
+
+def test_a_segment_ends_at_a_blank_line_past_its_shortest(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the default _SEGMENT_MIN, a repeated script of the bench's kind comes mostly as
     segments: of 50 copies of a sample, 3/4 of the text comes in segments read before."""
+    python_path(monkeypatch)  # (the C scan's segments are longer: _SEGMENT_MIN_C)
     text = (TESTS / "data/env/real_sbatch_nccl_tests_container_2024.sh").read_text(encoding="utf-8")
     lines = (text.rstrip("\n") + "\n\n") * 50
     segments: dict[str, env_script_lines.Segment] = {}
@@ -210,7 +217,7 @@ def test_a_segment_ends_at_a_blank_line_past_its_shortest() -> None:
 def test_the_segments_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Segments are kept while their text in all fits _MEMO_SEGMENT_CHARS; past it they are
     read line by line, with the same result."""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
+    _segment_min(monkeypatch, 0)
     monkeypatch.setattr(env_script_lines, "_MEMO_SEGMENT_CHARS", 2000)
     text = "".join(f"export A{i}=\"{i}\"\nB=$A{i}\n\n" for i in range(400)) * 2
     segments: dict[str, env_script_lines.Segment] = {}
