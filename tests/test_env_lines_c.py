@@ -267,3 +267,16 @@ def test_the_c_reading_is_the_python_reading() -> None:
         assert scan.env_reading(words) == _reading(words), words
     assert scan.env_reading(["mpirun", "-x", "A=1", "--export=ALL,B=2"]) == (
         False, (("A", "1"), ("B", "2")), True)
+
+
+def test_a_run_after_env_output_is_read_again_on_the_python_path() -> None:
+    """Lines after `$ env` are its output (values taken whole, quotes and all): a run the C
+    scan read there is read again line by line; the prompt ends the run before it."""
+    lines = ["A=1", "$ env | grep X", "X_A='x y'", "export X_B=2", "", "$ echo", "X_C='x y'"]
+    variables, skipped = parse_script([lines])
+    assert dict(variables) == {"A": "1", "X_A": "'x y'", "X_B": "2", "X_C": "x y"}
+    with pytest.MonkeyPatch.context() as mp:
+        python_path(mp)
+        assert parse_script([lines]) == (variables, skipped)
+    items = list(env_script_lines.logical_lines([lines], {}))
+    assert [type(words).__name__ for _, _, words in items] == ["Run", "list", "Run", "list", "Run"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.parsers import env_script, env_script_lines, env_shape
+from harness.parsers import env_expand, env_script, env_script_lines, env_shape
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input
 from tests.test_parsers_env_equivalence import python_path
@@ -230,14 +230,14 @@ def test_the_segments_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_every_expansion_joined_reads_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A long expansion is kept as its pieces (env_script.Joined) until the end: with every
+    """A long expansion is kept as its pieces (env_expand.Joined) until the end: with every
     expansion kept so, in chains cut every 2 levels, each recorded script (three times over,
     then all of them) reads as with the default (no expansion of theirs is long)."""
     text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
     text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
     default = _read(text)
-    monkeypatch.setattr(env_script, "_JOINED_MIN", 0)
-    monkeypatch.setattr(env_script, "_JOINED_DEPTH", 2)
+    monkeypatch.setattr(env_expand, "_JOINED_MIN", 0)
+    monkeypatch.setattr(env_expand, "_JOINED_DEPTH", 2)
     assert _read(text) == default
 
 
@@ -246,7 +246,7 @@ def test_a_value_that_expands_itself_reads_as_copied(lines: int) -> None:
     """`P=/x:$P` again and again from a long value, and `D=$D$D` doubling past the value cap:
     each the text the shell would give, cut at MAX_VALUE_CHARS, as when every expansion was a
     copy (Joined chains of 64 levels are copied into one string along the way)."""
-    start = "a" * (env_script._JOINED_MIN + 1)
+    start = "a" * (env_expand._JOINED_MIN + 1)
     text = f"export P={start}\nexport D=0123456789\n" + "P=/x:$P\nD=$D$D\n" * lines + "E=$P\n"
     dump = parse_env_dump(text)
     cap = env_script.MAX_VALUE_CHARS
@@ -276,13 +276,13 @@ def test_the_assignments_of_a_run_are_found_from_each_line_end(run: str) -> None
 
 
 def _no_expansion_memo(value: str, variables: dict[str, str], known: dict) -> object:
-    return env_script._expand(value, variables)
+    return env_expand.expand(value, variables)
 
 
 @pytest.mark.parametrize("memo_lines", [0, 2, 4096])
 def test_an_expansion_kept_is_taken_only_where_the_names_it_reads_are_unchanged(
         memo_lines: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """_expanded keeps a value's expansion with the values of every name it reads (a default's
+    """env_expand.expanded keeps a value's expansion with the values of every name it reads (a default's
     too): each of these lines, repeated after the names change, reads as _expand reads it."""
     monkeypatch.setattr(env_script_lines, "MEMO_LINES", memo_lines)
     lines = ["X=${A:-x}", "Y=${A:-$B}", "Z=$A$B", "W=${C:=${A}}", "V=${A}-${B:-b}"]
@@ -291,6 +291,6 @@ def test_an_expansion_kept_is_taken_only_where_the_names_it_reads_are_unchanged(
         script += [step, *lines]
     text = "\n".join(script * 3) + "\n"
     expected = dict(parse_env_dump(text).variables)
-    monkeypatch.setattr(env_script, "_expanded", _no_expansion_memo)
+    monkeypatch.setattr(env_script, "expanded", _no_expansion_memo)
     assert dict(parse_env_dump(text).variables) == expected
     assert expected["X"] == "3" and expected["Y"] == "3" and expected["V"] == "3-4"
