@@ -31,8 +31,8 @@
  * commands that set nothing. Lines after `env` output read otherwise: the caller reads the
  * run's text again on the Python path there.
  *
- * env_join(text, pos, end) joins the backslash-continued command that starts at pos as
- * logical_lines joins it line by line (see its comment below); the caller lexes the command.
+ * env_join(text, pos, end) (harness/parsers/_env_join.c) joins the backslash-continued command
+ * that starts at pos as logical_lines joins it line by line; the caller lexes the command.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,10 +48,6 @@ typedef struct {
 
 #define MAX_ASSIGNS 64
 
-/* Most lines one continued command joins (logical_lines' bounds are 1,000 lines and 1 MiB; a
- * command past these is joined on the Python path). */
-#define MAX_JOIN_LINES 256
-#define MAX_JOIN_CHARS (64 << 10)
 
 /* The pending pairs (a chunk being built) and the ops. */
 typedef struct {
@@ -209,8 +205,6 @@ noop_line(int kind, const void *s, Py_ssize_t p, Py_ssize_t eol)
     return p == eol || PyUnicode_READ(kind, s, p) == '#';
 }
 
-static PyObject *join_at(PyObject *text, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *stop);
-
 /* Apply a memo's reading (prints, pairs or None, found); -1 on an error, else the unset count
  * it adds. */
 static int
@@ -283,7 +277,7 @@ env_lines_run(PyObject *self, PyObject *args)
         PyObject *key;
         if (eol > p && PyUnicode_READ(kind, s, eol - 1) == '\\') {
             /* a continued command: joined as logical_lines joins it, read as a line below */
-            key = join_at(text, p, end, &next);
+            key = env_join_at(text, p, end, &next);
             if (key == NULL)
                 goto error;
             if (key == Py_None) {
@@ -351,87 +345,4 @@ error:
     Py_XDECREF(out.chunk);
     Py_DECREF(out.ops);
     return NULL;
-}
-
-
-const char env_lines_join_doc[] =
-    "env_join(text, pos, end) -> (command, stop) | None: the backslash-continued command whose\n"
-    "first line starts at pos, joined as logical_lines joins it (see harness/parsers/_env_lines.c).";
-
-/* The lines from text[pos] while each ends in one `\` (not two), the last one not: each but the
- * last without its `\` and with a blank after it, joined; None where a line is not printable
- * ASCII and tab, starts (after blanks) with `#` (Docker drops such a line: the Python path
- * reads it), the command passes the bounds above, or text[:end] ends before it does. */
-static PyObject *
-join_at(PyObject *text, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *stop)
-{
-    int kind = PyUnicode_KIND(text);
-    const void *s = PyUnicode_DATA(text);
-    Py_ssize_t starts[MAX_JOIN_LINES], ends[MAX_JOIN_LINES];
-    Py_ssize_t p = pos, chars = 0;
-    int n = 0;
-    for (;;) {
-        if (n == MAX_JOIN_LINES || p >= end)
-            Py_RETURN_NONE;
-        Py_ssize_t q = p;
-        while (q < end && IS_BLANK(PyUnicode_READ(kind, s, q)))
-            q++;
-        if (q < end && PyUnicode_READ(kind, s, q) == '#' && n > 0)
-            Py_RETURN_NONE;
-        Py_ssize_t eol = q;
-        for (; eol < end; eol++) {
-            Py_UCS4 c = PyUnicode_READ(kind, s, eol);
-            if (c == '\n')
-                break;
-            if (!(IS_TEXT(c) || c == '\t'))
-                Py_RETURN_NONE;
-        }
-        if (eol >= end)
-            Py_RETURN_NONE;
-        int continued = eol > p && PyUnicode_READ(kind, s, eol - 1) == '\\'
-                        && !(eol - 1 > p && PyUnicode_READ(kind, s, eol - 2) == '\\');
-        starts[n] = p;
-        ends[n++] = continued ? eol - 1 : eol;
-        chars += eol - p + 1;
-        if (chars > MAX_JOIN_CHARS)
-            Py_RETURN_NONE;
-        p = eol + 1;
-        if (!continued)
-            break;
-    }
-    if (n < 2)
-        Py_RETURN_NONE; /* one line: not a continued command */
-    PyObject *out = PyUnicode_New(chars, 127);
-    if (out == NULL)
-        return NULL;
-    Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
-    Py_ssize_t k = 0;
-    for (int i = 0; i < n; i++) {
-        for (Py_ssize_t j = starts[i]; j < ends[i]; j++)
-            o[k++] = (Py_UCS1)PyUnicode_READ(kind, s, j);
-        if (i + 1 < n)
-            o[k++] = ' ';
-    }
-    if (PyUnicode_Resize(&out, k) < 0)
-        return NULL;
-    *stop = p;
-    return out;
-}
-
-PyObject *
-env_lines_join(PyObject *self, PyObject *args)
-{
-    PyObject *text;
-    Py_ssize_t pos, end, stop = 0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "Unn", &text, &pos, &end))
-        return NULL;
-    if (pos < 0 || end > PyUnicode_GET_LENGTH(text) || pos > end) {
-        PyErr_SetString(PyExc_ValueError, "env_join: pos/end outside the text");
-        return NULL;
-    }
-    PyObject *joined = join_at(text, pos, end, &stop);
-    if (joined == NULL || joined == Py_None)
-        return joined;
-    return Py_BuildValue("(Nn)", joined, stop);
 }
