@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.settings import SettingError
 from harness.parsers import env_script_lines, env_shape
 from harness.parsers.env_script import _effect, _reading, parse_script
 from harness.parsers.reader import Input
@@ -280,3 +281,23 @@ def test_a_run_after_env_output_is_read_again_on_the_python_path() -> None:
         assert parse_script([lines]) == (variables, skipped)
     items = list(env_script_lines.logical_lines([lines], {}))
     assert [type(words).__name__ for _, _, words in items] == ["Run", "list", "Run", "list", "Run"]
+
+
+def test_preflight_env_no_c_switches_the_c_scans_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PREFLIGHT_ENV_NO_C=1: no Run item, no C shape pass (the Python path, read the same);
+    a malformed value is a SettingError naming the variable, where a reading starts."""
+    lines = ["export A=1", "B=2 C=3", "mpirun -x D=4 prog"]
+    assert {type(w).__name__ for _, _, w in env_script_lines.logical_lines([lines], {})} == {"Run"}
+    expected = _read([lines])
+    monkeypatch.setenv("PREFLIGHT_ENV_NO_C", "1")
+    assert "Run" not in {type(w).__name__ for _, _, w in env_script_lines.logical_lines([lines], {})}
+    calls: list[int] = []
+    monkeypatch.setattr(env_shape, "SHAPE_RUN", lambda batch, i: calls.append(i) or (i, 0))
+    env_shape.shape_of(Input("export A=1\n" * 10))
+    assert not calls and _read([lines]) == expected
+    monkeypatch.setenv("PREFLIGHT_ENV_NO_C", "0")
+    env_shape.shape_of(Input("export A=1\n" * 10))
+    assert calls
+    monkeypatch.setenv("PREFLIGHT_ENV_NO_C", "maybe")
+    with pytest.raises(SettingError, match="PREFLIGHT_ENV_NO_C"):
+        _read([lines])

@@ -4,10 +4,10 @@ runs of plain lines, and whole segments read before, taken at once."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Container, Iterable, Iterator
 
+from harness.base.settings import get_bool
 from harness.parsers.reader import MAX_LINE_CHARS
 from harness.parsers.shell_words import shell_words as _shell_words
 from harness.parsers.shell_words import strip_comment as _strip_comment
@@ -18,7 +18,7 @@ except ImportError:  # built without a C compiler: every line takes the Python p
     _nccl_scan = None
 
 __all__ = ["ENV_RUN", "MEMO_CHARS", "MEMO_LINES", "QUICK_ASSIGN", "QUICK_ASSIGNS", "VAR_NAME",
-           "Item", "Run", "Segment", "logical_lines", "scan_function"]
+           "Item", "Run", "Segment", "c_scans", "logical_lines", "scan_function"]
 
 VAR_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 #: A command is at most one value's worth of characters (the store cuts a value there too).
@@ -109,10 +109,16 @@ class Run:
 
 
 def scan_function(name: str) -> Callable | None:
-    """The extension's function `name` (harness/parsers/_env_lines.c), None where it is not
-    built (no C compiler), was built from an older source, or PREFLIGHT_ENV_NO_C is set (the
-    pure-Python path, for the tests that compare the two)."""
-    return None if os.environ.get("PREFLIGHT_ENV_NO_C") else getattr(_nccl_scan, name, None)
+    """The extension's function `name` (harness/parsers/_env_*.c), None where it is not
+    built (no C compiler) or was built from an older source."""
+    return getattr(_nccl_scan, name, None)
+
+
+def c_scans() -> bool:
+    """Whether the C scans may read (PREFLIGHT_ENV_NO_C=1: the pure-Python path, for the
+    tests that compare the two). Read where a reading starts (a malformed value is the CLI's
+    clear error there, not an import's)."""
+    return not get_bool("PREFLIGHT_ENV_NO_C")
 
 
 #: The C scan of common lines (env_run); None reads every line on the Python path (the same
@@ -141,6 +147,7 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
     words; text that is no command (an unclosed quote) comes as (text,). With `segments`, a
     Segment read before comes as one item, and a new one is kept there (bounded). Continued
     commands are joined, and commands lexed, in C where ENV_JOIN and ENV_WORDS are built."""
+    scan = scan and c_scans()
     env_run = ENV_RUN if scan and isinstance(known, dict) else None
     env_join = ENV_JOIN if scan else None
     env_words = ENV_WORDS if scan else None
