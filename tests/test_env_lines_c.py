@@ -27,6 +27,12 @@ if not hasattr(scan, "env_run"):
 
 DATA = Path(__file__).parent / "data" / "env"
 
+
+@pytest.fixture(autouse=True)
+def _c_scans_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests compare the C scans with Python: on, whatever the environment says."""
+    monkeypatch.delenv("PREFLIGHT_ENV_NO_C", raising=False)
+
 #: Lines the C scan takes: blank, comments, simple assignments (read by the scan itself), and
 #: commands that the C lexer lexes (read by env_reading), continued ones too; and lines it
 #: leaves to Python.
