@@ -13,6 +13,7 @@ Regenerate (only when a reading is meant to change, and say why in the commit):
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import re
@@ -139,6 +140,22 @@ def test_the_bench_inputs_read_as_before(path: str, monkeypatch: pytest.MonkeyPa
     golden = json.loads(GENERATED.read_text(encoding="utf-8"))
     assert len(golden) == 12
     assert _generated_readings() == golden
+
+
+@pytest.mark.parametrize("name", ["repeated", "distinct"])
+def test_inspect_env_gives_the_same_json_on_both_paths(name: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`preflight inspect env --json`'s result on the bench inputs (the rules' findings, the
+    redacted relevant values, the counts) is the same with and without the C scans."""
+    from harness.parsers.env import inspect_env
+    from harness.profiles.table import get_profile
+
+    text = _generated()[name]
+    profile = get_profile("p5.48xlarge")
+    with_c = json.dumps(inspect_env(io.StringIO(text), profile=profile), sort_keys=True)
+    python_path(monkeypatch)
+    assert json.dumps(inspect_env(io.StringIO(text), profile=profile), sort_keys=True) == with_c
+    assert '"num_variables": 41' in with_c
 
 
 def test_the_digest_sees_a_changed_variable() -> None:
