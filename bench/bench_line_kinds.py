@@ -40,14 +40,21 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_inspect import MB, generators
+from bench_inspect import MB, _cycle, _samples, generators
 from varied_inputs import varied_generators
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The line-based kinds (nccl-log has its own bench: bench_nccl_log.py; its figure is here too).
-KINDS = ("env (env dumps)", "env (scripts)", "fi-info", "nccl-tests", "nccl-tests (one table)",
-         "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)", "train-step", "topology", "nccl-log")
+KINDS = ("env (env dumps)", "env (scripts)", "env (distinct scripts)", "fi-info", "nccl-tests",
+         "nccl-tests (one table)", "kernel-log", "nvidia-smi", "dcgm", "dcgm (mndiag)",
+         "train-step", "topology", "nccl-log")
+#: The env scripts with a counter after each plain assignment value (`A=b` -> `A=b7` in the 7th
+#: copy; `-x A=b` too), so that no copy repeats a command line: the memos of lines and segments
+#: read before (harness/parsers/env_script_lines.py) gain nothing here (issue 32, item 3).
+_PLAIN_VALUE = re.compile(r"(?<=[A-Za-z0-9_]=)([A-Za-z0-9_./:-]+)")
+DISTINCT = {"env (distinct scripts)": ("env", _cycle(
+    _samples("env", "*.sh"), lambda s, i: _PLAIN_VALUE.sub(lambda m: f"{m[1]}{i}", s)))}
 LOOP = "import sys\nfor line in open(sys.argv[1], errors='replace'): pass\n"
 #: `preflight` with the harness of the folder in argv[1] (the editable install's finder removed).
 BASE = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]"
@@ -73,7 +80,7 @@ def _preflight() -> list[str]:
 
 
 def _input(folder: Path, name: str, mb: float, vary: bool = False) -> tuple[str, Path]:
-    kind, write = (varied_generators() if vary else generators())[name]
+    kind, write = (varied_generators() if vary else {**generators(), **DISTINCT})[name]
     tag = "-varied" if vary else ""
     path = folder / f"{re.sub(r'[^a-z0-9]+', '-', name)}{tag}-{mb:g}MB.txt"
     if not path.exists():
@@ -133,7 +140,7 @@ def main() -> None:
     folder = Path(args.keep or tempfile.mkdtemp(prefix="bench-lines-"))
     folder.mkdir(parents=True, exist_ok=True)
     pre = _preflight()
-    made = varied_generators() if args.vary else generators()
+    made = varied_generators() if args.vary else {**generators(), **DISTINCT}
     names = [n for n in (made if args.vary else KINDS)
              if not wanted or n in wanted or made[n][0] in wanted]
     if args.check:

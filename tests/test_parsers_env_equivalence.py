@@ -13,6 +13,7 @@ Regenerate (only when a reading is meant to change, and say why in the commit):
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.parsers import ParseError
+from harness.parsers import ParseError, env_script_lines, env_shape
 from harness.parsers.env import parse_env_dump
 from harness.parsers.env_shape import _is_script_line
 from harness.parsers.env_yaml import INLINE_ENV
@@ -31,6 +32,14 @@ from harness.parsers.reader import Input
 TESTS = Path(__file__).parent
 GOLDEN = TESTS / "golden" / "env_equivalence.json"
 MAX_FILE = 1 << 20
+
+
+def python_path(mp: pytest.MonkeyPatch) -> None:
+    """The env reader without its C scans (harness/parsers/_env_lines.c), as a build without a
+    C compiler or PREFLIGHT_ENV_NO_C=1 reads."""
+    for module, name in ((env_script_lines, "ENV_RUN"), (env_script_lines, "ENV_JOIN"),
+                         (env_script_lines, "ENV_WORDS"), (env_shape, "SHAPE_RUN")):
+        mp.setattr(module, name, None)
 
 
 def _ranks(text: str) -> str:
@@ -79,7 +88,13 @@ def _readings(path: Path, reading: Callable[[str, int | None], str] = _reading) 
             for form, rewrite in FORMS.items() for chunk in CHUNKS}
 
 
-def test_every_recorded_file_reads_as_before() -> None:
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_every_recorded_file_reads_as_before(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the C path (where it is built) and on the pure-Python path."""
+    if path == "python":
+        python_path(monkeypatch)
+    elif env_script_lines.ENV_RUN is None or not env_script_lines.c_scans():
+        pytest.skip("the C scans are not built (or PREFLIGHT_ENV_NO_C is set)")
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
     files = {p.relative_to(TESTS).as_posix(): p for p in _files()}
     # every file recorded is still read (a file removed would silently drop its cases)
@@ -88,6 +103,59 @@ def test_every_recorded_file_reads_as_before() -> None:
     changed = [f"{name} {form}" for name, recorded in golden.items()
                for form, reading in _readings(files[name]).items() if recorded[form] != reading]
     assert not changed, f"{len(changed)} reading(s) changed, e.g. {changed[:5]}"
+
+
+#: The bench's env-script inputs (bench/bench_line_kinds.py), smaller, as read at ee2947e (before
+#: the C scans): `.venv/bin/python -m tests.test_parsers_env_equivalence --write-generated` with
+#: that revision's harness first on sys.path (its worktree's path in PREFLIGHT_BASE).
+GENERATED = TESTS / "golden" / "env_generated.json"
+_PLAIN_VALUE = re.compile(r"(?<=[A-Za-z0-9_]=)([A-Za-z0-9_./:-]+)")
+
+
+def _generated() -> dict[str, str]:
+    """The six recorded scripts cycled 600 times: as they are (`repeated`, "env (scripts)"), and
+    with the copy's number after each plain value, so that no command line repeats
+    (`distinct`, "env (distinct scripts)": the memos of lines read before gain nothing)."""
+    scripts = [p.read_text(encoding="utf-8") for p in sorted((TESTS / "data/env").glob("*.sh"))]
+    copies = range(600)
+    return {"repeated": "".join(scripts[i % 6].rstrip("\n") + "\n" for i in copies),
+            "distinct": "".join(_PLAIN_VALUE.sub(lambda m, i=i: f"{m[1]}{i}", scripts[i % 6])
+                                .rstrip("\n") + "\n" for i in copies)}
+
+
+def _generated_readings() -> dict[str, str]:
+    return {f"{name}/{form}/{chunk or 'default'}": _reading(FORMS[form](text), chunk)
+            for name, text in _generated().items() for form in ("plain", "srun", "timestamp")
+            for chunk in (None, 4096)}
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_the_bench_inputs_read_as_before(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeated and the distinct script inputs, bare, under `srun -l` and timestamps, in
+    one batch and in 4 KiB chunks, read as ee2947e read them, on both paths."""
+    if path == "python":
+        python_path(monkeypatch)
+    elif env_script_lines.ENV_RUN is None or not env_script_lines.c_scans():
+        pytest.skip("the C scans are not built (or PREFLIGHT_ENV_NO_C is set)")
+    golden = json.loads(GENERATED.read_text(encoding="utf-8"))
+    assert len(golden) == 12
+    assert _generated_readings() == golden
+
+
+@pytest.mark.parametrize("name", ["repeated", "distinct"])
+def test_inspect_env_gives_the_same_json_on_both_paths(name: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`preflight inspect env --json`'s result on the bench inputs (the rules' findings, the
+    redacted relevant values, the counts) is the same with and without the C scans."""
+    from harness.parsers.env import inspect_env
+    from harness.profiles.table import get_profile
+
+    text = _generated()[name]
+    profile = get_profile("p5.48xlarge")
+    with_c = json.dumps(inspect_env(io.StringIO(text), profile=profile), sort_keys=True)
+    python_path(monkeypatch)
+    assert json.dumps(inspect_env(io.StringIO(text), profile=profile), sort_keys=True) == with_c
+    assert '"num_variables": 41' in with_c
 
 
 def test_the_digest_sees_a_changed_variable() -> None:
@@ -139,5 +207,8 @@ def _write(target: Path = GOLDEN, files: Callable[[], list[Path]] = _files,
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     _write()
+elif __name__ == "__main__" and sys.argv[1:] == ["--write-generated"]:
+    GENERATED.write_text(json.dumps(_generated_readings(), indent=1, sort_keys=True) + "\n",
+                         encoding="utf-8")
 elif __name__ == "__main__":
     pytest.main([__file__, "-q"])

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.parsers import env_script, env_script_lines, env_shape
+from harness.parsers import env_expand, env_script, env_script_lines, env_shape
 from harness.parsers.env import parse_env_dump
 from harness.parsers.reader import Input
+from tests.test_parsers_env_equivalence import python_path
 
 TESTS = Path(__file__).parent
 SCRIPTS = sorted([*TESTS.glob("data/env/*.sh"), *TESTS.glob("samples/env/*.sh"),
@@ -63,7 +64,7 @@ def test_a_line_read_before_reads_as_before_in_its_context(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """(Segments end at the first blank line _SEGMENT_MIN characters on: these short texts are
     read with it 0 too, so that each blank line ends one.)"""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", segment_min)
+    _segment_min(monkeypatch, segment_min)
     dump = parse_env_dump(text)
     assert (dump.format, dump.variables, list(dump.variables), dump.skipped) == (
         "script", variables, list(variables), skipped)
@@ -86,7 +87,7 @@ def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
         path: Path, segment_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each recorded script three times over (every line after the first copy a memo hit), and
     all of them after it: the memo and the segments give what reading every line anew gives."""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", segment_min)
+    _segment_min(monkeypatch, segment_min)
     text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
     text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
     with_memo = _read(text)
@@ -97,6 +98,7 @@ def test_a_repeated_script_reads_the_same_with_and_without_the_memo(
 def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memo is the path taken (else the tests above compare the lexer with itself): 100
     copies of a script lex as many lines as one copy; without the memo, 100 times as many."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
     calls: list[str] = []
     lexer = env_script_lines._shell_words
@@ -119,6 +121,7 @@ def test_the_memo_lexes_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Distinct lines past MEMO_LINES, and lines past MEMO_CHARS, are read without being kept."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     kept: list[int] = []
     reading = env_script._reading
 
@@ -141,6 +144,7 @@ def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_format_pass_judges_a_repeated_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """env_shape.shape_of keeps what it found on a line by itself: 100 copies of a script judge
     as many lines as one copy (the regexes run once a distinct line), and the shape is the same."""
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
     text = (TESTS / "data/env/real_sbatch_nccl_tests_2023.sh").read_text(encoding="utf-8")
     calls: list[str] = []
     judge = env_shape._is_structured_line
@@ -179,7 +183,8 @@ def test_a_line_judged_before_is_judged_as_before_after_any_other(line: str) -> 
 def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch) -> None:
     """The segment path is the one taken (else SEGMENT_CASES test only the line path): the
     second copy of a segment comes as one Segment item, a segment with a prompt never does."""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
+    python_path(monkeypatch)  # (the Python path's memos: the C scan reads these lines itself)
+    _segment_min(monkeypatch, 0)
     segments: dict[str, env_script_lines.Segment] = {}
     lines = (_SEGMENT * 2 + "$ env\nA=1\n\n" * 2).split("\n")[:-1]
     items = list(env_script_lines.logical_lines([lines], {}, segments))
@@ -190,9 +195,16 @@ def test_a_segment_read_before_comes_as_one_item(monkeypatch: pytest.MonkeyPatch
             if kind == "Segment"] == [_SEGMENT]
 
 
-def test_a_segment_ends_at_a_blank_line_past_its_shortest() -> None:
+def _segment_min(mp: pytest.MonkeyPatch, chars: int) -> None:
+    """Segments from `chars` characters on, on the Python path and the C scan's."""
+    mp.setattr(env_script_lines, "_SEGMENT_MIN", chars)
+    mp.setattr(env_script_lines, "_SEGMENT_MIN_C", chars)
+
+
+def test_a_segment_ends_at_a_blank_line_past_its_shortest(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the default _SEGMENT_MIN, a repeated script of the bench's kind comes mostly as
     segments: of 50 copies of a sample, 3/4 of the text comes in segments read before."""
+    python_path(monkeypatch)  # (the C scan's segments are longer: _SEGMENT_MIN_C)
     text = (TESTS / "data/env/real_sbatch_nccl_tests_container_2024.sh").read_text(encoding="utf-8")
     lines = (text.rstrip("\n") + "\n\n") * 50
     segments: dict[str, env_script_lines.Segment] = {}
@@ -205,7 +217,7 @@ def test_a_segment_ends_at_a_blank_line_past_its_shortest() -> None:
 def test_the_segments_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Segments are kept while their text in all fits _MEMO_SEGMENT_CHARS; past it they are
     read line by line, with the same result."""
-    monkeypatch.setattr(env_script_lines, "_SEGMENT_MIN", 0)
+    _segment_min(monkeypatch, 0)
     monkeypatch.setattr(env_script_lines, "_MEMO_SEGMENT_CHARS", 2000)
     text = "".join(f"export A{i}=\"{i}\"\nB=$A{i}\n\n" for i in range(400)) * 2
     segments: dict[str, env_script_lines.Segment] = {}
@@ -218,14 +230,14 @@ def test_the_segments_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_every_expansion_joined_reads_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A long expansion is kept as its pieces (env_script.Joined) until the end: with every
+    """A long expansion is kept as its pieces (env_expand.Joined) until the end: with every
     expansion kept so, in chains cut every 2 levels, each recorded script (three times over,
     then all of them) reads as with the default (no expansion of theirs is long)."""
     text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
     text = text * 3 + "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in SCRIPTS)
     default = _read(text)
-    monkeypatch.setattr(env_script, "_JOINED_MIN", 0)
-    monkeypatch.setattr(env_script, "_JOINED_DEPTH", 2)
+    monkeypatch.setattr(env_expand, "_JOINED_MIN", 0)
+    monkeypatch.setattr(env_expand, "_JOINED_DEPTH", 2)
     assert _read(text) == default
 
 
@@ -234,7 +246,7 @@ def test_a_value_that_expands_itself_reads_as_copied(lines: int) -> None:
     """`P=/x:$P` again and again from a long value, and `D=$D$D` doubling past the value cap:
     each the text the shell would give, cut at MAX_VALUE_CHARS, as when every expansion was a
     copy (Joined chains of 64 levels are copied into one string along the way)."""
-    start = "a" * (env_script._JOINED_MIN + 1)
+    start = "a" * (env_expand._JOINED_MIN + 1)
     text = f"export P={start}\nexport D=0123456789\n" + "P=/x:$P\nD=$D$D\n" * lines + "E=$P\n"
     dump = parse_env_dump(text)
     cap = env_script.MAX_VALUE_CHARS
@@ -261,3 +273,24 @@ def test_the_assignments_of_a_run_are_found_from_each_line_end(run: str) -> None
     found = env_script_lines.QUICK_ASSIGNS.findall("\n" + run)
     assert found == env_script_lines.QUICK_ASSIGN.findall(run)
     assert found and ("K", "11") not in found and ("C", "3") not in found
+
+
+def _no_expansion_memo(value: str, variables: dict[str, str], known: dict) -> object:
+    return env_expand.expand(value, variables)
+
+
+@pytest.mark.parametrize("memo_lines", [0, 2, 4096])
+def test_an_expansion_kept_is_taken_only_where_the_names_it_reads_are_unchanged(
+        memo_lines: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """env_expand.expanded keeps a value's expansion with the values of every name it reads (a default's
+    too): each of these lines, repeated after the names change, reads as _expand reads it."""
+    monkeypatch.setattr(env_script_lines, "MEMO_LINES", memo_lines)
+    lines = ["X=${A:-x}", "Y=${A:-$B}", "Z=$A$B", "W=${C:=${A}}", "V=${A}-${B:-b}"]
+    script = []
+    for step in ["", "export A=1", "export B=2", "A=", "export A=3 B=4", "unset A", "C=5"]:
+        script += [step, *lines]
+    text = "\n".join(script * 3) + "\n"
+    expected = dict(parse_env_dump(text).variables)
+    monkeypatch.setattr(env_script, "expanded", _no_expansion_memo)
+    assert dict(parse_env_dump(text).variables) == expected
+    assert expected["X"] == "3" and expected["Y"] == "3" and expected["V"] == "3-4"

@@ -247,6 +247,8 @@ SETTINGS: tuple[Setting, ...] = (
        matching(r"[0-9]{1,5}(,[0-9]{1,5})*", "node ranks (1,2)", "1 2"), public=False),
     _s("SELFTEST_SLOW_S", float, 0.25, "selftest: seconds a slow node sleeps", between(0, 3600),
        public=False),
+    _s("ENV_NO_C", bool, False, "1: the env reader reads every script line in Python, not "
+       "with its C scans (harness/parsers/_env_lines.c; the same results)", FLAG, public=False),
     _s("TRAIN_FAULT", str, None, "tests: a fault the training-step worker injects",
        # harness.probes.train_step.parse_fault's form, FAULT_KINDS
        matching(r"(grad-perturb|nan|corrupt-replica|hang|oom)(,(rank|step|scale)=[0-9.eE+-]+)*",

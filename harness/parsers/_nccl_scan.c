@@ -14,13 +14,15 @@
  *   NCCL[ .(](?:INFO (?:[NUcnIFsG]|[CR][^\n]*via (?:NET|COLLNET)/)|WARN|error|version|cpp:|SeqNum)[^\n]*
  * found as re.findall finds it (leftmost, non-overlapping; a match runs to the line's end).
  *
- * The module also holds nccl-tests' table row scan (table_rows, harness/parsers/_nccl_rows.c).
+ * The module also holds nccl-tests' table row scan (table_rows, harness/parsers/_nccl_rows.c)
+ * and a shell script's common lines (env_run, harness/parsers/_env_lines.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "_env_lines.h"
 #include "_nccl_rows.h"
 
 /* The first `needle` in hay[0:n]: memchr for its first byte (vectorised in glibc; the literals
@@ -268,13 +270,19 @@ static PyMethodDef methods[] = {
     {"candidates", candidates, METH_VARARGS, candidates_doc},
     {"tails", tails, METH_VARARGS, tails_doc},
     {"table_rows", nccl_rows_table_rows, METH_VARARGS, nccl_rows_table_rows_doc},
+    {"env_run", env_lines_run, METH_VARARGS, env_lines_run_doc},
+    {"env_join", env_lines_join, METH_VARARGS, env_lines_join_doc},
+    {"env_words", env_lines_words, METH_O, env_lines_words_doc},
+    {"env_reading", env_lines_reading, METH_O, env_lines_reading_doc},
+    {"env_shape_run", env_lines_shape_run, METH_VARARGS, env_lines_shape_run_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_nccl_scan",
     "The NCCL debug log's candidate-line scan in C (see harness/parsers/nccl_log_chunk.py), and\n"
-    "nccl-tests table rows (harness/parsers/_nccl_rows.c, harness/parsers/nccl_tests_rows.py).",
+    "nccl-tests table rows (harness/parsers/_nccl_rows.c, harness/parsers/nccl_tests_rows.py), and\n"
+    "a shell script's common lines (harness/parsers/_env_lines.c, env_script_lines.py).",
     -1, methods,
 };
 

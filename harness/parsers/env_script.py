@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 
 from harness.parsers import env_script_lines as script_lines
-from harness.parsers.env_script_lines import QUICK_ASSIGN, VAR_NAME, Item, Segment, logical_lines
+from harness.parsers.env_expand import Expansion, Joined, expanded, joined_text
+from harness.parsers.env_script_lines import QUICK_ASSIGN, VAR_NAME, Item, Run, Segment, logical_lines
 from harness.parsers.reader import MAX_LINE_CHARS
 
 __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", "Variables",
@@ -17,9 +18,6 @@ __all__ = ["FLAG_WORDS", "MAX_TOTAL_CHARS", "MAX_VALUE_CHARS", "MAX_VARIABLES", 
 
 IS_NAME = re.compile(rf"{VAR_NAME}\Z")
 ASSIGN = re.compile(rf"^(?P<name>{VAR_NAME})=(?P<value>.*)$", re.S)
-# `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:=default}`, `$NAME`.
-_PARAM = re.compile(rf"\$\{{(?P<name>{VAR_NAME})(?:(?P<op>:?[-=])(?P<default>[^{{}}]*))?\}}"
-                    rf"|\$(?P<bare>{VAR_NAME})")
 _SHELL_DECLARE = frozenset({"export", "declare", "typeset", "readonly", "local", "ENV"})
 #: Launcher flags whose next word is an assignment: mpirun `-x`, docker `-e` / `--env`.
 FLAG_WORDS = frozenset({"-x", "-e", "--env"})
@@ -28,7 +26,7 @@ FLAG_WORDS = frozenset({"-x", "-e", "--env"})
 #: string is at most MAX_ARG_STRLEN = 128 KiB (linux include/uapi/linux/binfmts.h) and the whole
 #: environment at most a quarter of the stack limit (fs/exec.c); a dump past them is a flood.
 MAX_VARIABLES = 100_000
-MAX_VALUE_CHARS = MAX_LINE_CHARS
+MAX_VALUE_CHARS = MAX_LINE_CHARS  # (env_expand cuts an expansion there too)
 MAX_TOTAL_CHARS = 64 << 20
 
 
@@ -84,88 +82,6 @@ def _commands(words: list[str]) -> Iterator[list[str]]:
             start = i + 1
 
 
-def _expand(value: str, variables: dict[str, str]) -> str | Joined:
-    """Shell parameter expansion as far as the dump tells: `${A:-default}` is A's value or the
-    default, `$A` / `${A}` is A's value when the script set it, else left as written. The result
-    stops at MAX_VALUE_CHARS (`A=$A$A` lines would double it each time). A long result is a
-    Joined of its pieces, not a copy of them (see Joined)."""
-    if "$" not in value:
-        return value
-    out: list[str | Joined] = []
-    size = 0
-    pos = 0
-    for m in _PARAM.finditer(value):
-        name = m["name"] or m["bare"]
-        known = variables.get(name)
-        if m["op"] is None:
-            piece = m.group(0) if known is None else known
-        elif known is None or (m["op"].startswith(":") and not known):
-            piece = _expand(m["default"], variables)
-        else:
-            piece = known
-        out += [value[pos:m.start()], piece]
-        size += m.start() - pos + len(piece)
-        pos = m.end()
-        if size >= MAX_VALUE_CHARS:
-            return _joined(out, MAX_VALUE_CHARS)
-    out.append(value[pos:])
-    return _joined(out, min(size + len(out[-1]), MAX_VALUE_CHARS))
-
-
-#: An expansion's result this long is a Joined; a Joined holds at most _JOINED_DEPTH levels of
-#: Joined (then it is copied into one string: the chains of a value that expands itself,
-#: `PATH=/x:$PATH` over and over, stay short, and so does their memory).
-_JOINED_MIN = 64 << 10
-_JOINED_DEPTH = 64
-
-
-class Joined:
-    """A long expansion's value, kept as its pieces (strings and Joined) and its length (the
-    pieces' characters up to MAX_VALUE_CHARS), not as one copy of them: a script in a log held
-    many times sets `LD_LIBRARY_PATH=/x:$LD_LIBRARY_PATH` again and again, and copying the
-    ~1 Mi-character value at each was most of its reading time. Only parse_script's Variables
-    hold one, and it makes each a string (_text) before it returns them."""
-
-    __slots__ = ("depth", "pieces", "size")
-
-    def __init__(self, pieces: list[str | Joined], size: int) -> None:
-        self.pieces, self.size = pieces, size
-        self.depth = 1 + max((p.depth for p in pieces if isinstance(p, Joined)), default=0)
-
-    def __len__(self) -> int:
-        return self.size
-
-
-def _joined(pieces: list[str | Joined], size: int) -> str | Joined:
-    """The pieces of an expansion joined, first `size` characters: a Joined where it is long.
-    (A Joined piece makes it long: each is _JOINED_MIN characters or more.)"""
-    if size < _JOINED_MIN:
-        return "".join(pieces)[:size]  # (no Joined among them)
-    joined = Joined(pieces, size)
-    return _text(joined) if joined.depth > _JOINED_DEPTH else joined
-
-
-def _text(joined: Joined) -> str:
-    """A Joined's characters as one string: its pieces in order, each (a Joined's too) cut to
-    its length, the whole cut to the Joined's. (A stack, not recursion: chains are deep.)"""
-    out: list[str] = []
-    stack = [[joined.pieces, 0, joined.size]]  # [pieces, the next one, characters still to take]
-    while stack:
-        frame = stack[-1]
-        pieces, i, room = frame
-        if room <= 0 or i == len(pieces):
-            stack.pop()
-            continue
-        piece = pieces[i]
-        take = min(len(piece), room)
-        frame[1], frame[2] = i + 1, room - take
-        if type(piece) is Joined:
-            stack.append([piece.pieces, 0, take])
-        elif take:
-            out.append(piece if take == len(piece) else piece[:take])
-    return "".join(out)
-
-
 def _prints_env(words: list[str]) -> bool:
     """`env`, `printenv`, `env | grep NCCL`, `export -p`: a command whose output is `env` output."""
     head = words[: words.index("|")] if "|" in words else words
@@ -197,7 +113,10 @@ def _reading(words: list[str]) -> _Reading:
 
     found = False
     # one simple command (a `;`, `&` or `|` word comes from one of these characters) or several
-    for command in _commands(words) if any(w[:1] in _PUNCTUATION for w in words) else (words,):
+    joined = "\0".join(words)  # (no `;&|` in it: no word starts with one, the common case)
+    several = ("&" in joined or ";" in joined or "|" in joined) and any(
+        w[:1] in _PUNCTUATION for w in words)
+    for command in _commands(words) if several else (words,):
         found |= _read_command(command, add)
     return prints, tuple(pairs), found
 
@@ -222,8 +141,18 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     memo: dict[str, _Reading] = {}  # command line -> its reading (see script_lines.MEMO_LINES)
     runs: dict[str, _Run] = {}  # a _QUICK run's text -> its assignments (bounded as memo)
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
+    expansions: dict[str, Expansion] = {}  # see env_expand.expanded
+    expand = expanded
     for item in logical_lines(batches, memo, {}):
         words = item[2]
+        if type(words) is Run and not env_output:  # common lines the C scan read
+            skipped += words.unset
+            for op in words.ops:
+                if len(op) == 2:
+                    put(op[0], expand(op[1], variables, expansions))
+                else:
+                    variables.put_all(*op)
+            continue
         if isinstance(words, Segment):  # a segment read before: no prompt in it
             effect = words.effects.get(env_output)
             if effect is None:
@@ -234,12 +163,12 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
         skipped += unset
         for op in ops:
             if len(op) == 2:
-                put(op[0], _expand(op[1], variables))  # a (name, value) to expand
+                put(op[0], expand(op[1], variables, expansions))  # a (name, value) to expand
             else:
                 variables.put_all(*op)  # a _Chunk
     for name, value in variables.items():
         if isinstance(value, Joined):
-            variables[name] = _text(value)  # (the same length: Variables.total holds)
+            variables[name] = joined_text(value)  # (the same length: Variables.total holds)
     return variables, skipped
 
 
@@ -249,8 +178,19 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
     expansion, which depend on the variables), and whether env output follows them. Lines and
     runs read before are taken from `memo` and `runs`; new ones are kept there (bounded)."""
     out: list[tuple[str, str, bool]] = []
+    ops: list[tuple[str, str] | _Chunk] = []
     unset = 0
     for prompted, text, words in items:
+        if type(words) is Run:  # the C scan's: its ops where no env output is read, else ...
+            if env_output:  # ... its lines again, on the Python path (no prompt among them)
+                lines = logical_lines([words.text[:-1].split("\n")], memo, scan=False)
+                (more, more_unset), _ = _effect(lines, env_output, memo, runs)
+            else:
+                more, more_unset = words.ops, words.unset
+            _to_ops(out, ops)
+            ops += more
+            unset += more_unset
+            continue
         if isinstance(words, slice):  # a _QUICK run: one word per assignment, the value as is
             if not env_output:
                 run = runs.get(text)
@@ -285,7 +225,13 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
         out += [(name, value, True) for name, value in pairs]
         if not found:
             unset += 1
-    ops: list[tuple[str, str] | _Chunk] = []
+    _to_ops(out, ops)
+    return (ops, unset), env_output
+
+
+def _to_ops(out: list[tuple[str, str, bool]], ops: list[tuple[str, str] | _Chunk]) -> None:
+    """`out`'s (name, value, whether to expand) as ops after `ops`: a (name, value) to expand
+    where the value holds `$`, else chunks of values stored as they are; `out` emptied."""
     plain: list[tuple[str, str]] = []  # values to store as they are, since the last expansion
     for name, value, expand in out:
         if expand and "$" in value:
@@ -297,7 +243,7 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
             plain.append((name, value))
     if plain:
         ops.append(_chunk(plain))
-    return (ops, unset), env_output
+    out.clear()
 
 
 def _chunk(pairs: list[tuple[str, str]]) -> _Chunk:
@@ -340,6 +286,8 @@ def _read_command(words: list[str], add: Callable[[str], bool]) -> bool:
     if not _FLAG_WORD.search("\0".join(["", *words, ""])):
         return found
     for j, word in enumerate(words):
+        if word[:1] != "-" and not word.endswith("env"):
+            continue  # (most words: each branch below reads a `-` flag or an `env`)
         if word in FLAG_WORDS and j + 1 < len(words):
             found |= add(words[j + 1])
         elif j and (word == "env" or word.endswith("/env")):

@@ -6,11 +6,11 @@ before judged as before."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from harness.parsers.env_script import ASSIGN, FLAG_WORDS
-from harness.parsers.env_script_lines import VAR_NAME
+from harness.parsers.env_script_lines import VAR_NAME, c_scans, scan_function
 from harness.parsers.env_yaml import DICT_ENTRY, INLINE_ENV, YAML_BLOCK, YAML_INLINE, YAML_NAME, list_item
 from harness.parsers.reader import Input
 from harness.parsers.unwrap import RANK_PREFIX
@@ -33,6 +33,10 @@ _SCRIPT_FLAG = re.compile(
 _ASSIGN_START = re.compile(rf"{VAR_NAME}=")
 _NOT_ASSIGN_NEXT = re.compile(rf"\n(?!{VAR_NAME}=)")
 _LONG_LINE = 512
+#: The C scan of lines that tell _shape_lines nothing but their count (blank or not):
+#: harness/parsers/_env_shape.c env_shape_run, None where it is not built; switched off by
+#: PREFLIGHT_ENV_NO_C (env_script_lines.c_scans); the same shape either way.
+SHAPE_RUN = scan_function("env_shape_run")
 
 
 @dataclass(slots=True)
@@ -65,6 +69,7 @@ def shaped(source: Input, shape: Shape) -> Iterator[list[str]]:
     """Each batch of `source` once _shape's pass has judged it into `shape` (up to a NUL)."""
     previous: str | None = None  # the last non-blank line's list item (`- -x` then `- A=b`)
     memo: dict[str, _LineShape] = {}
+    shape_run = SHAPE_RUN if c_scans() else None
     for batch in source.batches():
         text = None if shape.structured else assignment_text(batch)
         if text is not None and "\0" not in text and _plain_batch(text, shape.script_plain):
@@ -72,7 +77,7 @@ def shaped(source: Input, shape: Shape) -> Iterator[list[str]]:
             shape.first = shape.first or batch[0][:1]
             previous = None
         else:
-            previous = _shape_lines(batch, shape, previous, memo)
+            previous = _shape_lines(batch, shape, previous, memo, shape_run)
             if shape.nul:
                 return
         yield batch
@@ -96,13 +101,24 @@ _MEMO_CHARS = 4096
 
 
 def _shape_lines(batch: list[str], shape: Shape, previous: str | None,
-                 memo: dict[str, _LineShape]) -> str | None:
+                 memo: dict[str, _LineShape], shape_run: Callable | None = None) -> str | None:
     """_shape's line loop over one batch; the last non-blank line's list item. A line that
     can hold no rank prefix or timestamp (its first non-blank character is no digit or `[`),
-    past the input's first non-blank line, is judged by itself once and kept in `memo`."""
+    past the input's first non-blank line, is judged by itself once and kept in `memo`; with
+    `shape_run` (SHAPE_RUN), lines that tell nothing but their count are passed over in C."""
     get = memo.get
     hits = 0  # non-blank lines judged from the memo since shape.nonblank was last brought up
-    for line in batch:
+    i, n = 0, len(batch)
+    while i < n:
+        if shape_run is not None and shape.script_plain and shape.first and not shape.structured:
+            i, nonblank = shape_run(batch, i)  # lines that tell nothing but that they are there
+            if nonblank:
+                shape.nonblank += nonblank
+                previous = None
+            if i == n:
+                break
+        line = batch[i]
+        i += 1
         if shape.structured:
             if "\0" in line:
                 shape.nul = True
