@@ -203,3 +203,17 @@ def test_runs_not_reported_are_skimmed_but_still_named_and_chosen():
     assert g.rows == alone_gather.rows and len(g.rows) == 4
     assert g.errors == ("Test NCCL failure common.cu:1030 'unhandled system error'",)
     assert g.avg_busbw_gb_s == alone_gather.avg_busbw_gb_s
+
+
+@pytest.mark.parametrize("after", ["\ufffd\ufffd", "\ufffd\n", "[x]"])
+def test_a_row_ending_in_a_character_past_ascii_is_read_whole(after):
+    """The row-shaped stretch (ASCII, no `[`) can end inside a line; the row scan must not
+    take that line's cells as a row ending there (`0\\ufffd` reached int(): ValueError; found
+    by tests/test_fuzz_parsers.py, splice + invalid_utf8)."""
+    header = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+              "     time   algbw   busbw #wrong\n")
+    row = ("     4194304       1048576     float     sum      -1    154.4   27.16   27.16      0"
+           "    153.3   27.37   27.37      0")
+    result = parse_nccl_tests(header + row + after + "\n" + row + "\n")
+    assert [r.size_bytes for r in result.rows] == [4194304, 4194304]
+    assert result.rows[1].oop.busbw_gb_s == 27.16

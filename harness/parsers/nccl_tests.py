@@ -176,10 +176,15 @@ class _Runs:
                 pos = read[1]
                 continue
             elif (m := ROW_SHAPED.match(text, pos)) is not None:
-                count = text.count("\n", pos, m.end())
-                self._block(lines, text, i, i + count, pos, m.end())
+                # The stretch ends where its ASCII class does, which can be inside a line (a
+                # U+FFFD or a `[` after a row's cells): the block reaches to that line's end, so
+                # no row is scanned as ending there (its cells then `0\ufffd` to int()).
+                end = text.find("\n", m.end())
+                end = len(text) if end < 0 else end
+                count = text.count("\n", pos, end)
+                self._block(lines, text, i, i + count, pos, end)
                 i += count
-                pos = m.end()
+                pos = end
                 continue
             else:
                 self._line(lines[i], self._plain(lines, text, i))
