@@ -10,6 +10,7 @@ itself)."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -144,22 +145,26 @@ def test_the_other_lines_are_left_to_python(line: str) -> None:
         assert scan.env_run(text, 0, len(text), {line: (False, (), False)}, 0, 0)[0] == 0
 
 
+def _c_words(text: str) -> str:
+    """How env_words read `text`: "lexed" (shell_words' words), "left" (None) or "raised"
+    (ValueError, only where shell_words raises too)."""
+    try:
+        expected = shell_words(strip_comment(text))
+    except ValueError:
+        expected = None
+    try:
+        got = scan.env_words(text)
+    except ValueError:
+        assert expected is None, repr(text)
+        return "raised"
+    if got is None:
+        return "left"
+    assert got == expected, repr(text)
+    return "lexed"
+
+
 def test_the_c_lexer_splits_as_shell_words_or_leaves_the_text() -> None:
-    words = 0
-    for line in LINES:
-        try:
-            expected = shell_words(strip_comment(line))
-        except ValueError:
-            expected = None
-        try:
-            got = scan.env_words(line)
-        except ValueError:  # (only where shell_words raises)
-            assert expected is None, repr(line)
-            continue
-        if got is not None:
-            words += 1
-            assert got == expected, repr(line)
-    assert words > 500
+    assert sum(_c_words(line) == "lexed" for line in LINES) > 500
     assert scan.env_words("$(which mpirun) -x A=\"b c\" 'd e'") == [
         "$(which mpirun)", "-x", "A=b c", "d e"]
     assert scan.env_words("$(which mpirun) -x A=1") == ["$(which", "mpirun)", "-x", "A=1"]
@@ -175,23 +180,9 @@ def test_the_c_lexer_raises_only_where_shell_words_does() -> None:
     gives shell_words' words, or None, or raises ValueError where shell_words raises (a value
     left open, whose next line is joined to it); it lexes and raises on thousands of them."""
     rng = random.Random(32)
-    lexed = raised = 0
-    for _ in range(60_000):
-        text = "".join(rng.choice(_LEXER_PIECES) for _ in range(rng.randint(0, 24)))
-        try:
-            expected = shell_words(strip_comment(text))
-        except ValueError:
-            expected = None
-        try:
-            got = scan.env_words(text)
-        except ValueError:
-            assert expected is None, repr(text)
-            raised += 1
-            continue
-        if got is not None:
-            assert got == expected, repr(text)
-            lexed += 1
-    assert lexed > 5_000 and raised > 5_000
+    read = Counter(_c_words("".join(rng.choice(_LEXER_PIECES) for _ in range(rng.randint(0, 24))))
+                   for _ in range(60_000))
+    assert read["lexed"] > 5_000 and read["raised"] > 5_000
 
 
 def test_a_value_over_several_lines_is_lexed_in_c_once_closed() -> None:

@@ -92,6 +92,19 @@ sub_end(const Py_UCS1 *s, Py_ssize_t n, Py_ssize_t i, int nested)
     return -1;
 }
 
+/* The `$(...)` at s[i] copied to buf + *k (*k moved past it): the index after it, or sub_end's
+ * -1 (not closed) or -2 (nested too deep). */
+static Py_ssize_t
+copy_sub(const Py_UCS1 *s, Py_ssize_t n, Py_ssize_t i, char *buf, Py_ssize_t *k)
+{
+    Py_ssize_t end = sub_end(s, n, i + 2, 1);
+    if (end >= 0) {
+        memcpy(buf + *k, s + i, (size_t)(end - i));
+        *k += end - i;
+    }
+    return end;
+}
+
 PyObject *
 env_words_of(PyObject *arg)
 {
@@ -138,14 +151,10 @@ env_words_of(PyObject *arg)
                 Py_ssize_t j = i + 1;
                 while (j < n && s[j] != '"') {
                     if (s[j] == '$' && j + 1 < n && s[j + 1] == '(') {
-                        Py_ssize_t e = sub_end(s, n, j + 2, 1);
-                        if (e == -2)
-                            goto python;
-                        if (e < 0)
+                        if ((j = copy_sub(s, n, j, buf, &k)) == -1)
                             goto open;
-                        memcpy(buf + k, s + j, (size_t)(e - j));
-                        k += e - j;
-                        j = e;
+                        if (j < 0)
+                            goto python;
                     } else {
                         buf[k++] = (char)s[j++];
                     }
@@ -154,14 +163,10 @@ env_words_of(PyObject *arg)
                     goto open;
                 i = j + 1;
             } else if (c == '$' && i + 1 < n && s[i + 1] == '(') {
-                Py_ssize_t e = sub_end(s, n, i + 2, 1);
-                if (e == -2)
-                    goto python;
-                if (e < 0)
+                if ((i = copy_sub(s, n, i, buf, &k)) == -1)
                     goto open;
-                memcpy(buf + k, s + i, (size_t)(e - i));
-                k += e - i;
-                i = e;
+                if (i < 0)
+                    goto python;
             } else if (c == ';' || c == '&' || c == '|') {
                 goto python; /* a word of its own: the Python lexer's */
             } else {
