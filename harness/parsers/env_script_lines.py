@@ -131,6 +131,9 @@ ENV_JOIN: Callable[[str, int, int], tuple[str, int] | None] | None = scan_functi
 #: It raises ValueError where shell_words would (a quote or `$(` not closed: a value whose lines
 #: are joined until it lexes, serve.sh's `NVSHMEM_LIB="$(python3 -c '...` over 4 lines).
 ENV_WORDS: Callable[[str], list[str] | None] | None = scan_function("env_words")
+#: The C reading of a command's words (env_reading: env_script._reading's port, the one env_run
+#: uses), None: env_script._reading reads every one.
+ENV_READING: Callable[[list[str]], tuple] | None = scan_function("env_reading")
 
 Item = tuple[bool, str, "list[str] | tuple[str] | slice | Segment | Run | None"]
 
