@@ -10,6 +10,7 @@ itself)."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,10 @@ TAKEN = ["A=1", "export A=1", "export A=1 B=2", "A=", 'A=""', "A=''", 'A="x y"',
          "A=\"x\"y", "A=1 B", "export", "export A", "1A=1", "-x A=1", "mpirun -x A=1 -e B=2 p",
          "srun --export=ALL,A=1 p", "docker run --env=A=1 --env B=2 i", "x /usr/bin/env A=1 B p",
          "env", "printenv", "set", "export -p", "declare -x", "a \\\n b=1",
-         "mpirun -x A=1 \\\n -x B=2 \\\n  prog"]
-LEFT = ["env | grep", "A=1;", "A=1 && B=2", 'A="a\\"b"', 'A="$(x)"', "A=x\\", "$ A=1", "$ env",
+         "mpirun -x A=1 \\\n -x B=2 \\\n  prog", 'A="$(x)"', "x $(a 'b')", 'A="$(a "b c" | d)"']
+LEFT = ["env | grep", "A=1;", "A=1 && B=2", 'A="a\\"b"', "A=x\\", "$ A=1", "$ env",
         "A=\u00e9", "A=\x00", 'A="x', "A='x", "A=x\ry", "A\u3000=1", "A=1\u3000#c", "A=x|y",
-        "A=1 #c \\", "x $(a 'b')", "A=1 \\\n# c\nB=2", "A=1 \\\n  \u00e9", "A=1\\\\"]
+        "A=1 #c \\", "A=\"$(a 'b'", "A=1 \\\n# c\nB=2", "A=1 \\\n  \u00e9", "A=1\\\\"]
 #: Command substitutions (kept whole inside a word where the line has quotes, split at blanks
 #: where it has none) and quotes inside them (the Python lexer's).
 SUBSTITUTIONS = ['echo "a" $(cat "a b") c', "echo 'a' $(echo 'x y') c", 'x "$(a)" y', "x '$(a b)' y",
@@ -144,21 +145,57 @@ def test_the_other_lines_are_left_to_python(line: str) -> None:
         assert scan.env_run(text, 0, len(text), {line: (False, (), False)}, 0, 0)[0] == 0
 
 
+def _c_words(text: str) -> str:
+    """How env_words read `text`: "lexed" (shell_words' words), "left" (None) or "raised"
+    (ValueError, only where shell_words raises too)."""
+    try:
+        expected = shell_words(strip_comment(text))
+    except ValueError:
+        expected = None
+    try:
+        got = scan.env_words(text)
+    except ValueError:
+        assert expected is None, repr(text)
+        return "raised"
+    if got is None:
+        return "left"
+    assert got == expected, repr(text)
+    return "lexed"
+
+
 def test_the_c_lexer_splits_as_shell_words_or_leaves_the_text() -> None:
-    words = 0
-    for line in LINES:
-        try:
-            expected = shell_words(strip_comment(line))
-        except ValueError:
-            expected = None
-        got = scan.env_words(line)
-        if got is not None:
-            words += 1
-            assert got == expected, repr(line)
-    assert words > 500
+    assert sum(_c_words(line) == "lexed" for line in LINES) > 500
     assert scan.env_words("$(which mpirun) -x A=\"b c\" 'd e'") == [
         "$(which mpirun)", "-x", "A=b c", "d e"]
     assert scan.env_words("$(which mpirun) -x A=1") == ["$(which", "mpirun)", "-x", "A=1"]
+
+
+#: Pieces of the texts below: quotes, `$(`, parentheses and `;&|` in every order, line ends.
+_LEXER_PIECES = ["a", "b", "=", "A", "$(", ")", "(", '"', "'", " ", "\n", "\t", ";", "|", "&",
+                 "x y", "$", "-x ", "echo ", "||"]
+
+
+def test_the_c_lexer_raises_only_where_shell_words_does() -> None:
+    """On 60,000 random texts of quotes, `$(`, parentheses, `;&|` and line ends: env_words
+    gives shell_words' words, or None, or raises ValueError where shell_words raises (a value
+    left open, whose next line is joined to it); it lexes and raises on thousands of them."""
+    rng = random.Random(32)
+    read = Counter(_c_words("".join(rng.choice(_LEXER_PIECES) for _ in range(rng.randint(0, 24))))
+                   for _ in range(60_000))
+    assert read["lexed"] > 5_000 and read["raised"] > 5_000
+
+
+def test_a_value_over_several_lines_is_lexed_in_c_once_closed() -> None:
+    """serve.sh's `NVSHMEM_LIB="$(python3 -c '...` over 4 lines: open (ValueError) until its
+    last line, then one word, `$(...)` inside double quotes with its quotes, `(`, `||`."""
+    lines = (DATA / "real_serve_sh_defaults_expansion_p5en.sh").read_text().split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("NVSHMEM_LIB="))
+    for k in range(1, 4):
+        with pytest.raises(ValueError):
+            scan.env_words("\n".join(lines[start:start + k]))
+    text = "\n".join(lines[start:start + 4])
+    assert scan.env_words(text) == shell_words(text) == [text.replace('"', "", 1)[:-1]]
+    assert scan.env_words("A=$(a (b) 'c)' \"d)\")") == ["A=$(a (b) 'c)' \"d)\")"]
 
 
 def _shapes(text: str) -> tuple[env_shape.Shape, env_shape.Shape]:

@@ -38,7 +38,8 @@ def python_path(mp: pytest.MonkeyPatch) -> None:
     """The env reader without its C scans (harness/parsers/_env_lines.c), as a build without a
     C compiler or PREFLIGHT_ENV_NO_C=1 reads."""
     for module, name in ((env_script_lines, "ENV_RUN"), (env_script_lines, "ENV_JOIN"),
-                         (env_script_lines, "ENV_WORDS"), (env_shape, "SHAPE_RUN")):
+                         (env_script_lines, "ENV_WORDS"), (env_script_lines, "ENV_READING"),
+                         (env_shape, "SHAPE_RUN")):
         mp.setattr(module, name, None)
 
 

@@ -33,6 +33,26 @@ def test_line_ends_are_the_same_whatever_the_chunk_boundaries(text, chunk):
     assert list(Input(io.StringIO(text), chunk=chunk).lines()) == expected
 
 
+@pytest.mark.parametrize("shift", [-2, -1, 0, 1])
+def test_pieces_decoded_apart_hand_out_the_same_lines_in_batches_of_a_chunk(shift):
+    """The reader decodes DECODE_CHARS at a time (bytes and str) and hands out the lines of
+    about `chunk` characters a batch: a `\r\n` or a 3-byte character across a piece's end, a
+    line over several pieces and a long one cut read as the whole text split, in one batch per
+    `chunk` characters (not one per piece)."""
+    piece = reader.DECODE_CHARS
+    line = "A=\u2014" + "x" * 40
+    text = "\n".join([line] * 12_000)
+    edge = piece + shift - len(line) % piece
+    text = text[:edge] + "\r\n\u2014" + text[edge:] + "\n" + "y" * (3 * piece) + "\r\nend"
+    expected = text.replace("\r\n", "\n").split("\n")
+    for source in (io.BytesIO(text.encode()), text):
+        read = Input(source, chunk=4 * piece, max_line=2 * piece + 5)
+        batches = list(read.batches())
+        assert [x for b in batches for x in b] == [x[:2 * piece + 5] for x in expected]
+        assert len(batches) <= len(text) // (4 * piece) + 2 < len(text) // piece
+        assert read.stats.cut_lines == 1 and read.stats.lines == len(expected)
+
+
 def test_a_long_line_is_cut_counted_and_said():
     source = Input("abcdefghij\nxy\n" + "z" * 50, max_line=4, chunk=3)
     assert list(source.lines()) == ["abcd", "xy", "zzzz"]

@@ -315,7 +315,7 @@ env_lines_run(PyObject *self, PyObject *args)
             /* a line read here: lexed (env_words) and read (env_reading), and kept in the memo
              * as parse_script keeps a reading (within its bounds) */
             PyObject *words = env_words_of(key);
-            if (words == Py_None) {
+            if (words == Py_None || words == Py_False) { /* (False: a quote or `$(` left open) */
                 Py_DECREF(words);
                 Py_DECREF(key);
                 break;

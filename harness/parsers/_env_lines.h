@@ -15,7 +15,8 @@ extern const char env_lines_run_doc[];
 PyObject *env_lines_run(PyObject *self, PyObject *args);
 extern const char env_lines_words_doc[];
 PyObject *env_lines_words(PyObject *self, PyObject *arg);
-/* env_words(text) and env_reading(words) for env_run: a new reference (None: not lexed). */
+/* env_words(text) and env_reading(words) for env_run: a new reference (None: not lexed; from
+ * env_words_of, False: a quote or `$(` not closed). */
 PyObject *env_words_of(PyObject *text);
 PyObject *env_reading_of(PyObject *words);
 extern const char env_lines_reading_doc[];

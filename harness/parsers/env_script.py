@@ -143,6 +143,7 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
     env_output = False  # lines after `$ env | grep NCCL` are its output, values taken whole
     expansions: dict[str, Expansion] = {}  # see env_expand.expanded
     expand = expanded
+    read = script_lines.ENV_READING if script_lines.c_scans() else None
     for item in logical_lines(batches, memo, {}):
         words = item[2]
         if type(words) is Run and not env_output:  # common lines the C scan read
@@ -156,9 +157,10 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
         if isinstance(words, Segment):  # a segment read before: no prompt in it
             effect = words.effects.get(env_output)
             if effect is None:
-                effect = words.effects[env_output] = _effect(words.items, env_output, memo, runs)[0]
+                effect = words.effects[env_output] = _effect(words.items, env_output, memo, runs,
+                                                               read)[0]
         else:
-            effect, env_output = _effect((item,), env_output, memo, runs)
+            effect, env_output = _effect((item,), env_output, memo, runs, read)
         ops, unset = effect
         skipped += unset
         for op in ops:
@@ -173,10 +175,13 @@ def parse_script(batches: Iterable[list[str]]) -> tuple[Variables, int]:
 
 
 def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
-            runs: dict[str, _Run]) -> tuple[_Effect, bool]:
+            runs: dict[str, _Run], read: Callable[[list[str]], _Reading] | None = None
+            ) -> tuple[_Effect, bool]:
     """What `items` do after `env_output` (parse_script's loop, but for the store and the
     expansion, which depend on the variables), and whether env output follows them. Lines and
-    runs read before are taken from `memo` and `runs`; new ones are kept there (bounded)."""
+    runs read before are taken from `memo` and `runs`; new ones are kept there (bounded). `read`:
+    how a command's words are read (the C port of _reading, ENV_READING), None: _reading."""
+    read = read or _reading
     out: list[tuple[str, str, bool]] = []
     ops: list[tuple[str, str] | _Chunk] = []
     unset = 0
@@ -184,7 +189,7 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
         if type(words) is Run:  # the C scan's: its ops where no env output is read, else ...
             if env_output:  # ... its lines again, on the Python path (no prompt among them)
                 lines = logical_lines([words.text[:-1].split("\n")], memo, scan=False)
-                (more, more_unset), _ = _effect(lines, env_output, memo, runs)
+                (more, more_unset), _ = _effect(lines, env_output, memo, runs, read)
             else:
                 more, more_unset = words.ops, words.unset
             _to_ops(out, ops)
@@ -209,9 +214,9 @@ def _effect(items: Iterable[Item], env_output: bool, memo: dict[str, _Reading],
         if words is None:  # lexed before: read before
             reading = memo[text]
         elif isinstance(words, tuple):  # no command (an unclosed quote): its text as one word
-            reading = _reading(list(words))
+            reading = read(list(words))
         else:
-            reading = _reading(words)
+            reading = read(words)
             if len(memo) < script_lines.MEMO_LINES and len(text) <= script_lines.MEMO_CHARS:
                 memo[text] = reading
         prints, pairs, found = reading

@@ -128,7 +128,12 @@ ENV_RUN: Callable[[str, int, int, dict, int, int], tuple[int, list, int]] | None
 #: The C join of a backslash-continued command (env_join), None: joined line by line below.
 ENV_JOIN: Callable[[str, int, int], tuple[str, int] | None] | None = scan_function("env_join")
 #: The C lexer of a command in its common forms (env_words), None: shell_words lexes every one.
+#: It raises ValueError where shell_words would (a quote or `$(` not closed: a value whose lines
+#: are joined until it lexes, serve.sh's `NVSHMEM_LIB="$(python3 -c '...` over 4 lines).
 ENV_WORDS: Callable[[str], list[str] | None] | None = scan_function("env_words")
+#: The C reading of a command's words (env_reading: env_script._reading's port, the one env_run
+#: uses), None: env_script._reading reads every one.
+ENV_READING: Callable[[list[str]], tuple] | None = scan_function("env_reading")
 
 Item = tuple[bool, str, "list[str] | tuple[str] | slice | Segment | Run | None"]
 
@@ -173,9 +178,9 @@ def logical_lines(batches: Iterable[list[str]], known: Container[str] = (),
             return None
         if text in unlexed:
             raise ValueError("not closed")
-        if env_words is not None and (words := env_words(text)) is not None:
-            return words  # (no `#`, so no comment to strip)
         try:
+            if env_words is not None and (words := env_words(text)) is not None:
+                return words  # (no `#`, so no comment to strip)
             return _shell_words(_strip_comment(text))
         except ValueError:
             if len(unlexed) < MEMO_LINES and len(text) <= MEMO_CHARS:
