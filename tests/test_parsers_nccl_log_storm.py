@@ -50,3 +50,31 @@ def test_a_failure_after_the_kept_errors_still_reads_as_a_failure() -> None:
     out, _ = _read(first + _storm(MAX_KEPT + 50))
     assert len(out["errors"]) == MAX_KEPT
     assert "out of memory" in out["errors"][0]["line"]
+
+
+@pytest.mark.parametrize("c_check", [True, False], ids=["holds_any", "python"])
+def test_warn_lines_after_the_kept_errors_still_give_their_facts(monkeypatch, c_check) -> None:
+    """Once MAX_KEPT errors and warnings are kept, a WARN line skips the catalogue (and the
+    call that would try it), not what else it says: aws-ofi-nccl's rules (the provider a 1.1x
+    plugin warns with, its GDR failure), the first NET/IB warning, and each line's count."""
+    from harness.parsers import nccl_log_payloads
+
+    if not c_check:
+        monkeypatch.setattr(nccl_log_payloads, "_holds_any", None)
+    facts = nccl_log_payloads.PayloadFacts(2)
+    for i in range(3):  # the storm: errors and warnings full
+        facts.warn(f"NET/OFI Request 0x{i:x} completed with error. RC: -1. Error: 113 "
+                   "(Unresponsive receiver)")
+    assert len(facts.errors) == len(facts.warnings) == 2 and facts.recognised == 9
+    facts.warn("NET/OFI Selected Provider is efa, fabric is efa-direct (found 4 nics)")
+    facts.warn("NET/OFI GDR disabled on GDR-supported instance type")
+    facts.warn("NET/IB : No device found.")
+    facts.warn("NET/IB : a second one")
+    facts.warn("Socket recv failed while polling for opId=0x1")
+    assert (facts.provider, facts.fabric, facts.ofi_nics, facts.nogdr) == (
+        "efa", "efa-direct", 4, True)
+    assert facts.ib_warned == "NET/IB : No device found." and facts.ofi_seen
+    # warn and its fault count 2 a line; an aws-ofi-nccl line no rule reads, or a GDR failure's
+    # own fault, one more: the same counts as before the shortcut
+    assert facts.recognised == 9 + 2 + 3 + 2 + 2 + 2
+    assert len(facts.errors) == len(facts.warnings) == 2

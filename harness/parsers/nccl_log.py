@@ -102,16 +102,19 @@ class _Scanner:
         seen.update(dict.fromkeys(fresh))
         self.seen_bytes += size
         for raw in fresh:
-            text = payload_text(raw)
-            if text.startswith("NCCL INFO "):
+            # payload_text(raw), inlined: this loop runs once per distinct payload (a WARN storm
+            # whose every line names its own address: every line)
+            text = raw.partition(b"|")[0].decode("utf-8", "replace").strip()
+            if text.startswith("NCCL WARN "):
+                if text.startswith("Cuda failure", 10):  # `transport/nvls.cc:158 NCCL WARN`
+                    facts.warn(text[10:], context=scan.line_of(raw, b"NCCL WARN"))
+                else:
+                    facts.warn(text[10:])
+            elif text.startswith("NCCL INFO "):
                 if "via NET/" in text:
                     facts.channel(text.partition("via NET/")[2])
                 else:
                     facts.info(text[10:])
-            elif text.startswith("NCCL WARN Cuda failure"):  # `transport/nvls.cc:158 NCCL WARN`
-                facts.warn(text[10:], context=scan.line_of(raw, b"NCCL WARN"))
-            elif text.startswith("NCCL WARN "):
-                facts.warn(text[10:])
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
             elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
