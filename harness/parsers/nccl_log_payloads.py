@@ -254,6 +254,24 @@ class PayloadFacts:
         else:  # what fault does once MAX_KEPT errors are kept, without the call (a WARN storm)
             self.recognised += 1
 
+    def warns(self, texts: list[str]) -> None:
+        """warn(text[10:]) for each `NCCL WARN ...` text in turn: the same facts. Once MAX_KEPT
+        warnings and errors are kept (a storm of distinct WARN lines) without that call a line:
+        what warn then does is count the line (and its fault), keep the first NET/IB warning and
+        try aws-ofi-nccl's rules."""
+        max_kept, warnings, errors = self.max_kept, self.warnings, self.errors
+        for text in texts:
+            if len(warnings) < max_kept or len(errors) < max_kept:
+                self.warn(text[10:])
+                continue
+            self.recognised += 2
+            if text.startswith("NET/", 10):
+                if text.startswith("IB", 14) and self.ib_warned is None:
+                    self.ib_warned = text[10:10 + MAX_TEXT]
+                elif text.startswith("OFI", 14):
+                    self.ofi_seen = True
+                    self._ofi(text[18:])
+
     def fault(self, text: str, info: bool = False, context: str | None = None) -> None:
         """Record `text` as an error when it (or its whole line, `context`) matches the
         known-failure catalogue (an INFO line only by an entry that is not `warn_only`). Once
