@@ -234,25 +234,21 @@ class PayloadFacts:
         if not matched:
             if len(self.errors) < self.max_kept:
                 self.fault("NET/OFI " + text, info=True)
-            else:  # (as in warn)
+            else:  # what fault does once MAX_KEPT errors are kept, without the call
                 self.recognised += 1
 
     def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
         if len(self.warnings) < self.max_kept:
             self.warnings[text[:MAX_TEXT]] = None
-        if text.startswith("NET/"):
-            if text.startswith("IB", 4) and self.ib_warned is None:
-                self.ib_warned = text[:MAX_TEXT]  # only NCCL's IB transport prints these
-            elif text.startswith("OFI", 4):
-                self.ofi_seen = True
-                # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure
-                # as WARN lines: the same facts as at INFO level.
-                self._ofi(text[8:])
-        if len(self.errors) < self.max_kept:
-            self.fault(text, context=context)
-        else:  # what fault does once MAX_KEPT errors are kept, without the call (a WARN storm)
-            self.recognised += 1
+        if text.startswith("NET/IB") and self.ib_warned is None:
+            self.ib_warned = text[:MAX_TEXT]  # only NCCL's IB transport prints these
+        if text.startswith("NET/OFI"):
+            self.ofi_seen = True
+            # 1.1x prints `GDR disabled on GDR-supported instance type` and its init failure as
+            # WARN lines: the same facts as at INFO level.
+            self._ofi(text[8:])
+        self.fault(text, context=context)
 
     def warns(self, texts: list[str]) -> None:
         """warn(text[10:]) for each `NCCL WARN ...` text in turn: the same facts. Once MAX_KEPT
