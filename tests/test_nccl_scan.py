@@ -13,8 +13,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.parsers import ParseError, nccl_log, nccl_log_chunk
-from harness.parsers.nccl_log_lines import LIBFABRIC_WARN, MAIN, RANK_LINE, payload_text
+from harness.parsers import ParseError, nccl_log, nccl_log_chunk, nccl_log_payloads
+from harness.parsers.nccl_log_lines import (
+    LIBFABRIC_WARN,
+    MAIN,
+    OFI_LITERALS,
+    RANK_LINE,
+    payload_text,
+)
 from tests.conftest import REPO
 
 scan = pytest.importorskip("harness.parsers._nccl_scan", reason="built without a C compiler")
@@ -114,6 +120,7 @@ def test_a_parse_reads_the_same_with_and_without_it(monkeypatch):
     logs = [p for p in LOGS if p.parent.name == "nccl_log"]
     fast = [parsed(p) for p in logs]
     monkeypatch.setattr(nccl_log_chunk, "_nccl_scan", None)
+    monkeypatch.setattr(nccl_log_payloads, "_holds_any", None)
     slow = [parsed(p) for p in logs]
     assert sum(not isinstance(f, str) for f in fast) > 30
     for path, f, s in zip(logs, fast, slow, strict=True):
@@ -128,6 +135,32 @@ def test_bad_arguments_raise_instead_of_reading_out_of_bounds():
     with pytest.raises(ValueError, match="empty literal"):
         scan.tails(b"x", 1, b"")
     assert scan.candidates(memoryview(b"NCCL WARN x\n"), 99, {}) == ([b"NCCL WARN x"], 1)
+
+
+#: Pieces of aws-ofi-nccl's literals (each cut short, or with a character changed), and
+#: characters of every width str has (Latin-1, BMP, astral: holds_any reads only the first).
+OFI_PIECES = st.one_of(
+    st.sampled_from(OFI_LITERALS).flatmap(lambda w: st.one_of(
+        st.just(w), st.integers(1, len(w)).map(lambda k: w[:k]), st.integers(1, len(w)).map(
+            lambda k: w[k:]))),
+    st.sampled_from([" ", "x", "0x1f", "\xe9", "\u20ac", "\U0001f600", "\x00"]))
+
+
+@given(st.lists(OFI_PIECES, max_size=6).map("".join))
+@example("NET/OFI Request 0x1001daa66d13 completed with error. RC: 103")
+@example("\xe9 Using transport protocol RDMA")
+def test_holds_any_says_what_the_loop_of_in_tests_says(text):
+    """False only where no literal is in the text (the rules are then skipped: no rule matches
+    without its literal); True where one is; True (the loop decides) past Latin-1."""
+    held = any(literal in text for literal in OFI_LITERALS)
+    got = scan.holds_any(text, OFI_LITERALS)
+    assert got == held or (got and max(map(ord, text)) > 0xFF)
+
+
+def test_holds_any_refuses_literals_it_cannot_read():
+    for literals in [("",), ("\xe9",), (b"x",), ["x"]]:
+        with pytest.raises(TypeError):
+            scan.holds_any("x", literals)
 
 
 def test_the_scan_is_built_where_a_compiler_is():

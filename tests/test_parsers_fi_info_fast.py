@@ -10,6 +10,8 @@ import io
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from harness.parsers import ParseError, fi_info
 from harness.parsers.fi_info import FiInfo, parse_fi_info
@@ -84,3 +86,31 @@ def test_a_command_continued_into_a_field_line_is_unwrapped():
     got = _fast(text, None)
     assert got == _by_line(text)
     assert isinstance(got, FiInfo) and got.commands == ("fi_info -p efa type: FI_EP_RDM",)
+
+
+@given(st.lists(st.sampled_from(["provider:", "provider", "rovider:", " ", "\t", "\n", "\r", "\x0b",
+                                 "\x85", "\u2028", "\u00a0", "x", "fabric: efa", "prov"]),
+                max_size=12).map("".join))
+@example("provider: efa\n    provider: tcp\nx provider: no\n\n  provider:provider:")
+def test_provider_starts_are_the_regexes(text: str) -> None:
+    """feed_batch finds each block's `provider:` line by the literal and a look at its line's
+    start: the same starts as fi_info._PROVIDER_LINES' (blanks then `provider:` on a line)."""
+    want = [m.start() for m in fi_info._PROVIDER_LINES.finditer(text)]
+    assert fi_info._provider_starts(text) == want
+
+
+def test_provider_starts_on_every_recorded_listing() -> None:
+    for path in FILES:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        want = [m.start() for m in fi_info._PROVIDER_LINES.finditer(text)]
+        assert fi_info._provider_starts(text) == want, path.name
+    assert sum(len(fi_info._provider_starts(p.read_text(errors="replace"))) for p in FILES) > 20
+
+
+@pytest.mark.timeout(120)
+def test_provider_starts_look_at_a_long_line_once() -> None:
+    """A line of a million blanks and 400,000 `provider:`s: each hit's line is not looked at
+    again (read so, it is ~10^11 characters)."""
+    text = "x\n" + " " * 1_000_000 + "provider:" * 400_000 + "\n provider: efa"
+    want = [m.start() for m in fi_info._PROVIDER_LINES.finditer(text)]
+    assert fi_info._provider_starts(text) == want == [2, 1_000_002 + 9 * 400_000 + 1]

@@ -266,9 +266,45 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(holds_any_doc,
+"holds_any(text, literals) -> bool\n\n"
+"any(literal in text for literal in literals), the literals non-empty ASCII str; True also\n"
+"where `text` holds a character past U+00FF (not looked at here: the caller's own loop, which\n"
+"this call only lets it skip, decides). harness.parsers.nccl_log_payloads asks it before\n"
+"trying aws-ofi-nccl's rules on a distinct NET/OFI payload (a WARN storm names its own\n"
+"address on every line: a Python loop of `in` tests a line cost ~3x this call).");
+
+static PyObject *
+holds_any(PyObject *self, PyObject *args)
+{
+    PyObject *text, *literals;
+    if (!PyArg_ParseTuple(args, "UO!:holds_any", &text, &PyTuple_Type, &literals))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(literals);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *lit = PyTuple_GET_ITEM(literals, i);
+        if (!PyUnicode_Check(lit) || !PyUnicode_IS_ASCII(lit) || PyUnicode_GET_LENGTH(lit) == 0) {
+            PyErr_SetString(PyExc_TypeError, "holds_any: literals must be non-empty ASCII str");
+            return NULL;
+        }
+    }
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        Py_RETURN_TRUE;
+    /* One byte a character (Latin-1): an ASCII literal is in the text where its bytes are. */
+    const char *data = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *lit = PyTuple_GET_ITEM(literals, i);
+        if (find(data, n, (const char *)PyUnicode_1BYTE_DATA(lit), PyUnicode_GET_LENGTH(lit)))
+            Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"candidates", candidates, METH_VARARGS, candidates_doc},
     {"tails", tails, METH_VARARGS, tails_doc},
+    {"holds_any", holds_any, METH_VARARGS, holds_any_doc},
     {"table_rows", nccl_rows_table_rows, METH_VARARGS, nccl_rows_table_rows_doc},
     {"env_run", env_lines_run, METH_VARARGS, env_lines_run_doc},
     {"env_join", env_lines_join, METH_VARARGS, env_lines_join_doc},

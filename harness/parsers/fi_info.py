@@ -113,6 +113,7 @@ _MINUS_DIGIT = re.compile(r"-[0-9]")
 _NOT_FIELD = re.compile(r"\n(?![^\S\n]*+(?:provider|fabric|domain|version|type|protocol):)")
 #: Where each `provider:` line starts, in a batch joined by `\n`: a block runs to the next one.
 _PROVIDER_LINES = re.compile(r"^[^\S\n]*provider:", re.MULTILINE)
+_PROVIDER = re.compile("provider:")  # (_provider_starts: the same starts, found faster)
 #: `fi_info -v`: a block starts at `fi_info:`; `fi_ep_attr:` and the like open a section.
 _VERBOSE_BLOCK = re.compile(r"^\s*fi_info:\s*$")
 _VERBOSE_LINE = re.compile(r"^\s*(\w+):\s*(.*)$")
@@ -205,7 +206,7 @@ class _Reader:
             for line in lines:
                 self.feed(line)
             return
-        starts = [m.start() for m in _PROVIDER_LINES.finditer(text)]
+        starts = _provider_starts(text)
         # The open block's rest (before the batch's first `provider:` line), then each block
         # that ends in this batch, then the one left open.
         self._fields(text[:starts[0]] if starts else text)
@@ -260,6 +261,26 @@ class _Reader:
         if self.saw_verbose:
             return FiInfo(tuple(self.verbose.kept), None, self.verbose.omitted)
         return FiInfo(tuple(self.listing.kept), self.error_code, self.listing.omitted)
+
+
+def _provider_starts(text: str) -> list[int]:
+    """[m.start() for m in _PROVIDER_LINES.finditer(text)]: where each line that is blanks and
+    `provider:` starts. The literal is found first (sre's literal search) and its line's start
+    checked: _PROVIDER_LINES' `^` is tried at every character, ~3x this (a fleet's listings are
+    one `provider:` line in six). Each stretch of text is looked at once: a line's second hit
+    has `provider:` before it, not blanks."""
+    rfind, starts = text.rfind, []
+    line, last = -1, 0  # the line start of the hit before (-1: none), where that hit is
+    for m in _PROVIDER.finditer(text):
+        at = m.start()
+        newline = rfind("\n", last, at)
+        last = at
+        if newline < 0 and line >= 0:
+            continue  # on the line of the hit before
+        line = newline + 1  # `^` (MULTILINE): after a `\n` only (0: the text's first line)
+        if line == at or text[line:at].isspace():  # `[^\S\n]*`: str.isspace is sre's `\s`
+            starts.append(line)
+    return starts
 
 
 def _unwrapped(batch: list[str], unwrapper: Unwrapper) -> list[str]:

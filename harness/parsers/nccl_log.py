@@ -101,17 +101,24 @@ class _Scanner:
             self.seen_bytes = 0
         seen.update(dict.fromkeys(fresh))
         self.seen_bytes += size
+        warns: list[str] = []  # a run of plain WARN payloads, read in one call (facts.warns)
         for raw in fresh:
-            text = payload_text(raw)
-            if text.startswith("NCCL INFO "):
+            # payload_text(raw), inlined: this loop runs once per distinct payload (a WARN storm
+            # whose every line names its own address: every line)
+            text = raw.partition(b"|")[0].decode("utf-8", "replace").strip()
+            if text.startswith("NCCL WARN ") and not text.startswith("Cuda failure", 10):
+                warns.append(text)
+                continue
+            if warns:  # read before this payload, in the input's order
+                facts.warns(warns)
+                warns = []
+            if text.startswith("NCCL WARN "):  # `transport/nvls.cc:158 NCCL WARN Cuda failure`
+                facts.warn(text[10:], context=scan.line_of(raw, b"NCCL WARN"))
+            elif text.startswith("NCCL INFO "):
                 if "via NET/" in text:
                     facts.channel(text.partition("via NET/")[2])
                 else:
                     facts.info(text[10:])
-            elif text.startswith("NCCL WARN Cuda failure"):  # `transport/nvls.cc:158 NCCL WARN`
-                facts.warn(text[10:], context=scan.line_of(raw, b"NCCL WARN"))
-            elif text.startswith("NCCL WARN "):
-                facts.warn(text[10:])
             elif text.startswith("NCCL version "):
                 facts.version(text[13:].split()[0])
             elif text.startswith("NCCL.cpp:"):  # `ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog`
@@ -127,6 +134,8 @@ class _Scanner:
                     self.torch_error(text)
             else:  # torch's `NCCL error in: ..., NCCL version 2.27.3`
                 self.torch_error(text)
+        if warns:
+            facts.warns(warns)
         for raw in scan.warns:
             key = b"<warn> " + raw  # (a `MAIN` payload starts with NCCL: no clash)
             if key not in seen:  # every rank prints it: judged once

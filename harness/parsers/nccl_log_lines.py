@@ -9,7 +9,7 @@ import re
 
 __all__ = [
     "ANSI_BYTES", "DEV_INDEX", "DOCKER_LINE", "GDR_DISABLED", "IB_DEVS", "LIBFABRIC_WARN", "LOADED",
-    "LOADED_VERSION", "MAIN", "NRANKS", "OFI_RULES", "OLD_PLUGIN", "OLD_PLUGIN_LITERAL",
+    "LOADED_VERSION", "MAIN", "NRANKS", "OFI_LITERALS", "OFI_RULES", "OLD_PLUGIN", "OLD_PLUGIN_LITERAL",
     "PLUGIN_FAILED", "RANK_LINE", "RETRY", "SOCKET_DEVS", "USING_NETWORK", "VERSION", "WATCHDOG",
     "WATCHDOG_END", "WATCHDOG_FIELDS", "first_line", "line_after", "line_of", "payload_text",
     "segments_with",
@@ -114,6 +114,8 @@ OFI_RULES = (
     (re.compile(r"aws-ofi-nccl initialization failed"), "failed",
      "aws-ofi-nccl initialization failed"),
 )
+#: Each rule's literal, in OFI_RULES' order (harness.parsers._nccl_scan.holds_any's argument).
+OFI_LITERALS = tuple(literal for _, _, literal in OFI_RULES)
 # (Names are taken to the line's end and stripped in Python: a lazy group before `\s*$`
 # rescanned a run of blanks from each of its characters.)
 LOADED = re.compile(r"Loaded (?:net|NET) plugin (.+)$")

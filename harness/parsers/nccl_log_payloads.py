@@ -23,6 +23,7 @@ from harness.parsers.nccl_log_lines import (
     LOADED,
     LOADED_VERSION,
     NRANKS,
+    OFI_LITERALS,
     OFI_RULES,
     PLUGIN_FAILED,
     RETRY,
@@ -34,6 +35,11 @@ from harness.parsers.nccl_log_lines import (
     WATCHDOG_FIELDS,
 )
 from harness.parsers.values import ascii_int
+
+try:  # (the C scan's module: `holds_any`; without it, each rule's `in` test decides alone)
+    from harness.parsers._nccl_scan import holds_any as _holds_any
+except ImportError:
+    _holds_any = None
 
 __all__ = ["COLLNET", "MAX_KEPT", "MAX_NAMES", "MAX_TEXT", "PayloadFacts"]
 
@@ -192,7 +198,10 @@ class PayloadFacts:
         """Every rule that matches is read: one line can hold two facts (`Running on p4d.24xlarge
         platform, Setting NCCL_TOPO_FILE environment variable to ...`, aws-ofi-nccl 1.4-1.11)."""
         matched = False
-        for regex, kind, literal in OFI_RULES:
+        # No rule matches without its literal: where the text holds none (one C call; a storm of
+        # distinct WARN lines holds none) no rule is tried, as the loop's own tests would decide.
+        rules = () if _holds_any is not None and not _holds_any(text, OFI_LITERALS) else OFI_RULES
+        for regex, kind, literal in rules:
             if literal not in text:
                 continue
             m = regex.search(text)
@@ -223,7 +232,10 @@ class PayloadFacts:
             elif kind == "failed":
                 self.plugin_failed = True
         if not matched:
-            self.fault("NET/OFI " + text, info=True)
+            if len(self.errors) < self.max_kept:
+                self.fault("NET/OFI " + text, info=True)
+            else:  # what fault does once MAX_KEPT errors are kept, without the call
+                self.recognised += 1
 
     def warn(self, text: str, context: str | None = None) -> None:
         self.recognised += 1
@@ -237,6 +249,24 @@ class PayloadFacts:
             # WARN lines: the same facts as at INFO level.
             self._ofi(text[8:])
         self.fault(text, context=context)
+
+    def warns(self, texts: list[str]) -> None:
+        """warn(text[10:]) for each `NCCL WARN ...` text in turn: the same facts. Once MAX_KEPT
+        warnings and errors are kept (a storm of distinct WARN lines) without that call a line:
+        what warn then does is count the line (and its fault), keep the first NET/IB warning and
+        try aws-ofi-nccl's rules."""
+        max_kept, warnings, errors = self.max_kept, self.warnings, self.errors
+        for text in texts:
+            if len(warnings) < max_kept or len(errors) < max_kept:
+                self.warn(text[10:])
+                continue
+            self.recognised += 2
+            if text.startswith("NET/", 10):
+                if text.startswith("IB", 14) and self.ib_warned is None:
+                    self.ib_warned = text[10:10 + MAX_TEXT]
+                elif text.startswith("OFI", 14):
+                    self.ofi_seen = True
+                    self._ofi(text[18:])
 
     def fault(self, text: str, info: bool = False, context: str | None = None) -> None:
         """Record `text` as an error when it (or its whole line, `context`) matches the
