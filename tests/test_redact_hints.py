@@ -19,7 +19,13 @@ import pytest
 
 from harness.base import redact, redact_pairs
 from harness.base.redact import Redactor
-from harness.base.redact_pairs import NAME_LITERALS, is_secret_flag, is_secret_name, name_hints
+from harness.base.redact_pairs import (
+    NAME_LITERALS,
+    hint_pattern,
+    is_secret_flag,
+    is_secret_name,
+    name_hints,
+)
 from harness.base.redact_shapes import REDACTED
 from harness.parsers import ParseError, inspect_kind
 from harness.profiles.table import get_profile
@@ -134,7 +140,7 @@ _PIECES = (
     "https://user:pass@host/x", "https://ghp_abcdefghijklmnopqrstuvwxyz0123456789@github.com/o",
     "--hf-token ", "--api-key=", "-x NCCL_DEBUG=INFO ", "--password", "ENV DB_PASSWORD ",
     "setenv API_KEY ", '{"name": "HF_TOKEN", "value": "', "- name: GITHUB_PAT\n  value: ",
-    '"name": "KEY", "value": ', "os.path", "PATH=", "MY_PAT=", "myPat=", "patH=", "KEY_PATH=",
+    '"name": "KEY", "value": ', "os.path", "PATH=", "MY_PAT=", "myPat=", "patH=", "PAtH=", "pAT", "KEY_PATH=",
     "PWD=", "MYSQL_PWD=", "wandbKey=", "GIT_AUTHOR_NAME=", "PRIVATE_IP=", "private_key: ",
     "COOKIE=", "SIGNATURE:", "CONNECTION_STRING=", "credentials = ", "paß=", "--paß ", "ſecret=",
     "İ", "\u212a", "ﬁ", "é", "\\\"", "&quot;", "pass", "key", "secret", "  ", "\n", "\t", " ", '"',
@@ -215,13 +221,25 @@ def test_each_literal_is_needed(literal: str, monkeypatch: pytest.MonkeyPatch) -
     _assert_same(texts)
     assert all("s3cr3tvalue" not in redact_pairs.redact_pairs(t) for t in texts)
     # the hint without it: the secret gets through
-    kept = "|".join(lit for lit in NAME_LITERALS if lit != literal)
-    monkeypatch.setattr(redact_pairs, "_HINT", re.compile(kept))
-    monkeypatch.setattr(redact_pairs, "_HINT_NON_ASCII", re.compile(
-        kept if literal == "non-ascii" else kept + r"|[^\x00-\x7f]"))
+    kept = [lit for lit in NAME_LITERALS if lit != literal]
+    monkeypatch.setattr(redact_pairs, "_HINT", hint_pattern(kept, non_ascii=False))
+    monkeypatch.setattr(redact_pairs, "_HINT_NON_ASCII", hint_pattern(
+        kept, non_ascii=literal != "non-ascii"))
     assert all("s3cr3tvalue" in redact_pairs.redact_pairs(t) for t in texts)
     with pytest.raises(AssertionError):
         _assert_same(texts)
+
+
+def test_pat_before_a_hump_is_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pat` before a lower-case letter is no hint (`os.path`), but `myPatH` is MY_PAT_H."""
+    texts = ["myPatH=s3cr3tvalue", "--patX s3cr3tvalue", "os.path PATH=x patH=s3cr3tvalue",
+             "PAtH=s3cr3tvalue"]
+    assert not is_secret_name("pAtH") and not is_secret_name("xpatH")  # (P_AT_H, XPAT_H)
+    assert name_hints("os.path PATH=/usr/bin:/lib/compatible") == []
+    _assert_same(texts)
+    assert all("s3cr3tvalue" not in redact_pairs.redact_pairs(t) for t in texts)
+    monkeypatch.setattr(redact_pairs, "_PAT_HUMP", re.compile("(?!)"))  # never found
+    assert all("s3cr3tvalue" in redact_pairs.redact_pairs(t) for t in texts)
 
 
 def test_every_name_that_is_a_credentials_holds_a_hint() -> None:

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from harness.base.redact_shapes import REDACTED, credential_end
 
-__all__ = ["is_secret_flag", "is_secret_name", "redact_pairs"]
+__all__ = ["NAME_LITERALS", "hint_pattern", "is_secret_flag", "is_secret_name", "name_hints",
+           "redact_pairs"]
 
 # Parts of variable names that mark credentials (matched on the upper-cased name, as words or
 # substrings: HF_TOKEN, WANDB_API_KEY, AWS_SESSION_TOKEN, DB_PASSWORD, GITHUB_PAT, MY_AUTH ...).
@@ -78,8 +79,22 @@ _AUTH_HEADERS = frozenset({"authorization", "proxy-authorization", "proxy_author
 #: non-ASCII character is a hint too (tests/test_redact_hints.py holds both to the patterns).
 NAME_LITERALS = ("secret", "token", "pass", "credential", "key", "connection", "auth",
                  "cookie", "signature", "private", "pat", "pwd")
-_HINT = re.compile("|".join(NAME_LITERALS))
-_HINT_NON_ASCII = re.compile("|".join(NAME_LITERALS) + r"|[^\x00-\x7f]")  # (~3x slower)
+
+
+def hint_pattern(literals: Iterable[str], *, non_ascii: bool) -> re.Pattern[str]:
+    """The search for `literals` in lower-cased text (and for any non-ASCII character). `pat`
+    (PAT is a credential's only as a whole part of its name: `GITHUB_PAT`, `myPat`) is not one
+    before a lower-case letter or a digit: not in `os.path` or `PATH` (`patH`, `PAT_H`, is
+    _PAT_HUMP's)."""
+    alternatives = ["pat(?![a-z0-9])" if lit == "pat" else lit for lit in literals]
+    return re.compile("|".join(alternatives + [r"[^\x00-\x7f]"] * non_ascii))
+
+
+_HINT = hint_pattern(NAME_LITERALS, non_ascii=False)
+_HINT_NON_ASCII = hint_pattern(NAME_LITERALS, non_ascii=True)  # (~3x slower)
+#: `pat` then a hump (`myPatX`, `PAtX`: MY_PAT_X, PAT_X), in the text as it is (`t`: found as
+#: fast as a literal; the `pa` before it, any case, is looked at after).
+_PAT_HUMP = re.compile("t(?=[A-Z])")
 
 
 def name_hints(text: str) -> list[int] | None:
@@ -91,7 +106,10 @@ def name_hints(text: str) -> list[int] | None:
     if len(low) != len(text):
         return None
     hint = _HINT if text.isascii() else _HINT_NON_ASCII
-    return [i for m in hint.finditer(low) for i in (m.start(), m.end() - 1)]
+    found = [i for m in hint.finditer(low) for i in (m.start(), m.end() - 1)]
+    humps = [m.start() - 2 for m in _PAT_HUMP.finditer(text, 2)
+             if low.startswith("pa", m.start() - 2)]
+    return sorted(found + humps) if humps else found
 
 
 def _run_starts(chars: str) -> Callable[[str, list[int]], Iterator[int]]:
