@@ -167,11 +167,17 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(upper)) and not _NOT_SECRET_NAME.search(upper)
 
 
+#: What each pattern needs in the text (its test below; a redaction removes them, never adds).
+_SEPARATORS = ("=", ":", "-", "name", "ENV", "setenv")
+
+
 def redact_pairs(text: str, *, hinted: bool = True) -> str:
     """`text` with the value beside every credential-like name redacted. Each pattern is tried
     only where a credential's name can be (name_hints): a long value with no such name (a
     1 MiB LD_LIBRARY_PATH) costs one search, not a match and a name test at every `dir:`.
     `hinted=False` tries every match (the same result, slower: tests compare the two)."""
+    if not any(sep in text for sep in _SEPARATORS):  # (no pattern can match: no hints needed)
+        return text
     hints = name_hints(text) if hinted else None
     if hints == []:  # no name in it can be a credential's: nothing to redact
         return text
