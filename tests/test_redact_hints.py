@@ -21,7 +21,6 @@ from harness.base import redact, redact_pairs
 from harness.base.redact import Redactor
 from harness.base.redact_pairs import (
     NAME_LITERALS,
-    hint_pattern,
     is_secret_flag,
     is_secret_name,
     name_hints,
@@ -221,10 +220,9 @@ def test_each_literal_is_needed(literal: str, monkeypatch: pytest.MonkeyPatch) -
     _assert_same(texts)
     assert all("s3cr3tvalue" not in redact_pairs.redact_pairs(t) for t in texts)
     # the hint without it: the secret gets through
-    kept = [lit for lit in NAME_LITERALS if lit != literal]
-    monkeypatch.setattr(redact_pairs, "_HINT", hint_pattern(kept, non_ascii=False))
-    monkeypatch.setattr(redact_pairs, "_HINT_NON_ASCII", hint_pattern(
-        kept, non_ascii=literal != "non-ascii"))
+    monkeypatch.setattr(redact_pairs, "_LITERALS", [lit for lit in NAME_LITERALS if lit != literal])
+    if literal == "non-ascii":
+        monkeypatch.setattr(redact_pairs, "_NON_ASCII", re.compile("(?!)"))  # never found
     assert all("s3cr3tvalue" in redact_pairs.redact_pairs(t) for t in texts)
     with pytest.raises(AssertionError):
         _assert_same(texts)
@@ -261,9 +259,15 @@ def test_every_name_that_is_a_credentials_holds_a_hint() -> None:
     assert taken > 5000
 
 
-def test_hints_are_searched_once_not_per_match() -> None:
-    """A run of hints (`keykeykey...`) is one name: found once, read at most twice."""
+def test_one_long_name_of_hints() -> None:
+    """A run of hints is one name: found once, its characters read at most twice; dense hints
+    (`key_key_...`) are not stepped through one by one: every match is tried."""
+    sparse = "echo " + "key_abcdefghijklmnopqrstuvwxyz_abcdefghijk_" * 10_000 + "token=x "
+    assert name_hints(sparse) is not None
+    assert redact_pairs.redact_pairs(sparse) == sparse.replace("=x ", f"={REDACTED} ")
+    _assert_same([sparse])
     text = "echo " + "key_" * 150_000 + "token=x " + "/os.path:" * 100_000
+    assert name_hints(text) is None
     assert redact_pairs.redact_pairs(text) == text.replace("=x ", f"={REDACTED} ")
     _assert_same([text])
 
