@@ -125,6 +125,9 @@ def test_bench_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     for env in bench.environments(rng).values():  # type: ignore[attr-defined]
         hinted, unhinted = _both(lambda env=env: Redactor(env).env(env), monkeypatch)
         assert hinted == unhinted
+    paths = bench.path_values(rng)  # type: ignore[attr-defined]
+    _assert_same(list(paths.values()))
+    assert [REDACTED in redact_pairs.redact_pairs(v) for v in paths.values()] == [False, True]
     log = bench.log_text(rng, 300_000)  # type: ignore[attr-defined]
     _assert_same([log, *log.splitlines()])
     assert REDACTED in redact_pairs.redact_pairs(log)
