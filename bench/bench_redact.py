@@ -9,6 +9,9 @@
 3. A size sweep: redacting 1, 4 and 16 MB of text (a training log with NAME=value pairs, URLs,
    flags and long values), time per MB at each size and the ratio to the 1 MB figure (1.00:
    linear).
+4. A 1 MiB PATH-like value (the `LD_LIBRARY_PATH` the env scripts of bench_line_kinds grow to
+   its cap: directories, `$(python3 -c '...os.path...')`, no credential's name), as it is and
+   with a secret assignment at its end: `Redactor(env).text`.
 
 Medians of --runs runs (default 5).
 
@@ -126,6 +129,26 @@ def main() -> None:
         base = base or per_mb
         print(f"   {mb:3d} MB {seconds:8.3f} s  {per_mb * 1000:7.1f} ms/MB  ratio to 1 MB "
               f"{per_mb / base:5.2f}")
+
+    print("4. a 1 MiB PATH-like value: Redactor(env).text")
+    for name, value in path_values(rng).items():
+        redactor = Redactor({"LD_LIBRARY_PATH": value})
+        seconds = median_s(lambda value=value, r=redactor: r.text(value), args.runs)
+        print(f"   {name:24s} {seconds * 1000:10.1f} ms")
+
+
+def path_values(rng: random.Random) -> dict[str, str]:
+    """A value like the env scripts' LD_LIBRARY_PATH at its 1 MiB cap, without and with a
+    credential's assignment at its end."""
+    parts, n = [], 0
+    while n < 1 << 20:
+        i = rng.randrange(100_000)
+        parts.append(rng.choice((
+            f"/opt/amazon/efa/lib:{i}/usr/local/cuda/lib64", f"${{NCCL_LIB}}:/opt/lib{i}",
+            f"$(python3 -c 'import os; print(os.path.join(\"/opt/nvshmem{i}\", \"lib\"))')")))
+        n += len(parts[-1]) + 1
+    value = ":".join(parts)
+    return {"no credential's name": value, "HF_TOKEN=... at its end": f"{value}:HF_TOKEN=hf_x1"}
 
 
 if __name__ == "__main__":

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from harness.base.redact_shapes import REDACTED, credential_end
 
-__all__ = ["is_secret_flag", "is_secret_name", "redact_pairs"]
+__all__ = ["NAME_LITERALS", "is_secret_flag", "is_secret_name", "name_hints", "redact_pairs"]
 
 # Parts of variable names that mark credentials (matched on the upper-cased name, as words or
 # substrings: HF_TOKEN, WANDB_API_KEY, AWS_SESSION_TOKEN, DB_PASSWORD, GITHUB_PAT, MY_AUTH ...).
@@ -71,6 +71,97 @@ _COMMENT = re.compile(r"[ \t]+[#;]")
 _AUTH_HEADERS = frozenset({"authorization", "proxy-authorization", "proxy_authorization"})
 
 
+#: What every credential's name holds, case aside: each _SECRET_NAME alternative has one of
+#: these runs of letters (PASSWORD, PASSWD, PASSPHRASE and PASS hold `pass`; API_KEY,
+#: ACCESS_KEY, SESSION_KEY and KEY `key`; CONNECTION_STRING `connection` ...), and no
+#: character that lower-cases to ASCII upper-cases to ASCII, but `ß` upper-cases to `SS`: a
+#: non-ASCII character is a hint too (tests/test_redact_hints.py holds both to the patterns).
+NAME_LITERALS = ("secret", "token", "pass", "credential", "key", "connection", "auth",
+                 "cookie", "signature", "private", "pat", "pwd")
+_LITERALS = NAME_LITERALS  # (what name_hints searches: a test takes one out)
+_LOWER_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+#: `pat` then a hump (`myPatX`, `PAtX`: MY_PAT_X, PAT_X), in the text as it is (`t`: found as
+#: fast as a literal; the `pa` before it, any case, is looked at after).
+_PAT_HUMP = re.compile("t(?=[A-Z])")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def name_hints(text: str) -> list[int] | None:
+    """Where in `text` the names that can be a credential's are: every place of a literal in
+    the lower-cased text (each literal found by str.find, as fast as memchr: one regex of
+    them all was ~5x slower) and every non-ASCII character, in order ([] where there is none:
+    nothing to redact beside a name); None where lower-casing changes the length (`İ`) or
+    hints are dense (more than one in 32 characters): every match is then looked at. `pat`
+    (PAT is a credential's only as a whole part of its name: `GITHUB_PAT`, `myPat`) is not one
+    before a lower-case letter or a digit: not in `os.path` or `PATH` (`patH`, PAT_H, is
+    _PAT_HUMP's)."""
+    low = text.lower()
+    if len(low) != len(text):
+        return None
+    found: list[int] = []
+    dense = len(text) // 32 + 64  # (`keykeykey...`: a step per hint costs more than every match)
+    for literal in _LITERALS:
+        at = low.find(literal)
+        while at >= 0:
+            if literal != "pat" or low[at + 3:at + 4] not in _LOWER_ALNUM:
+                found.append(at)
+                if len(found) > dense:
+                    return None
+            at = low.find(literal, at + 1)
+    found += [m.start() - 2 for m in _PAT_HUMP.finditer(text, 2)
+              if low.startswith("pa", m.start() - 2)]
+    if not text.isascii():
+        found += [m.start() for m in _NON_ASCII.finditer(low)]
+    found.sort()
+    return found
+
+
+def _run_starts(chars: str) -> Callable[[str, list[int]], Iterator[int]]:
+    """The starts of the runs of `chars` (a pattern's name characters) that hold a hint, in
+    order: each run found once, and each character read at most twice (a run's head is read
+    reversed from the end of the run before it)."""
+    run = re.compile(f"[{chars}]*")
+
+    def starts(text: str, hints: list[int]) -> Iterator[int]:
+        end = 0
+        for hint in hints:
+            if hint < end or run.match(text, hint, hint + 1).end() == hint:  # type: ignore[union-attr]
+                continue  # (in the run before, or not a name's character: `é` for _ASSIGNMENT)
+            yield hint - run.match(text[end:hint][::-1]).end()  # type: ignore[union-attr]
+            end = run.match(text, hint).end()  # type: ignore[union-attr]
+    return starts
+
+
+def _line_starts(text: str, hints: list[int]) -> Iterator[int]:
+    """The starts of the lines that hold a hint, in order."""
+    end = 0
+    for hint in hints:
+        if hint < end:
+            continue
+        yield text.rfind("\n", end, hint) + 1
+        end = text.find("\n", hint) % (len(text) + 1)  # (no newline after it: the text's end)
+
+
+#: Where a match of each pattern whose name holds a hint starts: its name is the whole run of
+#: name characters at the start of the match, or on its line (so no search needs to run
+#: elsewhere); and no other match can start inside a match (a name or a separator), so those
+#: starts find what finditer finds. _NAME_VALUE and _SPACED_ASSIGNMENT, rare literals
+#: (`name`, `ENV`), run as they are.
+_NAME_STARTS: dict[re.Pattern[str], Callable[[str, list[int]], Iterator[int]]] = {
+    _ASSIGNMENT: _run_starts("A-Za-z0-9_"), _FLAG_VALUE: _run_starts(r"\w-"),
+    _CONFIG_LINE: _line_starts}
+
+
+def _matches_at(pattern: re.Pattern[str], text: str, starts: Iterable[int]
+                ) -> Iterator[re.Match[str]]:
+    """`pattern`'s matches at `starts` (in order), none inside the one before (as finditer)."""
+    end = 0
+    for start in starts:
+        if start >= end and (m := pattern.match(text, start)) is not None:
+            end = m.end()
+            yield m
+
+
 @functools.lru_cache(maxsize=4096)  # text repeats its names (`"name":`, `value:`) thousands of times
 def is_secret_name(name: str) -> bool:
     """True when an environment variable's (or a key's) name says its value is a credential."""
@@ -80,18 +171,41 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(upper)) and not _NOT_SECRET_NAME.search(upper)
 
 
-def redact_pairs(text: str) -> str:
-    """`text` with the value beside every credential-like name redacted."""
+#: What each pattern needs in the text (its test below; a redaction removes them, never adds).
+_SEPARATORS = ("=", ":", "-", "name", "ENV", "setenv")
+
+
+def redact_pairs(text: str, *, hinted: bool = True) -> str:
+    """`text` with the value beside every credential-like name redacted. Each pattern is tried
+    only where a credential's name can be (name_hints): a long value with no such name (a
+    1 MiB LD_LIBRARY_PATH) costs one search, not a match and a name test at every `dir:`.
+    `hinted=False` tries every match (the same result, slower: tests compare the two)."""
+    if not any(sep in text for sep in _SEPARATORS):  # (no pattern can match: no hints needed)
+        return text
+    hints = name_hints(text) if hinted else None
+    if hints == []:  # no name in it can be a credential's: nothing to redact
+        return text
     if "name" in text:
-        text = _redact_values(_NAME_VALUE, text, is_secret_flag)
+        text, hints = _redact(_NAME_VALUE, text, hints, is_secret_flag)
     if "-" in text:
-        text = _redact_values(_FLAG_VALUE, text, is_secret_flag)
+        text, hints = _redact(_FLAG_VALUE, text, hints, is_secret_flag)
     if "=" in text or ":" in text:
-        text = _redact_values(_CONFIG_LINE, text, is_secret_name)
-        text = _redact_values(_ASSIGNMENT, text, is_secret_name)
+        text, hints = _redact(_CONFIG_LINE, text, hints, is_secret_name)
+        text, hints = _redact(_ASSIGNMENT, text, hints, is_secret_name)
     if "ENV" in text or "setenv" in text:
-        text = _redact_values(_SPACED_ASSIGNMENT, text, is_secret_name)
+        text, hints = _redact(_SPACED_ASSIGNMENT, text, hints, is_secret_name)
     return text
+
+
+def _redact(pattern: re.Pattern[str], text: str, hints: list[int] | None,
+            secret: Callable[[str], bool]) -> tuple[str, list[int] | None]:
+    """_redact_values, tried only at the names that hold a hint where the pattern allows (all of
+    its matches where it does not, or where there are no hints: None); and the hints of the
+    text it returns."""
+    starts = None if hints is None or pattern not in _NAME_STARTS else _NAME_STARTS[pattern](
+        text, hints)
+    done = _redact_values(pattern, text, secret, starts)
+    return done, (hints if hints is None or done is text else name_hints(done))
 
 
 def is_secret_flag(name: str) -> bool:
@@ -130,19 +244,25 @@ def _measure(pattern: re.Pattern[str], m: re.Match[str], text: str) -> tuple[int
     end = found.end()
     if pattern is _CONFIG_LINE:
         if m["name"].isupper() and ":" not in m["sep"] and " " not in m["sep"]:
-            end = _BARE[_ASSIGNMENT].match(text, start).end()  # type: ignore[union-attr]
+            word = _BARE[_ASSIGNMENT].match(text, start)
+            if word is None:  # `TOKEN=;next`: an empty value (this raised AttributeError)
+                return None
+            end = word.end()
         else:  # shell's `NAME=x cmd` keeps its command; a config value runs to the line's end
             comment = _COMMENT.search(text, start, end)
             end = len(text[start:comment.start() if comment else end].rstrip()) + start
     return start, end, end
 
 
-def _redact_values(pattern: re.Pattern[str], text: str, secret: Callable[[str], bool]) -> str:
+def _redact_values(pattern: re.Pattern[str], text: str, secret: Callable[[str], bool],
+                   starts: Iterable[int] | None = None) -> str:
     """Replace the value of each `pattern` match whose `name` is a secret's. The value is
-    matched in a lookahead, so the search goes on inside it (`CMD="... HF_TOKEN=x"`)."""
+    matched in a lookahead, so the search goes on inside it (`CMD="... HF_TOKEN=x"`). With
+    `starts`, only the matches that start there (in order) are looked at."""
     out: list[str] = []
     pos = 0
-    for m in pattern.finditer(text):
+    found = pattern.finditer(text) if starts is None else _matches_at(pattern, text, starts)
+    for m in found:
         if m.start("value") < pos or not secret(m["name"]):
             continue
         span = _measure(pattern, m, text)
