@@ -2,7 +2,8 @@
 plain line loop) give what its line-by-line loop gives.
 
 A batch of plain `NAME=value` lines is judged as a whole by the shape pass (_plain_batch) and read
-with one findall and one bounded update (_Assignments.pairs, Variables.put_all). Each test turns
+with one split a distinct line and one bounded update (_Assignments.assignments,
+env._last_values, Variables.fits/take). Each test turns
 the batch paths off (the line loop, which tests/golden/env_equivalence.json pins to the reader
 before them) and compares, on random mixes of the lines that each branch of the loop takes, read
 in random chunk sizes so that a batch boundary falls everywhere.
@@ -11,6 +12,7 @@ in random chunk sizes so that a batch boundary falls everywhere.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -94,8 +96,8 @@ def test_the_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch path that lost a batch's last assignment reads differently."""
     text = "A=1\nB=2\n" * 20
     before = _reading(text, 7)
-    monkeypatch.setattr(env._Assignments, "pairs",
-                        lambda self, pairs, longest, chars: self.lines(f"{n}={v}" for n, v in pairs[:-1]))
+    monkeypatch.setattr(env._Assignments, "assignments",
+                        lambda self, lines, longest, chars: self.lines(lines[:-1]))
     assert _reading(text, 7) != before
 
 
@@ -122,3 +124,34 @@ def test_put_all_keeps_the_bounds_as_put(monkeypatch: pytest.MonkeyPatch,
         assert (list(one.items()), one.total, one.dropped) == (
             list(each.items()), each.total, each.dropped), (start, pairs)
         assert one.total == sum(map(len, one.values()))
+
+
+#: What the batch path read before _last_values (round 5): one findall of the batch's lines.
+_ASSIGN_LINES = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.M)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_last_values_as_findall(seed: int) -> None:
+    """_last_values gives dict(findall) of the joined lines, key order included: on lines that
+    repeat (the distinct-lines branch: a name set to 1, then 2, then 1 again ends at 1) and on
+    lines that do not (the split-each branch); values with `=`, blanks and odd characters."""
+    rng = random.Random(seed)
+    names = ["A", "B", "_X", "SLURM_NODEID", "a_b", "C9"]
+    values = ["", "1", "2", "a=b", "=", " x ", "ǅ", "node[1-2]", "\\", "\t"]
+    for _ in range(400):
+        pool = rng.randint(1, 60)
+        lines = [f"{rng.choice(names)}={rng.choice(values)}{rng.randrange(pool)}"
+                 for _ in range(rng.randint(1, 80))]
+        want = dict(_ASSIGN_LINES.findall("\n".join(lines)))
+        got = env._last_values(lines)
+        assert list(got.items()) == list(want.items()), lines
+    assert list(env._last_values(["A=1", "B=0", "A=2", "A=1", "A=2", "A=1"]).items()) == [
+        ("A", "1"), ("B", "0")]
+
+
+def test_last_values_can_fail() -> None:
+    """Distinct lines in their first order would end A at 2 (its value before the last): the
+    test above tells that apart."""
+    lines = ["A=1", "A=2", "A=1", "B=0"]
+    wrong = dict(line.split("=", 1) for line in dict.fromkeys(lines))
+    assert wrong != env._last_values(lines) == dict(_ASSIGN_LINES.findall("\n".join(lines)))
