@@ -28,7 +28,7 @@ _SCRIPT_START = re.compile(r"\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|
 _SCRIPT_FLAG = re.compile(
     rf"-(?<!\S-)(?:(?:x|e|-env)\s+|-env=|-export=[\"']?(?:[^\s,]*,)*){VAR_NAME}=")
 # Batches of assignment lines only (most of an `env` dump): a batch whose first line starts with
-# `NAME=` and in whose text no `\n` is followed by anything else is read with one findall. (The
+# `NAME=` and in whose text no `\n` is followed by anything else is read as a whole. (The
 # second pattern starts with its literal, so the search skips from one line end to the next.)
 _ASSIGN_START = re.compile(rf"{VAR_NAME}=")
 _NOT_ASSIGN_NEXT = re.compile(rf"\n(?!{VAR_NAME}=)")
