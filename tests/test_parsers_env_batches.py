@@ -62,7 +62,7 @@ def _reading(text: str, chunk: int) -> object:
 
 def _line_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """No batch path: in the format pass (env_shape) nor in the reading (env)."""
-    monkeypatch.setattr(env, "assignment_text", lambda _: None)
+    monkeypatch.setattr(env, "distinct_assignments", lambda _: None)
     monkeypatch.setattr(env_shape, "assignment_text", lambda _: None)
 
 
@@ -97,7 +97,7 @@ def test_the_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     text = "A=1\nB=2\n" * 20
     before = _reading(text, 7)
     monkeypatch.setattr(env._Assignments, "assignments",
-                        lambda self, lines, longest, chars: self.lines(lines[:-1]))
+                        lambda self, lines, *_: self.lines(lines[:-1]))
     assert _reading(text, 7) != before
 
 
@@ -155,3 +155,25 @@ def test_last_values_can_fail() -> None:
     lines = ["A=1", "A=2", "A=1", "B=0"]
     wrong = dict(line.split("=", 1) for line in dict.fromkeys(lines))
     assert wrong != env._last_values(lines) == dict(_ASSIGN_LINES.findall("\n".join(lines)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_distinct_assignments_as_the_joined_text(seed: int) -> None:
+    """distinct_assignments takes a batch exactly where assignment_text and all_assignments take
+    it (a line of another kind first, last, repeated or once; long lines; one line), with the
+    same longest line and characters."""
+    rng = random.Random(seed)
+    plain = _plain(LINES)
+    taken = 0
+    for _ in range(1500):
+        batch = rng.choices(plain, k=rng.randint(1, 30))
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            batch.insert(rng.randint(0, len(batch)), rng.choice(LINES))
+        text = env_shape.assignment_text(batch)
+        want = None
+        if text is not None and env_shape.all_assignments(text):
+            want = (list(dict.fromkeys(batch[:-1])), max(map(len, batch)), len(text))
+        got = env_shape.distinct_assignments(batch)
+        assert (got and (list(got[0]), *got[1:])) == want, batch
+        taken += got is not None
+    assert 100 < taken < 1400  # both answers given

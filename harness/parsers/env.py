@@ -26,8 +26,7 @@ from harness.parsers.env_script import (
 )
 from harness.parsers.env_shape import (
     Shape,
-    all_assignments,
-    assignment_text,
+    distinct_assignments,
     is_tagged,
     plain_script,
     shaped,
@@ -176,25 +175,27 @@ def _parse_lines(entries: Iterable[str], *, glue: bool) -> tuple[Variables, int]
 
 def _parse_batches(source: Input, shape: Shape) -> tuple[Variables, int]:
     """_parse_lines(_unwrap(source.lines(), shape), glue=True), with a batch of plain
-    assignments (untagged: no prefix or timestamp to take off) read by one findall."""
+    assignments (untagged: no prefix or timestamp to take off) read as a whole."""
     reader = _Assignments(glue=True)
     tagged = is_tagged(shape)
     for batch in source.batches():
-        text = None if tagged else assignment_text(batch)
-        if text is not None and all_assignments(text):
-            reader.assignments(batch, max(map(len, batch)), len(text))
+        plain = None if tagged else distinct_assignments(batch)
+        if plain is not None:
+            reader.assignments(batch, *plain)
         else:
             reader.lines(_unwrap_batch(batch, shape))
     return reader.finish()
 
 
-def _last_values(lines: list[str]) -> dict[str, str]:
+def _last_values(lines: list[str], first: dict[str, None] | None = None) -> dict[str, str]:
     """Each name's last value, names in the order they first come, from lines that each start
     with `NAME=`: the (name, value) ASSIGN reads from a line is its split at the first `=` (a
     name holds none; a line holds no line end). Where lines repeat (a dump saved once per rank
     or job), each distinct line is split once: the names' order from the lines' first copies,
-    each name's value from the line whose last copy comes last."""
-    first = dict.fromkeys(lines)
+    each name's value from the line whose last copy comes last. `first`: dict.fromkeys(lines),
+    where the caller has it."""
+    if first is None:
+        first = dict.fromkeys(lines)
     if len(first) * 2 > len(lines):
         return dict(map(str.split, lines, repeat("="), repeat(1)))
     new = dict(map(str.split, first, repeat("="), repeat(1)))
@@ -238,14 +239,15 @@ class _Assignments:
                 skipped += 1
         self.last, self.parts, self.size, self.skipped = last, parts, size, skipped
 
-    def assignments(self, lines: list[str], longest: int, chars: int) -> None:
+    def assignments(self, lines: list[str], distinct: dict[str, None], longest: int,
+                    chars: int) -> None:
         """Lines that each start with `NAME=` (all_assignments), each ending the value before
-        it; `longest`: the longest line, `chars`: all lines' characters (bounds on the values,
-        for Variables.fits)."""
+        it; `distinct`: the lines but the last, each once; `longest`: the longest line, `chars`:
+        all lines' characters (bounds on the values, for Variables.fits)."""
         self.finish()
         body, variables = lines[:-1], self.variables
         if variables.fits(len(body), longest, chars):
-            variables.take(_last_values(body))
+            variables.take(_last_values(body, distinct))
         else:
             variables.put_all(list(map(str.split, body, repeat("="), repeat(1))), longest, chars)
         self.last, value = lines[-1].split("=", 1)
