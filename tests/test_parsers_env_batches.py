@@ -2,7 +2,8 @@
 plain line loop) give what its line-by-line loop gives.
 
 A batch of plain `NAME=value` lines is judged as a whole by the shape pass (_plain_batch) and read
-with one findall and one bounded update (_Assignments.pairs, Variables.put_all). Each test turns
+with one split a distinct line and one bounded update (_Assignments.assignments,
+env._last_values, Variables.fits/take). Each test turns
 the batch paths off (the line loop, which tests/golden/env_equivalence.json pins to the reader
 before them) and compares, on random mixes of the lines that each branch of the loop takes, read
 in random chunk sizes so that a batch boundary falls everywhere.
@@ -11,6 +12,7 @@ in random chunk sizes so that a batch boundary falls everywhere.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -60,7 +62,7 @@ def _reading(text: str, chunk: int) -> object:
 
 def _line_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """No batch path: in the format pass (env_shape) nor in the reading (env)."""
-    monkeypatch.setattr(env, "assignment_text", lambda _: None)
+    monkeypatch.setattr(env, "distinct_assignments", lambda _: None)
     monkeypatch.setattr(env_shape, "assignment_text", lambda _: None)
 
 
@@ -94,8 +96,8 @@ def test_the_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch path that lost a batch's last assignment reads differently."""
     text = "A=1\nB=2\n" * 20
     before = _reading(text, 7)
-    monkeypatch.setattr(env._Assignments, "pairs",
-                        lambda self, pairs, longest, chars: self.lines(f"{n}={v}" for n, v in pairs[:-1]))
+    monkeypatch.setattr(env._Assignments, "assignments",
+                        lambda self, lines, *_: self.lines(lines[:-1]))
     assert _reading(text, 7) != before
 
 
@@ -122,3 +124,56 @@ def test_put_all_keeps_the_bounds_as_put(monkeypatch: pytest.MonkeyPatch,
         assert (list(one.items()), one.total, one.dropped) == (
             list(each.items()), each.total, each.dropped), (start, pairs)
         assert one.total == sum(map(len, one.values()))
+
+
+#: What the batch path read before _last_values (round 5): one findall of the batch's lines.
+_ASSIGN_LINES = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.M)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_last_values_as_findall(seed: int) -> None:
+    """_last_values gives dict(findall) of the joined lines, key order included: on lines that
+    repeat (the distinct-lines branch: a name set to 1, then 2, then 1 again ends at 1) and on
+    lines that do not (the split-each branch); values with `=`, blanks and odd characters."""
+    rng = random.Random(seed)
+    names = ["A", "B", "_X", "SLURM_NODEID", "a_b", "C9"]
+    values = ["", "1", "2", "a=b", "=", " x ", "ǅ", "node[1-2]", "\\", "\t"]
+    for _ in range(400):
+        pool = rng.randint(1, 60)
+        lines = [f"{rng.choice(names)}={rng.choice(values)}{rng.randrange(pool)}"
+                 for _ in range(rng.randint(1, 80))]
+        want = dict(_ASSIGN_LINES.findall("\n".join(lines)))
+        got = env._last_values(lines)
+        assert list(got.items()) == list(want.items()), lines
+    assert list(env._last_values(["A=1", "B=0", "A=2", "A=1", "A=2", "A=1"]).items()) == [
+        ("A", "1"), ("B", "0")]
+
+
+def test_last_values_can_fail() -> None:
+    """Distinct lines in their first order would end A at 2 (its value before the last): the
+    test above tells that apart."""
+    lines = ["A=1", "A=2", "A=1", "B=0"]
+    wrong = dict(line.split("=", 1) for line in dict.fromkeys(lines))
+    assert wrong != env._last_values(lines) == dict(_ASSIGN_LINES.findall("\n".join(lines)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_distinct_assignments_as_the_joined_text(seed: int) -> None:
+    """distinct_assignments takes a batch exactly where assignment_text and all_assignments take
+    it (a line of another kind first, last, repeated or once; long lines; one line), with the
+    same longest line and characters."""
+    rng = random.Random(seed)
+    plain = _plain(LINES)
+    taken = 0
+    for _ in range(1500):
+        batch = rng.choices(plain, k=rng.randint(1, 30))
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            batch.insert(rng.randint(0, len(batch)), rng.choice(LINES))
+        text = env_shape.assignment_text(batch)
+        want = None
+        if text is not None and env_shape.all_assignments(text):
+            want = (list(dict.fromkeys(batch[:-1])), max(map(len, batch)), len(text))
+        got = env_shape.distinct_assignments(batch)
+        assert (got and (list(got[0]), *got[1:])) == want, batch
+        taken += got is not None
+    assert 100 < taken < 1400  # both answers given

@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.base.jsontypes import JSONObject
@@ -23,11 +24,9 @@ from harness.parsers.env_script import (
     Variables,
     parse_script,
 )
-from harness.parsers.env_script_lines import VAR_NAME
 from harness.parsers.env_shape import (
     Shape,
-    all_assignments,
-    assignment_text,
+    distinct_assignments,
     is_tagged,
     plain_script,
     shaped,
@@ -48,7 +47,6 @@ _OTHER_ASSIGN = re.compile(r"^\S+=")  # exported bash functions: BASH_FUNC_f%%=(
 _CONVENTIONAL = re.compile(r"[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_]*")
 # Wrappers in front of each line: `srun -l` (`0: `), mpirun --tag-output (`[1,0]<stdout>:`), from
 # the one unwrapper (the env parser keeps one rank's copy of a tagged dump): RANK_PREFIX.
-_ASSIGN_LINES = re.compile(rf"^({VAR_NAME})=(.*)", re.M)  # as ASSIGN on each line of the text
 #: JSON keys whose value is an environment (docker `Env`, ECS/SageMaker `environment`, Lambda-style
 #: `Variables`).
 _JSON_ENV_KEYS = frozenset({"env", "environment", "env_vars", "envvars", "variables"})
@@ -177,16 +175,32 @@ def _parse_lines(entries: Iterable[str], *, glue: bool) -> tuple[Variables, int]
 
 def _parse_batches(source: Input, shape: Shape) -> tuple[Variables, int]:
     """_parse_lines(_unwrap(source.lines(), shape), glue=True), with a batch of plain
-    assignments (untagged: no prefix or timestamp to take off) read by one findall."""
+    assignments (untagged: no prefix or timestamp to take off) read as a whole."""
     reader = _Assignments(glue=True)
     tagged = is_tagged(shape)
     for batch in source.batches():
-        text = None if tagged else assignment_text(batch)
-        if text is not None and all_assignments(text):
-            reader.pairs(_ASSIGN_LINES.findall(text), max(map(len, batch)), len(text))
+        plain = None if tagged else distinct_assignments(batch)
+        if plain is not None:
+            reader.assignments(batch, *plain)
         else:
             reader.lines(_unwrap_batch(batch, shape))
     return reader.finish()
+
+
+def _last_values(lines: list[str], first: dict[str, None] | None = None) -> dict[str, str]:
+    """Each name's last value, names in the order they first come, from lines that each start
+    with `NAME=`: the (name, value) ASSIGN reads from a line is its split at the first `=` (a
+    name holds none; a line holds no line end). Where lines repeat (a dump saved once per rank
+    or job), each distinct line is split once: the names' order from the lines' first copies,
+    each name's value from the line whose last copy comes last. `first`: dict.fromkeys(lines),
+    where the caller has it."""
+    if first is None:
+        first = dict.fromkeys(lines)
+    if len(first) * 2 > len(lines):
+        return dict(map(str.split, lines, repeat("="), repeat(1)))
+    new = dict(map(str.split, first, repeat("="), repeat(1)))
+    new.update(map(str.split, reversed(dict.fromkeys(reversed(lines))), repeat("="), repeat(1)))
+    return new
 
 
 class _Assignments:
@@ -225,12 +239,18 @@ class _Assignments:
                 skipped += 1
         self.last, self.parts, self.size, self.skipped = last, parts, size, skipped
 
-    def pairs(self, pairs: list[tuple[str, str]], longest: int, chars: int) -> None:
-        """Assignment lines, as (name, value), each ending the value before it; `longest`: the
-        longest line, `chars`: all lines' characters (bounds on the values, for put_all)."""
+    def assignments(self, lines: list[str], distinct: dict[str, None], longest: int,
+                    chars: int) -> None:
+        """Lines that each start with `NAME=` (all_assignments), each ending the value before
+        it; `distinct`: the lines but the last, each once; `longest`: the longest line, `chars`:
+        all lines' characters (bounds on the values, for Variables.fits)."""
         self.finish()
-        self.variables.put_all(pairs[:-1], longest, chars)
-        self.last, value = pairs[-1]
+        body, variables = lines[:-1], self.variables
+        if variables.fits(len(body), longest, chars):
+            variables.take(_last_values(body, distinct))
+        else:
+            variables.put_all(list(map(str.split, body, repeat("="), repeat(1))), longest, chars)
+        self.last, value = lines[-1].split("=", 1)
         self.parts, self.size = [value], len(value)
 
     def finish(self) -> tuple[Variables, int]:

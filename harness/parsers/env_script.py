@@ -55,13 +55,20 @@ class Variables(dict[str, str]):
         """put() each pair in order. `longest` and `chars` bound a value's and all values'
         length: where no put could be refused or cut, the pairs are taken in one update (of
         `new`, dict(pairs), where the caller has it)."""
-        if (longest > MAX_VALUE_CHARS or len(self) + len(pairs) > MAX_VARIABLES
-                or self.total + chars > MAX_TOTAL_CHARS):
+        if not self.fits(len(pairs), longest, chars):
             for name, value in pairs:
                 self.put(name, value)
             return
-        if new is None:
-            new = dict(pairs)  # the last value of each name, in the order names first come
+        self.take(dict(pairs) if new is None else new)  # each name's last value, in first order
+
+    def fits(self, count: int, longest: int, chars: int) -> bool:
+        """No put() of `count` pairs, none longer than `longest`, `chars` in all, could be refused
+        or cut."""
+        return not (longest > MAX_VALUE_CHARS or len(self) + count > MAX_VARIABLES
+                    or self.total + chars > MAX_TOTAL_CHARS)
+
+    def take(self, new: dict[str, str]) -> None:
+        """put() each of `new`'s items, in one update, where fits() said none could be refused."""
         old = sum(map(len, map(self.get, new, repeat(""))))
         self.update(new)
         self.total += sum(map(len, new.values())) - old

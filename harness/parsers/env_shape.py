@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from harness.parsers.env_script import ASSIGN, FLAG_WORDS
 from harness.parsers.env_script_lines import VAR_NAME, c_scans, scan_function
@@ -15,8 +16,8 @@ from harness.parsers.env_yaml import DICT_ENTRY, INLINE_ENV, YAML_BLOCK, YAML_IN
 from harness.parsers.reader import Input
 from harness.parsers.unwrap import RANK_PREFIX
 
-__all__ = ["Shape", "all_assignments", "assignment_text", "is_tagged", "plain_script", "shape_of",
-           "shaped", "untimed"]
+__all__ = ["Shape", "all_assignments", "assignment_text", "distinct_assignments", "is_tagged",
+           "plain_script", "shape_of", "shaped", "untimed"]
 
 _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
                         r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?(?:\s+|$)")
@@ -28,7 +29,7 @@ _SCRIPT_START = re.compile(r"\s*(?:#|\$ |(?:export|declare|typeset|readonly|ENV|
 _SCRIPT_FLAG = re.compile(
     rf"-(?<!\S-)(?:(?:x|e|-env)\s+|-env=|-export=[\"']?(?:[^\s,]*,)*){VAR_NAME}=")
 # Batches of assignment lines only (most of an `env` dump): a batch whose first line starts with
-# `NAME=` and in whose text no `\n` is followed by anything else is read with one findall. (The
+# `NAME=` and in whose text no `\n` is followed by anything else is read as a whole. (The
 # second pattern starts with its literal, so the search skips from one line end to the next.)
 _ASSIGN_START = re.compile(rf"{VAR_NAME}=")
 _NOT_ASSIGN_NEXT = re.compile(rf"\n(?!{VAR_NAME}=)")
@@ -180,6 +181,20 @@ def assignment_text(batch: list[str]) -> str | None:
     if _ASSIGN_START.match(batch[0]) is None or sum(map(len, batch)) > _LONG_LINE * len(batch):
         return None
     return "\n".join(batch)
+
+
+def distinct_assignments(batch: list[str]) -> tuple[dict[str, None], int, int] | None:
+    """Where assignment_text would join `batch` and all_assignments take the text: its distinct
+    lines but the last (in first order), its longest line's length and the text's length; else
+    None. Whether each line starts with `NAME=` is asked once a distinct line (a dump saved once
+    per rank or job repeats each line thousands of times), with the same two regexes."""
+    chars = sum(map(len, batch))
+    if _ASSIGN_START.match(batch[0]) is None or chars > _LONG_LINE * len(batch):
+        return None
+    body = dict.fromkeys(islice(batch, len(batch) - 1))
+    if not all_assignments("\n".join([*body, batch[-1]])):
+        return None
+    return body, max(max(map(len, body), default=0), len(batch[-1])), chars + len(batch) - 1
 
 
 def all_assignments(text: str) -> bool:
