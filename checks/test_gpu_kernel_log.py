@@ -15,7 +15,7 @@ from harness.fixtures.gpu import require_gpus
 
 if TYPE_CHECKING:  # types only: the parser and its probe load where the log is read (start-up)
     from harness.fixtures.reading import Reading
-    from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
+    from harness.parsers.kernel_log_events import KernelLog, SxidEvent, XidEvent
     from harness.profiles.model import Profile
 
 

@@ -18,7 +18,7 @@ from harness.fixtures.gpu import require_gpus
 from harness.judges.xid import summarize
 
 if TYPE_CHECKING:  # types only: the parser loads where the log is read (start-up)
-    from harness.parsers.kernel_log import KernelLog, XidEvent
+    from harness.parsers.kernel_log_events import KernelLog, XidEvent
     from harness.profiles.model import Profile
 
 #: Hours of kernel log judged instead of the profile's `xid_window_h` (default 2 h, AzHC's).

@@ -9,7 +9,7 @@ from typing import Any
 from harness.base.gpu_record import GpuInfo, GpuInventory
 from harness.fixtures.reading import Reading
 from harness.parsers.dcgm_records import DcgmDiag, DcgmResult
-from harness.parsers.kernel_log import KernelLog, SxidEvent, XidEvent
+from harness.parsers.kernel_log_events import KernelLog, SxidEvent, XidEvent
 from harness.parsers.kernel_log_init import InitFailure
 from harness.probes.gpu_compute import ComputeResult
 from harness.probes.nvml_nvlink import NvlinkCounters

@@ -236,7 +236,7 @@ from pathlib import Path
 import pytest
 
 import harness.fixtures.worker as worker_fixture
-import harness.probes.network as network
+import harness.probes.nccl_collective as nccl_collective
 from harness.base.proc_result import ProcResult
 from harness.worker.launch import PartOutcome, WorkerRun
 from tests.network_facts import HEALTHY
@@ -270,11 +270,11 @@ def fake_run_collective(nproc, *, env, workdir, timeout_s, force_net, **kwargs):
         (workdir / "nccl-host-1.log").write_bytes(LOG.read_bytes())
     logs = tuple(sorted(workdir.glob("nccl-*.log")))
     result = ProcResult(("torchrun",), {rc}, stdout="rank 3 died")
-    return network.CollectiveRun(result, logs, workdir)
+    return nccl_collective.CollectiveRun(result, logs, workdir)
 
 
 worker_fixture.run_worker = fake_run_worker
-network.run_collective = fake_run_collective
+nccl_collective.run_collective = fake_run_collective
 
 
 @pytest.fixture(scope="session")

@@ -253,7 +253,7 @@ def test_a_crash_is_a_harness_error_that_still_leaves_its_files(tmp_path, execs,
     def broken(*args, **kwargs):
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr(run, "_print_summary", broken)
+    monkeypatch.setattr(run, "print_run_summary", broken)
     failure = tmp_path / "failure"
     rc = cli.main(["run", "-k", "PF-ENV-001", "--report-dir", str(tmp_path / "r"),
                    "--failure-file", str(failure), "--", "echo", "ok"])

@@ -12,7 +12,7 @@ import pytest
 
 from harness.base.proc_result import ProcResult
 from harness.parsers import ParseError
-from harness.probes import network
+from harness.probes import nccl_collective, network
 
 DATA = Path(__file__).parent / "data"
 
@@ -189,17 +189,17 @@ def test_collective_logs_parse_as_one(tmp_path: Path):
     for i, name in enumerate(("composed_ofi_1.16_efa_direct_p5_srun.log",
                               "composed_truncated.log")):
         (tmp_path / f"nccl-host-{i}.log").write_bytes((DATA / "nccl_log" / name).read_bytes())
-    run = network.CollectiveRun(ProcResult(("x",), 0), tuple(
+    run = nccl_collective.CollectiveRun(ProcResult(("x",), 0), tuple(
         sorted(tmp_path.glob("nccl-*.log"))), tmp_path)
     summary = run.summary()
     assert summary.num_net_channels == 17 and summary.provider == "efa"
     with pytest.raises(ParseError, match="wrote no NCCL debug log"):
-        network.CollectiveRun(run.result, (), tmp_path).summary()
+        nccl_collective.CollectiveRun(run.result, (), tmp_path).summary()
 
 
 def test_collective_runs_two_gloo_ranks(tmp_path: Path):
     pytest.importorskip("torch")
-    run = network.run_collective(2, env=dict(os.environ), workdir=tmp_path, timeout_s=120,
+    run = nccl_collective.run_collective(2, env=dict(os.environ), workdir=tmp_path, timeout_s=120,
                                  backend="gloo", worker_args=("--size-mib", "1"))
     assert run.result.ok, run.result.describe() + "\n" + run.result.stdout[-2000:]
     log = (tmp_path / "torchrun.log").read_text()
@@ -209,7 +209,7 @@ def test_collective_runs_two_gloo_ranks(tmp_path: Path):
 
 def test_collective_with_a_stalled_rank_ends_within_the_timeout(tmp_path: Path):
     pytest.importorskip("torch")
-    run = network.run_collective(2, env=dict(os.environ), workdir=tmp_path, timeout_s=35,
+    run = nccl_collective.run_collective(2, env=dict(os.environ), workdir=tmp_path, timeout_s=35,
                                  backend="gloo", worker_args=("--size-mib", "1",
                                                               "--stall-rank", "1"))
     assert not run.result.ok

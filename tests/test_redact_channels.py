@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from secret_canaries import CANARIES, ENV_CANARIES, SURVIVORS, leaks, survivors_missing
 
-from harness.commands import run as run_cmd
+from harness.commands import run_outputs
 from harness.report.failure import failure_reason
 from harness.report.model import Report, redact_outputs, write_report
 from harness.report.plain_output import print_plain_summary
@@ -110,13 +110,13 @@ def _report_json(report: Report, tmp: Path, env: dict[str, str]) -> str:
 
 
 def _failure_file(report: Report, tmp: Path, env: dict[str, str]) -> str:
-    run_cmd.write_failure(tmp / "failure", failure_reason(report, env=env), env)
+    run_outputs.write_failure(tmp / "failure", failure_reason(report, env=env), env)
     return (tmp / "failure").read_text()
 
 
 def _interrupted_failure_file(report: Report, tmp: Path, env: dict[str, str]) -> str:
     report.interrupted = {"signal": "SIGTERM", "finished": [], "not_finished": []}
-    run_cmd.write_failure(tmp / "failure", failure_text(report, env), env)
+    run_outputs.write_failure(tmp / "failure", failure_text(report, env), env)
     return (tmp / "failure").read_text()
 
 
@@ -134,7 +134,7 @@ def _terminal_table(report: Report, tmp: Path, env: dict[str, str]) -> str:
 
 def _json_summary(report: Report, tmp: Path, env: dict[str, str]) -> str:
     out = io.StringIO()
-    run_cmd._print_summary(report, tmp, env, out, verbose=False)
+    run_outputs.print_run_summary(report, tmp, env, out, verbose=False)
     return out.getvalue()
 
 
@@ -144,7 +144,7 @@ def _junit(report: Report, tmp: Path, env: dict[str, str]) -> str:
 
 
 def _metrics(report: Report, tmp: Path, env: dict[str, str]) -> str:
-    run_cmd._write_metrics(str(tmp / "metrics.prom"), report, env)
+    run_outputs.write_metrics(str(tmp / "metrics.prom"), report, env)
     return (tmp / "metrics.prom").read_text()
 
 
@@ -161,7 +161,7 @@ def _kubernetes(report: Report, tmp: Path, env: dict[str, str]) -> str:
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr("sys.stderr", said)
-            run_cmd._kubernetes(report, None, {
+            run_outputs.write_kubernetes(report, None, {
                 **env, "PREFLIGHT_K8S_MARK": "label,condition,taint",
                 "PREFLIGHT_K8S_API": f"http://127.0.0.1:{server.server_address[1]}"})
     finally:

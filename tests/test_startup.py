@@ -160,7 +160,7 @@ NOT_IN_A_CPU_SESSION = (
     "harness.parsers.unwrap",  # every log parser's: imported with the parser that reads a log
     "harness.parsers.kernel_log",  # the kernel-log reading (GPU profiles)
     "harness.parsers.fi_info",  # harness.probes.network.query_fi_info (EFA profiles)
-    "harness.parsers.nccl_log",  # CollectiveRun.summary: the NCCL debug log (GPU profiles)
+    "harness.parsers.nccl_log",  # nccl_collective.CollectiveRun.summary: the NCCL debug log (GPU profiles)
     "harness.probes.nccl_tests",  # the bandwidth part's choice on a GPU profile
     "harness.probes.kernel_log",
     "harness.memory",  # PF-LEDGER-001 with PREFLIGHT_LEDGER set

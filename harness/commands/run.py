@@ -7,13 +7,11 @@ writes the interrupted report (harness.run.interrupted); nothing it started outl
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -26,12 +24,19 @@ from harness.base.settings import text as setting
 from harness.cluster.job import job_topology
 from harness.commands import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, UsageError, say_crash
 from harness.commands.memory import NodeMemory
+from harness.commands.run_outputs import (
+    preload_aws,
+    print_run_summary,
+    write_failure,
+    write_junit_file,
+    write_kubernetes,
+    write_metrics,
+)
 from harness.detect.instance import hostname, opt_ml_dir, sagemaker_resource_config
 from harness.detect.resolve import resolve
 from harness.profiles.model import Profile, ProfileError
 from harness.profiles.table import weakened_line
 from harness.report.failure import failure_reason
-from harness.report.kube import apply as apply_kube
 from harness.report.model import (
     Report,
     check_report_dir,
@@ -41,12 +46,9 @@ from harness.report.model import (
     redact_outputs,
     write_report,
 )
-from harness.report.plain_output import print_plain_summary, summary_data
-from harness.report.summary import print_summary
 from harness.run import confirm
 from harness.run.interrupt import RunGuard
 from harness.run.interrupted import RunFinalizer
-from harness.run.junit import write_junit
 from harness.run.report_lock import ReportLock, ReportLockBusy
 from harness.run.runner import RunConfig, run_checks
 from harness.run.selection import SelectionError, check_keyword
@@ -56,7 +58,7 @@ from harness.topology.model import TopologyError
 if TYPE_CHECKING:
     from harness.cluster.step import ClusterStep
 
-__all__ = ["cmd_run", "write_failure"]
+__all__ = ["cmd_run"]
 
 #: Seconds the report folder's lock outlasts the run's hard upper bound (the report, uploads).
 LOCK_MARGIN_S = 120.0
@@ -238,7 +240,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
 
     def outputs(report: Report) -> None:
         """The metrics file and the uploads, after a finished or an interrupted run."""
-        _write_metrics(metrics_file, report, env)
+        write_metrics(metrics_file, report, env)
         if s3_uri or namespace:
             from harness.report.publish import publish
 
@@ -246,7 +248,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
 
     finalizer.outputs = outputs
     if s3_uri or namespace:  # a signal's uploads must not spend the exit bound importing boto3
-        threading.Thread(target=_preload_aws, daemon=True, name="preflight-preload").start()
+        threading.Thread(target=preload_aws, daemon=True, name="preflight-preload").start()
     cluster = _cluster_start(cfg, finalizer)  # None on a single-node job
     finalizer.cluster = cluster
     if not _remember(lambda: memory.before(multi_node=cluster is not None), env):
@@ -272,7 +274,7 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
     if cluster is not None:  # multi-node: every node takes the same verdict, or none hands off
         # The node-local results' junit.xml first: a node that dies in the cluster step (a
         # crash, kill -9) still leaves it, as its check sessions did; replaced below.
-        _write_junit(report, report_dir, env)
+        write_junit_file(report, report_dir, env)
         failure_text = _cluster_finish(cluster, report)
     _remember(lambda: memory.after(report), env)  # the reuse, the ledger, a certificate
     # The record is complete: from here on only its redacted form exists, and every output
@@ -284,14 +286,14 @@ def _run(args: argparse.Namespace, guard: RunGuard, finalizer: RunFinalizer,
         redact_outputs(report_dir, env)  # what pytest itself wrote beside the results
         # One junit.xml, every selected check by its ID: rendered from the redacted record
         # like report.json, so written after the sweep (which would read it all again).
-        _write_junit(report, report_dir, env)
+        write_junit_file(report, report_dir, env)
         outputs(report)
-        _print_summary(report, report_dir, env, json_out, verbose=args.verbose)
+        print_run_summary(report, report_dir, env, json_out, verbose=args.verbose)
         if report.usage_error:
             print(f"preflight: error: {report.usage_error}", file=sys.stderr, flush=True)
         if report.verdict != "pass" and failure_file is not None:
             write_failure(failure_file, failure_text or failure_reason(report, env=env), env)
-        _kubernetes(report, failure_text, env)
+        write_kubernetes(report, failure_text, env)
     if cluster is not None:
         cluster.close()
     if report.verdict == "pass" or (args.warn_only and not report.usage_error):
@@ -353,16 +355,6 @@ def _lock(report_dir: Path, host: str, failure_file: Path | None,
     return [lock]
 
 
-def _write_junit(report: Report, report_dir: Path, env: Mapping[str, str]) -> None:
-    """junit.xml from `report` (redacted there); a folder that cannot take it is said, not
-    raised (report.json decides the run's exit)."""
-    try:
-        write_junit(report, report_dir, env=env)
-    except OSError as exc:
-        print(f"preflight: cannot write junit.xml in {report_dir}: {exc.strerror or exc}",
-              file=sys.stderr, flush=True)
-
-
 def _cluster_start(cfg: RunConfig, finalizer: RunFinalizer) -> ClusterStep | None:
     """Multi-node jobs: join the control plane before the local checks (harness.cluster)."""
     try:
@@ -388,64 +380,6 @@ def _cluster_finish(cluster: ClusterStep, report: Report) -> str | None:
         report.exit_code = EXIT_HARNESS
         return None
     return verdict.text or None
-
-
-def _print_summary(report: Report, report_dir: Path, env: dict[str, str],
-                   json_out: TextIO | None, verbose: bool) -> None:
-    """The table on a terminal, plain lines in a log, or (`--format json`) one JSON object on
-    the real stdout, `json_out`."""
-    if json_out is not None:
-        data = summary_data(report.redacted(env), str(report_dir / "report.json"))
-        print(json.dumps(data), file=json_out, flush=True)
-        return
-    if sys.stdout.isatty():
-        print_summary(report, verbose=verbose, env=env)
-    else:  # a log (CloudWatch, Slurm output, a pipe): plain lines, never wrapped
-        print_plain_summary(report, env=env)
-    print(f"report: {report_dir / 'report.json'}", flush=True)
-    if verbose:
-        print(f"pytest output: {report_dir / 'pytest-output.txt'}", flush=True)
-
-
-def _preload_aws() -> None:
-    with contextlib.suppress(Exception):  # a missing boto3 is said by publish() itself
-        import boto3  # noqa: F401
-        import botocore.config  # noqa: F401
-
-
-def _write_metrics(path: str | None, report: Report, env: dict[str, str]) -> None:
-    """--metrics-file (harness.report.metrics): a problem is a warning, never a changed verdict."""
-    if not path:
-        return
-    try:
-        from harness.report.metrics import write_metrics_file  # prometheus_client: an optional extra
-
-        write_metrics_file(report.redacted(env), Path(path))
-    except ImportError:
-        print("preflight: warning: --metrics-file needs prometheus_client "
-              "(pip install 'gpu-preflight[metrics]')", file=sys.stderr, flush=True)
-    except OSError as exc:
-        print(f"preflight: warning: cannot write metrics file {path}: {exc.strerror or exc}",
-              file=sys.stderr, flush=True)
-
-
-def _kubernetes(report: Report, failure_text: str | None, env: dict[str, str]) -> None:
-    """Kubernetes outputs (harness.report.kube): /dev/termination-log, PREFLIGHT_K8S_MARK."""
-    redactor = Redactor.of(env)
-    if report.verdict != "pass":
-        failure_text = redactor.text(failure_text or failure_reason(report, env=env))
-    apply_kube(report.redacted(env), env, failure_text,
-               say=lambda text: print(redactor.text(text), file=sys.stderr, flush=True))
-
-
-def write_failure(path: Path, text: str, env: dict[str, str]) -> None:
-    """The failure reason (SageMaker's /opt/ml/output/failure), redacted; a write error is
-    said on stderr, never raised."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Redactor.of(env).text(text), encoding="utf-8")
-    except OSError as exc:
-        print(f"preflight: cannot write failure file {path}: {exc.strerror}", file=sys.stderr)
 
 
 def _write_early_failure(message: str, finalizer: RunFinalizer) -> None:

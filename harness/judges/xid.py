@@ -23,7 +23,7 @@ from typing import Protocol
 __all__ = ["APPLICATION_XIDS", "XidWindow", "event_epoch", "is_application", "summarize"]
 
 class XidEvent(Protocol):
-    """What the window reads of one Xid line (harness.parsers.kernel_log.XidEvent): the judge
+    """What the window reads of one Xid line (harness.parsers.kernel_log_events.XidEvent): the judge
     imports no parser."""
 
     @property

@@ -7,8 +7,9 @@ CloudWatch `| ts | line` copies), streaming: memory stays flat in the size of th
 
 The pieces: harness.parsers.nccl_log_lines (the line grammar), harness.parsers.nccl_log_chunk
 (one chunk's scan, at C speed), harness.parsers.nccl_log_payloads (what each distinct payload
-says), harness.parsers.nccl_log_facts (the summary and its three-valued facts); this module
-reads the bytes, interprets the scans in order and is what callers import.
+says), harness.parsers.nccl_log_summary (what they add up to), harness.parsers.nccl_log_facts
+(the summary and its three-valued facts); this module reads the bytes, interprets the scans in
+order and is what callers import.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from harness.parsers.nccl_log_chunk import HEAD_BYTES, ChunkScan, scan_chunk
 from harness.parsers.nccl_log_facts import NcclLogSummary
 from harness.parsers.nccl_log_lines import DOCKER_LINE, OLD_PLUGIN, RANK_LINE, VERSION, payload_text
 from harness.parsers.nccl_log_payloads import MAX_KEPT, PayloadFacts
+from harness.parsers.nccl_log_summary import summarize
 from harness.parsers.reader import MAX_LINE_CHARS, Input, as_input
 from harness.parsers.unwrap import Unwrapper
 
@@ -194,7 +196,7 @@ class _Scanner:
             # line was judged, that line is the cause and this one its consequence.
             for text in self.test_failures:
                 self.facts.fault(text)
-        summary = self.facts.build()
+        summary = summarize(self.facts)
         launched = command_nranks(commands)
         return dataclasses.replace(
             summary, commands=commands,

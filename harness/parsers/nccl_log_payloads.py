@@ -1,6 +1,8 @@
 """Interpreting the distinct payloads of an NCCL debug log (each one once, in any order: logs
 interleave ranks) into the facts of an NcclLogSummary: versions, plugin, network, provider, NICs,
 GDR, channel counts, aws-ofi-nccl's environment, warnings, known failures, watchdog timeouts.
+What they add up to once all are read (the network, provider, errors in order) is
+harness.parsers.nccl_log_summary.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from collections import Counter
 from harness.parsers.nccl_failures import FAILURES
 from harness.parsers.nccl_log_facts import (
     FailureHit,
-    NcclLogSummary,
     WatchdogTimeout,
 )
 from harness.parsers.nccl_log_lines import (
@@ -339,114 +340,3 @@ class PayloadFacts:
         self.collnet_channels += 1
         if "/GDRDMA" in rest:
             self.collnet_gdr_channels += 1
-
-    def _network(self) -> str | None:
-        if self.net_channels:
-            return self.net_channels.most_common(1)[0][0]
-        if "Socket" in self.networks:  # some rank fell back: the job runs at socket speed
-            return "Socket"
-        if self.networks:
-            return self.networks[0]
-        # No `Using network` (NCCL < 2.6, or a log cut short): NCCL initialises its own IB and
-        # Socket transports only when no plugin came before them, so their device lines name the
-        # network when no plugin was seen or the plugin failed.
-        if self.ofi_seen and not self.plugin_failed:
-            return None
-        if self.ib_nics:
-            return "IB"
-        if self.fastsocket_nics:
-            return "FastSocket"
-        if self.socket_nics:
-            return "Socket"
-        if self.ib_warned is not None:
-            return "IB"
-        return None
-
-    def _retry_warning(self) -> tuple[str, ...]:
-        tries, of, text = self.retries
-        return (f"{text} ({tries}/{of}): a peer was not listening (the latest try seen)",) if tries else ()
-
-    def _socket_only(self, network: str | None) -> bool:
-        """No external plugin and no IB device: NCCL's socket transport is the only one left
-        (NCCL < 2.6 prints no `Using network` line)."""
-        return (network == "Socket" and self.no_plugin and self.ib_absent and not self.ib_nics
-                and not self.ofi_seen and self.plugin_loaded is None)
-
-    def _network_evidence(self, network: str | None) -> str | None:
-        """Why `network` is known when no `Using network` / channel line said it."""
-        if network is None or self.net_channels or network in self.networks:
-            return None
-        if self._socket_only(network):
-            return ("no NET plugin (`NET/Plugin : No plugin found`) and no IB device "
-                    "(`NET/IB : No device found`): the socket transport is the only one left")
-        if network == "IB" and not self.ib_nics and self.ib_warned:
-            return f"NET/IB WARN: {self.ib_warned} (only NCCL's IB transport prints NET/IB)"
-        return f"the NET/{network} device line (`NET/{network} : Using ...`)"
-
-    def _errors(self) -> tuple[FailureHit, ...]:
-        """The errors in catalogue order; a `last_resort` entry's only where nothing else
-        explains a line and no watchdog timeout was read (they are the consequence of the
-        failure the others name)."""
-        hits = sorted(self.errors.items(), key=lambda kv: kv[0][0])
-        named = [hit for (index, _), hit in hits if not _FAILURE_RES[index][1].last_resort]
-        return tuple(named or ([] if self.timeouts else (hit for _, hit in hits)))
-
-    def build(self) -> NcclLogSummary:
-        self.wrapped_tail(None)
-        network = self._network()
-        libfabric_net = network is not None and ("ibfabric" in network or "OFI" in network)
-        plugin = None
-        if self.ofi_seen or (self.plugin_loaded and "ibfabric" in self.plugin_loaded):
-            plugin = "aws-ofi-nccl"
-        elif self.plugin_loaded:
-            plugin = self.plugin_loaded
-        provider = fabric = nics = None
-        if network is None and self.ofi_seen and not self.plugin_failed:
-            # No `Using network` line (a trimmed paste): the plugin's own selection is what it
-            # offers NCCL; the network stays unknown.
-            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
-        elif network is None:
-            provider = self.provider
-        elif libfabric_net:
-            provider, fabric, nics = self.provider, self.fabric, self.ofi_nics
-        elif network.lower() == "socket":
-            provider, nics = "socket", self.socket_nics
-        elif network == "FastSocket":
-            provider, nics = "fastsocket", self.fastsocket_nics
-        elif network.upper().startswith("IB"):
-            provider, nics = "ib", self.ib_nics
-        else:
-            provider = network.lower()
-        return NcclLogSummary(
-            nccl_version=self.versions[0] if self.versions else None,
-            plugin=plugin,
-            plugin_version=self.ofi_version if plugin == "aws-ofi-nccl" else None,
-            plugin_failed=self.plugin_failed,
-            network=network,
-            networks_seen=tuple(self.networks),
-            provider=provider,
-            fabric=fabric,
-            num_nics=nics,
-            protocol=self.protocol if libfabric_net or (network is None and self.ofi_seen)
-            else None,
-            platform=self.platform,
-            libfabric_version=self.libfabric,
-            gdr_negative=self.nogdr or network in self.gdr_disabled_nets,
-            socket_only=self._socket_only(network),
-            plugin_dlerror=self.plugin_dlerror,
-            gdr_gpus=tuple(sorted({g for g, _ in self.gdr_pairs})),
-            gdr_gpus_enabled=tuple(sorted({g for (g, _), on in self.gdr_pairs.items() if on})),
-            num_net_channels=sum(self.net_channels.values()),
-            num_gdr_channels=self.gdr_channels,
-            num_collnet_channels=self.collnet_channels,
-            num_collnet_gdr_channels=self.collnet_gdr_channels,
-            net_channels_by_network=dict(self.net_channels),
-            nranks=self.nranks,
-            env_added=dict(self.env_added),
-            env_skipped=tuple(self.env_skipped),
-            warnings=tuple(self.warnings) + self._retry_warning(),
-            network_evidence=self._network_evidence(network),
-            # Most specific cause first (catalogue order), then in the order seen.
-            errors=self._errors(),
-            timeouts=tuple(self.timeouts.values()),
-        )

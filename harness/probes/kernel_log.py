@@ -21,7 +21,7 @@ from harness.parsers import ParseError
 from harness.probes import chain
 
 if TYPE_CHECKING:
-    from harness.parsers.kernel_log import KernelLog
+    from harness.parsers.kernel_log_events import KernelLog
 
 __all__ = ["KERNEL_LOG_ENV", "IncompleteLogError", "read_kernel_log"]
 
@@ -143,7 +143,8 @@ def read_kernel_log(
 def _read(text: str, cmd: str, since: str | None, deadline: dl.Deadline | None,
           env: dict[str, str]) -> KernelLog | str:
     """The KernelLog in a tool's output, or a string saying why there is none."""
-    from harness.parsers.kernel_log import KernelLog, parse_kernel_log
+    from harness.parsers.kernel_log import parse_kernel_log
+    from harness.parsers.kernel_log_events import KernelLog
 
     if text.strip() == _NO_ENTRIES and since:
         # An empty window is a clean window only if the journal holds this boot's kernel

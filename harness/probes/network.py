@@ -1,6 +1,7 @@
 """Network probes: interfaces, EFA devices, kernel modules, the locked-memory limit, `fi_info`,
-the aws-ofi-nccl library and its version, libfabric's version, and a real short NCCL collective
-whose debug log is the evidence the network checks judge. Facts only: no thresholds."""
+the aws-ofi-nccl library and its version, libfabric's version. Facts only: no thresholds. The
+real short NCCL collective whose debug log the network checks judge is
+harness.probes.nccl_collective."""
 
 from __future__ import annotations
 
@@ -18,10 +19,8 @@ from harness.parsers import ParseError
 
 if TYPE_CHECKING:  # types only: each parser is imported where its output is read (start-up)
     from harness.parsers.fi_info import FiInfo
-    from harness.parsers.nccl_log_facts import NcclLogSummary
 
 __all__ = [
-    "CollectiveRun",
     "EfaDevices",
     "FiInfoProbe",
     "OfiNcclLib",
@@ -32,7 +31,6 @@ __all__ = [
     "memlock_kib",
     "network_interfaces",
     "query_fi_info",
-    "run_collective",
 ]
 
 #: Where EFA installers, NGC/DLC images and source builds put aws-ofi-nccl; searched after
@@ -347,63 +345,3 @@ def query_fi_info(provider: str | None = "efa", timeout_s: float = 15.0) -> FiIn
         first = (result.output.strip().splitlines() or ["(no output)"])[0][:200]
         return FiInfoProbe(result, None, f"`{' '.join(argv)}` printed no provider list or error "
                                          f"code ({exc}); first line: {first!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class CollectiveRun:
-    """A short all_reduce under torchrun: how it ended and the NCCL debug logs it wrote."""
-
-    result: ProcResult
-    log_files: tuple[Path, ...]
-    workdir: Path
-
-    def summary(self) -> NcclLogSummary:
-        """The NCCL logs of every rank, parsed as one log (ParseError when there are none)."""
-        if not self.log_files:
-            raise ParseError(f"the collective wrote no NCCL debug log under {self.workdir}")
-        from harness.parsers.nccl_log import parse_nccl_log_stream  # the C scan: where a log is
-
-        handles = [path.open("rb") for path in self.log_files]
-        try:
-            return parse_nccl_log_stream(handles)
-        finally:
-            for fh in handles:
-                fh.close()
-
-
-#: Repository root, so that `-m harness.worker.nccl` imports in the ranks.
-_ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_collective(
-    nproc: int,
-    *,
-    env: Mapping[str, str],
-    workdir: Path,
-    timeout_s: float,
-    backend: str = "nccl",
-    force_net: bool = True,
-    python: str = sys.executable,
-    worker_args: tuple[str, ...] = (),
-) -> CollectiveRun:
-    """All_reduce on `nproc` local ranks (torchrun --standalone) with NCCL_DEBUG=INFO,
-    NCCL_DEBUG_SUBSYS=INIT,NET and NCCL_DEBUG_FILE under `workdir`.
-
-    `force_net` disables NCCL's P2P, SHM and NVLS transports so that even a single node sends
-    through the network plugin: the channel lines then show the NIC path (`via NET/.../GDRDMA`).
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    child = dict(env)
-    child.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
-                 NCCL_DEBUG_FILE=str(workdir / "nccl-%h-%p.log"))
-    if force_net:
-        child.update(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_NVLS_ENABLE="0")
-    child["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH")) if p)
-    # The ranks' own timeout fires before ours, so a hang ends as an error message, not a kill.
-    rank_timeout_s = max(5.0, timeout_s - 20.0)
-    argv = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "harness.worker.nccl", "--backend", backend,
-            "--timeout-s", f"{rank_timeout_s:g}", *worker_args]
-    result = proc.run(argv, timeout_s=timeout_s, env=child, cwd=workdir,
-                      output_path=workdir / "torchrun.log")
-    return CollectiveRun(result, tuple(sorted(workdir.glob("nccl-*.log"))), workdir)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -31,9 +30,10 @@ from harness.run.selection import (
     error_lines,
     load_events,
 )
+from harness.run.selection_messages import empty_selection, nothing_judged
 from harness.run.suites import BUILTIN_SUITE, Suite, resolve_suites, source_overrides
 
-__all__ = ["PROFILE_FILE", "Collection", "RunConfig", "checks_dir", "collect_checks", "list_command",
+__all__ = ["PROFILE_FILE", "Collection", "RunConfig", "checks_dir", "collect_checks",
            "missing_pieces", "pytest_phases", "run_checks", "write_profile"]
 
 #: Seconds kept back from the budget to write reports after the checks are stopped.
@@ -248,7 +248,7 @@ def run_checks(cfg: RunConfig) -> Report:
             progress.stop.set()
             progress.join(timeout=2)
     unfinished = f"did not finish within the run budget ({cfg.budget_s:g} s)" if timed_out else None
-    proof = account(load_events(results), runs, empty_message=_empty_selection(cfg, suites),
+    proof = account(load_events(results), runs, empty_message=empty_selection(cfg, suites),
                     unfinished=unfinished)
     report.checks = typed_results(proof.checks)
     if not timed_out and not proof.harness_errors:
@@ -266,7 +266,7 @@ def run_checks(cfg: RunConfig) -> Report:
             f"the checks did not finish within the {cfg.budget_s:g} s budget of tier {cfg.tier}; "
             "unfinished checks are reported as errors (see pytest-output.txt)"
         )
-    report.selection["nothing_judged"] = _nothing_judged(cfg, suites, report)
+    report.selection["nothing_judged"] = nothing_judged(cfg, suites, report)
     if cfg.reused:  # what the sessions left to the certificate (harness.plugin)
         report.selection["reused"] = sorted({i for record in load_events(results).collected
                                              for i in record.get("reused", [])})
@@ -306,60 +306,6 @@ def _output_since(log: Path, offset: int) -> str:
             return fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def list_command(tier: str | None, keyword: str | None, suites: Sequence[Suite]) -> str:
-    """The `preflight list` command that shows what a selection matches."""
-    argv = ["preflight", "list"]
-    argv += ["--tier", tier] if tier else []
-    argv += ["-k", keyword] if keyword else []
-    for s in suites:
-        argv += ["--extra-checks", str(s.path)] if s.kind == "extra" else []
-    return shlex.join(argv)
-
-
-def _selection_words(cfg: RunConfig, suites: Sequence[Suite]) -> str:
-    """`profile p5.48xlarge; tier preflight; -k 'PF-GPU-001'; suites built-in (...)`."""
-    parts = [f"profile {cfg.profile.name}", f"tier {cfg.tier}"]
-    if cfg.keyword:
-        parts.append(f"-k {cfg.keyword!r}")
-    if cfg.extra_pytest_args:
-        parts.append(f"pytest arguments {shlex.join(cfg.extra_pytest_args)!r}")
-    parts.append("suites " + ", ".join(s.describe() for s in suites))
-    return "; ".join(parts)
-
-
-def _list_hint(cfg: RunConfig, suites: Sequence[Suite]) -> str:
-    return (f"`{list_command(cfg.tier, cfg.keyword, suites)}` shows what this selection matches, "
-            "`preflight list` every check")
-
-
-def _empty_selection(cfg: RunConfig, suites: Sequence[Suite]) -> str:
-    return (f"no check selected ({_selection_words(cfg, suites)}): a run that checks nothing "
-            f"proves nothing. {_list_hint(cfg, suites)}")
-
-
-#: Skip reasons quoted in the nothing-judged message.
-_SKIPS_SHOWN = 3
-
-
-def _nothing_judged(cfg: RunConfig, suites: Sequence[Suite], report: Report) -> str | None:
-    """The usage error of a run whose every selected check reported and was skipped (not
-    applicable to the profile, or not run): nothing was judged, so nothing was proven. None
-    when something was judged, or the run already failed to account for its selection. On a
-    multi-node job a node's skips may be judged by another node (the leader's multi-node
-    test): the cluster verdict decides there (harness.cluster.verdict)."""
-    sel = report.selection
-    if (report.usage_error or report.harness_errors or not report.checks
-            or sel.get("missing") or sel.get("duplicates")
-            or any(c.outcome != "skip" for c in report.checks)):
-        return None
-    why = "; ".join(f"{c.id}: {c.message}" for c in report.checks[:_SKIPS_SHOWN])
-    more = (f" and {len(report.checks) - _SKIPS_SHOWN} more"
-            if len(report.checks) > _SKIPS_SHOWN else "")
-    return (f"every selected check was skipped, nothing was judged "
-            f"({_selection_words(cfg, suites)}): {len(report.checks)} skipped ({why}{more}). "
-            f"A run that judges nothing proves nothing. {_list_hint(cfg, suites)}")
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """One rank of the network probe's collective: a short all_reduce, checked, then a clean exit.
 
-Launched by `harness.probes.network.run_collective` as `torchrun --standalone --nproc-per-node=N
+Launched by `harness.probes.nccl_collective.run_collective` as `torchrun --standalone --nproc-per-node=N
 -m harness.worker.nccl --backend nccl` (gloo for the harness's own CPU tests).
 """
 
