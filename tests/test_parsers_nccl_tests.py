@@ -217,3 +217,24 @@ def test_a_row_ending_in_a_character_past_ascii_is_read_whole(after):
     result = parse_nccl_tests(header + row + after + "\n" + row + "\n")
     assert [r.size_bytes for r in result.rows] == [4194304, 4194304]
     assert result.rows[1].oop.busbw_gb_s == 27.16
+
+
+def test_inspect_redacts_itself_all_but_the_numeric_rows():
+    """inspect_nccl_tests redacts its own result (cmd_inspect takes it as it is): a credential in
+    the command line is gone, and the rows it leaves out of the pass hold only numbers and None."""
+    from harness.base.redact import Redactor
+    from harness.base.redact_shapes import REDACTED
+
+    secret = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gH3"
+    sample = Path(__file__).parent / "samples" / "nccl-tests"
+    text = (sample / "real_prompt_cmd_alltoall_2080ti_x2_md_fence.txt").read_text()
+    text = text.replace("./build/alltoall_perf", f"HF_TOKEN={secret} ./build/alltoall_perf", 1)
+    result = inspect_nccl_tests(io.StringIO(text), profile=None)
+    assert getattr(inspect_nccl_tests, "redacted", False)
+    shown = json.dumps(result)
+    assert secret not in shown and REDACTED in shown
+    assert result == Redactor().obj(result)  # what cmd_inspect's own pass would have given
+    assert result["rows"] and all(
+        type(v) in (int, float, type(None))
+        for row in result["rows"] for part in (row, row["oop"], row["ip"] or {})
+        for v in part.values() if type(v) is not dict)

@@ -362,11 +362,22 @@ def inspect_nccl_tests(stream: TextIO | Input, *, profile: Profile | None) -> JS
     avg_busbw_gb_s, largest {size_bytes, busbw_gb_s}, num_wrong, out_of_bounds, completed,
     errors (failure lines, then busbw mismatches), and `verdicts`: the bandwidth gates' own
     judgement of the busbw for the profile (harness.judges.bandwidth; PF-BW-001/002)."""
+    from harness.base.redact import Redactor
     from harness.judges import bandwidth
 
     result = parse_nccl_tests(as_input(stream))
-    return {**result.to_dict(),
-            "verdicts": [v.to_json() for v in bandwidth.nccl_tests_verdicts(profile, result)]}
+    doc = result.to_dict()
+    rows, doc["rows"] = doc["rows"], []
+    # Redacted as cmd_inspect would, but for the rows: Row.to_dict holds only numbers and None
+    # (up to 10,000 rows, 30,000 dicts: nothing in them to redact), put back in their place.
+    doc = Redactor().obj(
+        {**doc, "verdicts": [v.to_json() for v in bandwidth.nccl_tests_verdicts(profile, result)]})
+    doc["rows"] = rows
+    return doc
+
+
+#: inspect_nccl_tests' result is redacted whole (its rows are numbers): cmd_inspect takes it as it is.
+inspect_nccl_tests.redacted = True  # type: ignore[attr-defined]
 
 
 INSPECT = {"nccl-tests": inspect_nccl_tests}
