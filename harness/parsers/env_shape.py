@@ -178,9 +178,7 @@ def assignment_text(batch: list[str]) -> str | None:
     """The batch's lines joined by `\n`, where a batch path may take them: its first line starts
     with `NAME=`, and its lines are short on average (a few long ones, as a dump of 100 KB JSON
     values has, cost the line loop little, and joining them would cost more)."""
-    if _ASSIGN_START.match(batch[0]) is None or sum(map(len, batch)) > _LONG_LINE * len(batch):
-        return None
-    return "\n".join(batch)
+    return "\n".join(batch) if _joinable(batch, sum(map(len, batch))) else None
 
 
 def distinct_assignments(batch: list[str]) -> tuple[dict[str, None], int, int] | None:
@@ -189,12 +187,18 @@ def distinct_assignments(batch: list[str]) -> tuple[dict[str, None], int, int] |
     None. Whether each line starts with `NAME=` is asked once a distinct line (a dump saved once
     per rank or job repeats each line thousands of times), with the same two regexes."""
     chars = sum(map(len, batch))
-    if _ASSIGN_START.match(batch[0]) is None or chars > _LONG_LINE * len(batch):
+    if not _joinable(batch, chars):
         return None
     body = dict.fromkeys(islice(batch, len(batch) - 1))
     if not all_assignments("\n".join([*body, batch[-1]])):
         return None
     return body, max(max(map(len, body), default=0), len(batch[-1])), chars + len(batch) - 1
+
+
+def _joinable(batch: list[str], chars: int) -> bool:
+    """What assignment_text and distinct_assignments both ask of a batch of `chars` characters:
+    its first line starts with `NAME=`, and its lines are short on average."""
+    return _ASSIGN_START.match(batch[0]) is not None and chars <= _LONG_LINE * len(batch)
 
 
 def all_assignments(text: str) -> bool:
